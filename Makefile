@@ -1,0 +1,64 @@
+# LakeSync developer commands. `make help` lists them.
+# Everything installs itself: a bootstrap venv with uv (.tools), the project venv (.venv) from uv.lock,
+# and the system packages the Spark jobs need (Java) when they are missing.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+VENV := .venv
+UV := .tools/bin/uv
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+export UV_PYTHON_DOWNLOADS := never
+export UV_LINK_MODE := copy
+RUN := $(UV) run --frozen --no-sync
+
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench fmt clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+
+$(VENV)/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --all-extras --all-groups --python $(PYTHON)
+	@touch $@
+
+setup: $(VENV)/.synced sysdeps ## create .venv and install everything (idempotent)
+
+sysdeps: ## install missing system packages (Java for Spark)
+	@bash scripts/sysdeps.sh
+
+demo: setup ## run the main job: the local demo
+	$(RUN) lakesync demo
+
+test: setup ## lint, type-check and run the whole test suite
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) mypy
+	$(RUN) pytest
+
+unit: $(VENV)/.synced ## run only the fast pure tests
+	$(RUN) pytest tests/unit -q
+
+lint: $(VENV)/.synced ## ruff lint + format check
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+fmt: $(VENV)/.synced ## apply ruff fixes and formatting
+	$(RUN) ruff check --fix .
+	$(RUN) ruff format .
+
+typecheck: $(VENV)/.synced ## mypy strict on src/ and functions/
+	$(RUN) mypy
+
+proto: $(VENV)/.synced ## regenerate the protobuf code from proto/
+	$(RUN) python scripts/gen_proto.py
+
+bench: setup ## run the benchmarks; results go to benchmarks/results/
+	$(RUN) python -m benchmarks
+
+clean: ## remove the venvs and caches
+	rm -rf .tools $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

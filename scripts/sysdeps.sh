@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install the system packages LakeSync needs when they are missing (Debian/Ubuntu).
+# Java 17 runs local Spark; jarjar and the sqlite JDBC driver set up the Iceberg runtime.
+set -euo pipefail
+
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "installing system packages: ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
