@@ -125,9 +125,12 @@ def js_string_coerce(value: JsonValue) -> str:
     """JavaScript ``String(value)`` for a JSON value (used by sync-rule matching)."""
     if value is None:
         return "null"
-    if isinstance(value, bool | int | float | str):
-        scalar = _scalar(value)
-        return value if isinstance(value, str) else (scalar if scalar != "null" else "NaN")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return js_number(value) or ("NaN" if value != value else ("Infinity" if value > 0 else "-Infinity"))
     if isinstance(value, Mapping):
         return "[object Object]"
     if isinstance(value, Sequence):

@@ -84,7 +84,7 @@ class RowDelta:
             raise ValidationError(f"{where} must be an object")
         op_text = obj.get("op")
         try:
-            op = DeltaOp(op_text)
+            op = DeltaOp(str(op_text))
         except ValueError:
             raise ValidationError(f"{where}.op must be one of INSERT, UPDATE, DELETE") from None
         texts = {}

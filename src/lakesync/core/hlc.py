@@ -54,13 +54,13 @@ def parse(value: object, *, field: str = "hlc") -> int:
         ValidationError: if ``value`` is not such a string.
     """
     if not isinstance(value, str):
-        raise ValidationError(f"'{field}' must be a decimal string")
+        raise ValidationError(f"{field} must be a decimal string")
     text = value.strip()
     if not text.isdecimal() or not text.isascii():
-        raise ValidationError(f"'{field}' must be a decimal string")
+        raise ValidationError(f"{field} must be a decimal string")
     ts = int(text)
     if ts > MAX_HLC:
-        raise ValidationError(f"'{field}' is out of range for a 64-bit HLC")
+        raise ValidationError(f"{field} is out of range for a 64-bit HLC")
     return ts
 
 
@@ -104,9 +104,7 @@ class HLC:
         with self._lock:
             physical = self._clock()
             if remote_wall - physical > MAX_DRIFT_MS:
-                raise ClockDriftError(
-                    f"Remote clock is {remote_wall - physical}ms ahead (max drift: {MAX_DRIFT_MS}ms)"
-                )
+                raise ClockDriftError(f"Remote clock is {remote_wall - physical}ms ahead (max drift: {MAX_DRIFT_MS}ms)")
             wall = max(self._wall, remote_wall, physical)
             if wall == self._wall and wall == remote_wall:
                 counter = max(self._counter, remote_counter) + 1

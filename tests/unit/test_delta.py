@@ -1,0 +1,154 @@
+"""Deltas: the deltaId is byte-identical to the original; extract/apply follow reference §2.3–2.4; JSON shape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lakesync.core.canonical import js_number, js_stringify, stable_stringify
+from lakesync.core.delta import DeltaOp, RowDelta, apply_delta, delta_id, extract_delta, make_delta
+from lakesync.core.errors import ValidationError
+
+VECTORS = Path(__file__).parent.parent / "vectors"
+ID_CASES = json.loads((VECTORS / "delta_id.json").read_text())["cases"]
+EXTRACT_CASES = json.loads((VECTORS / "extract_delta.json").read_text())["cases"]
+APPLY_CASES = json.loads((VECTORS / "apply_delta.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", ID_CASES, ids=[c["name"] for c in ID_CASES])
+def test_delta_id_matches_original_bytes(case):
+    given_ = case["input"]
+    payload = stable_stringify(
+        {
+            "clientId": given_["clientId"],
+            "hlc": given_["hlc"],
+            "table": given_["table"],
+            "rowId": given_["rowId"],
+            "columns": given_["columns"],
+        }
+    )
+    assert payload == case["canonical_payload"]
+    got = delta_id(given_["clientId"], int(given_["hlc"]), given_["table"], given_["rowId"], given_["columns"])
+    assert got == case["expected_deltaId"]
+
+
+@pytest.mark.parametrize("case", EXTRACT_CASES, ids=[c["name"] for c in EXTRACT_CASES])
+def test_extract_delta_matches_vectors(case):
+    opts = case["opts"]
+    schema = opts.get("schema")
+    result = extract_delta(
+        case["before"],
+        case["after"],
+        table=opts["table"],
+        row_id=opts["rowId"],
+        client_id=opts["clientId"],
+        hlc=int(opts["hlc"]),
+        schema_columns=[c["name"] for c in schema["columns"]] if schema else None,
+    )
+    if case["expected"] is None:
+        assert result is None
+    else:
+        assert result is not None
+        assert result.op.value == case["expected"]["op"]
+        assert [c.to_json() for c in result.columns] == case["expected"]["columns"]
+        assert result.delta_id == case["expected"]["deltaId"]
+
+
+@pytest.mark.parametrize("case", APPLY_CASES, ids=[c["name"] for c in APPLY_CASES])
+def test_apply_delta_matches_vectors(case):
+    d = case["delta"]
+    delta = make_delta(d["op"], table="t", row_id="r", client_id="c", hlc=1, columns={})
+    delta = RowDelta.from_json(
+        {**delta.to_json(), "columns": d.get("columns", []), "op": d["op"]},
+    )
+    before = None if case["row"] is None else dict(case["row"])
+    assert apply_delta(case["row"], delta) == case["expected"]
+    assert case["row"] == before  # the input row is never mutated
+
+
+def test_js_number_formats_like_ecmascript():
+    assert [js_number(x) for x in (30.0, -0.0, 1e21, 1e-7, 0.000001, 1e20, 12345678901234567890, 0.1)] == [
+        "30",
+        "0",
+        "1e+21",
+        "1e-7",
+        "0.000001",
+        "100000000000000000000",
+        "12345678901234567000",
+        "0.1",
+    ]
+    assert js_number(float("nan")) is None
+
+
+def test_js_stringify_keeps_insertion_order_and_escapes_like_json_stringify():
+    assert js_stringify({"b": 1, "a": [True, None, "x\n\u2028\x7f"]}) == '{"b":1,"a":[true,null,"x\\n\u2028\x7f"]}'
+    assert js_stringify("\ud800") == '"\\ud800"'
+    assert js_stringify("\x01") == '"\\u0001"'
+
+
+def test_stable_stringify_sorts_keys_by_utf16_code_units():
+    assert stable_stringify({"\uff01": 1, "\U0001f600": 2, "a": 3}) == '{"a":3,"\U0001f600":2,"\uff01":1}'
+
+
+def test_row_delta_json_round_trip():
+    delta = make_delta("UPDATE", table="todos", row_id="r1", client_id="c1", hlc=2**63 + 5, columns={"t": "x"})
+    wire = delta.to_json()
+    assert wire["hlc"] == str(2**63 + 5)
+    assert RowDelta.from_json(wire) == delta
+    assert (
+        delta.delta_id
+        == hashlib.sha256(
+            stable_stringify(
+                {
+                    "clientId": "c1",
+                    "columns": [{"column": "t", "value": "x"}],
+                    "hlc": wire["hlc"],
+                    "rowId": "r1",
+                    "table": "todos",
+                }
+            ).encode()
+        ).hexdigest()
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"op": "UPSERT"}, "op must be one of"),
+        ({"table": ""}, "table must be a non-empty string"),
+        ({"rowId": 7}, "rowId must be a non-empty string"),
+        ({"hlc": 65536000000}, "hlc must be a decimal string"),
+        ({"columns": {"a": 1}}, "columns must be an array"),
+        ({"columns": [{"value": 1}]}, "columns\\[0\\] must be an object"),
+        ({"columns": [{"column": "a"}]}, "must have a 'value'"),
+        ({"columns": [{"column": "a", "value": float("inf")}]}, "finite"),
+    ],
+)
+def test_row_delta_from_json_rejects_bad_fields_by_name(patch, message):
+    wire = make_delta("INSERT", table="todos", row_id="r1", client_id="c1", hlc=1, columns={"a": 1}).to_json()
+    with pytest.raises(ValidationError, match=message):
+        RowDelta.from_json({**wire, **patch})
+
+
+def test_make_delta_delete_carries_no_columns():
+    delta = make_delta(DeltaOp.DELETE, table="t", row_id="r", client_id="c", hlc=9, columns={"a": 1})
+    assert delta.columns == ()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+def test_js_stringify_is_valid_json_that_round_trips_numbers_as_doubles(value):
+    text = js_stringify(value)
+    parsed = json.loads(text)
+    assert js_stringify(parsed) == text
