@@ -1,0 +1,411 @@
+"""Sync rules: which rows each client may see.
+
+A rules document (:class:`SyncRules`) holds named buckets. A bucket (:class:`Bucket`) covers some tables (none listed
+= every table) and AND-s its filters (:class:`Filter`); a row is visible to a client when it falls into ANY bucket.
+No rules, or rules with zero buckets, mean no filtering at all: everything is visible (:func:`rules_apply`).
+
+The JSON shape, the validation order and its messages (:func:`parse_sync_rules`), claim resolution
+(:func:`resolve_filter_value`), the matching of one sparse delta (:func:`delta_matches_bucket`), :func:`filter_deltas`
+and :func:`resolve_client_buckets` are those of the original TypeScript LakeSync. Two rules are our own.
+
+**Filter values.** A value starting with the exact, case-sensitive prefix ``jwt:`` names a claim (the key is the rest,
+possibly empty): a missing claim or an empty array claim resolves to ``[]`` and the filter fails for every operator,
+``neq`` included. Any other value is the literal ``[value]`` (never split on commas). The row's column value is
+coerced with JavaScript ``String(value)`` (:func:`~lakesync.core.canonical.js_string_coerce`), and a column that is
+absent fails the filter for every operator. ``eq`` and ``in`` test membership in the resolved list, ``neq``
+non-membership.
+
+**Comparisons (ours; replaces the original's parseFloat + localeCompare).** ``gt``/``lt``/``gte``/``lte`` compare the
+column's string with the FIRST resolved value (of an array claim, its first element). If BOTH strings, whole and
+untrimmed, match ``-?[0-9]+(\\.[0-9]+)?([eE][+-]?[0-9]+)?`` they are compared as exact decimal numbers (so big
+integers, negative numbers and exponents compare exactly, and ``"1e3"`` equals ``"1000"``). Otherwise both are compared
+as strings in plain UTF-16 code-unit order -- no locale, no case folding, no accent folding. So ``"12abc"``,
+``" 42"``, ``"0x10"``, ``"Infinity"``, ``"+1"``, ``".5"`` and ``"1."`` are strings, and ISO dates such as
+``"2024-12-31"`` compare as strings (correctly), where the original parsed the numeric prefix ``2024`` of both sides.
+
+**Row-level delivery (ours; the original never delivers DELETEs to filtered buckets).** The gateway evaluates rules
+against ROWS, not sparse deltas: a change is delivered to a client when the row matched one of the client's buckets
+before the change OR matches after it (:func:`change_visible`). A DELETE is matched against the row as it was just
+before the delete, and an UPDATE that moves a row out of a bucket is delivered once so that the client sees it leave.
+In :func:`row_matches` an absent row (``None``) never matches a bucket with filters, while a bucket without filters
+matches every row of its tables, absent or not. :func:`filter_deltas` and :func:`delta_matches_bucket` keep the
+original's evaluation of the sparse delta (a filter column missing from the delta fails the filter) for compatibility.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from lakesync.core.canonical import JsonValue, js_string_coerce, utf16_key
+from lakesync.core.delta import RowDelta
+from lakesync.core.errors import SyncRuleError
+
+Claims = Mapping[str, str | Sequence[str]]
+"""Resolved JWT claims: each a string or a list of strings."""
+
+Row = Mapping[str, JsonValue]
+"""A row as column name -> JSON value."""
+
+JWT_PREFIX = "jwt:"
+
+
+class FilterOp(enum.StrEnum):
+    """The filter operators, in the order the validation message lists them."""
+
+    EQ = "eq"
+    IN = "in"
+    NEQ = "neq"
+    GT = "gt"
+    LT = "lt"
+    GTE = "gte"
+    LTE = "lte"
+
+
+_OP_LIST = ", ".join(op.value for op in FilterOp)
+_OP_VALUES = frozenset(op.value for op in FilterOp)
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """One condition on a row column; ``value`` is a literal or a ``jwt:<claim>`` reference."""
+
+    column: str
+    op: FilterOp
+    value: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON shape ``{"column", "op", "value"}``."""
+        return {"column": self.column, "op": self.op.value, "value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A named set of rows: rows of ``tables`` (empty = every table) passing every filter."""
+
+    name: str
+    tables: tuple[str, ...] = ()
+    filters: tuple[Filter, ...] = ()
+
+    def covers_table(self, table: str) -> bool:
+        """Whether rows of ``table`` can fall into this bucket."""
+        return not self.tables or table in self.tables
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON shape ``{"name", "tables", "filters"}``."""
+        return {"name": self.name, "tables": list(self.tables), "filters": [f.to_json() for f in self.filters]}
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRules:
+    """A validated sync-rules document."""
+
+    version: int
+    buckets: tuple[Bucket, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON shape ``{"version", "buckets"}``."""
+        return {"version": self.version, "buckets": [b.to_json() for b in self.buckets]}
+
+
+def pass_all_rules() -> SyncRules:
+    """One bucket ``"all"`` covering every table with no filters."""
+    return SyncRules(1, (Bucket("all"),))
+
+
+def user_scoped_rules(tables: Sequence[str], user_column: str = "user_id") -> SyncRules:
+    """One bucket ``"user"`` over ``tables`` whose ``user_column`` equals the token's ``sub``."""
+    return SyncRules(1, (Bucket("user", tuple(tables), (Filter(user_column, FilterOp.EQ, JWT_PREFIX + "sub"),)),))
+
+
+# --- parsing and validation -------------------------------------------------------------------------------------
+
+
+def _js_object(value: object) -> Mapping[str, object] | None:
+    """``value`` seen as a JavaScript object (``typeof == "object"``, not null); arrays have none of our fields."""
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, list | tuple):
+        return {}
+    return None
+
+
+def _is_positive_integer(value: object) -> bool:
+    """A JS number that ``Number.isInteger`` and is at least 1."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 1
+    return isinstance(value, float) and value.is_integer() and value >= 1
+
+
+def _non_empty_str(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _parse_filter(raw: object, bucket_name: str, j: int, *, unknown_op_ok: bool) -> Filter | None:
+    where = f'Bucket "{bucket_name}" filter at index {j}'
+    obj = _js_object(raw)
+    if obj is None:
+        raise SyncRuleError(f"{where} must be an object")
+    column = obj.get("column")
+    if not isinstance(column, str) or not column:
+        raise SyncRuleError(f"{where} must have a non-empty column")
+    op_text = obj.get("op")
+    op = FilterOp(op_text) if isinstance(op_text, str) and op_text in _OP_VALUES else None
+    if op is None and not unknown_op_ok:
+        raise SyncRuleError(f"{where} op must be one of: {_OP_LIST}")
+    value = obj.get("value")
+    if not isinstance(value, str) or not value:
+        raise SyncRuleError(f"{where} must have a non-empty value")
+    return None if op is None else Filter(column, op, value)
+
+
+def _parse_bucket(raw: object, i: int, seen: set[str], *, unknown_op_ok: bool = False) -> Bucket | None:
+    """Validate one bucket; ``None`` when ``unknown_op_ok`` and a filter has an unknown operator."""
+    obj = _js_object(raw)
+    if obj is None:
+        raise SyncRuleError(f"Bucket at index {i} must be an object")
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise SyncRuleError(f"Bucket at index {i} must have a non-empty name")
+    if name in seen:
+        raise SyncRuleError(f'Duplicate bucket name: "{name}"')
+    seen.add(name)
+    tables = obj.get("tables")
+    if not isinstance(tables, list):
+        raise SyncRuleError(f'Bucket "{name}" tables must be an array')
+    if not all(_non_empty_str(t) for t in tables):
+        raise SyncRuleError(f'Bucket "{name}" tables must contain non-empty strings')
+    raw_filters = obj.get("filters")
+    if not isinstance(raw_filters, list):
+        raise SyncRuleError(f'Bucket "{name}" filters must be an array')
+    filters = [_parse_filter(f, name, j, unknown_op_ok=unknown_op_ok) for j, f in enumerate(raw_filters)]
+    if any(f is None for f in filters):
+        return None
+    return Bucket(name, tuple(tables), tuple(f for f in filters if f is not None))
+
+
+def parse_sync_rules(obj: object) -> SyncRules:
+    """Validate a sync-rules JSON document and build the typed model.
+
+    Checks run in the original's order and the first failure wins; unknown extra fields are ignored and any version
+    ``>= 1`` is accepted.
+
+    Raises:
+        SyncRuleError: with the original's exact message.
+    """
+    config = _js_object(obj)
+    if config is None:
+        raise SyncRuleError("Sync rules config must be an object")
+    version = config.get("version")
+    if not _is_positive_integer(version):
+        raise SyncRuleError("Sync rules version must be a positive integer")
+    assert isinstance(version, int | float)
+    raw_buckets = config.get("buckets")
+    if not isinstance(raw_buckets, list):
+        raise SyncRuleError("Sync rules buckets must be an array")
+    seen: set[str] = set()
+    buckets = []
+    for i, raw in enumerate(raw_buckets):
+        bucket = _parse_bucket(raw, i, seen)
+        assert bucket is not None
+        buckets.append(bucket)
+    return SyncRules(int(version), tuple(buckets))
+
+
+# --- values and comparison --------------------------------------------------------------------------------------
+
+
+def resolve_filter_value(value: str, claims: Claims) -> list[str]:
+    """The values a filter compares against: the literal ``[value]``, or the claim named after ``jwt:``.
+
+    A missing claim, or an empty array claim, resolves to ``[]``.
+    """
+    if not value.startswith(JWT_PREFIX):
+        return [value]
+    claim = claims.get(value[len(JWT_PREFIX) :])
+    if claim is None:
+        return []
+    if isinstance(claim, str):
+        return [claim]
+    return list(claim)
+
+
+_NUMBER = re.compile(r"(-?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?")
+_INT_CHUNK = 4000  # below the interpreter's int <-> str digit limit
+
+
+def _decimal_int(text: str) -> int:
+    """``int(text)`` for an optionally signed digit string of any length."""
+    negative = text.startswith("-")
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    value = 0
+    for start in range(0, len(digits), _INT_CHUNK):
+        chunk = digits[start : start + _INT_CHUNK]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return -value if negative else value
+
+
+def _number_key(text: str) -> tuple[int, int, str] | None:
+    """``(sign, magnitude exponent, significant digits)`` of a full decimal number, else ``None``.
+
+    A non-zero value equals ``sign * 0.<digits> * 10**exponent`` with ``digits`` free of leading and trailing zeros,
+    so magnitudes order by exponent first, then by ``digits`` as strings.
+    """
+    match = _NUMBER.fullmatch(text)
+    if match is None:
+        return None
+    minus, whole, fraction, exponent = match.groups()
+    fraction = fraction or ""
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return (0, 0, "")
+    magnitude = _decimal_int(exponent or "0") - len(fraction) + len(digits)
+    return (-1 if minus else 1, magnitude, digits.rstrip("0"))
+
+
+def _cmp(a: Any, b: Any) -> int:
+    return int(a > b) - int(a < b)
+
+
+def compare_filter_values(left: str, right: str) -> int:
+    """-1, 0 or 1 as ``left`` orders before, equal to or after ``right`` under our comparison rule.
+
+    Both full decimal numbers: exact numeric order. Otherwise: UTF-16 code-unit order of the strings.
+    """
+    a = _number_key(left)
+    b = _number_key(right)
+    if a is None or b is None:
+        return _cmp(utf16_key(left), utf16_key(right))
+    if a[0] != b[0]:
+        return _cmp(a[0], b[0])
+    return a[0] * _cmp(a[1:], b[1:])
+
+
+def _filter_holds(flt: Filter, row: Row, claims: Claims) -> bool:
+    if flt.column not in row:
+        return False
+    resolved = resolve_filter_value(flt.value, claims)
+    if not resolved:
+        return False
+    text = js_string_coerce(row[flt.column])
+    match flt.op:
+        case FilterOp.EQ | FilterOp.IN:
+            return text in resolved
+        case FilterOp.NEQ:
+            return text not in resolved
+        case FilterOp.GT:
+            return compare_filter_values(text, resolved[0]) > 0
+        case FilterOp.LT:
+            return compare_filter_values(text, resolved[0]) < 0
+        case FilterOp.GTE:
+            return compare_filter_values(text, resolved[0]) >= 0
+        case FilterOp.LTE:
+            return compare_filter_values(text, resolved[0]) <= 0
+
+
+# --- matching ---------------------------------------------------------------------------------------------------
+
+
+def _delta_values(delta: RowDelta) -> dict[str, JsonValue]:
+    """The delta's columns; the FIRST entry of a repeated column wins, as in the original."""
+    values: dict[str, JsonValue] = {}
+    for col in delta.columns:
+        values.setdefault(col.column, col.value)
+    return values
+
+
+def bucket_matches_row(bucket: Bucket, table: str, row: Row | None, claims: Claims) -> bool:
+    """Whether ``row`` of ``table`` falls into ``bucket`` (an absent row passes only a bucket without filters)."""
+    if not bucket.covers_table(table):
+        return False
+    if not bucket.filters:
+        return True
+    return row is not None and all(_filter_holds(f, row, claims) for f in bucket.filters)
+
+
+def matches_bucket(delta: RowDelta, bucket: Bucket, claims: Claims) -> bool:
+    """The original's test of one sparse delta: its table, and every filter against the delta's own columns."""
+    return bucket_matches_row(bucket, delta.table, _delta_values(delta), claims)
+
+
+def delta_matches_bucket(delta: dict[str, Any], bucket: dict[str, Any], claims: dict[str, Any]) -> bool:
+    """:func:`matches_bucket` on the JSON shapes: a wire delta, a bucket and a claims map.
+
+    A filter whose operator is not one of the seven never matches (so neither does its bucket), as in the original.
+
+    Raises:
+        ValidationError: if the delta is malformed.
+        SyncRuleError: if the bucket is malformed in any other way.
+    """
+    typed_delta = RowDelta.from_json(delta)
+    typed_bucket = _parse_bucket(bucket, 0, set(), unknown_op_ok=True)
+    if typed_bucket is None:
+        return False
+    return matches_bucket(typed_delta, typed_bucket, claims)
+
+
+def rules_apply(rules: SyncRules | None) -> TypeGuard[SyncRules]:
+    """Whether ``rules`` filter anything: ``None`` or zero buckets make everything visible."""
+    return rules is not None and bool(rules.buckets)
+
+
+def row_matches(rules: SyncRules | None, claims: Claims, table: str, row: Row | None) -> bool:
+    """Whether the client with ``claims`` may see ``row`` of ``table`` (``None`` = the row does not exist)."""
+    if not rules_apply(rules):
+        return True
+    return any(bucket_matches_row(b, table, row, claims) for b in rules.buckets)
+
+
+def change_visible(rules: SyncRules | None, claims: Claims, table: str, before: Row | None, after: Row | None) -> bool:
+    """Whether a change of a row of ``table`` from ``before`` to ``after`` is delivered to the client.
+
+    True when the row was visible before the change or is visible after it; ``None`` marks an absent row (an
+    INSERT has no ``before``, a DELETE no ``after``).
+    """
+    return row_matches(rules, claims, table, before) or row_matches(rules, claims, table, after)
+
+
+def filter_deltas(rules: SyncRules | None, claims: Claims, deltas: Iterable[RowDelta]) -> list[RowDelta]:
+    """The deltas matching any bucket, judged on each sparse delta alone (the original's pull filter), in order."""
+    if not rules_apply(rules):
+        return list(deltas)
+    return [d for d in deltas if any(matches_bucket(d, b, claims) for b in rules.buckets)]
+
+
+def resolve_client_buckets(rules: SyncRules | None, claims: Claims) -> list[str]:
+    """Names of the buckets whose every ``jwt:`` filter resolves to a non-empty list, in rule order."""
+    if rules is None:
+        return []
+    return [
+        b.name
+        for b in rules.buckets
+        if all(resolve_filter_value(f.value, claims) for f in b.filters if f.value.startswith(JWT_PREFIX))
+    ]
+
+
+__all__ = [
+    "JWT_PREFIX",
+    "Bucket",
+    "Claims",
+    "Filter",
+    "FilterOp",
+    "Row",
+    "SyncRules",
+    "bucket_matches_row",
+    "change_visible",
+    "compare_filter_values",
+    "delta_matches_bucket",
+    "filter_deltas",
+    "matches_bucket",
+    "parse_sync_rules",
+    "pass_all_rules",
+    "resolve_client_buckets",
+    "resolve_filter_value",
+    "row_matches",
+    "rules_apply",
+]
