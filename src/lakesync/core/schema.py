@@ -14,8 +14,9 @@ Invariants:
   bumped it even for an identical schema.
 
 Checks and messages of :func:`parse_table_schema` follow the original's ``validateSchemaBody`` in order, so any
-document the original rejects is rejected with the same message. Checks the original lacks (``sourceTable`` and
-``references``) run last.
+document the original rejects is rejected with the same message. Checks the original lacks run last: ``sourceTable``
+must be an identifier and a column's ``references`` must be ``{table, column, cardinality}`` with identifier names
+(``null`` counts as absent for both). Non-string table names are refused (JavaScript coerced them).
 """
 
 from __future__ import annotations
