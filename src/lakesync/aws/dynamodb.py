@@ -1,0 +1,514 @@
+"""DynamoDB adapters of the gateway ports.
+
+Every read the push and pull paths depend on is strongly consistent. A commit is one ``TransactWriteItems``: the
+shard head advances under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new shard), every row
+is written under ``v = expected`` (or ``attribute_not_exists``), every deltaId under ``attribute_not_exists OR
+exp < now``; a cancelled transaction is mapped to :class:`CommitConflict` or :class:`DuplicateDeltaIds`.
+Items are built by hand (no TypeSerializer) because this is the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from botocore.exceptions import ClientError
+
+from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
+from lakesync.core.canonical import JsonValue
+from lakesync.core.delta import RowDelta
+from lakesync.core.errors import StorageError
+from lakesync.core.merge import ColumnState, RowState, Version
+from lakesync.core.rules import SyncRules, parse_sync_rules
+from lakesync.core.schema import TableSchema, parse_table_schema
+from lakesync.gateway.model import (
+    Commit,
+    CommitConflict,
+    DuplicateDeltaIds,
+    LogEntry,
+    ShardHead,
+    ShardId,
+    StoredRow,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+Item = dict[str, Any]
+
+
+def _dumps(value: JsonValue) -> str:
+    # ASCII-only JSON: lone surrogates in strings survive the trip through DynamoDB's UTF-8.
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _n(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def _version(v: Version | None) -> list[Any] | None:
+    return None if v is None else [str(v.hlc), v.client_id]
+
+
+def _unversion(raw: list[Any] | None) -> Version | None:
+    return None if raw is None else Version(int(raw[0]), raw[1])
+
+
+def encode_row_state(state: RowState) -> str:
+    """JSON text of a row's LWW state."""
+    return _dumps(
+        {
+            "c": {name: [c.value, str(c.hlc), c.client_id] for name, c in state.columns.items()},
+            "t": _version(state.tombstone),
+            "w": _version(state.written),
+        }
+    )
+
+
+def decode_row_state(table: str, row_id: str, text: str) -> RowState:
+    """Inverse of :func:`encode_row_state`."""
+    data = json.loads(text)
+    columns = {name: ColumnState(v[0], int(v[1]), v[2]) for name, v in data["c"].items()}
+    return RowState(table, row_id, columns, _unversion(data["t"]), _unversion(data["w"]))
+
+
+def _client_error(exc: ClientError, what: str) -> StorageError:
+    code = exc.response.get("Error", {}).get("Code", "Unknown")
+    return StorageError(f"DynamoDB {what} failed: {code}")
+
+
+class DynamoDBBufferStore:
+    """The buffer on DynamoDB (deltas, rows, heads, dedup and the shard registry in config)."""
+
+    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
+        self._db = client
+        self._t = names
+
+    # -- reads ---------------------------------------------------------------------------------------------------
+    def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
+        found: list[Item] = []
+        for start in range(0, len(keys), 100):
+            request: dict[str, Any] = {table: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
+            while request:
+                try:
+                    out = self._db.batch_get_item(RequestItems=request)
+                except ClientError as exc:
+                    raise _client_error(exc, "BatchGetItem") from exc
+                found.extend(out["Responses"].get(table, []))
+                request = dict(out.get("UnprocessedKeys") or {})
+        return found
+
+    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        if not shards:
+            return {}
+        items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
+        heads = {}
+        for item in items:
+            shard = ShardId.parse(item["shard"]["S"])
+            heads[shard] = ShardHead(
+                shard=shard,
+                seq=int(item["seq"]["N"]),
+                bytes_total=int(item["bt"]["N"]),
+                deltas_total=int(item["dt"]["N"]),
+                flushed_seq=int(item["fs"]["N"]),
+                flushed_bytes=int(item["fb"]["N"]),
+                flushed_deltas=int(item["fd"]["N"]),
+                last_commit_hlc=int(item["lch"]["N"]),
+            )
+        return heads
+
+    def list_shards(self, gateway: str) -> list[ShardId]:
+        shards = []
+        for item in self._query(
+            TableName=self._t.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("shard#")},
+            ConsistentRead=True,
+        ):
+            shards.append(ShardId.parse(item["sk"]["S"].removeprefix("shard#")))
+        return sorted(shards)
+
+    def get_rows(self, gateway: str, rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
+        keys = list(dict.fromkeys(rows))
+        if not keys:
+            return {}
+        by_pk = {f"{gateway}#{t}#{r}": (t, r) for t, r in keys}
+        found = {}
+        for item in self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]):
+            table, row_id = by_pk[item["pk"]["S"]]
+            state = decode_row_state(table, row_id, item["s"]["S"])
+            found[(table, row_id)] = StoredRow(state, int(item["v"]["N"]))
+        return found
+
+    def seen_delta_ids(self, gateway: str, delta_ids: Sequence[str], now_s: int) -> set[str]:
+        ids = list(dict.fromkeys(delta_ids))
+        if not ids:
+            return set()
+        items = self._batch_get(self._t.dedup, [{"pk": _s(f"{gateway}#{d}")} for d in ids])
+        prefix = len(gateway) + 1
+        return {item["pk"]["S"][prefix:] for item in items if int(item[TTL_ATTRIBUTE]["N"]) > now_s}
+
+    def _query(self, **kwargs: Any) -> Iterable[Item]:
+        while True:
+            try:
+                out = self._db.query(**kwargs)
+            except ClientError as exc:
+                raise _client_error(exc, "Query") from exc
+            yield from out.get("Items", [])
+            last = out.get("LastEvaluatedKey")
+            if not last or ("Limit" in kwargs):
+                return
+            kwargs["ExclusiveStartKey"] = last
+
+    def _log_entries(self, shard: ShardId, items: Iterable[Item]) -> list[LogEntry]:
+        entries = []
+        for item in items:
+            before = item.get("b")
+            after = item.get("a")
+            entries.append(
+                LogEntry(
+                    shard=shard,
+                    seq=int(item["seq"]["N"]),
+                    commit_hlc=int(item["chlc"]["N"]),
+                    delta=RowDelta.from_json(json.loads(item["d"]["S"])),
+                    before=json.loads(before["S"]) if before else None,
+                    after=json.loads(after["S"]) if after else None,
+                    size=int(item["sz"]["N"]),
+                )
+            )
+        return entries
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+        return self._read(shard, limit, "seq", after_seq, index=None)
+
+    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
+        return self._read(shard, limit, "chlc", after_commit_hlc, index=COMMIT_INDEX)
+
+    def _read(self, shard: ShardId, limit: int, key: str, after: int, index: str | None) -> list[LogEntry]:
+        items: list[Item] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._t.deltas,
+            "KeyConditionExpression": f"#sh = :s AND {key} > :a",
+            "ExpressionAttributeNames": {"#sh": "shard"},
+            "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after)},
+            "ConsistentRead": True,
+        }
+        if index:
+            kwargs["IndexName"] = index
+        while len(items) < limit:
+            kwargs["Limit"] = limit - len(items)
+            try:
+                out = self._db.query(**kwargs)
+            except ClientError as exc:
+                raise _client_error(exc, "Query") from exc
+            items.extend(out.get("Items", []))
+            last = out.get("LastEvaluatedKey")
+            if not last:
+                break
+            kwargs["ExclusiveStartKey"] = last
+        return self._log_entries(shard, items)
+
+    # -- the commit ----------------------------------------------------------------------------------------------
+    def commit(self, commit: Commit) -> None:
+        shard = commit.shard
+        head = commit.head
+        actions: list[Item] = []
+        kinds: list[tuple[str, str]] = []
+        if commit.new_shard:
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._t.heads,
+                        "Item": {
+                            "shard": _s(shard.key),
+                            "seq": _n(head.seq),
+                            "bt": _n(head.bytes_total),
+                            "dt": _n(head.deltas_total),
+                            "fs": _n(0),
+                            "fb": _n(0),
+                            "fd": _n(0),
+                            "lch": _n(head.last_commit_hlc),
+                        },
+                        "ConditionExpression": "attribute_not_exists(#sh)",
+                        "ExpressionAttributeNames": {"#sh": "shard"},
+                    }
+                }
+            )
+            kinds.append(("head", ""))
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._t.config,
+                        "Item": {"gw": _s(shard.gateway), "sk": _s(f"shard#{shard.key}"), "table": _s(shard.table)},
+                    }
+                }
+            )
+            kinds.append(("registry", ""))
+        else:
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self._t.heads,
+                        "Key": {"shard": _s(shard.key)},
+                        "UpdateExpression": "SET seq = :seq, bt = bt + :db, dt = dt + :dd, lch = :lch",
+                        "ConditionExpression": "seq = :expected",
+                        "ExpressionAttributeValues": {
+                            ":seq": _n(head.seq),
+                            ":db": _n(head.bytes_total - _previous_bytes(commit)),
+                            ":dd": _n(len(commit.entries)),
+                            ":lch": _n(head.last_commit_hlc),
+                            ":expected": _n(commit.expected_seq),
+                        },
+                    }
+                }
+            )
+            kinds.append(("head", ""))
+        for write in commit.rows:
+            state = write.row.state
+            put: Item = {
+                "TableName": self._t.rows,
+                "Item": {
+                    "pk": _s(f"{shard.gateway}#{state.table}#{state.row_id}"),
+                    "s": _s(encode_row_state(state)),
+                    "v": _n(write.row.version),
+                },
+            }
+            if write.expected_version == 0:
+                put["ConditionExpression"] = "attribute_not_exists(pk)"
+            else:
+                put["ConditionExpression"] = "v = :v"
+                put["ExpressionAttributeValues"] = {":v": _n(write.expected_version)}
+            actions.append({"Put": put})
+            kinds.append(("row", ""))
+        for entry in commit.entries:
+            item: Item = {
+                "shard": _s(shard.key),
+                "seq": _n(entry.seq),
+                "chlc": _n(entry.commit_hlc),
+                "d": _s(_dumps(entry.delta.to_json())),
+                "sz": _n(entry.size),
+            }
+            if entry.before is not None:
+                item["b"] = _s(_dumps(entry.before))
+            if entry.after is not None:
+                item["a"] = _s(_dumps(entry.after))
+            actions.append({"Put": {"TableName": self._t.deltas, "Item": item}})
+            kinds.append(("entry", ""))
+        for delta_id in commit.delta_ids:
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._t.dedup,
+                        "Item": {
+                            "pk": _s(f"{shard.gateway}#{delta_id}"),
+                            TTL_ATTRIBUTE: _n(commit.dedup_expires_at),
+                        },
+                        "ConditionExpression": "attribute_not_exists(pk) OR #exp < :now",
+                        "ExpressionAttributeNames": {"#exp": TTL_ATTRIBUTE},
+                        "ExpressionAttributeValues": {":now": _n(commit.now_s)},
+                    }
+                }
+            )
+            kinds.append(("dedup", delta_id))
+        try:
+            self._db.transact_write_items(TransactItems=cast(Any, actions))
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") != "TransactionCanceledException":
+                raise StorageError(f"DynamoDB TransactWriteItems failed: {error}") from exc
+            reasons = exc.response.get("CancellationReasons") or _reasons_from_message(error.get("Message", ""))
+            failed = [(kind, reason.get("Code")) for kind, reason in zip(kinds, reasons, strict=False)]
+            duplicates = {kind[1] for kind, code in failed if kind[0] == "dedup" and code == "ConditionalCheckFailed"}
+            others = [kind for kind, code in failed if kind[0] != "dedup" and code not in (None, "None")]
+            if duplicates and not others:
+                raise DuplicateDeltaIds(duplicates) from exc
+            raise CommitConflict() from exc
+
+
+def _previous_bytes(commit: Commit) -> int:
+    return commit.head.bytes_total - sum(e.size for e in commit.entries)
+
+
+def _reasons_from_message(message: str) -> list[dict[str, str]]:
+    # Some emulators only put the reasons in the message: "... reasons [None, ConditionalCheckFailed]".
+    start, end = message.find("["), message.rfind("]")
+    if start < 0 or end < start:
+        return []
+    return [{"Code": part.strip()} for part in message[start + 1 : end].split(",")]
+
+
+class DynamoDBConfigStore:
+    """Gateway configuration items in the config table."""
+
+    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
+        self._db = client
+        self._t = names
+
+    def _get(self, gateway: str, sk: str) -> Item | None:
+        try:
+            out = self._db.get_item(
+                TableName=self._t.config, Key={"gw": _s(gateway), "sk": _s(sk)}, ConsistentRead=True
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "GetItem") from exc
+        item: Item | None = out.get("Item")
+        return item
+
+    def get_sync_rules(self, gateway: str) -> SyncRules | None:
+        item = self._get(gateway, "rules")
+        return parse_sync_rules(json.loads(item["doc"]["S"])) if item else None
+
+    def put_sync_rules(self, gateway: str, rules: SyncRules) -> None:
+        try:
+            self._db.put_item(
+                TableName=self._t.config,
+                Item={"gw": _s(gateway), "sk": _s("rules"), "doc": _s(_dumps(rules.to_json()))},
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "PutItem") from exc
+
+    def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
+        schemas = {}
+        try:
+            out = self._db.query(
+                TableName=self._t.config,
+                KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("schema#")},
+                ConsistentRead=True,
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "Query") from exc
+        for item in out.get("Items", []):
+            schema = parse_table_schema(json.loads(item["doc"]["S"]))
+            schemas[schema.table] = (schema, int(item["ver"]["N"]))
+        return schemas
+
+    def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
+        request: dict[str, Any] = {
+            "TableName": self._t.config,
+            "Item": {
+                "gw": _s(gateway),
+                "sk": _s(f"schema#{schema.table}"),
+                "doc": _s(_dumps(schema.to_json())),
+                "ver": _n(version),
+            },
+            "ConditionExpression": "attribute_not_exists(sk)",
+        }
+        if expected_version:
+            request["ConditionExpression"] = "ver = :e"
+            request["ExpressionAttributeValues"] = {":e": _n(expected_version)}
+        try:
+            self._db.put_item(**request)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise CommitConflict() from exc
+            raise _client_error(exc, "PutItem") from exc
+
+    def request_flush(self, gateway: str, request: Mapping[str, Any]) -> None:
+        at = int(request.get("atMs", 0))
+        sk = f"flush#{at:015d}#{request.get('id', '')}"
+        try:
+            self._db.put_item(
+                TableName=self._t.config,
+                Item={"gw": _s(gateway), "sk": _s(sk), "doc": _s(_dumps(dict(request)))},
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "PutItem") from exc
+
+    def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
+        try:
+            out = self._db.query(
+                TableName=self._t.config,
+                KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("flush#")},
+                ConsistentRead=True,
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "Query") from exc
+        return [json.loads(item["doc"]["S"]) for item in out.get("Items", [])]
+
+
+class DynamoDBActionStore:
+    """Action idempotency records with a TTL."""
+
+    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
+        self._db = client
+        self._t = names
+
+    def get(self, gateway: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        try:
+            out = self._db.batch_get_item(
+                RequestItems={
+                    self._t.actions: {
+                        "Keys": [{"pk": _s(f"{gateway}#{k}")} for k in wanted],
+                        "ConsistentRead": True,
+                    }
+                }
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "BatchGetItem") from exc
+        prefix = len(gateway) + 1
+        found = {}
+        for item in out["Responses"].get(self._t.actions, []):
+            if int(item[TTL_ATTRIBUTE]["N"]) > now_s:
+                found[item["pk"]["S"][prefix:]] = json.loads(item["rec"]["S"])
+        return found
+
+    def claim(self, gateway: str, key: str, expires_at: int, now_s: int) -> bool:
+        try:
+            self._db.put_item(
+                TableName=self._t.actions,
+                Item={
+                    "pk": _s(f"{gateway}#{key}"),
+                    "rec": _s(_dumps({"status": "pending"})),
+                    TTL_ATTRIBUTE: _n(expires_at),
+                },
+                ConditionExpression="attribute_not_exists(pk) OR #exp <= :now",
+                ExpressionAttributeNames={"#exp": TTL_ATTRIBUTE},
+                ExpressionAttributeValues={":now": _n(now_s)},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise _client_error(exc, "PutItem") from exc
+        return True
+
+    def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
+        text = _dumps(dict(record))
+        try:
+            for key in dict.fromkeys(keys):
+                self._db.put_item(
+                    TableName=self._t.actions,
+                    Item={"pk": _s(f"{gateway}#{key}"), "rec": _s(text), TTL_ATTRIBUTE: _n(expires_at)},
+                )
+        except ClientError as exc:
+            raise _client_error(exc, "PutItem") from exc
+
+    def release(self, gateway: str, key: str) -> None:
+        try:
+            self._db.delete_item(TableName=self._t.actions, Key={"pk": _s(f"{gateway}#{key}")})
+        except ClientError as exc:
+            raise _client_error(exc, "DeleteItem") from exc
+
+
+def create_tables(client: DynamoDBClient, names: TableNames) -> None:
+    """Create every LakeSync table (idempotent) and enable TTL where records expire."""
+    existing = set(client.list_tables().get("TableNames", []))
+    for spec in table_specs(names):
+        if spec["TableName"] not in existing:
+            client.create_table(**spec)
+    for spec in table_specs(names):
+        client.get_waiter("table_exists").wait(TableName=spec["TableName"])
+    for logical in TTL_TABLES:
+        client.update_time_to_live(
+            TableName=names.as_dict()[logical],
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+        )

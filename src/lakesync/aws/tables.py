@@ -1,0 +1,93 @@
+"""The DynamoDB tables of LakeSync: names, keys and indexes, in one place for the adapters, the local runner and CDK.
+
+| table   | partition key            | sort key  | what                                                     |
+|---------|--------------------------|-----------|----------------------------------------------------------|
+| deltas  | ``shard`` = gw#table#sub | ``seq`` N | the commit-ordered log; LSI ``by_commit`` on ``chlc`` N  |
+| rows    | ``pk`` = gw#table#rowId  | --        | per-column LWW state of every row, version ``v``         |
+| heads   | ``shard``                | --        | commit sequence and byte counters per shard              |
+| dedup   | ``pk`` = gw#deltaId      | --        | deltaIds seen, TTL ``exp``                               |
+| config  | ``gw``                   | ``sk`` S  | sync rules, schemas, shard registry, flush requests      |
+| actions | ``pk`` = gw#key          | --        | action results by actionId / idempotency key, TTL ``exp``|
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TTL_ATTRIBUTE = "exp"
+COMMIT_INDEX = "by_commit"
+
+
+@dataclass(frozen=True, slots=True)
+class TableNames:
+    """Physical table names (CDK generates them on AWS; the local runner uses a prefix)."""
+
+    deltas: str
+    rows: str
+    heads: str
+    dedup: str
+    config: str
+    actions: str
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> TableNames:
+        """Names ``{prefix}-deltas`` etc."""
+        return cls(*(f"{prefix}-{kind}" for kind in ("deltas", "rows", "heads", "dedup", "config", "actions")))
+
+    def as_dict(self) -> dict[str, str]:
+        """Logical name -> physical name."""
+        return {
+            "deltas": self.deltas,
+            "rows": self.rows,
+            "heads": self.heads,
+            "dedup": self.dedup,
+            "config": self.config,
+            "actions": self.actions,
+        }
+
+
+def table_specs(names: TableNames) -> list[dict[str, Any]]:
+    """``CreateTable`` requests (on-demand billing) for every table."""
+
+    def spec(name: str, pk: str, sk: tuple[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+        keys = [{"AttributeName": pk, "KeyType": "HASH"}]
+        attrs = [{"AttributeName": pk, "AttributeType": "S"}]
+        if sk is not None:
+            keys.append({"AttributeName": sk[0], "KeyType": "RANGE"})
+            attrs.append({"AttributeName": sk[0], "AttributeType": sk[1]})
+        return {
+            "TableName": name,
+            "KeySchema": keys,
+            "AttributeDefinitions": attrs,
+            "BillingMode": "PAY_PER_REQUEST",
+            **extra,
+        }
+
+    deltas = spec(
+        names.deltas,
+        "shard",
+        ("seq", "N"),
+        LocalSecondaryIndexes=[
+            {
+                "IndexName": COMMIT_INDEX,
+                "KeySchema": [
+                    {"AttributeName": "shard", "KeyType": "HASH"},
+                    {"AttributeName": "chlc", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    )
+    deltas["AttributeDefinitions"].append({"AttributeName": "chlc", "AttributeType": "N"})
+    return [
+        deltas,
+        spec(names.rows, "pk"),
+        spec(names.heads, "shard"),
+        spec(names.dedup, "pk"),
+        spec(names.config, "gw", ("sk", "S")),
+        spec(names.actions, "pk"),
+    ]
+
+
+TTL_TABLES = ("dedup", "actions")

@@ -1,0 +1,102 @@
+"""Admin services: sync rules, table schemas (safe evolution only), flush requests and buffer metrics."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from lakesync.core.errors import CommitConflictError
+from lakesync.core.rules import parse_sync_rules
+from lakesync.core.schema import TableSchema, evolve_schema, parse_table_schema
+from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.model import CommitConflict
+
+
+def save_sync_rules(deps: GatewayDeps, gateway: str, document: object) -> dict[str, Any]:
+    """Validate and store the gateway's sync rules (``SyncRuleError`` → 400)."""
+    rules = parse_sync_rules(document)
+    deps.config.put_sync_rules(gateway, rules)
+    return {"saved": True}
+
+
+def get_sync_rules(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
+    """The stored sync rules, or an empty rule set."""
+    rules = deps.config.get_sync_rules(gateway)
+    return rules.to_json() if rules is not None else {"version": 1, "buckets": []}
+
+
+def save_schema(deps: GatewayDeps, gateway: str, document: object) -> dict[str, Any]:
+    """Validate a table schema and store it as the next version, allowing only safe evolution.
+
+    Concurrent saves of the same table are serialised by the stored version; a save that loses the race re-reads
+    and re-checks the evolution against the schema that won.
+    """
+    proposed = parse_table_schema(document)
+    for _ in range(5):
+        current = deps.config.get_schemas(gateway).get(proposed.table)
+        schema, version, expected = _next_version(current, proposed)
+        if version == expected:
+            return {"saved": True, "table": schema.table, "version": version}
+        try:
+            deps.config.put_schema(gateway, schema, version, expected)
+        except CommitConflict:
+            continue
+        return {"saved": True, "table": schema.table, "version": version}
+    raise CommitConflictError(f"Schema of {proposed.table!r} is being changed concurrently; retry")
+
+
+def _next_version(current: tuple[TableSchema, int] | None, proposed: TableSchema) -> tuple[TableSchema, int, int]:
+    if current is None:
+        return proposed, 1, 0
+    schema, version = current
+    evolved, new_version = evolve_schema(schema, proposed, version)
+    return evolved, new_version, version
+
+
+def list_schemas(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
+    """Every table schema of the gateway with its version."""
+    return {
+        "schemas": [
+            {"version": version, "schema": schema.to_json()}
+            for schema, version in sorted(deps.config.get_schemas(gateway).values(), key=lambda sv: sv[0].table)
+        ]
+    }
+
+
+def request_flush(deps: GatewayDeps, gateway: str, *, requested_by: str) -> dict[str, Any]:
+    """Record a flush request; the flush job picks it up on its next run."""
+    request_id = uuid.uuid4().hex
+    deps.config.request_flush(
+        gateway,
+        {"id": request_id, "reason": "admin", "requestedBy": requested_by, "atMs": deps.wall_ms()},
+    )
+    return {"flushed": True, "requestId": request_id}
+
+
+def metrics(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
+    """Buffer figures for the gateway, in total and per table."""
+    shards = deps.buffer.list_shards(gateway)
+    heads = deps.buffer.get_heads(shards)
+    tables: dict[str, dict[str, int]] = {}
+    for shard in shards:
+        head = heads.get(shard)
+        if head is None:
+            continue
+        stats = tables.setdefault(
+            shard.table,
+            {"shards": 0, "committed": 0, "unflushedDeltas": 0, "unflushedBytes": 0, "flushedDeltas": 0},
+        )
+        stats["shards"] += 1
+        stats["committed"] += head.deltas_total
+        stats["unflushedDeltas"] += head.unflushed_deltas
+        stats["unflushedBytes"] += head.unflushed_bytes
+        stats["flushedDeltas"] += head.flushed_deltas
+    return {
+        "logSize": sum(t["unflushedDeltas"] for t in tables.values()),
+        "byteSize": sum(t["unflushedBytes"] for t in tables.values()),
+        "committed": sum(t["committed"] for t in tables.values()),
+        "tables": [{"table": name, **stats} for name, stats in sorted(tables.items())],
+        "pendingFlushRequests": len(deps.config.list_flush_requests(gateway)),
+        "backpressureLimitBytes": deps.settings.backpressure_limit,
+        "flushThresholdBytes": deps.settings.flush_threshold_bytes,
+    }

@@ -1,0 +1,66 @@
+"""The gateway's dependencies and settings, passed explicitly to every service function."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from lakesync.core.actions import ActionHandler
+from lakesync.core.hlc import HLC, system_clock
+from lakesync.ports import ActionStore, BufferStore, ConfigStore, SourceAdapter
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Limits and policies of a gateway deployment.
+
+    Attributes:
+        gateway_ids: Gateways this deployment serves; requests for any other get 404.
+        flush_threshold_bytes: Unflushed bytes per shard at which a flush is requested.
+        backpressure_bytes: Unflushed bytes per shard at which pushes get 503 (default 2x the flush threshold).
+        dedup_ttl_s: How long a deltaId is remembered for idempotent re-pushes.
+        action_ttl_s: How long action results are cached by actionId and idempotency key.
+        max_deltas_per_push: Larger pushes are rejected with 400.
+        chunk_deltas: Deltas per atomic commit (each costs three transaction items).
+        max_row_bytes: Largest merged row (JSON of its values); keeps every stored item under DynamoDB's 400 KB.
+        since_window_ms: Re-read window for HLC ``since`` pulls (at-least-once for clients without a cursor).
+        sub_shards: Hash sub-shards per table, for tables hotter than one DynamoDB partition.
+        commit_attempts: Optimistic commit attempts before a push gives up with 503.
+        max_scan_per_pull: Log entries one pull may scan before it returns early with ``hasMore``.
+    """
+
+    gateway_ids: frozenset[str] = frozenset({"default"})
+    flush_threshold_bytes: int = 4 * MIB
+    backpressure_bytes: int | None = None
+    dedup_ttl_s: int = 7 * 24 * 3600
+    action_ttl_s: int = 24 * 3600
+    max_deltas_per_push: int = 10_000
+    chunk_deltas: int = 32
+    max_row_bytes: int = 128 * 1024
+    since_window_ms: int = 5000
+    sub_shards: Mapping[str, int] = field(default_factory=dict)
+    commit_attempts: int = 60
+    max_scan_per_pull: int = 50_000
+
+    @property
+    def backpressure_limit(self) -> int:
+        """Effective backpressure limit per shard."""
+        return self.backpressure_bytes if self.backpressure_bytes is not None else 2 * self.flush_threshold_bytes
+
+
+@dataclass(slots=True)
+class GatewayDeps:
+    """Everything the services need: stores, the server clock, handlers, sources and settings."""
+
+    buffer: BufferStore
+    config: ConfigStore
+    actions: ActionStore
+    settings: GatewaySettings = field(default_factory=GatewaySettings)
+    clock: HLC = field(default_factory=HLC)
+    wall_ms: Callable[[], int] = system_clock
+    action_handlers: Mapping[str, ActionHandler] = field(default_factory=dict)
+    sources: Mapping[str, SourceAdapter] = field(default_factory=dict)
+    sleep: Callable[[float], None] = time.sleep

@@ -1,0 +1,169 @@
+"""In-memory adapters of the gateway ports, for unit tests and pure-logic runs.
+
+They honour the same contract as the DynamoDB adapters (``tests/contract`` runs one suite against both), including
+atomic, condition-guarded commits, so logic tested against them holds on DynamoDB.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lakesync.core.rules import SyncRules
+from lakesync.core.schema import TableSchema
+from lakesync.gateway.model import (
+    Commit,
+    CommitConflict,
+    DuplicateDeltaIds,
+    LogEntry,
+    ShardHead,
+    ShardId,
+    StoredRow,
+)
+
+
+class InMemoryBufferStore:
+    """The buffer in process memory; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heads: dict[ShardId, ShardHead] = {}
+        self._logs: dict[ShardId, list[LogEntry]] = {}
+        self._rows: dict[tuple[str, str, str], StoredRow] = {}
+        self._dedup: dict[tuple[str, str], int] = {}
+
+    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        with self._lock:
+            return {s: self._heads[s] for s in shards if s in self._heads}
+
+    def list_shards(self, gateway: str) -> list[ShardId]:
+        with self._lock:
+            return sorted(s for s in self._heads if s.gateway == gateway)
+
+    def get_rows(self, gateway: str, rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
+        with self._lock:
+            found = {}
+            for table, row_id in rows:
+                row = self._rows.get((gateway, table, row_id))
+                if row is not None:
+                    found[(table, row_id)] = row
+            return found
+
+    def seen_delta_ids(self, gateway: str, delta_ids: Sequence[str], now_s: int) -> set[str]:
+        with self._lock:
+            return {d for d in delta_ids if self._dedup.get((gateway, d), 0) > now_s}
+
+    def commit(self, commit: Commit) -> None:
+        gateway = commit.shard.gateway
+        with self._lock:
+            head = self._heads.get(commit.shard)
+            if commit.new_shard:
+                if head is not None:
+                    raise CommitConflict()
+            elif head is None or head.seq != commit.expected_seq:
+                raise CommitConflict()
+            for write in commit.rows:
+                key = (gateway, write.row.state.table, write.row.state.row_id)
+                current = self._rows.get(key)
+                if (current.version if current is not None else 0) != write.expected_version:
+                    raise CommitConflict()
+            duplicates = {d for d in commit.delta_ids if self._dedup.get((gateway, d), 0) > commit.now_s}
+            if duplicates:
+                raise DuplicateDeltaIds(duplicates)
+            self._heads[commit.shard] = commit.head
+            self._logs.setdefault(commit.shard, []).extend(commit.entries)
+            for write in commit.rows:
+                self._rows[(gateway, write.row.state.table, write.row.state.row_id)] = write.row
+            for delta_id in commit.delta_ids:
+                self._dedup[(gateway, delta_id)] = commit.dedup_expires_at
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+        with self._lock:
+            log = self._logs.get(shard, [])
+            start = bisect.bisect_right(log, after_seq, key=lambda e: e.seq)
+            return log[start : start + limit]
+
+    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
+        with self._lock:
+            log = self._logs.get(shard, [])
+            start = bisect.bisect_right(log, after_commit_hlc, key=lambda e: e.commit_hlc)
+            return log[start : start + limit]
+
+    def expire_dedup(self, now_s: int) -> None:
+        """Drop expired deltaIds, as DynamoDB's TTL sweeper eventually does."""
+        with self._lock:
+            self._dedup = {k: v for k, v in self._dedup.items() if v > now_s}
+
+
+class InMemoryConfigStore:
+    """Gateway configuration in process memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: dict[str, SyncRules] = {}
+        self._schemas: dict[str, dict[str, tuple[TableSchema, int]]] = {}
+        self._flush_requests: dict[str, list[dict[str, Any]]] = {}
+
+    def get_sync_rules(self, gateway: str) -> SyncRules | None:
+        with self._lock:
+            return self._rules.get(gateway)
+
+    def put_sync_rules(self, gateway: str, rules: SyncRules) -> None:
+        with self._lock:
+            self._rules[gateway] = rules
+
+    def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
+        with self._lock:
+            return dict(self._schemas.get(gateway, {}))
+
+    def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
+        with self._lock:
+            tables = self._schemas.setdefault(gateway, {})
+            current = tables.get(schema.table)
+            if (current[1] if current else 0) != expected_version:
+                raise CommitConflict()
+            tables[schema.table] = (schema, version)
+
+    def request_flush(self, gateway: str, request: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._flush_requests.setdefault(gateway, []).append(dict(request))
+
+    def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._flush_requests.get(gateway, []))
+
+
+class InMemoryActionStore:
+    """Action idempotency records in process memory, with expiry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
+
+    def get(self, gateway: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            found = {}
+            for key in keys:
+                entry = self._records.get((gateway, key))
+                if entry is not None and entry[1] > now_s:
+                    found[key] = entry[0]
+            return found
+
+    def claim(self, gateway: str, key: str, expires_at: int, now_s: int) -> bool:
+        with self._lock:
+            entry = self._records.get((gateway, key))
+            if entry is not None and entry[1] > now_s:
+                return False
+            self._records[(gateway, key)] = ({"status": "pending"}, expires_at)
+            return True
+
+    def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
+        with self._lock:
+            for key in keys:
+                self._records[(gateway, key)] = (dict(record), expires_at)
+
+    def release(self, gateway: str, key: str) -> None:
+        with self._lock:
+            self._records.pop((gateway, key), None)

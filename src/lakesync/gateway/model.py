@@ -1,0 +1,149 @@
+"""Storage-neutral types of the gateway's buffer: shards, heads, stored rows, log entries, commits.
+
+A *shard* is one gateway + table (+ a hash sub-shard for hot tables). Each shard has a *head* holding its commit
+sequence: a push commits its log entries, its row-index updates and the head advance together, guarded by the head's
+sequence and each row's version (optimistic concurrency). Log entries of a shard are numbered ``seq = 1, 2, ...`` in
+commit order, so a reader that remembers the last ``seq`` it saw per shard never misses a late commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from lakesync.core.canonical import JsonValue
+from lakesync.core.delta import RowDelta
+from lakesync.core.merge import RowState
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ShardId:
+    """One shard of the buffer: ``{gateway}#{table}#{sub}``."""
+
+    gateway: str
+    table: str
+    sub: int = 0
+
+    @property
+    def key(self) -> str:
+        """The storage key of the shard."""
+        return f"{self.gateway}#{self.table}#{self.sub}"
+
+    @classmethod
+    def parse(cls, key: str) -> ShardId:
+        """Inverse of :attr:`key`."""
+        gateway, table, sub = key.rsplit("#", 2)
+        return cls(gateway, table, int(sub))
+
+    @classmethod
+    def for_row(cls, gateway: str, table: str, row_id: str, sub_shards: int = 1) -> ShardId:
+        """The shard a row belongs to; stable for a fixed number of sub-shards."""
+        if sub_shards <= 1:
+            return cls(gateway, table, 0)
+        digest = hashlib.blake2b(row_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        return cls(gateway, table, int.from_bytes(digest, "big") % sub_shards)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardHead:
+    """The head item of a shard: commit sequence and buffer accounting.
+
+    ``seq``/``bytes_total``/``deltas_total`` count everything ever committed; the flush job advances
+    ``flushed_seq``/``flushed_bytes``/``flushed_deltas`` after its Iceberg commit, so the unflushed buffer is the
+    difference.
+    """
+
+    shard: ShardId
+    seq: int = 0
+    bytes_total: int = 0
+    deltas_total: int = 0
+    flushed_seq: int = 0
+    flushed_bytes: int = 0
+    flushed_deltas: int = 0
+    last_commit_hlc: int = 0
+
+    @property
+    def unflushed_bytes(self) -> int:
+        """Bytes committed but not yet flushed to the lake."""
+        return self.bytes_total - self.flushed_bytes
+
+    @property
+    def unflushed_deltas(self) -> int:
+        """Log entries committed but not yet flushed to the lake."""
+        return self.deltas_total - self.flushed_deltas
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """A row of the row index: its merged per-column LWW state and an optimistic-concurrency version."""
+
+    state: RowState
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One committed change, as pullers see it.
+
+    ``delta`` is the *effective* delta (only the columns that won). ``before``/``after`` are the row's values just
+    before and after the change (``None`` = the row did not exist); sync rules are evaluated against them, which is how
+    DELETEs and sparse UPDATEs reach the clients whose buckets held the row.
+    """
+
+    shard: ShardId
+    seq: int
+    commit_hlc: int
+    delta: RowDelta
+    before: dict[str, JsonValue] | None
+    after: dict[str, JsonValue] | None
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowWrite:
+    """A row-index write inside a commit; ``expected_version`` 0 means the row must not exist yet."""
+
+    row: StoredRow
+    expected_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one chunk of a push writes, atomically.
+
+    The store applies all of it or none of it: it fails with
+    :class:`~lakesync.gateway.model.CommitConflict` if the head or any row moved since it was read, or with
+    :class:`~lakesync.gateway.model.DuplicateDeltaIds` if a deltaId was recorded concurrently.
+    """
+
+    shard: ShardId
+    expected_seq: int
+    head: ShardHead
+    entries: tuple[LogEntry, ...]
+    rows: tuple[RowWrite, ...]
+    delta_ids: tuple[str, ...]
+    dedup_expires_at: int
+    now_s: int
+    new_shard: bool = False
+
+
+class CommitConflict(Exception):
+    """The head or a row changed since it was read; re-read and retry."""
+
+
+class DuplicateDeltaIds(Exception):
+    """Some deltaIds of the commit were recorded by a concurrent push."""
+
+    def __init__(self, delta_ids: set[str]) -> None:
+        super().__init__(f"{len(delta_ids)} deltaIds already recorded")
+        self.delta_ids = delta_ids
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStats:
+    """Per-shard figures for the admin metrics route."""
+
+    shard: ShardId
+    head: ShardHead
+    pending_flush: bool = False
+    extra: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,246 @@
+"""Pull: commit-ordered, paged, filtered by sync rules, with a cursor that loses nothing.
+
+Two ways to say where a client is:
+
+* **cursor** (ours): an opaque token holding, per shard, the last commit sequence the client consumed. Every commit
+  gets the next sequence of its shard under an optimistic guard, and the log is read consistently, so a pull from a
+  cursor returns every later commit exactly once -- including commits that finished late.
+* **since** (the original client's ``serverHlc``): entries whose commit HLC is after ``since`` minus a re-read window
+  (``since_window_ms``). A commit that finished late by less than the window is still delivered; entries near the
+  boundary may be delivered twice. Delivery is at-least-once; applying a delta twice is harmless (per-column LWW is
+  idempotent).
+
+``hasMore`` is true exactly when entries remain that this pull did not scan. A pull that filters out most of the log
+stops after ``max_scan_per_pull`` scanned entries with ``hasMore`` true and a cursor past what it scanned; it never
+reports ``hasMore`` false while unscanned entries remain.
+
+Sync rules are evaluated against the row before and after each change (:func:`lakesync.core.rules.change_visible`):
+a client sees a change if the row was in one of its buckets before it or is after it, so DELETEs and updates that
+move a row out of a bucket reach the clients that held the row.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import heapq
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from lakesync.core.delta import RowDelta
+from lakesync.core.errors import AdapterError, AdapterNotFoundError, LakeSyncError, ValidationError
+from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
+from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.model import LogEntry, ShardId
+
+_CURSOR_VERSION = 1
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """The pull response."""
+
+    deltas: tuple[RowDelta, ...]
+    server_hlc: int
+    has_more: bool
+    cursor: str | None
+
+    def to_json(self) -> dict[str, object]:
+        """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}``."""
+        body: dict[str, object] = {
+            "deltas": [d.to_json() for d in self.deltas],
+            "serverHlc": str(self.server_hlc),
+            "hasMore": self.has_more,
+        }
+        if self.cursor is not None:
+            body["cursor"] = self.cursor
+        return body
+
+
+def encode_cursor(positions: Mapping[str, int]) -> str:
+    """Opaque cursor text for per-shard positions."""
+    raw = json.dumps({"v": _CURSOR_VERSION, "p": dict(sorted(positions.items()))}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, gateway: str) -> dict[str, int]:
+    """Per-shard positions from a cursor; rejects malformed cursors and cursors of another gateway."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise ValidationError("Invalid 'cursor' parameter") from None
+    if not isinstance(data, dict) or data.get("v") != _CURSOR_VERSION or not isinstance(data.get("p"), dict):
+        raise ValidationError("Invalid 'cursor' parameter")
+    positions: dict[str, int] = {}
+    for key, value in data["p"].items():
+        if not isinstance(key, str) or type(value) is not int or value < 0:
+            raise ValidationError("Invalid 'cursor' parameter")
+        try:
+            shard = ShardId.parse(key)
+        except ValueError:
+            raise ValidationError("Invalid 'cursor' parameter") from None
+        if shard.gateway != gateway:
+            raise ValidationError("The cursor belongs to another gateway")
+        positions[key] = value
+    return positions
+
+
+@dataclass
+class _ShardReader:
+    """Pages through one shard's log lazily: by sequence, or first by commit HLC then by sequence.
+
+    Within a shard, commit HLCs increase with the sequence (the push guarantees it), so after the first entry both
+    orders agree and paging by sequence never skips entries that share a commit HLC.
+    """
+
+    deps: GatewayDeps
+    shard: ShardId
+    page: int
+    after_seq: int | None
+    after_hlc: int = 0
+    buffer: list[LogEntry] = field(default_factory=list)
+    exhausted: bool = False
+
+    def peek(self) -> LogEntry | None:
+        if not self.buffer and not self.exhausted:
+            if self.after_seq is None:
+                fetched = self.deps.buffer.read_log_by_commit_hlc(self.shard, self.after_hlc, self.page)
+            else:
+                fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page)
+            self.buffer = fetched[::-1]
+            self.exhausted = len(fetched) < self.page
+        return self.buffer[-1] if self.buffer else None
+
+    def pop(self) -> LogEntry:
+        entry = self.buffer.pop()
+        self.after_seq = entry.seq
+        return entry
+
+
+def pull(
+    deps: GatewayDeps,
+    gateway: str,
+    *,
+    limit: int,
+    claims: Claims,
+    cursor: str | None = None,
+    since: int | None = None,
+    source: str | None = None,
+) -> PullResult:
+    """Serve one pull page for ``gateway``.
+
+    Args:
+        deps: Stores, clock and settings.
+        gateway: The gateway id.
+        limit: Most deltas to return (1..10000).
+        claims: The caller's JWT claims for sync rules.
+        cursor: Resume from this cursor (exactly-once); takes precedence over ``since``.
+        since: Resume after this server HLC (at-least-once).
+        source: Pull from a named source adapter instead of the buffer.
+    """
+    rules = deps.config.get_sync_rules(gateway)
+    if source:
+        return _pull_from_source(deps, source, since or 0, limit, rules, claims)
+    if cursor is not None or since is None:
+        return _pull_by_cursor(deps, gateway, decode_cursor(cursor, gateway) if cursor else {}, limit, rules, claims)
+    return _pull_since(deps, gateway, since, limit, rules, claims)
+
+
+def _visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
+    if not rules_apply(rules):
+        return True
+    assert rules is not None
+    return change_visible(rules, claims, entry.delta.table, entry.before, entry.after)
+
+
+def _merged(readers: list[_ShardReader]) -> Iterator[tuple[_ShardReader, LogEntry]]:
+    heap: list[tuple[int, str, int, int]] = []
+    for i, reader in enumerate(readers):
+        head = reader.peek()
+        if head is not None:
+            heapq.heappush(heap, (head.commit_hlc, reader.shard.key, head.seq, i))
+    while heap:
+        _, _, _, i = heapq.heappop(heap)
+        reader = readers[i]
+        entry = reader.pop()
+        yield reader, entry
+        nxt = reader.peek()
+        if nxt is not None:
+            heapq.heappush(heap, (nxt.commit_hlc, reader.shard.key, nxt.seq, i))
+
+
+def _collect(
+    deps: GatewayDeps, readers: list[_ShardReader], limit: int, rules: SyncRules | None, claims: Claims
+) -> tuple[list[RowDelta], bool, LogEntry | None]:
+    collected: list[RowDelta] = []
+    scanned = 0
+    last: LogEntry | None = None
+    for _reader, entry in _merged(readers):
+        scanned += 1
+        last = entry
+        if _visible(entry, rules, claims):
+            collected.append(entry.delta)
+        if len(collected) >= limit or scanned >= deps.settings.max_scan_per_pull:
+            break
+    has_more = any(r.peek() is not None for r in readers)
+    return collected, has_more, last
+
+
+def _pull_by_cursor(
+    deps: GatewayDeps,
+    gateway: str,
+    positions: dict[str, int],
+    limit: int,
+    rules: SyncRules | None,
+    claims: Claims,
+) -> PullResult:
+    shards = deps.buffer.list_shards(gateway)
+    page = min(max(limit, 100), _PAGE)
+    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0)) for s in sorted(shards)]
+    collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
+    new_positions = dict(positions)
+    for reader in readers:
+        if reader.after_seq:
+            new_positions[reader.shard.key] = reader.after_seq
+    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions))
+
+
+def _pull_since(
+    deps: GatewayDeps, gateway: str, since: int, limit: int, rules: SyncRules | None, claims: Claims
+) -> PullResult:
+    window = deps.settings.since_window_ms << 16
+    start = max(0, since - window)
+    shards = sorted(deps.buffer.list_shards(gateway))
+    heads = deps.buffer.get_heads(shards)
+    page = min(max(limit, 100), _PAGE)
+    readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start) for s in shards]
+    collected, has_more, last = _collect(deps, readers, limit, rules, claims)
+    if has_more:
+        assert last is not None
+        # The next `since` resumes at the last scanned commit; the re-read window covers equal commit HLCs.
+        return PullResult(tuple(collected), max(last.commit_hlc, since), True, None)
+    positions = {s.key: heads[s].seq for s in shards if s in heads}
+    return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
+
+
+def _pull_from_source(
+    deps: GatewayDeps, name: str, since: int, limit: int, rules: SyncRules | None, claims: Claims
+) -> PullResult:
+    adapter = deps.sources.get(name)
+    if adapter is None:
+        raise AdapterNotFoundError(f'Source adapter "{name}" not found')
+    try:
+        fetched = adapter.query_deltas_since(since, limit + 1)
+    except LakeSyncError:
+        raise
+    except Exception as exc:  # an external system failed; report it as such, never as a 500
+        raise AdapterError(f'Source adapter "{name}" failed: {type(exc).__name__}') from exc
+    has_more = len(fetched) > limit
+    deltas = fetched[:limit]
+    if rules_apply(rules):
+        assert rules is not None
+        deltas = [d for d in deltas if change_visible(rules, claims, d.table, None, d.values())]
+    return PullResult(tuple(deltas), deps.clock.now(), has_more, None)

@@ -1,0 +1,290 @@
+"""Push: validate a whole batch, then merge and commit it shard by shard, atomically per chunk.
+
+Guarantees:
+
+* Validation (identifiers, schema, clock drift, client identity, sizes) covers the whole batch before anything is
+  written; a rejected push writes nothing.
+* Each chunk of one shard (``settings.chunk_deltas`` deltas) commits its log entries, row-index updates, deltaIds and
+  the shard-head advance in one atomic commit guarded by the head's sequence and every row's version. Concurrent
+  pushes that touch the same shard retry on conflict with jittered backoff, re-reading what moved.
+* A deltaId seen within the dedup window is acknowledged (counted in ``accepted``) and never re-applied. Merging is
+  idempotent besides, so even an expired deltaId cannot change the state twice.
+* A push spanning several shards or chunks is not atomic as a whole: if it fails part-way, the chunks already
+  committed stay, and re-sending the same push is safe (the committed deltas are skipped as duplicates).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lakesync.core import merge as lww
+from lakesync.core.canonical import js_stringify
+from lakesync.core.delta import RowDelta
+from lakesync.core.errors import (
+    BackpressureError,
+    CommitConflictError,
+    ForbiddenError,
+    PayloadTooLargeError,
+    SchemaError,
+    ValidationError,
+)
+from lakesync.core.messages import SyncPush
+from lakesync.core.schema import validate_delta, validate_table_name
+from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.model import (
+    Commit,
+    CommitConflict,
+    DuplicateDeltaIds,
+    LogEntry,
+    RowWrite,
+    ShardHead,
+    ShardId,
+    StoredRow,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaReceipt:
+    """What happened to one pushed delta: per-column outcomes, or that it was a duplicate."""
+
+    delta_id: str
+    duplicate: bool
+    columns: tuple[lww.ColumnReceipt, ...]
+    deleted: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON shape returned to the pusher."""
+        return {
+            "deltaId": self.delta_id,
+            "duplicate": self.duplicate,
+            **({"deleted": True} if self.deleted else {}),
+            "columns": [
+                {
+                    "column": r.column,
+                    "applied": r.applied,
+                    "winnerHlc": str(r.winner_hlc),
+                    "winnerClientId": r.winner_client_id,
+                }
+                for r in self.columns
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """The push response: server clock, accepted count, effective deltas and receipts."""
+
+    server_hlc: int
+    accepted: int
+    deltas: tuple[RowDelta, ...]
+    receipts: tuple[DeltaReceipt, ...]
+
+    def to_json(self) -> dict[str, object]:
+        """The wire JSON shape ``{serverHlc, accepted, deltas, receipts}``."""
+        return {
+            "serverHlc": str(self.server_hlc),
+            "accepted": self.accepted,
+            "deltas": [d.to_json() for d in self.deltas],
+            "receipts": [r.to_json() for r in self.receipts],
+        }
+
+
+def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, trusted: bool = False) -> PushResult:
+    """Validate and commit a push for ``gateway`` from the authenticated ``client_id``.
+
+    Args:
+        deps: Stores, clock and settings.
+        gateway: The gateway id (already checked against the caller's token).
+        message: The decoded push.
+        client_id: The authenticated client; every delta must carry it unless ``trusted``.
+        trusted: Admin callers (connectors, backfills) may push deltas on behalf of other clients.
+
+    Raises:
+        ValidationError, SchemaError, ClockDriftError, ForbiddenError: the batch is invalid; nothing was written.
+        BackpressureError: a target shard's buffer is full; nothing was written.
+        CommitConflictError: a chunk lost every commit attempt to concurrent writers.
+    """
+    settings = deps.settings
+    deltas = message.deltas
+    if len(deltas) > settings.max_deltas_per_push:
+        raise ValidationError(f"Too many deltas in a single push (max {settings.max_deltas_per_push:,})")
+    _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
+
+    unique: list[RowDelta] = []
+    seen_in_batch: set[str] = set()
+    for delta in deltas:
+        if delta.delta_id not in seen_in_batch:
+            seen_in_batch.add(delta.delta_id)
+            unique.append(delta)
+
+    by_shard: dict[ShardId, list[RowDelta]] = {}
+    for delta in unique:
+        shard = ShardId.for_row(gateway, delta.table, delta.row_id, settings.sub_shards.get(delta.table, 1))
+        by_shard.setdefault(shard, []).append(delta)
+
+    heads = deps.buffer.get_heads(list(by_shard))
+    for head in heads.values():
+        if head.unflushed_bytes >= settings.backpressure_limit:
+            raise BackpressureError(
+                f"Buffer backpressure exceeded ({head.unflushed_bytes} >= {settings.backpressure_limit} bytes)"
+                f" for table {head.shard.table!r}"
+            )
+
+    for delta in unique:
+        deps.clock.recv(delta.hlc)
+
+    receipts: dict[str, DeltaReceipt] = {}
+    effective: list[RowDelta] = []
+    for shard, shard_deltas in by_shard.items():
+        for start in range(0, len(shard_deltas), settings.chunk_deltas):
+            chunk = shard_deltas[start : start + settings.chunk_deltas]
+            chunk_receipts, chunk_effective = _commit_chunk(deps, shard, chunk)
+            receipts.update(chunk_receipts)
+            effective.extend(chunk_effective)
+
+    ordered = tuple(receipts.get(d.delta_id) or DeltaReceipt(d.delta_id, duplicate=True, columns=()) for d in deltas)
+    return PushResult(
+        server_hlc=deps.clock.now(),
+        accepted=len(deltas),
+        deltas=tuple(effective),
+        receipts=ordered,
+    )
+
+
+def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, client_id: str, trusted: bool) -> None:
+    schemas = deps.config.get_schemas(gateway) if deltas else {}
+    for delta in deltas:
+        validate_table_name(delta.table)
+        if not trusted and delta.client_id != client_id:
+            raise ForbiddenError("Client ID mismatch: delta clientId does not match authenticated identity")
+        if delta.table in schemas:
+            schema, version = schemas[delta.table]
+            validate_delta(schema, delta, version=version)
+        deps.clock.check_drift(delta.hlc)
+        size = len(js_stringify([c.to_json() for c in delta.columns]))
+        if size > deps.settings.max_row_bytes:
+            raise PayloadTooLargeError(
+                f"Delta {delta.delta_id} is {size} bytes; the limit per row is {deps.settings.max_row_bytes}"
+            )
+
+
+def _commit_chunk(
+    deps: GatewayDeps, shard: ShardId, chunk: Sequence[RowDelta]
+) -> tuple[dict[str, DeltaReceipt], list[RowDelta]]:
+    settings = deps.settings
+    now_s = deps.wall_ms() // 1000
+    duplicates = deps.buffer.seen_delta_ids(shard.gateway, [d.delta_id for d in chunk], now_s)
+    for attempt in range(settings.commit_attempts):
+        pending = [d for d in chunk if d.delta_id not in duplicates]
+        if not pending:
+            return {}, []
+        head = deps.buffer.get_heads([shard]).get(shard)
+        row_keys = list(dict.fromkeys((d.table, d.row_id) for d in pending))
+        stored = deps.buffer.get_rows(shard.gateway, row_keys)
+        commit, receipts, effective = _plan(deps, shard, head, stored, pending, now_s)
+        try:
+            deps.buffer.commit(commit)
+        except CommitConflict:
+            deps.sleep(_backoff(attempt))
+            continue
+        except DuplicateDeltaIds as dup:
+            duplicates |= dup.delta_ids
+            continue
+        _maybe_request_flush(deps, shard, head, commit.head)
+        return receipts, effective
+    raise CommitConflictError(
+        f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
+    )
+
+
+def _plan(
+    deps: GatewayDeps,
+    shard: ShardId,
+    head: ShardHead | None,
+    stored: dict[tuple[str, str], StoredRow],
+    pending: Sequence[RowDelta],
+    now_s: int,
+) -> tuple[Commit, dict[str, DeltaReceipt], list[RowDelta]]:
+    states: dict[tuple[str, str], lww.RowState | None] = {key: row.state for key, row in stored.items()}
+    touched: set[tuple[str, str]] = set()
+    receipts: dict[str, DeltaReceipt] = {}
+    changes: list[tuple[RowDelta, dict[str, object] | None, dict[str, object] | None]] = []
+    for delta in pending:
+        key = (delta.table, delta.row_id)
+        before_state = states.get(key)
+        before = before_state.values() if before_state is not None else None
+        result = lww.merge(before_state, delta)
+        states[key] = result.state
+        receipts[delta.delta_id] = DeltaReceipt(
+            delta.delta_id,
+            duplicate=False,
+            columns=result.receipts,
+            deleted=result.changed and delta.op.value == "DELETE",
+        )
+        if result.effective is not None and result.changed:
+            touched.add(key)
+            changes.append((result.effective, before, result.state.values()))
+
+    for key in touched:
+        state = states[key]
+        assert state is not None
+        size = len(js_stringify(state.values() or {}))
+        if size > deps.settings.max_row_bytes:
+            raise SchemaError(
+                f"Row {key[0]}:{key[1]} would grow to {size} bytes; the limit is {deps.settings.max_row_bytes}"
+            )
+
+    base = head or ShardHead(shard)
+    # Commit HLCs strictly increase with the shard's sequence, whichever Lambda's clock commits.
+    commit_hlc = max(deps.clock.now(), base.last_commit_hlc + 1)
+    entries = []
+    total = 0
+    for i, (delta, before, after) in enumerate(changes, start=1):
+        size = len(js_stringify(delta.to_json()))
+        total += size
+        entries.append(LogEntry(shard, base.seq + i, commit_hlc, delta, before, after, size))
+    new_head = ShardHead(
+        shard=shard,
+        seq=base.seq + len(entries),
+        bytes_total=base.bytes_total + total,
+        deltas_total=base.deltas_total + len(entries),
+        flushed_seq=base.flushed_seq,
+        flushed_bytes=base.flushed_bytes,
+        flushed_deltas=base.flushed_deltas,
+        last_commit_hlc=commit_hlc if entries else base.last_commit_hlc,
+    )
+    rows = []
+    for key in touched:
+        state = states[key]
+        assert state is not None
+        previous = stored.get(key)
+        expected = previous.version if previous is not None else 0
+        rows.append(RowWrite(StoredRow(state, expected + 1), expected))
+    commit = Commit(
+        shard=shard,
+        expected_seq=base.seq if head is not None else -1,
+        head=new_head,
+        entries=tuple(entries),
+        rows=tuple(rows),
+        delta_ids=tuple(d.delta_id for d in pending),
+        dedup_expires_at=now_s + deps.settings.dedup_ttl_s,
+        now_s=now_s,
+        new_shard=head is None,
+    )
+    return commit, receipts, [e.delta for e in entries]
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(0.2, 0.002 * (2 ** min(attempt, 7))) * random.uniform(0.5, 1.0))
+
+
+def _maybe_request_flush(deps: GatewayDeps, shard: ShardId, before: ShardHead | None, after: ShardHead) -> None:
+    threshold = deps.settings.flush_threshold_bytes
+    was = before.unflushed_bytes if before is not None else 0
+    if was < threshold <= after.unflushed_bytes:
+        deps.config.request_flush(
+            shard.gateway,
+            {"reason": "threshold", "shard": shard.key, "unflushedBytes": after.unflushed_bytes},
+        )

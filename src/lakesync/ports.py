@@ -1,0 +1,110 @@
+"""Ports: the storage and integration boundaries the gateway services depend on.
+
+Adapters implement them: :mod:`lakesync.gateway.memory` in memory (tests, pure logic) and :mod:`lakesync.aws` on
+DynamoDB. The contract tests in ``tests/contract`` run one behaviour suite against every adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from lakesync.core.delta import RowDelta
+from lakesync.core.rules import SyncRules
+from lakesync.core.schema import TableSchema
+from lakesync.gateway.model import Commit, LogEntry, ShardHead, ShardId, StoredRow
+
+
+class BufferStore(Protocol):
+    """The delta buffer: shard heads, the commit-ordered log, the row index and deltaId dedup."""
+
+    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        """Consistent read of the heads of ``shards``; missing shards are absent from the result."""
+        ...
+
+    def list_shards(self, gateway: str) -> list[ShardId]:
+        """Every shard that has ever been committed to for ``gateway``."""
+        ...
+
+    def get_rows(self, gateway: str, rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
+        """Consistent read of row-index entries by ``(table, row_id)``; missing rows are absent."""
+        ...
+
+    def seen_delta_ids(self, gateway: str, delta_ids: Sequence[str], now_s: int) -> set[str]:
+        """The deltaIds already recorded and not yet expired."""
+        ...
+
+    def commit(self, commit: Commit) -> None:
+        """Apply a commit atomically.
+
+        Raises:
+            CommitConflict: the head or a row changed since it was read.
+            DuplicateDeltaIds: a deltaId was recorded by a concurrent commit.
+        """
+        ...
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+        """Up to ``limit`` entries with ``seq > after_seq``, in commit order (consistent read)."""
+        ...
+
+    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
+        """Up to ``limit`` entries with ``commit_hlc > after_commit_hlc``, ordered by commit HLC."""
+        ...
+
+
+class ConfigStore(Protocol):
+    """Per-gateway configuration: sync rules, table schemas, flush requests."""
+
+    def get_sync_rules(self, gateway: str) -> SyncRules | None:
+        """The gateway's sync rules, or ``None`` when none are stored."""
+        ...
+
+    def put_sync_rules(self, gateway: str, rules: SyncRules) -> None:
+        """Replace the gateway's sync rules."""
+        ...
+
+    def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
+        """Every table schema of the gateway with its version."""
+        ...
+
+    def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
+        """Store a schema version; fails with ``CommitConflict`` if the stored version is not ``expected_version``."""
+        ...
+
+    def request_flush(self, gateway: str, request: Mapping[str, Any]) -> None:
+        """Record a flush request for the flush job to pick up."""
+        ...
+
+    def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
+        """Pending flush requests, oldest first."""
+        ...
+
+
+class ActionStore(Protocol):
+    """Action idempotency records: results cached by actionId and idempotency key, with a TTL."""
+
+    def get(self, gateway: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
+        """Unexpired records by key."""
+        ...
+
+    def claim(self, gateway: str, key: str, expires_at: int, now_s: int) -> bool:
+        """Atomically mark ``key`` as in progress; ``False`` if an unexpired record already exists."""
+        ...
+
+    def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
+        """Store a final record under every key."""
+        ...
+
+    def release(self, gateway: str, key: str) -> None:
+        """Drop an in-progress claim (the action failed and may be retried)."""
+        ...
+
+
+class SourceAdapter(Protocol):
+    """An external system that serves deltas for adapter-sourced pulls (``?source=``)."""
+
+    name: str
+
+    def query_deltas_since(self, since_hlc: int, limit: int) -> list[RowDelta]:
+        """Deltas with ``hlc > since_hlc`` in HLC order, at most ``limit``."""
+        ...
