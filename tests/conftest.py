@@ -21,3 +21,45 @@ def load_vectors(name: str) -> dict[str, Any]:
 @pytest.fixture
 def vectors() -> Any:
     return load_vectors
+
+
+# -- AWS on a real moto server -----------------------------------------------------------------------------------
+# One moto server per test session (server mode: the same HTTP path boto3 takes on AWS). Each test gets its own
+# uniquely prefixed DynamoDB tables, so tests never see each other's data and need no reset.
+
+FAKE_AWS = {
+    "region_name": "us-east-1",
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+}
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Any:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def dynamodb_client(moto_endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE_AWS)
+
+
+@pytest.fixture
+def dynamodb_tables(dynamodb_client: Any) -> Any:
+    """Fresh LakeSync tables with a unique prefix; yields their TableNames."""
+    import uuid
+
+    from lakesync.aws.dynamodb import create_tables
+    from lakesync.aws.tables import TableNames
+
+    names = TableNames.with_prefix(f"t{uuid.uuid4().hex[:10]}")
+    create_tables(dynamodb_client, names)
+    return names
