@@ -1,0 +1,68 @@
+"""The HTTP API's routes and the Lambda function serving each: one table for the local runner and the CDK app."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One API Gateway route: method, path template and handler module (``lambda_handler`` inside it)."""
+
+    method: str
+    path: str
+    module: str
+
+    @property
+    def route_key(self) -> str:
+        """API Gateway's ``routeKey``, e.g. ``POST /v1/sync/{gw}/push``."""
+        return f"{self.method} {self.path}"
+
+    @property
+    def handler(self) -> str:
+        """The Lambda handler string."""
+        return f"{self.module}.lambda_handler"
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        """Path parameters if ``method path`` hits this route, else ``None``."""
+        if method != self.method:
+            return None
+        found = _pattern(self.path).fullmatch(path)
+        return found.groupdict() if found else None
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template)))
+
+
+FUNCTIONS = {
+    "health": "functions.health",
+    "push": "functions.push",
+    "pull": "functions.pull",
+    "actions": "functions.actions",
+    "admin": "functions.admin",
+}
+
+ROUTES = (
+    Route("GET", "/health", FUNCTIONS["health"]),
+    Route("POST", "/v1/sync/{gw}/push", FUNCTIONS["push"]),
+    Route("GET", "/v1/sync/{gw}/pull", FUNCTIONS["pull"]),
+    Route("POST", "/v1/sync/{gw}/action", FUNCTIONS["actions"]),
+    Route("GET", "/v1/sync/{gw}/actions", FUNCTIONS["actions"]),
+    Route("POST", "/v1/admin/sync-rules/{gw}", FUNCTIONS["admin"]),
+    Route("GET", "/v1/admin/sync-rules/{gw}", FUNCTIONS["admin"]),
+    Route("POST", "/v1/admin/schema/{gw}", FUNCTIONS["admin"]),
+    Route("GET", "/v1/admin/schema/{gw}", FUNCTIONS["admin"]),
+    Route("POST", "/v1/admin/flush/{gw}", FUNCTIONS["admin"]),
+    Route("GET", "/v1/admin/metrics/{gw}", FUNCTIONS["admin"]),
+)
+
+
+def find_route(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+    """The route serving ``method path`` and its path parameters."""
+    for route in ROUTES:
+        params = route.match(method, path)
+        if params is not None:
+            return route, params
+    return None

@@ -1,0 +1,150 @@
+"""The embedded default: moto in server mode as AWS, the real Lambda handlers served over HTTP on 127.0.0.1.
+
+This process plays the Lambda runtime: it sets the environment the handlers read (table names, JWT secret, AWS
+endpoint), routes each request as API Gateway would (route key and path parameters from
+:mod:`lakesync.api_routes`) and calls the handler module's ``lambda_handler``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from lakesync.api_routes import find_route
+from lakesync.local.front import LocalFront
+from lakesync.local.moto import MotoServer
+
+logger = logging.getLogger(__name__)
+
+TABLE_PREFIX = "lakesync"
+SECRET_FILE = "jwt-secret"
+SNAPSHOT_FILE = "dynamodb.json"
+
+
+def load_or_create_secret(data_dir: Path) -> str:
+    """The local JWT secret, created (32 random bytes) on first use and kept in the data directory."""
+    path = data_dir / SECRET_FILE
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return secret
+
+
+def route_request(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Dispatch one API Gateway v2 event to the function serving its route, as API Gateway does."""
+    method = event["requestContext"]["http"]["method"]
+    path = event["rawPath"]
+    found = find_route(method, path)
+    if found is None:
+        return {
+            "statusCode": 404,
+            "headers": {"content-type": "application/json"},
+            "body": '{"error":"Not found","code":"NOT_FOUND"}',
+        }
+    route, params = found
+    event = {**event, "routeKey": route.route_key, "pathParameters": params or None}
+    module = importlib.import_module(route.module)
+    result: dict[str, Any] = module.lambda_handler(event, context)
+    return result
+
+
+@dataclass
+class LocalStack:
+    """moto server + tables + HTTP front; ``with LocalStack(...) as stack: stack.url``."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8787
+    moto_port: int = 0
+    gateway_ids: tuple[str, ...] = ("default",)
+    persist: bool = True
+    extra_env: dict[str, str] = field(default_factory=dict)
+    _moto: MotoServer | None = None
+    _front: LocalFront | None = None
+    secret: str = ""
+
+    @property
+    def url(self) -> str:
+        """Base URL of the HTTP API."""
+        assert self._front is not None
+        return self._front.url
+
+    @property
+    def aws_endpoint(self) -> str:
+        """The moto server's endpoint URL."""
+        assert self._moto is not None
+        return self._moto.endpoint_url
+
+    def start(self) -> Self:
+        """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
+        from functions._runtime import reset_runtime
+
+        from lakesync.aws.dynamodb import create_tables
+        from lakesync.aws.snapshot import load_tables
+        from lakesync.aws.tables import TableNames
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.secret = load_or_create_secret(self.data_dir)
+        self._moto = MotoServer(self.host, self.moto_port).start()
+        os.environ.update(
+            {
+                **self._moto.aws().env(),
+                "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
+                "LAKESYNC_JWT_SECRET": self.secret,
+                "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "POWERTOOLS_SERVICE_NAME": "lakesync",
+                "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
+                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+                **self.extra_env,
+            }
+        )
+        reset_runtime()
+        client = self.dynamodb_client()
+        names = TableNames.with_prefix(TABLE_PREFIX)
+        create_tables(client, names)
+        snapshot = self.data_dir / SNAPSHOT_FILE
+        if self.persist and snapshot.exists():
+            count = load_tables(client, names, snapshot)
+            logger.info("restored %d items from %s", count, snapshot)
+        self._front = LocalFront(route_request, self.host, self.port).start()
+        return self
+
+    def dynamodb_client(self) -> Any:
+        """A boto3 DynamoDB client for the local moto server."""
+        from lakesync.aws.clients import dynamodb_client
+
+        assert self._moto is not None
+        return dynamodb_client(**self._moto.aws().client_kwargs())
+
+    def stop(self) -> None:
+        """Stop serving, save the tables to the data directory, stop moto."""
+        from lakesync.aws.snapshot import dump_tables
+        from lakesync.aws.tables import TableNames
+
+        if self._front is not None:
+            self._front.stop()
+            self._front = None
+        if self._moto is not None:
+            if self.persist:
+                count = dump_tables(
+                    self.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX), self.data_dir / SNAPSHOT_FILE
+                )
+                logger.info("saved %d items to %s", count, self.data_dir / SNAPSHOT_FILE)
+            self._moto.stop()
+            self._moto = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
