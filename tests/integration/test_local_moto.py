@@ -1,0 +1,115 @@
+"""MotoServer: moto in server mode inside the test process, reached over real HTTP by boto3 clients built from
+the endpoint it hands out, reset through its HTTP API, and never touching os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import boto3
+import pytest
+
+from lakesync.local.moto import AwsEndpoint, MotoServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def running_server():
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture
+def moto_server(running_server):
+    yield running_server
+    running_server.reset()
+
+
+def _create_table(client, name: str) -> None:
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def test_moto_server_given_port_zero_then_boto3_creates_and_uses_a_table_over_http(moto_server):
+    environ_before = dict(os.environ)
+    dynamodb = boto3.client("dynamodb", **moto_server.aws().client_kwargs())
+
+    _create_table(dynamodb, "deltas")
+    dynamodb.put_item(TableName="deltas", Item={"pk": {"S": "a"}, "v": {"N": "1"}})
+    item = dynamodb.get_item(TableName="deltas", Key={"pk": {"S": "a"}}, ConsistentRead=True)["Item"]
+
+    assert moto_server.port > 0
+    assert moto_server.endpoint_url == f"http://127.0.0.1:{moto_server.port}"
+    assert item == {"pk": {"S": "a"}, "v": {"N": "1"}}
+    assert dict(os.environ) == environ_before
+
+
+def test_moto_server_given_reset_then_tables_are_gone(moto_server):
+    dynamodb = boto3.client("dynamodb", **moto_server.aws().client_kwargs())
+    _create_table(dynamodb, "to-be-reset")
+    assert "to-be-reset" in dynamodb.list_tables()["TableNames"]
+
+    moto_server.reset()
+
+    assert dynamodb.list_tables()["TableNames"] == []
+
+
+def test_moto_server_given_env_then_a_child_style_session_reaches_the_server(moto_server):
+    env = moto_server.aws().env()
+    session = boto3.session.Session(
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+    sqs = session.client("sqs", endpoint_url=env["AWS_ENDPOINT_URL"])
+
+    url = sqs.create_queue(QueueName="materialise")["QueueUrl"]
+
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == "us-east-1"
+    assert env["AWS_ACCOUNT_ID_ENDPOINT_MODE"] == "disabled"
+    assert url.endswith("/materialise")
+    assert sqs.list_queues()["QueueUrls"] == [url]
+
+
+def test_aws_endpoint_given_defaults_then_fake_credentials_and_us_east_1():
+    endpoint = AwsEndpoint("http://127.0.0.1:1")
+
+    assert endpoint.client_kwargs() == {
+        "endpoint_url": "http://127.0.0.1:1",
+        "region_name": "us-east-1",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+    }
+
+
+def test_moto_server_given_taken_port_then_start_fails_fast_instead_of_hanging():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        server = MotoServer(port=holder.getsockname()[1])
+
+        started = time.monotonic()
+        with pytest.raises(OSError):
+            server.start()
+
+    assert time.monotonic() - started < 5
+    with pytest.raises(RuntimeError):
+        _ = server.endpoint_url
+
+
+def test_moto_server_given_stop_then_port_is_released():
+    server = MotoServer().start()
+    port = server.port
+
+    server.stop()
+    server.stop()
+
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
