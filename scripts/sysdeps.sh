@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Install the system packages LakeSync needs when they are missing (Debian/Ubuntu).
-# Java 17 runs local Spark; jarjar and the sqlite JDBC driver set up the Iceberg runtime.
+# Java 17 runs local Spark; jarjar and the sqlite JDBC driver set up the Iceberg runtime
+# (see src/lakesync/spark/runtime.py, which looks for exactly these jar files).
 set -euo pipefail
 
 missing=()
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+# Library packages install jars, not commands: check the files themselves.
+[ -f /usr/share/java/jarjar.jar ] || missing+=(libjarjar-java)
+# The driver loads its native part from libxerial-sqlite-jdbc-jni, a dependency of this package.
+[ -f /usr/share/java/sqlite-jdbc.jar ] || missing+=(libxerial-sqlite-jdbc-java)
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
