@@ -28,6 +28,7 @@ import math
 import re
 import socket
 import socketserver
+import sys
 import threading
 import time
 import uuid
@@ -278,7 +279,11 @@ class _Server(ThreadingHTTPServer):
                 connection.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("connection from %s ended with an error", client_address, exc_info=True)
+        # Called inside the except block of the request thread: clients that go away are routine, the rest is not.
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            logger.debug("connection from %s ended early", client_address, exc_info=True)
+        else:
+            logger.exception("error serving %s", client_address)
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
