@@ -28,7 +28,10 @@ _SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
 
 def js_number(x: float | int) -> str | None:
     """ECMAScript ``Number::toString`` for a double; ``None`` for NaN and infinities."""
-    value = float(x)
+    try:
+        value = float(x)
+    except OverflowError:  # an int beyond the double range is an infinity in JavaScript
+        return None
     if value != value or value in (float("inf"), float("-inf")):
         return None
     if value == 0:
