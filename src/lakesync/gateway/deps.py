@@ -26,7 +26,8 @@ class GatewaySettings:
         max_deltas_per_push: Larger pushes are rejected with 400.
         chunk_deltas: Deltas per atomic commit (each costs three transaction items).
         max_row_bytes: Largest merged row (JSON of its values); keeps every stored item under DynamoDB's 400 KB.
-        since_window_ms: Re-read window for HLC ``since`` pulls (at-least-once for clients without a cursor).
+        since_window_ms: Re-read window for HLC ``since`` pulls (at-least-once for clients without a cursor); must
+            exceed the longest commit attempt (bounded by the DynamoDB client's timeouts and retries).
         sub_shards: Hash sub-shards per table, for tables hotter than one DynamoDB partition.
         commit_attempts: Optimistic commit attempts before a push gives up with 503.
         max_scan_per_pull: Log entries one pull may scan before it returns early with ``hasMore``.
@@ -40,7 +41,7 @@ class GatewaySettings:
     max_deltas_per_push: int = 10_000
     chunk_deltas: int = 32
     max_row_bytes: int = 128 * 1024
-    since_window_ms: int = 5000
+    since_window_ms: int = 10_000
     sub_shards: Mapping[str, int] = field(default_factory=dict)
     commit_attempts: int = 60
     max_scan_per_pull: int = 50_000

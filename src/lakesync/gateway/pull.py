@@ -5,10 +5,11 @@ Two ways to say where a client is:
 * **cursor** (ours): an opaque token holding, per shard, the last commit sequence the client consumed. Every commit
   gets the next sequence of its shard under an optimistic guard, and the log is read consistently, so a pull from a
   cursor returns every later commit exactly once -- including commits that finished late.
-* **since** (the original client's ``serverHlc``): entries whose commit HLC is after ``since`` minus a re-read window
-  (``since_window_ms``). A commit that finished late by less than the window is still delivered; entries near the
-  boundary may be delivered twice. Delivery is at-least-once; applying a delta twice is harmless (per-column LWW is
-  idempotent).
+* **since** (the original client's ``serverHlc``): entries whose commit HLC is after ``since``, plus -- when
+  ``since`` is recent -- the entries of the re-read window before it (``since_window_ms``, longer than any commit
+  attempt can take), which may still have been in flight when ``since`` was issued. Window entries do not count
+  against the page limit, so paging always progresses. Delivery is at-least-once; applying a delta twice is harmless
+  (per-column LWW is idempotent).
 
 ``hasMore`` is true exactly when entries remain that this pull did not scan. A pull that filters out most of the log
 stops after ``max_scan_per_pull`` scanned entries with ``hasMore`` true and a cursor past what it scanned; it never
@@ -173,9 +174,21 @@ def _merged(readers: list[_ShardReader]) -> Iterator[tuple[_ShardReader, LogEntr
 
 
 def _collect(
-    deps: GatewayDeps, readers: list[_ShardReader], limit: int, rules: SyncRules | None, claims: Claims
+    deps: GatewayDeps,
+    readers: list[_ShardReader],
+    limit: int,
+    rules: SyncRules | None,
+    claims: Claims,
+    *,
+    reread_until: int = -1,
 ) -> tuple[list[RowDelta], bool, LogEntry | None]:
+    """Merge the shards by commit HLC and collect up to ``limit`` visible deltas.
+
+    Entries with a commit HLC at or below ``reread_until`` (the re-read window of a ``since`` pull) are returned
+    without counting against ``limit``, so every page makes progress however many commits the window holds.
+    """
     collected: list[RowDelta] = []
+    counted = 0
     scanned = 0
     last: LogEntry | None = None
     for _reader, entry in _merged(readers):
@@ -183,7 +196,9 @@ def _collect(
         last = entry
         if _visible(entry, rules, claims):
             collected.append(entry.delta)
-        if len(collected) >= limit or scanned >= deps.settings.max_scan_per_pull:
+            if entry.commit_hlc > reread_until:
+                counted += 1
+        if counted >= limit or scanned >= deps.settings.max_scan_per_pull:
             break
     has_more = any(r.peek() is not None for r in readers)
     return collected, has_more, last
@@ -211,16 +226,18 @@ def _pull_by_cursor(
 def _pull_since(
     deps: GatewayDeps, gateway: str, since: int, limit: int, rules: SyncRules | None, claims: Claims
 ) -> PullResult:
-    window = deps.settings.since_window_ms << 16
-    start = max(0, since - window)
+    window_ms = deps.settings.since_window_ms
+    # Only a recent `since` can have commits still in flight below it; further back, everything has landed.
+    recent = (since >> 16) > deps.wall_ms() - window_ms
+    start = max(0, since - (window_ms << 16)) if recent else since
     shards = sorted(deps.buffer.list_shards(gateway))
     heads = deps.buffer.get_heads(shards)
     page = min(max(limit, 100), _PAGE)
     readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start) for s in shards]
-    collected, has_more, last = _collect(deps, readers, limit, rules, claims)
+    collected, has_more, last = _collect(deps, readers, limit, rules, claims, reread_until=since)
     if has_more:
         assert last is not None
-        # The next `since` resumes at the last scanned commit; the re-read window covers equal commit HLCs.
+        # The next `since` resumes at the last scanned commit.
         return PullResult(tuple(collected), max(last.commit_hlc, since), True, None)
     positions = {s.key: heads[s].seq for s in shards if s in heads}
     return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
