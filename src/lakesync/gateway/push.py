@@ -16,6 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -113,10 +114,10 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
 
     unique: list[RowDelta] = []
-    seen_in_batch: set[str] = set()
-    for delta in deltas:
-        if delta.delta_id not in seen_in_batch:
-            seen_in_batch.add(delta.delta_id)
+    first_index: dict[str, int] = {}
+    for i, delta in enumerate(deltas):
+        if delta.delta_id not in first_index:
+            first_index[delta.delta_id] = i
             unique.append(delta)
 
     by_shard: dict[ShardId, list[RowDelta]] = {}
@@ -144,7 +145,13 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
             receipts.update(chunk_receipts)
             effective.extend(chunk_effective)
 
-    ordered = tuple(receipts.get(d.delta_id) or DeltaReceipt(d.delta_id, duplicate=True, columns=()) for d in deltas)
+    # A deltaId repeated within the batch was applied once: its later occurrences are duplicates.
+    ordered = tuple(
+        DeltaReceipt(d.delta_id, duplicate=True, columns=())
+        if i != first_index[d.delta_id] or d.delta_id not in receipts
+        else receipts[d.delta_id]
+        for i, d in enumerate(deltas)
+    )
     return PushResult(
         server_hlc=deps.clock.now(),
         accepted=len(deltas),
@@ -286,5 +293,11 @@ def _maybe_request_flush(deps: GatewayDeps, shard: ShardId, before: ShardHead | 
     if was < threshold <= after.unflushed_bytes:
         deps.config.request_flush(
             shard.gateway,
-            {"reason": "threshold", "shard": shard.key, "unflushedBytes": after.unflushed_bytes},
+            {
+                "id": uuid.uuid4().hex,
+                "reason": "threshold",
+                "shard": shard.key,
+                "unflushedBytes": after.unflushed_bytes,
+                "atMs": deps.wall_ms(),
+            },
         )

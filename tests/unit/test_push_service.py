@@ -1,0 +1,576 @@
+"""The push service (lakesync.gateway.push) on the in-memory adapters: receipts, true per-column LWW end to end,
+idempotency, whole-batch validation with nothing written, backpressure and flush requests, chunked and sub-sharded
+commits, and optimistic-commit retries (forced and real conflicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from lakesync.core.canonical import JsonValue
+from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.errors import (
+    BackpressureError,
+    ClockDriftError,
+    CommitConflictError,
+    ForbiddenError,
+    PayloadTooLargeError,
+    SchemaError,
+    ValidationError,
+)
+from lakesync.core.hlc import HLC, MAX_DRIFT_MS, encode
+from lakesync.core.merge import fold
+from lakesync.core.messages import SyncPush
+from lakesync.core.schema import parse_table_schema
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardId
+from lakesync.gateway.pull import pull
+from lakesync.gateway.push import PushResult, push
+
+GW = "default"
+T0 = 1_700_000_000_000
+
+
+class Env:
+    """A gateway on in-memory stores with a controllable wall clock."""
+
+    def __init__(self, buffer: Any = None, **settings: Any) -> None:
+        self.wall = T0
+        self.buffer = buffer if buffer is not None else InMemoryBufferStore()
+        self.config = InMemoryConfigStore()
+        self.sleeps: list[float] = []
+        self.deps = GatewayDeps(
+            buffer=self.buffer,
+            config=self.config,
+            actions=InMemoryActionStore(),
+            settings=GatewaySettings(**settings),
+            clock=HLC(lambda: self.wall),
+            wall_ms=lambda: self.wall,
+            sleep=self.sleeps.append,
+        )
+
+    def push(self, *deltas: RowDelta, client: str | None = None, trusted: bool = False) -> PushResult:
+        client_id = client if client is not None else (deltas[0].client_id if deltas else "c1")
+        return push(self.deps, GW, SyncPush(client_id, tuple(deltas)), client_id=client_id, trusted=trusted)
+
+    def log(self) -> list[LogEntry]:
+        return [e for s in self.buffer.list_shards(GW) for e in self.buffer.read_log(s, 0, 1_000_000)]
+
+    def row(self, table: str, row_id: str) -> dict[str, JsonValue] | None:
+        stored = self.buffer.get_rows(GW, [(table, row_id)]).get((table, row_id))
+        return None if stored is None else stored.state.values()
+
+    def snapshot(self) -> tuple[Any, ...]:
+        shards = self.buffer.list_shards(GW)
+        return (shards, self.buffer.get_heads(shards), self.log(), self.config.list_flush_requests(GW))
+
+
+def t(ms: int, counter: int = 0) -> int:
+    return encode(T0 + ms, counter)
+
+
+def d(
+    op: str = "UPDATE",
+    row: str = "r1",
+    client: str = "c1",
+    hlc: int | None = None,
+    table: str = "todos",
+    **columns: JsonValue,
+) -> RowDelta:
+    return make_delta(
+        op, table=table, row_id=row, client_id=client, hlc=hlc if hlc is not None else t(0), columns=columns
+    )
+
+
+class ConflictingBuffer:
+    """Wraps a buffer; before each of the first ``times`` commits, runs ``interfere`` (or fails the commit)."""
+
+    def __init__(self, inner: InMemoryBufferStore, times: int, interfere: Callable[[Commit], None] | None) -> None:
+        self.inner = inner
+        self.times = times
+        self.interfere = interfere
+        self.commits: list[Commit] = []
+        self.failed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def commit(self, commit: Commit) -> None:
+        self.commits.append(commit)
+        if self.failed < self.times:
+            self.failed += 1
+            if self.interfere is None:
+                raise CommitConflict()
+            self.interfere(commit)
+        self.inner.commit(commit)
+
+
+# -- receipts and merge ------------------------------------------------------------------------------------------
+
+
+def test_push_receipts_name_applied_columns_and_the_winner_of_lost_ones() -> None:
+    # Given a row whose title was written at t(10) by c1
+    env = Env()
+    env.push(d("INSERT", client="c1", hlc=t(10), title="new", done=False))
+
+    # When c2 pushes an older title and a fresh priority
+    result = env.push(d(client="c2", hlc=t(5), title="old", priority=3))
+
+    # Then the title lost to (t(10), c1) and the priority was applied at c2's own version
+    (receipt,) = result.receipts
+    by_col = {c.column: c for c in receipt.columns}
+    assert not by_col["title"].applied
+    assert (by_col["title"].winner_hlc, by_col["title"].winner_client_id) == (t(10), "c1")
+    assert by_col["priority"].applied
+    assert (by_col["priority"].winner_hlc, by_col["priority"].winner_client_id) == (t(5), "c2")
+    assert not receipt.duplicate
+    # And the effective delta carries only the winning column, in the result and in the log
+    assert [c.column for c in result.deltas[0].columns] == ["priority"]
+    assert [c.column for c in env.log()[-1].delta.columns] == ["priority"]
+    assert env.row("todos", "r1") == {"title": "new", "done": False, "priority": 3}
+
+
+def test_push_receipt_json_shape_carries_hlcs_as_decimal_strings() -> None:
+    env = Env()
+    result = env.push(d("INSERT", hlc=t(1, 7), title="x"))
+    body = result.to_json()
+    assert body["accepted"] == 1
+    assert body["serverHlc"] == str(result.server_hlc)
+    assert body["receipts"] == [
+        {
+            "deltaId": result.receipts[0].delta_id,
+            "duplicate": False,
+            "columns": [{"column": "title", "applied": True, "winnerHlc": str(t(1, 7)), "winnerClientId": "c1"}],
+        }
+    ]
+
+
+def test_push_equal_hlc_tie_goes_to_the_greater_client_id_in_either_order() -> None:
+    for first, second in (("alice", "bob"), ("bob", "alice")):
+        env = Env()
+        env.push(d(client=first, hlc=t(3), title=first))
+        result = env.push(d(client=second, hlc=t(3), title=second))
+        assert env.row("todos", "r1") == {"title": "bob"}
+        assert result.receipts[0].columns[0].applied is (second == "bob")
+        assert result.receipts[0].columns[0].winner_client_id == "bob"
+
+
+def test_push_fixes_the_pairwise_lww_defect_end_to_end() -> None:
+    # Given {title, done} at t1, then a newer title alone at t3 (the original would stamp the row with t3)
+    env = Env()
+    env.push(d("INSERT", client="a", hlc=t(1), title="draft", done=False))
+    env.push(d(client="b", hlc=t(3), title="final"))
+
+    # When a done=true written at t2 (newer than the stored done@t1, older than title@t3) arrives last
+    late = d(client="c", hlc=t(2), done=True)
+    result = env.push(late)
+
+    # Then it wins its column: per-column LWW, not delta-vs-delta
+    assert result.receipts[0].columns[0].applied
+    assert env.row("todos", "r1") == {"title": "final", "done": True}
+    assert env.log()[-1].delta == late
+    assert env.log()[-1].before == {"title": "final", "done": False}
+    assert env.log()[-1].after == {"title": "final", "done": True}
+
+
+def test_push_delete_is_reported_and_removes_older_columns_only() -> None:
+    env = Env()
+    env.push(d("INSERT", client="a", hlc=t(1), title="x", done=False))
+    env.push(d(client="b", hlc=t(5), done=True))
+
+    result = env.push(d("DELETE", client="c", hlc=t(3)))
+
+    assert result.receipts[0].deleted
+    assert result.receipts[0].columns == ()
+    # A DELETE at t3 drops title@t1 but not done@t5, and the row lives on with what is newer than the delete
+    assert env.row("todos", "r1") == {"done": True}
+    entry = env.log()[-1]
+    assert entry.delta.op is DeltaOp.DELETE and entry.delta.columns == ()
+    assert entry.before == {"title": "x", "done": True}
+    assert entry.after == {"done": True}
+
+
+def test_push_stale_delete_is_not_reported_as_deleted_and_not_logged() -> None:
+    env = Env()
+    env.push(d("DELETE", client="a", hlc=t(5)))
+    log_before = env.log()
+    result = env.push(d("DELETE", client="b", hlc=t(4)))
+    assert not result.receipts[0].deleted
+    assert env.log() == log_before
+
+
+def test_push_server_hlc_orders_after_every_pushed_hlc() -> None:
+    env = Env()
+    ahead = t(MAX_DRIFT_MS, 9)
+    result = env.push(d(hlc=ahead, title="x"))
+    assert result.server_hlc > ahead
+
+
+def test_push_final_rows_equal_the_sequential_lww_fold_in_any_arrival_order() -> None:
+    # Given a shuffled history of writes and deletes to a few rows by several clients
+    import random
+
+    rnd = random.Random(7)
+    history = []
+    for i in range(120):
+        row = f"r{rnd.randrange(4)}"
+        client = f"c{rnd.randrange(3)}"
+        hlc = t(rnd.randrange(50), rnd.randrange(3))
+        if rnd.random() < 0.15:
+            history.append(d("DELETE", row=row, client=client, hlc=hlc))
+        else:
+            cols = {f"k{j}": f"{i}-{j}" for j in rnd.sample(range(4), rnd.randrange(1, 4))}
+            history.append(d("UPDATE", row=row, client=client, hlc=hlc, **cols))
+
+    # When they are pushed in batches of varying sizes, by their own clients (trusted to mix clients per batch)
+    env = Env(chunk_deltas=4)
+    i = 0
+    while i < len(history):
+        n = rnd.randrange(1, 9)
+        env.push(*history[i : i + n], client="admin", trusted=True)
+        i += n
+
+    # Then every row equals the fold of its deltas
+    for row in {h.row_id for h in history}:
+        expected = fold(h for h in history if h.row_id == row)
+        assert expected is not None
+        stored = env.buffer.get_rows(GW, [("todos", row)])[("todos", row)]
+        assert stored.state == expected
+
+
+# -- idempotency -------------------------------------------------------------------------------------------------
+
+
+def test_push_duplicate_within_a_batch_is_acknowledged_and_logged_once() -> None:
+    env = Env()
+    delta = d("INSERT", title="x")
+
+    result = env.push(delta, delta)
+
+    assert result.accepted == 2
+    assert [r.duplicate for r in result.receipts] == [False, True]
+    assert [r.delta_id for r in result.receipts] == [delta.delta_id, delta.delta_id]
+    assert len(env.log()) == 1
+
+
+def test_push_repeated_push_is_acknowledged_and_writes_nothing() -> None:
+    env = Env()
+    batch = (d("INSERT", row="r1", title="x"), d("INSERT", row="r2", title="y"))
+    env.push(*batch)
+    before = env.snapshot()
+
+    result = env.push(*batch)
+
+    assert result.accepted == 2
+    assert all(r.duplicate and r.columns == () for r in result.receipts)
+    assert result.deltas == ()
+    assert env.snapshot() == before
+
+
+def test_push_partly_repeated_push_applies_only_the_new_deltas() -> None:
+    env = Env()
+    old = d("INSERT", row="r1", title="x")
+    env.push(old)
+    new = d("INSERT", row="r2", title="y")
+
+    result = env.push(old, new)
+
+    assert [r.duplicate for r in result.receipts] == [True, False]
+    assert [e.delta.delta_id for e in env.log()] == [old.delta_id, new.delta_id]
+
+
+def test_push_after_the_dedup_window_reapplies_harmlessly() -> None:
+    # Given a delta pushed, then the dedup window passes and the record expires
+    env = Env(dedup_ttl_s=60)
+    delta = d("INSERT", title="x")
+    env.push(delta)
+    env.wall += 61_000
+    env.buffer.expire_dedup(env.wall // 1000)
+    log_before = env.log()
+
+    # When it is pushed again
+    result = env.push(delta)
+
+    # Then it is not a duplicate any more, but merging it again changes nothing and logs nothing
+    assert not result.receipts[0].duplicate
+    assert result.receipts[0].columns[0].applied
+    assert env.log() == log_before
+    assert env.row("todos", "r1") == {"title": "x"}
+
+
+# -- validation: the whole batch is rejected and nothing is written ----------------------------------------------
+
+
+def _todos_schema(env: Env) -> None:
+    schema = parse_table_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
+    env.config.put_schema(GW, schema, 1, 0)
+
+
+INVALID_BATCHES: list[tuple[str, Callable[[Env], RowDelta], type[Exception], dict[str, Any]]] = [
+    ("invalid_table", lambda env: d(table="bad-name", title="x"), SchemaError, {}),
+    ("schema_violation", lambda env: d(title="x", colour="red"), SchemaError, {}),
+    ("clock_drift", lambda env: d(hlc=encode(env.wall + MAX_DRIFT_MS + 1, 0), title="x"), ClockDriftError, {}),
+    ("client_mismatch", lambda env: d(client="mallory", title="x"), ForbiddenError, {}),
+    ("oversized_delta", lambda env: d(title="x" * 200), PayloadTooLargeError, {"max_row_bytes": 150}),
+]
+
+
+@pytest.mark.parametrize(
+    ("make_bad", "error", "settings"),
+    [case[1:] for case in INVALID_BATCHES],
+    ids=[case[0] for case in INVALID_BATCHES],
+)
+def test_push_invalid_delta_rejects_the_whole_batch_with_nothing_written(
+    make_bad: Callable[[Env], RowDelta], error: type[Exception], settings: dict[str, Any]
+) -> None:
+    # Given a gateway with a schema for todos and one earlier push
+    env = Env(**settings)
+    _todos_schema(env)
+    env.push(d("INSERT", row="r0", title="seed"))
+    before = env.snapshot()
+    clock_before = env.deps.clock.state
+
+    # When a batch of valid deltas (one far ahead in time) and one invalid delta is pushed
+    good = [d("INSERT", row="r1", hlc=t(MAX_DRIFT_MS), title="ok"), d(row="r0", hlc=t(2), title="upd")]
+    with pytest.raises(error):
+        env.push(*good, make_bad(env), client="c1")
+
+    # Then nothing was written, no deltaId was recorded and the server clock did not move
+    assert env.snapshot() == before
+    assert env.buffer.seen_delta_ids(GW, [g.delta_id for g in good], env.wall // 1000) == set()
+    assert env.deps.clock.state == clock_before
+
+
+def test_push_too_many_deltas_is_a_validation_error_with_nothing_written() -> None:
+    env = Env(max_deltas_per_push=3)
+    with pytest.raises(ValidationError, match="max 3"):
+        env.push(*(d(row=f"r{i}", title="x") for i in range(4)))
+    assert env.snapshot() == ([], {}, [], [])
+    env.push(*(d(row=f"r{i}", title="x") for i in range(3)))
+    assert len(env.log()) == 3
+
+
+def test_push_drift_of_exactly_the_maximum_is_accepted() -> None:
+    env = Env()
+    env.push(d(hlc=encode(T0 + MAX_DRIFT_MS, 0xFFFF), title="x"))
+    assert env.row("todos", "r1") == {"title": "x"}
+
+
+def test_push_trusted_caller_may_push_for_other_clients() -> None:
+    env = Env()
+    result = env.push(d(client="connector-7", title="x"), client="admin", trusted=True)
+    assert not result.receipts[0].duplicate
+    assert env.log()[0].delta.client_id == "connector-7"
+
+
+def test_push_schema_only_constrains_its_own_table() -> None:
+    env = Env()
+    _todos_schema(env)
+    env.push(d(table="notes", body="free"))
+    with pytest.raises(SchemaError, match='Unknown column "body"'):
+        env.push(d(table="todos", body="free"))
+    assert env.row("notes", "r1") == {"body": "free"}
+
+
+def test_push_schema_allows_delete_and_sparse_updates() -> None:
+    env = Env()
+    _todos_schema(env)
+    env.push(d("INSERT", title="x"), d("DELETE", hlc=t(1)))
+    assert env.row("todos", "r1") is None
+
+
+def test_push_row_growing_past_the_limit_is_refused_with_nothing_written_to_its_shard() -> None:
+    # Given a row close to the row size limit
+    env = Env(max_row_bytes=100)
+    env.push(d(title="a" * 40))
+    before = env.snapshot()
+
+    # When a push would make it bigger than the limit
+    with pytest.raises(SchemaError, match="limit is 100"):
+        env.push(d(hlc=t(1), body="b" * 40))
+
+    # Then nothing changed
+    assert env.snapshot() == before
+
+
+# -- backpressure and flush requests -----------------------------------------------------------------------------
+
+
+def test_push_crossing_the_flush_threshold_records_one_flush_request() -> None:
+    env = Env(flush_threshold_bytes=300, backpressure_bytes=10_000)
+    shard = ShardId(GW, "todos", 0)
+    requests = []
+    for i in range(8):
+        env.push(d(row=f"r{i}", title="x" * 20))
+        requests.append(len(env.config.list_flush_requests(GW)))
+    head = env.buffer.get_heads([shard])[shard]
+    assert head.unflushed_bytes >= 300
+    # Exactly one request, made by the push that crossed the threshold
+    assert requests[-1] == 1
+    crossing = requests.index(1)
+    (request,) = env.config.list_flush_requests(GW)
+    assert request["reason"] == "threshold"
+    assert request["shard"] == shard.key
+    assert request["unflushedBytes"] >= 300
+    assert request["atMs"] == env.wall and request["id"]
+    sizes = [e.size for e in env.log()]
+    assert sum(sizes[:crossing]) < 300 <= sum(sizes[: crossing + 1])
+
+
+def test_push_over_the_backpressure_limit_gets_503_with_nothing_written() -> None:
+    # Given a shard whose unflushed buffer reached the backpressure limit
+    env = Env(flush_threshold_bytes=100, backpressure_bytes=200)
+    i = 0
+    while True:
+        try:
+            env.push(d(row=f"r{i}", title="x" * 20))
+        except BackpressureError:
+            break
+        i += 1
+    shard = ShardId(GW, "todos", 0)
+    assert env.buffer.get_heads([shard])[shard].unflushed_bytes >= 200
+    before = env.snapshot()
+
+    # When another push targets it (in the same batch as a push to a quiet table)
+    quiet = d(table="notes", title="y")
+    with pytest.raises(BackpressureError) as err:
+        env.push(quiet, d(row="late", title="z"))
+
+    # Then it is a 503 and nothing was written anywhere
+    assert err.value.status == 503
+    assert env.snapshot() == before
+    assert env.buffer.seen_delta_ids(GW, [quiet.delta_id], env.wall // 1000) == set()
+    # And other tables still accept pushes
+    env.push(quiet)
+    assert env.row("notes", "r1") == {"title": "y"}
+
+
+# -- chunks, shards and commit retries ---------------------------------------------------------------------------
+
+
+def test_push_larger_than_a_chunk_commits_in_several_atomic_chunks_all_visible() -> None:
+    buffer = ConflictingBuffer(InMemoryBufferStore(), times=0, interfere=None)
+    env = Env(buffer=buffer, chunk_deltas=3)
+    deltas = [d("INSERT", row=f"r{i}", title=str(i)) for i in range(10)]
+
+    result = env.push(*deltas)
+
+    assert [len(c.entries) for c in buffer.commits] == [3, 3, 3, 1]
+    assert [c.expected_seq for c in buffer.commits] == [-1, 3, 6, 9]
+    assert [e.seq for e in env.log()] == list(range(1, 11))
+    assert len({c.entries[0].commit_hlc for c in buffer.commits}) == 4
+    assert [r.delta_id for r in result.receipts] == [x.delta_id for x in deltas]
+    pulled = pull(env.deps, GW, limit=100, claims={})
+    assert [x.delta_id for x in pulled.deltas] == [x.delta_id for x in deltas]
+
+
+def test_push_sub_shards_spread_rows_and_pull_still_sees_all() -> None:
+    env = Env(sub_shards={"todos": 4})
+    deltas = [d("INSERT", row=f"row-{i}", title=str(i)) for i in range(40)]
+    env.push(*deltas, d("INSERT", table="notes", row="n1", title="n"))
+
+    shards = env.buffer.list_shards(GW)
+    todo_shards = {s for s in shards if s.table == "todos"}
+    assert len(todo_shards) > 1
+    assert ShardId(GW, "notes", 0) in shards
+    for s in todo_shards:
+        for entry in env.buffer.read_log(s, 0, 100):
+            assert ShardId.for_row(GW, "todos", entry.delta.row_id, 4) == s
+    pulled = pull(env.deps, GW, limit=1000, claims={})
+    assert sorted(x.row_id for x in pulled.deltas if x.table == "todos") == sorted(x.row_id for x in deltas)
+    assert len(pulled.deltas) == 41
+
+
+def test_push_forced_commit_conflicts_are_retried_with_backoff() -> None:
+    buffer = ConflictingBuffer(InMemoryBufferStore(), times=3, interfere=None)
+    env = Env(buffer=buffer, commit_attempts=4)
+
+    env.push(d("INSERT", title="x"))
+
+    assert len(buffer.commits) == 4
+    assert len(env.sleeps) == 3 and all(0 < s <= 0.2 for s in env.sleeps)
+    assert env.row("todos", "r1") == {"title": "x"}
+    assert [e.seq for e in env.log()] == [1]
+
+
+def test_push_losing_every_commit_attempt_is_a_commit_conflict_error_with_nothing_written() -> None:
+    buffer = ConflictingBuffer(InMemoryBufferStore(), times=4, interfere=None)
+    env = Env(buffer=buffer, commit_attempts=4)
+
+    with pytest.raises(CommitConflictError) as err:
+        env.push(d("INSERT", title="x"))
+
+    assert err.value.status == 503
+    assert len(buffer.commits) == 4
+    assert env.snapshot() == ([], {}, [], [])
+
+
+def test_push_real_conflict_rereads_and_merges_against_the_concurrent_write() -> None:
+    # Given a concurrent writer that commits a newer title to the same row just before our first commit
+    inner = InMemoryBufferStore()
+    rival = Env(buffer=inner)
+    rival_titles = iter(["rival", "rival-2"])
+
+    def concurrent_push(_: Commit) -> None:
+        title = next(rival_titles)
+        rival.push(d(client="rival", hlc=t(9 + len(title)), title=title))
+
+    buffer = ConflictingBuffer(inner, times=1, interfere=concurrent_push)
+    env = Env(buffer=buffer)
+    env.push(d("INSERT", title="base"))  # the first commit triggers the rival (after which ours conflicts)
+
+    # The rival's write landed first; our INSERT at t(0) was retried and lost its column
+    assert env.row("todos", "r1") == {"title": "rival"}
+    log = env.log()
+    assert [(e.seq, e.delta.client_id) for e in log] == [(1, "rival")]
+
+    # When a second push races the same way, but is newer
+    buffer.times, buffer.failed = 1, 0
+    result = env.push(d(hlc=t(20), title="mine", done=True))
+
+    # Then the retry commits on top of the rival's second write with correct receipts and before/after images
+    assert result.receipts[0].columns[0].applied
+    assert env.row("todos", "r1") == {"title": "mine", "done": True}
+    seqs = [e.seq for e in env.log()]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert env.log()[-1].before == {"title": "rival-2"}
+    assert [e.delta.client_id for e in env.log()] == ["rival", "rival", "c1"]
+
+
+def test_push_deltas_committed_concurrently_become_duplicates() -> None:
+    # Given a concurrent push of the same delta that commits just before ours
+    inner = InMemoryBufferStore()
+    rival = Env(buffer=inner)
+    delta = d("INSERT", title="x")
+    other = d("INSERT", row="r2", title="y")
+    buffer = ConflictingBuffer(inner, times=1, interfere=lambda _: rival.push(delta))
+    env = Env(buffer=buffer)
+
+    result = env.push(delta, other)
+
+    # Then ours is acknowledged as a duplicate and logged once; the other delta is applied
+    assert [r.duplicate for r in result.receipts] == [True, False]
+    assert sorted(e.delta.delta_id for e in env.log()) == sorted([delta.delta_id, other.delta_id])
+
+
+def test_push_new_shard_race_is_a_conflict_that_retries() -> None:
+    inner = InMemoryBufferStore()
+    rival = Env(buffer=inner)
+    buffer = ConflictingBuffer(inner, times=1, interfere=lambda _: rival.push(d(row="r9", title="first")))
+    env = Env(buffer=buffer)
+
+    env.push(d(row="r1", title="second"))
+
+    assert buffer.commits[0].new_shard
+    assert not buffer.commits[1].new_shard and buffer.commits[1].expected_seq == 1
+    assert [e.delta.row_id for e in env.log()] == ["r9", "r1"]
+
+
+def test_push_backpressure_limit_defaults_to_twice_the_flush_threshold() -> None:
+    settings = GatewaySettings(flush_threshold_bytes=1000)
+    assert settings.backpressure_limit == 2000
+    assert replace(settings, backpressure_bytes=1500).backpressure_limit == 1500
