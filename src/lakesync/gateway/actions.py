@@ -3,8 +3,9 @@
 Unlike the original (reference §10.4, §17.15), the whole batch is validated before any action runs, so an invalid
 action never leaves earlier ones half-done. A final result (success or non-retryable error) is stored under the
 actionId and, when present, ``idem:{idempotencyKey}`` for ``action_ttl_s``; a retryable error is not stored, so the
-client's retry runs the action again. Two concurrent requests for the same action cannot both run it: the first
-claims it, the second gets a retryable ``ACTION_IN_PROGRESS`` result.
+client's retry runs the action again. Two concurrent requests for the same action -- or for two actions sharing an
+idempotency key -- cannot both run it: the first claims the actionId and the key, the second gets a retryable
+``ACTION_IN_PROGRESS`` result.
 """
 
 from __future__ import annotations
@@ -68,15 +69,20 @@ def _dispatch_one(deps: GatewayDeps, gateway: str, action: Action, context: Acti
         if record is not None and record.get("status") == "done":
             return parse_action_result(record["result"])
     expires_at = now_s + deps.settings.action_ttl_s
-    if any(cached.get(k, {}).get("status") == "pending" for k in keys) or not deps.actions.claim(
-        gateway, action.action_id, expires_at, now_s
-    ):
-        return ActionErrorResult(action.action_id, IN_PROGRESS, "The action is already being executed", True)
+    # Claim the actionId and the idempotency key: another action with the same key must not run concurrently.
+    claimed: list[str] = []
+    for key in keys:
+        if cached.get(key, {}).get("status") == "pending" or not deps.actions.claim(gateway, key, expires_at, now_s):
+            for done in claimed:
+                deps.actions.release(gateway, done)
+            return ActionErrorResult(action.action_id, IN_PROGRESS, "The action is already being executed", True)
+        claimed.append(key)
     result = _execute(deps, action, context)
     if is_cacheable(result):
         deps.actions.put(gateway, keys, {"status": "done", "result": result.to_json()}, expires_at)
     else:
-        deps.actions.release(gateway, action.action_id)
+        for key in claimed:
+            deps.actions.release(gateway, key)
     return result
 
 
