@@ -3,13 +3,15 @@
 Every read the push and pull paths depend on is strongly consistent. A commit is one ``TransactWriteItems``: the
 shard head advances under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new shard), every row
 is written under ``v = expected`` (or ``attribute_not_exists``), every deltaId under ``attribute_not_exists OR
-exp < now``; a cancelled transaction is mapped to :class:`CommitConflict` or :class:`DuplicateDeltaIds`.
+exp <= now`` (a record is live while ``exp > now``, as everywhere else); a cancelled transaction is mapped to
+:class:`CommitConflict` or :class:`DuplicateDeltaIds`.
 Items are built by hand (no TypeSerializer) because this is the hot path.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -308,7 +310,7 @@ class DynamoDBBufferStore:
                             "pk": _s(f"{shard.gateway}#{delta_id}"),
                             TTL_ATTRIBUTE: _n(commit.dedup_expires_at),
                         },
-                        "ConditionExpression": "attribute_not_exists(pk) OR #exp < :now",
+                        "ConditionExpression": "attribute_not_exists(pk) OR #exp <= :now",
                         "ExpressionAttributeNames": {"#exp": TTL_ATTRIBUTE},
                         "ExpressionAttributeValues": {":now": _n(commit.now_s)},
                     }
@@ -411,7 +413,8 @@ class DynamoDBConfigStore:
 
     def request_flush(self, gateway: str, request: Mapping[str, Any]) -> None:
         at = int(request.get("atMs", 0))
-        sk = f"flush#{at:015d}#{request.get('id', '')}"
+        # Without an id every request of the same millisecond would overwrite the previous one.
+        sk = f"flush#{at:015d}#{request.get('id') or uuid.uuid4().hex}"
         try:
             self._db.put_item(
                 TableName=self._t.config,
