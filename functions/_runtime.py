@@ -1,0 +1,120 @@
+"""The composition root of the Lambda functions: observability singletons, settings, stores and secrets.
+
+Nothing here touches AWS at import time. :func:`get_settings` validates the environment on first use (a bad
+configuration fails every request with a logged :class:`~functions._settings.SettingsError`, never at import, so
+the module stays importable for tooling); :func:`get_deps` builds the boto3 client and the DynamoDB stores on first
+use; the JWT secret is read from the environment or from Secrets Manager (cached for :data:`SECRET_TTL_S`, so a
+rotation reaches warm functions). :func:`reset_runtime` forgets all of it (tests, the local runner).
+
+:func:`one_at_a_time` serialises invocations within a process. Lambda never runs two at once in one process, but
+the local runner serves requests on threads, and Powertools keeps the current event, log keys and metric set in
+process-wide state.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+
+from functions._settings import Settings
+from lakesync.core.errors import StorageError
+
+if TYPE_CHECKING:
+    from lakesync.gateway.deps import GatewayDeps
+
+SERVICE: Final = "lakesync"
+NAMESPACE: Final = "LakeSync"
+SECRET_TTL_S: Final = 300.0
+
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_INVOCATION_LOCK = threading.Lock()
+_SECRET_LOCK = threading.Lock()
+_secret_cache: dict[str, tuple[float, tuple[str, ...]]] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The validated settings of this process (raises ``SettingsError`` until the environment is fixed)."""
+    return Settings.from_env(os.environ)
+
+
+@functools.lru_cache(maxsize=1)
+def get_deps() -> GatewayDeps:
+    """The services' dependencies over DynamoDB, built on first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
+    from lakesync.aws.clients import dynamodb_client
+    from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+    from lakesync.gateway.deps import GatewayDeps
+
+    settings = get_settings()
+    client = dynamodb_client()
+    return GatewayDeps(
+        buffer=DynamoDBBufferStore(client, settings.tables),
+        config=DynamoDBConfigStore(client, settings.tables),
+        actions=DynamoDBActionStore(client, settings.tables),
+        settings=settings.gateway_settings(),
+    )
+
+
+def jwt_secrets() -> tuple[str, ...]:
+    """The secrets tokens may be signed with, primary first.
+
+    Raises:
+        StorageError: Secrets Manager cannot be read and no earlier value is cached.
+    """
+    settings = get_settings()
+    if settings.jwt_secret_arn is None:
+        return settings.jwt_secrets
+    arn = settings.jwt_secret_arn
+    with _SECRET_LOCK:
+        cached = _secret_cache.get(arn)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            secrets = _fetch_secrets(arn)
+        except StorageError:
+            if cached is None:
+                raise
+            logger.warning("JWT secret refresh failed; keeping the cached value", exc_info=True)
+            secrets = cached[1]
+        _secret_cache[arn] = (time.monotonic() + SECRET_TTL_S, secrets)
+        return secrets
+
+
+def _fetch_secrets(arn: str) -> tuple[str, ...]:
+    from lakesync.auth import MIN_SECRET_BYTES
+    from lakesync.aws.secrets import fetch_jwt_secrets, secretsmanager_client
+
+    secrets = fetch_jwt_secrets(secretsmanager_client(), arn)
+    if any(len(s.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES for s in secrets):
+        raise StorageError(f"JWT secret {arn} is shorter than {MIN_SECRET_BYTES} bytes")
+    return secrets
+
+
+def reset_runtime() -> None:
+    """Forget settings, clients, stores and cached secrets; the next request rebuilds them from the environment."""
+    get_settings.cache_clear()
+    get_deps.cache_clear()
+    with _SECRET_LOCK:
+        _secret_cache.clear()
+
+
+def one_at_a_time(handler: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``handler`` under a process-wide lock (see the module docstring)."""
+
+    @functools.wraps(handler)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _INVOCATION_LOCK:
+            return handler(*args, **kwargs)
+
+    return wrapper

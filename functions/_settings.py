@@ -1,0 +1,210 @@
+"""The Lambda functions' configuration: environment variables, validated once per cold start.
+
+Variables (every API function reads all of them; ``health`` reads none -- see :data:`FUNCTION_ENV_VARS`):
+
+* ``LAKESYNC_GATEWAY_IDS`` -- comma-separated gateway ids served (default ``default``).
+* ``LAKESYNC_TABLE_DELTAS`` / ``_ROWS`` / ``_HEADS`` / ``_DEDUP`` / ``_CONFIG`` / ``_ACTIONS`` -- DynamoDB table
+  names (CDK generates them), *or* ``LAKESYNC_TABLE_PREFIX`` alone (``{prefix}-deltas`` ..., the local shortcut).
+* ``LAKESYNC_JWT_SECRET`` (+ optional ``LAKESYNC_JWT_SECRET_PREVIOUS`` during a rotation) *or*
+  ``LAKESYNC_JWT_SECRET_ARN`` (Secrets Manager; the ``AWSCURRENT`` and ``AWSPREVIOUS`` versions are both accepted).
+* ``LAKESYNC_FLUSH_THRESHOLD_BYTES``, ``LAKESYNC_BACKPRESSURE_BYTES`` -- buffer limits per shard.
+* ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
+* ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB).
+
+An empty variable counts as unset. Every problem is reported at once in one :class:`SettingsError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Final
+
+from lakesync.auth import MIN_SECRET_BYTES
+from lakesync.aws.tables import TableNames
+from lakesync.core.schema import is_valid_identifier
+from lakesync.gateway.deps import MIB, GatewaySettings
+
+GATEWAY_IDS: Final = "LAKESYNC_GATEWAY_IDS"
+TABLE_PREFIX: Final = "LAKESYNC_TABLE_PREFIX"
+TABLE_VARS: Final = {f.name: f"LAKESYNC_TABLE_{f.name.upper()}" for f in fields(TableNames)}
+JWT_SECRET: Final = "LAKESYNC_JWT_SECRET"
+JWT_SECRET_PREVIOUS: Final = "LAKESYNC_JWT_SECRET_PREVIOUS"
+JWT_SECRET_ARN: Final = "LAKESYNC_JWT_SECRET_ARN"
+FLUSH_THRESHOLD_BYTES: Final = "LAKESYNC_FLUSH_THRESHOLD_BYTES"
+BACKPRESSURE_BYTES: Final = "LAKESYNC_BACKPRESSURE_BYTES"
+SUB_SHARDS: Final = "LAKESYNC_SUB_SHARDS"
+MAX_BODY_BYTES: Final = "LAKESYNC_MAX_BODY_BYTES"
+
+API_ENV_VARS: Final = frozenset(
+    {
+        GATEWAY_IDS,
+        TABLE_PREFIX,
+        *TABLE_VARS.values(),
+        JWT_SECRET,
+        JWT_SECRET_PREVIOUS,
+        JWT_SECRET_ARN,
+        FLUSH_THRESHOLD_BYTES,
+        BACKPRESSURE_BYTES,
+        SUB_SHARDS,
+        MAX_BODY_BYTES,
+    }
+)
+"""Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
+
+FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
+    "health": frozenset(),
+    "push": API_ENV_VARS,
+    "pull": API_ENV_VARS,
+    "actions": API_ENV_VARS,
+    "admin": API_ENV_VARS,
+}
+"""Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
+
+DEFAULT_MAX_BODY_BYTES: Final = MIB
+_DEFAULTS: Final = GatewaySettings()
+_GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+_MAX_SUB_SHARDS = 256
+
+
+class SettingsError(ValueError):
+    """The environment does not describe a usable configuration."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated configuration of the API functions.
+
+    Attributes:
+        gateway_ids: Gateways served; any other gets 404.
+        tables: Physical DynamoDB table names.
+        jwt_secrets: ``(primary, previous?)`` from the environment; empty when ``jwt_secret_arn`` is set.
+        jwt_secret_arn: Secrets Manager id of the JWT secret, fetched on first use.
+        flush_threshold_bytes: Unflushed bytes per shard that request a flush.
+        backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: twice the threshold).
+        sub_shards: Hash sub-shards per hot table.
+        max_body_bytes: Largest request body accepted.
+    """
+
+    gateway_ids: frozenset[str]
+    tables: TableNames
+    jwt_secrets: tuple[str, ...] = ()
+    jwt_secret_arn: str | None = None
+    flush_threshold_bytes: int = _DEFAULTS.flush_threshold_bytes
+    backpressure_bytes: int | None = None
+    sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Read and validate the variables.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        settings = cls(
+            gateway_ids=_gateway_ids(env.get(GATEWAY_IDS, "default"), errors),
+            tables=_tables(env, errors),
+            jwt_secrets=_secrets(env, errors),
+            jwt_secret_arn=env.get(JWT_SECRET_ARN),
+            flush_threshold_bytes=_int(env, FLUSH_THRESHOLD_BYTES, _DEFAULTS.flush_threshold_bytes, 1, errors),
+            backpressure_bytes=_optional_int(env, BACKPRESSURE_BYTES, 0, errors),
+            sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
+            max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors),
+        )
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return settings
+
+    def gateway_settings(self) -> GatewaySettings:
+        """The services' settings."""
+        return GatewaySettings(
+            gateway_ids=self.gateway_ids,
+            flush_threshold_bytes=self.flush_threshold_bytes,
+            backpressure_bytes=self.backpressure_bytes,
+            sub_shards=dict(self.sub_shards),
+        )
+
+
+def _gateway_ids(raw: str, errors: list[str]) -> frozenset[str]:
+    ids = [part.strip() for part in raw.split(",")]
+    bad = [i for i in ids if not _GATEWAY_ID.fullmatch(i)]
+    if bad:
+        errors.append(f"{GATEWAY_IDS} holds invalid gateway ids {bad!r} (letters, digits, _ . : - ; at most 128)")
+    return frozenset(ids)
+
+
+def _tables(env: Mapping[str, str], errors: list[str]) -> TableNames:
+    given = {kind: env[var].strip() for kind, var in TABLE_VARS.items() if var in env}
+    prefix = env.get(TABLE_PREFIX, "").strip()
+    if prefix and given:
+        errors.append(f"set either {TABLE_PREFIX} or the {len(TABLE_VARS)} LAKESYNC_TABLE_* names, not both")
+    if prefix:
+        names = TableNames.with_prefix(prefix)
+    else:
+        missing = [var for kind, var in TABLE_VARS.items() if kind not in given]
+        if missing:
+            errors.append(f"missing {', '.join(missing)} (or set {TABLE_PREFIX})")
+        names = TableNames(**{kind: given.get(kind, "") for kind in TABLE_VARS})
+    for kind, name in names.as_dict().items():
+        if kind in given or prefix:
+            if not _TABLE_NAME.fullmatch(name):
+                errors.append(f"table name {name!r} ({kind}) is not a valid DynamoDB table name")
+    return names
+
+
+def _secrets(env: Mapping[str, str], errors: list[str]) -> tuple[str, ...]:
+    if JWT_SECRET_ARN in env:
+        if JWT_SECRET in env or JWT_SECRET_PREVIOUS in env:
+            errors.append(f"set either {JWT_SECRET_ARN} or {JWT_SECRET} (+ {JWT_SECRET_PREVIOUS}), not both")
+        return ()
+    if JWT_SECRET not in env:
+        errors.append(f"missing {JWT_SECRET} (or {JWT_SECRET_ARN})")
+        return ()
+    secrets = tuple(env[var] for var in (JWT_SECRET, JWT_SECRET_PREVIOUS) if var in env)
+    for var, secret in zip((JWT_SECRET, JWT_SECRET_PREVIOUS), secrets, strict=False):
+        if len(secret.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES:
+            errors.append(f"{var} must be at least {MIN_SECRET_BYTES} bytes")
+    return secrets
+
+
+def _int(env: Mapping[str, str], var: str, default: int, minimum: int, errors: list[str]) -> int:
+    value = _optional_int(env, var, minimum, errors)
+    return default if value is None else value
+
+
+def _optional_int(env: Mapping[str, str], var: str, minimum: int, errors: list[str]) -> int | None:
+    raw = env.get(var)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < minimum:
+        errors.append(f"{var} must be an integer >= {minimum}, got {raw!r}")
+        return None
+    return int(text)
+
+
+def _sub_shards(raw: str | None, errors: list[str]) -> dict[str, int]:
+    if raw is None:
+        return {}
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        errors.append(f'{SUB_SHARDS} must be a JSON object {{"table": n}}, got {raw!r}')
+        return {}
+    shards: dict[str, int] = {}
+    for table, n in doc.items():
+        if not is_valid_identifier(table):
+            errors.append(f"{SUB_SHARDS}: {table!r} is not a valid table name")
+        elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_SUB_SHARDS:
+            errors.append(f"{SUB_SHARDS}: {table} must map to an integer in 1..{_MAX_SUB_SHARDS}, got {n!r}")
+        else:
+            shards[table] = n
+    return shards
