@@ -1,0 +1,68 @@
+"""Admin routes (role ``admin``): sync rules, table schemas, flush requests and buffer metrics per gateway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions import _http as http
+from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
+from lakesync.gateway import admin as service
+
+app = http.new_app()
+
+
+@app.post("/v1/admin/sync-rules/<gw>")
+def save_sync_rules(gw: str) -> Response[Any]:
+    """Validate and store the sync rules; 200 ``{"saved": true}``."""
+    http.authorize(app, gw, admin=True)
+    document = http.parse_json(http.read_body(app))
+    return http.json_response(service.save_sync_rules(get_deps(), gw, document))
+
+
+@app.get("/v1/admin/sync-rules/<gw>")
+def get_sync_rules(gw: str) -> Response[Any]:
+    """The stored sync rules (an empty rule set when none)."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(service.get_sync_rules(get_deps(), gw))
+
+
+@app.post("/v1/admin/schema/<gw>")
+def save_schema(gw: str) -> Response[Any]:
+    """Store a table schema (safe evolution only); 200 ``{"saved": true, "table", "version"}``."""
+    http.authorize(app, gw, admin=True)
+    document = http.parse_json(http.read_body(app))
+    return http.json_response(service.save_schema(get_deps(), gw, document))
+
+
+@app.get("/v1/admin/schema/<gw>")
+def list_schemas(gw: str) -> Response[Any]:
+    """Every table schema with its version."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(service.list_schemas(get_deps(), gw))
+
+
+@app.post("/v1/admin/flush/<gw>")
+def flush(gw: str) -> Response[Any]:
+    """Record a flush request for the flush job; 200 ``{"flushed": true, "requestId"}``."""
+    claims = http.authorize(app, gw, admin=True)
+    return http.json_response(service.request_flush(get_deps(), gw, requested_by=claims.client_id))
+
+
+@app.get("/v1/admin/metrics/<gw>")
+def buffer_metrics(gw: str) -> Response[Any]:
+    """Buffer figures, in total and per table."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(service.metrics(get_deps(), gw))
+
+
+@one_at_a_time
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda entry point."""
+    return app.resolve(event, context)

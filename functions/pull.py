@@ -1,0 +1,52 @@
+"""GET /v1/sync/{gw}/pull?clientId=&since=&cursor=&limit=&source=: auth → query params → pull service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions import _http as http
+from functions._query import parse_pull_params
+from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
+from lakesync.core.messages import SyncResponse
+from lakesync.gateway import pull as service
+from lakesync.wire import encode_sync_response
+
+CURSOR_HEADER = "X-LakeSync-Cursor"
+"""Carries the cursor of a protobuf response (``SyncResponse`` has no field for it)."""
+
+app = http.new_app()
+
+
+@app.get("/v1/sync/<gw>/pull")
+def pull(gw: str) -> Response[Any]:
+    """One page of deltas; 200 ``{deltas, serverHlc, hasMore, cursor?}``, filtered by the token's claims."""
+    claims = http.authorize(app, gw)
+    params = parse_pull_params(app.current_event.query_string_parameters)
+    result = service.pull(
+        get_deps(),
+        gw,
+        limit=params.limit,
+        claims=claims.custom_claims,
+        cursor=params.cursor,
+        since=params.since,
+        source=params.source,
+    )
+    metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.deltas))
+    if http.wants_protobuf(app):
+        data = encode_sync_response(SyncResponse(result.deltas, result.server_hlc, result.has_more))
+        return http.protobuf_response(data, {CURSOR_HEADER: result.cursor} if result.cursor else None)
+    return http.json_response(result.to_json())
+
+
+@one_at_a_time
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda entry point."""
+    return app.resolve(event, context)
