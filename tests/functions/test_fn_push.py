@@ -1,0 +1,318 @@
+"""POST /v1/sync/{gw}/push through functions.push.lambda_handler on moto DynamoDB: the happy paths (JSON and
+protobuf), the http_handlers push vectors, and bad input -- always a documented 4xx, never a 5xx, nothing written.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import functions.push as push_fn
+from lakesync.core.delta import make_delta
+from lakesync.core.hlc import encode
+from lakesync.core.messages import SyncPush
+from lakesync.wire import decode_sync_response, encode_sync_push
+
+VECTORS = Path(__file__).parent.parent / "vectors"
+PUSH_VECTORS = json.loads((VECTORS / "http_handlers.json").read_text(encoding="utf-8"))["push"]
+EMPTY = {"deltas": 0, "rows": 0, "heads": 0, "dedup": 0, "config": 0, "actions": 0}
+
+
+def _delta(row: str = "row-1", *, client: str = "client-a", table: str = "todos", ms: int = 1_763_000_000_000) -> Any:
+    return make_delta("UPDATE", table=table, row_id=row, client_id=client, hlc=encode(ms, 0), columns={"title": row})
+
+
+def _body(*deltas: Any, client: str = "client-a") -> dict[str, Any]:
+    return {"clientId": client, "deltas": [d.to_json() for d in deltas]}
+
+
+def test_push_json_sample_event_commits_the_delta(api):
+    # Given the sample JSON push event, When it is handled
+    reply = api.call(push_fn, api.event("push_json"))
+    # Then the delta is accepted, echoed as the effective delta with a receipt, and stored
+    body = reply.json()
+    assert reply.status == 200
+    assert reply.headers["Content-Type"] == "application/json"
+    assert body["accepted"] == 1
+    sent = json.loads(api.event("push_json")["body"])["deltas"][0]
+    assert body["deltas"] == [sent]
+    assert body["receipts"][0]["deltaId"] == sent["deltaId"]
+    assert body["receipts"][0]["duplicate"] is False
+    assert isinstance(body["serverHlc"], str) and int(body["serverHlc"]) > int(sent["hlc"])
+    assert api.items()["deltas"] == 1
+
+
+def test_push_protobuf_sample_event_answers_in_protobuf(api):
+    # Given the sample protobuf push (base64 body, Accept: application/x-protobuf)
+    event = api.event("push_protobuf")
+    # When it is handled
+    reply = api.call(push_fn, event)
+    # Then the answer is a protobuf SyncResponse carrying the effective delta
+    assert reply.status == 200
+    assert reply.headers["Content-Type"] == "application/x-protobuf"
+    assert reply.raw["isBase64Encoded"] is True
+    response = decode_sync_response(reply.body)
+    assert [d.delta_id for d in response.deltas] == [d.delta_id for d in _decoded_push(event).deltas]
+    assert response.has_more is False
+
+
+def _decoded_push(event: dict[str, Any]) -> SyncPush:
+    from lakesync.wire import decode_sync_push
+
+    return decode_sync_push(base64.b64decode(event["body"]))
+
+
+def test_push_protobuf_body_with_json_accept_answers_json(api):
+    # Given a protobuf body whose client asks for JSON
+    event = api.event("push_protobuf", headers={"accept": "application/json"})
+    # When handled, Then the answer is the JSON push result
+    reply = api.call(push_fn, event)
+    assert reply.status == 200
+    assert reply.json()["accepted"] == 1
+
+
+def test_push_repeated_is_acknowledged_as_duplicate_and_written_once(api):
+    # Given a delta already pushed
+    first = api.call(push_fn, api.event("push_json"))
+    assert first.status == 200
+    before = api.items()
+    # When the same push is sent again
+    again = api.call(push_fn, api.event("push_json"))
+    # Then it is accepted, reported as a duplicate, returns no effective delta and writes nothing
+    body = again.json()
+    assert again.status == 200
+    assert body["accepted"] == 1 and body["deltas"] == []
+    assert body["receipts"][0]["duplicate"] is True
+    assert api.items() == before
+
+
+# -- the http_handlers.json push vectors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", PUSH_VECTORS, ids=[c["name"] for c in PUSH_VECTORS])
+def test_push_vector(api, monkeypatch, case):
+    # Given the vector's gateway (clock fixed at 1700000000000) and its authenticated identity
+    if case.get("config", {}).get("maxBackpressureBytes") is not None:
+        monkeypatch.setenv("LAKESYNC_BACKPRESSURE_BYTES", str(case["config"]["maxBackpressureBytes"]))
+    api.fix_clock()
+    raw = json.loads(case["raw_body"])
+    sub = case["header_client_id"] or raw.get("clientId") or "c1"
+    expected = case["expected"]
+    if expected["status"] == 503:
+        # Ours: backpressure applies to a shard's unflushed bytes, so the shard must exist first.
+        warm = api.call(push_fn, api.event("push_json", token=api.token(sub), body=PUSH_VECTORS[0]["raw_body"]))
+        assert warm.status == 200
+    before = api.items()
+    # When the raw body is pushed
+    reply = api.call(push_fn, api.event("push_json", token=api.token(sub), body=case["raw_body"]))
+    body = reply.json()
+    # Then status and body are the vector's
+    assert reply.status == expected["status"]
+    if expected["status"] == 200:
+        # Ours: the body adds per-delta receipts; everything the original sends is identical (serverHlc included).
+        assert {k: v for k, v in body.items() if k != "receipts"} == expected["body"]
+        assert [r["deltaId"] for r in body["receipts"]] == [d["deltaId"] for d in raw["deltas"]]
+    elif expected["status"] == 503:
+        # Ours: the message names the table; the code and the status are the original's.
+        assert body["code"] == expected["body"]["code"]
+        assert body["error"].startswith("Buffer backpressure exceeded (")
+        assert api.items() == before
+    else:
+        assert body == expected["body"]
+        assert api.items() == before
+
+
+# -- bad input: documented 4xx, nothing written --------------------------------------------------------------------
+
+
+def _rejected(api, event, status, error=None, code="VALIDATION_ERROR"):
+    before = api.items()
+    reply = api.call(push_fn, event)
+    body = reply.json()
+    assert reply.status == status, body
+    assert body["code"] == code
+    if error is not None:
+        assert body["error"] == error
+    assert api.items() == before == EMPTY
+    return body
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ("{", "Invalid JSON body"),
+        ("", "Invalid JSON body"),
+        ('{"clientId": "client-a", "deltas": [NaN]}', "Invalid JSON body"),
+        ("[1, 2]", "Missing required fields: clientId, deltas"),
+        ('{"clientId": "client-a", "deltas": {}}', "Missing required fields: clientId, deltas"),
+        ('{"clientId": null, "deltas": []}', "Missing required fields: clientId, deltas"),
+        ('{"clientId": 0, "deltas": []}', "Missing required fields: clientId, deltas"),
+    ],
+    ids=["truncated", "empty", "nan", "array", "deltas-object", "null-client", "zero-client"],
+)
+def test_push_malformed_json_is_400(api, raw, error):
+    _rejected(api, api.event("push_json", body=raw), 400, error)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d.update(hlc=65536000000), "hlc"),
+        (lambda d: d.update(op="UPSERT"), "op"),
+        (lambda d: d.update(columns="title"), "columns"),
+        (lambda d: d.pop("rowId"), "rowId"),
+        (lambda d: d["columns"].append({"column": 5, "value": 1}), "column"),
+    ],
+    ids=["hlc-number", "bad-op", "columns-string", "no-rowId", "column-name-number"],
+)
+def test_push_wrong_types_are_400_naming_the_field(api, mutate, field):
+    # Given a push whose only delta has a field of the wrong type
+    delta = _delta().to_json()
+    mutate(delta)
+    # When pushed, Then 400 names the delta's field
+    body = _rejected(api, api.event("push_json", body={"clientId": "client-a", "deltas": [delta]}), 400)
+    assert "deltas[0]" in body["error"] and field in body["error"]
+
+
+def test_push_malformed_protobuf_is_400(api):
+    event = api.event("push_protobuf", body=b"\x0a\xff\xff\xff\xff\x0f garbage")
+    _rejected(api, event, 400, "Failed to decode SyncPush")
+
+
+def test_push_protobuf_without_client_id_is_400(api):
+    data = encode_sync_push(SyncPush("", (_delta(),)))
+    _rejected(api, api.event("push_protobuf", body=data), 400, "Missing required fields: clientId, deltas")
+
+
+def test_push_content_length_over_limit_is_413_before_reading(api):
+    event = api.event("push_json", headers={"content-length": str(1024 * 1024 + 1)})
+    _rejected(api, event, 413, "Payload too large (max 1 MiB)")
+
+
+def test_push_body_over_limit_is_413_even_without_content_length(api):
+    filler = "x" * (1024 * 1024)
+    event = api.event(
+        "push_json", body={"clientId": "client-a", "deltas": [], "pad": filler}, headers={"content-length": None}
+    )
+    _rejected(api, event, 413, "Payload too large (max 1 MiB)")
+
+
+def test_push_binary_body_over_limit_is_413(api):
+    event = api.event("push_protobuf", body=b"\x00" * (1024 * 1024 + 10), headers={"content-length": None})
+    _rejected(api, event, 413, "Payload too large (max 1 MiB)")
+
+
+def test_push_invalid_base64_is_400(api):
+    event = api.event("push_protobuf")
+    event["body"] = "not*base64!"
+    _rejected(api, event, 400, "Invalid base64 body")
+
+
+def test_push_configured_body_limit_is_named_in_the_message(api, monkeypatch):
+    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", "100")
+    _rejected(api, api.event("push_json"), 413, "Payload too large (max 100 bytes)")
+
+
+def test_push_10001_deltas_is_400_before_any_delta_is_parsed(api):
+    # Given 10,001 placeholder deltas (the count is checked before the deltas' shape)
+    body = {"clientId": "client-a", "deltas": [0] * 10_001}
+    _rejected(api, api.event("push_json", body=body), 400, "Too many deltas in a single push (max 10,000)")
+
+
+def test_push_10001_real_deltas_is_400(api, monkeypatch):
+    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", str(8 * 1024 * 1024))
+    deltas = [_delta(f"r{i}") for i in range(10_001)]
+    _rejected(api, api.event("push_json", body=_body(*deltas)), 400, "Too many deltas in a single push (max 10,000)")
+
+
+def test_push_10000_deltas_is_within_the_limit(api, monkeypatch):
+    # Given exactly 10,000 (duplicate) deltas, When pushed, Then they pass the count check
+    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", str(8 * 1024 * 1024))
+    reply = api.call(push_fn, api.event("push_json", body=_body(*[_delta()] * 10_000)))
+    assert reply.status == 200
+    assert reply.json()["accepted"] == 10_000
+    assert api.items()["deltas"] == 1
+
+
+def test_push_spoofed_body_client_id_is_403(api):
+    event = api.event("push_json", token=api.token("mallory"))
+    _rejected(api, event, 403, "Client ID mismatch: push clientId does not match authenticated identity", "FORBIDDEN")
+
+
+def test_push_spoofed_delta_client_id_is_403(api):
+    # Given a body in the caller's name carrying a delta in someone else's name
+    body = _body(_delta("row-1"), _delta("row-2", client="victim"))
+    _rejected(
+        api,
+        api.event("push_json", body=body),
+        403,
+        "Client ID mismatch: delta clientId does not match authenticated identity",
+        "FORBIDDEN",
+    )
+
+
+def test_push_admin_may_push_deltas_of_other_clients(api):
+    # Given an admin (a connector or a backfill) pushing a client's delta
+    body = _body(_delta(client="victim"), client="ops")
+    # When pushed, Then it is accepted as trusted
+    reply = api.call(push_fn, api.event("push_json", token=api.admin_token("ops"), body=body))
+    assert reply.status == 200
+    assert reply.json()["deltas"][0]["clientId"] == "victim"
+
+
+@pytest.mark.parametrize("table", ["1todos", "to-dos", "x" * 65, "todos;drop", "tödös"])
+def test_push_invalid_table_name_is_422(api, table):
+    body = _body(_delta("row-1"), _delta("row-2", table=table))
+    error = _rejected(api, api.event("push_json", body=body), 422, code="SCHEMA_ERROR")["error"]
+    assert error.startswith(f'Invalid SQL identifier: "{table}"')
+
+
+def test_push_clock_drift_is_409_and_writes_nothing(api):
+    future = _delta("row-2", ms=4_000_000_000_000)
+    _rejected(api, api.event("push_json", body=_body(_delta(), future)), 409, code="CLOCK_DRIFT")
+
+
+def test_push_oversized_row_is_413(api):
+    big = make_delta(
+        "UPDATE", table="todos", row_id="r", client_id="client-a", hlc=encode(1, 0), columns={"a": "x" * 200_000}
+    )
+    _rejected(api, api.event("push_json", body=_body(big)), 413)
+
+
+# -- property: random JSON never makes the handler fail -----------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_delta_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "op": st.sampled_from(["INSERT", "UPDATE", "DELETE", "", 1]),
+        "table": st.sampled_from(["todos", "", "1x", None]) | st.text(max_size=5),
+        "rowId": st.text(max_size=5) | _json,
+        "clientId": st.just("client-a") | _json,
+        "columns": st.lists(st.fixed_dictionaries({"column": st.text(max_size=4), "value": _json}), max_size=3) | _json,
+        "hlc": st.integers(0, 2**70).map(str) | _json,
+        "deltaId": st.text(max_size=6) | _json,
+    },
+)
+_push_like = st.fixed_dictionaries(
+    {"clientId": st.just("client-a") | _json, "deltas": st.lists(_delta_like | _json, max_size=4) | _json},
+    optional={"lastSeenHlc": _json},
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_json | _push_like)
+def test_push_random_json_never_yields_a_5xx(api, body):
+    reply = api.call(push_fn, api.event("push_json", body=body))
+    assert reply.status < 500, reply.body
+    assert set(reply.json()) >= ({"error", "code"} if reply.status >= 400 else {"accepted", "serverHlc"})

@@ -1,0 +1,113 @@
+"""functions._settings.Settings.from_env: defaults, the table-name and secret alternatives, and one clear error
+listing every bad variable.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from functions._settings import API_ENV_VARS, FUNCTION_ENV_VARS, TABLE_VARS, Settings, SettingsError
+from lakesync.aws.tables import TableNames
+
+SECRET = "a-secret-of-enough-bytes"
+TABLES = {var: f"tbl-{kind}" for kind, var in TABLE_VARS.items()}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**TABLES, "LAKESYNC_JWT_SECRET": SECRET, **extra}
+
+
+def test_settings_defaults():
+    settings = Settings.from_env(_env())
+    assert settings.gateway_ids == frozenset({"default"})
+    assert settings.tables == TableNames(*(f"tbl-{kind}" for kind in TABLE_VARS))
+    assert settings.jwt_secrets == (SECRET,) and settings.jwt_secret_arn is None
+    assert settings.max_body_bytes == 1024 * 1024
+    assert settings.backpressure_bytes is None and settings.sub_shards == {}
+    gateway = settings.gateway_settings()
+    assert gateway.backpressure_limit == 2 * gateway.flush_threshold_bytes
+
+
+def test_settings_reads_every_variable():
+    settings = Settings.from_env(
+        _env(
+            LAKESYNC_GATEWAY_IDS=" a , b.c ",
+            LAKESYNC_JWT_SECRET_PREVIOUS="the-previous-secret-xx",
+            LAKESYNC_FLUSH_THRESHOLD_BYTES="1000",
+            LAKESYNC_BACKPRESSURE_BYTES="0",
+            LAKESYNC_SUB_SHARDS='{"todos": 4}',
+            LAKESYNC_MAX_BODY_BYTES="2048",
+        )
+    )
+    assert settings.gateway_ids == frozenset({"a", "b.c"})
+    assert settings.jwt_secrets == (SECRET, "the-previous-secret-xx")
+    gateway = settings.gateway_settings()
+    assert (gateway.flush_threshold_bytes, gateway.backpressure_limit) == (1000, 0)
+    assert gateway.sub_shards == {"todos": 4} and gateway.gateway_ids == frozenset({"a", "b.c"})
+    assert settings.max_body_bytes == 2048
+
+
+def test_settings_table_prefix_is_the_local_shortcut():
+    settings = Settings.from_env({"LAKESYNC_TABLE_PREFIX": "dev", "LAKESYNC_JWT_SECRET": SECRET})
+    assert settings.tables == TableNames.with_prefix("dev")
+
+
+def test_settings_secret_arn_replaces_the_secret():
+    settings = Settings.from_env({**TABLES, "LAKESYNC_JWT_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:1:secret:x"})
+    assert settings.jwt_secrets == () and settings.jwt_secret_arn == "arn:aws:secretsmanager:eu-west-1:1:secret:x"
+
+
+def test_settings_ignore_empty_and_foreign_variables():
+    settings = Settings.from_env(_env(LAKESYNC_GATEWAY_IDS="", LAKESYNC_JWT_SECRET_PREVIOUS="", HOME="/root"))
+    assert settings.gateway_ids == frozenset({"default"}) and settings.jwt_secrets == (SECRET,)
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"LAKESYNC_JWT_SECRET": SECRET}, "missing LAKESYNC_TABLE_DELTAS, LAKESYNC_TABLE_ROWS"),
+        ({**TABLES, "LAKESYNC_TABLE_DELTAS": ""}, "missing LAKESYNC_TABLE_DELTAS (or set LAKESYNC_TABLE_PREFIX)"),
+        (_env(LAKESYNC_TABLE_PREFIX="dev"), "set either LAKESYNC_TABLE_PREFIX or the 6 LAKESYNC_TABLE_* names"),
+        (_env(LAKESYNC_TABLE_ROWS="a b"), "table name 'a b' (rows) is not a valid DynamoDB table name"),
+        (TABLES, "missing LAKESYNC_JWT_SECRET (or LAKESYNC_JWT_SECRET_ARN)"),
+        (_env(LAKESYNC_JWT_SECRET="short"), "LAKESYNC_JWT_SECRET must be at least 18 bytes"),
+        (_env(LAKESYNC_JWT_SECRET_PREVIOUS="short"), "LAKESYNC_JWT_SECRET_PREVIOUS must be at least 18 bytes"),
+        (_env(LAKESYNC_JWT_SECRET_ARN="arn:x"), "set either LAKESYNC_JWT_SECRET_ARN or LAKESYNC_JWT_SECRET"),
+        (_env(LAKESYNC_GATEWAY_IDS="a,,b"), "LAKESYNC_GATEWAY_IDS holds invalid gateway ids ['']"),
+        (_env(LAKESYNC_GATEWAY_IDS="a/b"), "invalid gateway ids ['a/b']"),
+        (_env(LAKESYNC_FLUSH_THRESHOLD_BYTES="0"), "LAKESYNC_FLUSH_THRESHOLD_BYTES must be an integer >= 1, got '0'"),
+        (_env(LAKESYNC_BACKPRESSURE_BYTES="-1"), "LAKESYNC_BACKPRESSURE_BYTES must be an integer >= 0"),
+        (_env(LAKESYNC_MAX_BODY_BYTES="1e6"), "LAKESYNC_MAX_BODY_BYTES must be an integer >= 1, got '1e6'"),
+        (_env(LAKESYNC_MAX_BODY_BYTES="١٢"), "LAKESYNC_MAX_BODY_BYTES must be an integer"),
+        (_env(LAKESYNC_SUB_SHARDS="[1]"), "LAKESYNC_SUB_SHARDS must be a JSON object"),
+        (_env(LAKESYNC_SUB_SHARDS="{"), "LAKESYNC_SUB_SHARDS must be a JSON object"),
+        (_env(LAKESYNC_SUB_SHARDS='{"1x": 2}'), "LAKESYNC_SUB_SHARDS: '1x' is not a valid table name"),
+        (_env(LAKESYNC_SUB_SHARDS='{"t": 0}'), "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got 0"),
+        (_env(LAKESYNC_SUB_SHARDS='{"t": true}'), "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got True"),
+    ],
+)
+def test_settings_invalid_environment_is_a_clear_error(env, fragment):
+    with pytest.raises(SettingsError) as err:
+        Settings.from_env(env)
+    assert fragment in str(err.value)
+
+
+def test_settings_report_every_problem_at_once():
+    with pytest.raises(SettingsError) as err:
+        Settings.from_env({"LAKESYNC_MAX_BODY_BYTES": "x", "LAKESYNC_SUB_SHARDS": "x"})
+    message = str(err.value)
+    for var in ("LAKESYNC_TABLE_DELTAS", "LAKESYNC_JWT_SECRET", "LAKESYNC_MAX_BODY_BYTES", "LAKESYNC_SUB_SHARDS"):
+        assert var in message
+
+
+def test_function_env_vars_cover_what_settings_read():
+    # Given every LAKESYNC_* constant the settings module defines
+    from functions import _settings
+
+    constants = {
+        v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
+    }
+    # Then the API functions declare exactly those (and the six table names); health reads none
+    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS)
+    assert FUNCTION_ENV_VARS["health"] == frozenset()
+    assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
