@@ -237,8 +237,12 @@ def _pull_since(
     collected, has_more, last = _collect(deps, readers, limit, rules, claims, reread_until=since)
     if has_more:
         assert last is not None
-        # The next `since` resumes at the last scanned commit.
-        return PullResult(tuple(collected), max(last.commit_hlc, since), True, None)
+        # The next `since` resumes after the last scanned entry. Entries of other shards can carry the same commit
+        # HLC; if one is still unscanned, resume just before it (re-delivering the few that share it) so none is lost.
+        resume = last.commit_hlc
+        if any((nxt := r.peek()) is not None and nxt.commit_hlc == resume for r in readers):
+            resume -= 1
+        return PullResult(tuple(collected), max(resume, since), True, None)
     positions = {s.key: heads[s].seq for s in shards if s in heads}
     return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
 

@@ -244,14 +244,15 @@ def _plan(
             )
 
     base = head or ShardHead(shard)
-    # Commit HLCs strictly increase with the shard's sequence, whichever Lambda's clock commits.
+    # Every entry gets its own commit HLC, strictly increasing with the shard's sequence whichever Lambda commits,
+    # so a `since` pull can resume between two entries of one commit.
     commit_hlc = max(deps.clock.now(), base.last_commit_hlc + 1)
     entries = []
     total = 0
     for i, (delta, before, after) in enumerate(changes, start=1):
         size = len(js_stringify(delta.to_json()))
         total += size
-        entries.append(LogEntry(shard, base.seq + i, commit_hlc, delta, before, after, size))
+        entries.append(LogEntry(shard, base.seq + i, commit_hlc + i - 1, delta, before, after, size))
     new_head = ShardHead(
         shard=shard,
         seq=base.seq + len(entries),
@@ -260,7 +261,7 @@ def _plan(
         flushed_seq=base.flushed_seq,
         flushed_bytes=base.flushed_bytes,
         flushed_deltas=base.flushed_deltas,
-        last_commit_hlc=commit_hlc if entries else base.last_commit_hlc,
+        last_commit_hlc=commit_hlc + len(entries) - 1 if entries else base.last_commit_hlc,
     )
     rows = []
     for key in touched:
