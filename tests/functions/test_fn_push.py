@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import functions.push as push_fn
@@ -304,15 +304,55 @@ _delta_like = st.fixed_dictionaries(
         "deltaId": st.text(max_size=6) | _json,
     },
 )
+_valid_delta = st.builds(
+    lambda op, table, row, columns, ms, client: make_delta(
+        op, table=table, row_id=row, client_id=client, hlc=encode(ms, 0), columns=columns
+    ).to_json(),
+    op=st.sampled_from(["INSERT", "UPDATE", "DELETE"]),
+    table=st.sampled_from(["todos", "notes", "1bad", "x" * 65, "a-b"]),
+    row=st.text(min_size=1, max_size=6),
+    columns=st.dictionaries(st.text(min_size=1, max_size=5), _json, max_size=3),
+    ms=st.sampled_from([1_763_000_000_000, 4_000_000_000_000]) | st.integers(0, 2**47),
+    client=st.sampled_from(["client-a", "client-a", "someone-else"]),
+)
 _push_like = st.fixed_dictionaries(
-    {"clientId": st.just("client-a") | _json, "deltas": st.lists(_delta_like | _json, max_size=4) | _json},
+    {
+        "clientId": st.just("client-a") | _json,
+        "deltas": st.lists(_valid_delta | _delta_like | _json, max_size=4) | _json,
+    },
     optional={"lastSeenHlc": _json},
 )
 
 
+_mostly_valid_push = st.fixed_dictionaries(
+    {"clientId": st.just("client-a"), "deltas": st.lists(_valid_delta, min_size=1, max_size=4)}
+)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=_json | _push_like)
+@given(body=st.one_of(_mostly_valid_push, _push_like, _json))
 def test_push_random_json_never_yields_a_5xx(api, body):
     reply = api.call(push_fn, api.event("push_json", body=body))
+    event(f"status {reply.status}")
     assert reply.status < 500, reply.body
     assert set(reply.json()) >= ({"error", "code"} if reply.status >= 400 else {"accepted", "serverHlc"})
+
+
+def test_push_losing_delta_is_omitted_and_its_receipt_names_the_winner(api):
+    # Given a newer write to row-1's title
+    newer = _delta("row-1", ms=1_763_000_000_500)
+    assert api.call(push_fn, api.event("push_json", body=_body(newer))).status == 200
+    before = api.items()["deltas"]
+    # When an older write to the same column arrives from another client (an admin pushing on its behalf)
+    older = make_delta(
+        "UPDATE", table="todos", row_id="row-1", client_id="b", hlc=encode(1_763_000_000_000, 0), columns={"title": "x"}
+    )
+    reply = api.call(push_fn, api.event("push_json", token=api.admin_token("b"), body=_body(older, client="b")))
+    body = reply.json()
+    # Then (ours) it changes nothing: no effective delta, no log entry, and the receipt names the winner
+    # (the original appends the merged winner again and returns it)
+    assert reply.status == 200 and body["accepted"] == 1 and body["deltas"] == []
+    assert body["receipts"][0]["columns"] == [
+        {"column": "title", "applied": False, "winnerHlc": str(newer.hlc), "winnerClientId": "client-a"}
+    ]
+    assert api.items()["deltas"] == before
