@@ -574,3 +574,18 @@ def test_push_backpressure_limit_defaults_to_twice_the_flush_threshold() -> None
     settings = GatewaySettings(flush_threshold_bytes=1000)
     assert settings.backpressure_limit == 2000
     assert replace(settings, backpressure_bytes=1500).backpressure_limit == 1500
+
+
+def test_push_schema_with_a_source_table_constrains_the_deltas_of_that_table() -> None:
+    # Given a schema materialised as "todo_items" for the deltas of table "todos"
+    env = Env()
+    schema = parse_table_schema(
+        {"table": "todo_items", "sourceTable": "todos", "columns": [{"name": "title", "type": "string"}]}
+    )
+    env.config.put_schema(GW, schema, 1, 0)
+
+    # Then a todos delta with an undeclared column is refused, and one for the destination name is not constrained
+    with pytest.raises(SchemaError, match='Unknown column "colour"'):
+        env.push(d(title="x", colour="red"))
+    env.push(d(table="todo_items", colour="red"))
+    assert env.row("todos", "r1") is None

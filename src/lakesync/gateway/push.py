@@ -161,7 +161,9 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
 
 
 def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, client_id: str, trusted: bool) -> None:
-    schemas = deps.config.get_schemas(gateway) if deltas else {}
+    stored = deps.config.get_schemas(gateway) if deltas else {}
+    # A schema describes the deltas of its source table (``sourceTable``, else ``table``).
+    schemas = {schema.delta_table: (schema, version) for schema, version in stored.values()}
     for delta in deltas:
         validate_table_name(delta.table)
         if not trusted and delta.client_id != client_id:
