@@ -85,7 +85,9 @@ def new_app() -> LakeSyncResolver:
     def _lakesync_error(exc: LakeSyncError) -> Response[Any]:
         if exc.status == 500 and exc.api_code == "INTERNAL_ERROR":
             return _internal_error(app, exc)
-        if exc.status >= 500:
+        if exc.status == 503:  # backpressure or lost commit races: expected under load, retried by clients
+            logger.warning("request deferred", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
+        elif exc.status >= 500:
             logger.exception("request failed: %s %s", exc.api_code, exc.message)
         else:
             logger.info("request rejected", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
