@@ -86,8 +86,6 @@ class LocalStack:
 
     def start(self) -> Self:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
-        from functions._runtime import reset_runtime
-
         from lakesync.aws.dynamodb import create_tables
         from lakesync.aws.snapshot import load_tables
         from lakesync.aws.tables import TableNames
@@ -105,9 +103,14 @@ class LocalStack:
                 "POWERTOOLS_SERVICE_NAME": "lakesync",
                 "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+                # Metrics go to stdout as EMF on Lambda (CloudWatch picks them up); locally they are noise.
+                "POWERTOOLS_METRICS_DISABLED": os.environ.get("POWERTOOLS_METRICS_DISABLED", "true"),
                 **self.extra_env,
             }
         )
+        # Imported only now: the handlers' logger reads POWERTOOLS_LOG_LEVEL when it is first imported.
+        from functions._runtime import reset_runtime
+
         reset_runtime()
         client = self.dynamodb_client()
         names = TableNames.with_prefix(TABLE_PREFIX)
