@@ -13,9 +13,12 @@ import subprocess
 import threading
 import uuid
 import zipfile
+from contextlib import closing
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +47,11 @@ def _ts(day: int) -> datetime:
 def _micros(day: int) -> int:
     """Epoch microseconds of ``_ts(day)``; Spark reports instants as ``unix_micros`` to stay clear of local time."""
     return int(_ts(day).timestamp()) * 1_000_000
+
+
+def _local(uri: str) -> Path:
+    """The filesystem path of a ``file:/abs`` (Java) or ``file:///abs`` (pyiceberg) location."""
+    return Path(urlparse(uri).path)
 
 
 def _rows(spark: SparkSession, query: str) -> list[tuple[Any, ...]]:
@@ -177,7 +185,7 @@ def test_catalog_rows_are_keyed_by_the_shared_catalog_name(
     spark.sql(f"CREATE TABLE lake.{lake_namespace}.keyed (id BIGINT) USING iceberg")
 
     # When reading the sqlite catalog directly
-    with sqlite3.connect(lake_paths.catalog_db) as db:
+    with closing(sqlite3.connect(lake_paths.catalog_db)) as db:
         rows = db.execute(
             "SELECT catalog_name, table_name, metadata_location, iceberg_type FROM iceberg_tables "
             "WHERE table_namespace = ?",
@@ -189,8 +197,37 @@ def test_catalog_rows_are_keyed_by_the_shared_catalog_name(
     catalog_name, table_name, metadata_location, iceberg_type = rows[0]
     assert (catalog_name, table_name, iceberg_type) == ("lake", "keyed", "TABLE")
     assert metadata_location == lake_catalog.load_table(f"{lake_namespace}.keyed").metadata_location
-    assert Path(metadata_location.removeprefix("file:")).is_relative_to(lake_paths.warehouse)
     assert (lake_namespace,) in lake_catalog.list_namespaces()
+
+    # And a table pyiceberg creates next to it gets the same default layout: <warehouse>/<namespace>/<table>
+    py_table = lake_catalog.create_table(f"{lake_namespace}.py_keyed", schema=pa.schema([pa.field("id", pa.int64())]))
+    spark_table = lake_catalog.load_table(f"{lake_namespace}.keyed")
+    assert _local(spark_table.location()) == lake_paths.warehouse / lake_namespace / "keyed"
+    assert _local(py_table.location()) == lake_paths.warehouse / lake_namespace / "py_keyed"
+
+
+def test_spark_leaves_the_catalog_file_writable_by_other_processes(
+    spark: SparkSession, lake_paths: LakePaths, lake_namespace: str
+) -> None:
+    # Given Spark has run catalog reads and commits on a catalog file that existed before it started
+    table = f"{lake_namespace}.busy"
+    spark.sql(f"CREATE TABLE lake.{table} (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO lake.{table} VALUES (1)")
+    spark.sql(f"SHOW TABLES IN lake.{lake_namespace}").collect()
+
+    # When another connection writes to the catalog, without waiting long for a lock
+    with closing(sqlite3.connect(lake_paths.catalog_db, timeout=2)) as db:
+        db.execute(
+            "INSERT INTO iceberg_namespace_properties VALUES ('lake', ?, 'probe', 'yes')",
+            (lake_namespace,),
+        )
+        db.commit()
+
+    # Then the write committed, and Spark sees it
+    info = {
+        r.info_name: r.info_value for r in spark.sql(f"DESCRIBE NAMESPACE EXTENDED lake.{lake_namespace}").collect()
+    }
+    assert "(probe,yes)" in info["Properties"]
 
 
 def test_spark_parquet_timestamps_are_micros_so_pyiceberg_can_add_them(
@@ -252,6 +289,7 @@ def test_session_conf_local_sets_runtime_catalog_and_quiet_defaults(tmp_path: Pa
     assert conf["spark.sql.catalog.lake.uri"] == f"jdbc:sqlite:{tmp_path / 'c.db'}"
     assert conf["spark.sql.catalog.lake.warehouse"] == f"file://{tmp_path / 'wh'}"
     assert conf["spark.sql.catalog.lake.jdbc.schema-version"] == "V1"
+    assert conf["spark.sql.catalog.lake.jdbc.init-catalog-tables"] == "false"
     assert conf["spark.jars"].split(",") == [str(p) for p in iceberg_jars()]
     assert (conf["spark.ui.enabled"], conf["spark.sql.shuffle.partitions"]) == ("false", "2")
     assert conf["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
@@ -347,13 +385,27 @@ def test_warehouse_uri_normalises_paths_and_file_uris(tmp_path: Path) -> None:
 # --- the jar cache --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class RacedCache:
+    """A jar cache two threads built at once from cold: its root, each thread's result, the jarjar runs it took."""
+
+    root: Path
+    results: tuple[list[Path], list[Path]]
+    jarjar_runs: int
+
+
 @pytest.fixture(scope="module")
-def raced_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[Path]]]:
-    """A fresh jar cache built by two threads racing; their results, in thread order."""
+def raced_cache(tmp_path_factory: pytest.TempPathFactory) -> RacedCache:
     root = tmp_path_factory.mktemp("jar-cache")
     results: list[list[Path]] = [[], []]
     errors: list[BaseException] = []
+    runs: list[object] = []
     start = threading.Barrier(2)
+    real_run = subprocess.run
+
+    def counting_run(*args: Any, **kwargs: Any) -> Any:
+        runs.append(args)  # list.append is atomic under the GIL
+        return real_run(*args, **kwargs)
 
     def build(slot: int) -> None:
         try:
@@ -362,33 +414,46 @@ def raced_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[li
         except BaseException as e:  # re-raised in the test thread below
             errors.append(e)
 
-    threads = [threading.Thread(target=build, args=(slot,)) for slot in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("lakesync.spark.runtime.subprocess.run", counting_run)
+        threads = [threading.Thread(target=build, args=(slot,)) for slot in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     if errors:
         raise errors[0]
-    return root, results
+    return RacedCache(root=root, results=(results[0], results[1]), jarjar_runs=len(runs))
 
 
-def test_iceberg_jars_racing_builders_publish_one_complete_cache(raced_cache: tuple[Path, list[list[Path]]]) -> None:
-    root, (first, second) = raced_cache
+def _visible(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
 
-    # Then both threads got the same, existing jars, published in one keyed directory with no leftovers
+
+def _leftovers(directory: Path) -> list[str]:
+    """Hidden entries other than the builders' lock files: temporary or discarded build directories."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock"))
+
+
+def test_iceberg_jars_racing_threads_build_the_cache_once(raced_cache: RacedCache) -> None:
+    first, second = raced_cache.results
+
+    # Then both threads got the same existing jars, from one keyed directory built by one set of jarjar runs
     assert first == second
     assert all(p.is_file() for p in first)
-    assert [p.name for p in root.iterdir()] == [first[1].parent.name]
+    assert raced_cache.jarjar_runs == 3
+    assert _visible(raced_cache.root) == [first[1].parent.name]
+    assert _leftovers(raced_cache.root) == []
     assert first[0] == runtime.iceberg_runtime_jar()
     assert first[-1] == runtime.SQLITE_JDBC_JAR
-    assert [p.parent for p in first[1:4]] == [root / first[1].parent.name] * 3
+    assert [p.parent for p in first[1:4]] == [raced_cache.root / first[1].parent.name] * 3
 
 
 def test_iceberg_jars_reuses_the_cache_without_running_jarjar(
-    raced_cache: tuple[Path, list[list[Path]]], monkeypatch: pytest.MonkeyPatch
+    raced_cache: RacedCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a built cache and its files' mtimes
-    root, (built, _) = raced_cache
+    root, built = raced_cache.root, raced_cache.results[0]
     before = {p: p.stat().st_mtime_ns for p in built[1:4]}
 
     def no_jarjar(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -404,9 +469,9 @@ def test_iceberg_jars_reuses_the_cache_without_running_jarjar(
     assert {p: p.stat().st_mtime_ns for p in again[1:4]} == before
 
 
-def test_iceberg_jars_rebuilds_an_incomplete_cache(raced_cache: tuple[Path, list[list[Path]]], tmp_path: Path) -> None:
+def test_iceberg_jars_rebuilds_an_incomplete_cache(raced_cache: RacedCache, tmp_path: Path) -> None:
     # Given a copy of the cache with one relocated jar deleted
-    root, (built, _) = raced_cache
+    root, built = raced_cache.root, raced_cache.results[0]
     copy = tmp_path / "cache"
     shutil.copytree(root, copy)
     key_dir = copy / built[1].parent.name
@@ -416,13 +481,14 @@ def test_iceberg_jars_rebuilds_an_incomplete_cache(raced_cache: tuple[Path, list
     jars = iceberg_jars(copy)
 
     # Then the directory is complete again and nothing else is left behind
+    assert jars == [*built[:1], *(key_dir / p.name for p in built[1:4]), built[4]]
     assert all(p.is_file() for p in jars)
-    assert [p.name for p in copy.iterdir()] == [key_dir.name]
+    assert _visible(copy) == [key_dir.name]
+    assert _leftovers(copy) == []
 
 
-def test_relocated_jackson_sits_under_iceberg_shaded_package(raced_cache: tuple[Path, list[list[Path]]]) -> None:
-    _, (jars, _) = raced_cache
-    core, databind, annotations = jars[1:4]
+def test_relocated_jackson_sits_under_iceberg_shaded_package(raced_cache: RacedCache) -> None:
+    core, databind, annotations = raced_cache.results[0][1:4]
 
     for jar, artifact in ((core, "core"), (databind, "databind"), (annotations, "annotation")):
         with zipfile.ZipFile(jar) as z:

@@ -5,9 +5,10 @@ warehouse. Both keep the same two tables (``iceberg_tables``, ``iceberg_namespac
 catalog *name* (so both sides must use the same name, ``lake`` by default), namespaces joined with ``.``. Both sides
 are pinned to the catalog schema ``V1`` (the one with the ``iceberg_type`` column), whichever creates the tables first.
 
-Where a table's files land differs when no location is given: Java's JDBC catalog uses ``<warehouse>/<ns>/<table>``,
-pyiceberg (and the Glue catalog) ``<warehouse>/<ns>.db/<table>``. Either side reads the other's tables, because the
-catalog row points at the metadata file.
+Without an explicit location both put a table of a one-level namespace at ``<warehouse>/<ns>/<table>`` (the Glue
+catalog would use ``<ns>.db``); for nested namespaces they differ (Java ``a/b/t``, pyiceberg ``a.b/t``). Java writes
+locations as ``file:/abs``, pyiceberg as ``file:///abs``; each reads the other's, since the catalog row points at the
+metadata file.
 
 The path helpers here are pure, so the Spark session factory shares them without importing pyiceberg.
 """
@@ -21,7 +22,7 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
 
-__all__ = ["CATALOG_SCHEMA_VERSION", "local_catalog", "sqlite_file", "warehouse_uri"]
+__all__ = ["CATALOG_SCHEMA_VERSION", "create_catalog_tables", "local_catalog", "sqlite_file", "warehouse_uri"]
 
 CATALOG_SCHEMA_VERSION = "v1"
 """The JDBC catalog schema revision both Spark (``jdbc.schema-version``) and pyiceberg (``schema_version``) use."""
@@ -71,6 +72,28 @@ def warehouse_uri(warehouse: str | Path) -> str:
     # Unescaped on purpose: Hadoop's Path and pyiceberg's urlparse both take the URI's path literally.
     path = Path(text).expanduser().absolute()
     return "file://" + path.as_posix().rstrip("/")
+
+
+def create_catalog_tables(catalog_uri_or_path: str | Path) -> Path:
+    """Create the catalog tables (schema V1) in a sqlite file unless they exist; the file too if needed.
+
+    The local Spark session calls this before it starts, and tells Iceberg's ``JdbcCatalog`` not to create tables:
+    when they already exist, that code path (Iceberg 1.10) leaves a ``getTables`` result set open, and sqlite then
+    keeps a shared lock for the life of the JVM, so no other process (pyiceberg) can ever commit to the catalog.
+
+    Args:
+        catalog_uri_or_path: The catalog's sqlite file (path, ``jdbc:sqlite:`` or ``sqlite:///`` URI).
+
+    Returns:
+        The absolute path of the sqlite file.
+    """
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    db = sqlite_file(catalog_uri_or_path)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # The catalog name does not matter here: only the (shared) tables are created, no rows.
+    SqlCatalog("init", uri=f"sqlite:///{db}", schema_version=CATALOG_SCHEMA_VERSION).engine.dispose()
+    return db
 
 
 def local_catalog(catalog_uri_or_path: str | Path, warehouse: str | Path, name: str = "lake") -> SqlCatalog:

@@ -7,9 +7,10 @@ rule :data:`JACKSON_RULE`.
 
 Invariants:
     * The re-relocated jars live in ``<cache_dir>/<key>/`` where ``key`` names the source Jackson versions and the
-      recipe revision; a directory under that name is only ever created by an atomic ``rename`` of a fully built
-      temporary directory, so its existence means it is complete. Two processes (or threads) racing both build, one
-      rename wins, the loser discards its copy.
+      recipe revision. That directory is only ever created by an atomic ``rename`` of a fully built temporary
+      directory, so readers (who take no lock) never see a partial cache.
+    * Builders serialise on an ``flock`` of ``<cache_dir>/.<key>.lock`` and re-check under it, so processes or
+      threads racing on a cold cache build it once; the others wait and reuse it.
     * A cached directory is reused as is: no rebuild, no rewrite (so its files keep their mtime).
     * Multi-release entries (``META-INF/versions/*``), ``module-info.class`` and ``META-INF/services/*`` are dropped
       before relocation: jarjar would flatten the Java 9+ variants over the Java 8 classes, and the service files
@@ -20,6 +21,7 @@ Only the local runtime needs this. On AWS Glue, Iceberg comes from ``--datalake-
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -27,8 +29,9 @@ import subprocess
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from lakesync.core.errors import LakeSyncError
@@ -173,30 +176,38 @@ def _build(java: str, sources: Sequence[Path], names: Sequence[str], target: Pat
     if not JARJAR_JAR.is_file():
         raise SparkSetupError(f"jarjar ({JARJAR_JAR}) is missing; {_SETUP_HINT}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        rules = work / "rules.txt"
-        rules.write_text(JACKSON_RULE + "\n", encoding="utf-8")
-        with ThreadPoolExecutor(max_workers=len(sources)) as pool:
-            futures = [
-                pool.submit(_relocate, java, rules, src, work / name) for src, name in zip(sources, names, strict=True)
-            ]
-            for future in futures:
-                future.result()
-        rules.unlink()
-        _check_probe(work / names[0])
-        work.chmod(0o755)  # mkdtemp makes it private; the published cache is readable like any other
+    with _exclusive(target.with_name(f".{target.name}.lock")):
+        if _complete(target, names):
+            return  # whoever held the lock before us built it
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         try:
+            rules = work / "rules.txt"
+            rules.write_text(JACKSON_RULE + "\n", encoding="utf-8")
+            with ThreadPoolExecutor(max_workers=len(sources)) as pool:
+                jobs = [pool.submit(_relocate, java, rules, s, work / n) for s, n in zip(sources, names, strict=True)]
+                for job in jobs:
+                    job.result()
+            rules.unlink()
+            _check_probe(work / names[0])
+            work.chmod(0o755)  # mkdtemp makes it private; the published cache is readable like any other
+            if target.exists():
+                # Incomplete (someone deleted a file): move it aside rather than patch it under a reader's feet.
+                _discard(target)
             os.rename(work, target)
-        except OSError:
-            if _complete(target, names):
-                return  # another builder published first; its copy is equivalent and ours is dropped
-            # An incomplete directory (someone deleted a file): move it aside rather than patch it in place.
-            _discard(target)
-            os.rename(work, target)
-    finally:
-        if work.exists():
-            shutil.rmtree(work, ignore_errors=True)
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``lock_file``: one builder at a time, across threads and processes."""
+    with lock_file.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _complete(target: Path, names: Sequence[str]) -> bool:

@@ -3,7 +3,9 @@
 ``catalog="local"``
     Spark's Iceberg ``JdbcCatalog`` on a sqlite file plus a ``file://`` warehouse, with the Iceberg runtime jars
     from :func:`lakesync.spark.runtime.iceberg_jars`. pyiceberg opens the same store with
-    :func:`lakesync.lake.catalog.local_catalog`.
+    :func:`lakesync.lake.catalog.local_catalog`. The catalog tables are created (by pyiceberg) before Spark starts,
+    never by Iceberg's ``JdbcCatalog``, which would otherwise lock a pre-existing sqlite catalog against other
+    writers (see :func:`lakesync.lake.catalog.create_catalog_tables`).
 ``catalog="glue"``
     The Glue Data Catalog (``org.apache.iceberg.aws.glue.GlueCatalog``) with ``S3FileIO`` and an ``s3://``
     warehouse. Glue provides the Iceberg jars (``--datalake-formats iceberg``); the job must also pass
@@ -25,7 +27,7 @@ from typing import Literal
 
 from pyspark.sql import SparkSession
 
-from lakesync.lake.catalog import CATALOG_SCHEMA_VERSION, sqlite_file, warehouse_uri
+from lakesync.lake.catalog import CATALOG_SCHEMA_VERSION, create_catalog_tables, sqlite_file, warehouse_uri
 from lakesync.spark.runtime import SparkSetupError, iceberg_jars
 
 __all__ = ["CatalogKind", "build_session", "session_conf"]
@@ -82,13 +84,14 @@ def session_conf(
         if catalog_uri is None:
             raise ValueError("a local catalog needs catalog_uri: the sqlite file shared with pyiceberg")
         db = sqlite_file(catalog_uri)
-        db.parent.mkdir(parents=True, exist_ok=True)
         conf.update(_LOCAL_CONF)
         conf["spark.master"] = master or _LOCAL_MASTER
         conf["spark.jars"] = ",".join(str(p) for p in iceberg_jars(jar_cache_dir))
         conf[f"{prefix}.type"] = "jdbc"
         conf[f"{prefix}.uri"] = f"jdbc:sqlite:{db}"
         conf[f"{prefix}.jdbc.schema-version"] = CATALOG_SCHEMA_VERSION.upper()
+        # build_session creates the tables first; see create_catalog_tables for why Iceberg must not.
+        conf[f"{prefix}.jdbc.init-catalog-tables"] = "false"
         conf[f"{prefix}.warehouse"] = warehouse_uri(warehouse)
         # Spark's built-in catalog is unused, but Spark creates its directory at start-up: keep it out of the cwd.
         conf["spark.sql.warehouse.dir"] = (db.parent / "spark-warehouse").as_uri()
@@ -152,6 +155,7 @@ def build_session(
     )
     if catalog == "local":
         _refuse_foreign_session(conf, catalog_name)
+        create_catalog_tables(conf[f"spark.sql.catalog.{catalog_name}.uri"])
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
