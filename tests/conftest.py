@@ -36,13 +36,10 @@ FAKE_AWS = {
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Any:
-    from moto.server import ThreadedMotoServer
+    from lakesync.local.moto import MotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with MotoServer() as server:
+        yield server.endpoint_url
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ Eight writer threads push overlapping rows of a small key space (frequent confli
 deltas within and across pushes, re-pushed batches) while four puller threads follow cursors, then drain. Each thread
 has its own GatewayDeps (as each Lambda would) over one shared, thread-safe boto3 client.
 
-moto's server handles requests on concurrent threads without isolating them: its TransactWriteItems snapshots whole
-tables and restores the snapshot when a condition fails, wiping writes that other requests made meanwhile (and its
-deepcopy can crash on a table being written). DynamoDB executes each request atomically and isolates transactions from
-other writes, so this test talks to a moto server that runs one request at a time -- the guarantee the design relies
-on -- sharing the state of the session's moto server (moto keeps it in process globals).
+moto's own threaded server does not isolate concurrent requests (a failed TransactWriteItems restores a snapshot of
+whole tables, wiping other requests' writes); lakesync.local.moto.MotoServer, which the session fixture uses, runs one
+request at a time, giving the per-request isolation DynamoDB guarantees and the design relies on.
 """
 
 from __future__ import annotations
@@ -43,43 +41,15 @@ COLUMNS = ["a", "b", "c", "d"]
 CLIENTS = ["alice", "bob", "carol", "dave", "ève"]
 
 
-class _OneRequestAtATime:
-    """WSGI middleware: runs each request (body included) under one lock, as DynamoDB isolates each request."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-
-    def __call__(self, environ: Any, start_response: Any) -> list[bytes]:
-        with self.lock:
-            return list(self.app(environ, start_response))
-
-
-@pytest.fixture(scope="module")
-def isolated_endpoint(moto_endpoint: str) -> Any:
-    """A second moto server over the same in-process state, serving one request at a time."""
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
-    app = _OneRequestAtATime(DomainDispatcherApplication(create_backend_app))
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    yield f"http://{host}:{port}"
-    server.shutdown()
-    thread.join(10)
-
-
 @pytest.fixture
-def shared_client(isolated_endpoint: str, dynamodb_tables: Any) -> Any:
+def shared_client(moto_endpoint: str, dynamodb_tables: Any) -> Any:
     """One boto3 client for every thread, with a connection pool large enough for all of them."""
     import boto3
     from botocore.config import Config
 
     return boto3.client(
         "dynamodb",
-        endpoint_url=isolated_endpoint,
+        endpoint_url=moto_endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",

@@ -1,6 +1,7 @@
 """moto in server mode, in this process, as the embedded default's AWS.
 
-:class:`MotoServer` runs moto's ``ThreadedMotoServer`` on 127.0.0.1 and hands out what boto3 needs to reach it
+:class:`MotoServer` runs moto's WSGI app on 127.0.0.1 (one request at a time, see :class:`_OneRequestAtATime`) and
+hands out what boto3 needs to reach it
 (:class:`AwsEndpoint`), without touching ``os.environ``: callers pass ``client_kwargs()`` to ``boto3.client`` or
 ``env()`` to a subprocess, as they choose.
 
@@ -18,12 +19,13 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import threading
 import urllib.request
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
-from moto.server import ThreadedMotoServer
+from werkzeug.serving import BaseWSGIServer
 
 __all__ = ["DEFAULT_REGION", "AwsEndpoint", "MotoServer"]
 
@@ -90,7 +92,8 @@ class MotoServer:
         self.host = host
         self.region = region
         self._requested_port = port
-        self._server: ThreadedMotoServer | None = None
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
         self._port: int | None = None
 
     @property
@@ -123,10 +126,20 @@ class MotoServer:
             # ThreadedMotoServer.start() waits forever when its thread fails to bind: check first.
             _check_bindable(self.host, self._requested_port)
         _quiet_werkzeug()
-        server = ThreadedMotoServer(ip_address=self.host, port=self._requested_port, verbose=False)
-        server.start()
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        app = _OneRequestAtATime(DomainDispatcherApplication(create_backend_app))
+        server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=MotoRequestHandler)
+        thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
+        thread.start()
         self._server = server
-        self._port = server.get_host_and_port()[1]
+        self._thread = thread
+        self._port = server.server_address[1]
         logger.info("moto server listening on %s", self.endpoint_url)
         return self
 
@@ -134,7 +147,11 @@ class MotoServer:
         """Stop the server and release its port. Idempotent; moto's state stays until :meth:`reset`."""
         server, self._server, self._port = self._server, None, None
         if server is not None:
-            server.stop()
+            server.shutdown()
+            server.server_close()
+            if self._thread is not None:
+                self._thread.join(10)
+                self._thread = None
 
     def reset(self) -> None:
         """Clear every moto backend of this process (``POST /moto-api/reset``)."""
@@ -149,6 +166,23 @@ class MotoServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class _OneRequestAtATime:
+    """WSGI middleware running each request (body included) under one lock.
+
+    DynamoDB isolates every request; moto's threaded server does not: a transaction that fails a condition restores
+    a snapshot of whole tables, wiping writes that other requests made meanwhile. Serialising requests restores
+    DynamoDB's per-request isolation (found by the gateway's concurrency test).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: Any, start_response: Any) -> list[bytes]:
+        with self.lock:
+            return list(self.app(environ, start_response))
 
 
 def _check_bindable(host: str, port: int) -> None:
