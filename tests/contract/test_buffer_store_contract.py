@@ -444,27 +444,18 @@ def test_buffer_log_entries_round_trip_tricky_values_exactly(store: BufferStore,
 def test_buffer_stores_the_largest_row_the_push_service_admits(
     store: BufferStore, shard: ShardId, char: str, request: pytest.FixtureRequest
 ) -> None:
-    from lakesync.core.canonical import js_stringify
+    from lakesync.core.canonical import utf8_size
     from lakesync.core.hlc import HLC
     from lakesync.core.messages import SyncPush
     from lakesync.gateway.deps import GatewayDeps, GatewaySettings
     from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
     from lakesync.gateway.push import push
 
-    if char != "a" and not isinstance(store, InMemoryBufferStore):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="BUG (aws/dynamodb.py _dumps + gateway/push.py size checks): max_row_bytes counts characters, "
-                "but rows and log entries are stored as ASCII-escaped JSON (6-12 bytes per non-ASCII character), so "
-                "a row the push admits exceeds DynamoDB's 400 KB item limit and the push fails with a 500",
-            )
-        )
     # Given a row just under the push's row size limit, in the given alphabet
     settings = GatewaySettings()
-    overhead = len(js_stringify([{"column": "body", "value": ""}]))
-    text = char * (settings.max_row_bytes - overhead)
-    assert len(js_stringify([{"column": "body", "value": text}])) == settings.max_row_bytes
+    overhead = utf8_size([{"column": "body", "value": ""}])
+    text = char * ((settings.max_row_bytes - overhead) // len(char.encode()))
+    assert settings.max_row_bytes - 4 < utf8_size([{"column": "body", "value": text}]) <= settings.max_row_bytes
     deps = GatewayDeps(store, InMemoryConfigStore(), InMemoryActionStore(), settings, HLC(lambda: NOW * 1000))
     delta = make_delta("INSERT", table="todos", row_id="big", client_id="c", hlc=hlc(1), columns={"body": text})
 

@@ -305,17 +305,7 @@ def test_pull_since_paging_through_old_commits_never_splits_a_commit_and_loses_i
     assert seen == {e.delta.delta_id for e in env.log()}
 
 
-_SINCE_TIE_LIVELOCK = pytest.mark.xfail(
-    strict=True,
-    reason="BUG (gateway/pull.py _pull_since): when more than `limit` entries of different shards share one commit "
-    "HLC, the page stops inside the group and resumes at commit_hlc - 1 == since, so the same page comes back forever",
-)
-
-
-@pytest.mark.parametrize(
-    "limit",
-    [pytest.param(1, marks=_SINCE_TIE_LIVELOCK), pytest.param(2, marks=_SINCE_TIE_LIVELOCK), 3, 7],
-)
+@pytest.mark.parametrize("limit", [1, 2, 3, 7])
 @pytest.mark.parametrize("age_ms", [0, 600_000], ids=["recent", "old"])
 def test_pull_since_paging_over_interleaved_shards_terminates_and_delivers_everything(limit: int, age_ms: int) -> None:
     # Given pushes whose chunks land in three shards at the same moments (commit HLCs of the shards interleave)

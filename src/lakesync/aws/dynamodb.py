@@ -11,6 +11,7 @@ Items are built by hand (no TypeSerializer) because this is the hot path.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -40,9 +41,13 @@ if TYPE_CHECKING:
 Item = dict[str, Any]
 
 
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
 def _dumps(value: JsonValue) -> str:
-    # ASCII-only JSON: lone surrogates in strings survive the trip through DynamoDB's UTF-8.
-    return json.dumps(value, separators=(",", ":"))
+    # UTF-8 JSON (what the push size limits measure); only lone surrogates, which UTF-8 cannot carry, are escaped.
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def _s(value: str) -> dict[str, str]:
@@ -84,6 +89,35 @@ def _client_error(exc: ClientError, what: str) -> StorageError:
     return StorageError(f"DynamoDB {what} failed: {code}")
 
 
+def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Item]:
+    """Consistent BatchGetItem of any number of keys, following UnprocessedKeys."""
+    found: list[Item] = []
+    for start in range(0, len(keys), 100):
+        request: dict[str, Any] = {table: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
+        while request:
+            try:
+                out = db.batch_get_item(RequestItems=request)
+            except ClientError as exc:
+                raise _client_error(exc, "BatchGetItem") from exc
+            found.extend(out["Responses"].get(table, []))
+            request = dict(out.get("UnprocessedKeys") or {})
+    return found
+
+
+def _query_all(db: DynamoDBClient, **kwargs: Any) -> Iterable[Item]:
+    """Every item of a Query, following LastEvaluatedKey."""
+    while True:
+        try:
+            out = db.query(**kwargs)
+        except ClientError as exc:
+            raise _client_error(exc, "Query") from exc
+        yield from out.get("Items", [])
+        last = out.get("LastEvaluatedKey")
+        if not last:
+            return
+        kwargs["ExclusiveStartKey"] = last
+
+
 class DynamoDBBufferStore:
     """The buffer on DynamoDB (deltas, rows, heads, dedup and the shard registry in config)."""
 
@@ -93,17 +127,7 @@ class DynamoDBBufferStore:
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
-        found: list[Item] = []
-        for start in range(0, len(keys), 100):
-            request: dict[str, Any] = {table: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
-            while request:
-                try:
-                    out = self._db.batch_get_item(RequestItems=request)
-                except ClientError as exc:
-                    raise _client_error(exc, "BatchGetItem") from exc
-                found.extend(out["Responses"].get(table, []))
-                request = dict(out.get("UnprocessedKeys") or {})
-        return found
+        return _batch_get_all(self._db, table, keys)
 
     def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
         if not shards:
@@ -156,16 +180,7 @@ class DynamoDBBufferStore:
         return {item["pk"]["S"][prefix:] for item in items if int(item[TTL_ATTRIBUTE]["N"]) > now_s}
 
     def _query(self, **kwargs: Any) -> Iterable[Item]:
-        while True:
-            try:
-                out = self._db.query(**kwargs)
-            except ClientError as exc:
-                raise _client_error(exc, "Query") from exc
-            yield from out.get("Items", [])
-            last = out.get("LastEvaluatedKey")
-            if not last or ("Limit" in kwargs):
-                return
-            kwargs["ExclusiveStartKey"] = last
+        return _query_all(self._db, **kwargs)
 
     def _log_entries(self, shard: ShardId, items: Iterable[Item]) -> list[LogEntry]:
         entries = []
@@ -186,10 +201,14 @@ class DynamoDBBufferStore:
         return entries
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
-        return self._read(shard, limit, "seq", after_seq, index=None)
+        # A Query is not isolated from a transaction being applied: it can see seq 13 before seq 12 lands. Sequences
+        # are contiguous, so stop at the first gap; the next read picks the rest up once it is visible.
+        entries = self._read(shard, limit, "seq", after_seq, index=None)
+        return _contiguous(entries, after_seq + 1)
 
     def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
-        return self._read(shard, limit, "chlc", after_commit_hlc, index=COMMIT_INDEX)
+        entries = self._read(shard, limit, "chlc", after_commit_hlc, index=COMMIT_INDEX)
+        return _contiguous(entries, entries[0].seq if entries else 0)
 
     def _read(self, shard: ShardId, limit: int, key: str, after: int, index: str | None) -> list[LogEntry]:
         items: list[Item] = []
@@ -332,6 +351,15 @@ class DynamoDBBufferStore:
             raise CommitConflict() from exc
 
 
+def _contiguous(entries: list[LogEntry], first_seq: int) -> list[LogEntry]:
+    expected = first_seq
+    for i, entry in enumerate(entries):
+        if entry.seq != expected:
+            return entries[:i]
+        expected += 1
+    return entries
+
+
 def _previous_bytes(commit: Commit) -> int:
     return commit.head.bytes_total - sum(e.size for e in commit.entries)
 
@@ -376,16 +404,13 @@ class DynamoDBConfigStore:
 
     def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
         schemas = {}
-        try:
-            out = self._db.query(
-                TableName=self._t.config,
-                KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-                ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("schema#")},
-                ConsistentRead=True,
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "Query") from exc
-        for item in out.get("Items", []):
+        for item in _query_all(
+            self._db,
+            TableName=self._t.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("schema#")},
+            ConsistentRead=True,
+        ):
             schema = parse_table_schema(json.loads(item["doc"]["S"]))
             schemas[schema.table] = (schema, int(item["ver"]["N"]))
         return schemas
@@ -424,16 +449,14 @@ class DynamoDBConfigStore:
             raise _client_error(exc, "PutItem") from exc
 
     def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
-        try:
-            out = self._db.query(
-                TableName=self._t.config,
-                KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-                ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("flush#")},
-                ConsistentRead=True,
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "Query") from exc
-        return [json.loads(item["doc"]["S"]) for item in out.get("Items", [])]
+        items = _query_all(
+            self._db,
+            TableName=self._t.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("flush#")},
+            ConsistentRead=True,
+        )
+        return [json.loads(item["doc"]["S"]) for item in items]
 
 
 class DynamoDBActionStore:
@@ -447,20 +470,10 @@ class DynamoDBActionStore:
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
-        try:
-            out = self._db.batch_get_item(
-                RequestItems={
-                    self._t.actions: {
-                        "Keys": [{"pk": _s(f"{gateway}#{k}")} for k in wanted],
-                        "ConsistentRead": True,
-                    }
-                }
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "BatchGetItem") from exc
+        items = _batch_get_all(self._db, self._t.actions, [{"pk": _s(f"{gateway}#{k}")} for k in wanted])
         prefix = len(gateway) + 1
         found = {}
-        for item in out["Responses"].get(self._t.actions, []):
+        for item in items:
             if int(item[TTL_ATTRIBUTE]["N"]) > now_s:
                 found[item["pk"]["S"][prefix:]] = json.loads(item["rec"]["S"])
         return found

@@ -139,3 +139,8 @@ def js_string_coerce(value: JsonValue) -> str:
     if isinstance(value, Sequence):
         return ",".join("" if v is None else js_string_coerce(v) for v in value)
     raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def utf8_size(value: JsonValue) -> int:
+    """Bytes of the compact UTF-8 JSON of ``value``: what storing it costs."""
+    return len(js_stringify(value).encode("utf-8", "surrogatepass"))

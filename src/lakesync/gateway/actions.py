@@ -69,10 +69,14 @@ def _dispatch_one(deps: GatewayDeps, gateway: str, action: Action, context: Acti
         if record is not None and record.get("status") == "done":
             return parse_action_result(record["result"])
     expires_at = now_s + deps.settings.action_ttl_s
+    # A claim outlives any execution (Lambda timeout) but not much more: a crashed run frees the action soon.
+    claim_expires_at = now_s + deps.settings.action_claim_ttl_s
     # Claim the actionId and the idempotency key: another action with the same key must not run concurrently.
     claimed: list[str] = []
     for key in keys:
-        if cached.get(key, {}).get("status") == "pending" or not deps.actions.claim(gateway, key, expires_at, now_s):
+        if cached.get(key, {}).get("status") == "pending" or not deps.actions.claim(
+            gateway, key, claim_expires_at, now_s
+        ):
             for done in claimed:
                 deps.actions.release(gateway, done)
             return ActionErrorResult(action.action_id, IN_PROGRESS, "The action is already being executed", True)

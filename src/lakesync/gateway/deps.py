@@ -23,9 +23,13 @@ class GatewaySettings:
         backpressure_bytes: Unflushed bytes per shard at which pushes get 503 (default 2x the flush threshold).
         dedup_ttl_s: How long a deltaId is remembered for idempotent re-pushes.
         action_ttl_s: How long action results are cached by actionId and idempotency key.
+        action_claim_ttl_s: How long an in-progress claim blocks a concurrent run of the same action.
         max_deltas_per_push: Larger pushes are rejected with 400.
         chunk_deltas: Deltas per atomic commit (each costs three transaction items).
-        max_row_bytes: Largest merged row (JSON of its values); keeps every stored item under DynamoDB's 400 KB.
+        max_row_bytes: Largest merged row (UTF-8 JSON of its values). A log item holds a delta and the row before
+            and after it, so three of these stay under DynamoDB's 400 KB item limit.
+        max_commit_bytes: Byte budget of one atomic commit, under DynamoDB's 4 MB per transaction; a chunk whose
+            items would exceed it is split.
         since_window_ms: Re-read window for HLC ``since`` pulls (at-least-once for clients without a cursor); must
             exceed the longest commit attempt (bounded by the DynamoDB client's timeouts and retries).
         sub_shards: Hash sub-shards per table, for tables hotter than one DynamoDB partition.
@@ -38,9 +42,11 @@ class GatewaySettings:
     backpressure_bytes: int | None = None
     dedup_ttl_s: int = 7 * 24 * 3600
     action_ttl_s: int = 24 * 3600
+    action_claim_ttl_s: int = 120
     max_deltas_per_push: int = 10_000
     chunk_deltas: int = 32
-    max_row_bytes: int = 128 * 1024
+    max_row_bytes: int = 100_000
+    max_commit_bytes: int = 3_500_000
     since_window_ms: int = 10_000
     sub_shards: Mapping[str, int] = field(default_factory=dict)
     commit_attempts: int = 60

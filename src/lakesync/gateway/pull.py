@@ -181,11 +181,14 @@ def _collect(
     claims: Claims,
     *,
     reread_until: int = -1,
+    whole_commit_hlcs: bool = False,
 ) -> tuple[list[RowDelta], bool, LogEntry | None]:
     """Merge the shards by commit HLC and collect up to ``limit`` visible deltas.
 
     Entries with a commit HLC at or below ``reread_until`` (the re-read window of a ``since`` pull) are returned
-    without counting against ``limit``, so every page makes progress however many commits the window holds.
+    without counting against ``limit``, so every page makes progress however many commits the window holds. With
+    ``whole_commit_hlcs`` a page never ends between entries of different shards that share a commit HLC (a ``since``
+    position cannot point between them), so it may exceed ``limit`` by fewer than the number of shards.
     """
     collected: list[RowDelta] = []
     counted = 0
@@ -198,7 +201,12 @@ def _collect(
             collected.append(entry.delta)
             if entry.commit_hlc > reread_until:
                 counted += 1
-        if counted >= limit or scanned >= deps.settings.max_scan_per_pull:
+        if scanned >= deps.settings.max_scan_per_pull:
+            break
+        if counted >= limit and not (
+            whole_commit_hlcs
+            and any((nxt := r.peek()) is not None and nxt.commit_hlc == entry.commit_hlc for r in readers)
+        ):
             break
     has_more = any(r.peek() is not None for r in readers)
     return collected, has_more, last
@@ -234,7 +242,9 @@ def _pull_since(
     heads = deps.buffer.get_heads(shards)
     page = min(max(limit, 100), _PAGE)
     readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start) for s in shards]
-    collected, has_more, last = _collect(deps, readers, limit, rules, claims, reread_until=since)
+    collected, has_more, last = _collect(
+        deps, readers, limit, rules, claims, reread_until=since, whole_commit_hlcs=True
+    )
     if has_more:
         assert last is not None
         # The next `since` resumes after the last scanned entry. Entries of other shards can carry the same commit

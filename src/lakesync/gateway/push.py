@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lakesync.core import merge as lww
-from lakesync.core.canonical import js_stringify
+from lakesync.core.canonical import utf8_size
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     BackpressureError,
@@ -172,7 +172,7 @@ def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, cl
             schema, version = schemas[delta.table]
             validate_delta(schema, delta, version=version)
         deps.clock.check_drift(delta.hlc)
-        size = len(js_stringify([c.to_json() for c in delta.columns]))
+        size = utf8_size([c.to_json() for c in delta.columns])
         if size > deps.settings.max_row_bytes:
             raise PayloadTooLargeError(
                 f"Delta {delta.delta_id} is {size} bytes; the limit per row is {deps.settings.max_row_bytes}"
@@ -193,6 +193,12 @@ def _commit_chunk(
         row_keys = list(dict.fromkeys((d.table, d.row_id) for d in pending))
         stored = deps.buffer.get_rows(shard.gateway, row_keys)
         commit, receipts, effective = _plan(deps, shard, head, stored, pending, now_s)
+        if len(pending) > 1 and _commit_bytes(commit) > settings.max_commit_bytes:
+            # Too big for one transaction: commit the halves one after the other (each atomic on its own).
+            half = len(pending) // 2
+            first_receipts, first_effective = _commit_chunk(deps, shard, pending[:half])
+            rest_receipts, rest_effective = _commit_chunk(deps, shard, pending[half:])
+            return {**first_receipts, **rest_receipts}, first_effective + rest_effective
         try:
             deps.buffer.commit(commit)
         except CommitConflict:
@@ -239,7 +245,7 @@ def _plan(
     for key in touched:
         state = states[key]
         assert state is not None
-        size = len(js_stringify(state.values() or {}))
+        size = utf8_size(state.values() or {})
         if size > deps.settings.max_row_bytes:
             raise SchemaError(
                 f"Row {key[0]}:{key[1]} would grow to {size} bytes; the limit is {deps.settings.max_row_bytes}"
@@ -252,7 +258,7 @@ def _plan(
     entries = []
     total = 0
     for i, (delta, before, after) in enumerate(changes, start=1):
-        size = len(js_stringify(delta.to_json()))
+        size = utf8_size(delta.to_json())
         total += size
         entries.append(LogEntry(shard, base.seq + i, commit_hlc + i - 1, delta, before, after, size))
     new_head = ShardHead(
@@ -284,6 +290,21 @@ def _plan(
         new_shard=head is None,
     )
     return commit, receipts, [e.delta for e in entries]
+
+
+_ITEM_OVERHEAD = 200
+
+
+def _commit_bytes(commit: Commit) -> int:
+    """A generous estimate of the transaction's size (attribute names, keys and JSON of every item)."""
+    total = _ITEM_OVERHEAD * (2 + len(commit.entries) + len(commit.rows) + len(commit.delta_ids))
+    total += sum(len(d) for d in commit.delta_ids)
+    for entry in commit.entries:
+        total += entry.size + utf8_size(entry.before or {}) + utf8_size(entry.after or {})
+    for write in commit.rows:
+        state = write.row.state
+        total += utf8_size(state.values() or {}) + sum(len(c.client_id) + 32 for c in state.columns.values())
+    return total
 
 
 def _backoff(attempt: int) -> float:
