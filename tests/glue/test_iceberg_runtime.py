@@ -7,6 +7,7 @@ reused; set-up problems and bad arguments fail with actionable errors.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 import subprocess
@@ -24,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakesync.lake.catalog import sqlite_file, warehouse_uri
+from lakesync.lake.catalog import create_catalog_tables, local_catalog, sqlite_file, warehouse_uri
 from lakesync.spark import runtime
 from lakesync.spark.runtime import SparkSetupError, iceberg_jars
 from lakesync.spark.session import build_session, session_conf
@@ -371,6 +372,25 @@ def test_sqlite_file_resolves_relative_paths_against_the_cwd(monkeypatch: pytest
 def test_sqlite_file_rejects_in_memory_databases(location: str) -> None:
     with pytest.raises(ValueError, match="not a sqlite file"):
         sqlite_file(location)
+
+
+def test_create_catalog_tables_is_idempotent_and_gives_pyiceberg_a_v1_catalog(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a catalog file created twice (a second process starting on an existing catalog)
+    db = create_catalog_tables(f"jdbc:sqlite:{tmp_path / 'nested' / 'catalog.db'}")
+    assert create_catalog_tables(db) == db == tmp_path / "nested" / "catalog.db"
+
+    # When pyiceberg opens it and writes through it
+    with caplog.at_level(logging.WARNING, logger="pyiceberg"):
+        catalog = local_catalog(db, tmp_path / "wh")
+    catalog.create_namespace("ns")
+    catalog.create_table("ns.t", schema=pa.schema([pa.field("id", pa.int64())]))
+
+    # Then it found the V1 schema (no downgrade warning) and tagged its row as a table, like Iceberg's JDBC catalog
+    assert not [r for r in caplog.records if "v0" in r.getMessage()]
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT catalog_name, iceberg_type FROM iceberg_tables").fetchall() == [("lake", "TABLE")]
 
 
 def test_warehouse_uri_normalises_paths_and_file_uris(tmp_path: Path) -> None:

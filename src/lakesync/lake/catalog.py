@@ -15,6 +15,8 @@ The path helpers here are pure, so the Spark session factory shares them without
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -26,6 +28,16 @@ __all__ = ["CATALOG_SCHEMA_VERSION", "create_catalog_tables", "local_catalog", "
 
 CATALOG_SCHEMA_VERSION = "v1"
 """The JDBC catalog schema revision both Spark (``jdbc.schema-version``) and pyiceberg (``schema_version``) use."""
+
+_CATALOG_DDL = (
+    "CREATE TABLE IF NOT EXISTS iceberg_tables("
+    "catalog_name VARCHAR(255) NOT NULL, table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, "
+    "metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), iceberg_type VARCHAR(5), "
+    "PRIMARY KEY (catalog_name, table_namespace, table_name))",
+    "CREATE TABLE IF NOT EXISTS iceberg_namespace_properties("
+    "catalog_name VARCHAR(255) NOT NULL, namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255), "
+    "property_value VARCHAR(1000), PRIMARY KEY (catalog_name, namespace, property_key))",
+)
 
 
 def sqlite_file(catalog_uri_or_path: str | Path) -> Path:
@@ -80,6 +92,8 @@ def create_catalog_tables(catalog_uri_or_path: str | Path) -> Path:
     The local Spark session calls this before it starts, and tells Iceberg's ``JdbcCatalog`` not to create tables:
     when they already exist, that code path (Iceberg 1.10) leaves a ``getTables`` result set open, and sqlite then
     keeps a shared lock for the life of the JVM, so no other process (pyiceberg) can ever commit to the catalog.
+    Plain ``sqlite3`` keeps pyiceberg out of Spark's start-up; the DDL is the one Iceberg's JDBC catalog uses, which
+    pyiceberg's ``SqlCatalog`` reads as a V1 catalog.
 
     Args:
         catalog_uri_or_path: The catalog's sqlite file (path, ``jdbc:sqlite:`` or ``sqlite:///`` URI).
@@ -87,12 +101,11 @@ def create_catalog_tables(catalog_uri_or_path: str | Path) -> Path:
     Returns:
         The absolute path of the sqlite file.
     """
-    from pyiceberg.catalog.sql import SqlCatalog
-
     db = sqlite_file(catalog_uri_or_path)
     db.parent.mkdir(parents=True, exist_ok=True)
-    # The catalog name does not matter here: only the (shared) tables are created, no rows.
-    SqlCatalog("init", uri=f"sqlite:///{db}", schema_version=CATALOG_SCHEMA_VERSION).engine.dispose()
+    with closing(sqlite3.connect(db, timeout=30)) as conn, conn:
+        for ddl in _CATALOG_DDL:
+            conn.execute(ddl)
     return db
 
 
