@@ -528,3 +528,12 @@ def create_tables(client: DynamoDBClient, names: TableNames) -> None:
             TableName=names.as_dict()[logical],
             TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
         )
+
+
+def drop_tables(client: DynamoDBClient, names: TableNames) -> None:
+    """Delete every LakeSync table that exists (for a fresh local start)."""
+    existing = set(client.list_tables().get("TableNames", []))
+    for name in names.as_dict().values():
+        if name in existing:
+            client.delete_table(TableName=name)
+            client.get_waiter("table_not_exists").wait(TableName=name)

@@ -70,6 +70,7 @@ class LocalStack:
     extra_env: dict[str, str] = field(default_factory=dict)
     _moto: MotoServer | None = None
     _front: LocalFront | None = None
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
     secret: str = ""
 
     @property
@@ -86,34 +87,36 @@ class LocalStack:
 
     def start(self) -> Self:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
-        from lakesync.aws.dynamodb import create_tables
+        from lakesync.aws.dynamodb import create_tables, drop_tables
         from lakesync.aws.snapshot import load_tables
         from lakesync.aws.tables import TableNames
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.secret = load_or_create_secret(self.data_dir)
         self._moto = MotoServer(self.host, self.moto_port).start()
-        os.environ.update(
-            {
-                **self._moto.aws().env(),
-                "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
-                "LAKESYNC_JWT_SECRET": self.secret,
-                "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
-                "POWERTOOLS_TRACE_DISABLED": "true",
-                "POWERTOOLS_SERVICE_NAME": "lakesync",
-                "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
-                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
-                # Metrics go to stdout as EMF on Lambda (CloudWatch picks them up); locally they are noise.
-                "POWERTOOLS_METRICS_DISABLED": os.environ.get("POWERTOOLS_METRICS_DISABLED", "true"),
-                **self.extra_env,
-            }
-        )
+        env = {
+            **self._moto.aws().env(),
+            "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
+            "LAKESYNC_JWT_SECRET": self.secret,
+            "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_SERVICE_NAME": "lakesync",
+            "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
+            "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            # Metrics go to stdout as EMF on Lambda (CloudWatch picks them up); locally they are noise.
+            "POWERTOOLS_METRICS_DISABLED": os.environ.get("POWERTOOLS_METRICS_DISABLED", "true"),
+            **self.extra_env,
+        }
+        self._saved_env = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
         # Imported only now: the handlers' logger reads POWERTOOLS_LOG_LEVEL when it is first imported.
         from functions._runtime import reset_runtime
 
         reset_runtime()
         client = self.dynamodb_client()
         names = TableNames.with_prefix(TABLE_PREFIX)
+        # moto's state lives as long as the process: start from exactly the snapshot (or nothing), not leftovers.
+        drop_tables(client, names)
         create_tables(client, names)
         snapshot = self.data_dir / SNAPSHOT_FILE
         if self.persist and snapshot.exists():
@@ -145,6 +148,12 @@ class LocalStack:
                 logger.info("saved %d items to %s", count, self.data_dir / SNAPSHOT_FILE)
             self._moto.stop()
             self._moto = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
 
     def __enter__(self) -> Self:
         return self.start()
