@@ -22,7 +22,7 @@ from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNa
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import StorageError
-from lakesync.core.merge import ColumnState, RowState, Version
+from lakesync.core.merge import RowState, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
 from lakesync.gateway.model import (
@@ -58,30 +58,14 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
-def _version(v: Version | None) -> list[Any] | None:
-    return None if v is None else [str(v.hlc), v.client_id]
-
-
-def _unversion(raw: list[Any] | None) -> Version | None:
-    return None if raw is None else Version(int(raw[0]), raw[1])
-
-
 def encode_row_state(state: RowState) -> str:
-    """JSON text of a row's LWW state."""
-    return _dumps(
-        {
-            "c": {name: [c.value, str(c.hlc), c.client_id] for name, c in state.columns.items()},
-            "t": _version(state.tombstone),
-            "w": _version(state.written),
-        }
-    )
+    """JSON text of a row's LWW state (:func:`lakesync.core.merge.state_to_json`)."""
+    return _dumps(state_to_json(state))
 
 
 def decode_row_state(table: str, row_id: str, text: str) -> RowState:
     """Inverse of :func:`encode_row_state`."""
-    data = json.loads(text)
-    columns = {name: ColumnState(v[0], int(v[1]), v[2]) for name, v in data["c"].items()}
-    return RowState(table, row_id, columns, _unversion(data["t"]), _unversion(data["w"]))
+    return state_from_json(table, row_id, json.loads(text))
 
 
 def _client_error(exc: ClientError, what: str) -> StorageError:

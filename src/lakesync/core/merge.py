@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lakesync.core.canonical import JsonValue, stable_stringify, utf16_key
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
@@ -310,3 +311,30 @@ __all__ = [
     "join",
     "merge",
 ]
+
+
+def _version_json(v: Version | None) -> list[Any] | None:
+    return None if v is None else [str(v.hlc), v.client_id]
+
+
+def _version_from_json(raw: list[Any] | None) -> Version | None:
+    return None if raw is None else Version(int(raw[0]), raw[1])
+
+
+def state_to_json(state: RowState) -> dict[str, Any]:
+    """The row state as JSON, the one encoding every store uses.
+
+    ``{"c": {column: [value, "hlc", clientId]}, "t": ["hlc", clientId] | null, "w": ["hlc", clientId] | null}``
+    (``t`` the tombstone, ``w`` the greatest live write; HLCs as decimal strings).
+    """
+    return {
+        "c": {name: [c.value, str(c.hlc), c.client_id] for name, c in state.columns.items()},
+        "t": _version_json(state.tombstone),
+        "w": _version_json(state.written),
+    }
+
+
+def state_from_json(table: str, row_id: str, data: Mapping[str, Any]) -> RowState:
+    """Inverse of :func:`state_to_json`."""
+    columns = {name: ColumnState(v[0], int(v[1]), v[2]) for name, v in data["c"].items()}
+    return RowState(table, row_id, columns, _version_from_json(data["t"]), _version_from_json(data["w"]))

@@ -1,0 +1,88 @@
+"""The Iceberg tables of the lake and their formats (see docs/lake.md): one definition for every job and the query CLI.
+
+Pure definitions (names, Spark DDL, property keys); nothing here opens a catalog.
+"""
+
+from __future__ import annotations
+
+from lakesync.core.schema import ColumnType, TableSchema
+
+NAMESPACE = "lakesync"
+DELTA_LOG = "deltas"
+STATE_PREFIX = "state_"
+
+# Snapshot summary properties (written with Spark's `snapshot-property.<key>` write option).
+FLUSH_WATERMARKS = "lakesync.flush.watermarks"
+"""On delta-log snapshots: JSON ``{shard: seq}``, every entry up to ``seq`` of each shard is in the table."""
+COMPACT_WATERMARKS = "lakesync.compact.watermarks"
+"""On state-table snapshots: JSON ``{shard: seq}`` of the delta-log entries folded into the state."""
+
+STATE_SYSTEM_COLUMNS = ("_gateway", "_row_id", "_exists", "_state", "_hlc", "_values", "_updated_at")
+
+
+def qualified(catalog: str, table: str) -> str:
+    """``catalog.lakesync.table``."""
+    return f"{catalog}.{NAMESPACE}.{table}"
+
+
+def state_table(table: str) -> str:
+    """The current-state table of a synced table."""
+    return f"{STATE_PREFIX}{table}"
+
+
+def delta_log_ddl(catalog: str) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the delta log (format v2, partitioned by gateway, table and day)."""
+    return f"""
+CREATE TABLE IF NOT EXISTS {qualified(catalog, DELTA_LOG)} (
+    gateway STRING NOT NULL,
+    tbl STRING NOT NULL,
+    row_id STRING NOT NULL,
+    op STRING NOT NULL,
+    client_id STRING NOT NULL,
+    hlc BIGINT NOT NULL,
+    delta_id STRING NOT NULL,
+    columns ARRAY<STRUCT<name: STRING, value: STRING>> NOT NULL,
+    shard STRING NOT NULL,
+    seq BIGINT NOT NULL,
+    commit_hlc BIGINT NOT NULL,
+    commit_ts TIMESTAMP NOT NULL
+)
+USING iceberg
+PARTITIONED BY (gateway, tbl, days(commit_ts))
+TBLPROPERTIES ('format-version' = '2', 'write.parquet.compression-codec' = 'zstd')
+""".strip()
+
+
+SPARK_TYPES = {
+    ColumnType.STRING: "STRING",
+    ColumnType.NUMBER: "DOUBLE",
+    ColumnType.BOOLEAN: "BOOLEAN",
+    ColumnType.JSON: "STRING",
+    ColumnType.NULL: "STRING",
+}
+
+
+def typed_columns(schema: TableSchema | None) -> list[tuple[str, str]]:
+    """``(name, Spark type)`` of the typed columns a state table gets from its schema (system names skipped)."""
+    if schema is None:
+        return []
+    return [(c.name, SPARK_TYPES[ColumnType(c.type)]) for c in schema.columns if c.name not in STATE_SYSTEM_COLUMNS]
+
+
+def state_table_ddl(catalog: str, table: str, schema: TableSchema | None) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of a current-state table."""
+    typed = "".join(f",\n    `{name}` {spark_type}" for name, spark_type in typed_columns(schema))
+    return f"""
+CREATE TABLE IF NOT EXISTS {qualified(catalog, state_table(table))} (
+    _gateway STRING NOT NULL,
+    _row_id STRING NOT NULL,
+    _exists BOOLEAN NOT NULL,
+    _state STRING NOT NULL,
+    _hlc BIGINT NOT NULL,
+    _values STRING,
+    _updated_at TIMESTAMP NOT NULL{typed}
+)
+USING iceberg
+PARTITIONED BY (_gateway, bucket(16, _row_id))
+TBLPROPERTIES ('format-version' = '2', 'write.parquet.compression-codec' = 'zstd')
+""".strip()
