@@ -20,9 +20,9 @@ COMPACT_WATERMARKS = "lakesync.compact.watermarks"
 STATE_SYSTEM_COLUMNS = ("_gateway", "_row_id", "_exists", "_state", "_hlc", "_values", "_updated_at")
 
 
-def qualified(catalog: str, table: str) -> str:
-    """``catalog.lakesync.table``."""
-    return f"{catalog}.{NAMESPACE}.{table}"
+def qualified(catalog: str, table: str, namespace: str = NAMESPACE) -> str:
+    """``catalog.namespace.table`` (namespace ``lakesync`` unless a test isolates itself in another)."""
+    return f"{catalog}.{namespace}.{table}"
 
 
 def state_table(table: str) -> str:
@@ -30,10 +30,10 @@ def state_table(table: str) -> str:
     return f"{STATE_PREFIX}{table}"
 
 
-def delta_log_ddl(catalog: str) -> str:
+def delta_log_ddl(catalog: str, namespace: str = NAMESPACE) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the delta log (format v2, partitioned by gateway, table and day)."""
     return f"""
-CREATE TABLE IF NOT EXISTS {qualified(catalog, DELTA_LOG)} (
+CREATE TABLE IF NOT EXISTS {qualified(catalog, DELTA_LOG, namespace)} (
     gateway STRING NOT NULL,
     tbl STRING NOT NULL,
     row_id STRING NOT NULL,
@@ -69,11 +69,11 @@ def typed_columns(schema: TableSchema | None) -> list[tuple[str, str]]:
     return [(c.name, SPARK_TYPES[ColumnType(c.type)]) for c in schema.columns if c.name not in STATE_SYSTEM_COLUMNS]
 
 
-def state_table_ddl(catalog: str, table: str, schema: TableSchema | None) -> str:
+def state_table_ddl(catalog: str, table: str, schema: TableSchema | None, namespace: str = NAMESPACE) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of a current-state table."""
     typed = "".join(f",\n    `{name}` {spark_type}" for name, spark_type in typed_columns(schema))
     return f"""
-CREATE TABLE IF NOT EXISTS {qualified(catalog, state_table(table))} (
+CREATE TABLE IF NOT EXISTS {qualified(catalog, state_table(table), namespace)} (
     _gateway STRING NOT NULL,
     _row_id STRING NOT NULL,
     _exists BOOLEAN NOT NULL,
