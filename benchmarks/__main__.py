@@ -1,0 +1,183 @@
+"""``python -m benchmarks``: run every benchmark, print a progress line per step, write the results files.
+
+Options: ``--only push,pull,imports`` runs a subset; ``--quick`` runs tiny workloads as a smoke check and writes to
+a temporary directory unless ``--out`` says otherwise (so it never replaces the committed results);
+``--profile {auto,always,never}`` profiles push and pull when their goal is missed (``auto``, the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import imports, pull, push, report
+from benchmarks._common import machine_info, progress
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """Workload sizes of one run."""
+
+    push_deltas: int
+    push_batch: int
+    push_repetitions: int
+    push_warmup: int
+    push_profile_deltas: int
+    stock_table_sizes: tuple[int, ...]
+    pull_deltas: int
+    pull_limit: int
+    pull_repetitions: int
+    import_runs: int
+
+
+FULL = Sizes(
+    push_deltas=2000,
+    push_batch=500,
+    push_repetitions=3,
+    push_warmup=128,
+    push_profile_deltas=1000,
+    stock_table_sizes=(0, 1000),
+    pull_deltas=10_000,
+    pull_limit=1000,
+    pull_repetitions=3,
+    import_runs=5,
+)
+QUICK = Sizes(
+    push_deltas=192,
+    push_batch=96,
+    push_repetitions=2,
+    push_warmup=32,
+    push_profile_deltas=96,
+    stock_table_sizes=(0, 100),
+    pull_deltas=600,
+    pull_limit=200,
+    pull_repetitions=2,
+    import_runs=2,
+)
+
+COMMON_METHOD = [
+    "* moto 5 in server mode runs in its own process (`benchmarks/_moto.py`), as DynamoDB is a separate service for "
+    "a Lambda; the handlers run in the benchmark process, called as Lambda calls them "
+    "(`lambda_handler(event, context)`, API Gateway HTTP API v2 events built beforehand, stdout sent to a sink).",
+    "* The handlers get the environment the local runner gives them (`LAKESYNC_TABLE_PREFIX`, `LAKESYNC_JWT_SECRET`, "
+    "`LAKESYNC_GATEWAY_IDS`, `AWS_ENDPOINT_URL`, tracing off, log level WARNING); the handlers' boto3 client is "
+    "the project's (`lakesync.aws.clients`). The raw floors use a plain boto3 client on the same server "
+    "(no retries, long timeouts).",
+    "* Two emulator artifacts are patched in the moto process, for both sides alike: `TransactWriteItems` backs "
+    "each touched table up once per transaction instead of deep-copying it once per item (stock moto makes a "
+    "commit's cost grow with the table), and `Query`/`Scan` items of JSON-native attribute types are written "
+    "with `json.dumps` instead of moto's model-driven serializer (about 1 ms per returned item; the first "
+    "responses are serialized both ways and compared, and any difference turns the fast path off). moto's "
+    "`Query` still scans the table and sorts the partition on every call, so its cost grows with the partition "
+    "(STACK.md): only the ratios are meaningful, not the absolute rates.",
+    "* Every figure is the median of several repetitions after a warm-up; min, max and spread "
+    "((max − min) / median) are given; ratios are taken per repetition (sides measured back to back) and then "
+    "their median.",
+]
+PUSH_METHOD = [
+    "* **handler**: `functions.push.lambda_handler` per request: Powertools routing, JWT verification, JSON "
+    "parsing, whole-batch validation, then per chunk of 32 deltas: `BatchGetItem` of the dedup items, the shard "
+    "head and the rows, and one `TransactWriteItems` with, per delta, a log item, a row item (conditional on the "
+    "row version) and a dedup item (conditional), plus the head update (conditional on its sequence).",
+    "* **floor A (the goal's reference)**: `BatchWriteItem` (25 items per request) of exactly the log items the "
+    "handler run wrote — read back from its table — one item per delta, unconditional, no reads.",
+    "* **floor B**: the very `TransactWriteItems` requests the handler run sent, recorded on its client and "
+    "replayed in order on fresh tables: the storage work of a push without its reads and without our code.",
+]
+PULL_METHOD = [
+    "* Setup (not timed): the deltas go through the real push service over in-memory stores whose commits are "
+    "also rendered by the real DynamoDB store code; the rendered log items, the shard head and the registry item "
+    "are written to fresh tables. No sync rules are set (every delta is visible).",
+    "* **handler**: `functions.pull.lambda_handler` from an empty cursor, each later request carrying the previous "
+    "response's `cursor`, until `hasMore` is false: JWT verification, query parsing, sync-rules `GetItem`, "
+    "shard-registry `Query`, consistent log `Query` pages (at most 1,000 items), decoding into deltas, JSON "
+    "response.",
+    "* **raw (the goal's reference)**: a consistent `Query` of the shard's log with `Limit` = the pull `limit`, "
+    "following `LastEvaluatedKey` to the end; items left as boto3 returns them.",
+    "* **replay**: the exact DynamoDB requests of one handler pass, recorded on its client and sent again by the "
+    "raw client: handler / replay is what our code adds to its own requests.",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--only", default="push,pull,imports", help="comma-separated subset of push,pull,imports")
+    parser.add_argument("--quick", action="store_true", help="tiny workloads (smoke check)")
+    parser.add_argument("--out", type=Path, help="results directory (default benchmarks/results)")
+    parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto")
+    args = parser.parse_args(argv)
+    selected = {name.strip() for name in args.only.split(",") if name.strip()}
+    unknown = selected - {"push", "pull", "imports"}
+    if unknown:
+        parser.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
+    sizes = QUICK if args.quick else FULL
+    out = args.out or (Path(tempfile.mkdtemp(prefix="lakesync-bench-")) if args.quick else RESULTS)
+    profile_mode = {"auto": None, "always": True, "never": False}[args.profile]
+
+    started = time.monotonic()
+    load_start = _load()
+    progress(f"benchmarks: {', '.join(sorted(selected))}{' (quick)' if args.quick else ''}; results -> {out}")
+    results: dict[str, Any] = {
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "sizes": asdict(sizes),
+        "method": {"common": COMMON_METHOD, "push": PUSH_METHOD, "pull": PULL_METHOD},
+        "moto": {},
+    }
+    summaries = []
+    if "push" in selected:
+        figures, sample = push.run(
+            deltas=sizes.push_deltas,
+            batch=sizes.push_batch,
+            repetitions=sizes.push_repetitions,
+            warmup_deltas=sizes.push_warmup,
+        )
+        results["push"] = figures
+        results["moto"]["fast_transactions_rollback_check"] = figures.pop("fast_transactions_rollback_check")
+        summaries.append(push.quick_summary(figures))
+        progress(summaries[-1])
+        if profile_mode or (profile_mode is None and not figures["goal"]["met"]):
+            results["push_profile"] = push.profile(deltas=sizes.push_profile_deltas, batch=sizes.push_batch)
+        results["push_stock_moto_commit"] = push.stock_moto_commit_cost(sample, table_sizes=sizes.stock_table_sizes)
+    if "pull" in selected:
+        results["pull"] = pull.run(
+            deltas=sizes.pull_deltas,
+            limit=sizes.pull_limit,
+            repetitions=sizes.pull_repetitions,
+            profile=profile_mode,
+        )
+        summaries.append(pull.quick_summary(results["pull"]))
+        progress(summaries[-1])
+    if "imports" in selected:
+        results["imports"] = imports.run(runs=sizes.import_runs)
+        summaries.append(imports.quick_summary(results["imports"]))
+        progress(summaries[-1])
+
+    results["machine"] = {**machine_info(), "load_average_start": load_start, "load_average_end": _load()}
+    results["duration_s"] = round(time.monotonic() - started, 1)
+    json_path, md_path = report.write(results, out)
+    progress(f"wrote {json_path} and {md_path} ({results['duration_s']:.0f}s)")
+    for line in summaries:
+        print(line)
+    return 0
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""moto in server mode, in its own process, for the benchmarks.
+
+Why a separate process (and not :class:`lakesync.local.moto.MotoServer`, which runs in a thread): a Lambda and
+DynamoDB do not share an interpreter. In one process, moto's request handling and the code under test would take
+turns on one GIL, and a client-side profile would mix the two. Here the client's profile shows moto as time spent
+waiting on a socket, and moto can be profiled on its own (``--profile``).
+
+Two flags each replace one emulator artifact (both sides of every comparison run on the same server).
+
+``--fast-transactions``: Stock moto 5.x backs up every table a
+``TransactWriteItems`` touches with ``copy.deepcopy`` -- once per *item* of the transaction -- so one commit costs
+O(items in the transaction x items in the tables): a push slows down as the tables grow, quadratically over a run
+(DynamoDB's own cost does not depend on table size). With the flag, each touched table is backed up once per
+transaction: its item index is copied (the items are shared: Put and Delete replace or drop an item, they never
+change it) and only the items an ``Update`` may change in place are deep-copied. A failed transaction still rolls
+back to exactly the state before it.
+
+``--fast-json``: moto 5.x writes every response through a generic, botocore-model-driven serializer that costs
+about a millisecond per item returned (seconds for a 1,000-item ``Query`` page; DynamoDB answers in milliseconds).
+With the flag, the ``Items`` of ``Query`` and ``Scan`` responses whose attribute values are all of the JSON-native
+types (S, N, BOOL, NULL, and L/M of them) are written with :func:`json.dumps`; the rest of the response, and every
+other response, goes through the stock serializer. The first responses are serialized both ways and compared
+(:data:`VERIFY_FIRST`); any difference turns the fast path off for the life of the process and is reported.
+
+Every other request runs stock moto code.
+
+Run as ``python -m benchmarks._moto --port 0 [--fast-transactions] [--profile FILE]``; the process prints
+``READY <port>`` on stdout when it accepts connections and stops on SIGTERM (writing the profile, if asked).
+With ``--profile`` the server handles one request at a time (a profiler sees one thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+
+class _Transaction:
+    """Backups taken during one ``TransactWriteItems``: by table object id, plus the keys each ``Update`` targets."""
+
+    def __init__(self, update_keys: dict[str, list[dict[str, Any]]]) -> None:
+        self.update_keys = update_keys
+        self.backups: dict[int, Any] = {}
+
+
+_ACTIVE: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("transaction", default=None)
+
+VERIFY_FIRST = 3
+"""How many fast-path responses are also serialized the stock way and compared."""
+_JSON_TYPES = frozenset({"S", "N", "BOOL", "NULL"})
+
+
+class _FastJsonState:
+    """What the fast JSON path did, reported on stdout at shutdown."""
+
+    used = 0
+    verified = 0
+    disabled_reason: str | None = None
+
+
+def _json_native(value: Any) -> bool:
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    ((kind, inner),) = value.items()
+    if kind in _JSON_TYPES:
+        return True
+    if kind == "L":
+        return isinstance(inner, list) and all(_json_native(v) for v in inner)
+    if kind == "M":
+        return isinstance(inner, dict) and all(_json_native(v) for v in inner.values())
+    return False
+
+
+def _install_fast_json() -> None:
+    """Patch moto's DynamoDB results: plain-JSON ``Items`` skip the model-driven serializer (module docstring)."""
+    from moto.dynamodb.responses import DynamoResult
+
+    stock_execute = DynamoResult.execute_result
+
+    def execute_result(self: Any, context: Any) -> Any:
+        result = self.result
+        items = result.get("Items") if isinstance(result, dict) else None
+        if (
+            _FastJsonState.disabled_reason is not None
+            or context.operation_model.name not in ("Query", "Scan")
+            or not isinstance(items, list)
+            or not all(isinstance(i, dict) and all(_json_native(v) for v in i.values()) for i in items)
+        ):
+            return stock_execute(self, context)
+        rest = DynamoResult.__new__(DynamoResult)
+        rest._result = {**result, "Items": []}
+        status, headers, body = stock_execute(rest, context)
+        document = json.loads(body)
+        document["Items"] = items
+        fast_body = json.dumps(document)
+        _FastJsonState.used += 1
+        if _FastJsonState.verified < VERIFY_FIRST:
+            _FastJsonState.verified += 1
+            stock_status, stock_headers, stock_body = stock_execute(self, context)
+            if (stock_status, stock_headers, json.loads(stock_body)) != (status, headers, document):
+                _FastJsonState.disabled_reason = f"{context.operation_model.name} response differed from moto's"
+                print(f"fast-json disabled: {_FastJsonState.disabled_reason}", file=sys.stderr, flush=True)
+                return stock_status, stock_headers, stock_body
+        return status, headers, fast_body
+
+    DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
+
+
+def _install_fast_transactions() -> None:
+    """Patch moto's DynamoDB backend: one cheap backup per table per transaction (see the module docstring)."""
+    from moto.dynamodb import models
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    stock_deepcopy = copy.deepcopy
+    stock_transact = models.DynamoDBBackend.transact_write_items
+
+    def snapshot(table: Table, update_keys: list[dict[str, Any]]) -> Table:
+        backup = copy.copy(table)
+        if table.range_key_attr is None:
+            backup.items = copy.copy(table.items)
+        else:
+            backup.items = copy.copy(table.items)
+            for hash_value, by_range in table.items.items():
+                backup.items[hash_value] = dict(by_range)
+        for key in update_keys:
+            item = table.get_item(
+                DynamoType(key[table.hash_key_attr]),
+                DynamoType(key[table.range_key_attr]) if table.range_key_attr else None,
+            )
+            if item is None:
+                continue
+            fresh: Any = stock_deepcopy(item)
+            if table.range_key_attr is None:
+                backup.items[item.hash_key] = fresh
+            else:
+                backup.items[item.hash_key][item.range_key] = fresh
+        return backup
+
+    class _Copy:
+        """Stands in for the ``copy`` module inside moto's backend: Table backups go through :func:`snapshot`."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            active = _ACTIVE.get()
+            if active is None or not isinstance(value, Table):
+                return stock_deepcopy(value, memo)
+            if id(value) not in active.backups:
+                active.backups[id(value)] = snapshot(value, active.update_keys.get(value.name, []))
+            return active.backups[id(value)]
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        updates: dict[str, list[dict[str, Any]]] = {}
+        for entry in transact_items:
+            for op_type, op in entry.items():
+                if op_type == "Update":
+                    updates.setdefault(op["TableName"], []).append(op["Key"])
+        token = _ACTIVE.set(_Transaction(updates))
+        try:
+            stock_transact(self, transact_items)
+        finally:
+            _ACTIVE.reset(token)
+
+    models.copy = _Copy()  # type: ignore[assignment,attr-defined]
+    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve moto until SIGTERM (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._moto")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--fast-transactions", action="store_true")
+    parser.add_argument("--fast-json", action="store_true")
+    parser.add_argument("--profile", type=Path)
+    args = parser.parse_args(argv)
+
+    import logging
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    if args.fast_transactions:
+        _install_fast_transactions()
+    if args.fast_json:
+        _install_fast_json()
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server(args.host, args.port, app, threaded=args.profile is None, request_handler=MotoRequestHandler)
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    profiler = None
+    if args.profile is not None:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    print(f"READY {server.server_address[1]}", flush=True)
+    try:
+        if profiler is not None:
+            profiler.enable()
+        server.serve_forever()
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(str(args.profile))
+        server.server_close()
+        if args.fast_json:
+            report = {
+                "used": _FastJsonState.used,
+                "verified": _FastJsonState.verified,
+                "disabled_reason": _FastJsonState.disabled_reason,
+            }
+            print(f"FAST-JSON {json.dumps(report)}", flush=True)
+
+
+class MotoProcess:
+    """A moto server subprocess (``python -m benchmarks._moto``); use as a context manager."""
+
+    def __init__(self, *, fast_transactions: bool, fast_json: bool = False, profile: Path | None = None) -> None:
+        """Configure; :meth:`start` launches it."""
+        self.fast_transactions = fast_transactions
+        self.fast_json = fast_json
+        self.profile = profile
+        self.fast_json_report: dict[str, Any] | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self.endpoint_url = ""
+
+    def start(self) -> MotoProcess:
+        """Launch the server and wait until it accepts connections."""
+        command = [sys.executable, "-m", "benchmarks._moto", "--port", "0"]
+        if self.fast_transactions:
+            command.append("--fast-transactions")
+        if self.fast_json:
+            command.append("--fast-json")
+        if self.profile is not None:
+            command += ["--profile", str(self.profile)]
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=root, env=env)
+        assert self._proc.stdout is not None
+        line = _read_line(self._proc.stdout)
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError(f"moto server did not start: {line!r}")
+        self.endpoint_url = f"http://127.0.0.1:{int(line.split()[1])}"
+        return self
+
+    def reset(self) -> None:
+        """Drop all of moto's state (``POST /moto-api/reset``)."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+
+    def stop(self) -> None:
+        """SIGTERM the server and wait for it (and its profile) to finish."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            for line in proc.stdout.read().splitlines():
+                if line.startswith("FAST-JSON "):
+                    self.fast_json_report = json.loads(line.removeprefix("FAST-JSON "))
+            proc.stdout.close()
+
+    def __enter__(self) -> MotoProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _read_line(stream: IO[str]) -> str:
+    return stream.readline().strip()
+
+
+if __name__ == "__main__":
+    main()

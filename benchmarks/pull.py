@@ -1,0 +1,255 @@
+"""Pull of pending deltas through the full handler path, against a raw paginated Query of the same items.
+
+Setup (not timed): ``deltas`` INSERTs of distinct rows of one table go through the real push service, over
+in-memory stores whose commits are also rendered by the real DynamoDB store code (:class:`_RenderingBuffer`);
+the rendered log items, the shard head and the shard-registry item are then written with ``BatchWriteItem`` /
+``PutItem``. The log is thus exactly what pushes write, without paying moto's slow ``TransactWriteItems`` for
+setup. Row and dedup items are not written: a pull reads neither.
+
+One repetition, on the same seeded tables:
+
+* **handler**: a client pages with ``functions.pull.lambda_handler`` (API Gateway v2 events built beforehand for the
+  first page; each later event carries the previous response's ``cursor``) with ``limit`` deltas a page until
+  ``hasMore`` is false. Each invocation: Powertools routing, JWT verification, query parsing, the sync rules
+  ``GetItem`` (none are set: every delta is visible), the shard-registry ``Query``, consistent ``Query`` pages of the
+  log (at most 1,000 items each), decoding each log item into a delta, and the JSON response.
+* **raw** (the figure the goal is set against): a consistent ``Query`` of the shard's log, ``Limit`` = ``limit``,
+  following ``LastEvaluatedKey`` to the end; the items stay as boto3 returns them (attribute-value dicts).
+* **replay**: the exact DynamoDB requests one handler pass made (recorded on its client), sent again in order by
+  the raw client. handler / replay is what our code adds on top of its own DynamoDB calls; replay / raw is what
+  those calls cost beyond the plain Query.
+
+The order of the three sides rotates between repetitions.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import (
+    CLIENT_ID,
+    GATEWAY,
+    TABLE,
+    CallRecorder,
+    HandlerEnv,
+    batch_write,
+    make_deltas,
+    progress,
+    pull_event,
+    query_all,
+    replay,
+    summarize,
+    timed,
+)
+from benchmarks._profile import breakdown
+
+SHARD = f"{GATEWAY}#{TABLE}#0"
+GOAL_RATIO = 1.3
+
+
+class _Capture:
+    """Stands in for the boto3 client of a :class:`DynamoDBBufferStore`: keeps the transactions it is sent."""
+
+    def __init__(self) -> None:
+        self.transactions: list[list[dict[str, Any]]] = []
+
+    def transact_write_items(self, TransactItems: list[dict[str, Any]]) -> dict[str, Any]:
+        self.transactions.append(TransactItems)
+        return {}
+
+
+class _RenderingBuffer:
+    """An in-memory buffer whose commits are also rendered into DynamoDB requests by the real DynamoDB store."""
+
+    def __init__(self, names: Any) -> None:
+        from lakesync.aws.dynamodb import DynamoDBBufferStore
+        from lakesync.gateway.memory import InMemoryBufferStore
+
+        self.memory = InMemoryBufferStore()
+        self.capture = _Capture()
+        self.renderer = DynamoDBBufferStore(self.capture, names)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.memory, name)
+
+    def commit(self, commit: Any) -> None:
+        self.memory.commit(commit)
+        self.renderer.commit(commit)
+
+
+def seed(env: HandlerEnv, count: int) -> Any:
+    """Fresh tables holding ``count`` pending deltas of one shard (see the module docstring)."""
+    from lakesync.core.messages import SyncPush
+    from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+    from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
+    from lakesync.gateway.model import Commit, ShardId
+    from lakesync.gateway.push import push
+
+    names = env.new_tables()
+    buffer = _RenderingBuffer(names)
+    deps = GatewayDeps(
+        buffer=buffer,
+        config=InMemoryConfigStore(),
+        actions=InMemoryActionStore(),
+        settings=GatewaySettings(gateway_ids=frozenset({GATEWAY})),
+    )
+    deltas = make_deltas(count, row_prefix="pull")
+    for start in range(0, count, 1000):
+        push(deps, GATEWAY, SyncPush(CLIENT_ID, tuple(deltas[start : start + 1000])), client_id=CLIENT_ID)
+    log_items = [
+        action["Put"]["Item"]
+        for transaction in buffer.capture.transactions
+        for action in transaction
+        if action.get("Put", {}).get("TableName") == names.deltas
+    ]
+    # The head item at its final values, with the shard-registry item, as a shard's first commit writes them.
+    shard = ShardId(GATEWAY, TABLE)
+    head = buffer.memory.get_heads([shard])[shard]
+    buffer.capture.transactions.clear()
+    buffer.renderer.commit(
+        Commit(shard, -1, head, entries=(), rows=(), delta_ids=(), dedup_expires_at=0, now_s=0, new_shard=True)
+    )
+    client = env.raw_client()
+    batch_write(client, names.deltas, log_items)
+    for action in buffer.capture.transactions[0]:
+        client.put_item(TableName=action["Put"]["TableName"], Item=action["Put"]["Item"])
+    return names
+
+
+def _pull_all(env: HandlerEnv, pull_module: Any, token: str, limit: int) -> tuple[int, int]:
+    """Page through the handler until ``hasMore`` is false. Returns (deltas received, requests)."""
+    cursor = ""
+    received = 0
+    requests = 0
+    while True:
+        result = env.invoke(pull_module, pull_event(token, limit=limit, cursor=cursor))
+        requests += 1
+        if result["statusCode"] != 200:
+            raise RuntimeError(f"pull failed: {result['statusCode']} {result.get('body', '')[:300]}")
+        body = json.loads(result["body"])
+        received += len(body["deltas"])
+        cursor = body["cursor"]
+        if not body["hasMore"]:
+            return received, requests
+
+
+def run(*, deltas: int, limit: int, repetitions: int, profile: bool | None = None) -> dict[str, Any]:
+    """Measure the pull (see the module docstring). Returns the figures for the results file.
+
+    Args:
+        deltas: Pending deltas to seed.
+        limit: Deltas per pull request (and ``Limit`` of the raw Query).
+        repetitions: Measured repetitions of each side.
+        profile: Profile one more handler pass with cProfile: always (True), never (False), or when the goal is
+            missed (None).
+    """
+    import functions.pull as pull_module
+
+    with HandlerEnv(fast_transactions=True) as env:
+        progress(f"pull: seeding {deltas} deltas through the push service")
+        seconds, names = timed(lambda: seed(env, deltas))
+        progress(f"pull: seeded in {seconds:.1f}s")
+        token = env.token()
+        raw = env.raw_client()
+
+        last = {"received": 0, "requests": 0, "fetched": 0, "raw_requests": 0}
+        calls: list[tuple[str, dict[str, Any]]] = []
+
+        def handler_side() -> float:
+            elapsed, (last["received"], last["requests"]) = timed(lambda: _pull_all(env, pull_module, token, limit))
+            return elapsed
+
+        def raw_side() -> float:
+            elapsed, (items, last["raw_requests"]) = timed(lambda: query_all(raw, names.deltas, SHARD, page=limit))
+            last["fetched"] = len(items)
+            return elapsed
+
+        def replay_side() -> float:
+            return timed(lambda: replay(raw, calls))[0]
+
+        progress("pull: warm-up (a first page each side)")
+        env.invoke(pull_module, pull_event(token, limit=limit, cursor=""))
+        raw.query(
+            TableName=names.deltas,
+            KeyConditionExpression="#sh = :s",
+            ExpressionAttributeNames={"#sh": "shard"},
+            ExpressionAttributeValues={":s": {"S": SHARD}},
+            Limit=limit,
+        )
+
+        handler_s: list[float] = []
+        raw_s: list[float] = []
+        replay_s: list[float] = []
+        recorder = CallRecorder(record=frozenset({"GetItem", "Query", "BatchGetItem"}))
+        with recorder.attached(env.handler_client()):
+            handler_side()
+        calls.extend(recorder.recorded)
+        sides = ((handler_side, handler_s), (raw_side, raw_s), (replay_side, replay_s))
+        for i in range(repetitions):
+            for side, samples in sides[i % 3 :] + sides[: i % 3]:
+                samples.append(side())
+            if last["received"] != deltas or last["fetched"] != deltas:
+                raise RuntimeError(
+                    f"expected {deltas} deltas: handler gave {last['received']}, Query {last['fetched']}"
+                )
+            progress(
+                f"pull: repetition {i + 1}/{repetitions}: handler {handler_s[-1]:.2f}s, raw Query {raw_s[-1]:.2f}s "
+                f"({handler_s[-1] / raw_s[-1]:.2f}x), the handler's own calls replayed raw {replay_s[-1]:.2f}s"
+            )
+        ratio = summarize([h / r for h, r in zip(handler_s, raw_s, strict=True)], digits=3)
+        ratio_replay = summarize([h / r for h, r in zip(handler_s, replay_s, strict=True)], digits=3)
+        profiled = None
+        if profile or (profile is None and ratio["median"] > GOAL_RATIO):
+            profiled = _profile_pass(env, pull_module, token, limit)
+        env.drop_tables(names)
+
+    return {
+        "workload": {
+            "pending_deltas": deltas,
+            "limit_per_request": limit,
+            "shape": "INSERTs of distinct rows, one table (one shard), 3 columns; no sync rules; JSON responses",
+            "repetitions": repetitions,
+        },
+        "handler_s": summarize(handler_s),
+        "raw_query_s": summarize(raw_s),
+        "handler_deltas_per_s": summarize([deltas / s for s in handler_s], digits=1),
+        "raw_query_deltas_per_s": summarize([deltas / s for s in raw_s], digits=1),
+        "replay_of_handler_calls_s": summarize(replay_s),
+        "ratio_handler_over_raw": ratio,
+        "ratio_handler_over_replay": ratio_replay,
+        "goal": {"ratio_at_most": GOAL_RATIO, "met": ratio["median"] <= GOAL_RATIO},
+        "requests": {
+            "handler_invocations": last["requests"],
+            "handler_dynamodb_calls_per_pass": dict(recorder.calls),
+            "raw_queries": last["raw_requests"],
+            "handler_sdk_retries_total": recorder.retries,
+        },
+        "profile": profiled,
+        "moto_fast_json": env.moto.fast_json_report,
+    }
+
+
+def _profile_pass(env: HandlerEnv, pull_module: Any, token: str, limit: int) -> dict[str, Any]:
+    """cProfile of one handler pass in this (the client) process, broken down by owner."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "pull.prof"
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _pull_all(env, pull_module, token, limit)
+        profiler.disable()
+        profiler.dump_stats(str(path))
+        progress("pull: profile done")
+        return breakdown(path)
+
+
+def quick_summary(result: dict[str, Any]) -> str:
+    """One line for the console."""
+    return (
+        f"pull: {result['workload']['pending_deltas']} deltas in {result['handler_s']['median']:.2f}s via the handler, "
+        f"{result['raw_query_s']['median']:.2f}s raw: {result['ratio_handler_over_raw']['median']:.2f}x "
+        f"(goal <= {GOAL_RATIO})"
+    )

@@ -1,0 +1,316 @@
+"""Push throughput through the full handler path, against raw DynamoDB write floors on the same moto server.
+
+One repetition, on fresh tables each side:
+
+* **handler**: ``functions.push.lambda_handler`` called with API Gateway v2 events (built beforehand, as API Gateway
+  would) carrying JSON bodies of ``batch`` deltas: Powertools routing, JWT verification, body parsing, whole-batch
+  validation, then the push service, which per chunk of 32 deltas reads the dedup items, the shard head and the rows
+  (3 ``BatchGetItem``) and commits one ``TransactWriteItems``: a log item, a row item and a dedup item per delta
+  (row and dedup puts conditional) plus the head update (conditional).
+* **floor A, raw log writes** (the figure the goal is set against): ``BatchWriteItem`` (25 per request) of exactly
+  the log items the handler run wrote (read back from its table), one item per delta, unconditional, no reads.
+* **floor B, raw commits**: the very ``TransactWriteItems`` requests the handler run sent (recorded on its client),
+  replayed in order on fresh tables. What the storage work of a push costs by itself, without reads or our code.
+
+Workload: ``deltas`` INSERTs of distinct rows of one table (one shard), three columns each, from one client.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import (
+    GATEWAY,
+    TABLE,
+    CallRecorder,
+    HandlerEnv,
+    batch_write,
+    make_deltas,
+    progress,
+    push_events,
+    query_all,
+    retarget,
+    summarize,
+    timed,
+)
+from benchmarks._profile import breakdown, cumulative
+
+SHARD = f"{GATEWAY}#{TABLE}#0"
+GOAL_RATIO = 0.7
+
+
+def _handler_run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: int) -> dict[str, Any]:
+    names = env.new_tables()
+    events = push_events(deltas, batch, env.token())
+    recorder = CallRecorder()
+    with recorder.attached(env.handler_client()):
+        seconds = 0.0
+        for event in events:
+            start = time.perf_counter()
+            result = env.invoke(push_module, event)
+            seconds += time.perf_counter() - start
+            if result["statusCode"] != 200:
+                raise RuntimeError(f"push failed: {result['statusCode']} {result.get('body', '')[:300]}")
+    return {"names": names, "seconds": seconds, "recorder": recorder, "requests": len(events)}
+
+
+def _floor_log_writes(env: HandlerEnv, log_items: list[dict[str, Any]]) -> tuple[float, int]:
+    names = env.new_tables(use_for_handlers=False)
+    try:
+        return timed(lambda: batch_write(env.raw_client(), names.deltas, log_items))
+    finally:
+        env.drop_tables(names)
+
+
+def _floor_commits(env: HandlerEnv, source: Any, transactions: list[list[dict[str, Any]]]) -> float:
+    names = env.new_tables(use_for_handlers=False)
+    client = env.raw_client()
+    moved = [retarget(t, source, names) for t in transactions]
+    try:
+        seconds, _ = timed(lambda: [client.transact_write_items(TransactItems=t) for t in moved])
+        items, _ = query_all(client, names.deltas, SHARD, page=1000)
+        if len(items) != sum(1 for t in transactions for a in t if a.get("Put", {}).get("TableName") == source.deltas):
+            raise RuntimeError("replayed commits did not write the expected log items")
+        return seconds
+    finally:
+        env.drop_tables(names)
+
+
+def _repetition(env: HandlerEnv, push_module: Any, count: int, batch: int, tag: str) -> dict[str, Any]:
+    deltas = make_deltas(count, row_prefix=tag)
+    run = _handler_run(env, push_module, deltas, batch)
+    names = run["names"]
+    log_items, _ = query_all(env.raw_client(), names.deltas, SHARD, page=1000)
+    if len(log_items) != count:
+        raise RuntimeError(f"expected {count} log items after the push, found {len(log_items)}")
+    floor_a, floor_a_requests = _floor_log_writes(env, log_items)
+    recorder: CallRecorder = run["recorder"]
+    floor_b = _floor_commits(env, names, recorder.transactions)
+    env.drop_tables(names)
+    return {
+        "handler_s": run["seconds"],
+        "floor_log_writes_s": floor_a,
+        "floor_commits_s": floor_b,
+        "handler_requests": run["requests"],
+        "floor_log_write_requests": floor_a_requests,
+        "calls": dict(recorder.calls),
+        "retries": recorder.retries,
+        "items_per_commit": [len(t) for t in recorder.transactions],
+        "sample_commit": (names, recorder.transactions[0]),
+    }
+
+
+def run(
+    *, deltas: int, batch: int, repetitions: int, warmup_deltas: int
+) -> tuple[dict[str, Any], tuple[Any, list[dict[str, Any]]]]:
+    """Measure push throughput (see the module docstring).
+
+    Returns:
+        The figures for the results file, and one commit the handler sent (its table names and ``TransactItems``;
+        the first commit of a new shard) for :func:`stock_moto_commit_cost`.
+    """
+    import functions.push as push_module
+
+    with HandlerEnv(fast_transactions=True) as env:
+        progress(f"push: warm-up ({warmup_deltas} deltas, handler + both floors)")
+        _repetition(env, push_module, warmup_deltas, min(batch, warmup_deltas), "warm")
+        reps = []
+        for i in range(repetitions):
+            rep = _repetition(env, push_module, deltas, batch, f"rep{i}")
+            reps.append(rep)
+            progress(
+                f"push: repetition {i + 1}/{repetitions}: handler {deltas / rep['handler_s']:.0f} deltas/s, "
+                f"raw log writes {deltas / rep['floor_log_writes_s']:.0f}/s, "
+                f"raw commits {deltas / rep['floor_commits_s']:.0f}/s"
+            )
+        rollback_ok = _check_fast_transaction_rollback(env)
+
+    def rates(key: str) -> dict[str, Any]:
+        return summarize([deltas / r[key] for r in reps], digits=1)
+
+    ratio_a = summarize([r["floor_log_writes_s"] / r["handler_s"] for r in reps], digits=3)
+    ratio_b = summarize([r["floor_commits_s"] / r["handler_s"] for r in reps], digits=3)
+    first = reps[0]
+    chunks = len(first["items_per_commit"])
+    result = {
+        "workload": {
+            "deltas": deltas,
+            "deltas_per_request": batch,
+            "requests": first["handler_requests"],
+            "shape": "INSERTs of distinct rows, one table (one shard), 3 columns, one client, JSON bodies",
+            "repetitions": repetitions,
+            "warmup_deltas": warmup_deltas,
+        },
+        "handler_deltas_per_s": rates("handler_s"),
+        "floor_log_writes_deltas_per_s": rates("floor_log_writes_s"),
+        "floor_commits_deltas_per_s": rates("floor_commits_s"),
+        "ratio_vs_log_writes": ratio_a,
+        "ratio_vs_commits": ratio_b,
+        "goal": {"ratio_vs_log_writes_at_least": GOAL_RATIO, "met": ratio_a["median"] >= GOAL_RATIO},
+        "dynamodb_calls": {
+            "handler": first["calls"],
+            "handler_total": sum(first["calls"].values()),
+            "handler_per_commit": round(sum(first["calls"].values()) / chunks, 2),
+            "floor_log_writes_total": first["floor_log_write_requests"],
+            "floor_commits_total": chunks,
+            "commits": chunks,
+            "items_per_commit_median": statistics.median(first["items_per_commit"]),
+            "items_written_per_delta_handler": round(sum(first["items_per_commit"]) / deltas, 3),
+            "items_written_per_delta_floor_log_writes": 1,
+            "handler_sdk_retries_total": sum(r["retries"] for r in reps),
+        },
+        "fast_transactions_rollback_check": rollback_ok,
+        "moto_fast_json": env.moto.fast_json_report,
+    }
+    return result, first["sample_commit"]
+
+
+def _check_fast_transaction_rollback(env: HandlerEnv) -> bool:
+    """A cancelled transaction on the patched moto leaves every item as it was (puts and an in-place update)."""
+    client = env.raw_client()
+    names = env.new_tables(use_for_handlers=False)
+    try:
+        client.put_item(TableName=names.heads, Item={"shard": {"S": "s"}, "seq": {"N": "1"}})
+        client.put_item(TableName=names.rows, Item={"pk": {"S": "taken"}, "v": {"N": "1"}})
+        before = client.scan(TableName=names.heads)["Items"], client.scan(TableName=names.rows)["Items"]
+        try:
+            client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": names.heads,
+                            "Key": {"shard": {"S": "s"}},
+                            "UpdateExpression": "SET seq = :n",
+                            "ExpressionAttributeValues": {":n": {"N": "2"}},
+                        }
+                    },
+                    {"Put": {"TableName": names.rows, "Item": {"pk": {"S": "new"}, "v": {"N": "1"}}}},
+                    {
+                        "Put": {
+                            "TableName": names.rows,
+                            "Item": {"pk": {"S": "taken"}, "v": {"N": "9"}},
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
+        except client.exceptions.TransactionCanceledException:
+            pass
+        else:
+            return False
+        after = client.scan(TableName=names.heads)["Items"], client.scan(TableName=names.rows)["Items"]
+        return before == after
+    finally:
+        env.drop_tables(names)
+
+
+def stock_moto_commit_cost(sample: tuple[Any, list[dict[str, Any]]], *, table_sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Seconds of one commit the handler sent, replayed on stock moto and on the patched one, as the tables grow.
+
+    Before each replay the log, row and dedup tables are filled with ``size`` unrelated items each.
+    """
+    source, commit = sample
+    results: dict[str, Any] = {"commit_items": len(commit), "table_sizes": list(table_sizes)}
+    for label, fast in (("stock_moto_s", False), ("patched_moto_s", True)):
+        seconds = []
+        with HandlerEnv(fast_transactions=fast) as env:
+            client = env.raw_client()
+            warm = env.new_tables(use_for_handlers=False)
+            client.transact_write_items(TransactItems=retarget(commit, source, warm))
+            env.drop_tables(warm)
+            for size in table_sizes:
+                names = env.new_tables(use_for_handlers=False)
+                _fill(client, names, size)
+                moved = retarget(commit, source, names)
+                start = time.perf_counter()
+                client.transact_write_items(TransactItems=moved)
+                elapsed = time.perf_counter() - start
+                seconds.append(round(elapsed, 4))
+                env.drop_tables(names)
+                kind = "stock" if not fast else "patched"
+                progress(f"push: one {len(commit)}-item commit on {kind} moto, tables at {size} items: {elapsed:.3f}s")
+        results[label] = seconds
+    return results
+
+
+def _fill(client: Any, names: Any, size: int) -> None:
+    pad = "x" * 150
+    batch_write(
+        client,
+        names.deltas,
+        [
+            {"shard": {"S": "fill#t#0"}, "seq": {"N": str(i)}, "chlc": {"N": str(i)}, "d": {"S": pad}}
+            for i in range(1, size + 1)
+        ],
+    )
+    batch_write(client, names.rows, [{"pk": {"S": f"fill#{i}"}, "s": {"S": pad}, "v": {"N": "1"}} for i in range(size)])
+    batch_write(client, names.dedup, [{"pk": {"S": f"fill#{i}"}, "exp": {"N": "9999999999"}} for i in range(size)])
+
+
+def profile(*, deltas: int, batch: int) -> dict[str, Any]:
+    """cProfile of one handler push run: the client process and (separately) the moto server process."""
+    import functions.push as push_module
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server_profile = Path(tmp) / "moto.prof"
+        client_profile = Path(tmp) / "client.prof"
+        with HandlerEnv(fast_transactions=True, profile=server_profile) as env:
+            warm = make_deltas(64, row_prefix="pwarm")
+            env.new_tables()
+            for event in push_events(warm, 64, env.token()):
+                env.invoke(push_module, event)
+            env.new_tables()
+            events = push_events(make_deltas(deltas, row_prefix="prof"), batch, env.token())
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for event in events:
+                env.invoke(push_module, event)
+            profiler.disable()
+            profiler.dump_stats(str(client_profile))
+        client = breakdown(client_profile)
+        server = breakdown(server_profile, server=True)
+        ops = cumulative(
+            server_profile,
+            {
+                op: f"moto/dynamodb/responses.py:{op}"
+                for op in ("transact_write_items", "batch_get_item", "query", "get_item", "batch_write_item")
+            },
+        )
+        ops["condition expression parsing (moto)"] = cumulative(
+            server_profile, {"x": "moto/dynamodb/comparisons.py:get_filter_expression"}
+        )["x"]
+        client_ops = cumulative(
+            client_profile,
+            {
+                "push service (lakesync.gateway.push.push), incl. its DynamoDB calls": "lakesync/gateway/push.py:push",
+                "DynamoDB calls (botocore _make_api_call)": "botocore/client.py:_make_api_call",
+                "JSON body parsing (functions._http.parse_json)": "functions/_http.py:parse_json",
+                "SyncPush.from_json": "lakesync/core/messages.py:from_json",
+                "push validation (_validate)": "lakesync/gateway/push.py:_validate",
+                "merge + commit planning (_plan)": "lakesync/gateway/push.py:_plan",
+                "commit request building + send (DynamoDBBufferStore.commit)": "lakesync/aws/dynamodb.py:commit",
+                "response JSON (PushResult.to_json)": "lakesync/gateway/push.py:to_json",
+            },
+        )
+    progress("push: profile done")
+    return {
+        "deltas": deltas,
+        "client": client,
+        "client_functions": client_ops,
+        "moto": server,
+        "moto_operations": ops,
+    }
+
+
+def quick_summary(result: dict[str, Any]) -> str:
+    """One line for the console."""
+    return (
+        f"push: handler {result['handler_deltas_per_s']['median']:.0f} deltas/s; "
+        f"vs raw log writes {result['ratio_vs_log_writes']['median']:.3f}x (goal >= {GOAL_RATIO}); "
+        f"vs raw commits {result['ratio_vs_commits']['median']:.3f}x"
+    )

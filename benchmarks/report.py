@@ -1,0 +1,282 @@
+"""The results files: ``latest.json`` (every figure) and ``latest.md`` (the same, for people)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write(results: dict[str, Any], directory: Path) -> tuple[Path, Path]:
+    """Write ``latest.json`` and ``latest.md`` into ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path = directory / "latest.json"
+    md_path = directory / "latest.md"
+    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(results), encoding="utf-8")
+    return json_path, md_path
+
+
+def _range(stats: dict[str, Any], fmt: str = "{:.0f}") -> str:
+    return (
+        f"{fmt.format(stats['median'])} ({fmt.format(stats['min'])}–{fmt.format(stats['max'])}, "
+        f"spread {stats['spread_pct']:.0f}%, n={stats['n']})"
+    )
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def _owners(breakdown: dict[str, Any]) -> list[str]:
+    total = breakdown["total_s"] or 1.0
+    return [f"| {owner} | {s:.2f} | {100 * s / total:.0f}% |" for owner, s in breakdown["by_owner"].items()]
+
+
+def _functions(entries: list[dict[str, Any]]) -> list[str]:
+    return [f"| `{e['function']}` | {e['owner']} | {e['self_s']:.3f} |" for e in entries]
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The human-readable results."""
+    m = r["machine"]
+    lines = [
+        "# Gateway benchmarks — latest results",
+        "",
+        f"Measured {r['timestamp']} in {r['duration_s']:.0f} s by `python -m benchmarks` (`make bench`).",
+        f"Machine: {m['cpu']}, {m['cpu_count']} CPUs, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
+        f"load average {m['load_average_start']} at the start, {m['load_average_end']} at the end "
+        "(other work on the machine makes absolute figures noisy; the ratios pair sides measured back to back).",
+        f"Code: commit `{(m['git']['commit'] or 'unknown')[:12]}`"
+        + (" with uncommitted changes in src/ or functions/." if m["git"]["src_or_functions_modified"] else "."),
+        f"Packages: {', '.join(f'{k} {v}' for k, v in m['packages'].items())}.",
+        "",
+        "## Goals",
+        "",
+        "| figure | goal | measured (median) | verdict |",
+        "|---|---|---|---|",
+    ]
+    push, pull, imports = r.get("push"), r.get("pull"), r.get("imports")
+    if push:
+        lines.append(
+            f"| push: handler rate / raw `BatchWriteItem` rate | ≥ {push['goal']['ratio_vs_log_writes_at_least']} | "
+            f"{push['ratio_vs_log_writes']['median']:.3f}× | {_verdict(push['goal']['met'])} |"
+        )
+    if pull:
+        lines.append(
+            f"| pull: handler time / raw paginated `Query` time | ≤ {pull['goal']['ratio_at_most']} | "
+            f"{pull['ratio_handler_over_raw']['median']:.2f}× | {_verdict(pull['goal']['met'])} |"
+        )
+    if imports:
+        for module, figures in imports["modules"].items():
+            lines.append(
+                f"| cold import of `{module}` | ≤ {imports['goal_ms']:.0f} ms | {figures['import_ms']:.0f} ms | "
+                f"{_verdict(figures['goal_met'])} |"
+            )
+    lines += ["", "## How", "", *r["method"]["common"]]
+    checks = []
+    for name in ("push", "pull"):
+        fast = (r.get(name) or {}).get("moto_fast_json")
+        if fast:
+            state = f"turned off ({fast['disabled_reason']})" if fast["disabled_reason"] else "stayed on"
+            checks.append(f"{name} server: {fast['used']} fast responses, {fast['verified']} verified, {state}")
+    if "fast_transactions_rollback_check" in r["moto"]:
+        rollback = r["moto"]["fast_transactions_rollback_check"]
+        checks.append(f"a cancelled transaction on the patched server left every item as it was: {rollback}")
+    if checks:
+        lines.append(f"* Checks of the moto patches in this run: {'; '.join(checks)}.")
+    lines.append("")
+    if push:
+        lines += _push_section(r, push)
+    if pull:
+        lines += _pull_section(r, pull)
+    if imports:
+        lines += _imports_section(imports)
+    return "\n".join(lines) + "\n"
+
+
+def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
+    w = push["workload"]
+    calls = push["dynamodb_calls"]
+    lines = [
+        "## Push throughput",
+        "",
+        f"Workload: {w['deltas']} deltas per repetition ({w['shape']}), {w['deltas_per_request']} per request "
+        f"({w['requests']} requests), {w['repetitions']} repetitions after a {w['warmup_deltas']}-delta warm-up; "
+        "fresh tables for every side of every repetition.",
+        "",
+        *r["method"]["push"],
+        "",
+        "| side | deltas/s: median (min–max, spread) |",
+        "|---|---|",
+        f"| handler (full path) | {_range(push['handler_deltas_per_s'])} |",
+        f"| floor A: raw `BatchWriteItem` of the log items | {_range(push['floor_log_writes_deltas_per_s'])} |",
+        f"| floor B: raw replay of the handler's `TransactWriteItems` | {_range(push['floor_commits_deltas_per_s'])} |",
+        "",
+        f"Ratios (per repetition, then median): handler / floor A = {_range(push['ratio_vs_log_writes'], '{:.3f}')}; "
+        f"handler / floor B = {_range(push['ratio_vs_commits'], '{:.3f}')}.",
+        "",
+        f"DynamoDB requests of one handler repetition: {calls['handler']} = {calls['handler_total']} "
+        f"({calls['handler_per_commit']} per commit of ~{calls['items_per_commit_median']:.0f} items; "
+        f"{calls['items_written_per_delta_handler']} items written per delta), against "
+        f"{calls['floor_log_writes_total']} `BatchWriteItem` requests (1 item per delta) for floor A and "
+        f"{calls['floor_commits_total']} `TransactWriteItems` for floor B. SDK retries during the handler runs: "
+        f"{calls['handler_sdk_retries_total']}.",
+        "",
+    ]
+    stock = r.get("push_stock_moto_commit")
+    if stock:
+        lines += [
+            "### Why the moto server is patched for transactions",
+            "",
+            f"One {stock['commit_items']}-item commit the handler sent, replayed with the log, row and dedup tables "
+            "already holding N unrelated items each:",
+            "",
+            "| N items per table | stock moto (s) | patched moto (s) |",
+            "|---|---|---|",
+            *[
+                f"| {n} | {a:.3f} | {b:.3f} |"
+                for n, a, b in zip(stock["table_sizes"], stock["stock_moto_s"], stock["patched_moto_s"], strict=True)
+            ],
+            "",
+            "Stock moto deep-copies every touched table once per transaction item, so a commit's cost grows with "
+            "everything stored before it and a push run is quadratic (a 1,000-delta push took about a minute in "
+            "exploratory runs). The benchmark's moto backs each table up once per transaction instead "
+            f"(rollback verified on every run: {r['moto']['fast_transactions_rollback_check']}).",
+            "",
+        ]
+    profile = r.get("push_profile")
+    if profile:
+        lines += [
+            f"### Where the push time goes (cProfile, {profile['deltas']} deltas, client and moto profiled "
+            "separately; profiling inflates absolute times)",
+            "",
+            "Client process (the Lambda side), self time by owner; stdlib time is charged to its caller:",
+            "",
+            "| owner | s | share |",
+            "|---|---|---|",
+            *_owners(profile["client"]),
+            "",
+            "| client function (cumulative) | calls | s |",
+            "|---|---|---|",
+            *[f"| {k} | {v['calls']} | {v['seconds']:.2f} |" for k, v in profile["client_functions"].items()],
+            "",
+            "Costliest functions of our code (self time incl. the stdlib work they ask for):",
+            "",
+            "| function | owner | s |",
+            "|---|---|---|",
+            *_functions(profile["client"]["top_ours"]),
+            "",
+            "Costliest functions overall on the client (without the socket wait):",
+            "",
+            "| function | owner | s |",
+            "|---|---|---|",
+            *_functions(profile["client"]["top_functions"]),
+            "",
+            "moto server process, by owner and by DynamoDB operation (cumulative):",
+            "",
+            "| owner | s | share |",
+            "|---|---|---|",
+            *_owners(profile["moto"]),
+            "",
+            "| moto operation | calls | s |",
+            "|---|---|---|",
+            *[f"| {k} | {v['calls']} | {v['seconds']:.2f} |" for k, v in profile["moto_operations"].items()],
+            "",
+            "| moto function | owner | s |",
+            "|---|---|---|",
+            *_functions(profile["moto"]["top_functions"][:8]),
+            "",
+        ]
+    return lines
+
+
+def _pull_section(r: dict[str, Any], pull: dict[str, Any]) -> list[str]:
+    w = pull["workload"]
+    req = pull["requests"]
+    lines = [
+        "## Pull of pending deltas",
+        "",
+        f"Workload: {w['pending_deltas']} pending deltas ({w['shape']}), `limit={w['limit_per_request']}` per "
+        f"request, {w['repetitions']} repetitions after a one-page warm-up.",
+        "",
+        *r["method"]["pull"],
+        "",
+        "| side | seconds for all deltas: median (min–max, spread) | deltas/s (median) |",
+        "|---|---|---|",
+        f"| handler, paging with the cursor until `hasMore` is false | {_range(pull['handler_s'], '{:.2f}')} | "
+        f"{pull['handler_deltas_per_s']['median']:.0f} |",
+        f"| raw paginated `Query` | {_range(pull['raw_query_s'], '{:.2f}')} | "
+        f"{pull['raw_query_deltas_per_s']['median']:.0f} |",
+        f"| raw replay of the handler's own DynamoDB requests | {_range(pull['replay_of_handler_calls_s'], '{:.2f}')} "
+        "| – |",
+        "",
+        f"Ratios (per repetition, then median): handler / raw Query = "
+        f"{_range(pull['ratio_handler_over_raw'], '{:.2f}')}; handler / replay of its own requests = "
+        f"{_range(pull['ratio_handler_over_replay'], '{:.2f}')}.",
+        "",
+        f"Requests of one pass: {req['handler_invocations']} handler invocations making "
+        f"{req['handler_dynamodb_calls_per_pass']} DynamoDB requests, against {req['raw_queries']} `Query` requests "
+        f"raw. SDK retries during the handler runs: {req['handler_sdk_retries_total']}.",
+        "",
+    ]
+    profile = pull.get("profile")
+    if profile:
+        lines += [
+            "### Where the pull time goes (cProfile of one handler pass, client process)",
+            "",
+            "| owner | s | share |",
+            "|---|---|---|",
+            *_owners(profile),
+            "",
+            "| function | owner | s |",
+            "|---|---|---|",
+            *_functions(profile["top_ours"]),
+            "",
+        ]
+    return lines
+
+
+def _imports_section(imports: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Cold import of the handler modules",
+        "",
+        f"Method: {imports['method']}. Bare interpreter start and exit: {_range(imports['bare_interpreter_ms'])} ms. "
+        f"Heavy packages loaded by the handlers (pyspark, pyiceberg, pandas, pyarrow, numpy, moto): "
+        f"{', '.join(imports['heavy_packages_loaded_by_handlers']) or 'none'}.",
+        "",
+        "| module | in-process import ms: median (min–max) | wall − bare ms | `-X importtime` total ms |",
+        "|---|---|---|---|",
+    ]
+    for module, f in imports["modules"].items():
+        w = f["in_process_ms"]
+        lines.append(
+            f"| `{module}` | {w['median']:.0f} ({w['min']:.0f}–{w['max']:.0f}) | {f['wall_minus_bare_ms']:.0f} | "
+            f"{f['importtime']['total_ms']:.0f} |"
+        )
+    lines += [
+        "",
+        "Third-party modules the handlers load, each imported alone in a fresh interpreter (in-process ms, median; "
+        "they share dependencies, so they do not add up): "
+        + ", ".join(f"`{k}` {v['median']:.0f}" for k, v in imports["dependencies_alone_in_process_ms"].items())
+        + ".",
+    ]
+    for module, f in imports["modules"].items():
+        t = f["importtime"]
+        lines += [
+            "",
+            f"### `python -X importtime -c 'import {module}'`",
+            "",
+            "By top-level package (sum of module self times): "
+            + ", ".join(f"{k} {v:.0f} ms" for k, v in t["packages_self_ms"].items())
+            + ".",
+            "",
+            "Modules with the largest self time: "
+            + ", ".join(f"`{k}` {v:.0f} ms" for k, v in t["modules_self_ms"].items())
+            + ".",
+            "",
+            "Our modules, cumulative: "
+            + ", ".join(f"`{k}` {v:.0f} ms" for k, v in t["our_modules_cumulative_ms"].items())
+            + ".",
+        ]
+    return [*lines, ""]
