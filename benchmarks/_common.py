@@ -262,7 +262,8 @@ class CallRecorder:
     def _on_call(self, params: Mapping[str, Any], model: Any, **_: Any) -> None:
         self.calls[model.name] += 1
         if model.name in self.record:
-            self.recorded.append((model.name, json.loads(json.dumps(params))))
+            # A reference, not a copy: the stores build every request afresh and botocore does not change it.
+            self.recorded.append((model.name, dict(params)))
 
     def _on_send(self, **_: Any) -> None:
         self.sends += 1
