@@ -54,6 +54,44 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if red[0] == red[1] == red[2] else 1
 
 
+def lake_paths(data_dir: Path) -> tuple[Path, Path]:
+    """The local lake of a data directory: (sqlite catalog file, warehouse directory)."""
+    return data_dir / "lake" / "catalog.db", data_dir / "lake" / "warehouse"
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    import json
+
+    from lakesync.spark.query import run_query, snapshots
+    from lakesync.spark.session import build_session
+
+    catalog_db, warehouse = lake_paths(Path(args.data_dir))
+    if not catalog_db.exists():
+        print(f"no lake in {args.data_dir}: run the pipeline first (make demo)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = build_session(app_name="lakesync-query", warehouse=str(warehouse), catalog_uri=str(catalog_db))
+
+    def progress(line: str) -> None:
+        print(f"\r{line}", end="", file=sys.stderr, flush=True)
+
+    if args.snapshots:
+        result = snapshots(spark, args.snapshots)
+    else:
+        result = run_query(spark, args.sql, limit=args.limit, progress=None if args.json else progress)
+    if args.json:
+        print(json.dumps({"columns": result.columns, "rows": result.rows}, default=str))
+    else:
+        print("\r", end="", file=sys.stderr)
+        print("\t".join(result.columns))
+        for row in result.rows:
+            print(
+                "\t".join("" if v is None else json.dumps(v, default=str) if not isinstance(v, str) else v for v in row)
+            )
+        print(f"({len(result.rows)} rows, {result.seconds:.2f}s)", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lakesync`` console script."""
     parser = argparse.ArgumentParser(prog="lakesync", description=__doc__)
@@ -75,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--claim", action="append", default=[], metavar="KEY=VALUE", help="custom claim (repeatable)")
     token.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     token.set_defaults(func=_cmd_token)
+
+    query = sub.add_parser(
+        "query",
+        help="run SQL over the local lake (tables: deltas, state_<table>; VERSION/TIMESTAMP AS OF for time travel)",
+    )
+    query.add_argument("sql", nargs="?", default="SHOW TABLES", help="one SQL statement")
+    query.add_argument("--snapshots", metavar="TABLE", help="list a table's snapshots instead")
+    query.add_argument("--limit", type=int, default=1000, help="most rows to print")
+    query.add_argument("--json", action="store_true", help="machine-readable output (for agents)")
+    query.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    query.set_defaults(func=_cmd_query)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo over HTTP")
     demo.set_defaults(func=_cmd_demo)
