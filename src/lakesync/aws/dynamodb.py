@@ -129,6 +129,8 @@ class DynamoDBBufferStore:
                 flushed_bytes=int(item["fb"]["N"]),
                 flushed_deltas=int(item["fd"]["N"]),
                 last_commit_hlc=int(item["lch"]["N"]),
+                released_seq=int(item["rs"]["N"]) if "rs" in item else 0,
+                released_hlc=int(item["rh"]["N"]) if "rh" in item else 0,
             )
         return heads
 

@@ -17,6 +17,7 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     ├── ForbiddenError                    FORBIDDEN          403
     ├── NotFoundError                     NOT_FOUND          404
     │   └── AdapterNotFoundError          NOT_FOUND          404  (domain code ADAPTER_NOT_FOUND)
+    ├── CursorExpiredError                CURSOR_EXPIRED     410  (the log behind the position was released)
     ├── RateLimitedError                  RATE_LIMITED       429
     ├── BackpressureError                 BACKPRESSURE_ERROR 503
     ├── AdapterError                      ADAPTER_ERROR      502
@@ -40,6 +41,7 @@ API_ERROR_CODES = (
     "AUTH_ERROR",
     "FORBIDDEN",
     "NOT_FOUND",
+    "CURSOR_EXPIRED",
     "RATE_LIMITED",
     "ADAPTER_ERROR",
     "FLUSH_ERROR",
@@ -161,6 +163,14 @@ class AdapterNotFoundError(NotFoundError):
     """A named source adapter is not registered."""
 
     code = "ADAPTER_NOT_FOUND"
+
+
+class CursorExpiredError(LakeSyncError):
+    """A pull position is behind the part of the log the flush job released; reload the checkpoint."""
+
+    code = "CURSOR_EXPIRED"
+    api_code = "CURSOR_EXPIRED"
+    status = 410
 
 
 class RateLimitedError(LakeSyncError):

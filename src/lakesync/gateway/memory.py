@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from lakesync.core.rules import SyncRules
@@ -72,7 +73,10 @@ class InMemoryBufferStore:
             duplicates = {d for d in commit.delta_ids if self._dedup.get((gateway, d), 0) > commit.now_s}
             if duplicates:
                 raise DuplicateDeltaIds(duplicates)
-            self._heads[commit.shard] = commit.head
+            new_head = commit.head
+            if head is not None:  # like the DynamoDB head update, a commit leaves the release marks alone
+                new_head = replace(new_head, released_seq=head.released_seq, released_hlc=head.released_hlc)
+            self._heads[commit.shard] = new_head
             self._logs.setdefault(commit.shard, []).extend(commit.entries)
             for write in commit.rows:
                 self._rows[(gateway, write.row.state.table, write.row.state.row_id)] = write.row
@@ -90,6 +94,17 @@ class InMemoryBufferStore:
             log = self._logs.get(shard, [])
             start = bisect.bisect_right(log, after_commit_hlc, key=lambda e: e.commit_hlc)
             return log[start : start + limit]
+
+    def release_log(self, shard: ShardId, through_seq: int) -> None:
+        """Drop the log entries up to ``through_seq`` and mark the head, as the flush job's release step does."""
+        with self._lock:
+            log = self._logs.get(shard, [])
+            gone = [e for e in log if e.seq <= through_seq]
+            if not gone:
+                return
+            self._logs[shard] = log[len(gone) :]
+            head = self._heads[shard]
+            self._heads[shard] = replace(head, released_seq=gone[-1].seq, released_hlc=gone[-1].commit_hlc)
 
     def expire_dedup(self, now_s: int) -> None:
         """Drop expired deltaIds, as DynamoDB's TTL sweeper eventually does."""

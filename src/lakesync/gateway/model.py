@@ -50,7 +50,8 @@ class ShardHead:
 
     ``seq``/``bytes_total``/``deltas_total`` count everything ever committed; the flush job advances
     ``flushed_seq``/``flushed_bytes``/``flushed_deltas`` after its Iceberg commit, so the unflushed buffer is the
-    difference.
+    difference. Log entries up to ``released_seq`` (commit HLCs up to ``released_hlc``) were deleted by the flush
+    job's release step; a pull position behind them has expired.
     """
 
     shard: ShardId
@@ -61,6 +62,8 @@ class ShardHead:
     flushed_bytes: int = 0
     flushed_deltas: int = 0
     last_commit_hlc: int = 0
+    released_seq: int = 0
+    released_hlc: int = 0
 
     @property
     def unflushed_bytes(self) -> int:

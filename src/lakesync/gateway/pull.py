@@ -11,6 +11,11 @@ Two ways to say where a client is:
   against the page limit, so paging always progresses. Delivery is at-least-once; applying a delta twice is harmless
   (per-column LWW is idempotent).
 
+The flush job may release (delete) the oldest part of a shard's log once it is in the lake and covered by a
+checkpoint; a pull whose position is behind the released part (cursor sequence below ``released_seq``, ``since``
+below ``released_hlc``, or no position at all) fails with :class:`CursorExpiredError` instead of silently skipping
+it, and the client reloads the checkpoint.
+
 ``hasMore`` is true exactly when entries remain that this pull did not scan. A pull that filters out most of the log
 stops after ``max_scan_per_pull`` scanned entries with ``hasMore`` true and a cursor past what it scanned; it never
 reports ``hasMore`` false while unscanned entries remain.
@@ -30,10 +35,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from lakesync.core.delta import RowDelta
-from lakesync.core.errors import AdapterError, AdapterNotFoundError, LakeSyncError, ValidationError
+from lakesync.core.errors import (
+    AdapterError,
+    AdapterNotFoundError,
+    CursorExpiredError,
+    LakeSyncError,
+    ValidationError,
+)
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.model import LogEntry, ShardId
+from lakesync.gateway.model import LogEntry, ShardHead, ShardId
 
 _CURSOR_VERSION = 1
 _PAGE = 1000
@@ -221,6 +232,9 @@ def _pull_by_cursor(
     claims: Claims,
 ) -> PullResult:
     shards = deps.buffer.list_shards(gateway)
+    for head in deps.buffer.get_heads(shards).values():
+        if positions.get(head.shard.key, 0) < head.released_seq:
+            raise _expired(gateway, head)
     page = min(max(limit, 100), _PAGE)
     readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0)) for s in sorted(shards)]
     collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
@@ -240,6 +254,9 @@ def _pull_since(
     start = max(0, since - (window_ms << 16)) if recent else since
     shards = sorted(deps.buffer.list_shards(gateway))
     heads = deps.buffer.get_heads(shards)
+    for head in heads.values():
+        if since < head.released_hlc:
+            raise _expired(gateway, head)
     page = min(max(limit, 100), _PAGE)
     readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start) for s in shards]
     collected, has_more, last = _collect(
@@ -255,6 +272,13 @@ def _pull_since(
         return PullResult(tuple(collected), max(resume, since), True, None)
     positions = {s.key: heads[s].seq for s in shards if s in heads}
     return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
+
+
+def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:
+    return CursorExpiredError(
+        f"The buffer of table {head.shard.table!r} was released past this pull position; load the checkpoint"
+        f" (GET /v1/sync/{gateway}/checkpoint) and pull from its cursor"
+    )
 
 
 def _pull_from_source(
