@@ -1,7 +1,7 @@
 """Ports: the storage and integration boundaries the gateway services depend on.
 
 Adapters implement them: :mod:`lakesync.gateway.memory` in memory (tests, pure logic) and :mod:`lakesync.aws` on
-DynamoDB. The contract tests in ``tests/contract`` run one behaviour suite against every adapter.
+DynamoDB and S3. The contract tests in ``tests/contract`` run one behaviour suite against every adapter.
 """
 
 from __future__ import annotations
@@ -107,4 +107,20 @@ class SourceAdapter(Protocol):
 
     def query_deltas_since(self, since_hlc: int, limit: int) -> list[RowDelta]:
         """Deltas with ``hlc > since_hlc`` in HLC order, at most ``limit``."""
+        ...
+
+
+class ObjectStore(Protocol):
+    """Whole objects by key in one bucket (S3 on AWS): checkpoints, claim-check payloads."""
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        """Write (or replace) the object ``key``; once this returns, ``get`` sees it."""
+        ...
+
+    def get(self, key: str) -> bytes | None:
+        """The object's bytes, or ``None`` when there is no object ``key``."""
+        ...
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key starting with ``prefix``, in ascending (byte) order."""
         ...

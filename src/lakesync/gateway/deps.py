@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from lakesync.core.actions import ActionHandler
 from lakesync.core.hlc import HLC, system_clock
-from lakesync.ports import ActionStore, BufferStore, ConfigStore, SourceAdapter
+from lakesync.ports import ActionStore, BufferStore, ConfigStore, ObjectStore, SourceAdapter
 
 MIB = 1024 * 1024
 
@@ -60,7 +60,10 @@ class GatewaySettings:
 
 @dataclass(slots=True)
 class GatewayDeps:
-    """Everything the services need: stores, the server clock, handlers, sources and settings."""
+    """Everything the services need: stores, the server clock, handlers, sources and settings.
+
+    ``objects`` is the bucket checkpoints are served from; ``None`` where checkpoints are not configured.
+    """
 
     buffer: BufferStore
     config: ConfigStore
@@ -71,3 +74,4 @@ class GatewayDeps:
     action_handlers: Mapping[str, ActionHandler] = field(default_factory=dict)
     sources: Mapping[str, SourceAdapter] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
+    objects: ObjectStore | None = None
