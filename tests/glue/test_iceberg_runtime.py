@@ -261,6 +261,7 @@ def test_build_session_with_the_same_settings_returns_the_running_session(
     # When the factory is asked again for the same catalog
     again = build_session(
         app_name="another-name",
+        catalog="local",
         warehouse=str(lake_paths.warehouse),
         catalog_uri=str(lake_paths.catalog_db),
         log_level="ERROR",
@@ -275,14 +276,18 @@ def test_build_session_refuses_a_running_session_on_another_catalog(
 ) -> None:
     # When a local session on a different sqlite file is requested while the fixture's session runs
     with pytest.raises(SparkSetupError, match=r"spark\.sql\.catalog\.lake\.uri"):
-        build_session(app_name="x", warehouse=str(lake_paths.warehouse), catalog_uri=str(tmp_path / "other.db"))
+        build_session(
+            app_name="x", catalog="local", warehouse=str(lake_paths.warehouse), catalog_uri=str(tmp_path / "other.db")
+        )
 
     # Then the running session still points at the original catalog
     assert spark.conf.get("spark.sql.catalog.lake.uri") == f"jdbc:sqlite:{lake_paths.catalog_db}"
 
 
 def test_session_conf_local_sets_runtime_catalog_and_quiet_defaults(tmp_path: Path) -> None:
-    conf = session_conf(app_name="job", warehouse=str(tmp_path / "wh"), catalog_uri=str(tmp_path / "c.db"))
+    conf = session_conf(
+        app_name="job", catalog="local", warehouse=str(tmp_path / "wh"), catalog_uri=str(tmp_path / "c.db")
+    )
 
     assert conf["spark.master"] == "local[2]"
     assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
