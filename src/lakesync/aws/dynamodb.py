@@ -503,7 +503,7 @@ class DynamoDBActionStore:
 
 def create_tables(client: DynamoDBClient, names: TableNames) -> None:
     """Create every LakeSync table (idempotent) and enable TTL where records expire."""
-    existing = set(client.list_tables().get("TableNames", []))
+    existing = _table_names(client)
     for spec in table_specs(names):
         if spec["TableName"] not in existing:
             client.create_table(**spec)
@@ -518,8 +518,15 @@ def create_tables(client: DynamoDBClient, names: TableNames) -> None:
 
 def drop_tables(client: DynamoDBClient, names: TableNames) -> None:
     """Delete every LakeSync table that exists (for a fresh local start)."""
-    existing = set(client.list_tables().get("TableNames", []))
+    existing = _table_names(client)
     for name in names.as_dict().values():
         if name in existing:
             client.delete_table(TableName=name)
             client.get_waiter("table_not_exists").wait(TableName=name)
+
+
+def _table_names(client: DynamoDBClient) -> set[str]:
+    names: set[str] = set()
+    for page in client.get_paginator("list_tables").paginate():
+        names.update(page.get("TableNames", []))
+    return names
