@@ -51,9 +51,11 @@ def get_settings() -> Settings:
 
 @functools.lru_cache(maxsize=1)
 def get_deps() -> GatewayDeps:
-    """The services' dependencies over DynamoDB, built on first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
+    """The services' dependencies over DynamoDB (and S3 for checkpoints, its client made on first use), built on
+    first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
     from lakesync.aws.clients import dynamodb_client
     from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+    from lakesync.aws.objects import S3ObjectStore
     from lakesync.gateway.deps import GatewayDeps
 
     settings = get_settings()
@@ -63,6 +65,7 @@ def get_deps() -> GatewayDeps:
         config=DynamoDBConfigStore(client, settings.tables),
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),
+        objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
     )
 
 

@@ -10,6 +10,8 @@ Variables (every API function reads all of them; ``health`` reads none -- see :d
 * ``LAKESYNC_FLUSH_THRESHOLD_BYTES``, ``LAKESYNC_BACKPRESSURE_BYTES`` -- buffer limits per shard.
 * ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB).
+* ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
+  unset: no checkpoints, the route answers 404).
 
 An empty variable counts as unset. Every problem is reported at once in one :class:`SettingsError`.
 """
@@ -37,6 +39,7 @@ FLUSH_THRESHOLD_BYTES: Final = "LAKESYNC_FLUSH_THRESHOLD_BYTES"
 BACKPRESSURE_BYTES: Final = "LAKESYNC_BACKPRESSURE_BYTES"
 SUB_SHARDS: Final = "LAKESYNC_SUB_SHARDS"
 MAX_BODY_BYTES: Final = "LAKESYNC_MAX_BODY_BYTES"
+CHECKPOINT_BUCKET: Final = "LAKESYNC_CHECKPOINT_BUCKET"
 
 API_ENV_VARS: Final = frozenset(
     {
@@ -50,6 +53,7 @@ API_ENV_VARS: Final = frozenset(
         BACKPRESSURE_BYTES,
         SUB_SHARDS,
         MAX_BODY_BYTES,
+        CHECKPOINT_BUCKET,
     }
 )
 """Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
@@ -60,6 +64,7 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "pull": API_ENV_VARS,
     "actions": API_ENV_VARS,
     "admin": API_ENV_VARS,
+    "checkpoint": API_ENV_VARS,
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
 
@@ -68,6 +73,7 @@ _DEFAULTS: Final = GatewaySettings()
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _MAX_SUB_SHARDS = 256
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 class SettingsError(ValueError):
@@ -87,6 +93,7 @@ class Settings:
         backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: twice the threshold).
         sub_shards: Hash sub-shards per hot table.
         max_body_bytes: Largest request body accepted.
+        checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
     """
 
     gateway_ids: frozenset[str]
@@ -97,6 +104,7 @@ class Settings:
     backpressure_bytes: int | None = None
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    checkpoint_bucket: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -116,6 +124,7 @@ class Settings:
             backpressure_bytes=_optional_int(env, BACKPRESSURE_BYTES, 0, errors),
             sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
             max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors),
+            checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
         )
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
@@ -187,6 +196,15 @@ def _optional_int(env: Mapping[str, str], var: str, minimum: int, errors: list[s
         errors.append(f"{var} must be an integer >= {minimum}, got {raw!r}")
         return None
     return int(text)
+
+
+def _bucket(raw: str | None, errors: list[str]) -> str | None:
+    if raw is None:
+        return None
+    name = raw.strip()
+    if not _BUCKET_NAME.fullmatch(name) or ".." in name:
+        errors.append(f"{CHECKPOINT_BUCKET} {raw!r} is not a valid S3 bucket name")
+    return name
 
 
 def _sub_shards(raw: str | None, errors: list[str]) -> dict[str, int]:

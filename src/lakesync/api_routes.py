@@ -42,12 +42,14 @@ FUNCTIONS = {
     "pull": "functions.pull",
     "actions": "functions.actions",
     "admin": "functions.admin",
+    "checkpoint": "functions.checkpoint",
 }
 
 ROUTES = (
     Route("GET", "/health", FUNCTIONS["health"]),
     Route("POST", "/v1/sync/{gw}/push", FUNCTIONS["push"]),
     Route("GET", "/v1/sync/{gw}/pull", FUNCTIONS["pull"]),
+    Route("GET", "/v1/sync/{gw}/checkpoint", FUNCTIONS["checkpoint"]),
     Route("POST", "/v1/sync/{gw}/action", FUNCTIONS["actions"]),
     Route("GET", "/v1/sync/{gw}/actions", FUNCTIONS["actions"]),
     Route("POST", "/v1/admin/sync-rules/{gw}", FUNCTIONS["admin"]),
