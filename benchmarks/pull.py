@@ -122,8 +122,10 @@ def seed(env: HandlerEnv, count: int) -> Any:
     return names
 
 
-def _pull_all(env: HandlerEnv, pull_module: Any, token: str, limit: int) -> tuple[float, int, int]:
-    """Page through the handler until ``hasMore`` is false.
+def _pull_all(
+    env: HandlerEnv, pull_module: Any, token: str, limit: int, *, max_pages: int | None = None
+) -> tuple[float, int, int]:
+    """Page through the handler until ``hasMore`` is false (or ``max_pages`` pages).
 
     Returns:
         (seconds inside the handler calls, deltas received, requests). Building the events (API Gateway's work)
@@ -144,7 +146,7 @@ def _pull_all(env: HandlerEnv, pull_module: Any, token: str, limit: int) -> tupl
         body = json.loads(result["body"])
         received += len(body["deltas"])
         cursor = body["cursor"]
-        if not body["hasMore"]:
+        if not body["hasMore"] or requests == max_pages:
             return seconds, received, requests
 
 
@@ -244,17 +246,20 @@ def run(*, deltas: int, limit: int, repetitions: int, profile: bool | None = Non
     }
 
 
+PROFILE_PAGES = 3
+
+
 def _profile_pass(env: HandlerEnv, pull_module: Any, token: str, limit: int) -> dict[str, Any]:
-    """cProfile of one handler pass in this (the client) process, broken down by owner."""
+    """cProfile of the first :data:`PROFILE_PAGES` pages of a handler pass in this (the client) process."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pull.prof"
         profiler = cProfile.Profile()
         profiler.enable()
-        _pull_all(env, pull_module, token, limit)
+        _pull_all(env, pull_module, token, limit, max_pages=PROFILE_PAGES)
         profiler.disable()
         profiler.dump_stats(str(path))
         progress("pull: profile done")
-        return breakdown(path)
+        return {"pages": PROFILE_PAGES, "limit": limit, **breakdown(path)}
 
 
 def quick_summary(result: dict[str, Any]) -> str:

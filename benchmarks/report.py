@@ -223,7 +223,8 @@ def _pull_section(r: dict[str, Any], pull: dict[str, Any]) -> list[str]:
     profile = pull.get("profile")
     if profile:
         lines += [
-            "### Where the pull time goes (cProfile of one handler pass, client process)",
+            f"### Where the pull time goes (cProfile of the first {profile['pages']} pages of a handler pass, "
+            "client process)",
             "",
             "| owner | s | share |",
             "|---|---|---|",
