@@ -12,8 +12,8 @@ One repetition, on the same seeded tables:
   previous response's ``cursor``; the first an empty one) with ``limit`` deltas a page until ``hasMore`` is false.
   Only the time inside the handler calls counts (not building events, nor reading responses). Each invocation:
   Powertools routing, JWT verification, query parsing, the sync rules ``GetItem`` (none are set: every delta is
-  visible), the shard-registry ``Query``, consistent ``Query`` pages of the log (at most 1,000 items each),
-  decoding each log item into a delta, and the JSON response.
+  visible), the shard-registry ``Query``, the shard heads' ``BatchGetItem`` (release marks), consistent ``Query``
+  pages of the log (at most 1,000 items each), decoding each log item into a delta, and the JSON response.
 * **raw** (the figure the goal is set against): a consistent ``Query`` of the shard's log, ``Limit`` = ``limit``,
   following ``LastEvaluatedKey`` to the end; the items stay as boto3 returns them (attribute-value dicts).
 * **replay**: the exact DynamoDB requests one handler pass made (recorded on its client), sent again in order by

@@ -24,6 +24,10 @@ def _range(stats: dict[str, Any], fmt: str = "{:.0f}") -> str:
     )
 
 
+def _calls(calls: dict[str, int]) -> str:
+    return ", ".join(f"{count} `{operation}`" for operation, count in calls.items())
+
+
 def _verdict(met: bool) -> str:
     return "met" if met else "**missed**"
 
@@ -116,7 +120,7 @@ def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
         f"Ratios (per repetition, then median): handler / floor A = {_range(push['ratio_vs_log_writes'], '{:.3f}')}; "
         f"handler / floor B = {_range(push['ratio_vs_commits'], '{:.3f}')}.",
         "",
-        f"DynamoDB requests of one handler repetition: {calls['handler']} = {calls['handler_total']} "
+        f"DynamoDB requests of one handler repetition: {_calls(calls['handler'])} = {calls['handler_total']} "
         f"({calls['handler_per_commit']} per commit of ~{calls['items_per_commit_median']:.0f} items; "
         f"{calls['items_written_per_delta_handler']} items written per delta), against "
         f"{calls['floor_log_writes_total']} `BatchWriteItem` requests (1 item per delta) for floor A and "
@@ -216,8 +220,8 @@ def _pull_section(r: dict[str, Any], pull: dict[str, Any]) -> list[str]:
         f"{_range(pull['ratio_handler_over_replay'], '{:.2f}')}.",
         "",
         f"Requests of one pass: {req['handler_invocations']} handler invocations making "
-        f"{req['handler_dynamodb_calls_per_pass']} DynamoDB requests, against {req['raw_queries']} `Query` requests "
-        f"raw. SDK retries during the handler runs: {req['handler_sdk_retries_total']}.",
+        f"{_calls(req['handler_dynamodb_calls_per_pass'])} DynamoDB requests, against {req['raw_queries']} "
+        f"`Query` requests raw. SDK retries during the handler runs: {req['handler_sdk_retries_total']}.",
         "",
     ]
     profile = pull.get("profile")
