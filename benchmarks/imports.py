@@ -31,8 +31,10 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks._common import ROOT, progress, summarize
+from lakesync.api_routes import FUNCTIONS
 
-MODULES = ("functions.push", "functions.pull", "functions.actions", "functions.admin", "functions.health")
+MODULES = tuple(FUNCTIONS.values())
+"""Every Lambda handler module of the HTTP API (the route table's)."""
 DEPENDENCIES = (
     "aws_xray_sdk.core",
     "aws_lambda_powertools.tracing",
