@@ -17,8 +17,8 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
@@ -32,8 +32,36 @@ SERVICE: Final = "lakesync"
 NAMESPACE: Final = "LakeSync"
 SECRET_TTL_S: Final = 300.0
 
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def tracing_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """X-Ray tracing runs on Lambda unless ``POWERTOOLS_TRACE_DISABLED`` is set."""
+    disabled = environ.get("POWERTOOLS_TRACE_DISABLED", "").strip().lower() in {"1", "true", "yes", "on"}
+    return "AWS_LAMBDA_FUNCTION_NAME" in environ and not disabled
+
+
+class _OptionalTracer:
+    """Powertools' Tracer when tracing runs, otherwise nothing.
+
+    Building a Tracer imports the X-Ray SDK (about 0.7 s of a cold start) even when tracing is disabled, so it is
+    only built where it will trace.
+    """
+
+    def __init__(self) -> None:
+        self.tracer: Tracer | None = Tracer(service=SERVICE) if tracing_enabled() else None
+
+    def capture_lambda_handler(self, *, capture_response: bool = True) -> Callable[[_F], _F]:
+        def decorate(handler: _F) -> _F:
+            if self.tracer is None:
+                return handler
+            return cast(_F, self.tracer.capture_lambda_handler(handler, capture_response=capture_response))
+
+        return decorate
+
+
 logger = Logger(service=SERVICE)
-tracer = Tracer(service=SERVICE)
+tracer = _OptionalTracer()
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 
 _P = ParamSpec("_P")

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
+import hmac
 import json
 import re
 import secrets as _secrets
@@ -40,9 +42,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard
-
-from jwt.algorithms import HMACAlgorithm
-from jwt.exceptions import InvalidKeyError
 
 from lakesync.core.canonical import js_stringify
 from lakesync.core.errors import AuthError
@@ -76,7 +75,14 @@ ClaimValue = str | tuple[str, ...]
 _RESERVED_CLAIMS: Final = frozenset({"sub", "gw", "exp", "iat", "iss", "aud", "role"})
 _MINT_RESERVED: Final = frozenset({"sub", "gw", "role", "exp"})
 _HEADER_SEGMENT: Final = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"  # base64url of {"alg":"HS256","typ":"JWT"}
-_HS256: Final = HMACAlgorithm(HMACAlgorithm.SHA256)
+# Secrets shaped like asymmetric keys are refused as HMAC keys (PyJWT's rule): a PEM block or an OpenSSH public key.
+_ASYMMETRIC_KEY = re.compile(
+    rb"-----BEGIN [A-Z0-9 ]+-----|\A\s*(ssh-(rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp\d+)\b|-cert-v01@openssh\.com"
+)
+
+
+def _hs256(key: bytes, message: bytes) -> bytes:
+    return hmac.new(key, message, hashlib.sha256).digest()
 # What atob accepts once "-"/"_" are mapped and the segment is padded to a multiple of four (whitespace aside).
 _PADDED_BASE64: Final = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 # JavaScript's \s and \S (ECMAScript WhiteSpace + LineTerminator), which differ from Python's.
@@ -149,7 +155,7 @@ def verify_token(token: str, secret: str | Sequence[str], *, now_ms: int | None 
     if signature is None:
         raise AuthError("Malformed JWT: invalid base64url in signature")
     signing_input = f"{header_b64}.{payload_b64}".encode("utf-8", "surrogatepass")
-    if not any(_HS256.verify(signing_input, key, signature) for key in keys):
+    if not any(hmac.compare_digest(_hs256(key, signing_input), signature) for key in keys):
         raise AuthError("Invalid JWT signature")
 
     payload_bytes = _b64url_decode(payload_b64)
@@ -216,7 +222,11 @@ def sign_token(payload: Mapping[str, Any], secret: str, *, now_ms: int | None = 
     # PyJWT's jwt.encode cannot produce the original's bytes (json.dumps escapes non-ASCII, prints floats
     # differently, and warns about keys under 32 bytes), so only its HMAC primitive is used.
     signing_input = _HEADER_SEGMENT + "." + _b64url_encode(js_stringify(claims).encode("utf-8"))
-    return signing_input + "." + _b64url_encode(_HS256.sign(signing_input.encode("ascii"), key))
+    # PyJWT's HMAC implementation signs; it is imported here, off the verification path (it loads `cryptography`).
+    from jwt.algorithms import HMACAlgorithm
+
+    signature = HMACAlgorithm(HMACAlgorithm.SHA256).sign(signing_input.encode("ascii"), key)
+    return signing_input + "." + _b64url_encode(signature)
 
 
 def mint_token(
@@ -263,11 +273,11 @@ def _hmac_key(secret: str) -> bytes:
     key_bytes = secret.encode("utf-8", "surrogatepass")
     if len(key_bytes) < MIN_SECRET_BYTES:
         raise ValueError(_SHORT_SECRET)
-    try:
-        key: bytes = _HS256.prepare_key(key_bytes)
-    except InvalidKeyError as exc:  # PyJWT refuses PEM/SSH/DER-looking secrets
-        raise ValueError(f"JWT secret is not usable as an HMAC key: {exc}") from exc
-    return key
+    if _ASYMMETRIC_KEY.search(key_bytes):
+        raise ValueError(
+            "JWT secret is not usable as an HMAC key: it looks like an asymmetric key (PEM or SSH); use a random secret"
+        )
+    return key_bytes
 
 
 def _signing_key(secret: str) -> bytes:
