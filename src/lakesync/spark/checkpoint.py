@@ -1,0 +1,282 @@
+"""The checkpoint job: the current-state tables -> a checkpoint in S3 per gateway (docs/lake.md, Checkpoints).
+
+One run:
+
+1. finds the state tables (``state_*`` in the lake namespace) and, for each, the nearest snapshot carrying
+   ``lakesync.compact.watermarks`` (walking back from the current one). Rows are read *as of that snapshot*, so the
+   rows and the positions they cover always belong together, even while a compaction commits meanwhile;
+2. per gateway: positions = the union of the tables' watermarks restricted to the gateway's shards of that table
+   (each shard belongs to one table, so the union is exact; a minimum across tables would be wrong);
+3. turns each row's ``_state`` into exact-version deltas on the executors (``mapPartitions``), in ``(table, row id)``
+   order, and streams them to the driver, which packs them into chunks at row boundaries and writes chunks, manifest
+   and ``latest.json`` (:func:`lakesync.gateway.checkpoint.write_checkpoint`);
+4. ``serverHlc`` (the ``since`` HLC for clients without cursors) is the smallest commit HLC among the last covered
+   entry of each shard, read from the delta log; a client pulling ``since`` it re-receives some covered entries
+   (harmless under LWW) and misses none of the covered shards. If any of them cannot be found, it is 0.
+
+**Deleted rows are omitted (our semantics; ``include_deleted`` keeps them).** A client starting from a checkpoint
+never held a deleted row, so its tombstone only matters if the tail pulled from the cursor could carry a write older
+than that tombstone. It cannot: the tail of a shard is the entries committed after the covered ones, every row lives
+in one shard, and an entry is logged only if it changed the row index -- whose state already included the tombstone
+-- so a tail write of that row is newer than the tombstone. The one exception is a change of a table's sub-shard
+count, which moves rows between shards: an older write still unflushed in the old shard could then follow a covered
+delete in the new one. Run with ``include_deleted=True`` around such a change (tombstones then travel as DELETEs).
+Rows that exist keep their DELETE either way: ``row_deltas`` always reproduces the whole state.
+
+A gateway with no compacted shards gets no checkpoint; one whose positions equal its latest checkpoint's is skipped
+(``skip_unchanged``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from lakesync.core.checkpoint import (
+    DEFAULT_CHUNK_BYTES,
+    Manifest,
+    checkpoint_id,
+    merge_positions,
+    positions_of_gateway,
+)
+from lakesync.core.errors import StorageError
+from lakesync.core.hlc import system_clock
+from lakesync.core.merge import state_from_json
+from lakesync.gateway.checkpoint import EncodedRow, encode_row, load_manifest, write_checkpoint
+from lakesync.gateway.model import ShardId
+from lakesync.lake.tables import (
+    COMPACT_WATERMARKS,
+    DELTA_LOG,
+    NAMESPACE,
+    STATE_PREFIX,
+    STATE_SYSTEM_COLUMNS,
+    qualified,
+)
+from lakesync.ports import ObjectStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
+
+# The state tables' key, existence and state columns, by position in the DDL's system columns.
+_GATEWAY, _ROW_ID, _EXISTS, _STATE, _HLC, _VALUES, _UPDATED_AT = STATE_SYSTEM_COLUMNS
+
+__all__ = ["CheckpointConfig", "CheckpointReport", "GatewayCheckpoint", "StateSnapshot", "encode_rows", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    """What one checkpoint run does.
+
+    Attributes:
+        bucket: The S3 bucket of the checkpoints (used when ``run`` is given no object store).
+        gateways: The gateways to checkpoint.
+        catalog: The Spark catalog holding the lake.
+        namespace: The lake namespace (``lakesync``; tests use their own).
+        chunk_bytes: Byte budget of one chunk object.
+        include_deleted: Also write deleted rows (as their DELETE); see the module docstring.
+        skip_unchanged: Write nothing for a gateway whose positions equal its latest checkpoint's.
+    """
+
+    bucket: str
+    gateways: tuple[str, ...]
+    catalog: str = "lake"
+    namespace: str = NAMESPACE
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    include_deleted: bool = False
+    skip_unchanged: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """A state table at the snapshot whose compaction watermarks it was read with."""
+
+    table: str
+    snapshot_id: int
+    watermarks: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayCheckpoint:
+    """One gateway's outcome: the manifest written, or why none was (``"nothing compacted"``, ``"unchanged"``)."""
+
+    gateway: str
+    manifest: Manifest | None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    """What a run did: the state tables read, one outcome per gateway, and milliseconds per step."""
+
+    tables: tuple[StateSnapshot, ...]
+    gateways: tuple[GatewayCheckpoint, ...]
+    durations_ms: Mapping[str, int] = field(default_factory=dict)
+
+
+def run(
+    spark: SparkSession,
+    config: CheckpointConfig,
+    *,
+    objects: ObjectStore | None = None,
+    now_ms: Callable[[], int] = system_clock,
+) -> CheckpointReport:
+    """Cut a checkpoint of each configured gateway from the state tables.
+
+    Args:
+        spark: The session (its default catalog need not be the lake's).
+        config: What to do.
+        objects: Where to write; defaults to the S3 bucket ``config.bucket``.
+        now_ms: Wall clock for ``createdAtMs`` and the checkpoint ids.
+
+    Raises:
+        StorageError: the object store failed (that gateway's checkpoint is not published).
+        ValueError: two state tables claim the same shard with different positions.
+    """
+    if objects is None:
+        from lakesync.aws.objects import S3ObjectStore
+
+        objects = S3ObjectStore(config.bucket)
+    started = time.perf_counter()
+    snapshots = tuple(state_snapshots(spark, config.catalog, config.namespace))
+    durations = {"tables": _ms(started)}
+    outcomes = []
+    for gateway in config.gateways:
+        step = time.perf_counter()
+        outcomes.append(_checkpoint_gateway(spark, config, objects, snapshots, gateway, now_ms))
+        durations[f"gateway:{gateway}"] = _ms(step)
+    durations["total"] = _ms(started)
+    return CheckpointReport(snapshots, tuple(outcomes), durations)
+
+
+def state_snapshots(spark: SparkSession, catalog: str, namespace: str) -> Iterator[StateSnapshot]:
+    """Every state table with its latest compaction snapshot, by table name (tables never compacted are left out)."""
+    if not spark.catalog.databaseExists(f"{catalog}.{namespace}"):
+        return
+    names = sorted(r.tableName for r in spark.sql(f"SHOW TABLES IN {catalog}.{namespace}").collect())
+    for name in names:
+        if not name.startswith(STATE_PREFIX):
+            continue
+        table = name[len(STATE_PREFIX) :]
+        found = _latest_compaction(spark, qualified(catalog, name, namespace))
+        if found is not None:
+            snapshot_id, watermarks = found
+            # Keep only this table's shards: the positions of the rows this table holds.
+            own = {s: seq for s, seq in watermarks.items() if _shard_table(s) == table}
+            yield StateSnapshot(table, snapshot_id, own)
+
+
+def _latest_compaction(spark: SparkSession, table: str) -> tuple[int, dict[str, int]] | None:
+    refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
+    if not refs:
+        return None
+    rows = spark.sql(f"SELECT snapshot_id, parent_id, summary['{COMPACT_WATERMARKS}'] FROM {table}.snapshots").collect()
+    by_id = {r[0]: (r[1], r[2]) for r in rows}
+    current: int | None = refs[0][0]
+    while current is not None and current in by_id:
+        parent, watermarks = by_id[current]
+        if watermarks is not None:
+            parsed = json.loads(watermarks)
+            return current, {str(k): int(v) for k, v in parsed.items()}
+        current = parent
+    return None
+
+
+def _shard_table(shard: str) -> str | None:
+    try:
+        return ShardId.parse(shard).table
+    except ValueError:
+        return None
+
+
+def _checkpoint_gateway(
+    spark: SparkSession,
+    config: CheckpointConfig,
+    objects: ObjectStore,
+    snapshots: tuple[StateSnapshot, ...],
+    gateway: str,
+    now_ms: Callable[[], int],
+) -> GatewayCheckpoint:
+    per_table = {s.table: positions_of_gateway(s.watermarks, gateway) for s in snapshots}
+    covered = [s for s in snapshots if per_table[s.table]]
+    positions = merge_positions([per_table[s.table] for s in covered])
+    if not positions:
+        return GatewayCheckpoint(gateway, None, "nothing compacted")
+    if config.skip_unchanged:
+        try:
+            latest = load_manifest(objects, gateway)
+        except StorageError:
+            latest = None  # a damaged latest checkpoint: the new one replaces it
+        if latest is not None and dict(latest.positions) == positions:
+            return GatewayCheckpoint(gateway, None, "unchanged")
+    created = now_ms()
+    rows = _state_rows(spark, config, covered, gateway)
+    manifest = write_checkpoint(
+        objects,
+        gateway=gateway,
+        checkpoint_id=checkpoint_id(created, uuid.uuid4().hex[:8]),
+        created_at_ms=created,
+        positions=positions,
+        server_hlc=_since_hlc(spark, config, gateway, positions),
+        tables=[s.table for s in covered],
+        rows=(EncodedRow(table, data, deltas) for table, data, deltas in rows),
+        chunk_bytes=config.chunk_bytes,
+    )
+    return GatewayCheckpoint(gateway, manifest)
+
+
+def _state_rows(
+    spark: SparkSession, config: CheckpointConfig, snapshots: list[StateSnapshot], gateway: str
+) -> Iterator[tuple[str, bytes, int]]:
+    frames: list[DataFrame] = []
+    for snap in snapshots:
+        name = qualified(config.catalog, STATE_PREFIX + snap.table, config.namespace)
+        frame = spark.sql(f"SELECT * FROM {name} VERSION AS OF {snap.snapshot_id}").where(F.col(_GATEWAY) == gateway)
+        if not config.include_deleted:
+            frame = frame.where(F.col(_EXISTS))
+        frames.append(frame.select(F.lit(snap.table).alias("tbl"), F.col(_ROW_ID).alias("rid"), F.col(_STATE)))
+    combined = reduce(lambda a, b: a.unionByName(b), frames)
+    ordered = combined.orderBy("tbl", "rid")
+    encoded: Iterator[tuple[str, bytes, int]] = ordered.rdd.mapPartitions(encode_rows).toLocalIterator()
+    return encoded
+
+
+def encode_rows(rows: Iterable[Row]) -> Iterator[tuple[str, bytes, int]]:
+    """Executors: ``(table, row id, state JSON)`` rows -> ``(table, encoded deltas, delta count)`` (``encode_row``)."""
+    for row in rows:
+        table, row_id, state_json = row[0], row[1], row[2]
+        encoded = encode_row(state_from_json(table, row_id, json.loads(state_json)))
+        yield encoded.table, encoded.data, encoded.deltas
+
+
+def _since_hlc(spark: SparkSession, config: CheckpointConfig, gateway: str, positions: Mapping[str, int]) -> int:
+    """The smallest commit HLC among each shard's last covered entry; 0 if one cannot be found."""
+    log = qualified(config.catalog, DELTA_LOG, config.namespace)
+    if 0 in positions.values() or not spark.catalog.tableExists(log):
+        return 0
+    wanted: list[Column] = [
+        (F.col("tbl") == ShardId.parse(shard).table) & (F.col("shard") == shard) & (F.col("seq") == seq)
+        for shard, seq in positions.items()
+    ]
+    found: dict[Any, Any] = {
+        r[0]: r[1]
+        for r in spark.table(log)
+        .where(F.col("gateway") == gateway)
+        .where(reduce(lambda a, b: a | b, wanted))
+        .groupBy("shard")
+        .agg(F.max("commit_hlc"))
+        .collect()
+    }
+    if set(found) != set(positions):
+        return 0
+    return int(min(found.values()))
+
+
+def _ms(since: float) -> int:
+    return round((time.perf_counter() - since) * 1000)
