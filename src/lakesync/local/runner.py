@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 TABLE_PREFIX = "lakesync"
 SECRET_FILE = "jwt-secret"
 SNAPSHOT_FILE = "dynamodb.json"
+CHECKPOINT_BUCKET = "lakesync-checkpoints"
 
 
 def load_or_create_secret(data_dir: Path) -> str:
@@ -88,6 +89,7 @@ class LocalStack:
     def start(self) -> Self:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
         from lakesync.aws.dynamodb import create_tables, drop_tables
+        from lakesync.aws.objects import create_bucket, s3_client
         from lakesync.aws.snapshot import load_tables
         from lakesync.aws.tables import TableNames
 
@@ -99,6 +101,7 @@ class LocalStack:
             "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
             "LAKESYNC_JWT_SECRET": self.secret,
             "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
+            "LAKESYNC_CHECKPOINT_BUCKET": CHECKPOINT_BUCKET,
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "lakesync",
             "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
@@ -122,6 +125,8 @@ class LocalStack:
         if self.persist and snapshot.exists():
             count = load_tables(client, names, snapshot)
             logger.info("restored %d items from %s", count, snapshot)
+        # Checkpoints live in moto's memory only: the checkpoint job cuts them again from the lake.
+        create_bucket(s3_client(**self._moto.aws().client_kwargs()), CHECKPOINT_BUCKET)
         self._front = LocalFront(route_request, self.host, self.port).start()
         return self
 
