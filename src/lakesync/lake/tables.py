@@ -17,7 +17,9 @@ FLUSH_WATERMARKS = "lakesync.flush.watermarks"
 COMPACT_WATERMARKS = "lakesync.compact.watermarks"
 """On state-table snapshots: JSON ``{shard: seq}`` of the delta-log entries folded into the state."""
 
-STATE_SYSTEM_COLUMNS = ("_gateway", "_row_id", "_exists", "_state", "_hlc", "_values", "_updated_at")
+ROW_KEY = "_row_key"
+"""The state tables' row id column (Iceberg 1.10 reserves ``_row_id`` for row lineage)."""
+STATE_SYSTEM_COLUMNS = ("_gateway", ROW_KEY, "_exists", "_state", "_hlc", "_values", "_updated_at")
 
 
 def qualified(catalog: str, table: str, namespace: str = NAMESPACE) -> str:
@@ -75,7 +77,7 @@ def state_table_ddl(catalog: str, table: str, schema: TableSchema | None, namesp
     return f"""
 CREATE TABLE IF NOT EXISTS {qualified(catalog, state_table(table), namespace)} (
     _gateway STRING NOT NULL,
-    _row_id STRING NOT NULL,
+    _row_key STRING NOT NULL,
     _exists BOOLEAN NOT NULL,
     _state STRING NOT NULL,
     _hlc BIGINT NOT NULL,
@@ -83,6 +85,6 @@ CREATE TABLE IF NOT EXISTS {qualified(catalog, state_table(table), namespace)} (
     _updated_at TIMESTAMP NOT NULL{typed}
 )
 USING iceberg
-PARTITIONED BY (_gateway, bucket(16, _row_id))
+PARTITIONED BY (_gateway, bucket(16, _row_key))
 TBLPROPERTIES ('format-version' = '2', 'write.parquet.compression-codec' = 'zstd')
 """.strip()
