@@ -321,3 +321,16 @@ def test_manifest_from_json_rejects_corrupt_fields(change: dict[str, Any], what:
 def test_manifest_from_json_rejects_a_non_object() -> None:
     with pytest.raises(StorageError, match="Corrupt checkpoint manifest"):
         Manifest.from_json([1, 2])
+
+
+def test_manifest_releasable_needs_both_the_position_and_the_since_hlc() -> None:
+    # Given a checkpoint covering todos up to seq 12 and notes up to 3, resumable `since` 2**63 + 5
+    manifest = _manifest()
+    hlc = manifest.server_hlc
+
+    # Then an entry is releasable only if both its shard position and the since HLC cover it
+    assert manifest.releasable("gw#todos#0", 12, hlc)
+    assert not manifest.releasable("gw#todos#0", 13, hlc)
+    assert not manifest.releasable("gw#todos#0", 12, hlc + 1)
+    assert manifest.releasable("gw#notes#0", 1, 0)
+    assert not manifest.releasable("gw#tags#0", 1, 0)

@@ -227,6 +227,16 @@ class Manifest:
         """Total deltas in the chunks."""
         return sum(c.deltas for c in self.chunks)
 
+    def releasable(self, shard: str, seq: int, commit_hlc: int) -> bool:
+        """Whether this checkpoint lets the buffer release log entry ``seq`` of ``shard`` (committed at
+        ``commit_hlc``): it is covered by ``positions`` AND at or below ``server_hlc``.
+
+        Both bounds matter: a client resuming from the cursor must not be behind the released part of any shard, and
+        neither may one resuming ``since`` the checkpoint's HLC (a pull with ``since`` below a shard's released HLC
+        is refused, so releasing up to ``positions`` alone would send such a client back to the checkpoint forever).
+        """
+        return seq <= self.positions.get(shard, 0) and commit_hlc <= self.server_hlc
+
     def to_json(self) -> dict[str, Any]:
         """The ``manifest.json`` body (docs/lake.md); HLCs as decimal strings."""
         return {

@@ -12,7 +12,8 @@ One run:
    and ``latest.json`` (:func:`lakesync.gateway.checkpoint.write_checkpoint`);
 4. ``serverHlc`` (the ``since`` HLC for clients without cursors) is the smallest commit HLC among the last covered
    entry of each shard, read from the delta log; a client pulling ``since`` it re-receives some covered entries
-   (harmless under LWW) and misses none of the covered shards. If any of them cannot be found, it is 0.
+   (harmless under LWW) and misses none of the covered shards. If any of them cannot be found, it is 0. The buffer
+   may release an entry only below both bounds (:meth:`~lakesync.core.checkpoint.Manifest.releasable`).
 
 **Deleted rows are omitted (our semantics; ``include_deleted`` keeps them).** A client starting from a checkpoint
 never held a deleted row, so its tombstone only matters if the tail pulled from the cursor could carry a write older
