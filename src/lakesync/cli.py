@@ -51,26 +51,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     tables = run()
     red = [tables[n] for n in ("alice", "bob", "carol")]
-    return 0 if red[0] == red[1] == red[2] else 1
-
-
-def lake_paths(data_dir: Path) -> tuple[Path, Path]:
-    """The local lake of a data directory: (sqlite catalog file, warehouse directory)."""
-    return data_dir / "lake" / "catalog.db", data_dir / "lake" / "warehouse"
+    converged = red[0] == red[1] == red[2] and tables.get("erin") == tables.get("replay")
+    return 0 if converged else 1
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
     import json
 
+    from lakesync.local.pipeline import lake_paths, lake_session
     from lakesync.spark.query import run_query, snapshots
-    from lakesync.spark.session import build_session
 
-    catalog_db, warehouse = lake_paths(Path(args.data_dir))
+    catalog_db, _warehouse = lake_paths(Path(args.data_dir))
     if not catalog_db.exists():
         print(f"no lake in {args.data_dir}: run the pipeline first (make demo)", file=sys.stderr)
         return 2
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = build_session(app_name="lakesync-query", warehouse=str(warehouse), catalog_uri=str(catalog_db))
+    spark = lake_session(Path(args.data_dir))
 
     def progress(line: str) -> None:
         print(f"\r{line}", end="", file=sys.stderr, flush=True)

@@ -1,6 +1,10 @@
-"""The README's main command: the demo runs end to end over HTTP and shows what it claims."""
+"""The README's main command: the demo runs end to end over HTTP and through the lake, and shows what it claims."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -9,9 +13,9 @@ from lakesync.local.demo import run
 pytestmark = pytest.mark.integration
 
 
-def test_demo_merges_concurrent_column_edits_and_respects_sync_rules() -> None:
+def test_demo_http_half_merges_concurrent_column_edits_and_respects_sync_rules() -> None:
     lines: list[str] = []
-    tables = run(say=lines.append)
+    tables = run(say=lines.append, lake=False)
 
     red = tables["carol"]
     assert tables["alice"] == tables["bob"] == red
@@ -19,3 +23,21 @@ def test_demo_merges_concurrent_column_edits_and_respects_sync_rules() -> None:
     assert "t2" not in red  # alice's delete reached every red client
     assert list(tables["dave"]) == ["b1"]  # blue sees only blue
     assert any("lost to alice" in line for line in lines)  # the late offline edit's receipt names the winner
+
+
+@pytest.mark.spark
+def test_lakesync_demo_runs_the_whole_loop_in_its_own_process() -> None:
+    # Its own process: the demo starts its own Spark session on its own lake.
+    out = subprocess.run(
+        [sys.executable, "-m", "lakesync.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "erin == a client that replayed every delta: True" in out.stdout
+    assert "Traceback" not in out.stderr
+    before = next(line for line in out.stdout.splitlines() if "as of snapshot" in line)
+    now = next(line for line in out.stdout.splitlines() if "and now:" in line)
+    assert "Buy milk and eggs'" in before and "Buy milk, eggs and bread" in now

@@ -86,6 +86,26 @@ class SyncClient:
             if not page["hasMore"]:
                 return deltas, cursor
 
+    def checkpoint(self) -> tuple[list[RowDelta], str | None]:
+        """Load the latest checkpoint (filtered by this client's sync rules): its deltas and the cursor to pull from.
+
+        Returns ``([], None)`` when the gateway has no checkpoint yet.
+        """
+        from lakesync.wire.framing import iter_checkpoint_responses
+
+        req = urllib.request.Request(f"{self.base_url}/v1/sync/{self.gateway}/checkpoint", method="GET")
+        req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                body = resp.read()
+                cursor = resp.headers.get("X-Checkpoint-Cursor")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return [], None
+            raise ApiError(exc.code, json.loads(exc.read() or b"{}")) from None
+        deltas = [delta for response in iter_checkpoint_responses(body) for delta in response.deltas]
+        return deltas, cursor
+
     def admin(self, method: str, what: str, body: object = None) -> Any:
         """Call an admin route, e.g. ``admin("POST", "sync-rules", rules)``."""
         return self.request(method, f"/v1/admin/{what}/{self.gateway}", body=body)

@@ -130,6 +130,11 @@ class LocalStack:
         self._front = LocalFront(route_request, self.host, self.port).start()
         return self
 
+    def aws_kwargs(self) -> dict[str, str]:
+        """boto3 client arguments (endpoint, region, fake credentials) for the local moto server."""
+        assert self._moto is not None
+        return self._moto.aws().client_kwargs()
+
     def dynamodb_client(self) -> Any:
         """A boto3 DynamoDB client for the local moto server."""
         from lakesync.aws.clients import dynamodb_client
