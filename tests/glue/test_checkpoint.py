@@ -40,7 +40,6 @@ from lakesync.lake.tables import (
     state_table,
     state_table_ddl,
 )
-from lakesync.spark import checkpoint as checkpoint_job
 from lakesync.spark.checkpoint import CheckpointConfig, run
 from lakesync.wire.framing import iter_checkpoint_responses
 
@@ -54,11 +53,7 @@ T0 = 1_700_000_000_000
 GW, OTHER_GW = "gw1", "gw2"
 SUB_SHARDS = {"todos": 2, "notes": 1}
 
-# Iceberg 1.10 reserves `_row_id` for row lineage: Spark cannot read a table with a column of that name
-# ("Table column names conflict with names reserved for Iceberg metadata columns"). Until lake.tables renames the state
-# tables' row-id column, these tests create it as `_rid` and point the job at that name.
 ROW_ID = STATE_SYSTEM_COLUMNS[1]
-ROW_ID_RESERVED = ROW_ID == "_row_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +73,8 @@ def spark_py(spark: SparkSession) -> SparkSession:
     return spark
 
 
-@pytest.fixture(autouse=True)
-def _row_id_column(monkeypatch: pytest.MonkeyPatch) -> None:
-    if ROW_ID_RESERVED:
-        monkeypatch.setattr(checkpoint_job, "_ROW_ID", "_rid")
-
-
 def _state_ddl(ns: str, table: str) -> str:
-    ddl = state_table_ddl(CATALOG, table, None, ns)
-    return ddl.replace(ROW_ID, "_rid") if ROW_ID_RESERVED else ddl
+    return state_table_ddl(CATALOG, table, None, ns)
 
 
 @pytest.fixture
@@ -357,7 +345,6 @@ def test_glue_script_runs_the_job_from_job_arguments(
     assert _load(store, GW)[1]["X-Checkpoint-Id"] == lines[0]["checkpointId"]
 
 
-@pytest.mark.xfail(ROW_ID_RESERVED, reason="Iceberg 1.10 reserves the column name _row_id", strict=True)
 def test_state_table_ddl_is_readable_by_spark(spark: SparkSession, lake_namespace: str) -> None:
     # Given a state table exactly as lake.tables defines it, with one row
     spark.sql(state_table_ddl(CATALOG, "todos", None, lake_namespace))

@@ -21,6 +21,8 @@ Iceberg runtime is running raises instead of silently reusing it.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -86,6 +88,9 @@ def session_conf(
         db = sqlite_file(catalog_uri)
         conf.update(_LOCAL_CONF)
         conf["spark.master"] = master or _LOCAL_MASTER
+        # Local Python workers run this interpreter (where lakesync is installed), not whatever python3 PATH finds.
+        conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+        conf["spark.pyspark.driver.python"] = sys.executable
         conf["spark.jars"] = ",".join(str(p) for p in iceberg_jars(jar_cache_dir))
         conf[f"{prefix}.type"] = "jdbc"
         conf[f"{prefix}.uri"] = f"jdbc:sqlite:{db}"
