@@ -50,6 +50,11 @@ _CURSOR_VERSION = 1
 _PAGE = 1000
 
 
+def _page_size(limit: int) -> int:
+    # One more than the limit: the page that fills a response also says whether more follows (no extra read).
+    return min(max(limit + 1, 100), _PAGE + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class PullResult:
     """The pull response."""
@@ -235,7 +240,7 @@ def _pull_by_cursor(
     for head in deps.buffer.get_heads(shards).values():
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _expired(gateway, head)
-    page = min(max(limit, 100), _PAGE)
+    page = _page_size(limit)
     readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0)) for s in sorted(shards)]
     collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
     new_positions = dict(positions)
@@ -257,7 +262,7 @@ def _pull_since(
     for head in heads.values():
         if since < head.released_hlc:
             raise _expired(gateway, head)
-    page = min(max(limit, 100), _PAGE)
+    page = _page_size(limit)
     readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start) for s in shards]
     collected, has_more, last = _collect(
         deps, readers, limit, rules, claims, reread_until=since, whole_commit_hlcs=True
