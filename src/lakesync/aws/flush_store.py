@@ -1,0 +1,484 @@
+"""The flush job's view of the DynamoDB buffer: shards and heads, log ranges as delta-log rows, the flush lease,
+flushed counters, flush requests and the release of flushed log items (docs/lake.md).
+
+Invariants:
+
+* Every read is strongly consistent. A range ``(lo, hi]`` is returned only when every sequence in it was read:
+  ``hi`` never exceeds a head's ``seq``, so each entry of the range has committed, and a gap can only be a
+  transaction a Query observed half-applied -- the read is retried briefly and then fails, never returns a partial
+  range.
+* The flushed counters of a head only move forward, under the condition ``fs = <the value the job planned from>``;
+  pushes never touch ``fs``/``fb``/``fd``, so only a second flush can fail that condition.
+* Release records ``rs``/``rh`` on the head first and then deletes the items up to ``rs``; pulls behind the marks
+  are refused from that moment, and since only items at or below ``rs`` are ever deleted, the item a new mark
+  points at is always still there to read its commit HLC from. Each run deletes whatever is left at or below
+  ``rs``, so a crash between marking and deleting is repaired by the next run. Only items that are flushed,
+  covered by the checkpoint and older than the retention are ever marked.
+* Only one flush runs at a time: the lease is one config item, taken with a conditional put (free, expired or
+  already ours) and renewed under the condition that it is still ours and unexpired.
+* Executors build their own client from :class:`DynamoConfig` (plain strings; picklable); no boto3 object crosses
+  a process boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from lakesync.aws.clients import dynamodb_client
+from lakesync.aws.dynamodb import DynamoDBBufferStore
+from lakesync.aws.tables import COMMIT_INDEX, TableNames
+from lakesync.core.canonical import stable_stringify
+from lakesync.core.delta import RowDelta
+from lakesync.core.errors import FlushError, StorageError
+from lakesync.gateway.model import ShardHead, ShardId
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = [
+    "LEASE_GATEWAY",
+    "LEASE_SK",
+    "DynamoConfig",
+    "FlushStore",
+    "Lease",
+    "LogRecord",
+    "ShardRange",
+    "log_record",
+]
+
+Item = dict[str, Any]
+
+LEASE_GATEWAY = "#lakesync"
+"""Partition key of the lease item: not a valid gateway id (those start with a letter or digit)."""
+LEASE_SK = "flushlease"
+
+LogRecord = dict[str, Any]
+"""One log entry as a JSON-ready delta-log record: the delta log's columns (docs/lake.md) with ``commit_ms`` (the
+commit HLC's wall time, epoch ms) in place of ``commit_ts``, plus ``size``, the entry's stored size in bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoConfig:
+    """How to reach the buffer: picklable, so Spark executors can build their own client.
+
+    ``None`` fields fall back to the environment (on Glue: the job's role and region).
+    """
+
+    tables: TableNames
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+
+    def client(self) -> DynamoDBClient:
+        """A new DynamoDB client for this configuration."""
+        kwargs = {
+            "endpoint_url": self.endpoint_url,
+            "region_name": self.region,
+            "aws_access_key_id": self.access_key_id,
+            "aws_secret_access_key": self.secret_access_key,
+        }
+        return dynamodb_client(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ShardRange:
+    """The log entries of one shard with ``lo < seq <= hi``."""
+
+    shard: str
+    lo: int
+    hi: int
+
+    @property
+    def size(self) -> int:
+        """Number of entries in the range."""
+        return self.hi - self.lo
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The flush lease as stored: who holds it and until when (epoch ms)."""
+
+    owner: str
+    until_ms: int
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _n(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", "Unknown"))
+
+
+def _storage_error(exc: ClientError, what: str) -> StorageError:
+    return StorageError(f"DynamoDB {what} failed: {_code(exc)}")
+
+
+def log_record(shard_key: str, item: Mapping[str, Any]) -> LogRecord:
+    """A stored log item as a delta-log record; column values become their canonical JSON (``stable_stringify``)."""
+    shard = ShardId.parse(shard_key)
+    delta = RowDelta.from_json(json.loads(item["d"]["S"]))
+    commit_hlc = int(item["chlc"]["N"])
+    return {
+        "gateway": shard.gateway,
+        "tbl": delta.table,
+        "row_id": delta.row_id,
+        "op": delta.op.value,
+        "client_id": delta.client_id,
+        "hlc": delta.hlc,
+        "delta_id": delta.delta_id,
+        "columns": [{"name": c.column, "value": stable_stringify(c.value)} for c in delta.columns],
+        "shard": shard_key,
+        "seq": int(item["seq"]["N"]),
+        "commit_hlc": commit_hlc,
+        "commit_ms": commit_hlc >> 16,
+        "size": int(item["sz"]["N"]),
+    }
+
+
+class FlushStore:
+    """DynamoDB operations of the flush job.
+
+    Args:
+        client: A DynamoDB client.
+        names: The physical table names.
+        sleep: Injected for tests; used between retries of a range read.
+        read_attempts: How often a range read is retried while it shows a gap.
+    """
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        names: TableNames,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        read_attempts: int = 12,
+    ) -> None:
+        self._db = client
+        self._t = names
+        self._buffer = DynamoDBBufferStore(client, names)
+        self._sleep = sleep
+        self._read_attempts = read_attempts
+
+    @classmethod
+    def from_config(cls, config: DynamoConfig) -> FlushStore:
+        """A store with its own client (what each Spark task does)."""
+        return cls(config.client(), config.tables)
+
+    # -- paging helpers --------------------------------------------------------------------------------------------
+    def _pages(self, op: Callable[..., Any], what: str, **kwargs: Any) -> Iterator[Item]:
+        while True:
+            try:
+                out = op(**kwargs)
+            except ClientError as exc:
+                raise _storage_error(exc, what) from exc
+            yield from out.get("Items", [])
+            last = out.get("LastEvaluatedKey")
+            if not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+
+    def _batch_write(self, table: str, requests: list[Item]) -> None:
+        for start in range(0, len(requests), 25):
+            pending: dict[str, Any] = {table: requests[start : start + 25]}
+            for attempt in range(20):
+                try:
+                    out = self._db.batch_write_item(RequestItems=pending)
+                except ClientError as exc:
+                    raise _storage_error(exc, "BatchWriteItem") from exc
+                pending = dict(out.get("UnprocessedItems") or {})
+                if not pending:
+                    break
+                self._sleep(min(1.0, 0.05 * 2**attempt))
+            else:
+                raise StorageError("DynamoDB BatchWriteItem kept returning unprocessed items")
+
+    # -- shards and heads ----------------------------------------------------------------------------------------
+    def shards(self, gateways: Sequence[str] | None = None) -> tuple[list[str], dict[ShardId, ShardHead]]:
+        """The gateways and the heads of their shards (consistent reads).
+
+        Args:
+            gateways: Only these gateways; ``None`` means every gateway with shards or flush requests.
+
+        Returns:
+            The gateways (sorted) and the head of every registered shard.
+        """
+        registered: list[ShardId] = []
+        found: set[str] = set()
+        if gateways is None:
+            for item in self._pages(
+                self._db.scan,
+                "Scan",
+                TableName=self._t.config,
+                ConsistentRead=True,
+                ProjectionExpression="gw, sk",
+                FilterExpression="begins_with(sk, :shard) OR begins_with(sk, :flush)",
+                ExpressionAttributeValues={":shard": _s("shard#"), ":flush": _s("flush#")},
+            ):
+                if item["gw"]["S"] == LEASE_GATEWAY:
+                    continue
+                found.add(item["gw"]["S"])
+                if item["sk"]["S"].startswith("shard#"):
+                    registered.append(ShardId.parse(item["sk"]["S"].removeprefix("shard#")))
+        else:
+            for gateway in gateways:
+                found.add(gateway)
+                registered.extend(self._buffer.list_shards(gateway))
+        return sorted(found), self.heads(registered)
+
+    def heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        """The heads of ``shards`` that exist (consistent reads)."""
+        return self._buffer.get_heads(shards)
+
+    # -- the log -------------------------------------------------------------------------------------------------
+    def _query_range(self, shard: str, lo: int, hi: int, projection: str | None = None) -> list[Item]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._t.deltas,
+            "ConsistentRead": True,
+            "KeyConditionExpression": "#sh = :s AND seq BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#sh": "shard"},
+            "ExpressionAttributeValues": {":s": _s(shard), ":lo": _n(lo + 1), ":hi": _n(hi)},
+        }
+        if projection:
+            kwargs["ProjectionExpression"] = projection
+        return list(self._pages(self._db.query, "Query", **kwargs))
+
+    def _complete_range(self, shard: str, lo: int, hi: int, projection: str | None = None) -> list[Item]:
+        for attempt in range(self._read_attempts):
+            items = self._query_range(shard, lo, hi, projection)
+            if [int(i["seq"]["N"]) for i in items] == list(range(lo + 1, hi + 1)):
+                return items
+            # A Query is not isolated from a transaction being applied; committed entries show up within ms.
+            self._sleep(min(0.5, 0.01 * 2**attempt))
+        raise FlushError(f"the log of shard {shard!r} has a gap in ({lo}, {hi}]: entries below its head are missing")
+
+    def read_records(self, shard_range: ShardRange) -> list[LogRecord]:
+        """Every entry of the range as a delta-log record, in sequence order.
+
+        Raises:
+            FlushError: an entry of the range stayed missing (a released or corrupted log).
+        """
+        if shard_range.size <= 0:
+            return []
+        items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi)
+        return [log_record(shard_range.shard, item) for item in items]
+
+    def range_bytes(self, shard_range: ShardRange) -> int:
+        """Total stored size of the range's entries (to advance ``fb`` for entries flushed by a crashed run)."""
+        if shard_range.size <= 0:
+            return 0
+        items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi, projection="seq, sz")
+        return sum(int(item["sz"]["N"]) for item in items)
+
+    # -- heads: flushed counters -----------------------------------------------------------------------------------
+    def advance_flushed(self, shard: ShardId, expected_seq: int, seq: int, add_bytes: int, add_deltas: int) -> bool:
+        """Set ``fs`` to ``seq`` and add to ``fb``/``fd``, if ``fs`` is still ``expected_seq``.
+
+        Returns:
+            True if advanced; False if the head already is at or beyond ``seq`` (a rerun).
+
+        Raises:
+            FlushError: ``fs`` moved elsewhere (another flush ran concurrently).
+        """
+        try:
+            self._db.update_item(
+                TableName=self._t.heads,
+                Key={"shard": _s(shard.key)},
+                UpdateExpression="SET fs = :to, fb = fb + :b, fd = fd + :d",
+                ConditionExpression="fs = :old",
+                ExpressionAttributeValues={
+                    ":to": _n(seq),
+                    ":b": _n(add_bytes),
+                    ":d": _n(add_deltas),
+                    ":old": _n(expected_seq),
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise _storage_error(exc, "UpdateItem") from exc
+            current = self.heads([shard]).get(shard)
+            if current is not None and current.flushed_seq >= seq:
+                return False
+            raise FlushError(
+                f"the flushed sequence of shard {shard.key!r} moved from {expected_seq} to "
+                f"{current.flushed_seq if current else None} during the flush; is another flush running?"
+            ) from exc
+        return True
+
+    # -- release -------------------------------------------------------------------------------------------------
+    def release_target(self, shard: ShardId, up_to_seq: int, cutoff_hlc: int) -> tuple[int, int] | None:
+        """The last entry at or below ``up_to_seq`` whose commit HLC is at or below ``cutoff_hlc``.
+
+        Commit HLCs grow with the sequence within a shard, so the entries to release are a prefix of the log.
+
+        Returns:
+            ``(seq, commit_hlc)`` of that entry, or None if there is none.
+        """
+        if up_to_seq <= 0:
+            return None
+        try:
+            out = self._db.query(
+                TableName=self._t.deltas,
+                IndexName=COMMIT_INDEX,
+                ConsistentRead=True,
+                KeyConditionExpression="#sh = :s AND chlc <= :c",
+                ExpressionAttributeNames={"#sh": "shard"},
+                ExpressionAttributeValues={":s": _s(shard.key), ":c": _n(cutoff_hlc)},
+                ProjectionExpression="seq, chlc",
+                ScanIndexForward=False,
+                Limit=1,
+            )
+        except ClientError as exc:
+            raise _storage_error(exc, "Query") from exc
+        items = out.get("Items", [])
+        if not items:
+            return None
+        seq, hlc = int(items[0]["seq"]["N"]), int(items[0]["chlc"]["N"])
+        if seq <= up_to_seq:
+            return seq, hlc
+        try:
+            got = self._db.get_item(
+                TableName=self._t.deltas,
+                Key={"shard": _s(shard.key), "seq": _n(up_to_seq)},
+                ConsistentRead=True,
+                ProjectionExpression="chlc",
+            )
+        except ClientError as exc:
+            raise _storage_error(exc, "GetItem") from exc
+        item = got.get("Item")
+        return (up_to_seq, int(item["chlc"]["N"])) if item else None
+
+    def delete_released(self, shard: ShardId, through_seq: int) -> int:
+        """Delete the log items still present with ``seq <= through_seq``; returns how many were deleted."""
+        keys = [
+            {"shard": item["shard"], "seq": item["seq"]}
+            for item in self._pages(
+                self._db.query,
+                "Query",
+                TableName=self._t.deltas,
+                ConsistentRead=True,
+                KeyConditionExpression="#sh = :s AND seq <= :hi",
+                ProjectionExpression="#sh, seq",
+                ExpressionAttributeNames={"#sh": "shard"},
+                ExpressionAttributeValues={":s": _s(shard.key), ":hi": _n(through_seq)},
+            )
+        ]
+        self._batch_write(self._t.deltas, [{"DeleteRequest": {"Key": key}} for key in keys])
+        return len(keys)
+
+    def mark_released(self, shard: ShardId, seq: int, commit_hlc: int) -> None:
+        """Record ``rs``/``rh`` on the head (only forward)."""
+        try:
+            self._db.update_item(
+                TableName=self._t.heads,
+                Key={"shard": _s(shard.key)},
+                UpdateExpression="SET rs = :rs, rh = :rh",
+                ConditionExpression="attribute_not_exists(rs) OR rs < :rs",
+                ExpressionAttributeValues={":rs": _n(seq), ":rh": _n(commit_hlc)},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise _storage_error(exc, "UpdateItem") from exc
+
+    # -- flush requests ------------------------------------------------------------------------------------------
+    def clear_flush_requests(self, gateways: Iterable[str], up_to_ms: int) -> int:
+        """Delete the flush requests of ``gateways`` recorded at or before ``up_to_ms``; returns how many."""
+        deleted = 0
+        for gateway in gateways:
+            keys = [
+                {"gw": item["gw"], "sk": item["sk"]}
+                for item in self._pages(
+                    self._db.query,
+                    "Query",
+                    TableName=self._t.config,
+                    ConsistentRead=True,
+                    ProjectionExpression="gw, sk",
+                    # Request keys are flush#{atMs:015d}#{id}; "$" sorts right after "#".
+                    KeyConditionExpression="gw = :gw AND sk BETWEEN :lo AND :hi",
+                    ExpressionAttributeValues={
+                        ":gw": _s(gateway),
+                        ":lo": _s("flush#"),
+                        ":hi": _s(f"flush#{up_to_ms:015d}$"),
+                    },
+                )
+            ]
+            self._batch_write(self._t.config, [{"DeleteRequest": {"Key": key}} for key in keys])
+            deleted += len(keys)
+        return deleted
+
+    # -- the lease -----------------------------------------------------------------------------------------------
+    def acquire_lease(self, owner: str, now_ms: int, ttl_ms: int) -> bool:
+        """Take the flush lease until ``now_ms + ttl_ms`` if it is free, expired or already ``owner``'s."""
+        try:
+            self._db.put_item(
+                TableName=self._t.config,
+                Item={
+                    "gw": _s(LEASE_GATEWAY),
+                    "sk": _s(LEASE_SK),
+                    "owner": _s(owner),
+                    "until": _n(now_ms + ttl_ms),
+                },
+                ConditionExpression="attribute_not_exists(sk) OR #u <= :now OR #o = :me",
+                ExpressionAttributeNames={"#u": "until", "#o": "owner"},
+                ExpressionAttributeValues={":now": _n(now_ms), ":me": _s(owner)},
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise _storage_error(exc, "PutItem") from exc
+        return True
+
+    def renew_lease(self, owner: str, now_ms: int, ttl_ms: int) -> bool:
+        """Extend ``owner``'s lease to ``now_ms + ttl_ms``; False if it expired or someone else holds it."""
+        try:
+            self._db.update_item(
+                TableName=self._t.config,
+                Key={"gw": _s(LEASE_GATEWAY), "sk": _s(LEASE_SK)},
+                UpdateExpression="SET #u = :until",
+                ConditionExpression="#o = :me AND #u > :now",
+                ExpressionAttributeNames={"#u": "until", "#o": "owner"},
+                ExpressionAttributeValues={":until": _n(now_ms + ttl_ms), ":me": _s(owner), ":now": _n(now_ms)},
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise _storage_error(exc, "UpdateItem") from exc
+        return True
+
+    def release_lease(self, owner: str) -> None:
+        """Give the lease up if ``owner`` still holds it."""
+        try:
+            self._db.delete_item(
+                TableName=self._t.config,
+                Key={"gw": _s(LEASE_GATEWAY), "sk": _s(LEASE_SK)},
+                ConditionExpression="#o = :me",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":me": _s(owner)},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise _storage_error(exc, "DeleteItem") from exc
+
+    def lease(self) -> Lease | None:
+        """The lease item as stored, expired or not."""
+        try:
+            out = self._db.get_item(
+                TableName=self._t.config,
+                Key={"gw": _s(LEASE_GATEWAY), "sk": _s(LEASE_SK)},
+                ConsistentRead=True,
+            )
+        except ClientError as exc:
+            raise _storage_error(exc, "GetItem") from exc
+        item = out.get("Item")
+        return Lease(item["owner"]["S"], int(item["until"]["N"])) if item else None

@@ -1,0 +1,526 @@
+"""The flush job: DynamoDB buffer -> the Iceberg delta log, exactly once (docs/lake.md).
+
+One run:
+
+1. takes the flush lease (refuses to run while another run holds it);
+2. ensures the delta-log table, reads the last committed watermarks (walking back from the current snapshot to the
+   last one carrying ``lakesync.flush.watermarks``) and the shard heads;
+3. plans, per shard, the entries ``(max(watermark, flushedSeq), head.seq]`` (capped by ``max_deltas_per_run``);
+4. reads those ranges in parallel on the executors and appends them in ONE Iceberg commit whose snapshot carries the
+   watermarks of every shard (unchanged shards carried forward);
+5. then advances the heads' flushed counters, clears the flush requests recorded before the run started, and
+   releases buffer items (flushed, covered by the checkpoint positions and older than the retention).
+
+Invariants: the delta log holds each buffer entry at most once, because a run only appends entries above the
+watermarks of the snapshot it read, and only one run appends at a time (the lease, renewed right before the append,
+plus a check that no other flush snapshot landed in between). It holds every flushed entry at least once, because the
+heads (and with them release) only advance after the append committed. A crash anywhere is repaired by the next run:
+before the append nothing was written; after it, the snapshot's watermarks are ahead of the heads and the next run
+advances the heads without re-appending. No new entries -> no snapshot.
+
+The transforms (:func:`delta_log_frame`, :func:`shard_figures`, :func:`plan_flush`) do no I/O; :func:`run` composes
+them with the reads and writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange
+from lakesync.core.errors import FlushError
+from lakesync.core.hlc import system_clock
+from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, delta_log_ddl, qualified
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "DELTA_LOG_SCHEMA",
+    "FAIL_POINTS",
+    "FLUSH_RUN",
+    "RECORD_SCHEMA",
+    "FlushConfig",
+    "FlushPlan",
+    "FlushReport",
+    "InjectedFailure",
+    "ShardPlan",
+    "delta_log_frame",
+    "plan_flush",
+    "read_records",
+    "read_watermarks",
+    "run",
+    "shard_figures",
+]
+
+FLUSH_RUN = "lakesync.flush.run"
+"""Snapshot summary property naming the flush run that wrote the snapshot."""
+
+FAIL_POINTS = ("after_read", "after_append", "after_heads", "after_requests", "during_release")
+"""Where ``run(fail_at=...)`` can simulate a crash."""
+
+DAY_MS = 24 * 3600 * 1000
+
+DELTA_LOG_SCHEMA = StructType(
+    [
+        StructField("gateway", StringType(), False),
+        StructField("tbl", StringType(), False),
+        StructField("row_id", StringType(), False),
+        StructField("op", StringType(), False),
+        StructField("client_id", StringType(), False),
+        StructField("hlc", LongType(), False),
+        StructField("delta_id", StringType(), False),
+        StructField(
+            "columns",
+            ArrayType(
+                StructType([StructField("name", StringType(), True), StructField("value", StringType(), True)]),
+                True,
+            ),
+            False,
+        ),
+        StructField("shard", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("commit_hlc", LongType(), False),
+        StructField("commit_ts", TimestampType(), False),
+    ]
+)
+"""The delta log's columns, as :func:`lakesync.lake.tables.delta_log_ddl` declares them."""
+
+RECORD_SCHEMA = StructType(
+    [
+        *(f for f in DELTA_LOG_SCHEMA.fields if f.name != "commit_ts"),
+        StructField("commit_ms", LongType(), False),
+        StructField("size", LongType(), False),
+    ]
+)
+"""Records as read from the buffer (:data:`lakesync.aws.flush_store.LogRecord`)."""
+
+
+class InjectedFailure(RuntimeError):
+    """A crash simulated by ``run(fail_at=...)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlushConfig:
+    """What one flush run does.
+
+    Attributes:
+        dynamodb: How to reach the buffer (picklable; executors build their own clients from it).
+        catalog: The Spark catalog holding the lake.
+        namespace: The namespace of the delta log (``lakesync``; tests use their own).
+        gateways: Flush only these gateways; None means every gateway.
+        retention_ms: Flushed items younger than this stay in the buffer (cursors and ``since`` pulls keep working).
+        max_deltas_per_run: Cap on the entries one run appends (spread evenly over the shards); None = no cap.
+        lease_ttl_ms: How long the lease outlives its last renewal (must exceed the longest append).
+        range_size: Most entries one executor task reads.
+    """
+
+    dynamodb: DynamoConfig
+    catalog: str = "lake"
+    namespace: str = NAMESPACE
+    gateways: tuple[str, ...] | None = None
+    retention_ms: int = DAY_MS
+    max_deltas_per_run: int | None = None
+    lease_ttl_ms: int = 30 * 60 * 1000
+    range_size: int = 5000
+
+    @property
+    def table(self) -> str:
+        """The delta log's qualified name."""
+        return f"{self.catalog}.{self.namespace}.{DELTA_LOG}"
+
+
+@dataclass(frozen=True, slots=True)
+class FlushReport:
+    """What a run did.
+
+    Attributes:
+        run_id: The run's id (lease owner, snapshot property ``lakesync.flush.run``).
+        snapshot_id: The appended snapshot, or None when there was nothing to append.
+        deltas: Entries appended.
+        bytes: Their stored size in the buffer.
+        shards: Shards with entries appended.
+        heads_advanced: Heads whose flushed counters moved (including repairs of a crashed run).
+        requests_cleared: Flush requests deleted.
+        released: Log items deleted from the buffer.
+        watermarks: The watermarks after the run.
+        durations_ms: Milliseconds per step (lease, plan, read, append, heads, requests, release, total).
+    """
+
+    run_id: str
+    snapshot_id: int | None
+    deltas: int
+    bytes: int
+    shards: int
+    heads_advanced: int
+    requests_cleared: int
+    released: int
+    watermarks: Mapping[str, int]
+    durations_ms: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlan:
+    """One shard's part of a run: entries ``(start, end]`` are appended; the head moves from ``head.flushed_seq``
+    to ``end``."""
+
+    head: ShardHead
+    start: int
+    end: int
+
+    @property
+    def shard(self) -> ShardId:
+        """The shard."""
+        return self.head.shard
+
+    @property
+    def deltas(self) -> int:
+        """Entries to append."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """What a run appends and the watermarks its snapshot will carry."""
+
+    shards: tuple[ShardPlan, ...]
+    watermarks: Mapping[str, int]
+
+    @property
+    def deltas(self) -> int:
+        """Entries to append."""
+        return sum(p.deltas for p in self.shards)
+
+    def ranges(self, range_size: int) -> list[ShardRange]:
+        """The appended entries cut into ranges of at most ``range_size`` (one executor task each)."""
+        out = []
+        for plan in self.shards:
+            for lo in range(plan.start, plan.end, range_size):
+                out.append(ShardRange(plan.shard.key, lo, min(lo + range_size, plan.end)))
+        return out
+
+
+def plan_flush(
+    watermarks: Mapping[str, int], heads: Mapping[ShardId, ShardHead], max_deltas: int | None = None
+) -> FlushPlan:
+    """Plan a run from the last committed watermarks and the shard heads (pure).
+
+    Each shard is read from ``max(watermark, flushedSeq)`` to its head. With ``max_deltas`` the entries are shared
+    out evenly (a shard with fewer pending entries leaves its share to the others), so no shard starves.
+    """
+    for shard, head in heads.items():
+        if watermarks.get(shard.key, 0) > head.seq:
+            raise FlushError(
+                f"the delta log holds shard {shard.key!r} up to {watermarks[shard.key]} but its head is at {head.seq}:"
+                " was the buffer recreated under a lake that already holds its shards?"
+            )
+    starts = {s: max(watermarks.get(s.key, 0), h.flushed_seq) for s, h in heads.items()}
+    pending = {s: max(0, heads[s].seq - start) for s, start in starts.items()}
+    take = dict(pending)
+    if max_deltas is not None and sum(pending.values()) > max_deltas:
+        remaining = max(0, max_deltas)
+        ordered = sorted(pending, key=lambda s: (pending[s], s))
+        for i, shard in enumerate(ordered):
+            take[shard] = min(pending[shard], remaining // (len(ordered) - i))
+            remaining -= take[shard]
+    plans = tuple(ShardPlan(heads[s], starts[s], starts[s] + take[s]) for s in sorted(heads))
+    new_marks = dict(watermarks)
+    for plan in plans:
+        if plan.end > 0:
+            new_marks[plan.shard.key] = max(new_marks.get(plan.shard.key, 0), plan.end)
+    return FlushPlan(plans, dict(sorted(new_marks.items())))
+
+
+def delta_log_frame(records: DataFrame) -> DataFrame:
+    """Buffer records (:data:`RECORD_SCHEMA`) as delta-log rows (the columns of :data:`DELTA_LOG_SCHEMA`)."""
+    columns = [
+        F.timestamp_millis("commit_ms").alias(name) if name == "commit_ts" else F.col(name)
+        for name in DELTA_LOG_SCHEMA.fieldNames()
+    ]
+    return records.select(*columns)
+
+
+def shard_figures(records: DataFrame) -> DataFrame:
+    """Per shard: ``shard, deltas, bytes, first_seq, last_seq`` of the records."""
+    return records.groupBy("shard").agg(
+        F.count(F.lit(1)).alias("deltas"),
+        F.sum("size").alias("bytes"),
+        F.min("seq").alias("first_seq"),
+        F.max("seq").alias("last_seq"),
+    )
+
+
+def _read_partition(config: DynamoConfig, ranges: Iterable[ShardRange]) -> Iterator[str]:
+    """Executor side: one client per task; every range is read completely or the task fails. Records travel to the
+    JVM as JSON lines (far cheaper than pickled rows)."""
+    store: FlushStore | None = None
+    for shard_range in ranges:
+        store = store or FlushStore.from_config(config)
+        for record in store.read_records(shard_range):
+            yield json.dumps(record, separators=(",", ":"))
+
+
+def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[ShardRange]) -> DataFrame:
+    """The ranges read from the buffer on the executors, as a DataFrame of :data:`RECORD_SCHEMA` (lazy)."""
+    sc = spark.sparkContext
+    slices = max(1, min(len(ranges), 4 * sc.defaultParallelism))
+    lines = sc.parallelize(list(ranges), slices).mapPartitions(partial(_read_partition, config))
+    return spark.read.schema(RECORD_SCHEMA).option("mode", "FAILFAST").json(lines)
+
+
+def _parse_watermarks(text: str) -> dict[str, int]:
+    data = json.loads(text)
+    if not isinstance(data, dict) or not all(isinstance(k, str) and type(v) is int for k, v in data.items()):
+        raise FlushError(f"malformed {FLUSH_WATERMARKS} snapshot property: {text[:200]!r}")
+    return data
+
+
+def _snapshot_chain(spark: SparkSession, table: str) -> list[tuple[int, dict[str, str]]]:
+    """``(snapshot id, lakesync summary properties)`` from the current snapshot back to the first ancestor."""
+    refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
+    if not refs:
+        return []
+    rows = spark.sql(
+        f"SELECT snapshot_id, parent_id, summary['{FLUSH_WATERMARKS}'], summary['{FLUSH_RUN}'] FROM {table}.snapshots"
+    ).collect()
+    by_id = {
+        r[0]: (r[1], {k: v for k, v in ((FLUSH_WATERMARKS, r[2]), (FLUSH_RUN, r[3])) if v is not None}) for r in rows
+    }
+    chain = []
+    current: int | None = refs[0][0]
+    while current is not None and current in by_id:
+        parent, props = by_id[current]
+        chain.append((current, props))
+        current = parent
+    return chain
+
+
+def read_watermarks(spark: SparkSession, table: str) -> tuple[dict[str, int], int | None]:
+    """The last committed watermarks (from the nearest snapshot carrying them) and the current snapshot id."""
+    chain = _snapshot_chain(spark, table)
+    for _, props in chain:
+        if FLUSH_WATERMARKS in props:
+            return _parse_watermarks(props[FLUSH_WATERMARKS]), chain[0][0]
+    return {}, chain[0][0] if chain else None
+
+
+def _ensure_table(spark: SparkSession, config: FlushConfig) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog}.{config.namespace}")
+    ddl = delta_log_ddl(config.catalog).replace(qualified(config.catalog, DELTA_LOG), config.table, 1)
+    spark.sql(ddl)
+
+
+def _append(records: DataFrame, table: str, run_id: str, watermarks: Mapping[str, int]) -> None:
+    (
+        delta_log_frame(records)
+        .writeTo(table)
+        .option(f"snapshot-property.{FLUSH_WATERMARKS}", json.dumps(dict(watermarks), separators=(",", ":")))
+        .option(f"snapshot-property.{FLUSH_RUN}", run_id)
+        .append()
+    )
+
+
+def _our_snapshot(spark: SparkSession, table: str, run_id: str, base_snapshot: int | None) -> int:
+    """Our snapshot's id; fails if another flush committed between the snapshot we planned from and ours."""
+    rows = spark.sql(
+        f"SELECT snapshot_id, parent_id, summary['{FLUSH_WATERMARKS}'] IS NOT NULL, summary['{FLUSH_RUN}']"
+        f" FROM {table}.snapshots"
+    ).collect()
+    ours: int | None = next((int(r[0]) for r in rows if r[3] == run_id), None)
+    if ours is None:
+        raise FlushError(f"the flush snapshot of run {run_id} is not in the history of {table}")
+    by_id = {r[0]: (r[1], r[2]) for r in rows}
+    parent = by_id[ours][0]
+    while parent is not None and parent != base_snapshot and parent in by_id:
+        if by_id[parent][1]:
+            raise FlushError(
+                f"another flush (snapshot {parent}) committed to {table} during run {run_id}; "
+                "the delta log may hold entries twice: check the flush lease and concurrency settings"
+            )
+        parent = by_id[parent][0]
+    return ours
+
+
+class _Steps:
+    """Step timings and the crash hook."""
+
+    def __init__(self, fail_at: str | None) -> None:
+        if fail_at is not None and fail_at not in FAIL_POINTS:
+            raise ValueError(f"fail_at must be one of {FAIL_POINTS}, got {fail_at!r}")
+        self.fail_at = fail_at
+        self.started = time.perf_counter()
+        self.last = self.started
+        self.durations: dict[str, int] = {}
+
+    def done(self, step: str) -> None:
+        now = time.perf_counter()
+        self.durations[step] = self.durations.get(step, 0) + round((now - self.last) * 1000)
+        self.last = now
+
+    def point(self, name: str) -> None:
+        if self.fail_at == name:
+            raise InjectedFailure(f"simulated crash {name}")
+
+    def total(self) -> dict[str, int]:
+        return {**self.durations, "total": round((time.perf_counter() - self.started) * 1000)}
+
+
+def run(
+    spark: SparkSession,
+    config: FlushConfig,
+    *,
+    checkpoint_positions: Mapping[str, int] | None = None,
+    now_ms: Callable[[], int] = system_clock,
+    fail_at: str | None = None,
+    store: FlushStore | None = None,
+) -> FlushReport:
+    """Flush the buffer into the delta log once.
+
+    Args:
+        spark: A session whose catalog ``config.catalog`` holds the lake.
+        config: What to flush and how.
+        checkpoint_positions: ``{shard: seq}`` covered by the latest checkpoints; only entries at or below them are
+            released. None releases nothing.
+        now_ms: The wall clock (epoch ms), for the lease, the flush requests and the retention.
+        fail_at: Simulate a crash at one of :data:`FAIL_POINTS` (tests).
+        store: The driver's store (defaults to one built from ``config.dynamodb``).
+
+    Returns:
+        What the run did.
+
+    Raises:
+        FlushError: another run holds the lease, the lease was lost, the log has a gap, or the heads moved.
+        InjectedFailure: at ``fail_at``.
+    """
+    steps = _Steps(fail_at)
+    store = store or FlushStore.from_config(config.dynamodb)
+    run_id = uuid.uuid4().hex
+    started_ms = now_ms()
+    if not store.acquire_lease(run_id, started_ms, config.lease_ttl_ms):
+        lease = store.lease()
+        until = f" until {lease.until_ms}" if lease else ""
+        raise FlushError(f"Flush already in progress (lease held by {lease.owner if lease else '?'}{until})")
+    steps.done("lease")
+    try:
+        _ensure_table(spark, config)
+        watermarks, base_snapshot = read_watermarks(spark, config.table)
+        gateways, heads = store.shards(config.gateways)
+        plan = plan_flush(watermarks, heads, config.max_deltas_per_run)
+        steps.done("plan")
+
+        snapshot_id: int | None = None
+        appended: dict[str, tuple[int, int]] = {}
+        if plan.deltas:
+            records = read_records(spark, config.dynamodb, plan.ranges(config.range_size))
+            records.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                figures = {
+                    r["shard"]: (r["deltas"], r["bytes"], r["first_seq"], r["last_seq"])
+                    for r in shard_figures(records).collect()
+                }
+                _check_figures(plan, figures)
+                appended = {shard: (f[0], f[1]) for shard, f in figures.items()}
+                steps.done("read")
+                steps.point("after_read")
+                if not store.renew_lease(run_id, now_ms(), config.lease_ttl_ms):
+                    raise FlushError(f"flush run {run_id} lost its lease before the append; nothing was written")
+                _append(records, config.table, run_id, plan.watermarks)
+            finally:
+                records.unpersist()
+            snapshot_id = _our_snapshot(spark, config.table, run_id, base_snapshot)
+            steps.done("append")
+            steps.point("after_append")
+
+        advanced = _advance_heads(store, plan, appended)
+        steps.done("heads")
+        steps.point("after_heads")
+
+        cleared = store.clear_flush_requests(gateways, started_ms)
+        steps.done("requests")
+        steps.point("after_requests")
+
+        released = _release(store, config, plan, checkpoint_positions or {}, now_ms(), steps)
+        steps.done("release")
+        return FlushReport(
+            run_id=run_id,
+            snapshot_id=snapshot_id,
+            deltas=plan.deltas,
+            bytes=sum(b for _, b in appended.values()),
+            shards=len(appended),
+            heads_advanced=advanced,
+            requests_cleared=cleared,
+            released=released,
+            watermarks=plan.watermarks,
+            durations_ms=steps.total(),
+        )
+    finally:
+        store.release_lease(run_id)
+
+
+def _check_figures(plan: FlushPlan, figures: Mapping[str, tuple[int, int, int, int]]) -> None:
+    """Every planned range was read whole: per shard, the count and the first and last sequence match."""
+    want = {p.shard.key: (p.deltas, p.start + 1, p.end) for p in plan.shards if p.deltas}
+    got = {shard: (f[0], f[2], f[3]) for shard, f in figures.items()}
+    if got != want:
+        raise FlushError(f"the staged entries (count, first, last seq) per shard {got} differ from the plan {want}")
+
+
+def _advance_heads(store: FlushStore, plan: FlushPlan, appended: Mapping[str, tuple[int, int]]) -> int:
+    """Move each head's flushed counters to what the delta log now holds."""
+    advanced = 0
+    for shard_plan in plan.shards:
+        head = shard_plan.head
+        if shard_plan.end <= head.flushed_seq:
+            continue
+        deltas, size = appended.get(head.shard.key, (0, 0))
+        if shard_plan.start > head.flushed_seq:
+            # A crashed run appended (flushedSeq, start] but did not advance the head: count those too.
+            size += store.range_bytes(ShardRange(head.shard.key, head.flushed_seq, shard_plan.start))
+            deltas += shard_plan.start - head.flushed_seq
+        if store.advance_flushed(head.shard, head.flushed_seq, shard_plan.end, size, deltas):
+            advanced += 1
+    return advanced
+
+
+def _release(
+    store: FlushStore,
+    config: FlushConfig,
+    plan: FlushPlan,
+    positions: Mapping[str, int],
+    now: int,
+    steps: _Steps,
+) -> int:
+    """Mark and delete the items that are flushed, covered by the checkpoint and older than the retention."""
+    cutoff_hlc = ((now - config.retention_ms) << 16) | 0xFFFF
+    deleted = 0
+    for shard_plan in plan.shards:
+        head = shard_plan.head
+        released = head.released_seq
+        limit = min(max(head.flushed_seq, shard_plan.end), positions.get(head.shard.key, 0))
+        if limit > released:
+            target = store.release_target(head.shard, limit, cutoff_hlc)
+            if target is not None and target[0] > released:
+                store.mark_released(head.shard, *target)
+                released = target[0]
+                steps.point("during_release")
+        if released:
+            # Also deletes what a run that crashed after marking left behind.
+            deleted += store.delete_released(head.shard, released)
+    return deleted

@@ -1,0 +1,532 @@
+"""The flush job (lakesync.spark.flush + lakesync.aws.flush_store) on local Spark + Iceberg and the moto DynamoDB
+server, with the buffer filled by the real push service.
+
+Focus: the delta log holds every committed buffer entry exactly once -- after a normal run, after a crash at every
+step and a rerun, with pushes continuing between runs, with a per-run cap; heads' flushed counters equal the log;
+the lease refuses a second run and expires; a run with nothing new makes no snapshot; a flush relieves
+backpressure; release deletes only flushed, checkpoint-covered, retention-old items, and a pull from behind them gets
+CURSOR_EXPIRED. Plus the pure parts: planning, the item -> row conversion and the DataFrame transforms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
+from lakesync.core.canonical import stable_stringify
+from lakesync.core.delta import make_delta
+from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
+from lakesync.core.hlc import HLC, system_clock
+from lakesync.core.messages import SyncPush
+from lakesync.gateway import admin
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.gateway.pull import pull
+from lakesync.gateway.push import push
+from lakesync.lake.tables import FLUSH_WATERMARKS
+from lakesync.spark.flush import (
+    DELTA_LOG_SCHEMA,
+    FAIL_POINTS,
+    RECORD_SCHEMA,
+    FlushConfig,
+    InjectedFailure,
+    delta_log_frame,
+    plan_flush,
+    read_watermarks,
+    run,
+    shard_figures,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+GATEWAYS = ("gw1", "gw2")
+HOUR_MS = 3600 * 1000
+EntryKey = tuple[str, int]
+
+
+# -- fixtures ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spark_py(spark: SparkSession) -> SparkSession:
+    """The shared session, with Python workers running this interpreter (the venv that has lakesync installed).
+
+    Local Spark starts its Python workers with ``$PYSPARK_PYTHON`` or else ``python3`` from PATH.
+    """
+    if "PYSPARK_PYTHON" not in os.environ:
+        spark.sparkContext.pythonExec = sys.executable
+    return spark
+
+
+@pytest.fixture
+def deps(dynamodb_client: Any, dynamodb_tables: Any) -> GatewayDeps:
+    return GatewayDeps(
+        buffer=DynamoDBBufferStore(dynamodb_client, dynamodb_tables),
+        config=DynamoDBConfigStore(dynamodb_client, dynamodb_tables),
+        actions=DynamoDBActionStore(dynamodb_client, dynamodb_tables),
+        settings=GatewaySettings(gateway_ids=frozenset(GATEWAYS), sub_shards={"todos": 2}),
+        clock=HLC(),
+    )
+
+
+@pytest.fixture
+def store(dynamodb_client: Any, dynamodb_tables: Any) -> FlushStore:
+    return FlushStore(dynamodb_client, dynamodb_tables)
+
+
+@pytest.fixture
+def config(moto_endpoint: str, dynamodb_tables: Any, lake_namespace: str) -> FlushConfig:
+    dynamo = DynamoConfig(
+        tables=dynamodb_tables,
+        endpoint_url=moto_endpoint,
+        region="us-east-1",
+        access_key_id="testing",
+        secret_access_key="testing",
+    )
+    return FlushConfig(dynamodb=dynamo, namespace=lake_namespace, range_size=40)
+
+
+# -- helpers -------------------------------------------------------------------------------------------------------
+
+
+class Writer:
+    """Pushes realistic batches (inserts, sparse updates, deletes; several value types) through the push service."""
+
+    def __init__(self, deps: GatewayDeps) -> None:
+        self.deps = deps
+        self.clock = HLC()
+        self.n = 0
+
+    def push(self, gateway: str, count: int, table: str = "todos") -> None:
+        deltas = []
+        for _ in range(count):
+            self.n += 1
+            i = self.n
+            row = f"r{i % 17}"
+            if i % 11 == 0:
+                deltas.append(make_delta("DELETE", table=table, row_id=row, client_id="c1", hlc=self.clock.now()))
+            else:
+                values = {"title": f"tâche {i}", "n": i / 4, "done": i % 2 == 0, "tags": {"b": [i], "a": None}}
+                cols = dict(list(values.items())[: 1 + i % 4])
+                op = "INSERT" if i % 3 else "UPDATE"
+                deltas.append(
+                    make_delta(op, table=table, row_id=row, client_id="c1", hlc=self.clock.now(), columns=cols)
+                )
+        push(self.deps, gateway, SyncPush("c1", tuple(deltas)), client_id="c1")
+
+
+def buffer_log(deps: GatewayDeps) -> dict[EntryKey, tuple[Any, ...]]:
+    """Every log entry still in the buffer, as the delta log should hold it, keyed by (shard, seq)."""
+    out = {}
+    for gateway in GATEWAYS:
+        for shard in deps.buffer.list_shards(gateway):
+            for e in deps.buffer.read_log(shard, 0, 1_000_000):
+                d = e.delta
+                cols = [(c.column, stable_stringify(c.value)) for c in d.columns]
+                out[(shard.key, e.seq)] = (
+                    d.op.value,
+                    d.table,
+                    d.row_id,
+                    d.client_id,
+                    d.hlc,
+                    d.delta_id,
+                    cols,
+                    e.commit_hlc,
+                )
+    return out
+
+
+def buffer_keys(deps: GatewayDeps) -> set[EntryKey]:
+    """(shard, seq) of every log item in the deltas table (a scan: sees items behind a released gap too)."""
+    buffer = deps.buffer
+    assert isinstance(buffer, DynamoDBBufferStore)
+    client, names = buffer._db, buffer._t
+    items = client.scan(
+        TableName=names.deltas, ProjectionExpression="#sh, seq", ExpressionAttributeNames={"#sh": "shard"}
+    )["Items"]
+    return {(i["shard"]["S"], int(i["seq"]["N"])) for i in items}
+
+
+def lake_log(spark: SparkSession, config: FlushConfig) -> Counter[EntryKey]:
+    rows = spark.sql(f"SELECT shard, seq FROM {config.table}").collect()
+    return Counter((r["shard"], r["seq"]) for r in rows)
+
+
+def lake_rows(spark: SparkSession, config: FlushConfig) -> dict[EntryKey, tuple[Any, ...]]:
+    rows = spark.sql(
+        f"SELECT shard, seq, op, tbl, row_id, client_id, hlc, delta_id, columns, commit_hlc FROM {config.table}"
+    ).collect()
+    return {
+        (r["shard"], r["seq"]): (
+            r["op"],
+            r["tbl"],
+            r["row_id"],
+            r["client_id"],
+            r["hlc"],
+            r["delta_id"],
+            [(c["name"], c["value"]) for c in r["columns"]],
+            r["commit_hlc"],
+        )
+        for r in rows
+    }
+
+
+def all_heads(deps: GatewayDeps) -> dict[ShardId, ShardHead]:
+    shards = [s for gw in GATEWAYS for s in deps.buffer.list_shards(gw)]
+    return deps.buffer.get_heads(shards)
+
+
+def snapshot_count(spark: SparkSession, config: FlushConfig) -> int:
+    return int(spark.sql(f"SELECT count(*) FROM {config.table}.snapshots").collect()[0][0])
+
+
+def assert_exactly_once(spark: SparkSession, config: FlushConfig, deps: GatewayDeps, expected: set[EntryKey]) -> None:
+    """The lake holds exactly ``expected`` once each, the heads say everything is flushed, the watermarks agree."""
+    log = lake_log(spark, config)
+    assert sorted(k for k, n in log.items() if n > 1) == []
+    assert set(log) == expected
+    heads = all_heads(deps)
+    for shard, head in heads.items():
+        in_lake = sorted(seq for s, seq in log if s == shard.key)
+        assert in_lake[-1] == head.seq == head.flushed_seq
+        assert head.flushed_deltas == head.deltas_total == len(in_lake)
+        assert head.flushed_bytes == head.bytes_total
+    marks, _ = read_watermarks(spark, config.table)
+    assert marks == {s.key: h.seq for s, h in heads.items()}
+
+
+def later(ms: int) -> Any:
+    return lambda: system_clock() + ms
+
+
+# -- the pure parts ------------------------------------------------------------------------------------------------
+
+
+def _head(key: str, seq: int, flushed: int = 0) -> ShardHead:
+    return ShardHead(ShardId.parse(key), seq=seq, flushed_seq=flushed)
+
+
+def test_plan_flush_reads_each_shard_from_the_greater_of_watermark_and_flushed_seq() -> None:
+    # Given shard a flushed by the heads to 3 but the lake at 5 (a crash after the append), shard b behind the heads
+    heads = {h.shard: h for h in (_head("g#a#0", 9, flushed=3), _head("g#b#0", 4, flushed=2))}
+
+    # When planning with watermarks that also name a shard of another gateway
+    plan = plan_flush({"g#a#0": 5, "other#t#0": 7}, heads)
+
+    # Then a is read from 5, b from its flushed seq, and every watermark is carried into the new ones
+    assert [(p.shard.key, p.start, p.end) for p in plan.shards] == [("g#a#0", 5, 9), ("g#b#0", 2, 4)]
+    assert plan.watermarks == {"g#a#0": 9, "g#b#0": 4, "other#t#0": 7}
+    assert plan.deltas == 6
+    assert plan.ranges(3) == [ShardRange("g#a#0", 5, 8), ShardRange("g#a#0", 8, 9), ShardRange("g#b#0", 2, 4)]
+
+
+def test_plan_flush_cap_shares_the_budget_so_no_shard_starves() -> None:
+    # Given a hot shard (100 pending), a quiet one (2) and a medium one (10)
+    heads = {h.shard: h for h in (_head("g#hot#0", 100), _head("g#quiet#0", 2), _head("g#mid#0", 10))}
+
+    # When the run may append 20 entries
+    plan = plan_flush({}, heads, max_deltas=20)
+
+    # Then the quiet shard gets all it has and the rest is split between the others
+    taken = {p.shard.table: p.deltas for p in plan.shards}
+    assert taken == {"quiet": 2, "mid": 9, "hot": 9}
+    assert plan.watermarks == {"g#hot#0": 9, "g#quiet#0": 2, "g#mid#0": 9}
+
+
+def test_plan_flush_refuses_a_watermark_ahead_of_the_head() -> None:
+    # Given a lake that holds shard a up to 50 while the buffer's head is at 3 (a recreated buffer)
+    heads = {h.shard: h for h in (_head("g#a#0", 3),)}
+
+    # When/Then planning fails loudly instead of skipping the new entries
+    with pytest.raises(FlushError, match="recreated"):
+        plan_flush({"g#a#0": 50}, heads)
+
+
+@pytest.mark.integration
+def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
+    deps: GatewayDeps, dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given one pushed insert with several value types
+    clock = HLC()
+    delta = make_delta(
+        "INSERT",
+        table="notes",
+        row_id="n1",
+        client_id="c1",
+        hlc=clock.now(),
+        columns={"b": 1.5, "a": {"z": 1, "y": [True]}},
+    )
+    push(deps, "gw1", SyncPush("c1", (delta,)), client_id="c1")
+    item = dynamodb_client.get_item(
+        TableName=dynamodb_tables.deltas, Key={"shard": {"S": "gw1#notes#0"}, "seq": {"N": "1"}}
+    )["Item"]
+
+    # When the item is converted
+    record = log_record("gw1#notes#0", item)
+
+    # Then values are canonical JSON in delta order, commit_ms is the commit HLC's wall time, size is as stored
+    chlc = int(item["chlc"]["N"])
+    assert record == {
+        "gateway": "gw1", "tbl": "notes", "row_id": "n1", "op": "INSERT", "client_id": "c1", "hlc": delta.hlc,
+        "delta_id": delta.delta_id,
+        "columns": [{"name": "b", "value": "1.5"}, {"name": "a", "value": '{"y":[true],"z":1}'}],
+        "shard": "gw1#notes#0", "seq": 1, "commit_hlc": chlc, "commit_ms": chlc >> 16, "size": int(item["sz"]["N"]),
+    }  # fmt: skip
+
+
+# -- DataFrame transforms ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark_py: SparkSession, config: FlushConfig) -> None:
+    from lakesync.spark.flush import _ensure_table
+
+    # Given buffer records of two shards
+    ms = 1_735_776_000_123
+    records = spark_py.createDataFrame(
+        [
+            ("g", "t", "r1", "INSERT", "c", 7, "d1", [("a", "1")], "g#t#0", 1, 70, ms, 30),
+            ("g", "t", "r2", "DELETE", "c", 8, "d2", [], "g#t#0", 2, 80, ms, 12),
+            ("g", "u", "r1", "UPDATE", "c", 9, "d3", [("b", '"x"')], "g#u#0", 5, 90, ms + 1, 40),
+        ],
+        RECORD_SCHEMA,
+    )
+
+    # When transformed
+    frame = delta_log_frame(records)
+    figures = shard_figures(records)
+
+    # Then the frame has the delta log's columns and types -- the ones the DDL creates -- with commit_ts from the ms
+    _ensure_table(spark_py, config)
+    table = spark_py.table(config.table).schema
+    assert [(f.name, f.dataType) for f in frame.schema] == [(f.name, f.dataType) for f in table]
+    assert table == DELTA_LOG_SCHEMA
+    got = frame.orderBy("hlc").selectExpr("delta_id", "unix_millis(commit_ts)").collect()
+    assert [tuple(r) for r in got] == [("d1", ms), ("d2", ms), ("d3", ms + 1)]
+    # And the figures add up per shard
+    assert sorted(tuple(r) for r in figures.collect()) == [("g#t#0", 2, 42, 1, 2), ("g#u#0", 1, 40, 5, 5)]
+
+
+# -- the job -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+) -> None:
+    # Given pushes to two gateways, a sub-sharded table and a plain one
+    writer = Writer(deps)
+    writer.push("gw1", 70)
+    writer.push("gw1", 12, table="notes")
+    writer.push("gw2", 30)
+    expected = buffer_log(deps)
+
+    # When the flush runs
+    report = run(spark_py, config)
+
+    # Then every entry is in the lake exactly once, with the buffer's content, in one snapshot
+    assert lake_rows(spark_py, config) == expected
+    assert_exactly_once(spark_py, config, deps, set(expected))
+    assert snapshot_count(spark_py, config) == 1
+    summary = spark_py.sql(f"SELECT summary FROM {config.table}.snapshots").collect()[0][0]
+    assert json.loads(summary[FLUSH_WATERMARKS]) == {s.key: h.seq for s, h in all_heads(deps).items()}
+    # And the report adds up
+    heads = all_heads(deps)
+    assert report.deltas == len(expected) and report.shards == len(heads) == report.heads_advanced
+    assert report.bytes == sum(h.bytes_total for h in heads.values())
+    assert report.snapshot_id is not None and report.released == 0
+    assert {"lease", "plan", "read", "append", "heads", "requests", "release", "total"} <= set(report.durations_ms)
+    # And commit_ts is the commit HLC's wall time
+    rows = spark_py.sql(f"SELECT commit_hlc, unix_millis(commit_ts) AS ms FROM {config.table}").collect()
+    assert all(r["ms"] == r["commit_hlc"] >> 16 for r in rows)
+    # And the lease is gone
+    assert store.lease() is None
+
+
+@pytest.mark.spark
+def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+) -> None:
+    # Given a first flush
+    writer = Writer(deps)
+    writer.push("gw1", 40)
+    writer.push("gw2", 10)
+    run(spark_py, config)
+    expected = buffer_keys(deps)
+    flush = replace(config, retention_ms=0, range_size=5000)
+    for point in FAIL_POINTS:
+        # Given more pushes, a flush request, and a checkpoint covering everything so far
+        writer.push("gw1", 20)
+        writer.push("gw2", 5, table="notes")
+        admin.request_flush(deps, "gw1", requested_by="test")
+        expected |= buffer_keys(deps)
+        positions = {s.key: h.seq for s, h in all_heads(deps).items()}
+        release = {"checkpoint_positions": positions, "now_ms": later(HOUR_MS)}
+
+        # When the flush crashes at the step
+        with pytest.raises(InjectedFailure):
+            run(spark_py, flush, fail_at=point, **release)
+
+        # Then the lease was given up, and pushes continue
+        assert store.lease() is None, point
+        writer.push("gw1", 4)
+        expected |= buffer_keys(deps)
+        # And a rerun repairs everything: each entry once, heads equal to the log, requests cleared
+        report = run(spark_py, flush, **release)
+        assert report.snapshot_id is not None, point  # the 4 entries pushed after the crash
+        assert_exactly_once(spark_py, config, deps, expected)
+        assert deps.config.list_flush_requests("gw1") == [], point
+        # And the items covered by the checkpoint were released, the rest kept
+        assert buffer_keys(deps) == {k for k in expected if k[1] > positions.get(k[0], 0)}, point
+        assert {s.key: h.released_seq for s, h in all_heads(deps).items()} == positions, point
+
+
+@pytest.mark.spark
+def test_flush_with_nothing_new_makes_no_snapshot(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+) -> None:
+    # Given a flushed buffer
+    Writer(deps).push("gw1", 20)
+    run(spark_py, config)
+    before = snapshot_count(spark_py, config)
+
+    # When the flush runs again with nothing new
+    report = run(spark_py, config)
+
+    # Then no snapshot is made and nothing moves
+    assert snapshot_count(spark_py, config) == before == 1
+    assert (report.snapshot_id, report.deltas, report.heads_advanced) == (None, 0, 0)
+
+
+@pytest.mark.spark
+def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+) -> None:
+    # Given 90 entries over three shards
+    writer = Writer(deps)
+    writer.push("gw1", 60)
+    writer.push("gw2", 30)
+    expected = set(buffer_log(deps))
+    capped = replace(config, max_deltas_per_run=40)
+
+    # When capped runs go until nothing is left
+    appended = []
+    while (report := run(spark_py, capped)).deltas:
+        appended.append(report.deltas)
+
+    # Then each run stayed under the cap and the lake holds everything once
+    assert appended == [40, 40, len(expected) - 80]
+    assert_exactly_once(spark_py, config, deps, expected)
+
+
+@pytest.mark.spark
+def test_flush_lease_refuses_a_second_run_until_it_expires(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+) -> None:
+    # Given entries and a lease held by a run that died without giving it up
+    Writer(deps).push("gw1", 10)
+    now = system_clock()
+    assert store.acquire_lease("dead-run", now, 60_000)
+
+    # When another run starts, it is refused and writes nothing
+    with pytest.raises(FlushError, match="already in progress"):
+        run(spark_py, config, now_ms=lambda: now + 1000)
+    assert store.lease() is not None and store.lease().owner == "dead-run"  # type: ignore[union-attr]
+    assert all(h.flushed_seq == 0 for h in all_heads(deps).values())
+
+    # Then once the lease has expired the next run takes it over and flushes
+    report = run(spark_py, config, now_ms=lambda: now + 60_000)
+    assert report.deltas == 10
+    assert store.lease() is None
+
+
+@pytest.mark.spark
+def test_flush_relieves_backpressure(spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps) -> None:
+    # Given a gateway whose buffer limit is reached
+    deps.settings = GatewaySettings(gateway_ids=frozenset(GATEWAYS), flush_threshold_bytes=2000)
+    writer = Writer(deps)
+    with pytest.raises(BackpressureError):
+        for _ in range(20):
+            writer.push("gw1", 10, table="notes")
+    head = all_heads(deps)[ShardId("gw1", "notes")]
+    assert head.unflushed_bytes >= deps.settings.backpressure_limit
+    requests = deps.config.list_flush_requests("gw1")
+    assert requests  # crossing the threshold asked for a flush
+
+    # When the flush runs
+    run(spark_py, config, now_ms=later(1000))
+
+    # Then the unflushed bytes and the requests are gone, and pushes are accepted again
+    assert all_heads(deps)[ShardId("gw1", "notes")].unflushed_bytes == 0
+    assert deps.config.list_flush_requests("gw1") == []
+    writer.push("gw1", 10, table="notes")
+
+
+@pytest.mark.spark
+def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_expire(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+) -> None:
+    # Given 30 entries in one shard and a client that consumed 10 of them
+    writer = Writer(deps)
+    writer.push("gw1", 30, table="notes")
+    shard = ShardId("gw1", "notes")
+    early = pull(deps, "gw1", limit=10, claims={})
+    old_since = deps.buffer.read_log(shard, 0, 1)[0].commit_hlc
+
+    # When flushes run within the retention, and past it without checkpoint positions
+    run(spark_py, config, checkpoint_positions={shard.key: 20})
+    run(spark_py, config, now_ms=later(2 * 24 * HOUR_MS))
+
+    # Then nothing is released
+    assert len(buffer_keys(deps)) == 30 and all_heads(deps)[shard].released_seq == 0
+
+    # When 5 more arrive, a client catches up, and a capped flush (2 entries) runs past the retention with a
+    # checkpoint covering everything
+    writer.push("gw1", 5, table="notes")
+    late = pull(deps, "gw1", limit=1000, claims={})
+    capped = replace(config, max_deltas_per_run=2)
+    report = run(spark_py, capped, checkpoint_positions={shard.key: 40}, now_ms=later(2 * 24 * HOUR_MS))
+
+    # Then exactly the flushed entries are gone (the 3 not yet flushed stay) and the head says so
+    assert buffer_keys(deps) == {(shard.key, seq) for seq in (33, 34, 35)}
+    head = all_heads(deps)[shard]
+    assert (head.released_seq, report.released) == (32, 32)
+    assert head.released_hlc == deps.buffer.read_log(shard, 32, 1)[0].commit_hlc - 1
+    # And pulls from behind the released part are told to reload the checkpoint
+    for kwargs in ({"cursor": early.cursor}, {}, {"since": old_since}, {"since": 0}):
+        with pytest.raises(CursorExpiredError) as caught:
+            pull(deps, "gw1", limit=100, claims={}, **kwargs)
+        assert (caught.value.status, caught.value.api_code) == (410, "CURSOR_EXPIRED")
+        assert "checkpoint" in caught.value.message
+    # And the client that had caught up keeps going with its cursor
+    writer.push("gw1", 3, table="notes")
+    rest = pull(deps, "gw1", limit=100, claims={}, cursor=late.cursor)
+    assert [d.delta_id for d in rest.deltas] == [e.delta.delta_id for e in deps.buffer.read_log(shard, 35, 10)]
+    assert len(rest.deltas) == 3
+
+
+@pytest.mark.spark
+def test_flush_clears_only_requests_recorded_before_it_started(
+    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+) -> None:
+    # Given a request before the run and one stamped after its start
+    Writer(deps).push("gw2", 5)
+    now = system_clock()
+    deps.config.request_flush("gw2", {"id": "old", "atMs": now - 5})
+    deps.config.request_flush("gw2", {"id": "new", "atMs": now + 60_000})
+
+    # When the flush runs
+    report = run(spark_py, config, now_ms=lambda: now)
+
+    # Then only the earlier request is gone
+    assert report.requests_cleared == 1
+    assert [r["id"] for r in deps.config.list_flush_requests("gw2")] == ["new"]
