@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from lakesync.core.canonical import js_string, stable_stringify, utf16_key
 from lakesync.core.merge import RowState, Version
 from lakesync.core.schema import ColumnType
+from lakesync.lake.tables import ROW_KEY
 
 __all__ = [
     "DELTA_COLUMNS",
@@ -237,7 +238,7 @@ def render(folded: DataFrame, typed: Sequence[tuple[str, ColumnType]], updated_a
         updated_at: The ``_updated_at`` timestamp to stamp.
 
     Returns:
-        ``_gateway, _row_id, _exists, _state, _hlc, _values, _updated_at`` and the typed columns, plus ``tbl``.
+        ``_gateway, _row_key, _exists, _state, _hlc, _values, _updated_at`` and the typed columns, plus ``tbl``.
         A typed column holds the value cast to its type (``json``/``null``: the canonical JSON text), or null when
         the value does not fit the type; ``_values`` always has it.
     """
@@ -273,7 +274,7 @@ def render(folded: DataFrame, typed: Sequence[tuple[str, ColumnType]], updated_a
     return folded.select(
         "tbl",
         F.col("gateway").alias("_gateway"),
-        F.col("row_id").alias("_row_id"),
+        F.col("row_id").alias(ROW_KEY),
         exists.alias("_exists"),
         state.alias("_state"),
         F.greatest(F.col("tombstone.hlc"), F.col("written.hlc")).alias("_hlc"),

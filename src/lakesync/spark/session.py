@@ -88,9 +88,6 @@ def session_conf(
         db = sqlite_file(catalog_uri)
         conf.update(_LOCAL_CONF)
         conf["spark.master"] = master or _LOCAL_MASTER
-        # Local Python workers run this interpreter (where lakesync is installed), not whatever python3 PATH finds.
-        conf["spark.pyspark.python"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
-        conf["spark.pyspark.driver.python"] = sys.executable
         conf["spark.jars"] = ",".join(str(p) for p in iceberg_jars(jar_cache_dir))
         conf[f"{prefix}.type"] = "jdbc"
         conf[f"{prefix}.uri"] = f"jdbc:sqlite:{db}"
@@ -165,6 +162,10 @@ def build_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if catalog == "local":
+        # PySpark starts local Python workers with $PYSPARK_PYTHON or else `python3` from PATH; use this interpreter
+        # (where lakesync is installed) instead.
+        spark.sparkContext.pythonExec = os.environ.get("PYSPARK_PYTHON", sys.executable)
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
