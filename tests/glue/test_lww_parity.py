@@ -69,7 +69,7 @@ def canonical(state: RowState | None) -> Any:
 def spark_states(spark: SparkSession, deltas: DataFrame) -> dict[Key, dict[str, Any]]:
     """Fold and render in Spark; collect each row's rendered columns by key."""
     rendered = lww.render(lww.fold(deltas), (), updated_at=F.lit(datetime(2024, 1, 1, tzinfo=UTC)))
-    return {(r.tbl, r._gateway, r._row_id): r.asDict() for r in rendered.collect()}
+    return {(r.tbl, r._gateway, r._row_key): r.asDict() for r in rendered.collect()}
 
 
 def assert_parity(rendered: Mapping[Key, Mapping[str, Any]], expected: Mapping[Key, RowState]) -> None:
