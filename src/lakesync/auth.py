@@ -83,6 +83,8 @@ _ASYMMETRIC_KEY = re.compile(
 
 def _hs256(key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, hashlib.sha256).digest()
+
+
 # What atob accepts once "-"/"_" are mapped and the segment is padded to a multiple of four (whitespace aside).
 _PADDED_BASE64: Final = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 # JavaScript's \s and \S (ECMAScript WhiteSpace + LineTerminator), which differ from Python's.
