@@ -1,31 +1,48 @@
 """Iceberg maintenance of the lake tables: compact small files, expire old snapshots, remove orphan files.
 
-Runs Iceberg's Spark procedures (``CALL <catalog>.system.…``) per table, in this order:
+Per table, in this order:
 
-1. ``rewrite_data_files`` (bin-pack): fewer, larger files; the data is unchanged.
-2. ``expire_snapshots`` older than the cutoff, keeping at least ``retain_last`` snapshots **and** every snapshot from
-   the current one back to the newest one carrying the job watermarks (``lakesync.compact.watermarks`` /
-   ``lakesync.flush.watermarks``). ``rewrite_data_files`` commits snapshots without them, and the next flush or
-   compaction finds its watermarks by walking back from the current snapshot, so that snapshot must survive.
-3. ``remove_orphan_files`` older than the cutoff, but never younger than 24 hours (Iceberg refuses shorter
-   intervals: a file a running job is writing would look orphaned).
+1. Rewrite data files (bin-pack): fewer, larger files; the data is unchanged. The rewrite snapshot carries the job
+   watermarks (``lakesync.compact.watermarks`` / ``lakesync.flush.watermarks``) of the newest snapshot that has them,
+   so the current snapshot still tells the next job where it stopped. This step uses Iceberg's action API
+   (``SparkActions.rewriteDataFiles(...).snapshotProperty(...)``): the ``rewrite_data_files`` procedure cannot set
+   snapshot properties.
+2. ``CALL <catalog>.system.expire_snapshots`` older than the cutoff, keeping at least ``retain_last`` snapshots **and**
+   every snapshot from the current one back to the newest one with job watermarks (the next flush or compaction
+   walks back to it). After step 1 that is normally the current snapshot itself.
+3. ``CALL <catalog>.system.remove_orphan_files`` older than the cutoff, but never younger than 24 hours (Iceberg
+   refuses shorter intervals: a file a running job is writing would look orphaned).
 
-Invariant: the rows of every table read the same before and after; only files and old snapshots go away.
+Invariant: the rows of every table read the same before and after; only files and old snapshots go away. Run it
+when no flush or compaction is writing the same table (e.g. at the end of the compaction job): a job committing
+between step 1's read of the watermarks and its commit makes the rewrite carry older watermarks, which only makes
+the next run redo work (folding is idempotent; the flush resumes from the buffer heads).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from lakesync.lake.tables import COMPACT_WATERMARKS, FLUSH_WATERMARKS
 from lakesync.spark.compact import last_watermarks
 
-__all__ = ["MIN_ORPHAN_AGE_MS", "MaintenanceReport", "TableMaintenance", "run", "snapshots_to_keep"]
+_WATERMARK_KEYS = (COMPACT_WATERMARKS, FLUSH_WATERMARKS)
+
+__all__ = [
+    "MIN_ORPHAN_AGE_MS",
+    "MaintenanceReport",
+    "TableMaintenance",
+    "rewrite_data_files",
+    "run",
+    "snapshots_to_keep",
+]
 
 MIN_ORPHAN_AGE_MS = 24 * 3600 * 1000
 """Orphan files younger than this are never removed."""
@@ -77,8 +94,30 @@ def snapshots_to_keep(spark: SparkSession, table: str, retain_last: int) -> int:
         table: ``catalog.namespace.name``.
         retain_last: The wanted minimum.
     """
-    depths = [last_watermarks(spark, table, key)[1] for key in (COMPACT_WATERMARKS, FLUSH_WATERMARKS)]
+    depths = [last_watermarks(spark, table, key)[1] for key in _WATERMARK_KEYS]
     return max(retain_last, *depths)
+
+
+def rewrite_data_files(spark: SparkSession, table: str, *, min_input_files: int = 2) -> tuple[int, int]:
+    """Bin-pack the data files of ``table`` (``catalog.namespace.name``), carrying the job watermarks forward.
+
+    Returns:
+        ``(rewritten files, added files)``; ``(0, 0)`` and no commit when no partition has enough files.
+    """
+    carried = {}
+    for key in _WATERMARK_KEYS:
+        marks, depth = last_watermarks(spark, table, key)
+        if depth:
+            carried[key] = json.dumps(marks, sort_keys=True, separators=(",", ":"))
+    jvm: Any = spark.sparkContext._jvm
+    jspark = spark._jsparkSession
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, table)
+    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jspark).rewriteDataFiles(iceberg_table)
+    action = action.option("min-input-files", str(min_input_files))
+    for key, value in carried.items():
+        action = action.snapshotProperty(key, value)
+    result = action.execute()
+    return int(result.rewrittenDataFilesCount()), int(result.addedDataFilesCount())
 
 
 def run(
@@ -119,9 +158,7 @@ def run(
     results = []
     for table in tables:
         name = _quote(table)
-        rewrite = spark.sql(
-            f"CALL {system}.rewrite_data_files(table => {name}, options => map('min-input-files', '{min_input_files}'))"
-        ).collect()[0]
+        rewritten, added = rewrite_data_files(spark, f"{catalog}.{table}", min_input_files=min_input_files)
         keep = snapshots_to_keep(spark, f"{catalog}.{table}", retain_last)
         expired = spark.sql(
             f"CALL {system}.expire_snapshots(table => {name}, older_than => {_timestamp(older_than_ms)}, "
@@ -134,8 +171,8 @@ def run(
         results.append(
             TableMaintenance(
                 table=table,
-                rewritten_files=int(rewrite.rewritten_data_files_count),
-                added_files=int(rewrite.added_data_files_count),
+                rewritten_files=rewritten,
+                added_files=added,
                 retained_snapshots=keep,
                 deleted_files=deleted,
                 orphans_removed=len(orphans),
