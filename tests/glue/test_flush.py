@@ -21,6 +21,7 @@ import pytest
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
+from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
@@ -29,7 +30,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.model import ShardHead, ShardId
-from lakesync.gateway.pull import pull
+from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
 from lakesync.lake.tables import FLUSH_WATERMARKS
 from lakesync.spark.flush import (
@@ -37,6 +38,7 @@ from lakesync.spark.flush import (
     FAIL_POINTS,
     RECORD_SCHEMA,
     FlushConfig,
+    FlushJobArgs,
     InjectedFailure,
     delta_log_frame,
     plan_flush,
@@ -251,6 +253,65 @@ def test_plan_flush_refuses_a_watermark_ahead_of_the_head() -> None:
         plan_flush({"g#a#0": 50}, heads)
 
 
+def test_flush_job_args_parse_glue_options_into_a_config() -> None:
+    # Given the options a Glue job run passes
+    names = TableNames.with_prefix("prod")
+    options = {
+        "tables": json.dumps(names.as_dict()),
+        "warehouse": "s3://lake/warehouse",
+        "gateways": "gw1,gw2",
+        "retention_ms": "3600000",
+        "max_deltas_per_run": "500000",
+    }
+
+    # When parsed
+    args = FlushJobArgs.parse(options)
+
+    # Then they become the run's config, Glue catalog by default, credentials from the role
+    assert (args.warehouse, args.catalog_kind, args.catalog_uri) == ("s3://lake/warehouse", "glue", None)
+    assert args.config == FlushConfig(
+        dynamodb=DynamoConfig(names), gateways=("gw1", "gw2"), retention_ms=3_600_000, max_deltas_per_run=500_000
+    )
+    # And a prefix works too, while missing or malformed options are refused
+    local = FlushJobArgs.parse({"table_prefix": "prod", "warehouse": "w", "catalog": "local", "catalog_uri": "c.db"})
+    assert (local.config.dynamodb.tables, local.catalog_kind, local.config.gateways) == (names, "local", None)
+    for bad in ({"warehouse": "w"}, {"table_prefix": "p"}, {"table_prefix": "p", "warehouse": "w", "catalog": "x"}):
+        with pytest.raises(ValueError):
+            FlushJobArgs.parse(bad)
+
+
+def test_released_log_in_memory_expires_older_positions_and_survives_commits() -> None:
+    from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+
+    # Given 12 entries in the in-memory buffer and a client that consumed 4
+    buffer = InMemoryBufferStore()
+    deps = GatewayDeps(
+        buffer, InMemoryConfigStore(), InMemoryActionStore(), GatewaySettings(gateway_ids=frozenset(GATEWAYS))
+    )
+    writer = Writer(deps)
+    writer.push("gw1", 12, table="notes")
+    shard = ShardId("gw1", "notes")
+    early = pull(deps, "gw1", limit=4, claims={})
+    at_six = deps.buffer.read_log(shard, 5, 1)[0]
+
+    # When the log is released through seq 6 and more is pushed afterwards
+    buffer.release_log(shard, 6)
+    writer.push("gw1", 3, table="notes")
+
+    # Then the head keeps the marks across the commit, and positions behind them expire
+    head = buffer.get_heads([shard])[shard]
+    assert (head.released_seq, head.released_hlc, head.seq) == (6, at_six.commit_hlc, 15)
+    for kwargs in ({"cursor": early.cursor}, {}, {"since": at_six.commit_hlc - 1}):
+        with pytest.raises(CursorExpiredError):
+            pull(deps, "gw1", limit=100, claims={}, **kwargs)
+    # And positions at or past them keep working
+    assert len(pull(deps, "gw1", limit=100, claims={}, since=at_six.commit_hlc).deltas) == 9
+    cursor = encode_cursor({shard.key: 6})
+    assert [d.delta_id for d in pull(deps, "gw1", limit=100, claims={}, cursor=cursor).deltas] == [
+        e.delta.delta_id for e in buffer.read_log(shard, 6, 100)
+    ]
+
+
 @pytest.mark.integration
 def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
     deps: GatewayDeps, dynamodb_client: Any, dynamodb_tables: Any
@@ -405,16 +466,18 @@ def test_flush_with_nothing_new_makes_no_snapshot(
     # Then no snapshot is made and nothing moves
     assert snapshot_count(spark_py, config) == before == 1
     assert (report.snapshot_id, report.deltas, report.heads_advanced) == (None, 0, 0)
+    heads = {s.key: h.seq for s, h in all_heads(deps).items()}
+    assert report.watermarks == read_watermarks(spark_py, config.table)[0] == heads
 
 
 @pytest.mark.spark
 def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
     spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
 ) -> None:
-    # Given 90 entries over three shards
+    # Given 70 entries over three shards
     writer = Writer(deps)
-    writer.push("gw1", 60)
-    writer.push("gw2", 30)
+    writer.push("gw1", 50)
+    writer.push("gw2", 20)
     expected = set(buffer_log(deps))
     capped = replace(config, max_deltas_per_run=40)
 
@@ -424,7 +487,7 @@ def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
         appended.append(report.deltas)
 
     # Then each run stayed under the cap and the lake holds everything once
-    assert appended == [40, 40, len(expected) - 80]
+    assert appended == [40, len(expected) - 40]
     assert_exactly_once(spark_py, config, deps, expected)
 
 
@@ -447,6 +510,29 @@ def test_flush_lease_refuses_a_second_run_until_it_expires(
     report = run(spark_py, config, now_ms=lambda: now + 60_000)
     assert report.deltas == 10
     assert store.lease() is None
+
+
+@pytest.mark.spark
+def test_flush_detects_another_flush_snapshot_committed_during_its_run(
+    spark_py: SparkSession, config: FlushConfig
+) -> None:
+    from lakesync.spark.flush import _append, _ensure_table, _our_snapshot
+
+    # Given a delta log whose current snapshot a run planned from, then a foreign flush snapshot, then the run's own
+    _ensure_table(spark_py, config)
+    one = spark_py.createDataFrame([("g", "t", "r", "INSERT", "c", 1, "d", [], "g#t#0", 1, 1, 0, 1)], RECORD_SCHEMA)
+    for run_id in ("base-run", "intruder", "our-run"):
+        _append(one, config.table, run_id, {"g#t#0": 1})
+    snapshots = spark_py.sql(f"SELECT snapshot_id FROM {config.table}.snapshots ORDER BY committed_at").collect()
+    base, intruder, ours = (r[0] for r in snapshots)
+
+    # When/Then a run that planned from the base finds its snapshot but refuses to go on
+    with pytest.raises(FlushError, match="another flush"):
+        _our_snapshot(spark_py, config.table, "our-run", base)
+    # And a run that planned from the snapshot just before its own is accepted; an unknown run is an error
+    assert _our_snapshot(spark_py, config.table, "our-run", intruder) == ours
+    with pytest.raises(FlushError, match="not in the history"):
+        _our_snapshot(spark_py, config.table, "no-such-run", base)
 
 
 @pytest.mark.spark

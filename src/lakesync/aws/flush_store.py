@@ -28,9 +28,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import dynamodb_client
 from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.canonical import stable_stringify
@@ -58,6 +59,9 @@ LEASE_GATEWAY = "#lakesync"
 """Partition key of the lease item: not a valid gateway id (those start with a letter or digit)."""
 LEASE_SK = "flushlease"
 
+FLUSH_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=60)
+"""A batch job, unlike the Lambda path (``lakesync.aws.clients``), can wait out throttling and slow pages."""
+
 LogRecord = dict[str, Any]
 """One log entry as a JSON-ready delta-log record: the delta log's columns (docs/lake.md) with ``commit_ms`` (the
 commit HLC's wall time, epoch ms) in place of ``commit_ts``, plus ``size``, the entry's stored size in bytes."""
@@ -84,7 +88,8 @@ class DynamoConfig:
             "aws_access_key_id": self.access_key_id,
             "aws_secret_access_key": self.secret_access_key,
         }
-        return dynamodb_client(**{k: v for k, v in kwargs.items() if v is not None})
+        given = {k: v for k, v in kwargs.items() if v is not None}
+        return boto3.client("dynamodb", config=FLUSH_CLIENT_CONFIG, **given)  # type: ignore[call-overload,no-any-return]
 
 
 @dataclass(frozen=True, slots=True, order=True)

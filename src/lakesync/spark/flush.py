@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange
+from lakesync.aws.tables import TableNames
 from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
 from lakesync.gateway.model import ShardHead, ShardId
@@ -56,8 +57,10 @@ __all__ = [
     "DELTA_LOG_SCHEMA",
     "FAIL_POINTS",
     "FLUSH_RUN",
+    "JOB_OPTIONS",
     "RECORD_SCHEMA",
     "FlushConfig",
+    "FlushJobArgs",
     "FlushPlan",
     "FlushReport",
     "InjectedFailure",
@@ -73,10 +76,11 @@ __all__ = [
 FLUSH_RUN = "lakesync.flush.run"
 """Snapshot summary property naming the flush run that wrote the snapshot."""
 
-FAIL_POINTS = ("after_read", "after_append", "after_heads", "after_requests", "during_release")
+FAIL_POINTS = ("after_read", "after_append", "after_heads", "during_release")
 """Where ``run(fail_at=...)`` can simulate a crash."""
 
 DAY_MS = 24 * 3600 * 1000
+_TASK_ENTRIES = 1000
 
 DELTA_LOG_SCHEMA = StructType(
     [
@@ -147,6 +151,71 @@ class FlushConfig:
         return f"{self.catalog}.{self.namespace}.{DELTA_LOG}"
 
 
+JOB_OPTIONS = (
+    "tables",
+    "table_prefix",
+    "warehouse",
+    "catalog",
+    "catalog_name",
+    "catalog_uri",
+    "gateways",
+    "retention_ms",
+    "max_deltas_per_run",
+    "dynamodb_endpoint",
+    "region",
+)
+"""Options of the flush job script (``--name value``); only ``warehouse`` and one of ``tables``/``table_prefix`` are
+required."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlushJobArgs:
+    """The flush job's arguments: where the lake is and what to flush.
+
+    Attributes:
+        config: The run's configuration.
+        warehouse: ``s3://`` URI (Glue catalog) or a local directory.
+        catalog_kind: ``glue`` (the Glue Data Catalog) or ``local`` (a sqlite catalog, ``catalog_uri``).
+        catalog_uri: The local catalog's sqlite file.
+    """
+
+    config: FlushConfig
+    warehouse: str
+    catalog_kind: Literal["local", "glue"] = "glue"
+    catalog_uri: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> FlushJobArgs:
+        """Build from job options (names of :data:`JOB_OPTIONS`; absent options take their defaults).
+
+        ``tables`` is JSON ``{"deltas": name, ...}`` with every logical table; ``table_prefix`` names them
+        ``{prefix}-deltas`` etc. instead. ``gateways`` is comma-separated (absent: every gateway).
+
+        Raises:
+            ValueError: a required option is missing or a value is malformed.
+        """
+        if "warehouse" not in options:
+            raise ValueError("--warehouse is required")
+        if "tables" in options:
+            tables = TableNames(**json.loads(options["tables"]))
+        elif "table_prefix" in options:
+            tables = TableNames.with_prefix(options["table_prefix"])
+        else:
+            raise ValueError("--tables (JSON) or --table_prefix is required")
+        kind = options.get("catalog", "glue")
+        if kind not in ("local", "glue"):
+            raise ValueError(f"--catalog must be local or glue, got {kind!r}")
+        gateways = options.get("gateways")
+        config = FlushConfig(
+            dynamodb=DynamoConfig(tables, endpoint_url=options.get("dynamodb_endpoint"), region=options.get("region")),
+            catalog=options.get("catalog_name", "lake"),
+            gateways=tuple(g for g in gateways.split(",") if g) if gateways else None,
+            retention_ms=int(options.get("retention_ms", DAY_MS)),
+            max_deltas_per_run=int(options["max_deltas_per_run"]) if "max_deltas_per_run" in options else None,
+        )
+        return cls(config, options["warehouse"], "local" if kind == "local" else "glue", options.get("catalog_uri"))
+
+
 @dataclass(frozen=True, slots=True)
 class FlushReport:
     """What a run did.
@@ -160,7 +229,7 @@ class FlushReport:
         heads_advanced: Heads whose flushed counters moved (including repairs of a crashed run).
         requests_cleared: Flush requests deleted.
         released: Log items deleted from the buffer.
-        watermarks: The watermarks after the run.
+        watermarks: The committed watermarks after the run.
         durations_ms: Milliseconds per step (lease, plan, read, append, heads, requests, release, total).
     """
 
@@ -280,7 +349,9 @@ def _read_partition(config: DynamoConfig, ranges: Iterable[ShardRange]) -> Itera
 def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[ShardRange]) -> DataFrame:
     """The ranges read from the buffer on the executors, as a DataFrame of :data:`RECORD_SCHEMA` (lazy)."""
     sc = spark.sparkContext
-    slices = max(1, min(len(ranges), 4 * sc.defaultParallelism))
+    # Enough tasks to keep every core busy, but none for fewer than _TASK_ENTRIES entries (each builds a client).
+    entries = sum(r.size for r in ranges)
+    slices = max(1, min(len(ranges), 4 * sc.defaultParallelism, -(-entries // _TASK_ENTRIES)))
     lines = sc.parallelize(list(ranges), slices).mapPartitions(partial(_read_partition, config))
     return spark.read.schema(RECORD_SCHEMA).option("mode", "FAILFAST").json(lines)
 
@@ -454,7 +525,6 @@ def run(
 
         cleared = store.clear_flush_requests(gateways, started_ms)
         steps.done("requests")
-        steps.point("after_requests")
 
         released = _release(store, config, plan, checkpoint_positions or {}, now_ms(), steps)
         steps.done("release")
@@ -467,7 +537,7 @@ def run(
             heads_advanced=advanced,
             requests_cleared=cleared,
             released=released,
-            watermarks=plan.watermarks,
+            watermarks=plan.watermarks if snapshot_id is not None else watermarks,
             durations_ms=steps.total(),
         )
     finally:
