@@ -512,25 +512,52 @@ def test_flush_lease_refuses_a_second_run_until_it_expires(
     assert store.lease() is None
 
 
+def _rewrite(spark: SparkSession, table: str, watermarks: dict[str, int]) -> None:
+    """A maintenance-style rewrite ("replace" snapshot) carrying the given flush watermarks."""
+    jvm: Any = spark.sparkContext._jvm
+    iceberg = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(iceberg)
+    action.option("rewrite-all", "true").snapshotProperty(FLUSH_WATERMARKS, json.dumps(watermarks)).execute()
+
+
 @pytest.mark.spark
-def test_flush_detects_another_flush_snapshot_committed_during_its_run(
+def test_flush_snapshot_guard_and_watermarks_around_foreign_snapshots(
     spark_py: SparkSession, config: FlushConfig
 ) -> None:
     from lakesync.spark.flush import _append, _ensure_table, _our_snapshot
 
-    # Given a delta log whose current snapshot a run planned from, then a foreign flush snapshot, then the run's own
+    def current() -> int:
+        snapshot = read_watermarks(spark_py, config.table)[1]
+        assert snapshot is not None
+        return snapshot
+
+    # Given flush appends, with a maintenance rewrite between two of them
     _ensure_table(spark_py, config)
     one = spark_py.createDataFrame([("g", "t", "r", "INSERT", "c", 1, "d", [], "g#t#0", 1, 1, 0, 1)], RECORD_SCHEMA)
-    for run_id in ("base-run", "intruder", "our-run"):
-        _append(one, config.table, run_id, {"g#t#0": 1})
-    snapshots = spark_py.sql(f"SELECT snapshot_id FROM {config.table}.snapshots ORDER BY committed_at").collect()
-    base, intruder, ours = (r[0] for r in snapshots)
+    _append(one, config.table, "base-run", {"g#t#0": 1})
+    base = current()
+    _rewrite(spark_py, config.table, {"g#t#0": 1})
+    _append(one, config.table, "our-run", {"g#t#0": 2, "g#u#0": 7})
 
-    # When/Then a run that planned from the base finds its snapshot but refuses to go on
+    # When/Then a run that planned from the base accepts its snapshot: a rewrite is not another flush
+    ours = current()
+    assert _our_snapshot(spark_py, config.table, "our-run", base) == ours
+
+    # When a rewrite then carries older watermarks than the newest flush (it read them before that flush committed)
+    _rewrite(spark_py, config.table, {"g#t#0": 1})
+
+    # Then the watermarks are still the greatest committed per shard
+    rewritten = current()
+    assert rewritten != ours
+    assert read_watermarks(spark_py, config.table) == ({"g#t#0": 2, "g#u#0": 7}, rewritten)
+
+    # When another flush appends between a run's plan and its own append, the run refuses to go on
+    _append(one, config.table, "intruder", {"g#t#0": 3, "g#u#0": 7})
+    intruder = current()
+    _append(one, config.table, "late-run", {"g#t#0": 4, "g#u#0": 7})
     with pytest.raises(FlushError, match="another flush"):
-        _our_snapshot(spark_py, config.table, "our-run", base)
-    # And a run that planned from the snapshot just before its own is accepted; an unknown run is an error
-    assert _our_snapshot(spark_py, config.table, "our-run", intruder) == ours
+        _our_snapshot(spark_py, config.table, "late-run", rewritten)
+    assert _our_snapshot(spark_py, config.table, "late-run", intruder) == current()
     with pytest.raises(FlushError, match="not in the history"):
         _our_snapshot(spark_py, config.table, "no-such-run", base)
 

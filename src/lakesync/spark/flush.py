@@ -3,8 +3,8 @@
 One run:
 
 1. takes the flush lease (refuses to run while another run holds it);
-2. ensures the delta-log table, reads the last committed watermarks (walking back from the current snapshot to the
-   last one carrying ``lakesync.flush.watermarks``) and the shard heads;
+2. ensures the delta-log table, reads the committed watermarks (walking back from the current snapshot through the
+   ancestors carrying ``lakesync.flush.watermarks``, greatest per shard) and the shard heads;
 3. plans, per shard, the entries ``(max(watermark, flushedSeq), head.seq]`` (capped by ``max_deltas_per_run``);
 4. reads those ranges in parallel on the executors and appends them in ONE Iceberg commit whose snapshot carries the
    watermarks of every shard (unchanged shards carried forward);
@@ -363,33 +363,46 @@ def _parse_watermarks(text: str) -> dict[str, int]:
     return data
 
 
-def _snapshot_chain(spark: SparkSession, table: str) -> list[tuple[int, dict[str, str]]]:
-    """``(snapshot id, lakesync summary properties)`` from the current snapshot back to the first ancestor."""
-    refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
-    if not refs:
-        return []
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    parent: int | None
+    operation: str
+    watermarks: str | None
+    run_id: str | None
+
+
+def _snapshots(spark: SparkSession, table: str) -> dict[int, _Snapshot]:
     rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, summary['{FLUSH_WATERMARKS}'], summary['{FLUSH_RUN}'] FROM {table}.snapshots"
+        f"SELECT snapshot_id, parent_id, operation, summary['{FLUSH_WATERMARKS}'], summary['{FLUSH_RUN}']"
+        f" FROM {table}.snapshots"
     ).collect()
-    by_id = {
-        r[0]: (r[1], {k: v for k, v in ((FLUSH_WATERMARKS, r[2]), (FLUSH_RUN, r[3])) if v is not None}) for r in rows
-    }
-    chain = []
-    current: int | None = refs[0][0]
-    while current is not None and current in by_id:
-        parent, props = by_id[current]
-        chain.append((current, props))
-        current = parent
-    return chain
+    return {int(r[0]): _Snapshot(r[1], str(r[2]), r[3], r[4]) for r in rows}
+
+
+def _ancestry(snapshots: Mapping[int, _Snapshot], start: int | None) -> Iterator[tuple[int, _Snapshot]]:
+    while start is not None and start in snapshots:
+        yield start, snapshots[start]
+        start = snapshots[start].parent
 
 
 def read_watermarks(spark: SparkSession, table: str) -> tuple[dict[str, int], int | None]:
-    """The last committed watermarks (from the nearest snapshot carrying them) and the current snapshot id."""
-    chain = _snapshot_chain(spark, table)
-    for _, props in chain:
-        if FLUSH_WATERMARKS in props:
-            return _parse_watermarks(props[FLUSH_WATERMARKS]), chain[0][0]
-    return {}, chain[0][0] if chain else None
+    """The committed watermarks and the current snapshot id.
+
+    Walks back from the current snapshot through its ancestors that carry ``lakesync.flush.watermarks`` and takes
+    each shard's greatest value: normally the nearest such snapshot has them all (flush appends carry every shard,
+    maintenance rewrites carry them forward), and a rewrite that carried a copy older than a flush that committed
+    meanwhile cannot pull a watermark back.
+    """
+    refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
+    if not refs:
+        return {}, None
+    current = int(refs[0][0])
+    marks: dict[str, int] = {}
+    for _, snapshot in _ancestry(_snapshots(spark, table), current):
+        if snapshot.watermarks is not None:
+            for shard, seq in _parse_watermarks(snapshot.watermarks).items():
+                marks[shard] = max(marks.get(shard, 0), seq)
+    return dict(sorted(marks.items())), current
 
 
 def _ensure_table(spark: SparkSession, config: FlushConfig) -> None:
@@ -409,23 +422,20 @@ def _append(records: DataFrame, table: str, run_id: str, watermarks: Mapping[str
 
 
 def _our_snapshot(spark: SparkSession, table: str, run_id: str, base_snapshot: int | None) -> int:
-    """Our snapshot's id; fails if another flush committed between the snapshot we planned from and ours."""
-    rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, summary['{FLUSH_WATERMARKS}'] IS NOT NULL, summary['{FLUSH_RUN}']"
-        f" FROM {table}.snapshots"
-    ).collect()
-    ours: int | None = next((int(r[0]) for r in rows if r[3] == run_id), None)
+    """Our snapshot's id; fails if another flush appended between the snapshot we planned from and ours."""
+    snapshots = _snapshots(spark, table)
+    ours = next((sid for sid, snap in snapshots.items() if snap.run_id == run_id), None)
     if ours is None:
         raise FlushError(f"the flush snapshot of run {run_id} is not in the history of {table}")
-    by_id = {r[0]: (r[1], r[2]) for r in rows}
-    parent = by_id[ours][0]
-    while parent is not None and parent != base_snapshot and parent in by_id:
-        if by_id[parent][1]:
+    for sid, snap in _ancestry(snapshots, snapshots[ours].parent):
+        if sid == base_snapshot:
+            break
+        # Maintenance rewrites ("replace") carry watermarks too; only another append is another flush.
+        if snap.operation == "append" and snap.watermarks is not None:
             raise FlushError(
-                f"another flush (snapshot {parent}) committed to {table} during run {run_id}; "
+                f"another flush (snapshot {sid}) committed to {table} during run {run_id}; "
                 "the delta log may hold entries twice: check the flush lease and concurrency settings"
             )
-        parent = by_id[parent][0]
     return ours
 
 
