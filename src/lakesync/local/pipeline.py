@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from lakesync.local.runner import CHECKPOINT_BUCKET, TABLE_PREFIX, LocalStack
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+SparkSession = Any
+"""A ``pyspark.sql.SparkSession`` (pyspark is imported only under lakesync.spark)."""
 
 
 def lake_paths(data_dir: Path) -> tuple[Path, Path]:
