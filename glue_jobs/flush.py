@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 
 from lakesync.spark.flush import JOB_OPTIONS, FlushJobArgs, run
@@ -33,7 +32,6 @@ def _options() -> dict[str, str]:
 def main() -> None:
     """Parse the options, start the session, run one flush, print its report as JSON."""
     args = FlushJobArgs.parse(_options())
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors read the buffer with this interpreter
     spark = build_session(
         app_name="lakesync-flush",
         warehouse=args.warehouse,

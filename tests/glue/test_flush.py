@@ -11,8 +11,6 @@ CURSOR_EXPIRED. Plus the pure parts: planning, the item -> row conversion and th
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -56,17 +54,6 @@ EntryKey = tuple[str, int]
 
 
 # -- fixtures ------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def spark_py(spark: SparkSession) -> SparkSession:
-    """The shared session, with Python workers running this interpreter (the venv that has lakesync installed).
-
-    Local Spark starts its Python workers with ``$PYSPARK_PYTHON`` or else ``python3`` from PATH.
-    """
-    if "PYSPARK_PYTHON" not in os.environ:
-        spark.sparkContext.pythonExec = sys.executable
-    return spark
 
 
 @pytest.fixture
@@ -348,12 +335,12 @@ def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
 
 
 @pytest.mark.spark
-def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark_py: SparkSession, config: FlushConfig) -> None:
+def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark: SparkSession, config: FlushConfig) -> None:
     from lakesync.spark.flush import _ensure_table
 
     # Given buffer records of two shards
     ms = 1_735_776_000_123
-    records = spark_py.createDataFrame(
+    records = spark.createDataFrame(
         [
             ("g", "t", "r1", "INSERT", "c", 7, "d1", [("a", "1")], "g#t#0", 1, 70, ms, 30),
             ("g", "t", "r2", "DELETE", "c", 8, "d2", [], "g#t#0", 2, 80, ms, 12),
@@ -367,8 +354,8 @@ def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark_py: Spar
     figures = shard_figures(records)
 
     # Then the frame has the delta log's columns and types -- the ones the DDL creates -- with commit_ts from the ms
-    _ensure_table(spark_py, config)
-    table = spark_py.table(config.table).schema
+    _ensure_table(spark, config)
+    table = spark.table(config.table).schema
     assert [(f.name, f.dataType) for f in frame.schema] == [(f.name, f.dataType) for f in table]
     assert table == DELTA_LOG_SCHEMA
     got = frame.orderBy("hlc").selectExpr("delta_id", "unix_millis(commit_ts)").collect()
@@ -382,7 +369,7 @@ def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark_py: Spar
 
 @pytest.mark.spark
 def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
 ) -> None:
     # Given pushes to two gateways, a sub-sharded table and a plain one
     writer = Writer(deps)
@@ -392,13 +379,13 @@ def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
     expected = buffer_log(deps)
 
     # When the flush runs
-    report = run(spark_py, config)
+    report = run(spark, config)
 
     # Then every entry is in the lake exactly once, with the buffer's content, in one snapshot
-    assert lake_rows(spark_py, config) == expected
-    assert_exactly_once(spark_py, config, deps, set(expected))
-    assert snapshot_count(spark_py, config) == 1
-    summary = spark_py.sql(f"SELECT summary FROM {config.table}.snapshots").collect()[0][0]
+    assert lake_rows(spark, config) == expected
+    assert_exactly_once(spark, config, deps, set(expected))
+    assert snapshot_count(spark, config) == 1
+    summary = spark.sql(f"SELECT summary FROM {config.table}.snapshots").collect()[0][0]
     assert json.loads(summary[FLUSH_WATERMARKS]) == {s.key: h.seq for s, h in all_heads(deps).items()}
     # And the report adds up
     heads = all_heads(deps)
@@ -407,7 +394,7 @@ def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
     assert report.snapshot_id is not None and report.released == 0
     assert {"lease", "plan", "read", "append", "heads", "requests", "release", "total"} <= set(report.durations_ms)
     # And commit_ts is the commit HLC's wall time
-    rows = spark_py.sql(f"SELECT commit_hlc, unix_millis(commit_ts) AS ms FROM {config.table}").collect()
+    rows = spark.sql(f"SELECT commit_hlc, unix_millis(commit_ts) AS ms FROM {config.table}").collect()
     assert all(r["ms"] == r["commit_hlc"] >> 16 for r in rows)
     # And the lease is gone
     assert store.lease() is None
@@ -415,13 +402,13 @@ def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
 
 @pytest.mark.spark
 def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
 ) -> None:
     # Given a first flush
     writer = Writer(deps)
     writer.push("gw1", 40)
     writer.push("gw2", 10)
-    run(spark_py, config)
+    run(spark, config)
     expected = buffer_keys(deps)
     flush = replace(config, retention_ms=0, range_size=5000)
     for point in FAIL_POINTS:
@@ -435,16 +422,16 @@ def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
 
         # When the flush crashes at the step
         with pytest.raises(InjectedFailure):
-            run(spark_py, flush, fail_at=point, **release)
+            run(spark, flush, fail_at=point, **release)
 
         # Then the lease was given up, and pushes continue
         assert store.lease() is None, point
         writer.push("gw1", 4)
         expected |= buffer_keys(deps)
         # And a rerun repairs everything: each entry once, heads equal to the log, requests cleared
-        report = run(spark_py, flush, **release)
+        report = run(spark, flush, **release)
         assert report.snapshot_id is not None, point  # the 4 entries pushed after the crash
-        assert_exactly_once(spark_py, config, deps, expected)
+        assert_exactly_once(spark, config, deps, expected)
         assert deps.config.list_flush_requests("gw1") == [], point
         # And the items covered by the checkpoint were released, the rest kept
         assert buffer_keys(deps) == {k for k in expected if k[1] > positions.get(k[0], 0)}, point
@@ -452,27 +439,25 @@ def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
 
 
 @pytest.mark.spark
-def test_flush_with_nothing_new_makes_no_snapshot(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
-) -> None:
+def test_flush_with_nothing_new_makes_no_snapshot(spark: SparkSession, config: FlushConfig, deps: GatewayDeps) -> None:
     # Given a flushed buffer
     Writer(deps).push("gw1", 20)
-    run(spark_py, config)
-    before = snapshot_count(spark_py, config)
+    run(spark, config)
+    before = snapshot_count(spark, config)
 
     # When the flush runs again with nothing new
-    report = run(spark_py, config)
+    report = run(spark, config)
 
     # Then no snapshot is made and nothing moves
-    assert snapshot_count(spark_py, config) == before == 1
+    assert snapshot_count(spark, config) == before == 1
     assert (report.snapshot_id, report.deltas, report.heads_advanced) == (None, 0, 0)
     heads = {s.key: h.seq for s, h in all_heads(deps).items()}
-    assert report.watermarks == read_watermarks(spark_py, config.table)[0] == heads
+    assert report.watermarks == read_watermarks(spark, config.table)[0] == heads
 
 
 @pytest.mark.spark
 def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps
 ) -> None:
     # Given 70 entries over three shards
     writer = Writer(deps)
@@ -483,17 +468,17 @@ def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
 
     # When capped runs go until nothing is left
     appended = []
-    while (report := run(spark_py, capped)).deltas:
+    while (report := run(spark, capped)).deltas:
         appended.append(report.deltas)
 
     # Then each run stayed under the cap and the lake holds everything once
     assert appended == [40, len(expected) - 40]
-    assert_exactly_once(spark_py, config, deps, expected)
+    assert_exactly_once(spark, config, deps, expected)
 
 
 @pytest.mark.spark
 def test_flush_lease_refuses_a_second_run_until_it_expires(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
 ) -> None:
     # Given entries and a lease held by a run that died without giving it up
     Writer(deps).push("gw1", 10)
@@ -502,12 +487,12 @@ def test_flush_lease_refuses_a_second_run_until_it_expires(
 
     # When another run starts, it is refused and writes nothing
     with pytest.raises(FlushError, match="already in progress"):
-        run(spark_py, config, now_ms=lambda: now + 1000)
+        run(spark, config, now_ms=lambda: now + 1000)
     assert store.lease() is not None and store.lease().owner == "dead-run"  # type: ignore[union-attr]
     assert all(h.flushed_seq == 0 for h in all_heads(deps).values())
 
     # Then once the lease has expired the next run takes it over and flushes
-    report = run(spark_py, config, now_ms=lambda: now + 60_000)
+    report = run(spark, config, now_ms=lambda: now + 60_000)
     assert report.deltas == 10
     assert store.lease() is None
 
@@ -521,49 +506,47 @@ def _rewrite(spark: SparkSession, table: str, watermarks: dict[str, int]) -> Non
 
 
 @pytest.mark.spark
-def test_flush_snapshot_guard_and_watermarks_around_foreign_snapshots(
-    spark_py: SparkSession, config: FlushConfig
-) -> None:
+def test_flush_snapshot_guard_and_watermarks_around_foreign_snapshots(spark: SparkSession, config: FlushConfig) -> None:
     from lakesync.spark.flush import _append, _ensure_table, _our_snapshot
 
     def current() -> int:
-        snapshot = read_watermarks(spark_py, config.table)[1]
+        snapshot = read_watermarks(spark, config.table)[1]
         assert snapshot is not None
         return snapshot
 
     # Given flush appends, with a maintenance rewrite between two of them
-    _ensure_table(spark_py, config)
-    one = spark_py.createDataFrame([("g", "t", "r", "INSERT", "c", 1, "d", [], "g#t#0", 1, 1, 0, 1)], RECORD_SCHEMA)
+    _ensure_table(spark, config)
+    one = spark.createDataFrame([("g", "t", "r", "INSERT", "c", 1, "d", [], "g#t#0", 1, 1, 0, 1)], RECORD_SCHEMA)
     _append(one, config.table, "base-run", {"g#t#0": 1})
     base = current()
-    _rewrite(spark_py, config.table, {"g#t#0": 1})
+    _rewrite(spark, config.table, {"g#t#0": 1})
     _append(one, config.table, "our-run", {"g#t#0": 2, "g#u#0": 7})
 
     # When/Then a run that planned from the base accepts its snapshot: a rewrite is not another flush
     ours = current()
-    assert _our_snapshot(spark_py, config.table, "our-run", base) == ours
+    assert _our_snapshot(spark, config.table, "our-run", base) == ours
 
     # When a rewrite then carries older watermarks than the newest flush (it read them before that flush committed)
-    _rewrite(spark_py, config.table, {"g#t#0": 1})
+    _rewrite(spark, config.table, {"g#t#0": 1})
 
     # Then the watermarks are still the greatest committed per shard
     rewritten = current()
     assert rewritten != ours
-    assert read_watermarks(spark_py, config.table) == ({"g#t#0": 2, "g#u#0": 7}, rewritten)
+    assert read_watermarks(spark, config.table) == ({"g#t#0": 2, "g#u#0": 7}, rewritten)
 
     # When another flush appends between a run's plan and its own append, the run refuses to go on
     _append(one, config.table, "intruder", {"g#t#0": 3, "g#u#0": 7})
     intruder = current()
     _append(one, config.table, "late-run", {"g#t#0": 4, "g#u#0": 7})
     with pytest.raises(FlushError, match="another flush"):
-        _our_snapshot(spark_py, config.table, "late-run", rewritten)
-    assert _our_snapshot(spark_py, config.table, "late-run", intruder) == current()
+        _our_snapshot(spark, config.table, "late-run", rewritten)
+    assert _our_snapshot(spark, config.table, "late-run", intruder) == current()
     with pytest.raises(FlushError, match="not in the history"):
-        _our_snapshot(spark_py, config.table, "no-such-run", base)
+        _our_snapshot(spark, config.table, "no-such-run", base)
 
 
 @pytest.mark.spark
-def test_flush_relieves_backpressure(spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps) -> None:
+def test_flush_relieves_backpressure(spark: SparkSession, config: FlushConfig, deps: GatewayDeps) -> None:
     # Given a gateway whose buffer limit is reached
     deps.settings = GatewaySettings(gateway_ids=frozenset(GATEWAYS), flush_threshold_bytes=2000)
     writer = Writer(deps)
@@ -576,7 +559,7 @@ def test_flush_relieves_backpressure(spark_py: SparkSession, config: FlushConfig
     assert requests  # crossing the threshold asked for a flush
 
     # When the flush runs
-    run(spark_py, config, now_ms=later(1000))
+    run(spark, config, now_ms=later(1000))
 
     # Then the unflushed bytes and the requests are gone, and pushes are accepted again
     assert all_heads(deps)[ShardId("gw1", "notes")].unflushed_bytes == 0
@@ -586,7 +569,7 @@ def test_flush_relieves_backpressure(spark_py: SparkSession, config: FlushConfig
 
 @pytest.mark.spark
 def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_expire(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps
 ) -> None:
     # Given 30 entries in one shard and a client that consumed 10 of them
     writer = Writer(deps)
@@ -596,8 +579,8 @@ def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_exp
     old_since = deps.buffer.read_log(shard, 0, 1)[0].commit_hlc
 
     # When flushes run within the retention, and past it without checkpoint positions
-    run(spark_py, config, checkpoint_positions={shard.key: 20})
-    run(spark_py, config, now_ms=later(2 * 24 * HOUR_MS))
+    run(spark, config, checkpoint_positions={shard.key: 20})
+    run(spark, config, now_ms=later(2 * 24 * HOUR_MS))
 
     # Then nothing is released
     assert len(buffer_keys(deps)) == 30 and all_heads(deps)[shard].released_seq == 0
@@ -607,7 +590,7 @@ def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_exp
     writer.push("gw1", 5, table="notes")
     late = pull(deps, "gw1", limit=1000, claims={})
     capped = replace(config, max_deltas_per_run=2)
-    report = run(spark_py, capped, checkpoint_positions={shard.key: 40}, now_ms=later(2 * 24 * HOUR_MS))
+    report = run(spark, capped, checkpoint_positions={shard.key: 40}, now_ms=later(2 * 24 * HOUR_MS))
 
     # Then exactly the flushed entries are gone (the 3 not yet flushed stay) and the head says so
     assert buffer_keys(deps) == {(shard.key, seq) for seq in (33, 34, 35)}
@@ -629,7 +612,7 @@ def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_exp
 
 @pytest.mark.spark
 def test_flush_clears_only_requests_recorded_before_it_started(
-    spark_py: SparkSession, config: FlushConfig, deps: GatewayDeps
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps
 ) -> None:
     # Given a request before the run and one stamped after its start
     Writer(deps).push("gw2", 5)
@@ -638,7 +621,7 @@ def test_flush_clears_only_requests_recorded_before_it_started(
     deps.config.request_flush("gw2", {"id": "new", "atMs": now + 60_000})
 
     # When the flush runs
-    report = run(spark_py, config, now_ms=lambda: now)
+    report = run(spark, config, now_ms=lambda: now)
 
     # Then only the earlier request is gone
     assert report.requests_cleared == 1
