@@ -393,6 +393,30 @@ def test_compact_crash_before_the_commit_loses_nothing(lake: Lake, monkeypatch: 
     lake.assert_matches_core()
 
 
+def test_compact_later_runs_scan_only_the_delta_log_files_appended_since(lake: Lake) -> None:
+    # Given a first run, then more appends and a maintenance rewrite of the delta log (a "replace" snapshot)
+    lake.append(on("gw", [w("r1", 10, {"a": 1}), w("r2", 10, {"a": 1})]))
+    assert lake.compact().tables[0].incremental is False
+    lake.append(on("gw", [w("r1", 20, {"a": 2})]))
+    lake.append(on("gw", [w("r2", 20, {"a": 2})]))
+    now = int(time.time() * 1000)
+    log = f"{lake.namespace}.{DELTA_LOG}"
+    assert maintenance.run(lake.spark, CATALOG, [log], older_than_ms=0, now_ms=now).tables[0].rewritten_files > 0
+
+    # When the next run compacts, Then it reads only what was appended since the last run, and folds it all
+    (second,) = lake.compact(now_ms=T0 + 1000).tables
+    assert (second.incremental, second.deltas) == (True, 2)
+    lake.assert_matches_core()
+
+    # When the delta log's history has anything but appends and rewrites since (here a delete), the next run
+    # scans the whole log, still folding only the entries beyond its watermarks
+    lake.spark.sql(f"DELETE FROM {lake.log} WHERE seq = 1")
+    lake.append(on("gw", [w("r3", 30, {"a": 3})]))
+    (third,) = lake.compact(now_ms=T0 + 2000).tables
+    assert (third.incremental, third.deltas) == (False, 1)
+    lake.assert_matches_core()
+
+
 def test_compact_lists_tables_from_the_delta_log(lake: Lake) -> None:
     # Given entries of two tables
     lake.append(on("gw", [w("r1", 1, {"a": 1}), w("n1", 1, {"body": "x"}, table="notes"), d("n2", 1, table="notes")]))

@@ -14,6 +14,10 @@ Invariants:
   watermarks (an empty commit carrying them).
 * The watermarks are read walking back from the current snapshot to the last one that has them, so maintenance
   snapshots (``rewrite_data_files``) in between do not lose them.
+* The same commit records the delta-log snapshot read (``lakesync.compact.log-snapshot``). The next run scans only
+  the files appended after it (an Iceberg incremental append scan) when the delta log's history since has only
+  appends and rewrites, else the whole log; either way it keeps just the entries beyond the watermarks, so the
+  shortcut cannot change the result, only the cost (the log grows forever, a run's new entries do not).
 * Only rows whose ``_state`` changed are written; ``_updated_at`` is the run's time. Deleted rows stay with
   ``_exists = false`` and ``_values`` null, so older deltas cannot resurrect them.
 * Typed columns come from the table schema (kept in the table property ``lakesync.schema``); schemas only add columns
@@ -31,16 +35,18 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import reduce
-from typing import Any
+from typing import Any, Literal
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakesync.aws.tables import TableNames
 from lakesync.core.schema import ColumnSpec, ColumnType, TableSchema, evolve_schema, parse_table_schema
 from lakesync.lake.tables import (
     COMPACT_WATERMARKS,
@@ -55,14 +61,21 @@ from lakesync.lake.tables import (
 from lakesync.spark import lww
 
 __all__ = [
+    "JOB_OPTIONS",
+    "LOG_SNAPSHOT",
     "SCHEMA_PROPERTY",
     "CompactConfig",
+    "CompactJobArgs",
     "CompactReport",
+    "Snapshot",
     "TableCompaction",
+    "ancestry",
     "commit_properties",
     "compact_table",
     "current_snapshot_id",
     "last_watermarks",
+    "log_gateways",
+    "merge_schemas",
     "run",
 ]
 
@@ -104,6 +117,7 @@ class TableCompaction:
         watermarks: The state's watermarks after the run (``{shard: seq}``).
         snapshot_id: The state snapshot committed, or ``None`` when there was nothing new.
         seconds: Wall time spent on the table.
+        incremental: Whether only the delta-log files appended since the last run were scanned.
     """
 
     table: str
@@ -112,6 +126,7 @@ class TableCompaction:
     watermarks: Mapping[str, int]
     snapshot_id: int | None
     seconds: float
+    incremental: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +142,166 @@ class CompactReport:
     tables: tuple[TableCompaction, ...] = field(default_factory=tuple)
 
 
+JOB_OPTIONS = (
+    "warehouse",
+    "catalog",
+    "catalog_name",
+    "catalog_uri",
+    "namespace",
+    "synced_tables",
+    "tables",
+    "table_prefix",
+    "gateways",
+    "dynamodb_endpoint",
+    "region",
+    "maintain",
+    "expire_after_hours",
+    "retain_last",
+)
+"""Options of the compaction job script (``--name value``); only ``warehouse`` is required. ``tables`` /
+``table_prefix`` name the DynamoDB tables (as for the flush job) to read the table schemas from."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactJobArgs:
+    """The compaction job's arguments.
+
+    Attributes:
+        config: The run's configuration.
+        warehouse: ``s3://`` URI (Glue catalog) or a local directory.
+        catalog_kind: ``glue`` or ``local`` (a sqlite catalog, ``catalog_uri``).
+        catalog_uri: The local catalog's sqlite file.
+        dynamo_tables: The DynamoDB tables to read the table schemas from; ``None``: no schemas are loaded (state
+            tables keep the typed columns they have).
+        gateways: Gateways whose schemas are loaded (``None``: those present in the delta log).
+        dynamodb_endpoint: DynamoDB endpoint override (locally, the moto server).
+        region: AWS region override.
+        maintain: Whether to run maintenance on the delta log and the state tables after compacting.
+        expire_after_hours: Maintenance expires snapshots (and removes orphans) older than this.
+        retain_last: Snapshots maintenance always keeps.
+    """
+
+    config: CompactConfig
+    warehouse: str
+    catalog_kind: Literal["local", "glue"] = "glue"
+    catalog_uri: str | None = None
+    dynamo_tables: TableNames | None = None
+    gateways: tuple[str, ...] | None = None
+    dynamodb_endpoint: str | None = None
+    region: str | None = None
+    maintain: bool = False
+    expire_after_hours: float = 24.0
+    retain_last: int = 1
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> CompactJobArgs:
+        """Build from job options (names of :data:`JOB_OPTIONS`; absent options take their defaults).
+
+        ``synced_tables`` and ``gateways`` are comma-separated; ``maintain`` is ``true``/``false``.
+
+        Raises:
+            ValueError: a required option is missing or a value is malformed.
+        """
+        if "warehouse" not in options:
+            raise ValueError("--warehouse is required")
+        kind = options.get("catalog", "glue")
+        if kind not in ("local", "glue"):
+            raise ValueError(f"--catalog must be local or glue, got {kind!r}")
+        maintain = options.get("maintain", "false").lower()
+        if maintain not in ("true", "false"):
+            raise ValueError(f"--maintain must be true or false, got {maintain!r}")
+        synced = _csv(options.get("synced_tables"))
+        dynamo = None
+        if "tables" in options:
+            dynamo = TableNames(**json.loads(options["tables"]))
+        elif "table_prefix" in options:
+            dynamo = TableNames.with_prefix(options["table_prefix"])
+        config = CompactConfig(
+            catalog=options.get("catalog_name", "lake"), namespace=options.get("namespace", NAMESPACE), tables=synced
+        )
+        return cls(
+            config=config,
+            warehouse=options["warehouse"],
+            catalog_kind="local" if kind == "local" else "glue",
+            catalog_uri=options.get("catalog_uri"),
+            dynamo_tables=dynamo,
+            gateways=_csv(options.get("gateways")),
+            dynamodb_endpoint=options.get("dynamodb_endpoint"),
+            region=options.get("region"),
+            maintain=maintain == "true",
+            expire_after_hours=float(options.get("expire_after_hours", "24")),
+            retain_last=int(options.get("retain_last", "1")),
+        )
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    return tuple(t for t in text.split(",") if t) if text else None
+
+
+def merge_schemas(per_gateway: Iterable[Mapping[str, TableSchema]]) -> dict[str, TableSchema]:
+    """One schema per synced table from the schemas of several gateways (a state table holds every gateway's rows).
+
+    Columns are unioned in order of appearance; a column declared by several gateways keeps the first declaration's
+    type (pass the gateways in a fixed order).
+    """
+    merged: dict[str, TableSchema] = {}
+    for schemas in per_gateway:
+        for table, schema in schemas.items():
+            known = merged.get(table)
+            if known is None:
+                merged[table] = _dedupe_columns(schema)
+                continue
+            names = set(known.column_types)
+            extra = tuple(ColumnSpec(n, k) for n, k in schema.column_types.items() if n not in names)
+            merged[table] = dataclasses.replace(known, columns=known.columns + extra)
+    return merged
+
+
 # --- snapshots and watermarks ----------------------------------------------------------------------------------------
+
+
+LOG_SNAPSHOT = "lakesync.compact.log-snapshot"
+"""State-table snapshot property: the delta-log snapshot the compaction read; the next run reads only the files
+appended after it (Iceberg incremental append scan), when that snapshot is still in the delta log's history."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One snapshot of an Iceberg table, as its ``snapshots`` metadata table lists it."""
+
+    snapshot_id: int
+    parent_id: int | None
+    operation: str
+    summary: Mapping[str, str]
+
+
+def ancestry(spark: SparkSession, table: str) -> list[Snapshot]:
+    """The snapshots from the current one (``main``) back through the parents still in the metadata, newest first.
+
+    Args:
+        spark: The session.
+        table: ``catalog.namespace.name``.
+    """
+    rows = spark.sql(
+        f"SELECT s.snapshot_id, s.parent_id, s.operation, s.summary, r.snapshot_id IS NOT NULL AS is_current "
+        f"FROM {table}.snapshots s LEFT JOIN (SELECT snapshot_id FROM {table}.refs WHERE name = 'main') r "
+        "ON s.snapshot_id = r.snapshot_id"
+    ).collect()
+    by_id = {
+        int(r.snapshot_id): Snapshot(
+            int(r.snapshot_id),
+            None if r.parent_id is None else int(r.parent_id),
+            str(r.operation),
+            dict(r.summary or {}),
+        )
+        for r in rows
+    }
+    current = next((int(r.snapshot_id) for r in rows if r.is_current), None)
+    chain: list[Snapshot] = []
+    while current is not None and current in by_id:
+        chain.append(by_id[current])
+        current = by_id[current].parent_id
+    return chain
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
@@ -136,18 +310,15 @@ def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
     return int(rows[0].snapshot_id) if rows else None
 
 
-def _ancestry(spark: SparkSession, table: str) -> list[tuple[int, Mapping[str, str]]]:
-    """``(snapshot_id, summary)`` from the current snapshot back through its parents still in the metadata."""
-    current = current_snapshot_id(spark, table)
-    rows = spark.sql(f"SELECT snapshot_id, parent_id, summary FROM {table}.snapshots").collect()
-    by_id = {int(r.snapshot_id): r for r in rows}
-    chain: list[tuple[int, Mapping[str, str]]] = []
-    snapshot = current
-    while snapshot is not None and snapshot in by_id:
-        row = by_id[snapshot]
-        chain.append((snapshot, dict(row.summary or {})))
-        snapshot = None if row.parent_id is None else int(row.parent_id)
-    return chain
+def _newest_with(chain: Sequence[Snapshot], key: str) -> tuple[Snapshot | None, int]:
+    for depth, snapshot in enumerate(chain, start=1):
+        if key in snapshot.summary:
+            return snapshot, depth
+    return None, 0
+
+
+def _parse_marks(text: str) -> dict[str, int]:
+    return {str(k): int(v) for k, v in json.loads(text).items()}
 
 
 def last_watermarks(spark: SparkSession, table: str, key: str) -> tuple[dict[str, int], int]:
@@ -157,10 +328,8 @@ def last_watermarks(spark: SparkSession, table: str, key: str) -> tuple[dict[str
         ``(watermarks, depth)``: ``depth`` counts the snapshots from the current one back to (and including) that
         snapshot; ``({}, 0)`` when no snapshot in the chain has the property.
     """
-    for depth, (_, summary) in enumerate(_ancestry(spark, table), start=1):
-        if key in summary:
-            return {str(k): int(v) for k, v in json.loads(summary[key]).items()}, depth
-    return {}, 0
+    snapshot, depth = _newest_with(ancestry(spark, table), key)
+    return ({}, 0) if snapshot is None else (_parse_marks(snapshot.summary[key]), depth)
 
 
 @contextmanager
@@ -185,11 +354,6 @@ def commit_properties(spark: SparkSession, properties: Mapping[str, str]) -> Ite
         yield
     finally:
         local.remove()
-
-
-def _summary(spark: SparkSession, table: str, snapshot_id: int) -> dict[str, str]:
-    rows = spark.sql(f"SELECT summary FROM {table}.snapshots WHERE snapshot_id = {int(snapshot_id)}").collect()
-    return dict(rows[0].summary or {}) if rows else {}
 
 
 # --- state tables ----------------------------------------------------------------------------------------------------
@@ -275,14 +439,40 @@ def _log_tables(spark: SparkSession, log: str) -> list[str]:
     return sorted(str(r.tbl) for r in rows)
 
 
+def log_gateways(spark: SparkSession, config: CompactConfig) -> list[str]:
+    """The gateways with entries in the delta log (from its partition metadata); empty without a delta log."""
+    log = config.name(DELTA_LOG)
+    if not spark.catalog.tableExists(log):
+        return []
+    rows = spark.sql(f"SELECT DISTINCT partition.gateway AS gateway FROM {log}.partitions").collect()
+    return sorted(str(r.gateway) for r in rows)
+
+
 # --- the job ---------------------------------------------------------------------------------------------------------
+
+
+def _log_since(
+    spark: SparkSession, log: str, chain: Sequence[Snapshot], previous: str | None
+) -> tuple[DataFrame, bool]:
+    """The delta log at the pinned snapshot (``chain[0]``), reduced to the files appended after snapshot ``previous``
+    when the history since holds nothing but appends and rewrites; ``(rows, incremental)``."""
+    pinned = chain[0].snapshot_id
+    if previous is not None:
+        since = int(previous)
+        ids = [s.snapshot_id for s in chain]
+        if since == pinned:
+            return spark.read.option("snapshot-id", str(pinned)).table(log).limit(0), True
+        if since in ids and all(s.operation in ("append", "replace") for s in chain[: ids.index(since)]):
+            reader = spark.read.format("iceberg").option("start-snapshot-id", str(since))
+            return reader.option("end-snapshot-id", str(pinned)).load(log), True
+    return spark.read.option("snapshot-id", str(pinned)).table(log), False
 
 
 def compact_table(
     spark: SparkSession,
     config: CompactConfig,
     table: str,
-    log: DataFrame,
+    log_chain: Sequence[Snapshot],
     schema: TableSchema | None,
     updated_at: datetime,
 ) -> TableCompaction:
@@ -292,51 +482,67 @@ def compact_table(
         spark: The session.
         config: The job configuration.
         table: The synced table.
-        log: The delta log at the pinned snapshot.
+        log_chain: The delta log's :func:`ancestry`; its first snapshot is the one read.
         schema: The table's schema, or ``None`` to keep the one the state table was made with.
         updated_at: The ``_updated_at`` stamp.
     """
     started = time.monotonic()
     name = config.name(state_table(table))
     typed, refill = ensure_state_table(spark, config, table, schema)
-    watermarks, _ = last_watermarks(spark, name, COMPACT_WATERMARKS)
-    new = log.where((F.col("tbl") == F.lit(table)) & _beyond(watermarks))
-    positions = new.groupBy("shard").agg(F.max("seq").alias("seq"), F.count(F.lit(1)).alias("n")).collect()
-    entries = sum(int(r.n) for r in positions)
-    advanced = {**watermarks, **{str(r.shard): int(r.seq) for r in positions}}
-    if entries == 0 and not refill:
-        return TableCompaction(table, 0, 0, watermarks, None, time.monotonic() - started)
-
-    stored = spark.table(name).select("_gateway", ROW_KEY, "_state")
-    if not refill:
-        keys = new.select(F.col("gateway").alias("_gateway"), F.col("row_id").alias(ROW_KEY)).distinct()
-        stored = stored.join(keys, ["_gateway", ROW_KEY], "left_semi")
-    pseudo = lww.state_deltas(
-        stored.select(
-            F.col("_gateway").alias("gateway"),
-            F.lit(table).alias("tbl"),
-            F.col(ROW_KEY).alias("row_id"),
-            F.col("_state").alias("state"),
-        )
-    )
-    folded = lww.fold(new.select(*lww.DELTA_COLUMNS).unionByName(pseudo))
-    rendered = lww.render(folded, typed, F.lit(updated_at)).drop("tbl")
-    previous = stored.select("_gateway", ROW_KEY, F.col("_state").alias("_previous"))
-    changed = rendered.join(previous, ["_gateway", ROW_KEY], "left")
-    if not refill:
-        changed = changed.where(F.col("_previous").isNull() | (F.col("_previous") != F.col("_state")))
-    changed = changed.drop("_previous").persist()
+    last, _ = _newest_with(ancestry(spark, name), COMPACT_WATERMARKS)
+    watermarks = {} if last is None else _parse_marks(last.summary[COMPACT_WATERMARKS])
+    previous = None if last is None else last.summary.get(LOG_SNAPSHOT)
+    log, incremental = _log_since(spark, config.name(DELTA_LOG), log_chain, previous)
+    # Read once: the new entries feed the positions, the affected keys and the fold; the affected states feed the
+    # fold and the change check.
+    new = log.where((F.col("tbl") == F.lit(table)) & _beyond(watermarks)).select(*lww.DELTA_COLUMNS, "shard", "seq")
+    new = new.persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [new]
     try:
+        positions = new.groupBy("shard").agg(F.max("seq").alias("seq"), F.count(F.lit(1)).alias("n")).collect()
+        entries = sum(int(r.n) for r in positions)
+        advanced = {**watermarks, **{str(r.shard): int(r.seq) for r in positions}}
+        if entries == 0 and not refill:
+            return TableCompaction(table, 0, 0, watermarks, None, time.monotonic() - started, incremental)
+
+        stored = spark.table(name).select("_gateway", ROW_KEY, "_state")
+        if not refill:
+            keys = new.select(F.col("gateway").alias("_gateway"), F.col("row_id").alias(ROW_KEY)).distinct()
+            stored = stored.join(keys, ["_gateway", ROW_KEY], "left_semi")
+        stored = stored.persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(stored)
+        pseudo = lww.state_deltas(
+            stored.select(
+                F.col("_gateway").alias("gateway"),
+                F.lit(table).alias("tbl"),
+                F.col(ROW_KEY).alias("row_id"),
+                F.col("_state").alias("state"),
+            )
+        )
+        folded = lww.fold(new.select(*lww.DELTA_COLUMNS).unionByName(pseudo))
+        rendered = lww.render(folded, typed, F.lit(updated_at)).drop("tbl")
+        previous_states = stored.select("_gateway", ROW_KEY, F.col("_state").alias("_previous"))
+        changed = rendered.join(previous_states, ["_gateway", ROW_KEY], "left")
+        if not refill:
+            changed = changed.where(F.col("_previous").isNull() | (F.col("_previous") != F.col("_state")))
+        changed = changed.drop("_previous").persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(changed)
         written = changed.count()
-        marks = json.dumps(advanced, sort_keys=True, separators=(",", ":"))
-        snapshot_id = _commit(spark, name, changed, written, [n for n, _ in typed], marks)
+        properties = {
+            COMPACT_WATERMARKS: json.dumps(advanced, sort_keys=True, separators=(",", ":")),
+            LOG_SNAPSHOT: str(log_chain[0].snapshot_id),
+        }
+        snapshot_id = _commit(spark, name, changed, written, [n for n, _ in typed], properties)
     finally:
-        changed.unpersist()
-    return TableCompaction(table, entries, written, advanced, snapshot_id, time.monotonic() - started)
+        for frame in cached:
+            frame.unpersist()
+    return TableCompaction(table, entries, written, advanced, snapshot_id, time.monotonic() - started, incremental)
 
 
-def _commit(spark: SparkSession, name: str, changed: DataFrame, rows: int, typed: Sequence[str], marks: str) -> int:
-    """MERGE the changed rows with the watermarks in the snapshot summary; returns the new snapshot id."""
+def _commit(
+    spark: SparkSession, name: str, changed: DataFrame, rows: int, typed: Sequence[str], properties: Mapping[str, str]
+) -> int:
+    """MERGE the changed rows with ``properties`` in the snapshot summary; returns the new snapshot id."""
     if rows:
         view = f"lakesync_compact_{uuid.uuid4().hex}"
         changed.createOrReplaceTempView(view)
@@ -344,7 +550,7 @@ def _commit(spark: SparkSession, name: str, changed: DataFrame, rows: int, typed
         updates = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns)
         inserted = ", ".join(f"`{c}`" for c in ("_gateway", ROW_KEY, *columns))
         try:
-            with commit_properties(spark, {COMPACT_WATERMARKS: marks}):
+            with commit_properties(spark, properties):
                 spark.sql(
                     f"MERGE INTO {name} t USING {view} s ON t._gateway = s._gateway AND t.{ROW_KEY} = s.{ROW_KEY} "
                     f"WHEN MATCHED THEN UPDATE SET {updates} "
@@ -352,14 +558,15 @@ def _commit(spark: SparkSession, name: str, changed: DataFrame, rows: int, typed
                 )
         finally:
             spark.catalog.dropTempView(view)
-        snapshot_id = current_snapshot_id(spark, name)
-        if snapshot_id is not None and _summary(spark, name, snapshot_id).get(COMPACT_WATERMARKS) == marks:
-            return snapshot_id
+        head = ancestry(spark, name)[0]
+        if all(head.summary.get(k) == v for k, v in properties.items()):
+            return head.snapshot_id
     # Nothing changed (or the runtime dropped the commit properties): an empty commit carries the watermarks.
-    spark.table(name).limit(0).writeTo(name).option(f"snapshot-property.{COMPACT_WATERMARKS}", marks).append()
-    snapshot_id = current_snapshot_id(spark, name)
-    assert snapshot_id is not None
-    return snapshot_id
+    writer = spark.table(name).limit(0).writeTo(name)
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.append()
+    return ancestry(spark, name)[0].snapshot_id
 
 
 def run(spark: SparkSession, config: CompactConfig, schemas: Mapping[str, TableSchema] | None = None) -> CompactReport:
@@ -380,12 +587,11 @@ def run(spark: SparkSession, config: CompactConfig, schemas: Mapping[str, TableS
     log_name = config.name(DELTA_LOG)
     if not spark.catalog.tableExists(log_name):
         return CompactReport(None)
-    pinned = current_snapshot_id(spark, log_name)
-    if pinned is None:
+    log_chain = ancestry(spark, log_name)
+    if not log_chain:
         return CompactReport(None)
-    log = spark.read.option("snapshot-id", str(pinned)).table(log_name)
     tables = sorted(config.tables) if config.tables is not None else _log_tables(spark, log_name)
     now_ms = config.now_ms if config.now_ms is not None else int(time.time() * 1000)
     updated_at = datetime.fromtimestamp(now_ms / 1000, UTC)
-    results = tuple(compact_table(spark, config, t, log, schemas.get(t), updated_at) for t in tables)
-    return CompactReport(pinned, results)
+    results = tuple(compact_table(spark, config, t, log_chain, schemas.get(t), updated_at) for t in tables)
+    return CompactReport(log_chain[0].snapshot_id, results)

@@ -3,10 +3,10 @@
 Per table, in this order:
 
 1. Rewrite data files (bin-pack): fewer, larger files; the data is unchanged. The rewrite snapshot carries the job
-   watermarks (``lakesync.compact.watermarks`` / ``lakesync.flush.watermarks``) of the newest snapshot that has them,
-   so the current snapshot still tells the next job where it stopped. This step uses Iceberg's action API
-   (``SparkActions.rewriteDataFiles(...).snapshotProperty(...)``): the ``rewrite_data_files`` procedure cannot set
-   snapshot properties.
+   watermarks (``lakesync.compact.watermarks`` with ``lakesync.compact.log-snapshot``, ``lakesync.flush.watermarks``)
+   of the newest snapshot that has them, so the current snapshot still tells the next job where it stopped. This
+   step uses Iceberg's action API (``SparkActions.rewriteDataFiles(...).snapshotProperty(...)``): the
+   ``rewrite_data_files`` procedure cannot set snapshot properties.
 2. ``CALL <catalog>.system.expire_snapshots`` older than the cutoff, keeping at least ``retain_last`` snapshots **and**
    every snapshot from the current one back to the newest one with job watermarks (the next flush or compaction
    walks back to it). After step 1 that is normally the current snapshot itself.
@@ -21,7 +21,6 @@ the next run redo work (folding is idempotent; the flush resumes from the buffer
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,9 +30,19 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesync.lake.tables import COMPACT_WATERMARKS, FLUSH_WATERMARKS
-from lakesync.spark.compact import last_watermarks
+from lakesync.spark.compact import LOG_SNAPSHOT, Snapshot, ancestry
 
 _WATERMARK_KEYS = (COMPACT_WATERMARKS, FLUSH_WATERMARKS)
+_COMPANIONS = {COMPACT_WATERMARKS: (LOG_SNAPSHOT,)}
+"""Properties written in the same commit as a watermark key, carried along with it."""
+
+
+def _newest(chain: Sequence[Snapshot], key: str) -> tuple[Snapshot | None, int]:
+    for depth, snapshot in enumerate(chain, start=1):
+        if key in snapshot.summary:
+            return snapshot, depth
+    return None, 0
+
 
 __all__ = [
     "MIN_ORPHAN_AGE_MS",
@@ -94,8 +103,8 @@ def snapshots_to_keep(spark: SparkSession, table: str, retain_last: int) -> int:
         table: ``catalog.namespace.name``.
         retain_last: The wanted minimum.
     """
-    depths = [last_watermarks(spark, table, key)[1] for key in _WATERMARK_KEYS]
-    return max(retain_last, *depths)
+    chain = ancestry(spark, table)
+    return max(retain_last, *(_newest(chain, key)[1] for key in _WATERMARK_KEYS))
 
 
 def rewrite_data_files(spark: SparkSession, table: str, *, min_input_files: int = 2) -> tuple[int, int]:
@@ -104,11 +113,14 @@ def rewrite_data_files(spark: SparkSession, table: str, *, min_input_files: int 
     Returns:
         ``(rewritten files, added files)``; ``(0, 0)`` and no commit when no partition has enough files.
     """
+    chain = ancestry(spark, table)
     carried = {}
     for key in _WATERMARK_KEYS:
-        marks, depth = last_watermarks(spark, table, key)
-        if depth:
-            carried[key] = json.dumps(marks, sort_keys=True, separators=(",", ":"))
+        snapshot, _ = _newest(chain, key)
+        if snapshot is not None:
+            for name in (key, *_COMPANIONS.get(key, ())):
+                if name in snapshot.summary:
+                    carried[name] = snapshot.summary[name]
     jvm: Any = spark.sparkContext._jvm
     jspark = spark._jsparkSession
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, table)
