@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -417,6 +418,27 @@ def test_compact_later_runs_scan_only_the_delta_log_files_appended_since(lake: L
     lake.assert_matches_core()
 
 
+def test_compact_runtime_without_commit_properties_adds_a_commit_with_the_watermarks(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a Spark runtime whose MERGE commits drop Iceberg's per-thread commit properties
+    @contextmanager
+    def dropped(*args: Any, **kwargs: Any) -> Iterator[None]:
+        yield
+
+    monkeypatch.setattr(compact, "commit_properties", dropped)
+    lake.append(on("gw", [w("r1", 10, {"a": 1})]))
+
+    # When compaction runs
+    lake.compact()
+
+    # Then the MERGE is followed by an empty commit carrying the watermarks, and the state is complete
+    merge, marks = lake.snapshots()
+    assert COMPACT_WATERMARKS not in merge.summary
+    assert json.loads(marks.summary[COMPACT_WATERMARKS]) == {"s0": 1}
+    lake.assert_matches_core()
+
+
 def test_compact_lists_tables_from_the_delta_log(lake: Lake) -> None:
     # Given entries of two tables
     lake.append(on("gw", [w("r1", 1, {"a": 1}), w("n1", 1, {"body": "x"}, table="notes"), d("n2", 1, table="notes")]))
@@ -528,6 +550,41 @@ def test_maintenance_never_expires_the_snapshot_holding_the_watermarks(lake: Lak
     lake.append(on("gw", [w("r0-0", 30, {"a": 9})]))
     assert lake.compact(now_ms=T0 + 10).tables[0].deltas == 1
     lake.assert_matches_core()
+
+
+def test_compact_job_args_parse_the_glue_options() -> None:
+    # Given the options of a Glue run
+    options = {
+        "warehouse": "s3://lake/wh",
+        "synced_tables": "todos,notes",
+        "table_prefix": "ls",
+        "gateways": "gw1",
+        "maintain": "true",
+        "retain_last": "3",
+    }
+
+    # When parsed, Then every option lands where the job reads it, with defaults for the rest
+    args = compact.CompactJobArgs.parse(options)
+    assert args.config == CompactConfig(catalog="lake", namespace="lakesync", tables=("todos", "notes"))
+    assert (args.catalog_kind, args.warehouse, args.gateways) == ("glue", "s3://lake/wh", ("gw1",))
+    assert args.dynamo_tables is not None and args.dynamo_tables.config == "ls-config"
+    assert (args.maintain, args.retain_last, args.expire_after_hours) == (True, 3, 24.0)
+    with pytest.raises(ValueError, match="warehouse"):
+        compact.CompactJobArgs.parse({})
+    with pytest.raises(ValueError, match="maintain"):
+        compact.CompactJobArgs.parse({"warehouse": "w", "maintain": "yes"})
+
+
+def test_compact_merge_schemas_unions_columns_of_all_gateways() -> None:
+    # Given one table declared by two gateways, the second with an extra column and a conflicting type
+    first = parse_table_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
+    second = parse_table_schema(
+        {"table": "todos", "columns": [{"name": "title", "type": "number"}, {"name": "done", "type": "boolean"}]}
+    )
+
+    # When merged, Then the columns are unioned and the first declaration's type wins
+    merged = compact.merge_schemas([{"todos": first}, {"todos": second}])
+    assert [(c.name, c.type.value) for c in merged["todos"].columns] == [("title", "string"), ("done", "boolean")]
 
 
 def test_maintenance_refuses_retain_last_below_one(spark: SparkSession) -> None:
