@@ -43,7 +43,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange
+from lakesync.aws.flush_store import DynamoConfig, FlushStore, LogRecord, ShardRange
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
@@ -51,6 +51,7 @@ from lakesync.gateway.model import ShardHead, ShardId
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, delta_log_ddl, qualified
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
@@ -65,10 +66,12 @@ __all__ = [
     "FlushReport",
     "InjectedFailure",
     "ShardPlan",
+    "append_records",
     "delta_log_frame",
     "plan_flush",
     "read_records",
     "read_watermarks",
+    "records_frame",
     "run",
     "shard_figures",
 ]
@@ -336,14 +339,23 @@ def shard_figures(records: DataFrame) -> DataFrame:
     )
 
 
-def _read_partition(config: DynamoConfig, ranges: Iterable[ShardRange]) -> Iterator[str]:
-    """Executor side: one client per task; every range is read completely or the task fails. Records travel to the
-    JVM as JSON lines (far cheaper than pickled rows)."""
+def _read_partition(config: DynamoConfig, ranges: Iterable[ShardRange]) -> Iterator[LogRecord]:
+    """Executor side: one client per task; every range is read completely or the task fails."""
     store: FlushStore | None = None
     for shard_range in ranges:
         store = store or FlushStore.from_config(config)
-        for record in store.read_records(shard_range):
-            yield json.dumps(record, separators=(",", ":"))
+        yield from store.read_records(shard_range)
+
+
+def _json_line(record: LogRecord) -> str:
+    return json.dumps(record, separators=(",", ":"))
+
+
+def records_frame(spark: SparkSession, records: RDD[LogRecord]) -> DataFrame:
+    """Buffer records as a DataFrame of :data:`RECORD_SCHEMA` (lazy). They travel from the Python workers to the JVM
+    as JSON lines (far cheaper than pickled rows)."""
+    lines = records.map(_json_line)
+    return spark.read.schema(RECORD_SCHEMA).option("mode", "FAILFAST").json(lines)
 
 
 def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[ShardRange]) -> DataFrame:
@@ -352,8 +364,7 @@ def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[Sha
     # Enough tasks to keep every core busy, but none for fewer than _TASK_ENTRIES entries (each builds a client).
     entries = sum(r.size for r in ranges)
     slices = max(1, min(len(ranges), 4 * sc.defaultParallelism, -(-entries // _TASK_ENTRIES)))
-    lines = sc.parallelize(list(ranges), slices).mapPartitions(partial(_read_partition, config))
-    return spark.read.schema(RECORD_SCHEMA).option("mode", "FAILFAST").json(lines)
+    return records_frame(spark, sc.parallelize(list(ranges), slices).mapPartitions(partial(_read_partition, config)))
 
 
 def _parse_watermarks(text: str) -> dict[str, int]:
@@ -419,6 +430,52 @@ def _append(records: DataFrame, table: str, run_id: str, watermarks: Mapping[str
         .option(f"snapshot-property.{FLUSH_RUN}", run_id)
         .append()
     )
+
+
+def append_records(
+    spark: SparkSession,
+    records: DataFrame,
+    plan: FlushPlan,
+    table: str,
+    run_id: str,
+    base_snapshot: int | None,
+    *,
+    before_append: Callable[[], None] | None = None,
+) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The flush's write side: stage the read records, check them against the plan, append them as delta-log rows.
+
+    The records are cached and counted per shard (every planned range must be there whole), then appended in ONE
+    commit whose snapshot carries ``plan.watermarks`` and the run id, and that snapshot is checked to follow
+    ``base_snapshot`` with no other flush in between.
+
+    Args:
+        spark: The session.
+        records: The records of the planned ranges (:data:`RECORD_SCHEMA`, e.g. from :func:`read_records`).
+        plan: The run's plan.
+        table: The delta log's qualified name.
+        run_id: The run id recorded on the snapshot.
+        base_snapshot: The delta-log snapshot the plan was made from.
+        before_append: Called after the check, right before the append (the job renews its lease there).
+
+    Returns:
+        The new snapshot id and, per shard, ``(entries, bytes)`` appended.
+
+    Raises:
+        FlushError: the records differ from the plan, or another flush committed since ``base_snapshot``.
+    """
+    records.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        figures = {
+            r["shard"]: (r["deltas"], r["bytes"], r["first_seq"], r["last_seq"])
+            for r in shard_figures(records).collect()
+        }
+        _check_figures(plan, figures)
+        if before_append is not None:
+            before_append()
+        _append(records, table, run_id, plan.watermarks)
+    finally:
+        records.unpersist()
+    return _our_snapshot(spark, table, run_id, base_snapshot), {s: (f[0], f[1]) for s, f in figures.items()}
 
 
 def _our_snapshot(spark: SparkSession, table: str, run_id: str, base_snapshot: int | None) -> int:
@@ -509,23 +566,17 @@ def run(
         snapshot_id: int | None = None
         appended: dict[str, tuple[int, int]] = {}
         if plan.deltas:
-            records = read_records(spark, config.dynamodb, plan.ranges(config.range_size))
-            records.persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                figures = {
-                    r["shard"]: (r["deltas"], r["bytes"], r["first_seq"], r["last_seq"])
-                    for r in shard_figures(records).collect()
-                }
-                _check_figures(plan, figures)
-                appended = {shard: (f[0], f[1]) for shard, f in figures.items()}
+
+            def before_append() -> None:
                 steps.done("read")
                 steps.point("after_read")
                 if not store.renew_lease(run_id, now_ms(), config.lease_ttl_ms):
                     raise FlushError(f"flush run {run_id} lost its lease before the append; nothing was written")
-                _append(records, config.table, run_id, plan.watermarks)
-            finally:
-                records.unpersist()
-            snapshot_id = _our_snapshot(spark, config.table, run_id, base_snapshot)
+
+            records = read_records(spark, config.dynamodb, plan.ranges(config.range_size))
+            snapshot_id, appended = append_records(
+                spark, records, plan, config.table, run_id, base_snapshot, before_append=before_append
+            )
             steps.done("append")
             steps.point("after_append")
 
