@@ -1,60 +1,77 @@
-"""Glue entry script: cut a checkpoint of each gateway from the state tables (lakesync.spark.checkpoint).
+"""Glue job: cut a checkpoint of each gateway from the state tables (lakesync.spark.checkpoint.run does the work).
 
-Job arguments (Glue passes ``--name value``; unknown ones such as ``--JOB_NAME`` are ignored)::
+Job parameters (``JOB_OPTIONS``; Glue's own, such as ``--JOB_NAME``, are ignored; ``--catalog-uri`` is the same as
+``--catalog_uri``)::
 
-    --bucket B --gateways a,b [--catalog glue|local] [--warehouse W] [--catalog-uri U] [--namespace N]
-    [--chunk-bytes N] [--include-deleted true|false]
+    --bucket B --gateways a,b --warehouse W [--catalog glue|local] [--catalog_name lake] [--catalog_uri U]
+    [--namespace N] [--chunk_bytes N] [--include_deleted true|false]
 
-On Glue: ``--catalog glue --warehouse s3://...`` (the defaults expect it). Locally: ``--catalog local --warehouse DIR
---catalog-uri FILE.db`` (S3 reached through ``AWS_ENDPOINT_URL``, e.g. the moto server).
+On Glue: ``--catalog glue --warehouse s3://...`` (the default catalog is ``glue``). Locally: ``--catalog local
+--warehouse DIR --catalog_uri FILE.db`` (S3 reached through ``AWS_ENDPOINT_URL``, e.g. the moto server).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from lakesync.core.checkpoint import DEFAULT_CHUNK_BYTES
 from lakesync.lake.tables import NAMESPACE
 from lakesync.spark.checkpoint import CheckpointConfig, run
+from lakesync.spark.glue import resolved_options
 from lakesync.spark.session import build_session
 
+JOB_OPTIONS = (
+    "bucket",
+    "gateways",
+    "warehouse",
+    "catalog",
+    "catalog_name",
+    "catalog_uri",
+    "namespace",
+    "chunk_bytes",
+    "include_deleted",
+)
+"""The job's options; ``bucket``, ``gateways`` and ``warehouse`` are required."""
 
-def _bool(text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return text.lower() == "true"
 
+def parse(options: Mapping[str, str]) -> tuple[CheckpointConfig, str, Literal["local", "glue"], str | None]:
+    """``(config, warehouse, catalog kind, catalog uri)`` from the job options.
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The job's arguments (unknown arguments are ignored)."""
-    parser = argparse.ArgumentParser(prog="checkpoint", description=__doc__)
-    parser.add_argument("--bucket", required=True)
-    parser.add_argument("--gateways", required=True, help="comma-separated gateway ids")
-    parser.add_argument("--catalog", choices=("glue", "local"), default="glue")
-    parser.add_argument("--warehouse", required=True)
-    parser.add_argument("--catalog-uri", default=None)
-    parser.add_argument("--namespace", default=NAMESPACE)
-    parser.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES)
-    parser.add_argument("--include-deleted", type=_bool, default=False)
-    args, _unknown = parser.parse_known_args(argv)
-    return args
+    Raises:
+        ValueError: a required option is missing or a value is malformed.
+    """
+    missing = [f"--{name}" for name in ("bucket", "gateways", "warehouse") if name not in options]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} required")
+    kind = options.get("catalog", "glue")
+    if kind not in ("local", "glue"):
+        raise ValueError(f"--catalog must be local or glue, got {kind!r}")
+    include_deleted = options.get("include_deleted", "false").lower()
+    if include_deleted not in ("true", "false"):
+        raise ValueError(f"--include_deleted must be true or false, got {include_deleted!r}")
+    config = CheckpointConfig(
+        bucket=options["bucket"],
+        gateways=tuple(g.strip() for g in options["gateways"].split(",") if g.strip()),
+        catalog=options.get("catalog_name", "lake"),
+        namespace=options.get("namespace", NAMESPACE),
+        chunk_bytes=int(options.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
+        include_deleted=include_deleted == "true",
+    )
+    return config, options["warehouse"], "local" if kind == "local" else "glue", options.get("catalog_uri")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job; prints one JSON line per gateway."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    config, warehouse, kind, catalog_uri = parse(resolved_options(JOB_OPTIONS, argv))
     spark = build_session(
-        app_name="lakesync-checkpoint", warehouse=args.warehouse, catalog=args.catalog, catalog_uri=args.catalog_uri
-    )
-    config = CheckpointConfig(
-        bucket=args.bucket,
-        gateways=tuple(g.strip() for g in args.gateways.split(",") if g.strip()),
-        namespace=args.namespace,
-        chunk_bytes=args.chunk_bytes,
-        include_deleted=args.include_deleted,
+        app_name="lakesync-checkpoint",
+        warehouse=warehouse,
+        catalog_name=config.catalog,
+        catalog=kind,
+        catalog_uri=catalog_uri,
     )
     report = run(spark, config)
     for outcome in report.gateways:

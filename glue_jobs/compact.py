@@ -8,29 +8,18 @@ On Glue: ``--datalake-formats iceberg``, max concurrent runs 1, and job paramete
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from lakesync.lake.tables import DELTA_LOG, state_table
 from lakesync.spark import maintenance
 from lakesync.spark.compact import JOB_OPTIONS, CompactJobArgs, log_gateways, merge_schemas, run
+from lakesync.spark.glue import resolved_options
 from lakesync.spark.session import build_session
-
-
-def _options() -> dict[str, str]:
-    try:
-        from awsglue.utils import getResolvedOptions  # type: ignore[import-not-found]  # only on Glue
-    except ImportError:
-        parser = argparse.ArgumentParser(description=__doc__)
-        for name in JOB_OPTIONS:
-            parser.add_argument(f"--{name}")
-        return {k: v for k, v in vars(parser.parse_args()).items() if v is not None}
-    present = [name for name in JOB_OPTIONS if f"--{name}" in sys.argv]
-    return dict(getResolvedOptions(sys.argv, present))
 
 
 def _schemas(spark: Any, args: CompactJobArgs) -> dict[str, Any] | None:
@@ -47,9 +36,9 @@ def _schemas(spark: Any, args: CompactJobArgs) -> dict[str, Any] | None:
     return merge_schemas(per_gateway)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     """Parse the options, start the session, compact (then maintain), print the report as JSON."""
-    args = CompactJobArgs.parse(_options())
+    args = CompactJobArgs.parse(resolved_options(JOB_OPTIONS, argv))
     spark = build_session(
         app_name="lakesync-compact",
         warehouse=args.warehouse,
@@ -70,7 +59,8 @@ def main() -> None:
         )
         out["maintenance"] = dataclasses.asdict(maintained)
     print(json.dumps(out, default=dict, sort_keys=True))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
