@@ -112,9 +112,7 @@ def seed(env: HandlerEnv, count: int) -> Any:
     shard = ShardId(GATEWAY, TABLE)
     head = buffer.memory.get_heads([shard])[shard]
     buffer.capture.transactions.clear()
-    buffer.renderer.commit(
-        Commit(shard, -1, head, entries=(), rows=(), delta_ids=(), dedup_expires_at=0, now_s=0, new_shard=True)
-    )
+    buffer.renderer.commit(Commit(shard, -1, head, entries=(), rows=(), new_shard=True))
     client = env.raw_client()
     batch_write(client, names.deltas, log_items)
     for action in buffer.capture.transactions[0]:

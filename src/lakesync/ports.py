@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from lakesync.core.delta import RowDelta
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
-from lakesync.gateway.model import Commit, LogEntry, ShardHead, ShardId, StoredRow
+from lakesync.gateway.model import Commit, CommitBasis, LogEntry, ShardHead, ShardId, StoredRow
 
 
 class BufferStore(Protocol):
@@ -34,13 +34,23 @@ class BufferStore(Protocol):
         """The deltaIds already recorded and not yet expired."""
         ...
 
+    def read_commit_basis(
+        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
+    ) -> CommitBasis:
+        """Consistent read, in one round trip where the store allows, of what a push chunk plans against: the
+        shard's head, the row-index entries of ``rows`` and which of ``delta_ids`` are recorded and unexpired."""
+        ...
+
     def commit(self, commit: Commit) -> None:
         """Apply a commit atomically.
 
         Raises:
             CommitConflict: the head or a row changed since it was read.
-            DuplicateDeltaIds: a deltaId was recorded by a concurrent commit.
         """
+        ...
+
+    def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
+        """Remember ``delta_ids`` until ``expires_at`` (epoch seconds); recording one again moves its expiry."""
         ...
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:

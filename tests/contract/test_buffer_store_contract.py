@@ -1,7 +1,7 @@
 """The BufferStore contract (lakesync.ports.BufferStore), one suite for the in-memory and the DynamoDB adapter (on
-the moto server): commits are all-or-nothing under head and row-version guards, duplicates are named exactly,
-expired deltaIds do not count, logs page and order by sequence and by commit HLC, and the row index round-trips
-every RowState exactly."""
+the moto server): commits are all-or-nothing under head and row-version guards, a chunk's basis (head, rows, live
+deltaIds) reads back exactly, recorded deltaIds count until they expire, logs page and order by sequence and by
+commit HLC, and the row index round-trips every RowState exactly."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from lakesync.core.merge import ColumnState, RowState, Version
 from lakesync.gateway.memory import InMemoryBufferStore
 from lakesync.gateway.model import (
     Commit,
+    CommitBasis,
     CommitConflict,
-    DuplicateDeltaIds,
     LogEntry,
     RowWrite,
     ShardHead,
@@ -60,20 +60,12 @@ class Writer:
         self.store = store
         self.shard = shard
 
-    def plan(
-        self,
-        rows: dict[str, JsonValue],
-        *,
-        commit_hlc: int | None = None,
-        delta_ids: tuple[str, ...] | None = None,
-        expires_at: int = NOW + 3600,
-        now_s: int = NOW,
-    ) -> Commit:
+    def plan(self, rows: dict[str, JsonValue], *, commit_hlc: int | None = None) -> Commit:
         head = self.store.get_heads([self.shard]).get(self.shard)
         base = head or ShardHead(self.shard)
         stored = self.store.get_rows(self.shard.gateway, [(self.shard.table, r) for r in rows])
         chlc = commit_hlc if commit_hlc is not None else max(base.last_commit_hlc + 1, hlc(base.seq + 1))
-        entries, writes, ids = [], [], []
+        entries, writes = [], []
         for i, (row_id, value) in enumerate(rows.items(), start=1):
             seq = base.seq + i
             delta = make_delta(
@@ -85,7 +77,6 @@ class Writer:
             entries.append(LogEntry(self.shard, seq, chlc, delta, before, new_state.values(), 100 + i))
             version = previous.version if previous else 0
             writes.append(RowWrite(StoredRow(new_state, version + 1), version))
-            ids.append(delta.delta_id)
         new_head = replace(
             base,
             seq=base.seq + len(entries),
@@ -99,16 +90,27 @@ class Writer:
             head=new_head,
             entries=tuple(entries),
             rows=tuple(writes),
-            delta_ids=delta_ids if delta_ids is not None else tuple(ids),
-            dedup_expires_at=expires_at,
-            now_s=now_s,
             new_shard=head is None,
         )
 
-    def commit(self, rows: dict[str, JsonValue], **kwargs: Any) -> Commit:
-        commit = self.plan(rows, **kwargs)
+    def commit(
+        self,
+        rows: dict[str, JsonValue],
+        *,
+        commit_hlc: int | None = None,
+        delta_ids: tuple[str, ...] | None = None,
+        expires_at: int = NOW + 3600,
+    ) -> Commit:
+        """Commit ``rows``, then record ``delta_ids`` (default: the entries' deltaIds) as the push service does."""
+        commit = self.plan(rows, commit_hlc=commit_hlc)
         self.store.commit(commit)
+        ids = delta_ids if delta_ids is not None else ids_of(commit)
+        self.store.record_delta_ids(self.shard.gateway, list(ids), expires_at)
         return commit
+
+
+def ids_of(commit: Commit) -> tuple[str, ...]:
+    return tuple(e.delta.delta_id for e in commit.entries)
 
 
 def everything(store: BufferStore, shard: ShardId, delta_ids: list[str]) -> tuple[Any, ...]:
@@ -138,7 +140,7 @@ def test_buffer_commit_creates_the_shard_and_reads_back_exactly(store: BufferSto
         ("todos", "r1"): commit.rows[0].row,
         ("todos", "r2"): commit.rows[1].row,
     }
-    assert store.seen_delta_ids(shard.gateway, [*commit.delta_ids, "unknown"], NOW) == set(commit.delta_ids)
+    assert store.seen_delta_ids(shard.gateway, [*ids_of(commit), "unknown"], NOW) == set(ids_of(commit))
 
 
 def test_buffer_later_commits_advance_the_head_and_row_versions(store: BufferStore, shard: ShardId) -> None:
@@ -156,21 +158,48 @@ def test_buffer_later_commits_advance_the_head_and_row_versions(store: BufferSto
     assert store.read_log(shard, 0, 100)[1].before == {"v": "a"}
 
 
-def test_buffer_commit_with_only_dedup_records_keeps_the_head(store: BufferStore, shard: ShardId) -> None:
+def test_buffer_recording_delta_ids_alone_keeps_the_head(store: BufferStore, shard: ShardId) -> None:
     writer = Writer(store, shard)
     writer.commit({"r1": "a"})
     head = store.get_heads([shard])[shard]
-    store.commit(replace(writer.plan({}), delta_ids=("noop-1",)))
+    store.record_delta_ids(shard.gateway, ["noop-1", "noop-2", "noop-1"], NOW + 60)
     assert store.get_heads([shard])[shard] == head
-    assert store.seen_delta_ids(shard.gateway, ["noop-1"], NOW) == {"noop-1"}
+    assert store.seen_delta_ids(shard.gateway, ["noop-1", "noop-2", "noop-3"], NOW) == {"noop-1", "noop-2"}
 
 
-def test_buffer_full_chunk_of_32_deltas_commits_at_once(store: BufferStore, shard: ShardId) -> None:
-    # 32 entries + 32 rows + 32 deltaIds + head + shard registry: the largest commit the push makes by default
-    commit = Writer(store, shard).commit({f"r{i}": i for i in range(32)})
-    assert len(store.read_log(shard, 0, 100)) == 32
+def test_buffer_full_chunk_of_48_deltas_commits_and_records_at_once(store: BufferStore, shard: ShardId) -> None:
+    # 48 entries + 48 rows + head + shard registry: the largest commit the push makes by default
+    commit = Writer(store, shard).commit({f"r{i}": i for i in range(48)})
+    assert len(store.read_log(shard, 0, 100)) == 48
     assert store.get_heads([shard])[shard] == commit.head
-    assert len(store.seen_delta_ids(shard.gateway, list(commit.delta_ids), NOW)) == 32
+    assert len(store.seen_delta_ids(shard.gateway, list(ids_of(commit)), NOW)) == 48
+
+
+def test_buffer_commit_basis_reads_head_rows_and_live_ids_together(store: BufferStore, shard: ShardId) -> None:
+    # Given a shard with 48 rows, some ids recorded live and one recorded but expired
+    writer = Writer(store, shard)
+    first = writer.commit({f"r{i}": i for i in range(48)})
+    store.record_delta_ids(shard.gateway, ["old"], NOW - 1)
+    ids = [*ids_of(first)[:40], "old", "never", *(f"new-{i}" for i in range(6))]
+    rows = [("todos", f"r{i}") for i in range(40, 50)] + [("todos", "r41")]
+
+    # When a chunk reads its basis: 48 deltaIds and 11 row keys (two missing, one repeated) in one call
+    basis = store.read_commit_basis(shard, ids, rows, NOW)
+
+    # Then it equals what the separate reads give
+    assert basis == CommitBasis(
+        head=store.get_heads([shard])[shard],
+        rows=store.get_rows(shard.gateway, rows),
+        seen=frozenset(store.seen_delta_ids(shard.gateway, ids, NOW)),
+    )
+    assert basis.seen == frozenset(ids_of(first)[:40])
+    assert set(basis.rows) == {("todos", f"r{i}") for i in range(40, 48)}
+
+
+def test_buffer_commit_basis_of_an_unknown_shard_is_empty(store: BufferStore, shard: ShardId) -> None:
+    basis = store.read_commit_basis(shard, ["a", "b"], [("todos", "r1")], NOW)
+    assert basis == CommitBasis(head=None, rows={}, seen=frozenset())
+    assert store.read_commit_basis(shard, [], [], NOW) == CommitBasis(head=None, rows={}, seen=frozenset())
 
 
 STALE = {
@@ -191,14 +220,14 @@ def test_buffer_stale_commit_writes_nothing_at_all(store: BufferStore, shard: Sh
     writer.commit({"r1": "a", "r2": "b"})
     good = writer.plan({"r1": "x", "r2": "y", "r3": "z"})
     bad = corrupt(good)
-    before = everything(store, shard, list(good.delta_ids))
+    before = everything(store, shard, list(ids_of(good)))
 
     # When a commit guarded by a stale head or a stale row version is applied
     with pytest.raises(CommitConflict):
         store.commit(bad)
 
     # Then the log, the head, every row and the dedup records are unchanged
-    assert everything(store, shard, list(good.delta_ids)) == before
+    assert everything(store, shard, list(ids_of(good))) == before
     # And the correct commit still goes through
     store.commit(good)
     assert store.get_heads([shard])[shard].seq == 5
@@ -209,33 +238,7 @@ def test_buffer_new_shard_guard_on_an_empty_store(store: BufferStore, shard: Sha
     commit = writer.plan({"r1": "a"})
     with pytest.raises(CommitConflict):
         store.commit(replace(commit, new_shard=False, expected_seq=0))
-    assert everything(store, shard, list(commit.delta_ids)) == ([], {}, [], [], {}, set())
-
-
-def test_buffer_duplicate_delta_ids_names_exactly_the_duplicates_and_writes_nothing(
-    store: BufferStore, shard: ShardId
-) -> None:
-    # Given deltaIds a and b recorded
-    writer = Writer(store, shard)
-    writer.commit({"r1": "a"}, delta_ids=("id-a", "id-b"))
-    commit = writer.plan({"r2": "x", "r3": "y", "r4": "z", "r5": "w"}, delta_ids=("id-c", "id-b", "id-d", "id-a"))
-    before = everything(store, shard, ["id-c", "id-d"])
-
-    # When a commit carries a, b and two new ids
-    with pytest.raises(DuplicateDeltaIds) as err:
-        store.commit(commit)
-
-    # Then exactly a and b are named, and nothing was written
-    assert err.value.delta_ids == {"id-a", "id-b"}
-    assert everything(store, shard, ["id-c", "id-d"]) == before
-
-
-def test_buffer_duplicates_together_with_a_stale_head_are_a_conflict(store: BufferStore, shard: ShardId) -> None:
-    writer = Writer(store, shard)
-    writer.commit({"r1": "a"}, delta_ids=("id-a",))
-    commit = writer.plan({"r2": "x"}, delta_ids=("id-a",))
-    with pytest.raises(CommitConflict):
-        store.commit(replace(commit, expected_seq=commit.expected_seq + 7))
+    assert everything(store, shard, list(ids_of(commit))) == ([], {}, [], [], {}, set())
 
 
 @pytest.mark.parametrize("later_s", [0, 1, 100])
@@ -250,25 +253,28 @@ def test_buffer_expired_dedup_records_do_not_count(store: BufferStore, shard: Sh
 
     # Then it is not seen any more and may be recorded again
     assert store.seen_delta_ids(shard.gateway, ["id-a"], now) == set()
-    writer.commit({"r2": "b"}, delta_ids=("id-a",), expires_at=now + 10, now_s=now)
+    writer.commit({"r2": "b"}, delta_ids=("id-a",), expires_at=now + 10)
     assert store.seen_delta_ids(shard.gateway, ["id-a"], now + 9) == {"id-a"}
 
 
-def test_buffer_unexpired_dedup_record_one_second_before_expiry_still_counts(
-    store: BufferStore, shard: ShardId
-) -> None:
-    writer = Writer(store, shard)
-    writer.commit({"r1": "a"}, delta_ids=("id-a",), expires_at=NOW + 10)
-    with pytest.raises(DuplicateDeltaIds) as err:
-        writer.commit({"r2": "b"}, delta_ids=("id-a",), now_s=NOW + 9)
-    assert err.value.delta_ids == {"id-a"}
+def test_buffer_recording_a_delta_id_again_moves_its_expiry(store: BufferStore, shard: ShardId) -> None:
+    store.record_delta_ids(shard.gateway, ["id-a"], NOW + 10)
+    store.record_delta_ids(shard.gateway, ["id-a"], NOW + 100)
+    assert store.seen_delta_ids(shard.gateway, ["id-a"], NOW + 50) == {"id-a"}
+    assert store.seen_delta_ids(shard.gateway, ["id-a"], NOW + 100) == set()
+
+
+def test_buffer_records_more_delta_ids_than_one_write_request_holds(store: BufferStore, shard: ShardId) -> None:
+    ids = [f"id-{i}" for i in range(130)]
+    store.record_delta_ids(shard.gateway, ids, NOW + 10)
+    assert store.seen_delta_ids(shard.gateway, [*ids, "id-x"], NOW) == set(ids)
 
 
 def test_buffer_dedup_and_rows_are_per_gateway(store: BufferStore, shard: ShardId) -> None:
     writer = Writer(store, shard)
     commit = writer.commit({"r1": "a"})
     other = ShardId(shard.gateway + "-other", "todos", 0)
-    assert store.seen_delta_ids(other.gateway, list(commit.delta_ids), NOW) == set()
+    assert store.seen_delta_ids(other.gateway, list(ids_of(commit)), NOW) == set()
     assert store.get_rows(other.gateway, [("todos", "r1")]) == {}
     assert store.list_shards(other.gateway) == []
     Writer(store, other).commit({"r1": "a"})
@@ -409,9 +415,6 @@ def test_buffer_row_index_round_trips_row_state_exactly(store: BufferStore, shar
         head,
         (),
         tuple(RowWrite(StoredRow(s, 1), 0) for s in states),
-        (),
-        NOW + 10,
-        NOW,
         new_shard=True,
     )
 

@@ -26,7 +26,7 @@ from lakesync.core.hlc import HLC, encode, system_clock
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit, CommitConflict, DuplicateDeltaIds, LogEntry
+from lakesync.gateway.model import Commit, CommitConflict, LogEntry
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 
@@ -67,7 +67,7 @@ def _deps(client: Any, names: Any) -> GatewayDeps:
         def commit(self, commit: Commit) -> None:
             try:
                 super().commit(commit)
-            except (CommitConflict, DuplicateDeltaIds) as exc:
+            except CommitConflict as exc:
                 CONFLICTS[type(exc).__name__] += 1
                 raise
 

@@ -238,9 +238,6 @@ def test_admin_metrics_figures_add_up_to_the_shard_heads() -> None:
             replace(head, flushed_seq=5, flushed_bytes=sum(e.size for e in flushed), flushed_deltas=5),
             (),
             (),
-            (),
-            0,
-            T0 // 1000,
         )
     )
     admin.request_flush(deps, GW, requested_by="ops")
@@ -285,5 +282,5 @@ def test_admin_rejected_commit_leaves_metrics_unchanged() -> None:
     shard = deps.buffer.list_shards(GW)[0]
     head = deps.buffer.get_heads([shard])[shard]
     with pytest.raises(CommitConflict):
-        deps.buffer.commit(Commit(shard, head.seq - 1, replace(head, seq=head.seq + 1), (), (), (), 0, 0))
+        deps.buffer.commit(Commit(shard, head.seq - 1, replace(head, seq=head.seq + 1), (), ()))
     assert admin.metrics(deps, GW) == before

@@ -283,6 +283,44 @@ def test_push_partly_repeated_push_applies_only_the_new_deltas() -> None:
     assert [e.delta.delta_id for e in env.log()] == [old.delta_id, new.delta_id]
 
 
+def test_push_racing_itself_logs_each_delta_once() -> None:
+    # Given a push whose first commit attempt loses to a copy of the same push that commits first (a client retry
+    # arriving while the original is still in flight)
+    deltas = [d("INSERT", row=f"r{i}", title=str(i)) for i in range(3)]
+    env = Env()
+    racer = Env(buffer=env.buffer)
+    buffer = ConflictingBuffer(env.buffer, times=1, interfere=lambda _commit: racer.push(*deltas))
+    env.deps = replace(env.deps, buffer=buffer)
+
+    # When the original push retries after the conflict
+    result = env.push(*deltas)
+
+    # Then every delta is logged exactly once, and the retry acknowledged them as duplicates
+    assert sorted(e.delta.delta_id for e in env.log()) == sorted(x.delta_id for x in deltas)
+    assert [r.duplicate for r in result.receipts] == [True, True, True]
+    assert result.deltas == ()
+
+
+def test_push_resent_after_a_lost_dedup_record_changes_and_logs_nothing() -> None:
+    # Given a delta committed whose deltaId record never landed (the function stopped between the two writes)
+    env = Env()
+    delta = d("INSERT", title="x", done=False)
+    first = env.push(delta)
+    env.buffer.expire_dedup(10**12)
+    before = env.snapshot()
+
+    # When the client re-sends it
+    result = env.push(delta)
+
+    # Then nothing is written (the row already holds it) and the receipt is the first push's: its columns won
+    assert env.snapshot() == before
+    assert result.deltas == ()
+    assert result.receipts == first.receipts
+    assert all(c.applied and c.winner_hlc == delta.hlc for c in result.receipts[0].columns)
+    # And the deltaId is recorded again, so a third copy is a plain duplicate
+    assert env.push(delta).receipts[0].duplicate
+
+
 def test_push_after_the_dedup_window_reapplies_harmlessly() -> None:
     # Given a delta pushed, then the dedup window passes and the record expires
     env = Env(dedup_ttl_s=60)

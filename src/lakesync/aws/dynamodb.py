@@ -1,17 +1,19 @@
 """DynamoDB adapters of the gateway ports.
 
-Every read the push and pull paths depend on is strongly consistent. A commit is one ``TransactWriteItems``: the
-shard head advances under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new shard), every row
-is written under ``v = expected`` (or ``attribute_not_exists``), every deltaId under ``attribute_not_exists OR
-exp <= now`` (a record is live while ``exp > now``, as everywhere else); a cancelled transaction is mapped to
-:class:`CommitConflict` or :class:`DuplicateDeltaIds`.
+Every read the push and pull paths depend on is strongly consistent. A push chunk reads its basis (dedup records,
+shard head, rows) in one multi-table ``BatchGetItem``. A commit is one ``TransactWriteItems``: the shard head advances
+under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new shard), every row is written under
+``v = expected`` (or ``attribute_not_exists``); a cancelled transaction is mapped to :class:`CommitConflict`. The
+chunk's deltaIds are then recorded with ``BatchWriteItem`` (a record is live while ``exp > now``, as everywhere else).
 Items are built by hand (no TypeSerializer) because this is the hot path.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -27,8 +29,8 @@ from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
 from lakesync.gateway.model import (
     Commit,
+    CommitBasis,
     CommitConflict,
-    DuplicateDeltaIds,
     LogEntry,
     ShardHead,
     ShardId,
@@ -75,17 +77,43 @@ def _client_error(exc: ClientError, what: str) -> StorageError:
 
 def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Item]:
     """Consistent BatchGetItem of any number of keys, following UnprocessedKeys."""
-    found: list[Item] = []
-    for start in range(0, len(keys), 100):
-        request: dict[str, Any] = {table: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
+    return _batch_get_tables(db, {table: keys})[table]
+
+
+def _batch_get_tables(db: DynamoDBClient, keys: Mapping[str, list[Item]]) -> dict[str, list[Item]]:
+    """Consistent BatchGetItem of keys of several tables (100 keys per request), following UnprocessedKeys."""
+    found: dict[str, list[Item]] = {table: [] for table in keys}
+    flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
+    for start in range(0, len(flat), 100):
+        request: dict[str, Any] = {}
+        for table, key in flat[start : start + 100]:
+            request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
         while request:
             try:
                 out = db.batch_get_item(RequestItems=request)
             except ClientError as exc:
                 raise _client_error(exc, "BatchGetItem") from exc
-            found.extend(out["Responses"].get(table, []))
+            for table, items in out["Responses"].items():
+                found[table].extend(items)
             request = dict(out.get("UnprocessedKeys") or {})
     return found
+
+
+def _batch_write_all(db: DynamoDBClient, table: str, items: list[Item], *, attempts: int = 8) -> None:
+    """BatchWriteItem of any number of puts (25 per request), retrying UnprocessedItems with backoff."""
+    for start in range(0, len(items), 25):
+        request: dict[str, Any] = {table: [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]}
+        for attempt in range(attempts):
+            try:
+                out = db.batch_write_item(RequestItems=request)
+            except ClientError as exc:
+                raise _client_error(exc, "BatchWriteItem") from exc
+            request = dict(out.get("UnprocessedItems") or {})
+            if not request:
+                break
+            time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.0))
+        else:
+            raise StorageError(f"DynamoDB BatchWriteItem left items unprocessed after {attempts} attempts")
 
 
 def _query_all(db: DynamoDBClient, **kwargs: Any) -> Iterable[Item]:
@@ -117,22 +145,7 @@ class DynamoDBBufferStore:
         if not shards:
             return {}
         items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
-        heads = {}
-        for item in items:
-            shard = ShardId.parse(item["shard"]["S"])
-            heads[shard] = ShardHead(
-                shard=shard,
-                seq=int(item["seq"]["N"]),
-                bytes_total=int(item["bt"]["N"]),
-                deltas_total=int(item["dt"]["N"]),
-                flushed_seq=int(item["fs"]["N"]),
-                flushed_bytes=int(item["fb"]["N"]),
-                flushed_deltas=int(item["fd"]["N"]),
-                last_commit_hlc=int(item["lch"]["N"]),
-                released_seq=int(item["rs"]["N"]) if "rs" in item else 0,
-                released_hlc=int(item["rh"]["N"]) if "rh" in item else 0,
-            )
-        return heads
+        return {head.shard: head for head in map(_head_from_item, items)}
 
     def list_shards(self, gateway: str) -> list[ShardId]:
         shards = []
@@ -146,24 +159,38 @@ class DynamoDBBufferStore:
         return sorted(shards)
 
     def get_rows(self, gateway: str, rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
-        keys = list(dict.fromkeys(rows))
-        if not keys:
+        by_pk = _row_keys(gateway, rows)
+        if not by_pk:
             return {}
-        by_pk = {f"{gateway}#{t}#{r}": (t, r) for t, r in keys}
-        found = {}
-        for item in self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]):
-            table, row_id = by_pk[item["pk"]["S"]]
-            state = decode_row_state(table, row_id, item["s"]["S"])
-            found[(table, row_id)] = StoredRow(state, int(item["v"]["N"]))
-        return found
+        return _rows_from_items(by_pk, self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]))
 
     def seen_delta_ids(self, gateway: str, delta_ids: Sequence[str], now_s: int) -> set[str]:
         ids = list(dict.fromkeys(delta_ids))
         if not ids:
             return set()
         items = self._batch_get(self._t.dedup, [{"pk": _s(f"{gateway}#{d}")} for d in ids])
-        prefix = len(gateway) + 1
-        return {item["pk"]["S"][prefix:] for item in items if int(item[TTL_ATTRIBUTE]["N"]) > now_s}
+        return _live_delta_ids(gateway, items, now_s)
+
+    def read_commit_basis(
+        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
+    ) -> CommitBasis:
+        by_pk = _row_keys(shard.gateway, rows)
+        keys = {
+            self._t.heads: [{"shard": _s(shard.key)}],
+            self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
+            self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
+        }
+        found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
+        heads = found.get(self._t.heads) or []
+        return CommitBasis(
+            head=_head_from_item(heads[0]) if heads else None,
+            rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
+            seen=frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)),
+        )
+
+    def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
+        items = [{"pk": _s(f"{gateway}#{d}"), TTL_ATTRIBUTE: _n(expires_at)} for d in dict.fromkeys(delta_ids)]
+        _batch_write_all(self._db, self._t.dedup, items)
 
     def _query(self, **kwargs: Any) -> Iterable[Item]:
         return _query_all(self._db, **kwargs)
@@ -225,7 +252,6 @@ class DynamoDBBufferStore:
         shard = commit.shard
         head = commit.head
         actions: list[Item] = []
-        kinds: list[tuple[str, str]] = []
         if commit.new_shard:
             actions.append(
                 {
@@ -246,7 +272,6 @@ class DynamoDBBufferStore:
                     }
                 }
             )
-            kinds.append(("head", ""))
             actions.append(
                 {
                     "Put": {
@@ -255,7 +280,6 @@ class DynamoDBBufferStore:
                     }
                 }
             )
-            kinds.append(("registry", ""))
         else:
             actions.append(
                 {
@@ -274,7 +298,6 @@ class DynamoDBBufferStore:
                     }
                 }
             )
-            kinds.append(("head", ""))
         for write in commit.rows:
             state = write.row.state
             put: Item = {
@@ -291,7 +314,6 @@ class DynamoDBBufferStore:
                 put["ConditionExpression"] = "v = :v"
                 put["ExpressionAttributeValues"] = {":v": _n(write.expected_version)}
             actions.append({"Put": put})
-            kinds.append(("row", ""))
         for entry in commit.entries:
             item: Item = {
                 "shard": _s(shard.key),
@@ -305,36 +327,45 @@ class DynamoDBBufferStore:
             if entry.after is not None:
                 item["a"] = _s(_dumps(entry.after))
             actions.append({"Put": {"TableName": self._t.deltas, "Item": item}})
-            kinds.append(("entry", ""))
-        for delta_id in commit.delta_ids:
-            actions.append(
-                {
-                    "Put": {
-                        "TableName": self._t.dedup,
-                        "Item": {
-                            "pk": _s(f"{shard.gateway}#{delta_id}"),
-                            TTL_ATTRIBUTE: _n(commit.dedup_expires_at),
-                        },
-                        "ConditionExpression": "attribute_not_exists(pk) OR #exp <= :now",
-                        "ExpressionAttributeNames": {"#exp": TTL_ATTRIBUTE},
-                        "ExpressionAttributeValues": {":now": _n(commit.now_s)},
-                    }
-                }
-            )
-            kinds.append(("dedup", delta_id))
         try:
             self._db.transact_write_items(TransactItems=cast(Any, actions))
         except ClientError as exc:
             error = exc.response.get("Error", {})
             if error.get("Code") != "TransactionCanceledException":
                 raise StorageError(f"DynamoDB TransactWriteItems failed: {error}") from exc
-            reasons = exc.response.get("CancellationReasons") or _reasons_from_message(error.get("Message", ""))
-            failed = [(kind, reason.get("Code")) for kind, reason in zip(kinds, reasons, strict=False)]
-            duplicates = {kind[1] for kind, code in failed if kind[0] == "dedup" and code == "ConditionalCheckFailed"}
-            others = [kind for kind, code in failed if kind[0] != "dedup" and code not in (None, "None")]
-            if duplicates and not others:
-                raise DuplicateDeltaIds(duplicates) from exc
             raise CommitConflict() from exc
+
+
+def _head_from_item(item: Item) -> ShardHead:
+    return ShardHead(
+        shard=ShardId.parse(item["shard"]["S"]),
+        seq=int(item["seq"]["N"]),
+        bytes_total=int(item["bt"]["N"]),
+        deltas_total=int(item["dt"]["N"]),
+        flushed_seq=int(item["fs"]["N"]),
+        flushed_bytes=int(item["fb"]["N"]),
+        flushed_deltas=int(item["fd"]["N"]),
+        last_commit_hlc=int(item["lch"]["N"]),
+        released_seq=int(item["rs"]["N"]) if "rs" in item else 0,
+        released_hlc=int(item["rh"]["N"]) if "rh" in item else 0,
+    )
+
+
+def _row_keys(gateway: str, rows: Sequence[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    return {f"{gateway}#{table}#{row_id}": (table, row_id) for table, row_id in dict.fromkeys(rows)}
+
+
+def _rows_from_items(by_pk: Mapping[str, tuple[str, str]], items: Iterable[Item]) -> dict[tuple[str, str], StoredRow]:
+    found = {}
+    for item in items:
+        table, row_id = by_pk[item["pk"]["S"]]
+        found[(table, row_id)] = StoredRow(decode_row_state(table, row_id, item["s"]["S"]), int(item["v"]["N"]))
+    return found
+
+
+def _live_delta_ids(gateway: str, items: Iterable[Item], now_s: int) -> set[str]:
+    prefix = len(gateway) + 1
+    return {item["pk"]["S"][prefix:] for item in items if int(item[TTL_ATTRIBUTE]["N"]) > now_s}
 
 
 def _contiguous(entries: list[LogEntry], first_seq: int) -> list[LogEntry]:
@@ -348,14 +379,6 @@ def _contiguous(entries: list[LogEntry], first_seq: int) -> list[LogEntry]:
 
 def _previous_bytes(commit: Commit) -> int:
     return commit.head.bytes_total - sum(e.size for e in commit.entries)
-
-
-def _reasons_from_message(message: str) -> list[dict[str, str]]:
-    # Some emulators only put the reasons in the message: "... reasons [None, ConditionalCheckFailed]".
-    start, end = message.find("["), message.rfind("]")
-    if start < 0 or end < start:
-        return []
-    return [{"Code": part.strip()} for part in message[start + 1 : end].split(",")]
 
 
 class DynamoDBConfigStore:

@@ -25,7 +25,8 @@ class GatewaySettings:
         action_ttl_s: How long action results are cached by actionId and idempotency key.
         action_claim_ttl_s: How long an in-progress claim blocks a concurrent run of the same action.
         max_deltas_per_push: Larger pushes are rejected with 400.
-        chunk_deltas: Deltas per atomic commit (each costs three transaction items).
+        chunk_deltas: Deltas per atomic commit (at most two transaction items each, plus the head: 48 stays within
+            the 100-item transaction and the 100-key read of a chunk's basis).
         max_row_bytes: Largest merged row (UTF-8 JSON of its values). A log item holds a delta and the row before
             and after it, so three of these stay under DynamoDB's 400 KB item limit.
         max_commit_bytes: Byte budget of one atomic commit, under DynamoDB's 4 MB per transaction; a chunk whose
@@ -44,7 +45,7 @@ class GatewaySettings:
     action_ttl_s: int = 24 * 3600
     action_claim_ttl_s: int = 120
     max_deltas_per_push: int = 10_000
-    chunk_deltas: int = 32
+    chunk_deltas: int = 48
     max_row_bytes: int = 100_000
     max_commit_bytes: int = 3_500_000
     since_window_ms: int = 10_000

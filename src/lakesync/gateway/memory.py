@@ -16,8 +16,8 @@ from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
 from lakesync.gateway.model import (
     Commit,
+    CommitBasis,
     CommitConflict,
-    DuplicateDeltaIds,
     LogEntry,
     ShardHead,
     ShardId,
@@ -56,6 +56,25 @@ class InMemoryBufferStore:
         with self._lock:
             return {d for d in delta_ids if self._dedup.get((gateway, d), 0) > now_s}
 
+    def read_commit_basis(
+        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
+    ) -> CommitBasis:
+        with self._lock:
+            return CommitBasis(
+                head=self._heads.get(shard),
+                rows={
+                    (table, row_id): row
+                    for table, row_id in rows
+                    if (row := self._rows.get((shard.gateway, table, row_id))) is not None
+                },
+                seen=frozenset(d for d in delta_ids if self._dedup.get((shard.gateway, d), 0) > now_s),
+            )
+
+    def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
+        with self._lock:
+            for delta_id in delta_ids:
+                self._dedup[(gateway, delta_id)] = expires_at
+
     def commit(self, commit: Commit) -> None:
         gateway = commit.shard.gateway
         with self._lock:
@@ -70,9 +89,6 @@ class InMemoryBufferStore:
                 current = self._rows.get(key)
                 if (current.version if current is not None else 0) != write.expected_version:
                     raise CommitConflict()
-            duplicates = {d for d in commit.delta_ids if self._dedup.get((gateway, d), 0) > commit.now_s}
-            if duplicates:
-                raise DuplicateDeltaIds(duplicates)
             new_head = commit.head
             if head is not None:  # like the DynamoDB head update, a commit leaves the release marks alone
                 new_head = replace(new_head, released_seq=head.released_seq, released_hlc=head.released_hlc)
@@ -80,8 +96,6 @@ class InMemoryBufferStore:
             self._logs.setdefault(commit.shard, []).extend(commit.entries)
             for write in commit.rows:
                 self._rows[(gateway, write.row.state.table, write.row.state.row_id)] = write.row
-            for delta_id in commit.delta_ids:
-                self._dedup[(gateway, delta_id)] = commit.dedup_expires_at
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
         with self._lock:

@@ -111,12 +111,26 @@ class RowWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitBasis:
+    """What a push chunk is planned against, read in one consistent round trip.
+
+    ``head`` is ``None`` for a shard never committed to; ``rows`` holds the row-index entries that exist; ``seen`` the
+    chunk's deltaIds already recorded and not yet expired.
+    """
+
+    head: ShardHead | None
+    rows: dict[tuple[str, str], StoredRow]
+    seen: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Commit:
     """Everything one chunk of a push writes, atomically.
 
-    The store applies all of it or none of it: it fails with
-    :class:`~lakesync.gateway.model.CommitConflict` if the head or any row moved since it was read, or with
-    :class:`~lakesync.gateway.model.DuplicateDeltaIds` if a deltaId was recorded concurrently.
+    The store applies all of it or none of it, and fails with :class:`~lakesync.gateway.model.CommitConflict` if the
+    head or any row moved since it was read. The chunk's deltaIds are recorded after the commit, outside it
+    (:meth:`lakesync.ports.BufferStore.record_delta_ids`): the row versions already keep a deltaId from being applied
+    twice, since re-merging a delta into a row that holds it changes nothing and logs nothing.
     """
 
     shard: ShardId
@@ -124,22 +138,11 @@ class Commit:
     head: ShardHead
     entries: tuple[LogEntry, ...]
     rows: tuple[RowWrite, ...]
-    delta_ids: tuple[str, ...]
-    dedup_expires_at: int
-    now_s: int
     new_shard: bool = False
 
 
 class CommitConflict(Exception):
     """The head or a row changed since it was read; re-read and retry."""
-
-
-class DuplicateDeltaIds(Exception):
-    """Some deltaIds of the commit were recorded by a concurrent push."""
-
-    def __init__(self, delta_ids: set[str]) -> None:
-        super().__init__(f"{len(delta_ids)} deltaIds already recorded")
-        self.delta_ids = delta_ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,16 @@ Guarantees:
 
 * Validation (identifiers, schema, clock drift, client identity, sizes) covers the whole batch before anything is
   written; a rejected push writes nothing.
-* Each chunk of one shard (``settings.chunk_deltas`` deltas) commits its log entries, row-index updates, deltaIds and
-  the shard-head advance in one atomic commit guarded by the head's sequence and every row's version. Concurrent
-  pushes that touch the same shard retry on conflict with jittered backoff, re-reading what moved.
-* A deltaId seen within the dedup window is acknowledged (counted in ``accepted``) and never re-applied. Merging is
-  idempotent besides, so even an expired deltaId cannot change the state twice.
+* Each chunk of one shard (``settings.chunk_deltas`` deltas) reads its basis (head, rows, recorded deltaIds) in one
+  round trip and commits its log entries, row-index updates and the shard-head advance in one atomic commit guarded
+  by the head's sequence and every row's version. Concurrent pushes that touch the same shard retry on conflict with
+  jittered backoff, re-reading the basis.
+* Per-column LWW merging is idempotent, so a delta the row already holds changes nothing and is not logged again:
+  the row versions alone keep any delta from being logged twice, even when the same push races itself.
+* The chunk's deltaIds are recorded after its commit, for the dedup window. A deltaId recorded there is acknowledged
+  as a duplicate (counted in ``accepted``, receipt ``duplicate: true``) without being merged. If the function stops
+  between a commit and that record, a re-sent delta is merged again, changes nothing and logs nothing; its receipt
+  is then the original one (its columns won) rather than ``duplicate``.
 * A push spanning several shards or chunks is not atomic as a whole: if it fails part-way, the chunks already
   committed stay, and re-sending the same push is safe (the committed deltas are skipped as duplicates).
 """
@@ -37,7 +42,6 @@ from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.model import (
     Commit,
     CommitConflict,
-    DuplicateDeltaIds,
     LogEntry,
     RowWrite,
     ShardHead,
@@ -184,30 +188,28 @@ def _commit_chunk(
 ) -> tuple[dict[str, DeltaReceipt], list[RowDelta]]:
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
-    duplicates = deps.buffer.seen_delta_ids(shard.gateway, [d.delta_id for d in chunk], now_s)
+    delta_ids = [d.delta_id for d in chunk]
+    row_keys = list(dict.fromkeys((d.table, d.row_id) for d in chunk))
     for attempt in range(settings.commit_attempts):
-        pending = [d for d in chunk if d.delta_id not in duplicates]
+        basis = deps.buffer.read_commit_basis(shard, delta_ids, row_keys, now_s)
+        pending = [d for d in chunk if d.delta_id not in basis.seen]
         if not pending:
             return {}, []
-        head = deps.buffer.get_heads([shard]).get(shard)
-        row_keys = list(dict.fromkeys((d.table, d.row_id) for d in pending))
-        stored = deps.buffer.get_rows(shard.gateway, row_keys)
-        commit, receipts, effective = _plan(deps, shard, head, stored, pending, now_s)
+        commit, receipts, effective = _plan(deps, shard, basis.head, basis.rows, pending)
         if len(pending) > 1 and _commit_bytes(commit) > settings.max_commit_bytes:
             # Too big for one transaction: commit the halves one after the other (each atomic on its own).
             half = len(pending) // 2
             first_receipts, first_effective = _commit_chunk(deps, shard, pending[:half])
             rest_receipts, rest_effective = _commit_chunk(deps, shard, pending[half:])
             return {**first_receipts, **rest_receipts}, first_effective + rest_effective
-        try:
-            deps.buffer.commit(commit)
-        except CommitConflict:
-            deps.sleep(_backoff(attempt))
-            continue
-        except DuplicateDeltaIds as dup:
-            duplicates |= dup.delta_ids
-            continue
-        _maybe_request_flush(deps, shard, head, commit.head)
+        if commit is not None:
+            try:
+                deps.buffer.commit(commit)
+            except CommitConflict:
+                deps.sleep(_backoff(attempt))
+                continue
+            _maybe_request_flush(deps, shard, basis.head, commit.head)
+        deps.buffer.record_delta_ids(shard.gateway, [d.delta_id for d in pending], now_s + settings.dedup_ttl_s)
         return receipts, effective
     raise CommitConflictError(
         f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
@@ -220,8 +222,8 @@ def _plan(
     head: ShardHead | None,
     stored: dict[tuple[str, str], StoredRow],
     pending: Sequence[RowDelta],
-    now_s: int,
-) -> tuple[Commit, dict[str, DeltaReceipt], list[RowDelta]]:
+) -> tuple[Commit | None, dict[str, DeltaReceipt], list[RowDelta]]:
+    """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything."""
     states: dict[tuple[str, str], lww.RowState | None] = {key: row.state for key, row in stored.items()}
     touched: set[tuple[str, str]] = set()
     receipts: dict[str, DeltaReceipt] = {}
@@ -278,15 +280,14 @@ def _plan(
         previous = stored.get(key)
         expected = previous.version if previous is not None else 0
         rows.append(RowWrite(StoredRow(state, expected + 1), expected))
+    if not entries:
+        return None, receipts, []
     commit = Commit(
         shard=shard,
         expected_seq=base.seq if head is not None else -1,
         head=new_head,
         entries=tuple(entries),
         rows=tuple(rows),
-        delta_ids=tuple(d.delta_id for d in pending),
-        dedup_expires_at=now_s + deps.settings.dedup_ttl_s,
-        now_s=now_s,
         new_shard=head is None,
     )
     return commit, receipts, [e.delta for e in entries]
@@ -295,10 +296,11 @@ def _plan(
 _ITEM_OVERHEAD = 200
 
 
-def _commit_bytes(commit: Commit) -> int:
+def _commit_bytes(commit: Commit | None) -> int:
     """A generous estimate of the transaction's size (attribute names, keys and JSON of every item)."""
-    total = _ITEM_OVERHEAD * (2 + len(commit.entries) + len(commit.rows) + len(commit.delta_ids))
-    total += sum(len(d) for d in commit.delta_ids)
+    if commit is None:
+        return 0
+    total = _ITEM_OVERHEAD * (2 + len(commit.entries) + len(commit.rows))
     for entry in commit.entries:
         total += entry.size + utf8_size(entry.before or {}) + utf8_size(entry.after or {})
     for write in commit.rows:
