@@ -1,37 +1,29 @@
 """Glue job: flush the DynamoDB buffer into the Iceberg delta log (lakesync.spark.flush.run does the work).
 
 On Glue: ``--datalake-formats iceberg``, max concurrent runs 1, and job parameters named as in
-``lakesync.spark.flush.JOB_OPTIONS`` (``--table_prefix``/``--tables``, ``--warehouse``, ...). Locally:
+``lakesync.spark.flush.JOB_OPTIONS`` (``--table_prefix``/``--tables``, ``--warehouse``, ``--checkpoint_bucket``, ...).
+Without ``--checkpoint_bucket`` nothing is released from the buffer (the report says so). Locally:
 ``python glue_jobs/flush.py --catalog local --catalog_uri lake/catalog.db --warehouse lake/warehouse
---table_prefix lakesync --dynamodb_endpoint http://127.0.0.1:4566 --region us-east-1``.
+--table_prefix lakesync --dynamodb_endpoint http://127.0.0.1:4566 --region us-east-1
+--checkpoint_bucket lakesync-checkpoints --s3_endpoint http://127.0.0.1:4566``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 
 from lakesync.spark.flush import JOB_OPTIONS, FlushJobArgs, run
+from lakesync.spark.glue import resolved_options
 from lakesync.spark.session import build_session
 
 
-def _options() -> dict[str, str]:
-    try:
-        from awsglue.utils import getResolvedOptions  # type: ignore[import-not-found]  # only on Glue
-    except ImportError:
-        parser = argparse.ArgumentParser(description=__doc__)
-        for name in JOB_OPTIONS:
-            parser.add_argument(f"--{name}")
-        return {k: v for k, v in vars(parser.parse_args()).items() if v is not None}
-    present = [name for name in JOB_OPTIONS if f"--{name}" in sys.argv]
-    return dict(getResolvedOptions(sys.argv, present))
-
-
-def main() -> None:
-    """Parse the options, start the session, run one flush, print its report as JSON."""
-    args = FlushJobArgs.parse(_options())
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options, read the release bounds, start the session, run one flush, print the report as JSON."""
+    args = FlushJobArgs.parse(resolved_options(JOB_OPTIONS, argv))
+    bounds = args.release_bounds()
     spark = build_session(
         app_name="lakesync-flush",
         warehouse=args.warehouse,
@@ -39,9 +31,11 @@ def main() -> None:
         catalog=args.catalog_kind,
         catalog_uri=args.catalog_uri,
     )
-    report = run(spark, args.config)
-    print(json.dumps(dataclasses.asdict(report), default=dict, sort_keys=True))
+    report = run(spark, args.config, checkpoint_positions=bounds.positions, checkpoint_hlcs=bounds.hlcs)
+    out = {"flush": dataclasses.asdict(report), "release": bounds.report()}
+    print(json.dumps(out, default=dict, sort_keys=True))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,7 +6,6 @@ sqlite-catalog Iceberg warehouse in the data directory, checkpoints go to the lo
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -55,25 +54,18 @@ def run_pipeline(
     say: Callable[[str], None] = print,
 ) -> PipelineReport:
     """Flush the buffer into the lake, fold it into current state and cut a checkpoint per gateway."""
+    from lakesync.aws.checkpoints import read_release_bounds
     from lakesync.aws.dynamodb import DynamoDBConfigStore
     from lakesync.aws.flush_store import DynamoConfig
     from lakesync.aws.objects import S3ObjectStore, s3_client
     from lakesync.aws.tables import TableNames
-    from lakesync.core.checkpoint import Manifest, latest_from_json, latest_key, manifest_key
     from lakesync.spark import checkpoint, compact, flush
 
     aws = stack.aws_kwargs()
     names = TableNames.with_prefix(TABLE_PREFIX)
     objects = S3ObjectStore(CHECKPOINT_BUCKET, s3_client(**aws))
     seconds: dict[str, float] = {}
-
-    positions: dict[str, int] = {}
-    for gateway in gateways:
-        latest = objects.get(latest_key(gateway))
-        if latest is not None:
-            manifest = objects.get(manifest_key(gateway, latest_from_json(json.loads(latest))))
-            if manifest is not None:
-                positions.update(Manifest.from_json(json.loads(manifest)).positions)
+    bounds = read_release_bounds(CHECKPOINT_BUCKET, gateways, objects=objects)
 
     started = time.perf_counter()
     dynamo = DynamoConfig(
@@ -83,7 +75,12 @@ def run_pipeline(
         access_key_id=aws["aws_access_key_id"],
         secret_access_key=aws["aws_secret_access_key"],
     )
-    flushed = flush.run(spark, flush.FlushConfig(dynamodb=dynamo, gateways=gateways), checkpoint_positions=positions)
+    flushed = flush.run(
+        spark,
+        flush.FlushConfig(dynamodb=dynamo, gateways=gateways),
+        checkpoint_positions=bounds.positions,
+        checkpoint_hlcs=bounds.hlcs,
+    )
     seconds["flush"] = time.perf_counter() - started
     say(f"   flush: {flushed.deltas} deltas from {flushed.shards} shard(s) into the Iceberg delta log")
 

@@ -9,7 +9,8 @@ One run:
 4. reads those ranges in parallel on the executors and appends them in ONE Iceberg commit whose snapshot carries the
    watermarks of every shard (unchanged shards carried forward);
 5. then advances the heads' flushed counters, clears the flush requests recorded before the run started, and
-   releases buffer items (flushed, covered by the checkpoint positions and older than the retention).
+   releases buffer items (flushed, covered by the latest checkpoints' positions and ``serverHlc``, and older than the
+   retention).
 
 Invariants: the delta log holds each buffer entry at most once, because a run only appends entries above the
 watermarks of the snapshot it read, and only one run appends at a time (the lease, renewed right before the append,
@@ -43,6 +44,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakesync.aws.checkpoints import ReleaseBounds, read_release_bounds
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, LogRecord, ShardRange
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import FlushError
@@ -166,9 +168,11 @@ JOB_OPTIONS = (
     "max_deltas_per_run",
     "dynamodb_endpoint",
     "region",
+    "checkpoint_bucket",
+    "s3_endpoint",
 )
 """Options of the flush job script (``--name value``); only ``warehouse`` and one of ``tables``/``table_prefix`` are
-required."""
+required. Without ``checkpoint_bucket`` nothing is released from the buffer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,12 +184,17 @@ class FlushJobArgs:
         warehouse: ``s3://`` URI (Glue catalog) or a local directory.
         catalog_kind: ``glue`` (the Glue Data Catalog) or ``local`` (a sqlite catalog, ``catalog_uri``).
         catalog_uri: The local catalog's sqlite file.
+        checkpoint_bucket: The S3 bucket of the checkpoints, whose latest manifests bound the release; ``None``
+            releases nothing.
+        s3_endpoint: S3 endpoint override (locally, the moto server); the region is ``config.dynamodb.region``.
     """
 
     config: FlushConfig
     warehouse: str
     catalog_kind: Literal["local", "glue"] = "glue"
     catalog_uri: str | None = None
+    checkpoint_bucket: str | None = None
+    s3_endpoint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> FlushJobArgs:
@@ -216,7 +225,24 @@ class FlushJobArgs:
             retention_ms=int(options.get("retention_ms", DAY_MS)),
             max_deltas_per_run=int(options["max_deltas_per_run"]) if "max_deltas_per_run" in options else None,
         )
-        return cls(config, options["warehouse"], "local" if kind == "local" else "glue", options.get("catalog_uri"))
+        return cls(
+            config,
+            options["warehouse"],
+            "local" if kind == "local" else "glue",
+            options.get("catalog_uri"),
+            checkpoint_bucket=options.get("checkpoint_bucket"),
+            s3_endpoint=options.get("s3_endpoint"),
+        )
+
+    def release_bounds(self) -> ReleaseBounds:
+        """What the latest checkpoints in ``checkpoint_bucket`` let this run release (of its gateways, or of every
+        gateway with checkpoints); empty bounds without a bucket."""
+        return read_release_bounds(
+            self.checkpoint_bucket,
+            self.config.gateways,
+            endpoint_url=self.s3_endpoint,
+            region_name=self.config.dynamodb.region,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,6 +551,7 @@ def run(
     config: FlushConfig,
     *,
     checkpoint_positions: Mapping[str, int] | None = None,
+    checkpoint_hlcs: Mapping[str, int] | None = None,
     now_ms: Callable[[], int] = system_clock,
     fail_at: str | None = None,
     store: FlushStore | None = None,
@@ -536,6 +563,10 @@ def run(
         config: What to flush and how.
         checkpoint_positions: ``{shard: seq}`` covered by the latest checkpoints; only entries at or below them are
             released. None releases nothing.
+        checkpoint_hlcs: ``{shard: serverHlc}`` of those checkpoints; only entries committed at or below it are
+            released, so a client resuming ``since`` a checkpoint's ``serverHlc`` is never behind the release
+            (:meth:`~lakesync.core.checkpoint.Manifest.releasable`). None: no such bound (callers with positions
+            only); :class:`~lakesync.aws.checkpoints.ReleaseBounds` has both.
         now_ms: The wall clock (epoch ms), for the lease, the flush requests and the retention.
         fail_at: Simulate a crash at one of :data:`FAIL_POINTS` (tests).
         store: The driver's store (defaults to one built from ``config.dynamodb``).
@@ -587,7 +618,7 @@ def run(
         cleared = store.clear_flush_requests(gateways, started_ms)
         steps.done("requests")
 
-        released = _release(store, config, plan, checkpoint_positions or {}, now_ms(), steps)
+        released = _release(store, config, plan, checkpoint_positions or {}, checkpoint_hlcs, now_ms(), steps)
         steps.done("release")
         return FlushReport(
             run_id=run_id,
@@ -635,16 +666,19 @@ def _release(
     config: FlushConfig,
     plan: FlushPlan,
     positions: Mapping[str, int],
+    hlcs: Mapping[str, int] | None,
     now: int,
     steps: _Steps,
 ) -> int:
-    """Mark and delete the items that are flushed, covered by the checkpoint and older than the retention."""
-    cutoff_hlc = ((now - config.retention_ms) << 16) | 0xFFFF
+    """Mark and delete the items that are flushed, covered by the checkpoint (position and HLC) and older than the
+    retention."""
+    retention_hlc = ((now - config.retention_ms) << 16) | 0xFFFF
     deleted = 0
     for shard_plan in plan.shards:
         head = shard_plan.head
         released = head.released_seq
         limit = min(max(head.flushed_seq, shard_plan.end), positions.get(head.shard.key, 0))
+        cutoff_hlc = retention_hlc if hlcs is None else min(retention_hlc, hlcs.get(head.shard.key, 0))
         if limit > released:
             target = store.release_target(head.shard, limit, cutoff_hlc)
             if target is not None and target[0] > released:
