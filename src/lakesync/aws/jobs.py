@@ -1,0 +1,193 @@
+"""Starting the flush job on AWS Glue so that it serves given flush requests, without ever starting it in a loop.
+
+:meth:`GlueJobStarter.ensure_run_after` makes sure a flush run that begins after a request was recorded exists (the
+rule is :meth:`lakesync.core.flush_requests.ActiveRun.covers`):
+
+1. it lists the job's unfinished runs (``GetJobRuns``, newest first, one page); if one covers the request, done;
+2. otherwise it starts one (``StartJobRun``); with job-run queuing on, a busy job answers with a queued run, which
+   covers everything recorded before it;
+3. if the job is busy with a run that began *before* the request (``ConcurrentRunsExceededException``), or Glue
+   throttles or fails transiently, it waits :attr:`~GlueJobStarter.poll_interval_s` and tries again, until its wait
+   budget is spent. Then it gives up with outcome ``deferred`` and the caller reports the requests for a retry.
+
+Invariants: at most one ``GetJobRuns`` and one ``StartJobRun`` call per poll interval, so a long run is waited
+out, never hammered. Errors that waiting cannot fix (no such job, access denied, invalid input) raise
+:class:`~lakesync.core.errors.StorageError` at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lakesync.core.errors import StorageError
+from lakesync.core.flush_requests import ActiveRun, covering_run
+
+if TYPE_CHECKING:
+    from mypy_boto3_glue import GlueClient
+
+__all__ = [
+    "ACTIVE_STATES",
+    "DEFAULT_POLL_INTERVAL_S",
+    "GlueJobStarter",
+    "TriggerResult",
+    "glue_client",
+]
+
+ACTIVE_STATES: Final = frozenset({"WAITING", "STARTING", "RUNNING", "STOPPING"})
+"""Glue job-run states of a run that has not finished (it still counts against MaxConcurrentRuns)."""
+
+DEFAULT_POLL_INTERVAL_S: Final = 10.0
+"""Seconds between two attempts while the job is busy or Glue is throttling."""
+
+RUNS_PAGE_SIZE: Final = 50
+"""Runs read per ``GetJobRuns`` call; Glue lists the newest first, so unfinished runs are on the first page."""
+
+_BUSY: Final = "ConcurrentRunsExceededException"
+_TRANSIENT: Final = frozenset(
+    {"ThrottlingException", "InternalServiceException", "OperationTimeoutException", "ServiceUnavailableException"}
+)
+
+Outcome = Literal["started", "covered", "deferred"]
+
+
+def glue_client(**kwargs: str) -> GlueClient:
+    """A Glue client; ``kwargs`` (endpoint_url, region_name, credentials) override the environment.
+
+    Glue's control plane answers more slowly than DynamoDB, so its timeouts are longer than the API functions'.
+    """
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=10)
+    return boto3.client("glue", config=config, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerResult:
+    """What :meth:`GlueJobStarter.ensure_run_after` did.
+
+    Attributes:
+        outcome: ``started`` (a new run), ``covered`` (an unfinished run already serves the request) or
+            ``deferred`` (the wait budget ran out; the request needs a retry).
+        run_id: The started or covering run; for ``deferred`` the run the job was busy with, if one was seen.
+        blocking: For ``deferred``: the unfinished run that did not cover the request, if one was seen.
+        attempts: ``StartJobRun`` calls made.
+        reason: For ``deferred``: the last obstacle (``busy`` or a Glue error code).
+    """
+
+    outcome: Outcome
+    run_id: str | None = None
+    blocking: ActiveRun | None = None
+    attempts: int = 0
+    reason: str = ""
+
+
+class _Transient(Exception):
+    """Glue could not answer now; waiting may help."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class GlueJobStarter:
+    """Starts one Glue job; the client, the clock and the sleep are injected."""
+
+    def __init__(
+        self,
+        client: GlueClient,
+        job_name: str,
+        *,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if poll_interval_s <= 0:
+            raise ValueError("poll_interval_s must be positive")
+        self.client = client
+        self.job_name = job_name
+        self.poll_interval_s = poll_interval_s
+        self._monotonic = monotonic
+        self._sleep = sleep
+
+    def active_runs(self) -> list[ActiveRun]:
+        """The job's unfinished runs on the newest page of its run history.
+
+        Raises:
+            StorageError: Glue refused (no such job, access denied...).
+        """
+        response = self._call("GetJobRuns", self.client.get_job_runs, JobName=self.job_name, MaxResults=RUNS_PAGE_SIZE)
+        return [_active_run(run) for run in response.get("JobRuns", []) if run.get("JobRunState") in ACTIVE_STATES]
+
+    def start(self) -> str | None:
+        """Start a run; its id, or ``None`` when the job already runs as often as it may.
+
+        Raises:
+            StorageError: Glue refused for a reason waiting cannot fix.
+        """
+        try:
+            response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name)
+        except _Transient as exc:
+            if exc.code == _BUSY:
+                return None
+            raise
+        return str(response["JobRunId"])
+
+    def ensure_run_after(self, at_ms: int, *, wait_s: float) -> TriggerResult:
+        """Make sure a run that begins after ``at_ms`` (a request's time, epoch ms) exists, waiting up to ``wait_s``.
+
+        Raises:
+            StorageError: Glue refused for a reason waiting cannot fix.
+        """
+        deadline = self._monotonic() + max(0.0, wait_s)
+        attempts = 0
+        blocking: ActiveRun | None = None
+        reason = ""
+        while True:
+            try:
+                runs = self.active_runs()
+                covering = covering_run(runs, at_ms)
+                if covering is not None:
+                    return TriggerResult("covered", covering.run_id, attempts=attempts)
+                attempts += 1
+                run_id = self.start()
+                if run_id is not None:
+                    return TriggerResult("started", run_id, attempts=attempts)
+                blocking = _latest(runs) or blocking
+                reason = "busy"
+            except _Transient as exc:
+                reason = exc.code
+            if self._monotonic() + self.poll_interval_s > deadline:
+                return TriggerResult(
+                    "deferred", blocking.run_id if blocking else None, blocking, attempts=attempts, reason=reason
+                )
+            self._sleep(self.poll_interval_s)
+
+    def _call(self, operation: str, method: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return method(**kwargs)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            if code == _BUSY or code in _TRANSIENT:
+                raise _Transient(code) from exc
+            raise StorageError(f"Glue {operation} ({self.job_name}) failed: {code}") from exc
+        except BotoCoreError as exc:
+            raise _Transient(type(exc).__name__) from exc
+
+
+def _active_run(run: Any) -> ActiveRun:
+    started = run.get("StartedOn")
+    started_ms = round(started.timestamp() * 1000) if isinstance(started, datetime) else None
+    return ActiveRun(run_id=str(run.get("Id", "")), started_ms=started_ms, queued=run.get("JobRunState") == "WAITING")
+
+
+def _latest(runs: Sequence[ActiveRun]) -> ActiveRun | None:
+    """The most recently started of ``runs`` (the one a retry waits for)."""
+    started = [run for run in runs if run.started_ms is not None]
+    return max(started, key=lambda run: run.started_ms or 0) if started else (runs[0] if runs else None)
