@@ -1,6 +1,7 @@
 """The Lambda functions' configuration: environment variables, validated once per cold start.
 
-Variables (every API function reads all of them; ``health`` reads none -- see :data:`FUNCTION_ENV_VARS`):
+Variables (every API function reads the list below; ``health`` and ``rotate_secret`` read none, ``flush_trigger``
+reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 
 * ``LAKESYNC_GATEWAY_IDS`` -- comma-separated gateway ids served (default ``default``).
 * ``LAKESYNC_TABLE_DELTAS`` / ``_ROWS`` / ``_HEADS`` / ``_DEDUP`` / ``_CONFIG`` / ``_ACTIONS`` -- DynamoDB table
@@ -12,6 +13,8 @@ Variables (every API function reads all of them; ``health`` reads none -- see :d
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB).
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).
+* ``LAKESYNC_FLUSH_JOB_NAME`` -- the Glue flush job ``flush_trigger`` starts (read by that function alone, on first
+  use: :func:`functions.flush_trigger.flush_job_name`).
 
 An empty variable counts as unset. Every problem is reported at once in one :class:`SettingsError`.
 """
@@ -40,6 +43,7 @@ BACKPRESSURE_BYTES: Final = "LAKESYNC_BACKPRESSURE_BYTES"
 SUB_SHARDS: Final = "LAKESYNC_SUB_SHARDS"
 MAX_BODY_BYTES: Final = "LAKESYNC_MAX_BODY_BYTES"
 CHECKPOINT_BUCKET: Final = "LAKESYNC_CHECKPOINT_BUCKET"
+FLUSH_JOB_NAME: Final = "LAKESYNC_FLUSH_JOB_NAME"
 
 API_ENV_VARS: Final = frozenset(
     {
@@ -65,6 +69,8 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "actions": API_ENV_VARS,
     "admin": API_ENV_VARS,
     "checkpoint": API_ENV_VARS,
+    "flush_trigger": frozenset({FLUSH_JOB_NAME}),
+    "rotate_secret": frozenset(),
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
 

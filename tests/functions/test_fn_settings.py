@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from functions._settings import API_ENV_VARS, FUNCTION_ENV_VARS, TABLE_VARS, Settings, SettingsError
+from functions._settings import (
+    API_ENV_VARS,
+    FLUSH_JOB_NAME,
+    FUNCTION_ENV_VARS,
+    TABLE_VARS,
+    Settings,
+    SettingsError,
+)
 from lakesync.aws.tables import TableNames
 
 SECRET = "a-secret-of-enough-bytes"
@@ -107,7 +114,9 @@ def test_function_env_vars_cover_what_settings_read():
     constants = {
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
-    # Then the API functions declare exactly those (and the six table names); health reads none
-    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS)
-    assert FUNCTION_ENV_VARS["health"] == frozenset()
+    # Then the API functions declare exactly those (and the six table names) but the flush job's name, which only
+    # flush_trigger reads; health and rotate_secret read none
+    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | {FLUSH_JOB_NAME}
+    assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
+    assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME}
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}

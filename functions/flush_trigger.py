@@ -1,0 +1,78 @@
+"""The config table's DynamoDB stream -> the flush job: one ``glue:StartJobRun`` per batch of flush requests.
+
+The event source mapping reports batch item failures (``ReportBatchItemFailures``); the rule for a busy job, the
+waiting and what is reported for a retry are in :mod:`lakesync.aws.flush_trigger`. Reads ``LAKESYNC_FLUSH_JOB_NAME``
+on first use; the Glue client is made on first use too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions._runtime import logger, metrics, one_at_a_time, tracer
+from functions._settings import FLUSH_JOB_NAME, SettingsError
+from lakesync.aws.flush_trigger import trigger_flush, wait_budget_s
+
+if TYPE_CHECKING:
+    from lakesync.aws.jobs import GlueJobStarter
+
+_JOB_NAME = re.compile(r"[\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF\t]{1,255}")
+
+
+def flush_job_name(environ: Mapping[str, str]) -> str:
+    """The Glue flush job's name from the environment.
+
+    Raises:
+        SettingsError: the variable is unset, empty or not a Glue job name.
+    """
+    name = environ.get(FLUSH_JOB_NAME, "").strip()
+    if not name:
+        raise SettingsError(f"Invalid LakeSync configuration: missing {FLUSH_JOB_NAME}")
+    if not _JOB_NAME.fullmatch(name):
+        raise SettingsError(f"Invalid LakeSync configuration: {FLUSH_JOB_NAME} {name!r} is not a Glue job name")
+    return name
+
+
+@functools.lru_cache(maxsize=1)
+def get_starter() -> GlueJobStarter:
+    """The flush job's starter, built on first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
+    from lakesync.aws.jobs import GlueJobStarter, glue_client
+
+    return GlueJobStarter(glue_client(), flush_job_name(os.environ))
+
+
+@one_at_a_time
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda entry point: ``{"batchItemFailures": [{"itemIdentifier": <SequenceNumber>}, ...]}``."""
+    metrics.add_metric(name="FlushTriggerBatches", unit=MetricUnit.Count, value=1)
+    report = trigger_flush(event, get_starter(), wait_s=wait_budget_s(context.get_remaining_time_in_millis()))
+    result = report.result
+    metrics.add_metric(name="FlushRequests", unit=MetricUnit.Count, value=len(report.records.requests))
+    if result is None:
+        logger.info("No flush request in the batch", extra={"ignored": report.records.ignored})
+        return report.response()
+    metrics.add_metric(name=f"FlushRuns{result.outcome.title()}", unit=MetricUnit.Count, value=1)
+    log = logger.warning if result.outcome == "deferred" else logger.info
+    log(
+        f"Flush {result.outcome}",
+        extra={
+            "run_id": result.run_id,
+            "requests": len(report.records.requests),
+            "ignored": report.records.ignored,
+            "newest_request_ms": report.records.newest_ms,
+            "start_attempts": result.attempts,
+            "reason": result.reason,
+            "retry": len(report.retry),
+        },
+    )
+    return report.response()
