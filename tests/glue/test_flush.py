@@ -5,27 +5,34 @@ Focus: the delta log holds every committed buffer entry exactly once -- after a 
 step and a rerun, with pushes continuing between runs, with a per-run cap; heads' flushed counters equal the log;
 the lease refuses a second run and expires; a run with nothing new makes no snapshot; a flush relieves
 backpressure; release deletes only flushed, checkpoint-covered, retention-old items, and a pull from behind them gets
-CURSOR_EXPIRED. Plus the pure parts: planning, the item -> row conversion and the DataFrame transforms.
+CURSOR_EXPIRED; the Glue entry path reads the release bounds (positions and serverHlc) from the latest checkpoints in
+the checkpoint bucket on moto S3 and releases exactly what they cover, and without a bucket releases nothing. Plus the
+pure parts: planning, the item -> row conversion and the DataFrame transforms.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lakesync.aws.checkpoints import checkpointed_gateways, read_release_bounds, release_bounds
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
+from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
+from lakesync.core.checkpoint import checkpoint_id, latest_key
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
 from lakesync.core.hlc import HLC, system_clock
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
+from lakesync.gateway.checkpoint import load_manifest, write_checkpoint
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.model import ShardHead, ShardId
 from lakesync.gateway.pull import encode_cursor, pull
@@ -34,6 +41,7 @@ from lakesync.lake.tables import FLUSH_WATERMARKS
 from lakesync.spark.flush import (
     DELTA_LOG_SCHEMA,
     FAIL_POINTS,
+    JOB_OPTIONS,
     RECORD_SCHEMA,
     FlushConfig,
     FlushJobArgs,
@@ -44,11 +52,13 @@ from lakesync.spark.flush import (
     run,
     shard_figures,
 )
+from lakesync.spark.glue import resolved_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 GATEWAYS = ("gw1", "gw2")
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 HOUR_MS = 3600 * 1000
 EntryKey = tuple[str, int]
 
@@ -626,3 +636,139 @@ def test_flush_clears_only_requests_recorded_before_it_started(
     # Then only the earlier request is gone
     assert report.requests_cleared == 1
     assert [r["id"] for r in deps.config.list_flush_requests("gw2")] == ["new"]
+
+
+# -- release bounds from the checkpoint bucket (the Glue entry path) ----------------------------------------------
+
+
+@pytest.fixture
+def checkpoints(moto_endpoint: str) -> S3ObjectStore:
+    """A fresh checkpoint bucket on the moto server."""
+    client = s3_client(
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    bucket = f"cps-{uuid.uuid4().hex[:12]}"
+    create_bucket(client, bucket)
+    return S3ObjectStore(bucket, client)
+
+
+def _publish(objects: S3ObjectStore, gateway: str, created_ms: int, positions: dict[str, int], server_hlc: int) -> str:
+    """A checkpoint without rows, as the checkpoint job publishes it (manifest, then latest.json)."""
+    cid = checkpoint_id(created_ms, uuid.uuid4().hex[:8])
+    write_checkpoint(
+        objects,
+        gateway=gateway,
+        checkpoint_id=cid,
+        created_at_ms=created_ms,
+        positions=positions,
+        server_hlc=server_hlc,
+        tables=[],
+        rows=[],
+    )
+    return cid
+
+
+@pytest.mark.integration
+def test_release_bounds_come_from_each_gateways_latest_checkpoint(checkpoints: S3ObjectStore) -> None:
+    # Given gw1 with two checkpoints, gw3 with a corrupt pointer, gw2 with none
+    _publish(checkpoints, "gw1", 1_000, {"gw1#notes#0": 3}, 30)
+    latest = _publish(checkpoints, "gw1", 2_000, {"gw1#notes#0": 9, "gw1#todos#1": 4}, 70)
+    checkpoints.put(latest_key("gw3"), b"{not json")
+
+    # When the bounds of the three gateways are read
+    bounds = release_bounds(checkpoints, ["gw3", "gw2", "gw1"], bucket=checkpoints.bucket)
+
+    # Then only gw1's latest checkpoint counts: its positions, and its serverHlc for each of its shards
+    assert bounds.positions == {"gw1#notes#0": 9, "gw1#todos#1": 4}
+    assert bounds.hlcs == {"gw1#notes#0": 70, "gw1#todos#1": 70}
+    assert bounds.checkpoints == {"gw1": latest}
+    # And the others contribute nothing, with the reason
+    assert bounds.skipped["gw2"] == "no checkpoint"
+    assert bounds.skipped["gw3"].startswith("unreadable checkpoint")
+    assert bounds.report() == {
+        "bucket": checkpoints.bucket,
+        "checkpoints": {"gw1": latest},
+        "skipped": dict(sorted(bounds.skipped.items())),
+    }
+    # And without a gateway list, the gateways with checkpoint folders are read
+    assert checkpointed_gateways(checkpoints) == ["gw1", "gw3"]
+    assert read_release_bounds(checkpoints.bucket, None, objects=checkpoints) == replace(
+        bounds, skipped={"gw3": bounds.skipped["gw3"]}
+    )
+
+
+def test_flush_job_without_checkpoint_bucket_releases_nothing_and_says_so() -> None:
+    # Given flush job options without --checkpoint_bucket
+    args = FlushJobArgs.parse(resolved_options(JOB_OPTIONS, ["--table_prefix", "p", "--warehouse", "w"]))
+
+    # When its release bounds are read (no S3 call is made without a bucket)
+    bounds = args.release_bounds()
+
+    # Then nothing can be released, and the report says why
+    assert (bounds.positions, bounds.hlcs, bounds.bucket) == ({}, {}, None)
+    assert "nothing is released" in bounds.report()["note"]
+
+
+@pytest.mark.spark
+def test_glue_flush_path_with_checkpoint_bucket_releases_exactly_the_covered_entries(
+    spark: SparkSession,
+    config: FlushConfig,
+    deps: GatewayDeps,
+    checkpoints: S3ObjectStore,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given pushes interleaved across gw1's tables (so commit HLCs interleave across its shards), and gw2's
+    writer = Writer(deps)
+    writer.push("gw1", 20)
+    writer.push("gw1", 10, table="notes")
+    writer.push("gw1", 20)
+    writer.push("gw1", 10, table="notes")
+    writer.push("gw2", 10)
+    log = buffer_log(deps)
+    notes = ShardId("gw1", "notes").key
+    # And a checkpoint of gw1 covering notes up to 5 and all of todos, with serverHlc as the checkpoint job sets it
+    # (the smallest commit HLC among the last covered entries): that of notes' 5th entry
+    positions = {s.key: (5 if s.key == notes else h.seq) for s, h in all_heads(deps).items() if s.gateway == "gw1"}
+    server_hlc = min(log[(shard, seq)][-1] for shard, seq in positions.items())
+    cid = _publish(checkpoints, "gw1", system_clock(), positions, server_hlc)
+
+    # When the flush job's options are parsed and its release bounds read, as glue_jobs/flush.py does
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    argv = ["--JOB_NAME", "flush", "--tables", json.dumps(config.dynamodb.tables.as_dict()), "--warehouse", "w",
+            "--dynamodb_endpoint", moto_endpoint, "--region", "us-east-1", "--checkpoint_bucket", checkpoints.bucket,
+            "--s3_endpoint", moto_endpoint]  # fmt: skip
+    args = FlushJobArgs.parse(resolved_options(JOB_OPTIONS, argv))
+    bounds = args.release_bounds()
+    # (the executors' clients get the credentials the job role gives them on Glue; the test lake has its namespace)
+    job = replace(args.config, namespace=config.namespace, dynamodb=config.dynamodb)
+    report = run(
+        spark,
+        job,
+        checkpoint_positions=bounds.positions,
+        checkpoint_hlcs=bounds.hlcs,
+        now_ms=later(2 * 24 * HOUR_MS),
+    )
+
+    # Then the bounds are the checkpoint's
+    assert (bounds.positions, bounds.checkpoints) == (positions, {"gw1": cid})
+    assert bounds.report()["bucket"] == checkpoints.bucket
+    # And exactly the entries the checkpoint lets go (by position and by serverHlc) left the buffer
+    manifest = load_manifest(checkpoints, "gw1")
+    assert manifest is not None
+    releasable = {k for k, entry in log.items() if manifest.releasable(k[0], k[1], entry[-1])}
+    assert buffer_keys(deps) == set(log) - releasable
+    assert report.released == len(releasable) > 0
+    # And the serverHlc bound mattered: some todos entries covered by position stay
+    assert any(seq <= positions[shard] for shard, seq in buffer_keys(deps) if shard != notes and shard in positions)
+    # And every entry is in the lake once; the heads record the release marks
+    assert_exactly_once(spark, config, deps, set(log))
+    for shard, head in all_heads(deps).items():
+        gone = sorted(seq for s, seq in releasable if s == shard.key)
+        assert (head.released_seq, head.released_hlc) == (
+            (gone[-1], log[(shard.key, gone[-1])][-1]) if gone else (0, 0)
+        )
