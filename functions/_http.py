@@ -13,7 +13,7 @@ with the request id and logged with its traceback; its details never leave the f
 and ``X-Request-Id`` (API Gateway's request id), plus ``Cache-Control: no-store`` under ``/v1/sync/`` and
 ``/v1/admin/``.
 
-Bodies: base64-decoded when ``isBase64Encoded`` (Powertools' ``decoded_body`` would give ``str``); larger than
+Routing is :mod:`functions._router` (light to import). Bodies: base64-decoded when ``isBase64Encoded``; larger than
 ``LAKESYNC_MAX_BODY_BYTES`` by ``Content-Length`` or by actual length → 413 ``VALIDATION_ERROR``; JSON parsed
 strictly (``Invalid JSON body``); ``Content-Type: application/x-protobuf`` selects the protobuf decoder. Responses
 are protobuf when the request's ``Accept`` prefers ``application/x-protobuf`` (else the route's default), JSON
@@ -27,11 +27,9 @@ import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
-from aws_lambda_powertools.event_handler.exceptions import NotFoundError as RouteNotFound
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions._router import Response, RouteNotFound, Router
 from functions._runtime import get_settings, jwt_secrets, logger, metrics
 from lakesync.api_routes import ROUTES
 from lakesync.auth import AuthClaims, parse_bearer, verify_token
@@ -58,17 +56,20 @@ _SECURITY_HEADERS: Final = {
 _NO_STORE_PREFIXES: Final = ("/v1/sync/", "/v1/admin/")
 
 
-class LakeSyncResolver(APIGatewayHttpResolver):
-    """Powertools' HTTP API resolver plus our response headers and per-response metrics."""
+class LakeSyncResolver(Router):
+    """The router plus our response headers and per-response metrics."""
 
-    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+    def resolve(self, event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
         """Route ``event`` and add the headers every response carries."""
         result = super().resolve(event, context)
-        context_ = event.get("requestContext") or {}
-        path = _strip_stage(str(event.get("rawPath", "")), str(context_.get("stage", "$default")))
-        headers: dict[str, str] = result.setdefault("headers", {})
+        request_context = event.get("requestContext") or {}
+        headers: dict[str, str] = result["headers"]
         headers.update(_SECURITY_HEADERS)
-        headers["X-Request-Id"] = str(context_.get("requestId", ""))
+        headers["X-Request-Id"] = str(request_context.get("requestId", ""))
+        stage = str(request_context.get("stage") or "$default")
+        path = str(event.get("rawPath", ""))
+        if stage != "$default" and path.startswith(f"/{stage}/"):
+            path = path[len(stage) + 1 :]
         if path.startswith(_NO_STORE_PREFIXES):
             headers["Cache-Control"] = "no-store"
         status = int(result["statusCode"])
@@ -79,10 +80,10 @@ class LakeSyncResolver(APIGatewayHttpResolver):
 
 
 def new_app() -> LakeSyncResolver:
-    """A resolver with LakeSync's error mapping registered."""
+    """A router with LakeSync's error mapping registered."""
     app = LakeSyncResolver(serializer=js_stringify)
 
-    def _lakesync_error(exc: LakeSyncError) -> Response[Any]:
+    def _lakesync_error(exc: LakeSyncError) -> Response:
         if exc.status == 500 and exc.api_code == "INTERNAL_ERROR":
             return _internal_error(app, exc)
         if exc.status == 503:  # backpressure or lost commit races: expected under load, retried by clients
@@ -93,15 +94,15 @@ def new_app() -> LakeSyncResolver:
             logger.info("request rejected", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
         return json_response(exc.to_body(), exc.status)
 
-    def _not_found(_exc: RouteNotFound) -> Response[Any]:
-        event = app.current_event
-        allowed = sorted({r.method for r in ROUTES if r.match(r.method, event.path) is not None})
-        if allowed and event.http_method.upper() not in allowed:
+    def _not_found(_exc: RouteNotFound) -> Response:
+        request = app.current_event
+        allowed = sorted({r.method for r in ROUTES if r.match(r.method, request.path) is not None})
+        if allowed and request.method not in allowed:
             body = {"error": "Method not allowed", "code": "VALIDATION_ERROR"}
             return Response(405, JSON, body, headers={"Allow": ", ".join(allowed)})
         return json_response({"error": "Not found", "code": "NOT_FOUND"}, 404)
 
-    def _unexpected(exc: Exception) -> Response[Any]:
+    def _unexpected(exc: Exception) -> Response:
         return _internal_error(app, exc)
 
     app.exception_handler(LakeSyncError)(_lakesync_error)
@@ -110,29 +111,23 @@ def new_app() -> LakeSyncResolver:
     return app
 
 
-def _internal_error(app: LakeSyncResolver, exc: Exception) -> Response[Any]:
+def _internal_error(app: Router, exc: Exception) -> Response:
     logger.exception("unhandled error: %s", type(exc).__name__)
-    request_id = app.current_event.request_context.request_id
+    request_id = app.current_event.request_id
     return json_response({"error": INTERNAL_ERROR, "code": "INTERNAL_ERROR", "requestId": request_id}, 500)
 
 
-def _strip_stage(path: str, stage: str) -> str:
-    if stage != "$default" and path.startswith(f"/{stage}/"):
-        return path[len(stage) + 1 :]
-    return path
-
-
-def json_response(body: JsonValue, status: int = 200) -> Response[Any]:
+def json_response(body: JsonValue, status: int = 200) -> Response:
     """A JSON response."""
     return Response(status, JSON, body)
 
 
-def protobuf_response(data: bytes, headers: Mapping[str, str] | None = None) -> Response[Any]:
-    """A protobuf response (Powertools base64-encodes ``bytes``)."""
-    return Response(200, PROTOBUF, data, headers=headers)
+def protobuf_response(data: bytes, headers: Mapping[str, str] | None = None) -> Response:
+    """A protobuf response (the router base64-encodes ``bytes``)."""
+    return Response(200, PROTOBUF, data, headers=headers or {})
 
 
-def authorize(app: APIGatewayHttpResolver, gateway: str, *, admin: bool = False) -> AuthClaims:
+def authorize(app: Router, gateway: str, *, admin: bool = False) -> AuthClaims:
     """Authenticate the request for ``gateway`` (see the module docstring for the order of checks).
 
     Raises:
@@ -150,7 +145,7 @@ def authorize(app: APIGatewayHttpResolver, gateway: str, *, admin: bool = False)
     return claims
 
 
-def read_body(app: APIGatewayHttpResolver) -> bytes:
+def read_body(app: Router) -> bytes:
     """The raw request body, within the size limit.
 
     Raises:
@@ -190,12 +185,12 @@ def parse_json(body: bytes) -> JsonValue:
     return loads(body, revive_hlcs=False)
 
 
-def has_protobuf_body(app: APIGatewayHttpResolver) -> bool:
+def has_protobuf_body(app: Router) -> bool:
     """Whether the request body is protobuf (``Content-Type: application/x-protobuf``)."""
     return _media_type(app.current_event.headers.get("content-type")) == PROTOBUF
 
 
-def wants_protobuf(app: APIGatewayHttpResolver, *, default: bool = False) -> bool:
+def wants_protobuf(app: Router, *, default: bool = False) -> bool:
     """Whether to answer in protobuf: ``Accept`` ranks it above JSON; ``default`` when it ranks neither."""
     quality: dict[str, float] = {}
     for part in (app.current_event.headers.get("accept") or "").split(","):

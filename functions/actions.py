@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
+from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync.core.actions import parse_action_push
 from lakesync.gateway import actions as service
@@ -17,8 +17,8 @@ from lakesync.wire import decode, encode
 app = http.new_app()
 
 
-@app.post("/v1/sync/<gw>/action")
-def action(gw: str) -> Response[Any]:
+@app.post("/v1/sync/{gw}/action")
+def action(gw: str) -> Response:
     """Run a batch of actions; 200 ``{results, serverHlc}`` (failures are results, not HTTP errors)."""
     claims = http.authorize(app, gw)
     body = http.read_body(app)
@@ -33,8 +33,8 @@ def action(gw: str) -> Response[Any]:
     return http.json_response(response.to_json())
 
 
-@app.get("/v1/sync/<gw>/actions")
-def discover(gw: str) -> Response[Any]:
+@app.get("/v1/sync/{gw}/actions")
+def discover(gw: str) -> Response:
     """200 ``{connectors: {name: [ActionDescriptor]}}``."""
     http.authorize(app, gw)
     return http.json_response(service.describe(get_deps()))

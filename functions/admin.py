@@ -4,56 +4,56 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
+from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync.gateway import admin as service
 
 app = http.new_app()
 
 
-@app.post("/v1/admin/sync-rules/<gw>")
-def save_sync_rules(gw: str) -> Response[Any]:
+@app.post("/v1/admin/sync-rules/{gw}")
+def save_sync_rules(gw: str) -> Response:
     """Validate and store the sync rules; 200 ``{"saved": true}``."""
     http.authorize(app, gw, admin=True)
     document = http.parse_json(http.read_body(app))
     return http.json_response(service.save_sync_rules(get_deps(), gw, document))
 
 
-@app.get("/v1/admin/sync-rules/<gw>")
-def get_sync_rules(gw: str) -> Response[Any]:
+@app.get("/v1/admin/sync-rules/{gw}")
+def get_sync_rules(gw: str) -> Response:
     """The stored sync rules (an empty rule set when none)."""
     http.authorize(app, gw, admin=True)
     return http.json_response(service.get_sync_rules(get_deps(), gw))
 
 
-@app.post("/v1/admin/schema/<gw>")
-def save_schema(gw: str) -> Response[Any]:
+@app.post("/v1/admin/schema/{gw}")
+def save_schema(gw: str) -> Response:
     """Store a table schema (safe evolution only); 200 ``{"saved": true, "table", "version"}``."""
     http.authorize(app, gw, admin=True)
     document = http.parse_json(http.read_body(app))
     return http.json_response(service.save_schema(get_deps(), gw, document))
 
 
-@app.get("/v1/admin/schema/<gw>")
-def list_schemas(gw: str) -> Response[Any]:
+@app.get("/v1/admin/schema/{gw}")
+def list_schemas(gw: str) -> Response:
     """Every table schema with its version."""
     http.authorize(app, gw, admin=True)
     return http.json_response(service.list_schemas(get_deps(), gw))
 
 
-@app.post("/v1/admin/flush/<gw>")
-def flush(gw: str) -> Response[Any]:
+@app.post("/v1/admin/flush/{gw}")
+def flush(gw: str) -> Response:
     """Record a flush request for the flush job; 200 ``{"flushed": true, "requestId"}``."""
     claims = http.authorize(app, gw, admin=True)
     return http.json_response(service.request_flush(get_deps(), gw, requested_by=claims.client_id))
 
 
-@app.get("/v1/admin/metrics/<gw>")
-def buffer_metrics(gw: str) -> Response[Any]:
+@app.get("/v1/admin/metrics/{gw}")
+def buffer_metrics(gw: str) -> Response:
     """Buffer figures, in total and per table."""
     http.authorize(app, gw, admin=True)
     return http.json_response(service.metrics(get_deps(), gw))

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
+from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync.core.errors import ValidationError
 from lakesync.gateway import checkpoint as service
@@ -41,8 +41,8 @@ def parse_chunk(params: Mapping[str, str] | None) -> int | None:
     return int(raw)
 
 
-@app.get("/v1/sync/<gw>/checkpoint")
-def checkpoint(gw: str) -> Response[Any]:
+@app.get("/v1/sync/{gw}/checkpoint")
+def checkpoint(gw: str) -> Response:
     """The latest checkpoint (or one chunk of it) as the caller may see it."""
     claims = http.authorize(app, gw)
     params = app.current_event.query_string_parameters

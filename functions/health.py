@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
+from functions._router import Response
 from functions._runtime import logger, metrics, one_at_a_time, tracer
 
 app = http.new_app()
 
 
 @app.get("/health")
-def health() -> Response[Any]:
+def health() -> Response:
     """200 ``{"status": "ok"}``."""
     return http.json_response({"status": "ok"})
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
 from functions._query import parse_pull_params
+from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync.core.messages import SyncResponse
 from lakesync.gateway import pull as service
@@ -22,8 +22,8 @@ CURSOR_HEADER = "X-LakeSync-Cursor"
 app = http.new_app()
 
 
-@app.get("/v1/sync/<gw>/pull")
-def pull(gw: str) -> Response[Any]:
+@app.get("/v1/sync/{gw}/pull")
+def pull(gw: str) -> Response:
     """One page of deltas; 200 ``{deltas, serverHlc, hasMore, cursor?}``, filtered by the token's claims."""
     claims = http.authorize(app, gw)
     params = parse_pull_params(app.current_event.query_string_parameters)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
+from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync.core.errors import ValidationError
 from lakesync.core.messages import SyncPush, SyncResponse
@@ -23,8 +23,8 @@ from lakesync.wire import decode_sync_push, encode_sync_response
 app = http.new_app()
 
 
-@app.post("/v1/sync/<gw>/push")
-def push(gw: str) -> Response[Any]:
+@app.post("/v1/sync/{gw}/push")
+def push(gw: str) -> Response:
     """Merge a batch of deltas; 200 ``{serverHlc, accepted, deltas, receipts}``."""
     claims = http.authorize(app, gw)
     body = http.read_body(app)

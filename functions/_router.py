@@ -1,0 +1,158 @@
+"""A small router for API Gateway HTTP API (payload 2.0) events, built on the route table of ``lakesync.api_routes``.
+
+Why not Powertools' resolver: importing ``aws_lambda_powertools.event_handler`` loads every resolver it ships
+(AppSync, Bedrock agents, VPC Lattice, ...) and costs more cold-start time than all of LakeSync's own modules; the
+functions need only exact routes with path parameters, a request view and an error hook. Logging, metrics and
+tracing stay with Powertools.
+
+Behaviour: a request matches a registered ``(method, template)`` exactly (no trailing-slash folding); a named
+stage's prefix is removed from ``rawPath`` first; header names are lower-case; a ``bytes`` body is sent base64
+encoded; a body that is neither ``str`` nor ``bytes`` goes through the serializer. An exception raised by a route
+goes to the first registered handler of one of its classes (most specific first); unmatched requests raise
+:class:`RouteNotFound` into the same hooks.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from lakesync.api_routes import Route
+
+Handler = Callable[..., "Response"]
+_H = TypeVar("_H", bound=Handler)
+_E = TypeVar("_E", bound=BaseException)
+
+
+class RouteNotFound(Exception):
+    """No registered route serves the request's method and path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The parts of an HTTP API event the functions read."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    query_string_parameters: Mapping[str, str]
+    body: str | None
+    is_base64_encoded: bool
+    request_id: str
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Request:
+        """Read an API Gateway v2 event (missing parts become empty)."""
+        context = event.get("requestContext") or {}
+        http = context.get("http") or {}
+        stage = str(context.get("stage") or "$default")
+        path = str(event.get("rawPath") or http.get("path") or "/")
+        if stage != "$default" and path.startswith(f"/{stage}/"):
+            path = path[len(stage) + 1 :]
+        headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+        query = event.get("queryStringParameters")
+        return cls(
+            method=str(http.get("method") or "").upper(),
+            path=path,
+            headers=headers,
+            query_string_parameters=dict(query) if query else {},
+            body=event.get("body"),
+            is_base64_encoded=bool(event.get("isBase64Encoded")),
+            request_id=str(context.get("requestId") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A route's answer: status, content type, body (``bytes``, ``str`` or a JSON value) and extra headers."""
+
+    status_code: int
+    content_type: str
+    body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class Router:
+    """Routes API Gateway v2 events to the functions registered with :meth:`get` / :meth:`post`."""
+
+    def __init__(self, serializer: Callable[[Any], str]) -> None:
+        self._serializer = serializer
+        self._routes: list[tuple[Route, Handler]] = []
+        self._error_handlers: list[tuple[type[BaseException], Callable[[Any], Response]]] = []
+        self._current: Request | None = None
+
+    @property
+    def current_event(self) -> Request:
+        """The request being resolved (only valid inside :meth:`resolve`)."""
+        if self._current is None:
+            raise RuntimeError("no request is being resolved")
+        return self._current
+
+    def get(self, path: str) -> Callable[[_H], _H]:
+        """Register a GET route; ``path`` names parameters as ``{name}``."""
+        return self._register("GET", path)
+
+    def post(self, path: str) -> Callable[[_H], _H]:
+        """Register a POST route; ``path`` names parameters as ``{name}``."""
+        return self._register("POST", path)
+
+    def _register(self, method: str, path: str) -> Callable[[_H], _H]:
+        def decorate(handler: _H) -> _H:
+            self._routes.append((Route(method, path, handler.__module__), handler))
+            return handler
+
+        return decorate
+
+    def exception_handler(self, kind: type[_E]) -> Callable[[Callable[[_E], Response]], Callable[[_E], Response]]:
+        """Register the response hook for exceptions of ``kind`` (and its subclasses)."""
+
+        def decorate(hook: Callable[[_E], Response]) -> Callable[[_E], Response]:
+            self._error_handlers.append((kind, hook))
+            return hook
+
+        return decorate
+
+    def resolve(self, event: Mapping[str, Any], _context: object = None) -> dict[str, Any]:
+        """Route ``event`` and return the HTTP API response dict."""
+        request = Request.from_event(event)
+        self._current = request
+        try:
+            try:
+                response = self._dispatch(request)
+            except Exception as exc:  # every exception becomes a response through the registered hooks
+                response = self._handle(exc)
+            return self._render(response)
+        finally:
+            self._current = None
+
+    def _dispatch(self, request: Request) -> Response:
+        for route, handler in self._routes:
+            params = route.match(request.method, request.path)
+            if params is not None:
+                return handler(**params)
+        raise RouteNotFound(f"{request.method} {request.path}")
+
+    def _handle(self, exc: Exception) -> Response:
+        for kind in type(exc).__mro__:
+            for registered, hook in self._error_handlers:
+                if registered is kind:
+                    return hook(exc)
+        raise exc
+
+    def _render(self, response: Response) -> dict[str, Any]:
+        body = response.body
+        encoded = isinstance(body, bytes)
+        if encoded:
+            text = base64.b64encode(body).decode("ascii")
+        elif isinstance(body, str):
+            text = body
+        else:
+            text = self._serializer(body)
+        return {
+            "statusCode": response.status_code,
+            "headers": {"Content-Type": response.content_type, **response.headers},
+            "body": text,
+            "isBase64Encoded": encoded,
+        }
