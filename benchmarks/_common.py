@@ -249,7 +249,7 @@ class CallRecorder:
     ``sends`` counts HTTP requests: more sends than calls means the SDK retried (e.g. after a read timeout).
     """
 
-    record: frozenset[str] = frozenset({"TransactWriteItems"})
+    record: frozenset[str] = frozenset({"TransactWriteItems", "BatchWriteItem"})
     calls: Counter[str] = field(default_factory=Counter)
     recorded: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     sends: int = 0
@@ -294,6 +294,26 @@ def retarget(transaction: list[dict[str, Any]], old: Any, new: Any) -> list[dict
         ((op_type, op),) = action.items()
         moved.append({op_type: {**op, "TableName": mapping[op["TableName"]]}})
     return moved
+
+
+def retarget_request(operation: str, params: dict[str, Any], old: Any, new: Any) -> dict[str, Any]:
+    """A recorded ``TransactWriteItems`` or ``BatchWriteItem`` request with its tables moved from ``old`` to ``new``."""
+    if operation == "TransactWriteItems":
+        return {**params, "TransactItems": retarget(params["TransactItems"], old, new)}
+    mapping = {old_name: new.as_dict()[kind] for kind, old_name in old.as_dict().items()}
+    return {**params, "RequestItems": {mapping[t]: writes for t, writes in params["RequestItems"].items()}}
+
+
+def scan_all(client: Any, table: str) -> list[dict[str, Any]]:
+    """Every item of ``table`` (consistent, paginated ``Scan``)."""
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    items: list[dict[str, Any]] = []
+    while True:
+        out = client.scan(**kwargs)
+        items.extend(out.get("Items", []))
+        if not out.get("LastEvaluatedKey"):
+            return items
+        kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
 
 def replay(client: Any, recorded: Sequence[tuple[str, dict[str, Any]]]) -> None:
