@@ -7,13 +7,10 @@ waiting on a socket, and moto can be profiled on its own (``--profile``).
 
 Two flags each replace one emulator artifact (both sides of every comparison run on the same server).
 
-``--fast-transactions``: Stock moto 5.x backs up every table a
-``TransactWriteItems`` touches with ``copy.deepcopy`` -- once per *item* of the transaction -- so one commit costs
-O(items in the transaction x items in the tables): a push slows down as the tables grow, quadratically over a run
-(DynamoDB's own cost does not depend on table size). With the flag, each touched table is backed up once per
-transaction: its item index is copied (the items are shared: Put and Delete replace or drop an item, they never
-change it) and only the items an ``Update`` may change in place are deep-copied. A failed transaction still rolls
-back to exactly the state before it.
+``--fast-transactions``: :func:`lakesync.local.moto_fast.install_fast_transactions`, which the embedded default's
+moto server uses too: stock moto 5.x backs up every table a ``TransactWriteItems`` touches once per *item* of the
+transaction, so one commit costs O(items in the transaction x items in the tables); with the flag each touched
+table is backed up once per transaction. A failed transaction still rolls back to exactly the state before it.
 
 ``--fast-json``: moto 5.x writes every response through a generic, botocore-model-driven serializer that costs
 about a millisecond per item returned (seconds for a 1,000-item ``Query`` page; DynamoDB answers in milliseconds).
@@ -32,8 +29,6 @@ With ``--profile`` the server handles one request at a time (a profiler sees one
 from __future__ import annotations
 
 import argparse
-import contextvars
-import copy
 import json
 import os
 import signal
@@ -44,16 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-
-class _Transaction:
-    """Backups taken during one ``TransactWriteItems``: by table object id, plus the keys each ``Update`` targets."""
-
-    def __init__(self, update_keys: dict[str, list[dict[str, Any]]]) -> None:
-        self.update_keys = update_keys
-        self.backups: dict[int, Any] = {}
-
-
-_ACTIVE: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("transaction", default=None)
+from lakesync.local.moto_fast import install_fast_transactions
 
 VERIFY_FIRST = 3
 """How many fast-path responses are also serialized the stock way and compared."""
@@ -116,68 +102,6 @@ def _install_fast_json() -> None:
     DynamoResult.execute_result = execute_result  # type: ignore[method-assign]
 
 
-def _install_fast_transactions() -> None:
-    """Patch moto's DynamoDB backend: one cheap backup per table per transaction (see the module docstring)."""
-    from moto.dynamodb import models
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
-
-    stock_deepcopy = copy.deepcopy
-    stock_transact = models.DynamoDBBackend.transact_write_items
-
-    def snapshot(table: Table, update_keys: list[dict[str, Any]]) -> Table:
-        backup = copy.copy(table)
-        if table.range_key_attr is None:
-            backup.items = copy.copy(table.items)
-        else:
-            backup.items = copy.copy(table.items)
-            for hash_value, by_range in table.items.items():
-                backup.items[hash_value] = dict(by_range)
-        for key in update_keys:
-            item = table.get_item(
-                DynamoType(key[table.hash_key_attr]),
-                DynamoType(key[table.range_key_attr]) if table.range_key_attr else None,
-            )
-            if item is None:
-                continue
-            fresh: Any = stock_deepcopy(item)
-            if table.range_key_attr is None:
-                backup.items[item.hash_key] = fresh
-            else:
-                backup.items[item.hash_key][item.range_key] = fresh
-        return backup
-
-    class _Copy:
-        """Stands in for the ``copy`` module inside moto's backend: Table backups go through :func:`snapshot`."""
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(copy, name)
-
-        @staticmethod
-        def deepcopy(value: Any, memo: Any = None) -> Any:
-            active = _ACTIVE.get()
-            if active is None or not isinstance(value, Table):
-                return stock_deepcopy(value, memo)
-            if id(value) not in active.backups:
-                active.backups[id(value)] = snapshot(value, active.update_keys.get(value.name, []))
-            return active.backups[id(value)]
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        updates: dict[str, list[dict[str, Any]]] = {}
-        for entry in transact_items:
-            for op_type, op in entry.items():
-                if op_type == "Update":
-                    updates.setdefault(op["TableName"], []).append(op["Key"])
-        token = _ACTIVE.set(_Transaction(updates))
-        try:
-            stock_transact(self, transact_items)
-        finally:
-            _ACTIVE.reset(token)
-
-    models.copy = _Copy()  # type: ignore[assignment,attr-defined]
-    models.DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
-
-
 def main(argv: list[str] | None = None) -> None:
     """Serve moto until SIGTERM (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks._moto")
@@ -195,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     if args.fast_transactions:
-        _install_fast_transactions()
+        install_fast_transactions()
     if args.fast_json:
         _install_fast_json()
     app = DomainDispatcherApplication(create_backend_app)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
+from typing import Any
 
 import boto3
 import pytest
@@ -113,3 +115,85 @@ def test_moto_server_given_stop_then_port_is_released():
 
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
+
+
+def _items(client: Any, table: str) -> list[dict[str, Any]]:
+    return sorted(client.scan(TableName=table, ConsistentRead=True)["Items"], key=repr)
+
+
+def test_moto_server_cancelled_transaction_leaves_every_table_as_it_was(moto_server):
+    # Given a table with a hash key, one with a hash and range key, and items in both, on the patched server
+    client = boto3.client("dynamodb", **moto_server.aws().client_kwargs())
+    suffix = uuid.uuid4().hex[:8]
+    heads, log = f"heads-{suffix}", f"log-{suffix}"
+    client.create_table(
+        TableName=heads,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.create_table(
+        TableName=log,
+        KeySchema=[{"AttributeName": "p", "KeyType": "HASH"}, {"AttributeName": "s", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "p", "AttributeType": "S"},
+            {"AttributeName": "s", "AttributeType": "N"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.put_item(TableName=heads, Item={"k": {"S": "a"}, "n": {"N": "1"}, "m": {"M": {"x": {"L": []}}}})
+    client.put_item(TableName=heads, Item={"k": {"S": "taken"}})
+    client.put_item(TableName=log, Item={"p": {"S": "a"}, "s": {"N": "1"}, "d": {"S": "one"}})
+    before = _items(client, heads), _items(client, log)
+
+    # When a transaction updates an item in place, puts new items and replaces one, then fails its last condition
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": heads,
+                        "Key": {"k": {"S": "a"}},
+                        "UpdateExpression": "SET n = :n, m.x = list_append(m.x, :l)",
+                        "ExpressionAttributeValues": {":n": {"N": "2"}, ":l": {"L": [{"S": "y"}]}},
+                    }
+                },
+                {"Put": {"TableName": log, "Item": {"p": {"S": "a"}, "s": {"N": "2"}, "d": {"S": "two"}}}},
+                {"Put": {"TableName": log, "Item": {"p": {"S": "a"}, "s": {"N": "1"}, "d": {"S": "changed"}}}},
+                {
+                    "Put": {
+                        "TableName": heads,
+                        "Item": {"k": {"S": "taken"}, "v": {"N": "9"}},
+                        "ConditionExpression": "attribute_not_exists(k)",
+                    }
+                },
+            ]
+        )
+
+    # Then both tables hold exactly what they held before
+    assert (_items(client, heads), _items(client, log)) == before
+    # And the same transaction without the failing item applies in full
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": heads,
+                    "Key": {"k": {"S": "a"}},
+                    "UpdateExpression": "SET n = :n",
+                    "ExpressionAttributeValues": {":n": {"N": "2"}},
+                }
+            },
+            {"Put": {"TableName": log, "Item": {"p": {"S": "a"}, "s": {"N": "2"}, "d": {"S": "two"}}}},
+        ]
+    )
+    assert client.get_item(TableName=heads, Key={"k": {"S": "a"}})["Item"]["n"] == {"N": "2"}
+    assert len(_items(client, log)) == 2
+
+
+def test_moto_fast_transactions_are_installed_by_the_server(moto_server):
+    from moto.dynamodb import models
+
+    from lakesync.local.moto_fast import install_fast_transactions
+
+    assert install_fast_transactions() is True
+    assert models.DynamoDBBackend.transact_write_items.__module__ == "lakesync.local.moto_fast"

@@ -12,6 +12,7 @@ Invariants:
 * No AWS call leaves the machine: the endpoint is the local server and the credentials are fake.
 * Werkzeug's per-request log lines stay out of stderr unless the caller configures the ``werkzeug`` logger.
 * Readiness and reset use plain HTTP; this module does not import boto3.
+* Transactions cost what they cost on DynamoDB, not more as tables grow (:mod:`lakesync.local.moto_fast`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from werkzeug.serving import BaseWSGIServer
+
+from lakesync.local.moto_fast import install_fast_transactions
 
 __all__ = ["DEFAULT_REGION", "AwsEndpoint", "MotoServer"]
 
@@ -126,6 +129,7 @@ class MotoServer:
             # ThreadedMotoServer.start() waits forever when its thread fails to bind: check first.
             _check_bindable(self.host, self._requested_port)
         _quiet_werkzeug()
+        install_fast_transactions()
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,

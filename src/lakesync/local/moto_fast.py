@@ -1,0 +1,112 @@
+"""A fix for one moto artifact that makes the embedded default slow down as its tables grow.
+
+Stock moto 5.x backs up every table a ``TransactWriteItems`` touches with ``copy.deepcopy`` -- once per *item* of
+the transaction -- so one commit costs O(items in the transaction x items in the tables), and a push gets slower
+with every push before it (DynamoDB's own cost does not depend on table size). :func:`install_fast_transactions`
+makes moto back each touched table up once per transaction instead: the table's item index is copied (the items are
+shared: a Put or Delete replaces or drops an item, it never changes one) and only the items an ``Update`` may change
+in place are deep-copied. A cancelled transaction still restores exactly the state before it (the buffer contract
+tests and a dedicated test check this on the moto server).
+
+The patch is process-wide (moto keeps its backends in module globals) and idempotent. It applies to the moto line
+the project pins (5.x); if moto's internals are not the ones it expects, it leaves moto alone and says so.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_LOCK = threading.Lock()
+_installed = False
+
+
+class _Transaction:
+    """Backups taken during one ``TransactWriteItems``: by table object id, plus the keys each ``Update`` targets."""
+
+    def __init__(self, update_keys: dict[str, list[dict[str, Any]]]) -> None:
+        self.update_keys = update_keys
+        self.backups: dict[int, Any] = {}
+
+
+_ACTIVE: contextvars.ContextVar[_Transaction | None] = contextvars.ContextVar("lakesync_moto_tx", default=None)
+
+
+def install_fast_transactions() -> bool:
+    """Patch moto's DynamoDB backend (see the module docstring). Returns whether the patch is in place."""
+    global _installed
+    with _LOCK:
+        if _installed:
+            return True
+        try:
+            from moto.dynamodb import models
+            from moto.dynamodb.models.dynamo_type import DynamoType
+            from moto.dynamodb.models.table import Table
+        except ImportError:  # pragma: no cover - moto is a dependency of the local extra
+            return False
+        if getattr(models, "copy", None) is not copy or not hasattr(models.DynamoDBBackend, "transact_write_items"):
+            logger.warning("moto's DynamoDB internals changed; transactions stay on stock moto (slower)")
+            return False
+        _patch(models, DynamoType, Table)
+        _installed = True
+        return True
+
+
+def _patch(models: Any, dynamo_type: Any, table_class: Any) -> None:
+    stock_deepcopy = copy.deepcopy
+    stock_transact = models.DynamoDBBackend.transact_write_items
+
+    def snapshot(table: Any, update_keys: list[dict[str, Any]]) -> Any:
+        backup = copy.copy(table)
+        backup.items = copy.copy(table.items)
+        if table.range_key_attr is not None:
+            for hash_value, by_range in table.items.items():
+                backup.items[hash_value] = dict(by_range)
+        for key in update_keys:
+            item = table.get_item(
+                dynamo_type(key[table.hash_key_attr]),
+                dynamo_type(key[table.range_key_attr]) if table.range_key_attr else None,
+            )
+            if item is None:
+                continue
+            fresh = stock_deepcopy(item)
+            if table.range_key_attr is None:
+                backup.items[item.hash_key] = fresh
+            else:
+                backup.items[item.hash_key][item.range_key] = fresh
+        return backup
+
+    class _Copy:
+        """Stands in for the ``copy`` module inside moto's backend: Table backups go through ``snapshot``."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            active = _ACTIVE.get()
+            if active is None or not isinstance(value, table_class):
+                return stock_deepcopy(value, memo)
+            if id(value) not in active.backups:
+                active.backups[id(value)] = snapshot(value, active.update_keys.get(value.name, []))
+            return active.backups[id(value)]
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> Any:
+        updates: dict[str, list[dict[str, Any]]] = {}
+        for entry in transact_items:
+            for op_type, op in entry.items():
+                if op_type == "Update":
+                    updates.setdefault(op["TableName"], []).append(op["Key"])
+        token = _ACTIVE.set(_Transaction(updates))
+        try:
+            return stock_transact(self, transact_items)
+        finally:
+            _ACTIVE.reset(token)
+
+    models.copy = _Copy()
+    models.DynamoDBBackend.transact_write_items = transact_write_items
