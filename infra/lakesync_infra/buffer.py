@@ -1,0 +1,88 @@
+"""The delta buffer: the six DynamoDB tables, built from :func:`lakesync.aws.tables.table_specs`.
+
+The key schemas, the ``by_commit`` index and the TTL attribute come from the same specs the adapters and the local
+runner use, so there is no second copy of a key name here. Every table is on-demand, encrypted with the stack's
+customer-managed key, has point-in-time recovery, and (unless the environment is throwaway) deletion protection.
+The ``config`` table streams new images: the flush trigger consumes its flush requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from lakesync.aws.tables import TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
+from lakesync_infra.common import removal_policy
+from lakesync_infra.config import LakeSyncConfig
+
+STREAM_TABLE: Final = "config"
+"""The table whose stream feeds the flush trigger."""
+_TYPES: Final = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
+_PLACEHOLDER: Final = "lakesync"
+
+
+def _attribute(spec: Mapping[str, Any], name: str) -> dynamodb.Attribute:
+    kinds = {a["AttributeName"]: a["AttributeType"] for a in spec["AttributeDefinitions"]}
+    return dynamodb.Attribute(name=name, type=_TYPES[kinds[name]])
+
+
+def _key(spec: Mapping[str, Any], schema: list[dict[str, str]], kind: str) -> dynamodb.Attribute | None:
+    names = [k["AttributeName"] for k in schema if k["KeyType"] == kind]
+    return _attribute(spec, names[0]) if names else None
+
+
+class Buffer(Construct):
+    """The DynamoDB tables of the buffer.
+
+    Attributes:
+        tables: Logical name (``deltas``, ``rows``...) -> table.
+        names: The physical names (tokens) for the functions' and jobs' configuration.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: LakeSyncConfig, key: kms.IKey) -> None:
+        super().__init__(scope, construct_id)
+        logical = TableNames.with_prefix(_PLACEHOLDER).as_dict()
+        by_name = {physical: kind for kind, physical in logical.items()}
+        self.tables: dict[str, dynamodb.Table] = {}
+        for spec in table_specs(TableNames.with_prefix(_PLACEHOLDER)):
+            kind = by_name[spec["TableName"]]
+            if spec.get("BillingMode") != "PAY_PER_REQUEST":
+                raise ValueError(f"table {kind}: only on-demand billing is deployed")
+            partition_key = _key(spec, spec["KeySchema"], "HASH")
+            assert partition_key is not None
+            table = dynamodb.Table(
+                self,
+                kind.capitalize(),
+                partition_key=partition_key,
+                sort_key=_key(spec, spec["KeySchema"], "RANGE"),
+                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+                encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
+                encryption_key=key,
+                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                    point_in_time_recovery_enabled=True
+                ),
+                deletion_protection=config.removal_policy == "retain",
+                time_to_live_attribute=TTL_ATTRIBUTE if kind in TTL_TABLES else None,
+                stream=dynamodb.StreamViewType.NEW_IMAGE if kind == STREAM_TABLE else None,
+                removal_policy=removal_policy(config),
+            )
+            for index in spec.get("LocalSecondaryIndexes", []):
+                sort_key = _key(spec, index["KeySchema"], "RANGE")
+                assert sort_key is not None
+                if index["Projection"]["ProjectionType"] != "ALL":
+                    raise ValueError(f"table {kind}: only ALL projections are deployed")
+                table.add_local_secondary_index(
+                    index_name=index["IndexName"], sort_key=sort_key, projection_type=dynamodb.ProjectionType.ALL
+                )
+            self.tables[kind] = table
+        self.names = TableNames(**{kind: table.table_name for kind, table in self.tables.items()})
+
+    def index_names(self, kind: str) -> list[str]:
+        """The secondary indexes of table ``kind`` (from the specs)."""
+        names = TableNames.with_prefix(_PLACEHOLDER)
+        spec = next(s for s in table_specs(names) if s["TableName"] == names.as_dict()[kind])
+        return [index["IndexName"] for index in spec.get("LocalSecondaryIndexes", [])]

@@ -1,0 +1,290 @@
+"""The deployment's configuration: one frozen :class:`LakeSyncConfig` per environment, parsed from CDK context.
+
+Context keys (``infra/cdk.json`` holds the defaults; ``-c key=value`` overrides them):
+
+* ``lakesync:environments`` -- comma-separated environment names (one stack ``LakeSync-<name>`` each).
+* ``lakesync:defaults`` -- a JSON object of settings for every environment.
+* ``lakesync:env:<name>`` -- a JSON object of settings for one environment (wins over the defaults).
+
+Settings use the camelCase spelling of the fields below (``gatewayIds``, ``flushIntervalMinutes``...); a value given
+on the command line as a string is parsed as JSON. Unknown keys and invalid values are errors, all reported at once:
+a typo must not silently deploy a default.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, Literal
+
+from lakesync.api_routes import FUNCTIONS
+from lakesync.core.schema import is_valid_identifier
+
+ENVIRONMENTS_KEY: Final = "lakesync:environments"
+DEFAULTS_KEY: Final = "lakesync:defaults"
+ENV_KEY_PREFIX: Final = "lakesync:env:"
+
+EXTRA_FUNCTIONS: Final = ("flush_trigger", "rotate_secret")
+"""Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
+ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS)
+
+# CloudWatch Logs accepts only these retention periods.
+LOG_RETENTION_DAYS: Final = frozenset(
+    {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+)
+GLUE_WORKER_TYPES: Final = frozenset({"G.1X", "G.2X", "G.4X", "G.8X"})
+_ENV_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
+_GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+_SCHEDULE = re.compile(r"(rate|cron)\(.+\)")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_MAX_SUB_SHARDS = 256
+
+
+class ConfigError(ValueError):
+    """The CDK context does not describe a usable deployment."""
+
+
+@dataclass(frozen=True, slots=True)
+class LakeSyncConfig:
+    """Everything that differs between deployments; the defaults suit a small production environment.
+
+    Attributes:
+        name: The environment's name (stack ``LakeSync-<name>``).
+        account: AWS account (``None``: the CLI's, or environment-agnostic).
+        region: AWS region (``None``: the CLI's, or environment-agnostic).
+        gateway_ids: Gateways served (``LAKESYNC_GATEWAY_IDS``; the jobs process these).
+        sub_shards: Hash sub-shards per hot table (``LAKESYNC_SUB_SHARDS``).
+        flush_interval_minutes: How often the flush job runs on schedule (pushes over the threshold and
+            ``POST /v1/admin/flush`` start it sooner).
+        compact_schedule: EventBridge Scheduler expression of the compaction job.
+        checkpoint_schedule: EventBridge Scheduler expression of the checkpoint job.
+        flush_threshold_bytes: Unflushed bytes per shard that request a flush (``None``: the code's default).
+        backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: the code's default).
+        max_body_bytes: Largest request body (``None``: the code's default).
+        reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved).
+        lambda_memory_mb: Memory of the API functions (CPU scales with it).
+        api_timeout_seconds: Timeout of the API functions (API Gateway gives up after 30 s).
+        api_throttle_rate: Steady-state requests per second of the API stage.
+        api_throttle_burst: Burst requests of the API stage.
+        cors_origins: Origins allowed by CORS preflight (empty: no CORS configuration).
+        log_retention_days: Retention of every log group.
+        log_level: ``POWERTOOLS_LOG_LEVEL`` of the functions.
+        lake_noncurrent_days: Days an overwritten or deleted lake/checkpoint object version is kept.
+        claim_check_days: Days a claim-check payload is kept (longer than the queue's 14-day retention).
+        access_log_days: Days S3 server access logs are kept.
+        secret_rotation_days: Days between rotations of the JWT secret.
+        glue_worker_type: Glue worker type of the jobs.
+        glue_workers: Glue workers per job run (at least 2).
+        glue_timeout_minutes: Timeout of one job run.
+        compact_maintain: Whether compaction runs Iceberg maintenance after compacting.
+        removal_policy: ``retain`` keeps data stores when the stack is deleted; ``destroy`` removes them (and
+            empties the buckets) -- for throwaway environments only.
+        alarm_email: Subscribed to the alarm topic when given.
+    """
+
+    name: str
+    account: str | None = None
+    region: str | None = None
+    gateway_ids: tuple[str, ...] = ("default",)
+    sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
+    flush_interval_minutes: int = 15
+    compact_schedule: str = "rate(1 hour)"
+    checkpoint_schedule: str = "rate(6 hours)"
+    flush_threshold_bytes: int | None = None
+    backpressure_bytes: int | None = None
+    max_body_bytes: int | None = None
+    reserved_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
+    lambda_memory_mb: int = 1024
+    api_timeout_seconds: int = 20
+    api_throttle_rate: int = 200
+    api_throttle_burst: int = 400
+    cors_origins: tuple[str, ...] = ()
+    log_retention_days: int = 30
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    lake_noncurrent_days: int = 30
+    claim_check_days: int = 15
+    access_log_days: int = 90
+    secret_rotation_days: int = 30
+    glue_worker_type: str = "G.1X"
+    glue_workers: int = 2
+    glue_timeout_minutes: int = 60
+    compact_maintain: bool = True
+    removal_policy: Literal["retain", "destroy"] = "retain"
+    alarm_email: str | None = None
+
+    @property
+    def stack_name(self) -> str:
+        """The environment's stack name."""
+        return f"LakeSync-{self.name}"
+
+    @classmethod
+    def from_settings(cls, name: str, settings: Mapping[str, Any]) -> LakeSyncConfig:
+        """Build and validate from camelCase settings.
+
+        Raises:
+            ConfigError: listing every unknown key and invalid value.
+        """
+        errors: list[str] = []
+        known = {_camel(f.name): f.name for f in fields(cls) if f.name != "name"}
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            errors.append(f"unknown settings {unknown} (known: {sorted(known)})")
+        values: dict[str, Any] = {known[k]: _maybe_json(v) for k, v in settings.items() if k in known}
+        for key in ("gateway_ids", "cors_origins"):
+            if isinstance(values.get(key), list):
+                values[key] = tuple(values[key])
+        if "gateway_ids" in values and isinstance(values["gateway_ids"], str):
+            values["gateway_ids"] = tuple(g.strip() for g in values["gateway_ids"].split(","))
+        try:
+            config = cls(name=name, **values)
+        except TypeError as exc:  # pragma: no cover - every field has a default, so only a bug lands here
+            raise ConfigError(str(exc)) from exc
+        errors.extend(config.problems())
+        if errors:
+            raise ConfigError(f"Invalid LakeSync configuration for environment {name!r}: " + "; ".join(errors))
+        return config
+
+    def problems(self) -> list[str]:
+        """Everything wrong with this configuration (empty when valid)."""
+        out: list[str] = []
+        if not isinstance(self.name, str) or not _ENV_NAME.fullmatch(self.name):
+            out.append(f"environment name {self.name!r} must be a letter then letters, digits or '-' (max 24)")
+        if not _is_tuple_of(self.gateway_ids, str) or not self.gateway_ids:
+            out.append("gatewayIds must be a non-empty list of strings")
+        elif bad := [g for g in self.gateway_ids if not _GATEWAY_ID.fullmatch(g)]:
+            out.append(f"gatewayIds holds invalid ids {bad}")
+        out.extend(_check_sub_shards(self.sub_shards))
+        out.extend(_check_ints(self))
+        for key in ("compact_schedule", "checkpoint_schedule"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not _SCHEDULE.fullmatch(value):
+                out.append(f"{_camel(key)} must be an EventBridge Scheduler rate(...) or cron(...) expression")
+        if not isinstance(self.reserved_concurrency, Mapping):
+            out.append("reservedConcurrency must be an object {function: n}")
+        else:
+            for fn, n in self.reserved_concurrency.items():
+                if fn not in ALL_FUNCTIONS:
+                    out.append(f"reservedConcurrency: unknown function {fn!r} (known: {list(ALL_FUNCTIONS)})")
+                elif not _is_int(n) or n < 0:
+                    out.append(f"reservedConcurrency: {fn} must be an integer >= 0")
+        if not _is_tuple_of(self.cors_origins, str):
+            out.append("corsOrigins must be a list of strings")
+        if self.log_retention_days not in LOG_RETENTION_DAYS:
+            out.append(f"logRetentionDays must be one of {sorted(LOG_RETENTION_DAYS)}")
+        if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            out.append("logLevel must be DEBUG, INFO, WARNING or ERROR")
+        if self.glue_worker_type not in GLUE_WORKER_TYPES:
+            out.append(f"glueWorkerType must be one of {sorted(GLUE_WORKER_TYPES)}")
+        if not isinstance(self.compact_maintain, bool):
+            out.append("compactMaintain must be true or false")
+        if self.removal_policy not in ("retain", "destroy"):
+            out.append("removalPolicy must be 'retain' or 'destroy'")
+        email = self.alarm_email
+        if email is not None and (not isinstance(email, str) or not _EMAIL.fullmatch(email)):
+            out.append("alarmEmail must be an e-mail address")
+        for key in ("account", "region"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                out.append(f"{key} must be a string")
+        return out
+
+
+# name -> (minimum, maximum, optional)
+_INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
+    "flush_interval_minutes": (1, 24 * 60, False),
+    "flush_threshold_bytes": (1, 2**40, True),
+    "backpressure_bytes": (0, 2**40, True),
+    "max_body_bytes": (1, 6 * 1024 * 1024, True),  # Lambda's synchronous payload limit
+    "lambda_memory_mb": (128, 10240, False),
+    "api_timeout_seconds": (1, 29, False),
+    "api_throttle_rate": (1, 1_000_000, False),
+    "api_throttle_burst": (1, 1_000_000, False),
+    "lake_noncurrent_days": (1, 3650, False),
+    "claim_check_days": (15, 3650, False),
+    "access_log_days": (1, 3650, False),
+    "secret_rotation_days": (1, 365, False),
+    "glue_workers": (2, 1000, False),
+    "glue_timeout_minutes": (1, 2880, False),
+}
+
+
+def _check_ints(config: LakeSyncConfig) -> list[str]:
+    out = []
+    for key, (lo, hi, optional) in _INT_RANGES.items():
+        value = getattr(config, key)
+        if value is None and optional:
+            continue
+        if not _is_int(value) or not lo <= value <= hi:
+            out.append(f"{_camel(key)} must be an integer in {lo}..{hi}")
+    return out
+
+
+def _check_sub_shards(sub_shards: object) -> list[str]:
+    if not isinstance(sub_shards, Mapping):
+        return ['subShards must be an object {"table": n}']
+    out = []
+    for table, n in sub_shards.items():
+        if not isinstance(table, str) or not is_valid_identifier(table):
+            out.append(f"subShards: {table!r} is not a valid table name")
+        elif not _is_int(n) or not 1 <= n <= _MAX_SUB_SHARDS:
+            out.append(f"subShards: {table} must map to an integer in 1..{_MAX_SUB_SHARDS}")
+    return out
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_tuple_of(value: object, kind: type) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, kind) for v in value)
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _maybe_json(value: Any) -> Any:
+    """A command-line context value arrives as a string: parse it as JSON when it is JSON."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _as_object(key: str, value: Any) -> Mapping[str, Any]:
+    value = _maybe_json(value)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"context {key} must be a JSON object, got {value!r}")
+    return value
+
+
+def environments(context: Mapping[str, Any]) -> list[LakeSyncConfig]:
+    """The configuration of every environment named by the context.
+
+    Args:
+        context: The app's context (``lakesync:*`` keys; others are ignored).
+
+    Raises:
+        ConfigError: no environment is named, or one is misconfigured.
+    """
+    raw = context.get(ENVIRONMENTS_KEY) or ""
+    names = raw if isinstance(raw, list) else [n.strip() for n in str(raw).split(",")]
+    names = [n for n in names if n]
+    if not names:
+        raise ConfigError(f"no environment: set context {ENVIRONMENTS_KEY} (e.g. -c {ENVIRONMENTS_KEY}=dev)")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{ENVIRONMENTS_KEY} names an environment twice: {names}")
+    defaults = _as_object(DEFAULTS_KEY, context.get(DEFAULTS_KEY))
+    return [
+        LakeSyncConfig.from_settings(
+            name, {**defaults, **_as_object(ENV_KEY_PREFIX + name, context.get(ENV_KEY_PREFIX + name))}
+        )
+        for name in names
+    ]

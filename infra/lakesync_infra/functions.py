@@ -1,0 +1,289 @@
+"""The Lambda functions: one code asset (``lakesync`` + ``functions/``), one function per handler module.
+
+Every function runs Python (:data:`~lakesync_infra.common.LAMBDA_RUNTIME`) on ARM64 with active X-Ray tracing, its
+own log group (with retention) and its own role holding exactly what its code does: :data:`ACCESS` lists, per
+function, the DynamoDB actions on each logical table (the stores' calls in ``lakesync.aws.dynamodb``), and the
+environment is the subset of :data:`functions._settings.FUNCTION_ENV_VARS` the function needs.
+
+``flush_trigger`` consumes the ``config`` table's stream, filtered to inserted flush requests (``sk`` beginning
+with ``flush#``), and reports batch item failures. Each invocation may wait minutes for a busy flush job (see
+:mod:`lakesync.aws.flush_trigger`), so its timeout covers that wait and the mapping retries a reported batch up to
+:data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`; a batch that still fails lands (as
+metadata) in a DLQ, and the scheduled flush serves its requests anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from functions._settings import (
+    BACKPRESSURE_BYTES,
+    CHECKPOINT_BUCKET,
+    FLUSH_JOB_NAME,
+    FLUSH_THRESHOLD_BYTES,
+    GATEWAY_IDS,
+    JWT_SECRET_ARN,
+    MAX_BODY_BYTES,
+    SUB_SHARDS,
+    TABLE_VARS,
+)
+from lakesync_infra.buffer import STREAM_TABLE, Buffer
+from lakesync_infra.common import (
+    LAMBDA_ARCHITECTURE,
+    LAMBDA_RUNTIME,
+    XRAY_REASON,
+    acknowledge,
+    acknowledge_wildcards,
+    allow,
+    arn_token,
+    lambda_role,
+    log_group,
+)
+from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
+
+POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
+FLUSH_REQUEST_PREFIX: Final = "flush#"
+FLUSH_TRIGGER_TIMEOUT_S: Final = 300
+"""Covers the trigger's wait for a busy flush job (``lakesync.aws.flush_trigger.MAX_WAIT_S`` + ``SAFETY_S``)."""
+STREAM_RETRY_ATTEMPTS: Final = 30
+STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionAccess:
+    """What one function's code touches and needs configured.
+
+    Attributes:
+        tables: Logical DynamoDB table -> actions.
+        index_tables: Tables whose secondary indexes it queries.
+        api: Whether it is an API function (gateway, tables, JWT secret and limits in its environment).
+        checkpoints: Whether it reads the checkpoint bucket.
+        timeout_s: Timeout (API functions use the configured one).
+    """
+
+    tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    index_tables: tuple[str, ...] = ()
+    api: bool = True
+    checkpoints: bool = False
+    timeout_s: int | None = None
+
+
+ACCESS: Final[Mapping[str, FunctionAccess]] = {
+    "health": FunctionAccess(api=False),
+    # push: one BatchGetItem for the basis (head, rows, deltaIds), a transaction putting log entries, rows, the
+    # head (put/update) and the shard registry; deltaIds recorded with BatchWriteItem; schemas read; flush requested.
+    "push": FunctionAccess(
+        tables={
+            "heads": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            "rows": ("dynamodb:BatchGetItem", "dynamodb:PutItem"),
+            "dedup": ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"),
+            "deltas": ("dynamodb:PutItem",),
+            "config": ("dynamodb:Query", "dynamodb:PutItem"),
+        }
+    ),
+    # pull: heads, the shard registry and sync rules, log pages by sequence or by commit HLC (index by_commit).
+    "pull": FunctionAccess(
+        tables={
+            "heads": ("dynamodb:BatchGetItem",),
+            "config": ("dynamodb:Query", "dynamodb:GetItem"),
+            "deltas": ("dynamodb:Query",),
+        },
+        index_tables=("deltas",),
+    ),
+    "actions": FunctionAccess(
+        tables={"actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")},
+    ),
+    # admin: sync rules and schemas read/written, flush requests, metrics from heads and the shard registry.
+    "admin": FunctionAccess(
+        tables={
+            "heads": ("dynamodb:BatchGetItem",),
+            "config": ("dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"),
+        }
+    ),
+    # checkpoint: sync rules (to filter) and the checkpoint objects.
+    "checkpoint": FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, checkpoints=True),
+    "flush_trigger": FunctionAccess(api=False, timeout_s=FLUSH_TRIGGER_TIMEOUT_S),
+    "rotate_secret": FunctionAccess(api=False, timeout_s=30),
+}
+
+
+def handler(name: str) -> str:
+    """The handler string of function ``name``."""
+    return f"functions.{name}.lambda_handler"
+
+
+class Functions(Construct):
+    """Every Lambda function.
+
+    Attributes:
+        functions: Function name (``push``, ``flush_trigger``...) -> function.
+        log_groups: Their log groups.
+        stream_failures: Where the flush trigger's exhausted stream batches are recorded.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: LakeSyncConfig,
+        asset: Path,
+        key: kms.IKey,
+        buffer: Buffer,
+        jwt_secret: secretsmanager.ISecret,
+        checkpoints: s3.IBucket,
+        flush_job_name: str,
+        flush_job_arn: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if set(ACCESS) != set(ALL_FUNCTIONS):
+            raise ValueError(f"ACCESS must describe exactly {sorted(ALL_FUNCTIONS)}")
+        code = lambda_.Code.from_asset(str(asset), exclude=[".complete"])
+        self.functions: dict[str, lambda_.Function] = {}
+        self.log_groups = {}
+        for name in ALL_FUNCTIONS:
+            access = ACCESS[name]
+            group = log_group(self, f"{_pascal(name)}Logs", config)
+            role = lambda_role(self, f"{_pascal(name)}Role", group)
+            env: dict[str, str] = {POWERTOOLS_LOG_LEVEL: config.log_level}
+            if access.api:
+                env.update(_api_environment(config, buffer, jwt_secret))
+            if access.checkpoints:
+                env[CHECKPOINT_BUCKET] = checkpoints.bucket_name
+            if name == "flush_trigger":
+                env[FLUSH_JOB_NAME] = flush_job_name
+            fn = lambda_.Function(
+                self,
+                _pascal(name),
+                description=f"LakeSync {config.name}: functions.{name}",
+                code=code,
+                handler=handler(name),
+                runtime=LAMBDA_RUNTIME,
+                architecture=LAMBDA_ARCHITECTURE,
+                memory_size=config.lambda_memory_mb if access.api else 256,
+                timeout=cdk.Duration.seconds(access.timeout_s or config.api_timeout_seconds),
+                environment=env,
+                role=role,
+                log_group=group,
+                tracing=lambda_.Tracing.ACTIVE,
+                reserved_concurrent_executions=config.reserved_concurrency.get(name),
+                recursive_loop=lambda_.RecursiveLoop.TERMINATE,
+            )
+            self.functions[name] = fn
+            self.log_groups[name] = group
+            self._grant_tables(role, access, buffer, key)
+            wildcards = {"Resource::*": XRAY_REASON}
+            if name == "rotate_secret":
+                wildcards["Resource::*"] = (
+                    XRAY_REASON + " The rotation also calls secretsmanager:GetRandomPassword, which has no resource."
+                )
+            if access.checkpoints:
+                wildcards[f"Resource::{arn_token(checkpoints)}/*"] = (
+                    "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
+                )
+            acknowledge_wildcards(role, wildcards)
+            if access.api and name != "health":
+                allow(role, ["secretsmanager:GetSecretValue"], [jwt_secret.secret_arn], sid="JwtSecret")
+                role.add_to_principal_policy(
+                    iam.PolicyStatement(
+                        sid="JwtSecretKey",
+                        actions=["kms:Decrypt"],
+                        resources=[key.key_arn],
+                        conditions={"StringEquals": {"kms:ViaService": _via("secretsmanager")}},
+                    )
+                )
+            if access.checkpoints:
+                # ListBucket makes a missing object a 404 (no checkpoint yet) instead of a 403.
+                allow(role, ["s3:ListBucket"], [checkpoints.bucket_arn], sid="ListCheckpoints")
+                allow(role, ["s3:GetObject"], [checkpoints.arn_for_objects("*")], sid="ReadCheckpoints")
+                allow(role, ["kms:Decrypt"], [key.key_arn], sid="CheckpointKey")
+
+        trigger = self.functions["flush_trigger"]
+        allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [flush_job_arn], sid="StartFlush")  # type: ignore[arg-type]
+        # Only batch metadata lands here (shard, sequence numbers), so SQS-managed encryption is enough and the
+        # trigger needs no key grant to send.
+        self.stream_failures = sqs.Queue(
+            self,
+            "FlushTriggerFailures",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=cdk.Duration.days(14),
+        )
+        acknowledge(
+            self.stream_failures,
+            "AwsSolutions-SQS3",
+            "This queue is itself a dead-letter destination: the stream event source mapping's on-failure queue.",
+        )
+        self.flush_trigger_source = sources.DynamoEventSource(
+            buffer.tables[STREAM_TABLE],
+            starting_position=lambda_.StartingPosition.LATEST,
+            batch_size=100,
+            max_batching_window=cdk.Duration.seconds(1),
+            filters=[
+                lambda_.FilterCriteria.filter(
+                    {
+                        "eventName": lambda_.FilterRule.is_equal("INSERT"),
+                        "dynamodb": {"NewImage": {"sk": {"S": lambda_.FilterRule.begins_with(FLUSH_REQUEST_PREFIX)}}},
+                    }
+                )
+            ],
+            report_batch_item_failures=True,
+            retry_attempts=STREAM_RETRY_ATTEMPTS,
+            max_record_age=STREAM_MAX_RECORD_AGE,
+            bisect_batch_on_error=False,
+            on_failure=sources.SqsDlq(self.stream_failures),
+        )
+        trigger.add_event_source(self.flush_trigger_source)
+        allow(trigger.role, ["kms:Decrypt"], [key.key_arn], sid="StreamKey")  # type: ignore[arg-type]
+
+    def _grant_tables(self, role: iam.Role, access: FunctionAccess, buffer: Buffer, key: kms.IKey) -> None:
+        for kind, actions in access.tables.items():
+            table = buffer.tables[kind]
+            resources = [table.table_arn]
+            if kind in access.index_tables:
+                resources += [f"{table.table_arn}/index/{name}" for name in buffer.index_names(kind)]
+            allow(role, actions, resources, sid=f"Table{kind.capitalize()}")
+        if access.tables:
+            writes = any(not a.endswith(("GetItem", "Query")) for actions in access.tables.values() for a in actions)
+            kms_actions = ["kms:Decrypt", "kms:DescribeKey"]
+            if writes:
+                kms_actions += ["kms:Encrypt", "kms:GenerateDataKey"]
+            allow(role, kms_actions, [key.key_arn], sid="TableKey")
+
+
+def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secretsmanager.ISecret) -> dict[str, str]:
+    env = {GATEWAY_IDS: ",".join(config.gateway_ids), JWT_SECRET_ARN: jwt_secret.secret_arn}
+    for kind, var in TABLE_VARS.items():
+        env[var] = getattr(buffer.names, kind)
+    if config.sub_shards:
+        env[SUB_SHARDS] = json.dumps(dict(sorted(config.sub_shards.items())), separators=(",", ":"))
+    for var, value in (
+        (FLUSH_THRESHOLD_BYTES, config.flush_threshold_bytes),
+        (BACKPRESSURE_BYTES, config.backpressure_bytes),
+        (MAX_BODY_BYTES, config.max_body_bytes),
+    ):
+        if value is not None:
+            env[var] = str(value)
+    return env
+
+
+def _via(service: str) -> str:
+    return f"{service}.{cdk.Aws.REGION}.amazonaws.com"
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))

@@ -1,0 +1,470 @@
+"""The Glue 5.0 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
+
+Artifacts: the three ``glue_jobs/*.py`` scripts and the ``lakesync`` wheel are deployed together (a
+``BucketDeployment``) to ``s3://<artifacts>/glue/<content hash>/``. The wheel keeps its real file name there --
+pip rejects a CDK asset key such as ``<hash>.whl`` -- and a new build gets a new prefix, so a job never mixes a
+new script with an old wheel. ``--additional-python-modules`` names that exact object; Glue installs it (and the
+wheel's own requirements, protobuf and PyJWT, from PyPI) when a run starts.
+
+Spark: ``--datalake-formats iceberg`` puts Glue's Iceberg jars on the classpath; the Iceberg SQL extensions are a
+static Spark setting, so they are passed with ``--conf`` (``lakesync.spark.session`` configures the Glue-backed
+Iceberg catalog ``lake`` itself). The Hive-compatible Glue catalog (``--enable-glue-datacatalog``) is not enabled:
+nothing uses Spark's session catalog, and it would make every run depend on reading the account's ``default``
+database.
+
+Schedules (EventBridge Scheduler, one ``glue:StartJobRun`` each): flush every ``flushIntervalMinutes``, compact and
+checkpoint on their own expressions. A schedule does not retry: every job allows one run at a time, so a tick that
+meets a running job (``ConcurrentRunsExceededException``) has nothing to add, and the next tick comes soon. EventBridge
+Scheduler rather than a Glue SCHEDULED trigger: rates down to one minute, a role scoped to exactly one job, and the
+same schedule service for anything added later.
+
+Every job has its own role with exactly what its code does (tables and actions below), runs with a security
+configuration that KMS-encrypts its S3 writes, CloudWatch logs and bookmarks, and logs to log groups this stack
+owns (with retention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_glue as glue
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3_deployment as s3deploy
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as targets
+from constructs import Construct
+
+from lakesync_infra.buffer import Buffer
+from lakesync_infra.common import (
+    acknowledge,
+    acknowledge_wildcards,
+    allow,
+    arn_token,
+    lambda_role,
+    log_group,
+    secure_bucket,
+)
+from lakesync_infra.config import LakeSyncConfig
+from lakesync_infra.lake import WAREHOUSE_PREFIX, Lake
+from lakesync_infra.packaging import GlueBundle
+
+GLUE_VERSION: Final = "5.0"
+ICEBERG_EXTENSIONS: Final = "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+TEMP_PREFIX: Final = "glue-temp"
+JOB_KINDS: Final = ("flush", "compact", "checkpoint")
+
+GLUE_ARGUMENTS: Final = frozenset(
+    {
+        "--datalake-formats",
+        "--conf",
+        "--additional-python-modules",
+        "--job-language",
+        "--TempDir",
+        "--enable-metrics",
+        "--enable-observability-metrics",
+        "--custom-logGroup-prefix",
+        "--job-bookmark-option",
+    }
+)
+"""The DefaultArguments Glue itself interprets; every other one is an option of the job's script."""
+
+_DATA_READ: Final = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
+
+
+@dataclass(frozen=True, slots=True)
+class JobAccess:
+    """What one job's code touches.
+
+    Attributes:
+        tables: Logical DynamoDB table -> actions.
+        index_tables: Tables whose secondary indexes the job queries.
+        lake_write: Whether it writes the warehouse (else reads it).
+        catalog_actions: Glue Data Catalog actions on the database and its tables.
+        checkpoints: S3 actions on the checkpoint bucket's objects.
+    """
+
+    tables: Mapping[str, tuple[str, ...]]
+    index_tables: tuple[str, ...]
+    lake_write: bool
+    catalog_actions: tuple[str, ...]
+    checkpoints: tuple[str, ...]
+
+
+_CATALOG_READ: Final = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
+_CATALOG_WRITE: Final = (*_CATALOG_READ, "glue:CreateTable", "glue:UpdateTable")
+
+ACCESS: Final[Mapping[str, JobAccess]] = {
+    # lakesync.aws.flush_store.FlushStore: heads read/advanced, log ranges read and released (incl. the
+    # by_commit index), flush requests listed and cleared, the lease item written; latest checkpoints read.
+    "flush": JobAccess(
+        tables={
+            "deltas": ("dynamodb:Query", "dynamodb:BatchWriteItem"),
+            "heads": ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"),
+            "config": (
+                "dynamodb:Query",
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:BatchWriteItem",
+            ),
+        },
+        index_tables=("deltas",),
+        lake_write=True,
+        catalog_actions=_CATALOG_WRITE,
+        checkpoints=("s3:GetObject",),
+    ),
+    # lakesync.spark.compact + glue_jobs/compact.py: table schemas from the config table.
+    "compact": JobAccess(
+        tables={"config": ("dynamodb:Query",)},
+        index_tables=(),
+        lake_write=True,
+        catalog_actions=_CATALOG_WRITE,
+        checkpoints=(),
+    ),
+    # lakesync.spark.checkpoint: state tables read, chunks/manifest/latest.json written (latest.json read first).
+    "checkpoint": JobAccess(
+        tables={},
+        index_tables=(),
+        lake_write=False,
+        catalog_actions=_CATALOG_READ,
+        checkpoints=("s3:GetObject", "s3:PutObject"),
+    ),
+}
+
+
+def script_arguments(
+    kind: str,
+    *,
+    config: LakeSyncConfig,
+    warehouse: str,
+    tables_json: str,
+    region: str,
+    checkpoint_bucket: str,
+) -> dict[str, str]:
+    """The job script's own options (``--name value``; names as in the script's ``JOB_OPTIONS``)."""
+    gateways = ",".join(config.gateway_ids)
+    lake = {"--warehouse": warehouse, "--catalog": "glue"}
+    if kind == "flush":
+        return {
+            **lake,
+            "--tables": tables_json,
+            "--gateways": gateways,
+            "--region": region,
+            "--checkpoint_bucket": checkpoint_bucket,
+        }
+    if kind == "compact":
+        return {
+            **lake,
+            "--tables": tables_json,
+            "--gateways": gateways,
+            "--region": region,
+            "--maintain": "true" if config.compact_maintain else "false",
+        }
+    if kind == "checkpoint":
+        return {**lake, "--bucket": checkpoint_bucket, "--gateways": gateways}
+    raise ValueError(f"unknown job {kind!r}")
+
+
+class Jobs(Construct):
+    """The three Glue jobs.
+
+    Attributes:
+        artifacts: The bucket holding scripts, the wheel and Glue's temporary files.
+        jobs: ``flush`` / ``compact`` / ``checkpoint`` -> job (``ref`` is the job name).
+        roles: The jobs' roles, by job.
+        wheel_uri: ``s3://`` URI of the deployed wheel.
+        script_uris: ``s3://`` URI of each job's script.
+        schedules: The EventBridge schedules, by job.
+        log_groups: The jobs' log groups (``--custom-logGroup-prefix``: ``/output`` and ``/error``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: LakeSyncConfig,
+        key: kms.Key,
+        lake: Lake,
+        buffer: Buffer,
+        bundle: GlueBundle,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = cdk.Stack.of(self)
+        self.artifacts = secure_bucket(self, "Artifacts", config, access_logs=lake.access_logs, key=key)
+        prefix = f"glue/{bundle.digest}"
+        deploy_logs = log_group(self, "DeployLogs", config)
+        deploy_role = lambda_role(self, "DeployRole", deploy_logs)
+        deployment = s3deploy.BucketDeployment(
+            self,
+            "Bundle",
+            sources=[s3deploy.Source.asset(str(bundle.directory), exclude=[".complete", ".gitignore"])],
+            destination_bucket=self.artifacts,
+            destination_key_prefix=f"{prefix}/",
+            role=deploy_role,
+            log_group=deploy_logs,
+            memory_limit=256,
+        )
+        _acknowledge_deployment(self, deploy_role)
+        self.wheel_uri = f"s3://{self.artifacts.bucket_name}/{prefix}/{bundle.wheel_name}"
+        self.script_uris = {kind: f"s3://{self.artifacts.bucket_name}/{prefix}/{kind}.py" for kind in JOB_KINDS}
+
+        log_prefix = f"/aws-glue/{config.stack_name}"
+        self.log_groups = [
+            log_group(self, f"{stream.capitalize()}Logs", config, name=f"{log_prefix}/{stream}")
+            for stream in ("output", "error")
+        ]
+        _allow_glue_logs(key, stack)
+        security = glue.CfnSecurityConfiguration(
+            self,
+            "Security",
+            name=f"{config.stack_name}-jobs",
+            encryption_configuration=glue.CfnSecurityConfiguration.EncryptionConfigurationProperty(
+                s3_encryptions=[
+                    glue.CfnSecurityConfiguration.S3EncryptionProperty(
+                        s3_encryption_mode="SSE-KMS", kms_key_arn=key.key_arn
+                    )
+                ],
+                cloud_watch_encryption=glue.CfnSecurityConfiguration.CloudWatchEncryptionProperty(
+                    cloud_watch_encryption_mode="SSE-KMS", kms_key_arn=key.key_arn
+                ),
+                job_bookmarks_encryption=glue.CfnSecurityConfiguration.JobBookmarksEncryptionProperty(
+                    job_bookmarks_encryption_mode="CSE-KMS", kms_key_arn=key.key_arn
+                ),
+            ),
+        )
+        tables_json = stack.to_json_string(buffer.names.as_dict())
+        common_arguments = {
+            "--datalake-formats": "iceberg",
+            "--conf": ICEBERG_EXTENSIONS,
+            "--additional-python-modules": self.wheel_uri,
+            "--job-language": "python",
+            "--enable-metrics": "true",
+            "--enable-observability-metrics": "true",
+            "--custom-logGroup-prefix": log_prefix,
+            "--job-bookmark-option": "job-bookmark-disable",
+        }
+        self.jobs: dict[str, glue.CfnJob] = {}
+        self.roles: dict[str, iam.Role] = {}
+        self.schedules: dict[str, scheduler.Schedule] = {}
+        for kind in JOB_KINDS:
+            name = kind.capitalize()
+            role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("glue.amazonaws.com"))
+            self.roles[kind] = role
+            temp = f"{TEMP_PREFIX}/{kind}"
+            job = glue.CfnJob(
+                self,
+                f"{name}Job",
+                description=f"LakeSync {config.name}: {kind} (glue_jobs/{kind}.py)",
+                role=role.role_arn,
+                command=glue.CfnJob.JobCommandProperty(
+                    name="glueetl", python_version="3", script_location=self.script_uris[kind]
+                ),
+                glue_version=GLUE_VERSION,
+                worker_type=config.glue_worker_type,
+                number_of_workers=config.glue_workers,
+                timeout=config.glue_timeout_minutes,
+                max_retries=0,
+                execution_property=glue.CfnJob.ExecutionPropertyProperty(max_concurrent_runs=1),
+                security_configuration=security.ref,
+                default_arguments={
+                    **common_arguments,
+                    "--TempDir": f"s3://{self.artifacts.bucket_name}/{temp}/",
+                    **script_arguments(
+                        kind,
+                        config=config,
+                        warehouse=lake.warehouse,
+                        tables_json=tables_json,
+                        region=stack.region,
+                        checkpoint_bucket=lake.checkpoints.bucket_name,
+                    ),
+                },
+            )
+            job.node.add_dependency(deployment)  # the files exist before any run can start
+            self.jobs[kind] = job
+            self._grant(
+                role,
+                ACCESS[kind],
+                key=key,
+                lake=lake,
+                buffer=buffer,
+                artifacts_read=f"{prefix}/*",
+                temp=temp,
+            )
+            self._acknowledge_role(kind, role, lake, prefix, temp)
+        self.schedules["flush"] = self._schedule(
+            "flush", scheduler.ScheduleExpression.rate(cdk.Duration.minutes(config.flush_interval_minutes))
+        )
+        self.schedules["compact"] = self._schedule(
+            "compact", scheduler.ScheduleExpression.expression(config.compact_schedule)
+        )
+        self.schedules["checkpoint"] = self._schedule(
+            "checkpoint", scheduler.ScheduleExpression.expression(config.checkpoint_schedule)
+        )
+
+    def job_arn(self, kind: str) -> str:
+        """The ARN of job ``kind``."""
+        return cdk.Stack.of(self).format_arn(service="glue", resource="job", resource_name=self.jobs[kind].ref)
+
+    def _schedule(self, kind: str, expression: scheduler.ScheduleExpression) -> scheduler.Schedule:
+        role = iam.Role(
+            self,
+            f"{kind.capitalize()}ScheduleRole",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}}
+            ),
+        )
+        return scheduler.Schedule(
+            self,
+            f"{kind.capitalize()}Schedule",
+            description=f"Start the LakeSync {kind} job",
+            schedule=expression,
+            target=targets.Universal(
+                service="glue",
+                action="startJobRun",
+                input=scheduler.ScheduleTargetInput.from_object({"JobName": self.jobs[kind].ref}),
+                policy_statements=[iam.PolicyStatement(actions=["glue:StartJobRun"], resources=[self.job_arn(kind)])],
+                retry_attempts=0,
+                role=role,
+            ),
+        )
+
+    def _acknowledge_role(self, kind: str, role: iam.Role, lake: Lake, prefix: str, temp: str) -> None:
+        artifacts = arn_token(self.artifacts)
+        findings = {
+            f"Resource::{artifacts}/{prefix}/*": "Reads its script and the lakesync wheel: exactly the files of this "
+            "deployment's content-addressed bundle prefix.",
+            f"Resource::{artifacts}/{temp}/*": "Glue's temporary directory for this job; Glue names the objects.",
+            f"Resource::{arn_token(lake.bucket)}/{WAREHOUSE_PREFIX}/*": "Iceberg data and metadata files under the "
+            "warehouse prefix; Iceberg generates their names on every commit.",
+            f"Resource::arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:table/{lake.database_name}/*": (
+                "The lake's Iceberg tables in its own database: state tables (state_<table>) are created at run "
+                "time, one per synced table."
+            ),
+            "Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws-glue/*": (
+                "Glue writes job logs to log groups it names itself under /aws-glue/ (with the security "
+                "configuration's KMS key); the stack pre-creates the ones it knows, with retention."
+            ),
+            "Resource::*": "cloudwatch:PutMetricData has no resource-level permissions; the statement is limited "
+            "to the Glue metrics namespace by condition.",
+        }
+        if ACCESS[kind].checkpoints:
+            findings[f"Resource::{arn_token(lake.checkpoints)}/*"] = (
+                "Checkpoint objects (chunks, manifests, latest.json): keys are generated per gateway and checkpoint."
+            )
+        acknowledge_wildcards(role, findings)
+
+    def _grant(
+        self,
+        role: iam.Role,
+        access: JobAccess,
+        *,
+        key: kms.IKey,
+        lake: Lake,
+        buffer: Buffer,
+        artifacts_read: str,
+        temp: str,
+    ) -> None:
+        stack = cdk.Stack.of(self)
+        allow(role, ["s3:GetObject"], [self.artifacts.arn_for_objects(artifacts_read)], sid="ScriptsAndWheel")
+        allow(
+            role,
+            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            [self.artifacts.arn_for_objects(f"{temp}/*")],
+            sid="TempDir",
+        )
+        allow(role, ["s3:ListBucket"], [self.artifacts.bucket_arn, lake.bucket.bucket_arn], sid="ListBuckets")
+        lake_actions = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"] if access.lake_write else ["s3:GetObject"]
+        allow(role, lake_actions, [lake.bucket.arn_for_objects(f"{WAREHOUSE_PREFIX}/*")], sid="Warehouse")
+        arns = lake.catalog_arns()
+        allow(role, access.catalog_actions, [arns["catalog"], arns["database"], arns["tables"]], sid="Catalog")
+        if access.checkpoints:
+            allow(role, ["s3:ListBucket"], [lake.checkpoints.bucket_arn], sid="ListCheckpoints")
+            allow(role, access.checkpoints, [lake.checkpoints.arn_for_objects("*")], sid="Checkpoints")
+        for kind, actions in access.tables.items():
+            table = buffer.tables[kind]
+            resources = [table.table_arn]
+            if kind in access.index_tables:
+                resources += [f"{table.table_arn}/index/{name}" for name in buffer.index_names(kind)]
+            allow(role, actions, resources, sid=f"Table{kind.capitalize()}")
+        allow(
+            role,
+            ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKeyWithoutPlaintext"],
+            [key.key_arn],
+            sid="DataKey",
+        )
+        allow(
+            role,
+            ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:AssociateKmsKey"],
+            [stack.format_arn(service="logs", resource="log-group", resource_name="/aws-glue/*",
+                              arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)],
+            sid="GlueLogs",
+        )  # fmt: skip
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="GlueMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": "Glue"}},
+            )
+        )
+
+
+def _acknowledge_deployment(jobs: Jobs, role: iam.Role) -> None:
+    """The BucketDeployment's handler is CDK's: acknowledge the grants and runtime CDK chooses for it."""
+    reason = (
+        "CDK's BucketDeployment grants its handler these actions to copy the Glue bundle from the CDK asset bucket "
+        "into the artifacts bucket (read the source, write/prune the destination, use the bucket key); they are "
+        "limited to those two buckets and the data key, and the handler only runs during deployments."
+    )
+    artifacts = arn_token(jobs.artifacts)
+    findings = {
+        f"Action::{action}": reason
+        for action in (
+            "s3:GetObject*",
+            "s3:GetBucket*",
+            "s3:List*",
+            "s3:DeleteObject*",
+            "s3:Abort*",
+            "kms:ReEncrypt*",
+            "kms:GenerateDataKey*",
+        )
+    }
+    findings["Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*"] = reason
+    findings[f"Resource::{artifacts}/*"] = reason
+    acknowledge_wildcards(role, findings)
+    stack = cdk.Stack.of(jobs)
+    for child in stack.node.children:
+        if child.node.id.startswith("Custom::CDKBucketDeployment"):
+            acknowledge(
+                child,
+                "AwsSolutions-L1",
+                "CDK's BucketDeployment handler: aws-cdk-lib pins its runtime; it only runs during deployments.",
+            )
+
+
+def _allow_glue_logs(key: kms.Key, stack: cdk.Stack) -> None:
+    """Let CloudWatch Logs use the key for the Glue jobs' log groups (their security configuration asks for it)."""
+    key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="GlueJobLogs",
+            principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+            actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            resources=["*"],
+            conditions={
+                "ArnLike": {
+                    "kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+                        service="logs",
+                        resource="log-group",
+                        resource_name="/aws-glue/*",
+                        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                }
+            },
+        )
+    )

@@ -1,0 +1,179 @@
+"""Alarms and a dashboard.
+
+Alarms (all notify the alarm topic, KMS-encrypted; ``alarmEmail`` subscribes an address):
+
+* any message in a dead-letter queue (materialisation DLQ, flush-trigger stream failures);
+* any Lambda error (an unhandled exception or timeout -- handled request errors are HTTP responses, not errors) or
+  throttle, per function;
+* API 5xx responses;
+* a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our three jobs
+  sends the event itself to the topic (the message says which job and run), and the alarm on the rule's
+  ``TriggeredRules`` metric shows the failure on the dashboard without a second notification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aws_cdk as cdk
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as events_targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from lakesync_infra.config import LakeSyncConfig
+
+FAILED_STATES = ("FAILED", "TIMEOUT", "ERROR")
+PERIOD = cdk.Duration.minutes(5)
+
+
+class Monitoring(Construct):
+    """The alarm topic, the alarms and the dashboard.
+
+    Attributes:
+        topic: Where alarms and Glue failures are sent.
+        alarms: Every alarm, by name.
+        glue_failures: The EventBridge rule matching failed job runs.
+        dashboard: The CloudWatch dashboard.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: LakeSyncConfig,
+        functions: Mapping[str, lambda_.IFunction],
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        job_names: Mapping[str, str],
+        http_api: apigwv2.IHttpApi,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        key = kms.Key(
+            self,
+            "AlarmKey",
+            description=f"LakeSync {config.name}: alarm topic",
+            enable_key_rotation=True,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+            pending_window=cdk.Duration.days(7),
+        )
+        for service in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=f"Publish{service.split('.')[0].capitalize()}",
+                    principals=[iam.ServicePrincipal(service)],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}},
+                )
+            )
+        self.topic = sns.Topic(self, "Alarms", master_key=key, enforce_ssl=True)
+        if config.alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
+        notify = actions.SnsAction(self.topic)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+
+        def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, notifies: bool = True) -> None:
+            created = cloudwatch.Alarm(
+                self,
+                name,
+                metric=metric,
+                threshold=1,
+                evaluation_periods=1,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                alarm_description=description,
+            )
+            if notifies:
+                created.add_alarm_action(notify)
+            self.alarms[name] = created
+
+        for name, queue in dead_letter_queues.items():
+            alarm(
+                f"{name}Depth",
+                queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum"),
+                f"Messages in {name}: something failed repeatedly and waits for an operator",
+            )
+        for name, fn in functions.items():
+            pascal = "".join(p.capitalize() for p in name.split("_"))
+            alarm(f"{pascal}Errors", fn.metric_errors(period=PERIOD), f"functions.{name} raised or timed out")
+            alarm(f"{pascal}Throttles", fn.metric_throttles(period=PERIOD), f"functions.{name} was throttled")
+        api_5xx = cloudwatch.Metric(
+            namespace="AWS/ApiGateway",
+            metric_name="5xx",
+            dimensions_map={"ApiId": http_api.api_id},
+            statistic="Sum",
+            period=PERIOD,
+        )
+        alarm("Api5xx", api_5xx, "The API answered 5xx (the functions log the cause)")
+
+        self.glue_failures = events.Rule(
+            self,
+            "GlueJobFailed",
+            description="A LakeSync Glue job run failed",
+            event_pattern=events.EventPattern(
+                source=["aws.glue"],
+                detail_type=["Glue Job State Change"],
+                detail={"jobName": list(job_names.values()), "state": list(FAILED_STATES)},
+            ),
+            targets=[events_targets.SnsTopic(self.topic)],
+        )
+        glue_failed = cloudwatch.Metric(
+            namespace="AWS/Events",
+            metric_name="TriggeredRules",
+            dimensions_map={"RuleName": self.glue_failures.rule_name},
+            statistic="Sum",
+            period=PERIOD,
+        )
+        alarm("GlueJobFailures", glue_failed, "A Glue job run failed (the rule sent the event)", notifies=False)
+
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=cdk.Duration.hours(6))
+        api_metric = {"namespace": "AWS/ApiGateway", "dimensions_map": {"ApiId": http_api.api_id}, "period": PERIOD}
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="API requests and errors",
+                left=[
+                    cloudwatch.Metric(metric_name="Count", statistic="Sum", **api_metric),  # type: ignore[arg-type]
+                    cloudwatch.Metric(metric_name="4xx", statistic="Sum", **api_metric),  # type: ignore[arg-type]
+                    api_5xx,
+                ],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="API latency (p50, p99)",
+                left=[
+                    cloudwatch.Metric(metric_name="Latency", statistic="p50", **api_metric),  # type: ignore[arg-type]
+                    cloudwatch.Metric(metric_name="Latency", statistic="p99", **api_metric),  # type: ignore[arg-type]
+                ],
+                width=12,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Function invocations",
+                left=[fn.metric_invocations(period=PERIOD, label=name) for name, fn in functions.items()],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Function errors and throttles",
+                left=[fn.metric_errors(period=PERIOD, label=f"{name} errors") for name, fn in functions.items()],
+                right=[fn.metric_throttles(period=PERIOD, label=f"{name} throttles") for name, fn in functions.items()],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Function duration p99",
+                left=[fn.metric_duration(period=PERIOD, statistic="p99", label=name) for name, fn in functions.items()],
+                width=8,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24),
+        )

@@ -1,0 +1,110 @@
+"""Materialisation messaging: the SQS queue, its dead-letter queue and the claim-check bucket.
+
+After a flush, one message per table batch goes to the queue; payloads above the claim-check threshold live in the
+claim-check bucket and the message carries the pointer. The consumer (materialise) is a later issue: this construct
+creates the pieces and exposes :meth:`Queues.attach_consumer`, the one way to wire a consumer -- partial batch
+failures reported (``ReportBatchItemFailures``), poison messages to the DLQ after ``MAX_RECEIVE_COUNT`` receives.
+
+Both queues are KMS-encrypted with the stack key and refuse plain HTTP; the bucket is a :func:`secure_bucket`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from lakesync_infra.common import allow, secure_bucket
+from lakesync_infra.config import LakeSyncConfig
+
+MAX_RECEIVE_COUNT: Final = 5
+RETENTION: Final = cdk.Duration.days(14)  # SQS's maximum: a stuck consumer has two weeks before anything is lost
+CONSUMER_TIMEOUT: Final = cdk.Duration.minutes(2)
+"""Timeout a consumer function must not exceed (the visibility timeout is six times it, as AWS recommends)."""
+
+
+class Queues(Construct):
+    """The materialisation queue, its DLQ and the claim-check bucket.
+
+    Attributes:
+        queue: The materialisation queue.
+        dead_letter_queue: Messages that failed ``MAX_RECEIVE_COUNT`` times.
+        claim_check: Large payloads referenced from messages.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: LakeSyncConfig,
+        key: kms.IKey,
+        access_logs: s3.IBucket,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self._key = key
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetters",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=key,
+            enforce_ssl=True,
+            retention_period=RETENTION,
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Materialise",
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=key,
+            data_key_reuse=cdk.Duration.hours(1),
+            enforce_ssl=True,
+            retention_period=RETENTION,
+            visibility_timeout=cdk.Duration.seconds(CONSUMER_TIMEOUT.to_seconds() * 6),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=MAX_RECEIVE_COUNT),
+        )
+        self.claim_check = secure_bucket(
+            self,
+            "ClaimCheck",
+            config,
+            access_logs=access_logs,
+            key=key,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-payloads",
+                    expiration=cdk.Duration.days(config.claim_check_days),
+                    noncurrent_version_expiration=cdk.Duration.days(1),
+                )
+            ],
+        )
+
+    def attach_consumer(
+        self,
+        function: lambda_.Function,
+        *,
+        batch_size: int = 10,
+        max_batching_window: cdk.Duration | None = None,
+    ) -> sources.SqsEventSource:
+        """Make ``function`` the queue's consumer: partial batch failures, read access to the claim-check payloads.
+
+        Raises:
+            ValueError: the function's timeout is longer than :data:`CONSUMER_TIMEOUT`.
+        """
+        timeout = function.timeout
+        if timeout is None or timeout.to_seconds() > CONSUMER_TIMEOUT.to_seconds():
+            raise ValueError(f"a consumer's timeout must be set and at most {CONSUMER_TIMEOUT.to_seconds()} s")
+        source = sources.SqsEventSource(
+            self.queue,
+            batch_size=batch_size,
+            max_batching_window=max_batching_window,
+            report_batch_item_failures=True,
+        )
+        function.add_event_source(source)  # grants ReceiveMessage/DeleteMessage/... and kms:Decrypt on the queue
+        allow(function.role, ["s3:GetObject"], [self.claim_check.arn_for_objects("*")], sid="ClaimCheckPayloads")  # type: ignore[arg-type]
+        allow(function.role, ["kms:Decrypt"], [self._key.key_arn], sid="ClaimCheckKey")  # type: ignore[arg-type]
+        return source

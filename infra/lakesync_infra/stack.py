@@ -1,0 +1,176 @@
+"""``LakeSyncStack``: one environment, composed of one construct per capability, and the app that holds them.
+
+Wiring (the only cross-construct dependencies)::
+
+    DataKey ──> Buffer, Lake, Queues, Secrets, Jobs, Functions
+    Lake ──> Queues (access logs), Jobs (warehouse, catalog), Functions (checkpoints)
+    Buffer ──> Jobs, Functions          Jobs ──> Functions (flush job for the trigger)
+    Functions ──> Api, Secrets (rotation), Monitoring          Queues, Jobs, Api ──> Monitoring
+
+``build_app`` is what ``infra/app.py`` and the tests call: it adds cdk-nag's AwsSolutions checks to the app, so a
+synth fails on any finding that is not acknowledged (with a reason, where the construct is made).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_kms as kms
+from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
+
+from lakesync_infra.api import Api
+from lakesync_infra.buffer import Buffer
+from lakesync_infra.common import acknowledge, removal_policy
+from lakesync_infra.config import LakeSyncConfig, environments
+from lakesync_infra.functions import Functions
+from lakesync_infra.jobs import Jobs
+from lakesync_infra.lake import Lake
+from lakesync_infra.monitoring import Monitoring
+from lakesync_infra.packaging import GlueBundle
+from lakesync_infra.queues import Queues
+from lakesync_infra.secrets import Secrets
+
+
+@dataclass(frozen=True, slots=True)
+class Artifacts:
+    """The built code the stacks deploy.
+
+    Attributes:
+        lambda_asset: The Lambda code directory.
+        glue: The Glue scripts and wheel.
+    """
+
+    lambda_asset: Path
+    glue: GlueBundle
+
+
+class LakeSyncStack(cdk.Stack):
+    """Everything one LakeSync environment needs."""
+
+    def __init__(self, scope: Construct, config: LakeSyncConfig, artifacts: Artifacts) -> None:
+        env = cdk.Environment(account=config.account, region=config.region) if config.account or config.region else None
+        super().__init__(
+            scope,
+            config.stack_name,
+            env=env,
+            description=f"LakeSync {config.name}: sync gateway, delta buffer, Iceberg lake and jobs",
+        )
+        self.config = config
+        self.data_key = kms.Key(
+            self,
+            "DataKey",
+            description=f"LakeSync {config.name}: buffer, lake, checkpoints, queues, secret, job logs",
+            enable_key_rotation=True,
+            removal_policy=removal_policy(config),
+            pending_window=cdk.Duration.days(30 if config.removal_policy == "retain" else 7),
+        )
+        self.buffer = Buffer(self, "Buffer", config=config, key=self.data_key)
+        self.lake = Lake(self, "Lake", config=config, key=self.data_key)
+        self.queues = Queues(self, "Queues", config=config, key=self.data_key, access_logs=self.lake.access_logs)
+        self.secrets = Secrets(self, "Secrets", config=config, key=self.data_key)
+        self.jobs = Jobs(
+            self,
+            "Jobs",
+            config=config,
+            key=self.data_key,
+            lake=self.lake,
+            buffer=self.buffer,
+            bundle=artifacts.glue,
+        )
+        self.functions = Functions(
+            self,
+            "Functions",
+            config=config,
+            asset=artifacts.lambda_asset,
+            key=self.data_key,
+            buffer=self.buffer,
+            jwt_secret=self.secrets.jwt_secret,
+            checkpoints=self.lake.checkpoints,
+            flush_job_name=self.jobs.jobs["flush"].ref,
+            flush_job_arn=self.jobs.job_arn("flush"),
+        )
+        self.secrets.enable_rotation(self.functions.functions["rotate_secret"])
+        self.api = Api(self, "Api", config=config, functions=self.functions.functions)
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            config=config,
+            functions=self.functions.functions,
+            dead_letter_queues={
+                "MaterialiseDeadLetters": self.queues.dead_letter_queue,
+                "FlushTriggerFailures": self.functions.stream_failures,
+            },
+            job_names={kind: job.ref for kind, job in self.jobs.jobs.items()},
+            http_api=self.api.http_api,
+        )
+        cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL of the sync gateway")
+        cdk.CfnOutput(self, "JwtSecretArn", value=self.secrets.jwt_secret.secret_arn, description="JWT signing key")
+        cdk.CfnOutput(self, "LakeBucket", value=self.lake.bucket.bucket_name)
+        cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)
+        cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
+        cdk.CfnOutput(self, "AlarmTopic", value=self.monitoring.topic.topic_arn)
+        cdk.Tags.of(self).add("lakesync:environment", config.name)
+        _acknowledge(self)
+
+
+def _acknowledge(stack: LakeSyncStack) -> None:
+    """The stack-wide acknowledgments (construct-specific ones live with their constructs)."""
+    acknowledge(
+        stack.api,
+        "AwsSolutions-APIG4",
+        "Every route's function verifies the caller's HS256 JWT itself (sub, gw, role, exp), as the original "
+        "gateway does; /health is public by design. An API Gateway authorizer would duplicate that check.",
+    )
+
+
+APP_CONTEXT: Mapping[str, Any] = {
+    "aws:cdk:disable-stack-trace": True,
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    "@aws-cdk/core:validationReportJson": True,
+}
+"""Context every LakeSync app gets (before cdk.json's and the command line's)."""
+
+
+def build_app(
+    context: Mapping[str, Any],
+    artifacts: Artifacts,
+    *,
+    outdir: str | None = None,
+    post_cli_context: Mapping[str, Any] | None = None,
+) -> tuple[cdk.App, list[LakeSyncStack]]:
+    """An app with one stack per environment named by the context, checked by cdk-nag's AwsSolutions pack.
+
+    Args:
+        context: Default context (``cdk.json``'s); the CDK CLI's context (``CDK_CONTEXT_JSON``) overrides it.
+        artifacts: The built Lambda asset and Glue bundle.
+        outdir: Where to write the cloud assembly (``None``: ``CDK_OUTDIR`` or a temporary directory).
+        post_cli_context: Context that wins over everything (``-c`` of a plain ``python app.py`` run).
+
+    Raises:
+        ConfigError: the context names no environment or misconfigures one.
+    """
+    app = cdk.App(context={**APP_CONTEXT, **context}, outdir=outdir, post_cli_context=post_cli_context)
+    configs = environments(_all_context(app, context, post_cli_context))
+    stacks = [LakeSyncStack(app, config, artifacts) for config in configs]
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stacks
+
+
+def _all_context(app: cdk.App, defaults: Mapping[str, Any], post: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The effective ``lakesync:*`` context (defaults, then the CLI's, then ``post``)."""
+    keys = {k for k in (*defaults, *(post or {})) if k.startswith("lakesync:")}
+    cli = app.node.try_get_context("lakesync:environments")
+    out = {k: app.node.try_get_context(k) for k in keys}
+    if cli is not None:
+        out["lakesync:environments"] = cli
+        for name in str(cli).split(","):
+            for key in (f"lakesync:env:{name.strip()}", "lakesync:defaults"):
+                value = app.node.try_get_context(key)
+                if value is not None:
+                    out[key] = value
+    return out
