@@ -54,7 +54,10 @@ class BufferStore(Protocol):
         ...
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
-        """Up to ``limit`` entries with ``seq > after_seq``, in commit order (consistent read)."""
+        """Up to ``limit`` entries ``after_seq + 1, after_seq + 2, ...`` in commit order (consistent read).
+
+        The entries returned always continue the sequence: the read stops at the first gap (a commit still being
+        applied, or entries released by the flush job), so a reader never skips an entry it has not seen."""
         ...
 
     def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:

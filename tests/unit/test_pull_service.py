@@ -9,19 +9,20 @@ import base64
 import json
 import random
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
-from lakesync.core.errors import AdapterError, AdapterNotFoundError, ValidationError
+from lakesync.core.errors import AdapterError, AdapterNotFoundError, CursorExpiredError, ValidationError
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import user_scoped_rules
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import LogEntry
+from lakesync.gateway.model import LogEntry, ShardId
 from lakesync.gateway.pull import PullResult, decode_cursor, encode_cursor, pull
 from lakesync.gateway.push import push
 
@@ -524,3 +525,97 @@ def test_pull_from_source_raising_a_lakesync_error_keeps_it() -> None:
 
 def _values(deltas: list[RowDelta]) -> list[dict[str, JsonValue]]:
     return [x.values() for x in deltas]
+
+
+# -- released buffer: 410 instead of a silent skip ----------------------------------------------------------------
+
+
+class ReleasingBuffer:
+    """Wraps a buffer; the first log read of a shard releases its first ``through_seq`` entries just before it."""
+
+    def __init__(self, inner: InMemoryBufferStore, through_seq: int) -> None:
+        self.inner = inner
+        self.through_seq = through_seq
+        self.released = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _release_once(self, shard: ShardId) -> None:
+        if not self.released:
+            self.released = True
+            self.inner.release_log(shard, self.through_seq)
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+        self._release_once(shard)
+        return self.inner.read_log(shard, after_seq, limit)
+
+    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
+        self._release_once(shard)
+        return self.inner.read_log_by_commit_hlc(shard, after_commit_hlc, limit)
+
+
+def _released_env(count: int, through_seq: int) -> tuple[Env, list[LogEntry]]:
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(count)))
+    entries = env.log()
+    env.buffer.release_log(entries[0].shard, through_seq)
+    return env, entries
+
+
+@pytest.mark.parametrize("position", [0, 1, 3])
+def test_pull_cursor_behind_a_release_is_410(position: int) -> None:
+    env, entries = _released_env(6, through_seq=4)
+    cursor = encode_cursor({entries[0].shard.key: position}) if position else None
+    with pytest.raises(CursorExpiredError) as err:
+        env.pull(cursor=cursor) if cursor else env.pull()
+    assert err.value.status == 410 and "checkpoint" in err.value.message
+
+
+def test_pull_cursor_at_or_after_a_release_continues_exactly() -> None:
+    env, entries = _released_env(6, through_seq=4)
+    page = env.pull(cursor=encode_cursor({entries[0].shard.key: 4}))
+    assert [x.delta_id for x in page.deltas] == [e.delta.delta_id for e in entries[4:]]
+
+
+def test_pull_since_behind_a_release_is_410_and_after_it_continues() -> None:
+    env, entries = _released_env(6, through_seq=4)
+    with pytest.raises(CursorExpiredError):
+        env.pull(since=entries[2].commit_hlc)
+    page = env.pull(since=entries[3].commit_hlc)
+    assert [x.delta_id for x in page.deltas] == [e.delta.delta_id for e in entries[4:]]
+
+
+def test_pull_since_racing_a_release_is_410_not_a_silent_skip() -> None:
+    # Given six entries, and a release of the first four that lands between the pull's check and its log read
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(6)))
+    entries = env.log()
+    buffer = ReleasingBuffer(env.buffer, through_seq=4)
+    env.deps = replace(env.deps, buffer=buffer)
+
+    # When a client pulls since the second entry
+    # Then it is told to reload the checkpoint instead of silently missing entries 3 and 4
+    with pytest.raises(CursorExpiredError):
+        env.pull(since=entries[1].commit_hlc)
+    assert buffer.released
+
+
+def test_pull_cursor_racing_a_release_never_skips_and_is_410_next() -> None:
+    # Given six entries, a cursor at the second, and a release of the first four between the check and the read
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(6)))
+    entries = env.log()
+    cursor = encode_cursor({entries[0].shard.key: 2})
+    buffer = ReleasingBuffer(env.buffer, through_seq=4)
+    env.deps = replace(env.deps, buffer=buffer)
+
+    # When the client pulls from its cursor
+    page = env.pull(cursor=cursor)
+
+    # Then it gets nothing rather than entries 5 and 6 with 3 and 4 skipped, and its cursor stays where it was
+    assert page.deltas == ()
+    assert decode_cursor(page.cursor, GW) == {entries[0].shard.key: 2}
+    # And its next pull is told to reload the checkpoint
+    with pytest.raises(CursorExpiredError):
+        env.pull(cursor=page.cursor)

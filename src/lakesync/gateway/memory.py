@@ -101,7 +101,9 @@ class InMemoryBufferStore:
         with self._lock:
             log = self._logs.get(shard, [])
             start = bisect.bisect_right(log, after_seq, key=lambda e: e.seq)
-            return log[start : start + limit]
+            page = log[start : start + limit]
+            # As on DynamoDB: entries continue the sequence or are not returned (here a gap means a release).
+            return page if page and page[0].seq == after_seq + 1 else []
 
     def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
         with self._lock:

@@ -267,6 +267,11 @@ def _pull_since(
     collected, has_more, last = _collect(
         deps, readers, limit, rules, claims, reread_until=since, whole_commit_hlcs=True
     )
+    # A release that marked and deleted entries after the check above would go unnoticed (reads by commit HLC
+    # cannot see a gap): check the marks again now that the log has been read.
+    for head in deps.buffer.get_heads(shards).values():
+        if since < head.released_hlc:
+            raise _expired(gateway, head)
     if has_more:
         assert last is not None
         # The next `since` resumes after the last scanned entry. Entries of other shards can carry the same commit
