@@ -1,0 +1,163 @@
+"""The Lambda functions in the template: handlers that import, runtime settings, environments that match what
+each function's code reads, the flush trigger's stream mapping and the secret's rotation."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+from lakesync_infra.config import ALL_FUNCTIONS
+from lakesync_infra.packaging import LAMBDA_PYTHON
+
+from functions import _settings as settings
+from lakesync.api_routes import ROUTES
+
+
+def _powertools_variables() -> set[str]:
+    from aws_lambda_powertools.shared import constants
+
+    return {v for v in vars(constants).values() if isinstance(v, str) and v.startswith("POWERTOOLS_")}
+
+
+def _placeholder(logical: str) -> str:
+    """A valid stand-in for a token (table, bucket and job names all accept it)."""
+    return f"tok-{logical.lower()}"
+
+
+def _env(cfn, fn) -> dict[str, str]:
+    variables = fn.get("Environment", {}).get("Variables", {})
+    return {k: cfn.render(v, _placeholder) for k, v in variables.items()}
+
+
+def test_every_function_is_deployed_once(cfn):
+    # Given the template's functions with a functions.* handler
+    # Then there is exactly one per function the code defines (the API's and the two AWS-side ones)
+    assert sorted(cfn.functions()) == sorted(ALL_FUNCTIONS)
+
+
+@pytest.mark.parametrize("name", ALL_FUNCTIONS)
+def test_function_handler_string_imports(cfn, name):
+    # Given the function's handler string in the template
+    module_name, _, attr = cfn.functions()[name]["Handler"].rpartition(".")
+    # When it is imported
+    handler = getattr(importlib.import_module(module_name), attr)
+    # Then it names a callable entry point
+    assert callable(handler)
+
+
+def test_route_handlers_are_the_functions_handlers(cfn):
+    # Given the route table's handler strings
+    # Then each is the handler of a deployed function
+    handlers = {fn["Handler"] for fn in cfn.functions().values()}
+    assert {route.handler for route in ROUTES} <= handlers
+
+
+@pytest.mark.parametrize("name", ALL_FUNCTIONS)
+def test_function_runs_python_on_arm64_traced_with_retained_logs(cfn, name):
+    # Given a function
+    fn = cfn.functions()[name]
+    # Then it runs the runtime its asset was built for, on Graviton, with active tracing
+    assert fn["Runtime"] == f"python{LAMBDA_PYTHON}"
+    assert fn["Architectures"] == ["arm64"]
+    assert fn["TracingConfig"] == {"Mode": "Active"}
+    # And logs to its own log group, which has the environment's retention
+    group = fn["LoggingConfig"]["LogGroup"]["Ref"]
+    assert cfn.resources[group]["Properties"]["RetentionInDays"] == 14
+    assert fn["Role"]["Fn::GetAtt"][1] == "Arn"
+
+
+@pytest.mark.parametrize("name", ALL_FUNCTIONS)
+def test_function_environment_is_only_what_its_code_reads(cfn, name):
+    # Given the variables the template sets on the function
+    env = _env(cfn, cfn.functions()[name])
+    # Then each LakeSync one is a variable that function's code reads, and the rest are Powertools settings
+    lakesync = {k for k in env if k.startswith("LAKESYNC_")}
+    assert lakesync <= settings.FUNCTION_ENV_VARS[name]
+    assert set(env) - lakesync <= _powertools_variables()
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_FUNCTIONS if settings.FUNCTION_ENV_VARS[n] >= {settings.GATEWAY_IDS}])
+def test_api_function_environment_is_a_valid_configuration(cfn, ids, options, name):
+    # Given an API function's environment, tokens replaced by valid stand-ins
+    fn = cfn.functions()[name]
+    env = _env(cfn, fn)
+    # When the function's own settings parser reads it
+    parsed = settings.Settings.from_env(env)
+    # Then it is valid and names the stack's tables, secret and configured options
+    for kind, table in parsed.tables.as_dict().items():
+        assert table == _placeholder(ids[f"table:{kind}"])
+    assert parsed.jwt_secret_arn == _placeholder(ids["secret:jwt"])
+    assert parsed.gateway_ids == frozenset(options["gatewayIds"])
+    assert dict(parsed.sub_shards) == options["subShards"]
+    assert parsed.flush_threshold_bytes == options["flushThresholdBytes"]
+    assert parsed.max_body_bytes == options["maxBodyBytes"]
+    # And only the checkpoint function is given the checkpoint bucket
+    expected_bucket = _placeholder(ids["bucket:checkpoints"]) if name == "checkpoint" else None
+    assert parsed.checkpoint_bucket == expected_bucket
+
+
+def test_flush_trigger_environment_names_the_flush_job(cfn, ids):
+    # Given the flush trigger's environment
+    from functions.flush_trigger import flush_job_name
+
+    env = _env(cfn, cfn.functions()["flush_trigger"])
+    # When the function reads its job name
+    # Then it is the flush job's name
+    assert flush_job_name(env) == _placeholder(ids["job:flush"])
+
+
+def test_reserved_concurrency_is_applied_where_configured(cfn, options):
+    # Given the configured reserved concurrency
+    reserved = {name: fn.get("ReservedConcurrentExecutions") for name, fn in cfn.functions().items()}
+    # Then exactly those functions reserve it
+    assert {k: v for k, v in reserved.items() if v is not None} == options["reservedConcurrency"]
+
+
+def test_flush_trigger_consumes_flush_requests_from_the_config_stream(cfn, ids):
+    # Given the flush trigger's event source mapping
+    trigger = cfn.functions()["flush_trigger"]
+    (mapping,) = [
+        m
+        for m in cfn.of_type("AWS::Lambda::EventSourceMapping").values()
+        if m["FunctionName"] == {"Ref": trigger["logical"]}
+    ]
+    # Then it reads the config table's stream, which carries new images
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [ids["table:config"], "StreamArn"]}
+    config_table = cfn.resources[ids["table:config"]]["Properties"]
+    assert config_table["StreamSpecification"] == {"StreamViewType": "NEW_IMAGE"}
+    # And reports batch item failures, sends exhausted batches to its failure queue
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": [ids["queue:stream_failures"], "Arn"]
+    }
+    # And lets through only inserted flush requests (the key layout of lakesync.aws.dynamodb.request_flush)
+    (flt,) = mapping["FilterCriteria"]["Filters"]
+    pattern = json.loads(flt["Pattern"])
+    assert pattern == {"eventName": ["INSERT"], "dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "flush#"}]}}}}
+
+
+def test_flush_trigger_timeout_covers_its_wait_for_a_busy_job(cfn):
+    # Given the trigger's wait budget for a busy flush job
+    from lakesync.aws.flush_trigger import MAX_WAIT_S, SAFETY_S
+
+    # Then its timeout lets it use the whole budget before Lambda stops it
+    assert cfn.functions()["flush_trigger"]["Timeout"] >= MAX_WAIT_S + SAFETY_S
+
+
+def test_jwt_secret_rotates_with_the_rotation_function(cfn, ids):
+    # Given the secret's rotation schedule
+    (rotation,) = cfn.of_type("AWS::SecretsManager::RotationSchedule").values()
+    rotate = cfn.functions()["rotate_secret"]
+    # Then the rotation function rotates the JWT secret every configured period, not at deploy time
+    assert rotation["SecretId"] == {"Ref": ids["secret:jwt"]}
+    assert rotation["RotationLambdaARN"] == {"Fn::GetAtt": [rotate["logical"], "Arn"]}
+    assert rotation["RotationRules"]["ScheduleExpression"] == "rate(30 days)"
+    assert rotation["RotateImmediatelyOnUpdate"] is False
+    # And Secrets Manager may invoke it
+    permissions = cfn.of_type("AWS::Lambda::Permission").values()
+    assert any(
+        p["Principal"] == "secretsmanager.amazonaws.com"
+        and p["FunctionName"] == {"Fn::GetAtt": [rotate["logical"], "Arn"]}
+        for p in permissions
+    )
