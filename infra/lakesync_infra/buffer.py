@@ -8,15 +8,16 @@ The ``config`` table streams new images: the flush trigger consumes its flush re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from lakesync.aws.tables import TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
-from lakesync_infra.common import removal_policy
+from lakesync_infra.common import allow, removal_policy
 from lakesync_infra.config import LakeSyncConfig
 
 STREAM_TABLE: Final = "config"
@@ -80,6 +81,21 @@ class Buffer(Construct):
                 )
             self.tables[kind] = table
         self.names = TableNames(**{kind: table.table_name for kind, table in self.tables.items()})
+
+    def grant(
+        self,
+        role: iam.IRole,
+        tables: Mapping[str, Sequence[str]],
+        index_actions: Mapping[str, Sequence[str]],
+    ) -> None:
+        """Allow ``role`` the given actions on each logical table, and ``index_actions`` on its indexes."""
+        for kind in sorted(set(tables) | set(index_actions)):
+            table = self.tables[kind]
+            if tables.get(kind):
+                allow(role, tables[kind], [table.table_arn], sid=f"Table{kind.capitalize()}")
+            if index_actions.get(kind):
+                indexes = [f"{table.table_arn}/index/{name}" for name in self.index_names(kind)]
+                allow(role, index_actions[kind], indexes, sid=f"Indexes{kind.capitalize()}")
 
     def index_names(self, kind: str) -> list[str]:
         """The secondary indexes of table ``kind`` (from the specs)."""

@@ -69,14 +69,14 @@ class FunctionAccess:
 
     Attributes:
         tables: Logical DynamoDB table -> actions.
-        index_tables: Tables whose secondary indexes it queries.
+        index_actions: Logical DynamoDB table -> actions on its secondary indexes.
         api: Whether it is an API function (gateway, tables, JWT secret and limits in its environment).
         checkpoints: Whether it reads the checkpoint bucket.
         timeout_s: Timeout (API functions use the configured one).
     """
 
     tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    index_tables: tuple[str, ...] = ()
+    index_actions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     api: bool = True
     checkpoints: bool = False
     timeout_s: int | None = None
@@ -102,7 +102,7 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
             "config": ("dynamodb:Query", "dynamodb:GetItem"),
             "deltas": ("dynamodb:Query",),
         },
-        index_tables=("deltas",),
+        index_actions={"deltas": ("dynamodb:Query",)},
     ),
     "actions": FunctionAccess(
         tables={"actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")},
@@ -251,12 +251,7 @@ class Functions(Construct):
         allow(trigger.role, ["kms:Decrypt"], [key.key_arn], sid="StreamKey")  # type: ignore[arg-type]
 
     def _grant_tables(self, role: iam.Role, access: FunctionAccess, buffer: Buffer, key: kms.IKey) -> None:
-        for kind, actions in access.tables.items():
-            table = buffer.tables[kind]
-            resources = [table.table_arn]
-            if kind in access.index_tables:
-                resources += [f"{table.table_arn}/index/{name}" for name in buffer.index_names(kind)]
-            allow(role, actions, resources, sid=f"Table{kind.capitalize()}")
+        buffer.grant(role, access.tables, access.index_actions)
         if access.tables:
             writes = any(not a.endswith(("GetItem", "Query")) for actions in access.tables.values() for a in actions)
             kms_actions = ["kms:Decrypt", "kms:DescribeKey"]

@@ -81,14 +81,14 @@ class JobAccess:
 
     Attributes:
         tables: Logical DynamoDB table -> actions.
-        index_tables: Tables whose secondary indexes the job queries.
+        index_actions: Logical DynamoDB table -> actions on its secondary indexes.
         lake_write: Whether it writes the warehouse (else reads it).
         catalog_actions: Glue Data Catalog actions on the database and its tables.
         checkpoints: S3 actions on the checkpoint bucket's objects.
     """
 
     tables: Mapping[str, tuple[str, ...]]
-    index_tables: tuple[str, ...]
+    index_actions: Mapping[str, tuple[str, ...]]
     lake_write: bool
     catalog_actions: tuple[str, ...]
     checkpoints: tuple[str, ...]
@@ -103,7 +103,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
     "flush": JobAccess(
         tables={
             "deltas": ("dynamodb:Query", "dynamodb:BatchWriteItem"),
-            "heads": ("dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"),
+            "heads": ("dynamodb:BatchGetItem", "dynamodb:UpdateItem"),
             "config": (
                 "dynamodb:Query",
                 "dynamodb:GetItem",
@@ -113,7 +113,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
                 "dynamodb:BatchWriteItem",
             ),
         },
-        index_tables=("deltas",),
+        index_actions={"deltas": ("dynamodb:Query",)},
         lake_write=True,
         catalog_actions=_CATALOG_WRITE,
         checkpoints=("s3:GetObject",),
@@ -121,7 +121,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
     # lakesync.spark.compact + glue_jobs/compact.py: table schemas from the config table.
     "compact": JobAccess(
         tables={"config": ("dynamodb:Query",)},
-        index_tables=(),
+        index_actions={},
         lake_write=True,
         catalog_actions=_CATALOG_WRITE,
         checkpoints=(),
@@ -129,7 +129,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
     # lakesync.spark.checkpoint: state tables read, chunks/manifest/latest.json written (latest.json read first).
     "checkpoint": JobAccess(
         tables={},
-        index_tables=(),
+        index_actions={},
         lake_write=False,
         catalog_actions=_CATALOG_READ,
         checkpoints=("s3:GetObject", "s3:PutObject"),
@@ -386,12 +386,7 @@ class Jobs(Construct):
         if access.checkpoints:
             allow(role, ["s3:ListBucket"], [lake.checkpoints.bucket_arn], sid="ListCheckpoints")
             allow(role, access.checkpoints, [lake.checkpoints.arn_for_objects("*")], sid="Checkpoints")
-        for kind, actions in access.tables.items():
-            table = buffer.tables[kind]
-            resources = [table.table_arn]
-            if kind in access.index_tables:
-                resources += [f"{table.table_arn}/index/{name}" for name in buffer.index_names(kind)]
-            allow(role, actions, resources, sid=f"Table{kind.capitalize()}")
+        buffer.grant(role, access.tables, access.index_actions)
         allow(
             role,
             ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKeyWithoutPlaintext"],

@@ -1,0 +1,391 @@
+"""Least privilege, checked against what the code really calls: each function's handler (driven by the sample
+events on the moto server) and each job's AWS-side code (the flush store, the schema store, the checkpoint reads and
+writes) run with every AWS call recorded; each call must be allowed by that function's or job's role in the
+template, and every DynamoDB grant of the role must be used by some call -- so a role can neither miss a permission
+its code needs nor keep one it does not.
+
+Calls are mapped to IAM actions and resources the way IAM evaluates them: a transaction item needs the item's
+action (``PutItem``, ``UpdateItem``...) on its table, a batch needs the batch action on each table, a query on an
+index needs the index's ARN. KMS is not visible to the client and is checked by the policy tests instead.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from lakesync.auth import mint_token
+from lakesync.aws.tables import TableNames
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+GW = "default"
+SECRET = "infra-access-test-secret-0123456789abcdef"
+REGION = "us-east-1"
+FAKE = {"region_name": REGION, "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+class Recorder:
+    """Every AWS call made through boto3's default session while registered: ``(service, operation, params)``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __call__(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        self.calls.append((model.service_model.service_name, model.name, json.loads(json.dumps(params, default=str))))
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    rec = Recorder()
+    events = boto3._get_default_session().events
+    events.register("provide-client-params", rec, unique_id="infra-access-recorder")
+    yield rec
+    events.unregister("provide-client-params", unique_id="infra-access-recorder")
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, dynamodb_tables: TableNames) -> dict[str, Any]:
+    """The functions' environment on the moto server: fresh tables, a checkpoint bucket, the JWT secret in Secrets
+    Manager (read by ARN, as on AWS), a flush threshold of one byte (every push requests a flush) and no
+    backpressure."""
+    from functions._runtime import reset_runtime
+    from functions._settings import TABLE_VARS
+
+    for key in list(os.environ):
+        if key.startswith(("LAKESYNC_", "AWS_")):
+            monkeypatch.delenv(key)
+    for key, value in {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+    secrets = boto3.client("secretsmanager", endpoint_url=moto_endpoint, **FAKE)
+    arn = secrets.create_secret(Name=f"jwt-{uuid.uuid4().hex[:8]}", SecretString=SECRET)["ARN"]
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    from lakesync.aws.objects import create_bucket
+
+    create_bucket(boto3.client("s3", endpoint_url=moto_endpoint, **FAKE), bucket)
+    for kind, var in TABLE_VARS.items():
+        monkeypatch.setenv(var, getattr(dynamodb_tables, kind))
+    monkeypatch.setenv("LAKESYNC_JWT_SECRET_ARN", arn)
+    monkeypatch.setenv("LAKESYNC_GATEWAY_IDS", GW)
+    monkeypatch.setenv("LAKESYNC_FLUSH_THRESHOLD_BYTES", "1")
+    monkeypatch.setenv("LAKESYNC_BACKPRESSURE_BYTES", str(2**40))
+    monkeypatch.setenv("LAKESYNC_CHECKPOINT_BUCKET", bucket)
+    reset_runtime()
+    yield {"tables": dynamodb_tables, "secret_arn": arn, "bucket": bucket, "endpoint": moto_endpoint}
+    reset_runtime()
+
+
+def _invoke(name: str, event_name: str, *, role: str = "client", body: Any = None) -> int:
+    import importlib
+
+    from lakesync.local.front import LambdaContext
+
+    event = json.loads((EVENTS / f"{event_name}.json").read_text(encoding="utf-8"))
+    token = mint_token("client-a", GW, SECRET, role=role, ttl_s=600)
+    headers = event["headers"]
+    if "authorization" in headers:
+        headers["authorization"] = headers["authorization"].replace("{{token}}", token)
+    if body is not None:
+        text = json.dumps(body)
+        event["body"], event["isBase64Encoded"] = text, False
+        headers["content-length"] = str(len(text.encode()))
+    context = LambdaContext(
+        function_name=f"lakesync-{name}",
+        aws_request_id=str(uuid.uuid4()),
+        invoked_function_arn=f"arn:aws:lambda:{REGION}:123456789012:function:lakesync-{name}",
+        memory_limit_in_mb=1024,
+    )
+    reply = importlib.import_module(f"functions.{name}").lambda_handler(event, context)
+    return int(reply["statusCode"])
+
+
+def _second_push_body() -> dict[str, Any]:
+    """The sample push with a newer write to the same row: a second commit to the same shard."""
+    from lakesync.core.delta import make_delta
+    from lakesync.core.hlc import encode
+
+    doc = json.loads(json.loads((EVENTS / "push_json.json").read_text(encoding="utf-8"))["body"])
+    delta = make_delta(
+        "UPDATE", table="todos", row_id="row-1", client_id="client-a", hlc=encode(1_763_000_000_000, 0),
+        columns={"done": True},
+    )  # fmt: skip
+    doc["deltas"] = [delta.to_json()]
+    return dict(doc)
+
+
+def _write_checkpoint(bucket: str, endpoint: str) -> None:
+    from lakesync.aws.objects import S3ObjectStore
+    from lakesync.core.checkpoint import checkpoint_id
+    from lakesync.core.delta import make_delta
+    from lakesync.core.hlc import encode
+    from lakesync.core.merge import fold
+    from lakesync.gateway.checkpoint import encode_row, write_checkpoint
+
+    t0 = 1_763_000_000_000
+    state = fold(
+        [make_delta("INSERT", table="todos", row_id="r1", client_id="c1", hlc=encode(t0, 0), columns={"a": 1})]
+    )
+    assert state is not None
+    write_checkpoint(
+        S3ObjectStore(bucket, boto3.client("s3", endpoint_url=endpoint, **FAKE)),
+        gateway=GW,
+        checkpoint_id=checkpoint_id(t0, "0a1b2c3d"),  # the checkpoint events/checkpoint_chunk.json asks for
+        created_at_ms=t0,
+        positions={f"{GW}#todos#0": 1},
+        server_hlc=encode(t0, 0),
+        tables=["todos"],
+        rows=[encode_row(state)],
+    )
+
+
+# -- mapping calls to IAM ----------------------------------------------------------------------------------------
+
+
+def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> list[tuple[str, str]]:
+    """``(action, resource)`` pairs IAM checks for one call; ``names`` maps physical names to template renderings."""
+    service, op, params = call
+    if service == "dynamodb":
+        if op in ("BatchGetItem", "BatchWriteItem"):
+            return [(f"dynamodb:{op}", names[t]) for t in params["RequestItems"]]
+        if op == "TransactWriteItems":
+            kinds = {
+                "Put": "PutItem",
+                "Update": "UpdateItem",
+                "Delete": "DeleteItem",
+                "ConditionCheck": "ConditionCheckItem",
+            }
+            return [
+                (f"dynamodb:{kinds[kind]}", names[body["TableName"]])
+                for item in params["TransactItems"]
+                for kind, body in item.items()
+            ]
+        table = names[params["TableName"]]
+        if "IndexName" in params:
+            table = f"{table}/index/{params['IndexName']}"
+        return [(f"dynamodb:{op}", table)]
+    if service == "s3":
+        bucket = names[params["Bucket"]]
+        if op in ("ListObjectsV2", "ListObjects"):
+            return [("s3:ListBucket", bucket)]
+        action = {"HeadObject": "GetObject"}.get(op, op)
+        return [(f"s3:{action}", f"{bucket}/{params['Key']}")]
+    if service == "secretsmanager":
+        return [(f"secretsmanager:{op}", names[params["SecretId"]])]
+    raise AssertionError(f"unmapped call {service}.{op}")
+
+
+def _allows(granted: list[tuple[str, str]], action: str, resource: str) -> bool:
+    return any(fnmatch.fnmatchcase(action, a) and fnmatch.fnmatchcase(resource, r) for a, r in granted)
+
+
+def _names(env: dict[str, Any], ids: dict[str, str]) -> dict[str, str]:
+    tables: TableNames = env["tables"]
+    names = {physical: f"<{ids[f'table:{kind}']}.Arn>" for kind, physical in tables.as_dict().items()}
+    names[env["bucket"]] = f"<{ids['bucket:checkpoints']}.Arn>"
+    names[env["secret_arn"]] = f"<{ids['secret:jwt']}>"
+    return names
+
+
+def _check(
+    cfn: Any, role: str, calls: list[tuple[str, str, dict[str, Any]]], names: dict[str, str]
+) -> tuple[set[tuple[str, str]], list[tuple[str, str]]]:
+    """The calls' required pairs, and those the role does not allow."""
+    granted = cfn.allowed(role)
+    required = {pair for call in calls for pair in _required(call, names)}
+    return required, sorted(pair for pair in required if not _allows(granted, *pair))
+
+
+def _dynamodb_grants(cfn: Any, role: str) -> set[tuple[str, str]]:
+    return {(a, r) for a, r in cfn.allowed(role) if a.startswith("dynamodb:")}
+
+
+# -- the functions ---------------------------------------------------------------------------------------------
+
+
+def _claim_idempotency_key(env: dict[str, Any]) -> None:
+    """Another action holds the sample action's idempotency key: the sample claims its id, then releases it."""
+    from lakesync.aws.dynamodb import DynamoDBActionStore
+
+    client = boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE)
+    assert DynamoDBActionStore(client, env["tables"]).claim(GW, "idem:issue-42", 2**40, 0)
+
+
+SETUP: dict[str, Callable[[dict[str, Any]], None]] = {"actions": _claim_idempotency_key}
+
+SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
+    "push": lambda env: [
+        _invoke("push", "push_json"),
+        _invoke("push", "push_json", body=_second_push_body()),
+    ],
+    "pull": lambda env: [_invoke("pull", "pull"), _invoke("pull", "pull_cursor")],
+    "actions": lambda env: [_invoke("actions", "action"), _invoke("actions", "actions")],
+    "admin": lambda env: [
+        _invoke("admin", name, role="admin")
+        for name in (
+            "admin_sync_rules_post",
+            "admin_sync_rules_get",
+            "admin_schema_post",
+            "admin_schema_get",
+            "admin_flush",
+            "admin_metrics",
+        )
+    ],
+    "checkpoint": lambda env: [_invoke("checkpoint", "checkpoint"), _invoke("checkpoint", "checkpoint_chunk")],
+}
+"""Per function: the requests that exercise every store call it makes (after a first push seeded the buffer)."""
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_function_role_allows_exactly_what_its_handler_calls(cfn, ids, aws, recorder, name):
+    # Given table schemas, a seeded buffer (one push; not for the push function, which starts a shard itself) and
+    # a checkpoint in the bucket
+    assert _invoke("admin", "admin_schema_post", role="admin") < 300
+    if name != "push":
+        assert _invoke("push", "push_json") < 300
+    _write_checkpoint(aws["bucket"], aws["endpoint"])
+    SETUP.get(name, lambda env: None)(aws)
+    from functions._runtime import reset_runtime
+
+    reset_runtime()
+    recorder.calls.clear()
+    # When the function serves its requests, every AWS call recorded
+    statuses = SCENARIOS[name](aws)
+    # Then the requests succeeded
+    assert all(status < 300 for status in statuses), statuses
+    # And the function's role allows every call it made
+    role = cfn.role_of(cfn.functions()[name])
+    required, missing = _check(cfn, role, recorder.calls, _names(aws, ids))
+    assert not missing, f"used but not granted: {missing}"
+    # And every DynamoDB permission of the role was needed by some call
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *pair) for pair in used))
+    assert not unused, f"granted but never used: {unused}"
+
+
+def test_health_calls_nothing_and_may_do_nothing_but_log_and_trace(cfn, aws, recorder):
+    # Given the health function
+    # When it serves its request
+    assert _invoke("health", "health") == 200
+    # Then it made no AWS call, and its role holds only logging and tracing
+    assert recorder.calls == []
+    role = cfn.role_of(cfn.functions()["health"])
+    assert {a.split(":")[0] for a, _ in cfn.allowed(role)} == {"logs", "xray"}
+
+
+# -- the jobs' AWS-side code -------------------------------------------------------------------------------------
+
+
+def _job_role(cfn: Any, ids: dict[str, str], kind: str) -> str:
+    return str(cfn.resources[ids[f"job:{kind}"]]["Properties"]["Role"]["Fn::GetAtt"][0])
+
+
+def test_flush_job_role_allows_exactly_what_the_flush_store_calls(cfn, ids, aws, recorder):
+    # Given a buffer with committed entries and a flush request (a push over the one-byte threshold)
+    assert _invoke("push", "push_json") < 300
+    from lakesync.aws.checkpoints import read_release_bounds
+    from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange
+
+    recorder.calls.clear()
+    store = FlushStore.from_config(DynamoConfig(aws["tables"], endpoint_url=aws["endpoint"], region=REGION))
+    # When the job's store does every step of a run: lease, shards and heads, read, advance, release, clear
+    assert store.acquire_lease("run-1", 1_000, 60_000)
+    assert store.renew_lease("run-1", 2_000, 60_000)
+    assert store.lease() is not None
+    gateways, heads = store.shards([GW])
+    ((shard, head),) = heads.items()
+    rng = ShardRange(shard.key, 0, head.seq)
+    assert store.read_records(rng) and store.range_bytes(rng) > 0
+    assert store.advance_flushed(shard, head.flushed_seq, head.seq, 1, 1)
+    target = store.release_target(shard, head.seq, 2**62)
+    assert target is not None
+    assert store.delete_released(shard, target[0]) >= 1
+    store.mark_released(shard, *target)
+    store.clear_flush_requests(gateways, 2**62)
+    store.release_lease("run-1")
+    read_release_bounds(aws["bucket"], [GW], endpoint_url=aws["endpoint"], region_name=REGION)
+    # Then the flush job's role allows every call, and uses every DynamoDB grant
+    role = _job_role(cfn, ids, "flush")
+    required, missing = _check(cfn, role, recorder.calls, _names(aws, ids))
+    assert not missing, f"used but not granted: {missing}"
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *p) for p in used))
+    assert not unused, f"granted but never used: {unused}"
+
+
+def test_compact_and_checkpoint_job_roles_allow_their_stores_calls(cfn, ids, aws, recorder):
+    # Given table schemas in the config table and a checkpoint in the bucket
+    assert _invoke("admin", "admin_schema_post", role="admin") < 300
+    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.objects import S3ObjectStore
+    from lakesync.gateway.checkpoint import load_manifest
+
+    recorder.calls.clear()
+    # When the compaction job reads the schemas
+    client = boto3.client("dynamodb", endpoint_url=aws["endpoint"], **FAKE)
+    assert DynamoDBConfigStore(client, aws["tables"]).get_schemas(GW)
+    compact_calls = list(recorder.calls)
+    recorder.calls.clear()
+    # And the checkpoint job reads the latest manifest and writes a checkpoint
+    objects = S3ObjectStore(aws["bucket"], boto3.client("s3", endpoint_url=aws["endpoint"], **FAKE))
+    assert load_manifest(objects, GW) is None
+    _write_checkpoint(aws["bucket"], aws["endpoint"])
+    checkpoint_calls = list(recorder.calls)
+    # Then each job's role allows its calls, and the compaction role's DynamoDB grants are all used
+    names = _names(aws, ids)
+    required, missing = _check(cfn, _job_role(cfn, ids, "compact"), compact_calls, names)
+    assert not missing, f"used but not granted: {missing}"
+    assert _dynamodb_grants(cfn, _job_role(cfn, ids, "compact")) == required
+    _, missing = _check(cfn, _job_role(cfn, ids, "checkpoint"), checkpoint_calls, names)
+    assert not missing, f"used but not granted: {missing}"
+    assert _dynamodb_grants(cfn, _job_role(cfn, ids, "checkpoint")) == set()
+
+
+# -- the AWS-side functions: their client calls, read from the code -----------------------------------------------
+
+
+def _client_operations(module: str) -> set[str]:
+    """API operations a module calls on a boto3 client (``self.client.get_job_runs`` -> ``GetJobRuns``)."""
+    import ast
+    import importlib
+
+    source = Path(importlib.import_module(module).__file__ or "").read_text(encoding="utf-8")
+    ops = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "client":
+            if not node.attr.startswith("_") and node.attr not in ("meta", "exceptions"):
+                ops.add("".join(part.capitalize() for part in node.attr.split("_")))
+    return ops
+
+
+def test_flush_trigger_may_make_every_glue_call_of_its_starter_on_the_flush_job_only(cfn, ids):
+    # Given the Glue operations the job starter calls
+    ops = _client_operations("lakesync.aws.jobs")
+    assert "StartJobRun" in ops
+    # Then the flush trigger's role allows each of them on the flush job, and no Glue action anywhere else
+    granted = cfn.allowed(cfn.role_of(cfn.functions()["flush_trigger"]))
+    job = f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids['job:flush']}>"
+    glue = {(a, r) for a, r in granted if a.startswith("glue:")}
+    assert glue == {(f"glue:{op}", job) for op in ops}
+
+
+def test_rotation_function_may_make_every_secrets_manager_call_of_its_rotator_on_the_jwt_secret(cfn, ids):
+    # Given the Secrets Manager operations the rotator calls
+    ops = _client_operations("lakesync.aws.rotation")
+    assert {"PutSecretValue", "UpdateSecretVersionStage"} <= ops
+    # Then the rotation function's role allows each of them on the JWT secret
+    granted = cfn.allowed(cfn.role_of(cfn.functions()["rotate_secret"]))
+    missing = [op for op in ops if not _allows(granted, f"secretsmanager:{op}", f"<{ids['secret:jwt']}>")]
+    assert not missing, f"used but not granted: {missing}"

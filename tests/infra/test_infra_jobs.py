@@ -1,0 +1,183 @@
+"""The Glue jobs in the template: Glue 5.0 with Iceberg, the deployed wheel under its real file name, arguments the
+job scripts accept and parse into the Glue-catalog configuration, the schedules and the log groups."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from lakesync_infra.jobs import GLUE_ARGUMENTS, JOB_KINDS
+from packaging.utils import parse_wheel_filename
+
+from lakesync.lake.tables import NAMESPACE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(kind: str) -> ModuleType:
+    """The job's entry script, loaded as a module (its ``main`` is not run)."""
+    spec = importlib.util.spec_from_file_location(f"glue_job_{kind}", ROOT / "glue_jobs" / f"{kind}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _placeholder(logical: str) -> str:
+    return f"tok-{logical.lower()}"
+
+
+def _job(cfn, ids, kind):
+    return cfn.resources[ids[f"job:{kind}"]]["Properties"]
+
+
+def _arguments(cfn, job) -> dict[str, str]:
+    return {k: cfn.render(v, _placeholder) for k, v in job["DefaultArguments"].items()}
+
+
+def _bundle(cfn, synth) -> tuple[str, Path]:
+    """The bundle deployment's key prefix and the staged asset directory it uploads."""
+    (deployment,) = cfn.of_type("Custom::CDKBucketDeployment").values()
+    (key,) = deployment["SourceObjectKeys"]
+    staged = synth.outdir / f"asset.{key.removesuffix('.zip')}"
+    return deployment["DestinationBucketKeyPrefix"], staged
+
+
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_job_is_glue_5_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
+    # Given the job
+    job = _job(cfn, ids, kind)
+    args = job["DefaultArguments"]
+    # Then it is a Glue 5.0 Spark job with Iceberg and its SQL extensions, one run at a time, no bookmarks
+    assert job["GlueVersion"] == "5.0"
+    assert job["Command"]["Name"] == "glueetl"
+    assert job["ExecutionProperty"] == {"MaxConcurrentRuns": 1}
+    assert args["--datalake-formats"] == "iceberg"
+    assert args["--conf"] == "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    assert args["--job-bookmark-option"] == "job-bookmark-disable"
+    # And it runs with the security configuration (KMS for S3 writes, logs and bookmarks)
+    assert job["SecurityConfiguration"] == {"Ref": next(iter(cfn.of_type("AWS::Glue::SecurityConfiguration")))}
+
+
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_job_installs_the_deployed_wheel_by_its_real_file_name(cfn, ids, synth, kind):
+    # Given the job's script location and python modules, and the bundle deployment
+    job = _job(cfn, ids, kind)
+    prefix, staged = _bundle(cfn, synth)
+    artifacts = f"s3://<{ids['bucket:artifacts']}>/{prefix}"
+    wheel_name = synth.artifacts.glue.wheel_name
+    # Then both point into the bundle's prefix in the artifacts bucket
+    assert cfn.render(job["Command"]["ScriptLocation"]) == f"{artifacts}{kind}.py"
+    assert cfn.render(job["DefaultArguments"]["--additional-python-modules"]) == f"{artifacts}{wheel_name}"
+    # And the staged bundle holds exactly the scripts and the wheel under those names (the object keys)
+    assert sorted(p.name for p in staged.iterdir()) == sorted([*(f"{k}.py" for k in JOB_KINDS), wheel_name])
+    # And the wheel's file name is one pip accepts, matching the wheel's own metadata
+    name, version, _build, tags = parse_wheel_filename(wheel_name)
+    assert name == "lakesync" and {str(t) for t in tags} == {"py3-none-any"}
+    with zipfile.ZipFile(staged / wheel_name) as wheel:
+        metadata = wheel.read(f"lakesync-{version}.dist-info/METADATA").decode()
+        assert "lakesync/spark/flush.py" in wheel.namelist()
+    assert f"Version: {version}" in metadata.splitlines()
+    # And the job starts only once the bundle is deployed
+    deployment = next(iter(cfn.of_type("Custom::CDKBucketDeployment")))
+    assert deployment in cfn.resources[ids[f"job:{kind}"]]["DependsOn"]
+
+
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_job_arguments_are_options_its_script_accepts(cfn, ids, kind):
+    # Given the job's DefaultArguments, with Glue's own set aside
+    arguments = _arguments(cfn, _job(cfn, ids, kind))
+    own = {k for k in arguments if k not in GLUE_ARGUMENTS}
+    # Then every other one is an option the job script declares
+    assert own
+    assert {k.removeprefix("--") for k in own} <= set(_script(kind).JOB_OPTIONS)
+
+
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_job_arguments_resolve_to_the_glue_catalog_and_the_stack_warehouse(cfn, ids, kind):
+    # Given the command line Glue builds from the DefaultArguments (its own arguments included)
+    from lakesync.spark.glue import resolved_options
+    from lakesync.spark.session import session_conf
+
+    script = _script(kind)
+    argv = [token for key, value in _arguments(cfn, _job(cfn, ids, kind)).items() for token in (key, value)]
+    # When the script's option parser and argument parser read it
+    options = resolved_options(script.JOB_OPTIONS, argv)
+    if kind == "checkpoint":
+        config, warehouse, catalog_kind, catalog_uri = script.parse(options)
+        catalog_name, namespace = config.catalog, config.namespace
+    else:
+        parsed = (script.FlushJobArgs if kind == "flush" else script.CompactJobArgs).parse(options)
+        warehouse, catalog_kind, catalog_uri = parsed.warehouse, parsed.catalog_kind, parsed.catalog_uri
+        catalog_name, namespace = parsed.config.catalog, parsed.config.namespace
+    # Then the job uses the Glue Data Catalog, the stack's warehouse and the database the stack creates
+    assert (catalog_kind, catalog_uri) == ("glue", None)
+    assert warehouse == f"s3://{_placeholder(ids['bucket:warehouse'])}/warehouse"
+    assert namespace == NAMESPACE
+    database = cfn.resources[ids["database"]]["Properties"]["DatabaseInput"]["Name"]
+    assert database == NAMESPACE
+    # And the session it builds is Iceberg's GlueCatalog over S3 on that warehouse
+    conf = session_conf(app_name=kind, warehouse=warehouse, catalog_name=catalog_name, catalog=catalog_kind)
+    assert conf[f"spark.sql.catalog.{catalog_name}.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
+    assert conf[f"spark.sql.catalog.{catalog_name}.warehouse"] == warehouse
+
+
+def test_flush_and_compact_jobs_read_the_stack_tables(cfn, ids, options):
+    # Given the flush and compaction jobs' parsed arguments
+    flush = _script("flush").FlushJobArgs.parse(
+        {k.removeprefix("--"): v for k, v in _arguments(cfn, _job(cfn, ids, "flush")).items()}
+    )
+    compact = _script("compact").CompactJobArgs.parse(
+        {k.removeprefix("--"): v for k, v in _arguments(cfn, _job(cfn, ids, "compact")).items()}
+    )
+    expected = {kind: _placeholder(ids[f"table:{kind}"]) for kind in flush.config.dynamodb.tables.as_dict()}
+    # Then both name every buffer table of the stack and the configured gateways
+    assert flush.config.dynamodb.tables.as_dict() == expected
+    assert compact.dynamo_tables is not None and compact.dynamo_tables.as_dict() == expected
+    assert flush.config.gateways == tuple(options["gatewayIds"])
+    assert compact.gateways == tuple(options["gatewayIds"])
+    # And the flush releases up to the checkpoints of the stack's checkpoint bucket
+    assert flush.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
+
+
+def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, ids):
+    # Given the checkpoint job's bucket and the checkpoint function's
+    job_args = _arguments(cfn, _job(cfn, ids, "checkpoint"))
+    function = cfn.functions()["checkpoint"]["Environment"]["Variables"]
+    # Then they are the same bucket
+    assert job_args["--bucket"] == _placeholder(ids["bucket:checkpoints"])
+    assert function["LAKESYNC_CHECKPOINT_BUCKET"] == {"Ref": ids["bucket:checkpoints"]}
+
+
+@pytest.mark.parametrize(
+    ("kind", "expression"),
+    [("flush", "rate(15 minutes)"), ("compact", "rate(1 hour)"), ("checkpoint", "rate(6 hours)")],
+)
+def test_schedule_starts_its_job_with_a_role_for_that_job_only(cfn, ids, kind, expression):
+    # Given the schedules
+    schedules = [s for s in cfn.of_type("AWS::Scheduler::Schedule").values() if json.dumps(s).count(ids[f"job:{kind}"])]
+    (schedule,) = schedules
+    target = schedule["Target"]
+    # Then this job's schedule calls glue:StartJobRun for it, on the configured expression, without retries
+    assert schedule["ScheduleExpression"] == expression
+    assert cfn.render(target["Arn"]) == "arn:<AWS::Partition>:scheduler:::aws-sdk:glue:startJobRun"
+    assert json.loads(cfn.render(target["Input"])) == {"JobName": f"<{ids[f'job:{kind}']}>"}
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0
+    # And its role may start this job and nothing else
+    role = target["RoleArn"]["Fn::GetAtt"][0]
+    job_arn = f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids[f'job:{kind}']}>"
+    assert cfn.allowed(role) == [("glue:StartJobRun", job_arn)]
+
+
+def test_jobs_log_to_stack_log_groups_with_retention(cfn, ids):
+    # Given the jobs' custom log group prefix
+    prefixes = {_job(cfn, ids, kind)["DefaultArguments"]["--custom-logGroup-prefix"] for kind in JOB_KINDS}
+    (prefix,) = prefixes
+    groups = {g.get("LogGroupName"): g for g in cfn.of_type("AWS::Logs::LogGroup").values()}
+    # Then the stack owns Glue's output and error groups under it, with the environment's retention
+    for stream in ("output", "error"):
+        assert groups[f"{prefix}/{stream}"]["RetentionInDays"] == 14
