@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DATA_DIR = Path(".lakesync")
 
@@ -18,16 +19,49 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LocalStack(Path(args.data_dir), host=args.host, port=args.port, moto_port=args.moto_port) as stack:
+    data_dir = Path(args.data_dir)
+    with LocalStack(data_dir, host=args.host, port=args.port, moto_port=args.moto_port) as stack:
         print(f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint})", flush=True)
-        print(f"data directory: {Path(args.data_dir).resolve()}   mint a token: lakesync token --sub me", flush=True)
+        print(f"data directory: {data_dir.resolve()}   mint a token: lakesync token --sub me", flush=True)
+        scheduler = _lake_scheduler(stack, data_dir, args.lake_interval)
         print("Ctrl-C to stop", flush=True)
         try:
             stop.wait()
         except KeyboardInterrupt:
             pass
+        if scheduler is not None:
+            print("stopping: letting a lake run in progress finish", flush=True)
+            scheduler.stop()
         print("stopping: saving tables to the data directory", flush=True)
     return 0
+
+
+def _lake_scheduler(stack: Any, data_dir: Path, interval_s: float) -> Any:
+    """Start the background lake jobs unless disabled or the ``spark`` extra is missing."""
+    import importlib.util
+
+    if interval_s <= 0:
+        print("lake jobs: off (--lake-interval 0)", flush=True)
+        return None
+    if importlib.util.find_spec("pyspark") is None:
+        print("lake jobs: off (install the spark extra: pip install 'lakesync[spark]')", flush=True)
+        return None
+    from lakesync.local.pipeline import lake_session, run_pipeline
+    from lakesync.local.scheduler import LakeScheduler
+
+    session: list[Any] = []
+
+    def run() -> object:
+        if not session:
+            session.append(lake_session(data_dir))
+        return run_pipeline(stack, session[0], gateways=stack.gateway_ids, say=lambda line: print(line, flush=True))
+
+    print(
+        f"lake jobs: flush → compact → checkpoint every {interval_s:g} s and on flush requests"
+        " (POST /v1/admin/flush/{gw}); lakesync query reads the lake",
+        flush=True,
+    )
+    return LakeScheduler(stack, run, interval_s=interval_s, say=lambda line: print(line, flush=True)).start()
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
@@ -98,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--port", type=int, default=8787)
     local.add_argument("--moto-port", type=int, default=0, help="port of the moto server (0 = any free port)")
     local.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="JWT secret and saved tables live here")
+    local.add_argument(
+        "--lake-interval",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="run the lake jobs (flush, compact, checkpoint) on local Spark this often and on flush requests;"
+        " 0 turns them off (default 300)",
+    )
     local.set_defaults(func=_cmd_local)
 
     token = sub.add_parser("token", help="mint a JWT for the local gateway")
