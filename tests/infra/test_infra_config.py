@@ -1,0 +1,130 @@
+"""The deployment configuration parsed from CDK context: defaults, camelCase settings layered per environment,
+command-line strings as JSON, and every invalid or unknown setting reported at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lakesync_infra.config import (
+    DEFAULTS_KEY,
+    ENV_KEY_PREFIX,
+    ENVIRONMENTS_KEY,
+    ConfigError,
+    LakeSyncConfig,
+    environments,
+)
+
+CDK_JSON = Path(__file__).resolve().parents[2] / "infra" / "cdk.json"
+
+
+def test_config_defaults_are_valid_and_keep_data():
+    # Given a configuration with nothing but a name
+    config = LakeSyncConfig.from_settings("prod", {})
+    # Then it is valid, retains data stores and serves the default gateway
+    assert config.problems() == []
+    assert config.removal_policy == "retain"
+    assert config.gateway_ids == ("default",)
+    assert config.stack_name == "LakeSync-prod"
+
+
+def test_config_cdk_json_environments_parse():
+    # Given the context shipped in infra/cdk.json, naming dev and prod explicitly
+    context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
+    # When every environment it configures is requested
+    configs = environments({**context, ENVIRONMENTS_KEY: "dev,prod"})
+    # Then both parse, dev throwaway and prod retained
+    by_name = {c.name: c for c in configs}
+    assert by_name["dev"].removal_policy == "destroy"
+    assert by_name["prod"].removal_policy == "retain"
+
+
+def test_config_environment_settings_override_the_defaults():
+    # Given defaults and one environment's own settings
+    context = {
+        ENVIRONMENTS_KEY: "a,b",
+        DEFAULTS_KEY: {"flushIntervalMinutes": 5, "gatewayIds": ["x"]},
+        ENV_KEY_PREFIX + "b": {"flushIntervalMinutes": 30},
+    }
+    # When the environments are built
+    a, b = environments(context)
+    # Then the environment's value wins and the rest comes from the defaults
+    assert (a.name, a.flush_interval_minutes, a.gateway_ids) == ("a", 5, ("x",))
+    assert (b.name, b.flush_interval_minutes, b.gateway_ids) == ("b", 30, ("x",))
+
+
+def test_config_command_line_strings_are_json():
+    # Given settings as the CDK CLI passes -c values: strings
+    context = {
+        ENVIRONMENTS_KEY: "dev",
+        ENV_KEY_PREFIX + "dev": json.dumps({"subShards": {"todos": 8}, "reservedConcurrency": {"push": 10}}),
+        DEFAULTS_KEY: json.dumps({"gatewayIds": "a, b"}),
+    }
+    # When parsed
+    (config,) = environments(context)
+    # Then the JSON objects and the comma-separated gateway list are understood
+    assert dict(config.sub_shards) == {"todos": 8}
+    assert dict(config.reserved_concurrency) == {"push": 10}
+    assert config.gateway_ids == ("a", "b")
+
+
+def test_config_reports_every_problem_at_once():
+    # Given several invalid settings and an unknown one
+    settings = {
+        "flushIntervalMinutes": 0,
+        "logRetentionDays": 10,
+        "subShards": {"bad name": 2},
+        "reservedConcurrency": {"nope": 1},
+        "removalPolicy": "keep",
+        "gatewayIds": ["ok", "not ok!"],
+        "flushIntervall": 5,
+    }
+    # When parsed
+    with pytest.raises(ConfigError) as raised:
+        LakeSyncConfig.from_settings("dev", settings)
+    # Then one error names each of them
+    message = str(raised.value)
+    for fragment in (
+        "flushIntervall",
+        "flushIntervalMinutes",
+        "logRetentionDays",
+        "bad name",
+        "nope",
+        "removalPolicy",
+        "not ok!",
+    ):
+        assert fragment in message
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"compactSchedule": "hourly"}, "compactSchedule"),
+        ({"apiTimeoutSeconds": 30}, "apiTimeoutSeconds"),
+        ({"glueWorkers": 1}, "glueWorkers"),
+        ({"glueWorkerType": "Standard"}, "glueWorkerType"),
+        ({"claimCheckDays": 7}, "claimCheckDays"),
+        ({"alarmEmail": "ops"}, "alarmEmail"),
+        ({"compactMaintain": "yes"}, "compactMaintain"),
+        ({"gatewayIds": []}, "gatewayIds"),
+    ],
+)
+def test_config_rejects_an_invalid_value(settings, fragment):
+    # Given one invalid setting
+    # When parsed
+    with pytest.raises(ConfigError, match=fragment):
+        LakeSyncConfig.from_settings("dev", settings)
+
+
+@pytest.mark.parametrize(
+    "context",
+    [{}, {ENVIRONMENTS_KEY: " , "}, {ENVIRONMENTS_KEY: "a,a"}, {ENVIRONMENTS_KEY: "1bad"}],
+    ids=["none", "blank", "twice", "bad-name"],
+)
+def test_config_environment_list_must_name_valid_distinct_environments(context):
+    # Given a context without a usable environment list
+    # When the environments are built
+    # Then a clear error says so
+    with pytest.raises(ConfigError):
+        environments(context)
