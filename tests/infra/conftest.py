@@ -34,6 +34,7 @@ OPTIONS = {
     "corsOrigins": ["https://app.example.com"],
     "alarmEmail": "ops@example.com",
     "gatewayIds": ["default", "other"],
+    "logRetentionDays": 14,
 }
 """Settings layered over cdk.json's ``dev`` environment for the test synth."""
 

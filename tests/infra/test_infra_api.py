@@ -53,7 +53,7 @@ def test_api_may_invoke_the_routes_function_for_that_route_path_only(cfn, route)
     assert expected in sources
 
 
-def test_stage_auto_deploys_throttles_and_logs_access_as_json(cfn):
+def test_stage_auto_deploys_throttles_and_logs_access_as_json(cfn, options):
     # Given the API's only stage
     (stage,) = cfn.of_type("AWS::ApiGatewayV2::Stage").values()
     # Then it is the auto-deployed $default stage with the configured throttling
@@ -64,7 +64,7 @@ def test_stage_auto_deploys_throttles_and_logs_access_as_json(cfn):
     fields = json.loads(stage["AccessLogSettings"]["Format"])
     assert {"requestId", "status", "routeKey"} <= set(fields)
     group = stage["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0]
-    assert cfn.resources[group]["Properties"]["RetentionInDays"] == 14
+    assert cfn.resources[group]["Properties"]["RetentionInDays"] == options["logRetentionDays"]
 
 
 def test_cors_preflight_allows_the_configured_origins(cfn, options):

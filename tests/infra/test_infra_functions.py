@@ -54,7 +54,7 @@ def test_route_handlers_are_the_functions_handlers(cfn):
 
 
 @pytest.mark.parametrize("name", ALL_FUNCTIONS)
-def test_function_runs_python_on_arm64_traced_with_retained_logs(cfn, name):
+def test_function_runs_python_on_arm64_traced_with_retained_logs(cfn, options, name):
     # Given a function
     fn = cfn.functions()[name]
     # Then it runs the runtime its asset was built for, on Graviton, with active tracing
@@ -63,7 +63,7 @@ def test_function_runs_python_on_arm64_traced_with_retained_logs(cfn, name):
     assert fn["TracingConfig"] == {"Mode": "Active"}
     # And logs to its own log group, which has the environment's retention
     group = fn["LoggingConfig"]["LogGroup"]["Ref"]
-    assert cfn.resources[group]["Properties"]["RetentionInDays"] == 14
+    assert cfn.resources[group]["Properties"]["RetentionInDays"] == options["logRetentionDays"]
     assert fn["Role"]["Fn::GetAtt"][1] == "Arn"
 
 

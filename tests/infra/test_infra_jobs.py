@@ -27,6 +27,12 @@ def _script(kind: str) -> ModuleType:
     return module
 
 
+def _rate_minutes(expression: str) -> int:
+    """Minutes of a ``rate(n unit)`` expression."""
+    amount, unit = expression.removeprefix("rate(").removesuffix(")").split()
+    return int(amount) * {"minute": 1, "hour": 60, "day": 1440}[unit.removesuffix("s")]
+
+
 def _placeholder(logical: str) -> str:
     return f"tok-{logical.lower()}"
 
@@ -153,17 +159,18 @@ def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, 
     assert function["LAKESYNC_CHECKPOINT_BUCKET"] == {"Ref": ids["bucket:checkpoints"]}
 
 
-@pytest.mark.parametrize(
-    ("kind", "expression"),
-    [("flush", "rate(15 minutes)"), ("compact", "rate(1 hour)"), ("checkpoint", "rate(6 hours)")],
-)
-def test_schedule_starts_its_job_with_a_role_for_that_job_only(cfn, ids, kind, expression):
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_schedule_starts_its_job_with_a_role_for_that_job_only(cfn, ids, synth, kind):
     # Given the schedules
     schedules = [s for s in cfn.of_type("AWS::Scheduler::Schedule").values() if json.dumps(s).count(ids[f"job:{kind}"])]
     (schedule,) = schedules
     target = schedule["Target"]
     # Then this job's schedule calls glue:StartJobRun for it, on the configured expression, without retries
-    assert schedule["ScheduleExpression"] == expression
+    config = synth.stack.config
+    if kind == "flush":
+        assert _rate_minutes(schedule["ScheduleExpression"]) == config.flush_interval_minutes
+    else:
+        assert schedule["ScheduleExpression"] == getattr(config, f"{kind}_schedule")
     assert cfn.render(target["Arn"]) == "arn:<AWS::Partition>:scheduler:::aws-sdk:glue:startJobRun"
     assert json.loads(cfn.render(target["Input"])) == {"JobName": f"<{ids[f'job:{kind}']}>"}
     assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0
@@ -173,11 +180,11 @@ def test_schedule_starts_its_job_with_a_role_for_that_job_only(cfn, ids, kind, e
     assert cfn.allowed(role) == [("glue:StartJobRun", job_arn)]
 
 
-def test_jobs_log_to_stack_log_groups_with_retention(cfn, ids):
+def test_jobs_log_to_stack_log_groups_with_retention(cfn, options, ids):
     # Given the jobs' custom log group prefix
     prefixes = {_job(cfn, ids, kind)["DefaultArguments"]["--custom-logGroup-prefix"] for kind in JOB_KINDS}
     (prefix,) = prefixes
     groups = {g.get("LogGroupName"): g for g in cfn.of_type("AWS::Logs::LogGroup").values()}
     # Then the stack owns Glue's output and error groups under it, with the environment's retention
     for stream in ("output", "error"):
-        assert groups[f"{prefix}/{stream}"]["RetentionInDays"] == 14
+        assert groups[f"{prefix}/{stream}"]["RetentionInDays"] == options["logRetentionDays"]

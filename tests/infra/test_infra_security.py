@@ -104,11 +104,11 @@ def test_glue_security_configuration_encrypts_s3_logs_and_bookmarks_with_the_dat
     assert config["JobBookmarksEncryption"] == {"KmsKeyArn": key, "JobBookmarksEncryptionMode": "CSE-KMS"}
 
 
-def test_every_log_group_has_a_retention(cfn):
+def test_every_log_group_has_a_retention(cfn, options):
     # Given every log group of the template
     groups = cfn.of_type("AWS::Logs::LogGroup")
     # Then each keeps logs for the environment's retention, not forever
-    assert groups and {g.get("RetentionInDays") for g in groups.values()} == {14}
+    assert groups and {g.get("RetentionInDays") for g in groups.values()} == {options["logRetentionDays"]}
 
 
 @pytest.mark.parametrize("kind", ["AWS::IAM::Policy", "AWS::IAM::Role"])
