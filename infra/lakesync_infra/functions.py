@@ -191,6 +191,10 @@ class Functions(Construct):
                 wildcards["Resource::*"] = (
                     XRAY_REASON + " The rotation also calls secretsmanager:GetRandomPassword, which has no resource."
                 )
+            if name == "flush_trigger":
+                wildcards["Resource::*"] = (
+                    XRAY_REASON + " The stream event source also needs dynamodb:ListStreams, which has no resource."
+                )
             if access.checkpoints:
                 wildcards[f"Resource::{arn_token(checkpoints)}/*"] = (
                     "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
@@ -247,8 +251,7 @@ class Functions(Construct):
             bisect_batch_on_error=False,
             on_failure=sources.SqsDlq(self.stream_failures),
         )
-        trigger.add_event_source(self.flush_trigger_source)
-        allow(trigger.role, ["kms:Decrypt"], [key.key_arn], sid="StreamKey")  # type: ignore[arg-type]
+        trigger.add_event_source(self.flush_trigger_source)  # CDK grants the stream reads and kms:Decrypt
 
     def _grant_tables(self, role: iam.Role, access: FunctionAccess, buffer: Buffer, key: kms.IKey) -> None:
         buffer.grant(role, access.tables, access.index_actions)

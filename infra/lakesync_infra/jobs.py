@@ -389,7 +389,13 @@ class Jobs(Construct):
         buffer.grant(role, access.tables, access.index_actions)
         allow(
             role,
-            ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKeyWithoutPlaintext"],
+            [
+                "kms:Decrypt",
+                "kms:DescribeKey",
+                "kms:Encrypt",
+                "kms:GenerateDataKey",
+                "kms:GenerateDataKeyWithoutPlaintext",
+            ],
             [key.key_arn],
             sid="DataKey",
         )
