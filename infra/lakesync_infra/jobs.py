@@ -72,8 +72,6 @@ GLUE_ARGUMENTS: Final = frozenset(
 )
 """The DefaultArguments Glue itself interprets; every other one is an option of the job's script."""
 
-_DATA_READ: Final = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
-
 
 @dataclass(frozen=True, slots=True)
 class JobAccess:

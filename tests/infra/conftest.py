@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 
+# Node 20 is what these machines have; jsii's end-of-life banner on every import is noise here (see STACK.md).
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
 ROOT = Path(__file__).resolve().parents[2]
 CDK_JSON = ROOT / "infra" / "cdk.json"
 ENV = "dev"
@@ -146,7 +149,6 @@ def _acknowledgments(metadata_file: Path) -> dict[str, dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset
     from lakesync_infra.stack import Artifacts, build_app
 

@@ -4,13 +4,8 @@ the LakeSync app context (``APP_CONTEXT``), which the constructs assume."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
 import aws_cdk as cdk
+import pytest
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
