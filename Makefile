@@ -13,7 +13,15 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_LINK_MODE := copy
 RUN := $(UV) run --frozen --no-sync
 
-.PHONY: help setup sysdeps demo test lint typecheck unit proto bench fmt clean
+# CDK: the environment to synthesize or deploy, and the pinned CLI (the `latest` 3.x CLI does not work with this app).
+ENV ?= dev
+CDK_VERSION := 2.1148.1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_CLI_TELEMETRY := true
+CDK := cd infra && PATH="$(abspath $(VENV))/bin:$$PATH" npx --yes aws-cdk@$(CDK_VERSION)
+CDK_CTX := -c lakesync:environments=$(ENV)
+
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench fmt clean synth bootstrap diff deploy destroy test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -59,6 +67,24 @@ proto: $(VENV)/.synced ## regenerate the protobuf code from proto/
 
 bench: setup ## run the benchmarks; results go to benchmarks/results/
 	$(RUN) python -m benchmarks
+
+synth: $(VENV)/.synced ## write ENV's CloudFormation template to infra/cdk.out (offline; ENV=dev by default)
+	$(RUN) python infra/app.py $(CDK_CTX)
+
+bootstrap: $(VENV)/.synced ## one-time CDK bootstrap of your AWS account/region (needs credentials)
+	$(CDK) bootstrap --no-notices
+
+diff: $(VENV)/.synced ## what `make deploy ENV=...` would change
+	$(CDK) diff --no-notices $(CDK_CTX) LakeSync-$(ENV)
+
+deploy: $(VENV)/.synced ## deploy environment ENV (default dev) with your AWS credentials (docs/deployment.md)
+	$(CDK) deploy --no-notices --require-approval broadening $(CDK_CTX) LakeSync-$(ENV)
+
+destroy: $(VENV)/.synced ## delete ENV's stack (data with removalPolicy retain stays)
+	$(CDK) destroy --no-notices $(CDK_CTX) LakeSync-$(ENV)
+
+test-infra: $(VENV)/.synced ## only the CDK tests (synth, cdk-nag, cfn-lint, least privilege)
+	$(RUN) pytest tests/infra -q
 
 clean: ## remove the venvs and caches
 	rm -rf .tools $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
