@@ -185,15 +185,15 @@ WRITE_WORKLOAD = Workload(
     tables=("todos", "notes", "tags", "projects", "comments"),
     sub_shards=2,
     start_ms=1_767_268_800_000,  # 2026-01-01T12:00:00Z
-    step_ms=0.13,
+    step_ms=130,
 )
-# Flushes every few minutes within one day: 4 partitions, 8 shards.
+# Flushes every few minutes within one day (100k entries over ~14 h): 4 partitions, 8 shards.
 SCAN_WORKLOAD = Workload(
     gateways=("gw1", "gw2"),
     tables=("todos", "notes"),
     sub_shards=2,
-    start_ms=1_767_268_800_000,
-    step_ms=0.5,
+    start_ms=1_767_225_600_000,  # 2026-01-01T00:00:00Z
+    step_ms=500,
 )
 
 
@@ -432,6 +432,42 @@ def _write_pair(lake: Lake, workload: Workload, count: int, ours_first: bool, la
     return result
 
 
+def _breakdown(lake: Lake, workload: Workload, count: int) -> dict[str, float]:
+    """Where our time goes: the path cut into cumulative prefixes, each one Spark job over the same cached source.
+
+    Returns seconds per prefix (each includes the ones before it): ``readback`` (the cached dicts back in the Python
+    workers, counted there), ``json`` (+ ``json.dumps`` per record), ``parse`` (+ the lines into the JVM and parsed
+    into ``RECORD_SCHEMA``, counted by the ``noop`` sink), ``stage`` (the job's staging: cache + per-shard figures),
+    then over the staged cache: ``rows`` (delta-log rows to ``noop``) and ``append`` (the job's append + commit).
+    """
+    from pyspark import StorageLevel
+
+    from lakesync.spark import flush
+
+    source = lake.spark.sparkContext.range(0, count, numSlices=_RDD_PARTITIONS).map(workload.record)
+    source.persist(StorageLevel.MEMORY_ONLY)
+    table = lake.create_log(f"w_breakdown_{uuid.uuid4().hex[:6]}")
+    out: dict[str, float] = {}
+    try:
+        source.count()
+        out["readback"], _ = timed(source.count)
+        out["json"], _ = timed(lambda: source.map(flush._json_line).count())
+        out["parse"], _ = timed(lambda: lake.noop(flush.records_frame(lake.spark, source)))
+        records = flush.records_frame(lake.spark, source)
+        out["stage"], _ = timed(
+            lambda: (records.persist(StorageLevel.MEMORY_AND_DISK), flush.shard_figures(records).collect())
+        )
+        try:
+            out["rows"], _ = timed(lambda: lake.noop(flush.delta_log_frame(records)))
+            out["append"], _ = timed(lambda: flush._append(records, table, uuid.uuid4().hex, {}))
+        finally:
+            records.unpersist()
+    finally:
+        source.unpersist()
+        lake.spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def run_write(lake: Lake, sizes: LakeSizes) -> dict[str, Any]:
     """Part 1 (see the module docstring)."""
     workload = WRITE_WORKLOAD
@@ -441,6 +477,9 @@ def run_write(lake: Lake, sizes: LakeSizes) -> dict[str, Any]:
     for rep in range(sizes.write_repetitions):
         progress(f"lake/write: repetition {rep + 1}/{sizes.write_repetitions}, {sizes.write_deltas} deltas each side")
         reps.append(_write_pair(lake, workload, sizes.write_deltas, rep % 2 == 0, f"rep {rep + 1}"))
+
+    progress(f"lake/write: where our time goes (one pass, {sizes.write_deltas} deltas)")
+    breakdown = _breakdown(lake, workload, sizes.write_deltas)
 
     def series(side: str, key: str) -> dict[str, Any]:
         return summarize([r[side][key] for r in reps], digits=3)
@@ -476,6 +515,7 @@ def run_write(lake: Lake, sizes: LakeSizes) -> dict[str, Any]:
         "files": reps[-1]["files"],
         "same_rows_checked": True,
         "pyiceberg_day_transform": transform,
+        "ours_breakdown_s": breakdown,
         "warmup": {side: {k: round(v, 3) for k, v in warmup[side].items()} for side in ("ours", "pyiceberg")},
         "repetitions": [
             {side: {k: round(v, 3) for k, v in r[side].items()} for side in ("ours", "pyiceberg")} for r in reps
@@ -815,6 +855,24 @@ def _files(files: dict[str, Any]) -> str:
     )
 
 
+_BREAKDOWN_STEPS = {
+    "readback": "read the cached dicts back in the Python workers (benchmark artifact)",
+    "json": "`json.dumps` of each record (Python workers)",
+    "parse": "lines into the JVM, JSON parsed into `RECORD_SCHEMA`",
+    "stage": "cache + per-shard figures (the job's staging)",
+}
+
+
+def _breakdown_rows(breakdown: dict[str, float]) -> list[str]:
+    rows, previous = [], 0.0
+    for key, label in _BREAKDOWN_STEPS.items():
+        rows.append(f"| {label} | {breakdown[key]:.1f} | {breakdown[key] - previous:.1f} |")
+        previous = breakdown[key]
+    rows.append(f"| over the staged cache: delta-log rows into `noop` | {breakdown['rows']:.1f} | |")
+    rows.append(f"| over the staged cache: the job's append (shuffle, Parquet, commit) | {breakdown['append']:.1f} | |")
+    return rows
+
+
 def markdown(r: dict[str, Any]) -> str:
     """The human-readable results."""
     m, s, w, f, sc = r["machine"], r["spark_startup"], r["write"], r["flush"], r["scan"]
@@ -889,6 +947,13 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Files written (last repetition): ours {_files(w['files']['ours'])}; pyiceberg "
         f"{_files(w['files']['pyiceberg'])}.",
+        "",
+        "Where our time goes (one pass after the repetitions; each Spark job repeats the steps before it over the "
+        "same cached source, so the differences are the step costs, approximately):",
+        "",
+        "| step | cumulative s | step s |",
+        "|---|---|---|",
+        *_breakdown_rows(w["ours_breakdown_s"]),
         "",
         "Warm-up (first writes in this JVM, seconds): "
         + "; ".join(
