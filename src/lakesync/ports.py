@@ -53,15 +53,19 @@ class BufferStore(Protocol):
         """Remember ``delta_ids`` until ``expires_at`` (epoch seconds); recording one again moves its expiry."""
         ...
 
-    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         """Up to ``limit`` entries ``after_seq + 1, after_seq + 2, ...`` in commit order (consistent read).
 
         The entries returned always continue the sequence: the read stops at the first gap (a commit still being
-        applied, or entries released by the flush job), so a reader never skips an entry it has not seen."""
+        applied, or entries released by the flush job), so a reader never skips an entry it has not seen. With
+        ``images=False`` the row images are not read: every entry's ``before`` and ``after`` are ``None``."""
         ...
 
-    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
-        """Up to ``limit`` entries with ``commit_hlc > after_commit_hlc``, ordered by commit HLC."""
+    def read_log_by_commit_hlc(
+        self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
+    ) -> list[LogEntry]:
+        """Up to ``limit`` entries with ``commit_hlc > after_commit_hlc``, ordered by commit HLC (``images`` as for
+        :meth:`read_log`)."""
         ...
 
 

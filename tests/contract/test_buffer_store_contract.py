@@ -467,3 +467,18 @@ def test_buffer_stores_the_largest_row_the_push_service_admits(
 
     # Then it is stored
     assert store.get_rows(shard.gateway, [("todos", "big")])[("todos", "big")].state.values() == {"body": text}
+
+
+def test_buffer_log_reads_without_images_leave_out_only_the_row_images(store: BufferStore, shard: ShardId) -> None:
+    # Given inserts and then updates (entries with a before and an after image)
+    writer = Writer(store, shard)
+    writer.commit({f"r{i}": i for i in range(4)}, commit_hlc=hlc(100))
+    writer.commit({"r0": "x", "r1": "y", "r9": "z"}, commit_hlc=hlc(200))
+    entries = store.read_log(shard, 0, 1000)
+    assert [e.before is not None for e in entries] == [False] * 4 + [True, True, False]
+
+    # When the log is read without images, every entry is the same but for its images
+    bare = [replace(e, before=None, after=None) for e in entries]
+    assert store.read_log(shard, 0, 1000, images=False) == bare
+    assert store.read_log(shard, 3, 2, images=False) == bare[3:5]
+    assert store.read_log_by_commit_hlc(shard, hlc(100), 5, images=False) == bare[4:]

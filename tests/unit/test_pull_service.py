@@ -546,13 +546,15 @@ class ReleasingBuffer:
             self.released = True
             self.inner.release_log(shard, self.through_seq)
 
-    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         self._release_once(shard)
-        return self.inner.read_log(shard, after_seq, limit)
+        return self.inner.read_log(shard, after_seq, limit, images=images)
 
-    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
+    def read_log_by_commit_hlc(
+        self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
+    ) -> list[LogEntry]:
         self._release_once(shard)
-        return self.inner.read_log_by_commit_hlc(shard, after_commit_hlc, limit)
+        return self.inner.read_log_by_commit_hlc(shard, after_commit_hlc, limit, images=images)
 
 
 def _released_env(count: int, through_seq: int) -> tuple[Env, list[LogEntry]]:

@@ -213,17 +213,21 @@ class DynamoDBBufferStore:
             )
         return entries
 
-    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         # A Query is not isolated from a transaction being applied: it can see seq 13 before seq 12 lands. Sequences
         # are contiguous, so stop at the first gap; the next read picks the rest up once it is visible.
-        entries = self._read(shard, limit, "seq", after_seq, index=None)
+        entries = self._read(shard, limit, "seq", after_seq, index=None, images=images)
         return _contiguous(entries, after_seq + 1)
 
-    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
-        entries = self._read(shard, limit, "chlc", after_commit_hlc, index=COMMIT_INDEX)
+    def read_log_by_commit_hlc(
+        self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
+    ) -> list[LogEntry]:
+        entries = self._read(shard, limit, "chlc", after_commit_hlc, index=COMMIT_INDEX, images=images)
         return _contiguous(entries, entries[0].seq if entries else 0)
 
-    def _read(self, shard: ShardId, limit: int, key: str, after: int, index: str | None) -> list[LogEntry]:
+    def _read(
+        self, shard: ShardId, limit: int, key: str, after: int, index: str | None, *, images: bool
+    ) -> list[LogEntry]:
         items: list[Item] = []
         kwargs: dict[str, Any] = {
             "TableName": self._t.deltas,
@@ -232,6 +236,8 @@ class DynamoDBBufferStore:
             "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after)},
             "ConsistentRead": True,
         }
+        if not images:  # the row images are most of an item: leave them on the server
+            kwargs["ProjectionExpression"] = "#sh, seq, chlc, d, sz"
         if index:
             kwargs["IndexName"] = index
         while len(items) < limit:

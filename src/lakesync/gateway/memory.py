@@ -97,19 +97,21 @@ class InMemoryBufferStore:
             for write in commit.rows:
                 self._rows[(gateway, write.row.state.table, write.row.state.row_id)] = write.row
 
-    def read_log(self, shard: ShardId, after_seq: int, limit: int) -> list[LogEntry]:
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         with self._lock:
             log = self._logs.get(shard, [])
             start = bisect.bisect_right(log, after_seq, key=lambda e: e.seq)
             page = log[start : start + limit]
             # As on DynamoDB: entries continue the sequence or are not returned (here a gap means a release).
-            return page if page and page[0].seq == after_seq + 1 else []
+            return _images(page, images) if page and page[0].seq == after_seq + 1 else []
 
-    def read_log_by_commit_hlc(self, shard: ShardId, after_commit_hlc: int, limit: int) -> list[LogEntry]:
+    def read_log_by_commit_hlc(
+        self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
+    ) -> list[LogEntry]:
         with self._lock:
             log = self._logs.get(shard, [])
             start = bisect.bisect_right(log, after_commit_hlc, key=lambda e: e.commit_hlc)
-            return log[start : start + limit]
+            return _images(log[start : start + limit], images)
 
     def release_log(self, shard: ShardId, through_seq: int) -> None:
         """Drop the log entries up to ``through_seq`` and mark the head, as the flush job's release step does."""
@@ -126,6 +128,10 @@ class InMemoryBufferStore:
         """Drop expired deltaIds, as DynamoDB's TTL sweeper eventually does."""
         with self._lock:
             self._dedup = {k: v for k, v in self._dedup.items() if v > now_s}
+
+
+def _images(entries: list[LogEntry], images: bool) -> list[LogEntry]:
+    return entries if images else [replace(e, before=None, after=None) for e in entries]
 
 
 class InMemoryConfigStore:

@@ -118,15 +118,18 @@ class _ShardReader:
     page: int
     after_seq: int | None
     after_hlc: int = 0
+    images: bool = True
     buffer: list[LogEntry] = field(default_factory=list)
     exhausted: bool = False
 
     def peek(self) -> LogEntry | None:
         if not self.buffer and not self.exhausted:
             if self.after_seq is None:
-                fetched = self.deps.buffer.read_log_by_commit_hlc(self.shard, self.after_hlc, self.page)
+                fetched = self.deps.buffer.read_log_by_commit_hlc(
+                    self.shard, self.after_hlc, self.page, images=self.images
+                )
             else:
-                fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page)
+                fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page, images=self.images)
             self.buffer = fetched[::-1]
             self.exhausted = len(fetched) < self.page
         return self.buffer[-1] if self.buffer else None
@@ -241,7 +244,8 @@ def _pull_by_cursor(
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _expired(gateway, head)
     page = _page_size(limit)
-    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0)) for s in sorted(shards)]
+    images = rules_apply(rules)  # the row images only serve the sync rules
+    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images) for s in sorted(shards)]
     collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
     new_positions = dict(positions)
     for reader in readers:
@@ -263,7 +267,8 @@ def _pull_since(
         if since < head.released_hlc:
             raise _expired(gateway, head)
     page = _page_size(limit)
-    readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start) for s in shards]
+    images = rules_apply(rules)
+    readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start, images=images) for s in shards]
     collected, has_more, last = _collect(
         deps, readers, limit, rules, claims, reread_until=since, whole_commit_hlcs=True
     )
