@@ -20,6 +20,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections.abc import Sequence
@@ -297,16 +298,26 @@ _ITEM_OVERHEAD = 200
 
 
 def _commit_bytes(commit: Commit | None) -> int:
-    """A generous estimate of the transaction's size (attribute names, keys and JSON of every item)."""
+    """A generous estimate of the transaction's size (attribute names, keys and JSON of every item).
+
+    Row images are measured with the C JSON encoder: within a few bytes of their stored size, at a fraction of the
+    cost of the exact JavaScript rendering (the budget leaves half a megabyte under DynamoDB's limit).
+    """
     if commit is None:
         return 0
     total = _ITEM_OVERHEAD * (2 + len(commit.entries) + len(commit.rows))
     for entry in commit.entries:
-        total += entry.size + utf8_size(entry.before or {}) + utf8_size(entry.after or {})
+        total += entry.size + _json_size(entry.before) + _json_size(entry.after)
     for write in commit.rows:
         state = write.row.state
-        total += utf8_size(state.values() or {}) + sum(len(c.client_id) + 32 for c in state.columns.values())
+        total += _json_size(state.values()) + sum(len(c.client_id) + 32 for c in state.columns.values())
     return total
+
+
+def _json_size(value: dict[str, object] | None) -> int:
+    if not value:
+        return 2
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
 def _backoff(attempt: int) -> float:
