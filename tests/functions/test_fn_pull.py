@@ -290,3 +290,39 @@ def test_pull_pages_by_since_make_progress(api):
             break
     # Then every row arrives (at least once)
     assert set(seen) == {f"r{i}" for i in range(5)}
+
+
+def test_pull_json_is_exactly_the_rendering_of_the_pushed_deltas_for_tricky_values(api):
+    # Given deltas whose values exercise JSON.stringify's corners: floats, big and negative numbers, escapes,
+    # non-BMP characters, a lone surrogate, nested objects in insertion order, and sync rules that use no images
+    from lakesync.core.canonical import js_stringify
+
+    values = [
+        {"f": 1.0, "g": 0.1, "h": 1e21, "i": 1e-7, "j": -0.0, "k": 2**53 + 1},
+        {"s": 'quote " back \\ nl \n tab \t \u0001 \u2028 😀 é', "lone": "a\ud800b"},
+        {"nested": {"z": [1, {"b": None, "a": True}], "a": "x"}},
+    ]
+    deltas = [
+        make_delta(
+            "UPDATE",
+            table="todos",
+            row_id=f"r{i}",
+            client_id="client-a",
+            hlc=encode(1_763_000_000_000 + i, 0),
+            columns=v,
+        )
+        for i, v in enumerate(values)
+    ]
+    pushed = api.call(
+        push_fn, api.event("push_json", body={"clientId": "client-a", "deltas": [d.to_json() for d in deltas]})
+    )
+    assert pushed.status == 200
+
+    # When they are pulled as JSON (the stored wire text is sent as it is)
+    reply = api.call(pull_fn, api.event("pull", query={"clientId": "client-a", "since": "0", "limit": "10"}))
+
+    # Then the body's deltas are byte for byte what rendering the deltas again gives (JSON.stringify's numbers)
+    assert reply.status == 200
+    body = reply.body.decode("utf-8")
+    assert all(js_stringify(delta.to_json()) in body for delta in deltas)
+    assert reply.json()["deltas"] == [json.loads(js_stringify(d.to_json())) for d in deltas]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 JsonValue = Any
@@ -112,11 +113,20 @@ def stable_stringify(value: JsonValue) -> str:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
+@dataclass(frozen=True, slots=True)
+class RawJson:
+    """JSON text that :func:`js_stringify` writes as it is (already rendered the same way, e.g. stored)."""
+
+    text: str
+
+
 def js_stringify(value: JsonValue) -> str:
-    """``JSON.stringify``: compact JSON with object keys in insertion order."""
+    """``JSON.stringify``: compact JSON with object keys in insertion order (:class:`RawJson` written verbatim)."""
     scalar = _scalar(value)
     if scalar is not None:
         return scalar
+    if isinstance(value, RawJson):
+        return value.text
     if isinstance(value, Mapping):
         return "{" + ",".join(js_string(k) + ":" + js_stringify(v) for k, v in value.items()) + "}"
     if isinstance(value, Sequence):

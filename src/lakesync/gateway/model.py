@@ -90,7 +90,8 @@ class LogEntry:
 
     ``delta`` is the *effective* delta (only the columns that won). ``before``/``after`` are the row's values just
     before and after the change (``None`` = the row did not exist); sync rules are evaluated against them, which is how
-    DELETEs and sparse UPDATEs reach the clients whose buckets held the row.
+    DELETEs and sparse UPDATEs reach the clients whose buckets held the row. ``wire_json`` is the delta's wire JSON
+    as stored (what ``JSON.stringify`` writes), when the store has it: pulls send it without rendering it again.
     """
 
     shard: ShardId
@@ -100,6 +101,7 @@ class LogEntry:
     before: dict[str, JsonValue] | None
     after: dict[str, JsonValue] | None
     size: int
+    wire_json: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from lakesync.core.canonical import RawJson
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     AdapterError,
@@ -63,11 +64,14 @@ class PullResult:
     server_hlc: int
     has_more: bool
     cursor: str | None
+    wire: tuple[str | None, ...] = ()
+    """The stored wire JSON of each delta, in order, where known (empty: none known)."""
 
     def to_json(self) -> dict[str, object]:
-        """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}``."""
+        """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
+        wire = self.wire or (None,) * len(self.deltas)
         body: dict[str, object] = {
-            "deltas": [d.to_json() for d in self.deltas],
+            "deltas": [d.to_json() if w is None else RawJson(w) for d, w in zip(self.deltas, wire, strict=True)],
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
@@ -201,7 +205,7 @@ def _collect(
     *,
     reread_until: int = -1,
     whole_commit_hlcs: bool = False,
-) -> tuple[list[RowDelta], bool, LogEntry | None]:
+) -> tuple[list[LogEntry], bool, LogEntry | None]:
     """Merge the shards by commit HLC and collect up to ``limit`` visible deltas.
 
     Entries with a commit HLC at or below ``reread_until`` (the re-read window of a ``since`` pull) are returned
@@ -209,7 +213,7 @@ def _collect(
     ``whole_commit_hlcs`` a page never ends between entries of different shards that share a commit HLC (a ``since``
     position cannot point between them), so it may exceed ``limit`` by fewer than the number of shards.
     """
-    collected: list[RowDelta] = []
+    collected: list[LogEntry] = []
     counted = 0
     scanned = 0
     last: LogEntry | None = None
@@ -217,7 +221,7 @@ def _collect(
         scanned += 1
         last = entry
         if _visible(entry, rules, claims):
-            collected.append(entry.delta)
+            collected.append(entry)
             if entry.commit_hlc > reread_until:
                 counted += 1
         if scanned >= deps.settings.max_scan_per_pull:
@@ -251,7 +255,7 @@ def _pull_by_cursor(
     for reader in readers:
         if reader.after_seq:
             new_positions[reader.shard.key] = reader.after_seq
-    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions))
+    return _result(collected, deps.clock.now(), has_more, encode_cursor(new_positions))
 
 
 def _pull_since(
@@ -284,9 +288,15 @@ def _pull_since(
         resume = last.commit_hlc
         if any((nxt := r.peek()) is not None and nxt.commit_hlc == resume for r in readers):
             resume -= 1
-        return PullResult(tuple(collected), max(resume, since), True, None)
+        return _result(collected, max(resume, since), True, None)
     positions = {s.key: heads[s].seq for s in shards if s in heads}
-    return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
+    return _result(collected, deps.clock.now(), False, encode_cursor(positions))
+
+
+def _result(entries: list[LogEntry], server_hlc: int, has_more: bool, cursor: str | None) -> PullResult:
+    return PullResult(
+        tuple(e.delta for e in entries), server_hlc, has_more, cursor, wire=tuple(e.wire_json for e in entries)
+    )
 
 
 def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:

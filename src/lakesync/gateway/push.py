@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lakesync.core import merge as lww
-from lakesync.core.canonical import utf8_size
+from lakesync.core.canonical import js_stringify, utf8_size
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     BackpressureError,
@@ -261,9 +261,10 @@ def _plan(
     entries = []
     total = 0
     for i, (delta, before, after) in enumerate(changes, start=1):
-        size = utf8_size(delta.to_json())
+        text = js_stringify(delta.to_json())
+        size = len(text.encode("utf-8", "surrogatepass"))
         total += size
-        entries.append(LogEntry(shard, base.seq + i, commit_hlc + i - 1, delta, before, after, size))
+        entries.append(LogEntry(shard, base.seq + i, commit_hlc + i - 1, delta, before, after, size, text))
     new_head = ShardHead(
         shard=shard,
         seq=base.seq + len(entries),
