@@ -44,13 +44,13 @@ class Sizes:
 FULL = Sizes(
     push_deltas=2000,
     push_batch=500,
-    push_repetitions=3,
+    push_repetitions=5,
     push_warmup=128,
     push_profile_deltas=1000,
     stock_table_sizes=(0, 1000),
     pull_deltas=10_000,
     pull_limit=1000,
-    pull_repetitions=3,
+    pull_repetitions=5,
     import_runs=5,
 )
 QUICK = Sizes(
