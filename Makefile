@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK := cd infra && PATH="$(abspath $(VENV))/bin:$$PATH" npx --yes aws-cdk@$(CDK_VERSION)
 CDK_CTX := -c lakesync:environments=$(ENV)
 
-.PHONY: help setup sysdeps demo test lint typecheck unit proto bench fmt clean synth bootstrap diff deploy destroy test-infra
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake fmt clean synth bootstrap diff deploy destroy test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -65,8 +65,11 @@ typecheck: $(VENV)/.synced ## mypy strict on src/ and functions/
 proto: $(VENV)/.synced ## regenerate the protobuf code from proto/
 	$(RUN) python scripts/gen_proto.py
 
-bench: setup ## run the benchmarks; results go to benchmarks/results/
+bench: setup ## run the gateway benchmarks (push, pull, imports); results go to benchmarks/results/latest.*
 	$(RUN) python -m benchmarks
+
+bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~25 min); results go to benchmarks/results/lake.*
+	$(RUN) python -m benchmarks --only lake
 
 synth: $(VENV)/.synced ## write ENV's CloudFormation template to infra/cdk.out (offline; ENV=dev by default)
 	$(RUN) python infra/app.py $(CDK_CTX)

@@ -58,6 +58,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks._common import batch_write, machine_info, progress, summarize, timed
 
 CATALOG = "lake"
@@ -834,18 +835,11 @@ def quick_summary(results: dict[str, Any]) -> str:
 # -- the results files ----------------------------------------------------------------------------------------------
 def write(results: dict[str, Any], directory: Path) -> tuple[Path, Path]:
     """Write ``lake.json`` and ``lake.md`` into ``directory``; returns their paths."""
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = directory / "lake.json", directory / "lake.md"
-    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    md_path.write_text(markdown(results), encoding="utf-8")
-    return json_path, md_path
+    return report.write(results, directory, stem="lake", render=markdown)
 
 
 def _range(stats: dict[str, Any], fmt: str = "{:.2f}") -> str:
-    return (
-        f"{fmt.format(stats['median'])} ({fmt.format(stats['min'])}–{fmt.format(stats['max'])}, "
-        f"spread {stats['spread_pct']:.0f}%, n={stats['n']})"
-    )
+    return report.stat_range(stats, fmt)
 
 
 def _files(files: dict[str, Any]) -> str:

@@ -7,21 +7,26 @@ from pathlib import Path
 from typing import Any
 
 
-def write(results: dict[str, Any], directory: Path) -> tuple[Path, Path]:
-    """Write ``latest.json`` and ``latest.md`` into ``directory``; returns their paths."""
+def write(results: dict[str, Any], directory: Path, *, stem: str = "latest", render: Any = None) -> tuple[Path, Path]:
+    """Write ``{stem}.json`` and ``{stem}.md`` (``render(results)``, default :func:`markdown`) into ``directory``;
+    returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
-    json_path = directory / "latest.json"
-    md_path = directory / "latest.md"
+    json_path = directory / f"{stem}.json"
+    md_path = directory / f"{stem}.md"
     json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    md_path.write_text(markdown(results), encoding="utf-8")
+    md_path.write_text((render or markdown)(results), encoding="utf-8")
     return json_path, md_path
 
 
-def _range(stats: dict[str, Any], fmt: str = "{:.0f}") -> str:
+def stat_range(stats: dict[str, Any], fmt: str = "{:.0f}") -> str:
+    """``median (min–max, spread, n)`` of a :func:`benchmarks._common.summarize` result."""
     return (
         f"{fmt.format(stats['median'])} ({fmt.format(stats['min'])}–{fmt.format(stats['max'])}, "
         f"spread {stats['spread_pct']:.0f}%, n={stats['n']})"
     )
+
+
+_range = stat_range
 
 
 def _calls(calls: dict[str, int]) -> str:
