@@ -50,7 +50,7 @@ FULL = Sizes(
     stock_table_sizes=(0, 1000),
     pull_deltas=10_000,
     pull_limit=1000,
-    pull_repetitions=5,
+    pull_repetitions=9,
     import_runs=5,
 )
 QUICK = Sizes(

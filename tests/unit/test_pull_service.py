@@ -612,8 +612,12 @@ def test_pull_cursor_racing_a_release_never_skips_and_is_410_next() -> None:
     buffer = ReleasingBuffer(env.buffer, through_seq=4)
     env.deps = replace(env.deps, buffer=buffer)
 
-    # When the client pulls from its cursor
-    page = env.pull(cursor=cursor)
+    # When the client pulls from its cursor (the marks and the log are read at once, so the release may be seen
+    # by this pull or only by the next one)
+    try:
+        page = env.pull(cursor=cursor)
+    except CursorExpiredError:
+        return  # told to reload the checkpoint at once
 
     # Then it gets nothing rather than entries 5 and 6 with 3 and 4 skipped, and its cursor stays where it was
     assert page.deltas == ()

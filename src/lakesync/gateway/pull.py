@@ -31,7 +31,9 @@ import base64
 import binascii
 import heapq
 import json
+import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lakesync.core.canonical import RawJson
@@ -165,12 +167,29 @@ def pull(
         since: Resume after this server HLC (at-least-once).
         source: Pull from a named source adapter instead of the buffer.
     """
-    rules = deps.config.get_sync_rules(gateway)
     if source:
-        return _pull_from_source(deps, source, since or 0, limit, rules, claims)
+        return _pull_from_source(deps, source, since or 0, limit, deps.config.get_sync_rules(gateway), claims)
+    positions = decode_cursor(cursor, gateway) if cursor else {}
+    # The rules and the shard registry are independent reads: one round trip for both.
+    rules_read = _io_pool().submit(deps.config.get_sync_rules, gateway)
+    shards = sorted(deps.buffer.list_shards(gateway))
+    rules = rules_read.result()
     if cursor is not None or since is None:
-        return _pull_by_cursor(deps, gateway, decode_cursor(cursor, gateway) if cursor else {}, limit, rules, claims)
-    return _pull_since(deps, gateway, since, limit, rules, claims)
+        return _pull_by_cursor(deps, gateway, shards, positions, limit, rules, claims)
+    return _pull_since(deps, gateway, shards, since, limit, rules, claims)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """Threads for independent storage reads of one pull (made on first use, kept for a warm function's life)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakesync-pull")
+        return _POOL
 
 
 def _visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
@@ -238,18 +257,25 @@ def _collect(
 def _pull_by_cursor(
     deps: GatewayDeps,
     gateway: str,
+    shards: list[ShardId],
     positions: dict[str, int],
     limit: int,
     rules: SyncRules | None,
     claims: Claims,
 ) -> PullResult:
-    shards = deps.buffer.list_shards(gateway)
-    for head in deps.buffer.get_heads(shards).values():
-        if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _expired(gateway, head)
     page = _page_size(limit)
     images = rules_apply(rules)  # the row images only serve the sync rules
-    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images) for s in sorted(shards)]
+    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images) for s in shards]
+    # The release marks and every shard's first page are read at once. Reading the log before checking the marks
+    # is safe: a log read stops at the first gap, so entries released meanwhile are never skipped, only not read.
+    pool = _io_pool()
+    heads_read = pool.submit(deps.buffer.get_heads, shards)
+    first_pages = [pool.submit(reader.peek) for reader in readers]
+    for head in heads_read.result().values():
+        if positions.get(head.shard.key, 0) < head.released_seq:
+            raise _expired(gateway, head)
+    for read in first_pages:
+        read.result()
     collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
     new_positions = dict(positions)
     for reader in readers:
@@ -259,13 +285,18 @@ def _pull_by_cursor(
 
 
 def _pull_since(
-    deps: GatewayDeps, gateway: str, since: int, limit: int, rules: SyncRules | None, claims: Claims
+    deps: GatewayDeps,
+    gateway: str,
+    shards: list[ShardId],
+    since: int,
+    limit: int,
+    rules: SyncRules | None,
+    claims: Claims,
 ) -> PullResult:
     window_ms = deps.settings.since_window_ms
     # Only a recent `since` can have commits still in flight below it; further back, everything has landed.
     recent = (since >> 16) > deps.wall_ms() - window_ms
     start = max(0, since - (window_ms << 16)) if recent else since
-    shards = sorted(deps.buffer.list_shards(gateway))
     heads = deps.buffer.get_heads(shards)
     for head in heads.values():
         if since < head.released_hlc:
