@@ -317,6 +317,8 @@ def test_pull_json_is_exactly_the_rendering_of_the_pushed_deltas_for_tricky_valu
         push_fn, api.event("push_json", body={"clientId": "client-a", "deltas": [d.to_json() for d in deltas]})
     )
     assert pushed.status == 200
+    # (the push answers with the same rendering of the effective deltas)
+    assert all(js_stringify(delta.to_json()) in pushed.body.decode("utf-8") for delta in deltas)
 
     # When they are pulled as JSON (the stored wire text is sent as it is)
     reply = api.call(pull_fn, api.event("pull", query={"clientId": "client-a", "since": "0", "limit": "10"}))

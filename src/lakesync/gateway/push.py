@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lakesync.core import merge as lww
-from lakesync.core.canonical import js_stringify, utf8_size
+from lakesync.core.canonical import RawJson, js_stringify, utf8_size
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     BackpressureError,
@@ -86,13 +86,16 @@ class PushResult:
     accepted: int
     deltas: tuple[RowDelta, ...]
     receipts: tuple[DeltaReceipt, ...]
+    wire: tuple[str | None, ...] = ()
+    """The wire JSON of each delta, in order, where already rendered (empty: none)."""
 
     def to_json(self) -> dict[str, object]:
-        """The wire JSON shape ``{serverHlc, accepted, deltas, receipts}``."""
+        """The wire JSON shape ``{serverHlc, accepted, deltas, receipts}`` (rendered deltas reused as they are)."""
+        wire = self.wire or (None,) * len(self.deltas)
         return {
             "serverHlc": str(self.server_hlc),
             "accepted": self.accepted,
-            "deltas": [d.to_json() for d in self.deltas],
+            "deltas": [d.to_json() if w is None else RawJson(w) for d, w in zip(self.deltas, wire, strict=True)],
             "receipts": [r.to_json() for r in self.receipts],
         }
 
@@ -142,7 +145,7 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
         deps.clock.recv(delta.hlc)
 
     receipts: dict[str, DeltaReceipt] = {}
-    effective: list[RowDelta] = []
+    effective: list[LogEntry] = []
     for shard, shard_deltas in by_shard.items():
         for start in range(0, len(shard_deltas), settings.chunk_deltas):
             chunk = shard_deltas[start : start + settings.chunk_deltas]
@@ -160,8 +163,9 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     return PushResult(
         server_hlc=deps.clock.now(),
         accepted=len(deltas),
-        deltas=tuple(effective),
+        deltas=tuple(e.delta for e in effective),
         receipts=ordered,
+        wire=tuple(e.wire_json for e in effective),
     )
 
 
@@ -186,7 +190,7 @@ def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, cl
 
 def _commit_chunk(
     deps: GatewayDeps, shard: ShardId, chunk: Sequence[RowDelta]
-) -> tuple[dict[str, DeltaReceipt], list[RowDelta]]:
+) -> tuple[dict[str, DeltaReceipt], list[LogEntry]]:
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
     delta_ids = [d.delta_id for d in chunk]
@@ -223,7 +227,7 @@ def _plan(
     head: ShardHead | None,
     stored: dict[tuple[str, str], StoredRow],
     pending: Sequence[RowDelta],
-) -> tuple[Commit | None, dict[str, DeltaReceipt], list[RowDelta]]:
+) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry]]:
     """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything."""
     states: dict[tuple[str, str], lww.RowState | None] = {key: row.state for key, row in stored.items()}
     touched: set[tuple[str, str]] = set()
@@ -292,7 +296,7 @@ def _plan(
         rows=tuple(rows),
         new_shard=head is None,
     )
-    return commit, receipts, [e.delta for e in entries]
+    return commit, receipts, entries
 
 
 _ITEM_OVERHEAD = 200
