@@ -8,10 +8,11 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
-from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
+from lakesync import edge
 from lakesync.core.actions import parse_action_push
 from lakesync.gateway import actions as service
+from lakesync.router import Response
 from lakesync.wire import decode, encode
 
 app = http.new_app()
@@ -22,13 +23,13 @@ def action(gw: str) -> Response:
     """Run a batch of actions; 200 ``{results, serverHlc}`` (failures are results, not HTTP errors)."""
     claims = http.authorize(app, gw)
     body = http.read_body(app)
-    protobuf = http.has_protobuf_body(app)
-    doc = decode("ActionPush", body) if protobuf else http.parse_json(body)
+    protobuf = edge.has_protobuf_body(app.current_event)
+    doc = decode("ActionPush", body) if protobuf else edge.parse_json(body)
     fields = (doc.get("clientId"), doc.get("actions")) if isinstance(doc, dict) else (None, None)
-    http.check_batch(claims, *fields, kind="action", field="actions")
+    edge.check_batch(claims, *fields, kind="action", field="actions")
     batch = parse_action_push(doc)
     response = service.dispatch(get_deps(), gw, batch.actions, client_id=claims.client_id, claims=claims.custom_claims)
-    if http.wants_protobuf(app, default=protobuf):
+    if edge.wants_protobuf(app.current_event, default=protobuf):
         return http.protobuf_response(encode("ActionResponse", response.to_json()))
     return http.json_response(response.to_json())
 

@@ -8,9 +8,10 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
-from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
+from lakesync import edge
 from lakesync.gateway import admin as service
+from lakesync.router import Response
 
 app = http.new_app()
 
@@ -19,7 +20,7 @@ app = http.new_app()
 def save_sync_rules(gw: str) -> Response:
     """Validate and store the sync rules; 200 ``{"saved": true}``."""
     http.authorize(app, gw, admin=True)
-    document = http.parse_json(http.read_body(app))
+    document = edge.parse_json(http.read_body(app))
     return http.json_response(service.save_sync_rules(get_deps(), gw, document))
 
 
@@ -34,7 +35,7 @@ def get_sync_rules(gw: str) -> Response:
 def save_schema(gw: str) -> Response:
     """Store a table schema (safe evolution only); 200 ``{"saved": true, "table", "version"}``."""
     http.authorize(app, gw, admin=True)
-    document = http.parse_json(http.read_body(app))
+    document = edge.parse_json(http.read_body(app))
     return http.json_response(service.save_schema(get_deps(), gw, document))
 
 

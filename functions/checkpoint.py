@@ -17,10 +17,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
-from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync.core.errors import ValidationError
 from lakesync.gateway import checkpoint as service
+from lakesync.router import Response
 
 _MAX_INDEX_DIGITS = 9
 

@@ -17,8 +17,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import logger, metrics, one_at_a_time, tracer
-from functions._settings import FLUSH_JOB_NAME, SettingsError
 from lakesync.aws.flush_trigger import trigger_flush, wait_budget_s
+from lakesync.aws.function_settings import FLUSH_JOB_NAME, SettingsError
 
 if TYPE_CHECKING:
     from lakesync.aws.jobs import GlueJobStarter

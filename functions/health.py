@@ -8,8 +8,8 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
-from functions._router import Response
 from functions._runtime import logger, metrics, one_at_a_time, tracer
+from lakesync.router import Response
 
 app = http.new_app()
 

@@ -10,10 +10,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
 from functions._query import parse_pull_params
-from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
+from lakesync import edge
 from lakesync.core.messages import SyncResponse
 from lakesync.gateway import pull as service
+from lakesync.router import Response
 from lakesync.wire import encode_sync_response
 
 CURSOR_HEADER = "X-LakeSync-Cursor"
@@ -37,7 +38,7 @@ def pull(gw: str) -> Response:
         source=params.source,
     )
     metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.deltas))
-    if http.wants_protobuf(app):
+    if edge.wants_protobuf(app.current_event):
         data = encode_sync_response(SyncResponse(result.deltas, result.server_hlc, result.has_more))
         return http.protobuf_response(data, {CURSOR_HEADER: result.cursor} if result.cursor else None)
     return http.json_response(result.to_json())

@@ -13,11 +13,12 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
-from functions._router import Response
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
+from lakesync import edge
 from lakesync.core.errors import ValidationError
 from lakesync.core.messages import SyncPush, SyncResponse
 from lakesync.gateway import push as service
+from lakesync.router import Response
 from lakesync.wire import decode_sync_push, encode_sync_response
 
 app = http.new_app()
@@ -28,16 +29,16 @@ def push(gw: str) -> Response:
     """Merge a batch of deltas; 200 ``{serverHlc, accepted, deltas, receipts}``."""
     claims = http.authorize(app, gw)
     body = http.read_body(app)
-    protobuf = http.has_protobuf_body(app)
+    protobuf = edge.has_protobuf_body(app.current_event)
     client_id: object
     deltas: object
     if protobuf:
         message = decode_sync_push(body)
         client_id, deltas = message.client_id, message.deltas
     else:
-        doc = http.parse_json(body)
+        doc = edge.parse_json(body)
         client_id, deltas = (doc.get("clientId"), doc.get("deltas")) if isinstance(doc, dict) else (None, None)
-    count = len(http.check_batch(claims, client_id, deltas, kind="push", field="deltas"))
+    count = len(edge.check_batch(claims, client_id, deltas, kind="push", field="deltas"))
     deps = get_deps()
     limit = deps.settings.max_deltas_per_push
     if count > limit:
@@ -46,7 +47,7 @@ def push(gw: str) -> Response:
         message = SyncPush.from_json(doc)
     result = service.push(deps, gw, message, client_id=claims.client_id, trusted=claims.role == "admin")
     metrics.add_metric(name="AcceptedDeltas", unit=MetricUnit.Count, value=result.accepted)
-    if http.wants_protobuf(app, default=protobuf):
+    if edge.wants_protobuf(app.current_event, default=protobuf):
         return http.protobuf_response(encode_sync_response(SyncResponse(result.deltas, result.server_hlc)))
     return http.json_response(result.to_json())
 

@@ -3,7 +3,7 @@
 Every function runs Python (:data:`~lakesync_infra.common.LAMBDA_RUNTIME`) on ARM64 with active X-Ray tracing, its
 own log group (with retention) and its own role holding exactly what its code does: :data:`ACCESS` lists, per
 function, the DynamoDB actions on each logical table (the stores' calls in ``lakesync.aws.dynamodb``), and the
-environment is the subset of :data:`functions._settings.FUNCTION_ENV_VARS` the function needs.
+environment is the subset of :data:`lakesync.aws.function_settings.FUNCTION_ENV_VARS` the function needs.
 
 ``flush_trigger`` consumes the ``config`` table's stream, filtered to inserted flush requests (``sk`` beginning
 with ``flush#``), and reports batch item failures. Each invocation may wait minutes for a busy flush job (see
@@ -30,7 +30,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions._settings import (
+from lakesync.aws.function_settings import (
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,
     FLUSH_JOB_NAME,

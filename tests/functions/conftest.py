@@ -169,7 +169,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> None:
 def api(aws_env: None, monkeypatch: pytest.MonkeyPatch, dynamodb_tables: TableNames, dynamodb_client: Any) -> Any:
     """The functions configured on fresh tables, gateways ``default`` and ``other``, a cold runtime."""
     from functions._runtime import reset_runtime
-    from functions._settings import TABLE_VARS
+    from lakesync.aws.function_settings import TABLE_VARS
 
     for kind, var in TABLE_VARS.items():
         monkeypatch.setenv(var, getattr(dynamodb_tables, kind))

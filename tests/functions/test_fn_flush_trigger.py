@@ -23,10 +23,10 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from aws_lambda_powertools.utilities.parser.models import DynamoDBStreamModel
 
 import functions.flush_trigger as flush_trigger
-from functions._settings import SettingsError
 from lakesync.aws.dynamodb import DynamoDBConfigStore
 from lakesync.aws.flush_store import LEASE_GATEWAY, LEASE_SK
 from lakesync.aws.flush_trigger import SAFETY_S
+from lakesync.aws.function_settings import SettingsError
 from lakesync.aws.jobs import GlueJobStarter, glue_client
 from lakesync.core.errors import StorageError, ValidationError
 from lakesync.local.front import LambdaContext

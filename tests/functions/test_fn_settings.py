@@ -1,12 +1,12 @@
-"""functions._settings.Settings.from_env: defaults, the table-name and secret alternatives, and one clear error
-listing every bad variable.
+"""lakesync.aws.function_settings.Settings.from_env: defaults, the table-name and secret alternatives, and one
+clear error listing every bad variable.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from functions._settings import (
+from lakesync.aws.function_settings import (
     API_ENV_VARS,
     FLUSH_JOB_NAME,
     FUNCTION_ENV_VARS,
@@ -109,7 +109,7 @@ def test_settings_report_every_problem_at_once():
 
 def test_function_env_vars_cover_what_settings_read():
     # Given every LAKESYNC_* constant the settings module defines
-    from functions import _settings
+    from lakesync.aws import function_settings as _settings
 
     constants = {
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")

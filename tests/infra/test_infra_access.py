@@ -57,7 +57,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, dynamodb_tables: Ta
     Manager (read by ARN, as on AWS), a flush threshold of one byte (every push requests a flush) and no
     backpressure."""
     from functions._runtime import reset_runtime
-    from functions._settings import TABLE_VARS
+    from lakesync.aws.function_settings import TABLE_VARS
 
     for key in list(os.environ):
         if key.startswith(("LAKESYNC_", "AWS_")):

@@ -10,8 +10,8 @@ import pytest
 from lakesync_infra.config import ALL_FUNCTIONS
 from lakesync_infra.packaging import LAMBDA_PYTHON
 
-from functions import _settings as settings
 from lakesync.api_routes import ROUTES
+from lakesync.aws import function_settings as settings
 
 
 def _powertools_variables() -> set[str]:

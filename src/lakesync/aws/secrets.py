@@ -7,10 +7,14 @@ rotation never invalidates tokens minted just before it.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from lakesync.auth import MIN_SECRET_BYTES
 from lakesync.core.errors import StorageError
 
 if TYPE_CHECKING:
@@ -55,3 +59,57 @@ def _stage(client: SecretsManagerClient, secret_id: str, stage: str) -> str | No
             return None
         raise StorageError(f"Secrets Manager GetSecretValue ({stage}) failed: {code}") from exc
     return response.get("SecretString") or None
+
+
+def load_jwt_secrets(secret_id: str) -> tuple[str, ...]:
+    """:func:`fetch_jwt_secrets` with a client made from the environment; every value must be a usable HS256 key.
+
+    Raises:
+        StorageError: unreadable, or a value shorter than ``MIN_SECRET_BYTES``.
+    """
+    secrets = fetch_jwt_secrets(secretsmanager_client(), secret_id)
+    if any(len(s.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES for s in secrets):
+        raise StorageError(f"JWT secret {secret_id} is shorter than {MIN_SECRET_BYTES} bytes")
+    return secrets
+
+
+class CachedSecrets:
+    """Secrets re-read at most every ``ttl_s`` seconds, so a rotation reaches warm functions; thread-safe.
+
+    A failed refresh keeps the last value (``on_stale`` is told) when there is one, and raises when there is none.
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], tuple[str, ...]],
+        *,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        on_stale: Callable[[], None] | None = None,
+    ) -> None:
+        self._load = load
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._on_stale = on_stale
+        self._lock = threading.Lock()
+        self._value: tuple[str, ...] | None = None
+        self._until = 0.0
+
+    def get(self) -> tuple[str, ...]:
+        """The secrets, primary first.
+
+        Raises:
+            StorageError: they cannot be read and no earlier value is cached.
+        """
+        with self._lock:
+            if self._value is not None and self._until > self._clock():
+                return self._value
+            try:
+                self._value = self._load()
+            except StorageError:
+                if self._value is None:
+                    raise
+                if self._on_stale is not None:
+                    self._on_stale()
+            self._until = self._clock() + self._ttl_s
+            return self._value

@@ -5,6 +5,9 @@ Why not Powertools' resolver: importing ``aws_lambda_powertools.event_handler`` 
 functions need only exact routes with path parameters, a request view and an error hook. Logging, metrics and
 tracing stay with Powertools.
 
+Every response carries the router's fixed ``headers`` and ``X-Request-Id`` (API Gateway's request id), plus
+``Cache-Control: no-store`` under the ``no_store_prefixes``; ``on_response`` sees every status code (metrics).
+
 Behaviour: a request matches a registered ``(method, template)`` exactly (no trailing-slash folding); a named
 stage's prefix is removed from ``rawPath`` first; header names are lower-case; a ``bytes`` body is sent base64
 encoded; a body that is neither ``str`` nor ``bytes`` goes through the serializer. An exception raised by a route
@@ -77,8 +80,18 @@ class Response:
 class Router:
     """Routes API Gateway v2 events to the functions registered with :meth:`get` / :meth:`post`."""
 
-    def __init__(self, serializer: Callable[[Any], str]) -> None:
+    def __init__(
+        self,
+        serializer: Callable[[Any], str],
+        *,
+        headers: Mapping[str, str] | None = None,
+        no_store_prefixes: tuple[str, ...] = (),
+        on_response: Callable[[int], None] | None = None,
+    ) -> None:
         self._serializer = serializer
+        self._headers = dict(headers or {})
+        self._no_store_prefixes = no_store_prefixes
+        self._on_response = on_response
         self._routes: list[tuple[Route, Handler]] = []
         self._error_handlers: list[tuple[type[BaseException], Callable[[Any], Response]]] = []
         self._current: Request | None = None
@@ -123,9 +136,17 @@ class Router:
                 response = self._dispatch(request)
             except Exception as exc:  # every exception becomes a response through the registered hooks
                 response = self._handle(exc)
-            return self._render(response)
+            result = self._render(response)
         finally:
             self._current = None
+        headers: dict[str, str] = result["headers"]
+        headers.update(self._headers)
+        headers["X-Request-Id"] = request.request_id
+        if self._no_store_prefixes and request.path.startswith(self._no_store_prefixes):
+            headers["Cache-Control"] = "no-store"
+        if self._on_response is not None:
+            self._on_response(response.status_code)
+        return result
 
     def _dispatch(self, request: Request) -> Response:
         for route, handler in self._routes:

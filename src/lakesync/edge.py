@@ -1,0 +1,147 @@
+"""The HTTP edge of the API functions, without the Lambda runtime: the order of the request checks, bodies and
+content negotiation (``functions/_http.py`` wires these to the router, the settings and the error responses).
+
+Pipeline of every API route (the worker's order, reference §12.4): route match (unknown path 404 ``Not found``,
+known path with another method 405 ``Method not allowed``) → Bearer token (401 ``AUTH_ERROR``) → admin role on
+``/v1/admin`` routes (403 ``FORBIDDEN`` ``Admin role required``) → token ``gw`` equals the route's gateway (403
+``FORBIDDEN`` ``Gateway ID mismatch: ...``) → the gateway is served here (404 ``NOT_FOUND`` ``Gateway not found``;
+checked after the token so that callers cannot probe which gateways exist) → body size (413) → decode → service.
+
+Bodies: base64-decoded when ``isBase64Encoded``; larger than the limit by ``Content-Length`` or by actual length →
+413 ``VALIDATION_ERROR``; JSON parsed strictly (``Invalid JSON body``); ``Content-Type: application/x-protobuf``
+selects the protobuf decoder. Responses are protobuf when the request's ``Accept`` prefers
+``application/x-protobuf`` (else the route's default), JSON otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Collection, Sequence
+from typing import Final
+
+from lakesync.auth import AuthClaims, parse_bearer, verify_token
+from lakesync.core.canonical import JsonValue
+from lakesync.core.errors import ForbiddenError, NotFoundError, PayloadTooLargeError, ValidationError
+from lakesync.gateway.deps import MIB
+from lakesync.router import Request
+from lakesync.wire.jsonapi import loads
+
+JSON: Final = "application/json"
+PROTOBUF: Final = "application/x-protobuf"
+SECURITY_HEADERS: Final = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Strict-Transport-Security": "max-age=31536000; includeSubDomains",
+    "API-Version": "v1",
+}
+"""Headers on every response."""
+NO_STORE_PREFIXES: Final = ("/v1/sync/", "/v1/admin/")
+"""Responses under these paths are never cached."""
+
+
+def authorize(
+    request: Request, gateway: str, secrets: Sequence[str], served: Collection[str], *, admin: bool = False
+) -> AuthClaims:
+    """The caller's claims for ``gateway``, checked in the pipeline's order.
+
+    Raises:
+        AuthError: 401. ForbiddenError: 403. NotFoundError: 404 for a gateway not in ``served``.
+    """
+    claims = verify_token(parse_bearer(request.headers.get("authorization")), secrets)
+    if admin and claims.role != "admin":
+        raise ForbiddenError("Admin role required")
+    if claims.gateway_id != gateway:
+        raise ForbiddenError("Gateway ID mismatch: JWT authorises a different gateway")
+    if gateway not in served:
+        raise NotFoundError("Gateway not found")
+    return claims
+
+
+def read_body(request: Request, limit: int) -> bytes:
+    """The raw request body, within ``limit`` bytes.
+
+    Raises:
+        PayloadTooLargeError: 413, by ``Content-Length`` or actual size. ValidationError: malformed base64.
+    """
+    declared = (request.headers.get("content-length") or "").strip()
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    raw = request.body or ""
+    if request.is_base64_encoded:
+        if len(raw) // 4 * 3 - 2 > limit:
+            raise _too_large(limit)
+        try:
+            data = base64.b64decode(raw, validate=True)
+        except binascii.Error:
+            raise ValidationError("Invalid base64 body") from None
+    else:
+        data = raw.encode("utf-8", "surrogatepass")
+    if len(data) > limit:
+        raise _too_large(limit)
+    return data
+
+
+def _too_large(limit: int) -> PayloadTooLargeError:
+    size = f"{limit // MIB} MiB" if limit % MIB == 0 else f"{limit} bytes"
+    return PayloadTooLargeError(f"Payload too large (max {size})")
+
+
+def parse_json(body: bytes) -> JsonValue:
+    """Strict JSON (no reviver: HLC fields are read from their strings by the message parsers).
+
+    Raises:
+        CodecError: ``Invalid JSON body``.
+    """
+    return loads(body, revive_hlcs=False)
+
+
+def has_protobuf_body(request: Request) -> bool:
+    """Whether the request body is protobuf (``Content-Type: application/x-protobuf``)."""
+    return _media_type(request.headers.get("content-type")) == PROTOBUF
+
+
+def wants_protobuf(request: Request, *, default: bool = False) -> bool:
+    """Whether to answer in protobuf: ``Accept`` ranks it above JSON; ``default`` when it ranks neither."""
+    quality: dict[str, float] = {}
+    for part in (request.headers.get("accept") or "").split(","):
+        media, _, params = part.partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        quality.setdefault(_media_type(media), q)
+    pb, js = quality.get(PROTOBUF, -1.0), quality.get(JSON, -1.0)
+    if pb == js:
+        return default and pb != 0.0
+    return pb > js and pb > 0.0
+
+
+def _media_type(value: str | None) -> str:
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def check_batch(claims: AuthClaims, client_id: object, items: object, *, kind: str, field: str) -> Sequence[object]:
+    """The original's body checks, in its order: required fields (400), then the body's ``clientId`` (403).
+
+    Returns:
+        ``items``, known to be a sequence.
+
+    Raises:
+        ValidationError: ``Missing required fields: clientId, {field}``. ForbiddenError: ``clientId`` ≠ token ``sub``.
+    """
+    if not _js_truthy(client_id) or not isinstance(items, list | tuple):
+        raise ValidationError(f"Missing required fields: clientId, {field}")
+    if client_id != claims.client_id:
+        raise ForbiddenError(f"Client ID mismatch: {kind} clientId does not match authenticated identity")
+    return items
+
+
+def _js_truthy(value: object) -> bool:
+    if isinstance(value, float):
+        return value == value and value != 0.0
+    return value is not None and value is not False and value != 0 and value != ""
