@@ -46,6 +46,18 @@ def _functions(entries: list[dict[str, Any]]) -> list[str]:
     return [f"| `{e['function']}` | {e['owner']} | {e['self_s']:.3f} |" for e in entries]
 
 
+def machine_lines(m: dict[str, Any]) -> list[str]:
+    """The machine, code and package lines of a results file's header."""
+    return [
+        f"Machine: {m['cpu']}, {m['cpu_count']} CPUs, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
+        f"load average {m['load_average_start']} at the start, {m['load_average_end']} at the end "
+        "(other work on the machine makes absolute figures noisy; the ratios pair sides measured back to back).",
+        f"Code: commit `{(m['git']['commit'] or 'unknown')[:12]}`"
+        + (" with uncommitted changes in src/ or functions/." if m["git"]["src_or_functions_modified"] else "."),
+        f"Packages: {', '.join(f'{k} {v}' for k, v in m['packages'].items())}.",
+    ]
+
+
 def markdown(r: dict[str, Any]) -> str:
     """The human-readable results."""
     m = r["machine"]
@@ -53,12 +65,7 @@ def markdown(r: dict[str, Any]) -> str:
         "# Gateway benchmarks — latest results",
         "",
         f"Measured {r['timestamp']} in {r['duration_s']:.0f} s by `python -m benchmarks` (`make bench`).",
-        f"Machine: {m['cpu']}, {m['cpu_count']} CPUs, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
-        f"load average {m['load_average_start']} at the start, {m['load_average_end']} at the end "
-        "(other work on the machine makes absolute figures noisy; the ratios pair sides measured back to back).",
-        f"Code: commit `{(m['git']['commit'] or 'unknown')[:12]}`"
-        + (" with uncommitted changes in src/ or functions/." if m["git"]["src_or_functions_modified"] else "."),
-        f"Packages: {', '.join(f'{k} {v}' for k, v in m['packages'].items())}.",
+        *machine_lines(m),
         "",
         "## Goals",
         "",
