@@ -876,12 +876,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Measured {r['timestamp']} in {r['duration_s']:.0f} s by `python -m benchmarks --only lake`"
         + (" (**quick sizes**)." if r["quick"] else "."),
-        f"Machine: {m['cpu']}, {m['cpu_count']} CPUs, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
-        f"load average {m['load_average_start']} at the start, {m['load_average_end']} at the end "
-        "(other work on the machine makes absolute figures noisy; the ratios pair sides measured back to back).",
-        f"Code: commit `{(m['git']['commit'] or 'unknown')[:12]}`"
-        + (" with uncommitted changes in src/ or functions/." if m["git"]["src_or_functions_modified"] else "."),
-        f"Packages: {', '.join(f'{k} {v}' for k, v in m['packages'].items())}.",
+        *report.machine_lines(m),
         f"Spark: `{s['master']}`, driver memory {s['driver_memory']}.",
         "",
         " ".join(doc),
