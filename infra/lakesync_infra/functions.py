@@ -189,7 +189,8 @@ class Functions(Construct):
             wildcards = {"Resource::*": XRAY_REASON}
             if name == "rotate_secret":
                 wildcards["Resource::*"] = (
-                    XRAY_REASON + " The rotation also calls secretsmanager:GetRandomPassword, which has no resource."
+                    XRAY_REASON + " CDK's rotation schedule also grants secretsmanager:GetRandomPassword, which has no"
+                    " resource (our rotation generates the key itself and does not call it)."
                 )
             if name == "flush_trigger":
                 wildcards["Resource::*"] = (
