@@ -53,7 +53,12 @@ def get_deps() -> GatewayDeps:
     """The services' dependencies over DynamoDB (and S3 for checkpoints, its client made on first use), built on
     first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
     from lakesync.aws.clients import dynamodb_client
-    from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+    from lakesync.aws.dynamodb import (
+        DynamoDBActionStore,
+        DynamoDBBufferStore,
+        DynamoDBConfigStore,
+        DynamoDBPullBasisReader,
+    )
     from lakesync.aws.objects import S3ObjectStore
     from lakesync.gateway.deps import GatewayDeps
 
@@ -65,6 +70,7 @@ def get_deps() -> GatewayDeps:
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),
         objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
+        pull_basis=DynamoDBPullBasisReader(client, settings.tables),
     )
 
 

@@ -95,11 +95,12 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
             "config": ("dynamodb:Query", "dynamodb:PutItem"),
         }
     ),
-    # pull: heads, the shard registry and sync rules, log pages by sequence or by commit HLC (index by_commit).
+    # pull: the sync rules with the shard registry (one Query), heads (release marks), log pages by sequence or by
+    # commit HLC (index by_commit).
     "pull": FunctionAccess(
         tables={
             "heads": ("dynamodb:BatchGetItem",),
-            "config": ("dynamodb:Query", "dynamodb:GetItem"),
+            "config": ("dynamodb:Query",),
             "deltas": ("dynamodb:Query",),
         },
         index_actions={"deltas": ("dynamodb:Query",)},

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from lakesync.core.delta import RowDelta
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
-from lakesync.gateway.model import Commit, CommitBasis, LogEntry, ShardHead, ShardId, StoredRow
+from lakesync.gateway.model import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
 
 
 class BufferStore(Protocol):
@@ -66,6 +66,14 @@ class BufferStore(Protocol):
     ) -> list[LogEntry]:
         """Up to ``limit`` entries with ``commit_hlc > after_commit_hlc``, ordered by commit HLC (``images`` as for
         :meth:`read_log`)."""
+        ...
+
+
+class PullBasisReader(Protocol):
+    """The gateway's sync rules and shard registry, read together (in one request where one store keeps both)."""
+
+    def read_pull_basis(self, gateway: str) -> PullBasis:
+        """Consistent read of the sync rules and the registered shards of ``gateway``."""
         ...
 
 

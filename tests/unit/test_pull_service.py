@@ -9,6 +9,7 @@ import base64
 import json
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.rules import user_scoped_rules
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import LogEntry, ShardId
+from lakesync.gateway.model import LogEntry, ShardHead, ShardId
 from lakesync.gateway.pull import PullResult, decode_cursor, encode_cursor, pull
 from lakesync.gateway.push import push
 
@@ -603,8 +604,8 @@ def test_pull_since_racing_a_release_is_410_not_a_silent_skip() -> None:
     assert buffer.released
 
 
-def test_pull_cursor_racing_a_release_never_skips_and_is_410_next() -> None:
-    # Given six entries, a cursor at the second, and a release of the first four between the check and the read
+def test_pull_cursor_racing_a_release_is_410_not_a_silent_skip() -> None:
+    # Given six entries, a cursor at the second, and a release of the first four right before the log read
     env = Env()
     env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(6)))
     entries = env.log()
@@ -612,16 +613,61 @@ def test_pull_cursor_racing_a_release_never_skips_and_is_410_next() -> None:
     buffer = ReleasingBuffer(env.buffer, through_seq=4)
     env.deps = replace(env.deps, buffer=buffer)
 
-    # When the client pulls from its cursor (the marks and the log are read at once, so the release may be seen
-    # by this pull or only by the next one)
-    try:
-        page = env.pull(cursor=cursor)
-    except CursorExpiredError:
-        return  # told to reload the checkpoint at once
-
-    # Then it gets nothing rather than entries 5 and 6 with 3 and 4 skipped, and its cursor stays where it was
-    assert page.deltas == ()
-    assert decode_cursor(page.cursor, GW) == {entries[0].shard.key: 2}
-    # And its next pull is told to reload the checkpoint
+    # When the client pulls from its cursor
+    # Then the log read stops at the gap where entry 3 was, the marks are read because of it, and the client is
+    # told to reload the checkpoint rather than getting entries 5 and 6 with 3 and 4 skipped
     with pytest.raises(CursorExpiredError):
-        env.pull(cursor=page.cursor)
+        env.pull(cursor=cursor)
+    assert buffer.released
+
+
+class MarkedBuffer:
+    """Wraps a buffer whose heads already carry release marks up to ``through_seq`` while the entries are still in
+    the log (the flush job marks first, then deletes)."""
+
+    def __init__(self, inner: InMemoryBufferStore, through_seq: int, through_hlc: int) -> None:
+        self.inner = inner
+        self.mark = (through_seq, through_hlc)
+        self.head_reads: list[list[ShardId]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        self.head_reads.append(list(shards))
+        heads = self.inner.get_heads(shards)
+        return {s: replace(h, released_seq=self.mark[0], released_hlc=self.mark[1]) for s, h in heads.items()}
+
+
+def test_pull_cursor_behind_marks_whose_entries_are_still_there_gets_them_all_then_410() -> None:
+    # Given six entries marked released through the fourth, not yet deleted, and a client at the second
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(6)))
+    entries = env.log()
+    shard = entries[0].shard
+    buffer = MarkedBuffer(env.buffer, through_seq=4, through_hlc=entries[3].commit_hlc)
+    env.deps = replace(env.deps, buffer=buffer)
+
+    # When it pulls from its cursor, the entries still in the log continue its sequence: it gets 3..6, none skipped
+    page = env.pull(cursor=encode_cursor({shard.key: 2}))
+    assert [x.delta_id for x in page.deltas] == [e.delta.delta_id for e in entries[2:]]
+    assert decode_cursor(page.cursor, GW) == {shard.key: 6}
+
+    # And once the entries are deleted, a client still at the second is told to reload the checkpoint
+    env.buffer.release_log(shard, 4)
+    with pytest.raises(CursorExpiredError):
+        env.pull(cursor=encode_cursor({shard.key: 2}))
+
+
+def test_pull_cursor_reads_release_marks_only_for_shards_that_read_empty() -> None:
+    # Given two tables, one with entries after the client's position and one it has consumed entirely
+    env = Env()
+    env.push(d("INSERT", row="a", hlc=t(1), v=1, table="todos"), d("INSERT", row="b", hlc=t(2), v=2, table="notes"))
+    by_table = {e.shard.table: e.shard for e in env.log()}
+    buffer = MarkedBuffer(env.buffer, through_seq=0, through_hlc=0)
+    env.deps = replace(env.deps, buffer=buffer)
+
+    # When it pulls, only the consumed shard's head is read (to tell "caught up" from "released")
+    page = env.pull(cursor=encode_cursor({by_table["notes"].key: 1}))
+    assert [x.table for x in page.deltas] == ["todos"]
+    assert buffer.head_reads == [[by_table["notes"]]]

@@ -32,6 +32,7 @@ from lakesync.gateway.model import (
     CommitBasis,
     CommitConflict,
     LogEntry,
+    PullBasis,
     ShardHead,
     ShardId,
     StoredRow,
@@ -486,6 +487,43 @@ class DynamoDBConfigStore:
             ConsistentRead=True,
         )
         return [json.loads(item["doc"]["S"]) for item in items]
+
+
+class DynamoDBPullBasisReader:
+    """A pull's sync rules and shard registry in one consistent ``Query`` of the gateway's config partition.
+
+    The sort keys ``rules`` < ``schema#…`` < ``shard#…`` are adjacent, so one key range holds the rules and the
+    registry; a filter leaves the schemas on the server.
+    """
+
+    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
+        self._db = client
+        self._t = names
+
+    def read_pull_basis(self, gateway: str) -> PullBasis:
+        """The sync rules and the registered shards of ``gateway``."""
+        rules: SyncRules | None = None
+        shards = []
+        for item in _query_all(
+            self._db,
+            TableName=self._t.config,
+            # "$" sorts right after "#": the range ends after the last shard# key.
+            KeyConditionExpression="gw = :gw AND sk BETWEEN :rules AND :end",
+            FilterExpression="sk = :rules OR begins_with(sk, :shard)",
+            ExpressionAttributeValues={
+                ":gw": _s(gateway),
+                ":rules": _s("rules"),
+                ":end": _s("shard$"),
+                ":shard": _s("shard#"),
+            },
+            ConsistentRead=True,
+        ):
+            key = item["sk"]["S"]
+            if key == "rules":
+                rules = parse_sync_rules(json.loads(item["doc"]["S"]))
+            else:
+                shards.append(ShardId.parse(key.removeprefix("shard#")))
+        return PullBasis(rules, tuple(sorted(shards)))
 
 
 class DynamoDBActionStore:

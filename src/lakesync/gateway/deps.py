@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from lakesync.core.actions import ActionHandler
 from lakesync.core.hlc import HLC, system_clock
-from lakesync.ports import ActionStore, BufferStore, ConfigStore, ObjectStore, SourceAdapter
+from lakesync.ports import ActionStore, BufferStore, ConfigStore, ObjectStore, PullBasisReader, SourceAdapter
 
 MIB = 1024 * 1024
 
@@ -64,6 +64,8 @@ class GatewayDeps:
     """Everything the services need: stores, the server clock, handlers, sources and settings.
 
     ``objects`` is the bucket checkpoints are served from; ``None`` where checkpoints are not configured.
+    ``pull_basis`` reads a pull's sync rules and shard registry together; ``None`` reads them from ``config`` and
+    ``buffer`` (two requests, sent at once).
     """
 
     buffer: BufferStore
@@ -76,3 +78,4 @@ class GatewayDeps:
     sources: Mapping[str, SourceAdapter] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
     objects: ObjectStore | None = None
+    pull_basis: PullBasisReader | None = None

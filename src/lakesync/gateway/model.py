@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import RowDelta
 from lakesync.core.merge import RowState
+from lakesync.core.rules import SyncRules
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -145,6 +146,15 @@ class Commit:
 
 class CommitConflict(Exception):
     """The head or a row changed since it was read; re-read and retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class PullBasis:
+    """What a pull reads before the log: the gateway's sync rules (``None`` when none are stored) and every shard
+    ever committed to, sorted."""
+
+    rules: SyncRules | None
+    shards: tuple[ShardId, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,12 @@ checkpoint; a pull whose position is behind the released part (cursor sequence b
 below ``released_hlc``, or no position at all) fails with :class:`CursorExpiredError` instead of silently skipping
 it, and the client reloads the checkpoint.
 
+What a pull reads: the sync rules with the shard registry (one request on DynamoDB, :class:`PullBasisReader`), then
+every shard's log. A cursor pull reads the release marks (the shard heads) only of shards whose log read came back
+empty: a log read stops at the first gap, so a shard released past the cursor returns nothing rather than skipping,
+and its marks then turn the empty read into :class:`CursorExpiredError`. A ``since`` pull reads the heads before and
+after the log (a read by commit HLC cannot see a gap) and ends with their sequences as its cursor.
+
 ``hasMore`` is true exactly when entries remain that this pull did not scan. A pull that filters out most of the log
 stops after ``max_scan_per_pull`` scanned entries with ``hasMore`` true and a cursor past what it scanned; it never
 reports ``hasMore`` false while unscanned entries remain.
@@ -47,7 +53,8 @@ from lakesync.core.errors import (
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.model import LogEntry, ShardHead, ShardId
+from lakesync.gateway.model import LogEntry, PullBasis, ShardHead, ShardId
+from lakesync.ports import BufferStore, ConfigStore
 
 _CURSOR_VERSION = 1
 _PAGE = 1000
@@ -168,15 +175,27 @@ def pull(
         source: Pull from a named source adapter instead of the buffer.
     """
     if source:
-        return _pull_from_source(deps, source, since or 0, limit, deps.config.get_sync_rules(gateway), claims)
+        return _pull_from_source(deps, gateway, source, since or 0, limit, claims)
     positions = decode_cursor(cursor, gateway) if cursor else {}
-    # The rules and the shard registry are independent reads: one round trip for both.
-    rules_read = _io_pool().submit(deps.config.get_sync_rules, gateway)
-    shards = sorted(deps.buffer.list_shards(gateway))
-    rules = rules_read.result()
+    basis = (deps.pull_basis or StoresPullBasis(deps.config, deps.buffer)).read_pull_basis(gateway)
+    rules, shards = basis.rules, list(basis.shards)
     if cursor is not None or since is None:
         return _pull_by_cursor(deps, gateway, shards, positions, limit, rules, claims)
     return _pull_since(deps, gateway, shards, since, limit, rules, claims)
+
+
+class StoresPullBasis:
+    """:class:`~lakesync.ports.PullBasisReader` over a config store and a buffer store: both reads sent at once."""
+
+    def __init__(self, config: ConfigStore, buffer: BufferStore) -> None:
+        self._config = config
+        self._buffer = buffer
+
+    def read_pull_basis(self, gateway: str) -> PullBasis:
+        """The sync rules and the registered shards of ``gateway``."""
+        rules_read = _io_pool().submit(self._config.get_sync_rules, gateway)
+        shards = tuple(sorted(self._buffer.list_shards(gateway)))
+        return PullBasis(rules_read.result(), shards)
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -266,16 +285,15 @@ def _pull_by_cursor(
     page = _page_size(limit)
     images = rules_apply(rules)  # the row images only serve the sync rules
     readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images) for s in shards]
-    # The release marks and every shard's first page are read at once. Reading the log before checking the marks
-    # is safe: a log read stops at the first gap, so entries released meanwhile are never skipped, only not read.
-    pool = _io_pool()
-    heads_read = pool.submit(deps.buffer.get_heads, shards)
-    first_pages = [pool.submit(reader.peek) for reader in readers]
-    for head in heads_read.result().values():
+    if len(readers) > 1:
+        for read in [_io_pool().submit(reader.peek) for reader in readers]:
+            read.result()
+    # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
+    # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
+    idle = [reader.shard for reader in readers if reader.peek() is None]
+    for head in deps.buffer.get_heads(idle).values() if idle else ():
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _expired(gateway, head)
-    for read in first_pages:
-        read.result()
     collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
     new_positions = dict(positions)
     for reader in readers:
@@ -337,12 +355,11 @@ def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:
     )
 
 
-def _pull_from_source(
-    deps: GatewayDeps, name: str, since: int, limit: int, rules: SyncRules | None, claims: Claims
-) -> PullResult:
+def _pull_from_source(deps: GatewayDeps, gateway: str, name: str, since: int, limit: int, claims: Claims) -> PullResult:
     adapter = deps.sources.get(name)
     if adapter is None:
         raise AdapterNotFoundError(f'Source adapter "{name}" not found')
+    rules = deps.config.get_sync_rules(gateway)
     try:
         fetched = adapter.query_deltas_since(since, limit + 1)
     except LakeSyncError:
