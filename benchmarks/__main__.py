@@ -104,8 +104,9 @@ PULL_METHOD = [
     "are written to fresh tables. No sync rules are set (every delta is visible).",
     "* **handler**: `functions.pull.lambda_handler` from an empty cursor, each later request carrying the previous "
     "response's `cursor`, until `hasMore` is false; only the time inside the handler calls counts. Each call: JWT "
-    "verification, query parsing, sync-rules `GetItem`, shard-registry `Query`, shard-heads `BatchGetItem` (release "
-    "marks), consistent log `Query` pages (at most 1,000 items), decoding into deltas, JSON response.",
+    "verification, query parsing, one config `Query` for the sync rules and the shard registry, consistent log "
+    "`Query` pages (at most 1,000 items), decoding into deltas, JSON response (the heads' release marks are read "
+    "only for a shard whose log read comes back empty: none here).",
     "* **raw (the goal's reference)**: a consistent `Query` of the shard's log with `Limit` = the pull `limit`, "
     "following `LastEvaluatedKey` to the end; items left as boto3 returns them.",
     "* **replay**: the exact DynamoDB requests of one handler pass, recorded on its client and sent again by the "

@@ -11,9 +11,10 @@ One repetition, on the same seeded tables:
 * **handler**: a client pages with ``functions.pull.lambda_handler`` (each API Gateway v2 event carries the
   previous response's ``cursor``; the first an empty one) with ``limit`` deltas a page until ``hasMore`` is false.
   Only the time inside the handler calls counts (not building events, nor reading responses). Each invocation:
-  Powertools routing, JWT verification, query parsing, the sync rules ``GetItem`` (none are set: every delta is
-  visible), the shard-registry ``Query``, the shard heads' ``BatchGetItem`` (release marks), consistent ``Query``
-  pages of the log (at most 1,000 items each), decoding each log item into a delta, and the JSON response.
+  routing, JWT verification, query parsing, one consistent config ``Query`` for the sync rules (none are set:
+  every delta is visible) and the shard registry, consistent ``Query`` pages of the log (at most 1,000 items
+  each), decoding each log item into a delta, and the JSON response. The shard heads (release marks) are read only
+  when a shard's log read comes back empty, which no page of this workload does.
 * **raw** (the figure the goal is set against): a consistent ``Query`` of the shard's log, ``Limit`` = ``limit``,
   following ``LastEvaluatedKey`` to the end; the items stay as boto3 returns them (attribute-value dicts).
 * **replay**: the exact DynamoDB requests one handler pass made (recorded on its client), sent again in order by
