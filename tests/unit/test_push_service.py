@@ -4,6 +4,8 @@ commits, and optimistic-commit retries (forced and real conflicts)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -19,6 +21,7 @@ from lakesync.core.errors import (
     ForbiddenError,
     PayloadTooLargeError,
     SchemaError,
+    StorageError,
     ValidationError,
 )
 from lakesync.core.hlc import HLC, MAX_DRIFT_MS, encode
@@ -319,6 +322,64 @@ def test_push_resent_after_a_lost_dedup_record_changes_and_logs_nothing() -> Non
     assert all(c.applied and c.winner_hlc == delta.hlc for c in result.receipts[0].columns)
     # And the deltaId is recorded again, so a third copy is a plain duplicate
     assert env.push(delta).receipts[0].duplicate
+
+
+class SlowRecordingBuffer:
+    """Wraps a buffer; recording deltaIds takes a while, and the recording of chunk ``fail_chunk`` (0-based) fails."""
+
+    def __init__(self, inner: InMemoryBufferStore, fail_chunk: int | None = None) -> None:
+        self.inner = inner
+        self.fail_chunk = fail_chunk
+        self.recorded: list[list[str]] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def record_delta_ids(self, gateway: str, delta_ids: Any, expires_at: int) -> None:
+        with self._lock:
+            chunk = len(self.recorded)
+            self.recorded.append(list(delta_ids))
+        time.sleep(0.05)
+        if chunk == self.fail_chunk:
+            raise StorageError("DynamoDB BatchWriteItem failed: InternalServerError")
+        self.inner.record_delta_ids(gateway, delta_ids, expires_at)
+
+
+def test_push_returns_only_once_every_chunk_deltaid_is_recorded() -> None:
+    # Given deltaId records that land a while after each chunk's commit
+    env = Env(chunk_deltas=4)
+    env.deps = replace(env.deps, buffer=SlowRecordingBuffer(env.buffer))
+    deltas = [d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(10)]
+
+    # When a push of three chunks returns
+    env.push(*deltas)
+
+    # Then every deltaId is already recorded: a re-send right after is all duplicates
+    assert env.buffer.seen_delta_ids(GW, [x.delta_id for x in deltas], T0 // 1000) == {x.delta_id for x in deltas}
+    assert [r.duplicate for r in env.push(*deltas).receipts] == [True] * 10
+
+
+def test_push_whose_deltaid_record_fails_raises_and_a_resend_is_safe() -> None:
+    # Given the record of the second of three chunks fails
+    env = Env(chunk_deltas=4)
+    slow = SlowRecordingBuffer(env.buffer, fail_chunk=1)
+    env.deps = replace(env.deps, buffer=slow)
+    deltas = [d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(10)]
+
+    # When the push runs, it fails with the storage error (after the other records finished)
+    with pytest.raises(StorageError):
+        env.push(*deltas)
+    assert len(slow.recorded) == 3
+    committed = env.log()
+    assert len(committed) == 10
+
+    # And re-sending the same push logs nothing more and leaves every row as it is
+    slow.fail_chunk = None
+    result = env.push(*deltas)
+    assert env.log() == committed
+    assert result.deltas == ()
+    assert all(env.row("todos", f"r{i}") == {"v": i} for i in range(10))
 
 
 def test_push_after_the_dedup_window_reapplies_harmlessly() -> None:

@@ -37,9 +37,7 @@ import base64
 import binascii
 import heapq
 import json
-import threading
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lakesync.core.canonical import RawJson
@@ -53,6 +51,7 @@ from lakesync.core.errors import (
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.ports import BufferStore, ConfigStore
 
@@ -193,22 +192,9 @@ class StoresPullBasis:
 
     def read_pull_basis(self, gateway: str) -> PullBasis:
         """The sync rules and the registered shards of ``gateway``."""
-        rules_read = _io_pool().submit(self._config.get_sync_rules, gateway)
+        rules_read = io_pool().submit(self._config.get_sync_rules, gateway)
         shards = tuple(sorted(self._buffer.list_shards(gateway)))
         return PullBasis(rules_read.result(), shards)
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _io_pool() -> ThreadPoolExecutor:
-    """Threads for independent storage reads of one pull (made on first use, kept for a warm function's life)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakesync-pull")
-        return _POOL
 
 
 def _visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
@@ -286,7 +272,7 @@ def _pull_by_cursor(
     images = rules_apply(rules)  # the row images only serve the sync rules
     readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images) for s in shards]
     if len(readers) > 1:
-        for read in [_io_pool().submit(reader.peek) for reader in readers]:
+        for read in [io_pool().submit(reader.peek) for reader in readers]:
             read.result()
     # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
     # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).

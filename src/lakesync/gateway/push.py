@@ -10,7 +10,8 @@ Guarantees:
   jittered backoff, re-reading the basis.
 * Per-column LWW merging is idempotent, so a delta the row already holds changes nothing and is not logged again:
   the row versions alone keep any delta from being logged twice, even when the same push races itself.
-* The chunk's deltaIds are recorded after its commit, for the dedup window. A deltaId recorded there is acknowledged
+* The chunk's deltaIds are recorded after its commit, for the dedup window, while the next chunk proceeds; the push
+  returns only once every record is written (a failed record fails the push). A deltaId recorded there is acknowledged
   as a duplicate (counted in ``accepted``, receipt ``duplicate: true``) without being merged. If the function stops
   between a commit and that record, a re-sent delta is merged again, changes nothing and logs nothing; its receipt
   is then the original one (its columns won) rather than ``duplicate``.
@@ -24,6 +25,7 @@ import json
 import random
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from lakesync.core import merge as lww
@@ -40,6 +42,7 @@ from lakesync.core.errors import (
 from lakesync.core.messages import SyncPush
 from lakesync.core.schema import validate_delta, validate_table_name
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import (
     Commit,
     CommitConflict,
@@ -146,12 +149,23 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
 
     receipts: dict[str, DeltaReceipt] = {}
     effective: list[LogEntry] = []
-    for shard, shard_deltas in by_shard.items():
-        for start in range(0, len(shard_deltas), settings.chunk_deltas):
-            chunk = shard_deltas[start : start + settings.chunk_deltas]
-            chunk_receipts, chunk_effective = _commit_chunk(deps, shard, chunk)
-            receipts.update(chunk_receipts)
-            effective.extend(chunk_effective)
+    records: list[Future[None]] = []
+    try:
+        for shard, shard_deltas in by_shard.items():
+            for start in range(0, len(shard_deltas), settings.chunk_deltas):
+                chunk = shard_deltas[start : start + settings.chunk_deltas]
+                chunk_receipts, chunk_effective, applied = _commit_chunk(deps, shard, chunk)
+                receipts.update(chunk_receipts)
+                effective.extend(chunk_effective)
+                if applied:
+                    expires_at = deps.wall_ms() // 1000 + settings.dedup_ttl_s
+                    records.append(io_pool().submit(deps.buffer.record_delta_ids, gateway, applied, expires_at))
+    finally:
+        # Every record is written (or has failed) before the push answers or raises.
+        for record in records:
+            record.exception()
+    for record in records:
+        record.result()
 
     # A deltaId repeated within the batch was applied once: its later occurrences are duplicates.
     ordered = tuple(
@@ -190,7 +204,8 @@ def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, cl
 
 def _commit_chunk(
     deps: GatewayDeps, shard: ShardId, chunk: Sequence[RowDelta]
-) -> tuple[dict[str, DeltaReceipt], list[LogEntry]]:
+) -> tuple[dict[str, DeltaReceipt], list[LogEntry], list[str]]:
+    """Merge and commit one chunk; returns its receipts, its effective entries and the deltaIds to record."""
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
     delta_ids = [d.delta_id for d in chunk]
@@ -199,14 +214,14 @@ def _commit_chunk(
         basis = deps.buffer.read_commit_basis(shard, delta_ids, row_keys, now_s)
         pending = [d for d in chunk if d.delta_id not in basis.seen]
         if not pending:
-            return {}, []
+            return {}, [], []
         commit, receipts, effective = _plan(deps, shard, basis.head, basis.rows, pending)
         if len(pending) > 1 and _commit_bytes(commit) > settings.max_commit_bytes:
             # Too big for one transaction: commit the halves one after the other (each atomic on its own).
             half = len(pending) // 2
-            first_receipts, first_effective = _commit_chunk(deps, shard, pending[:half])
-            rest_receipts, rest_effective = _commit_chunk(deps, shard, pending[half:])
-            return {**first_receipts, **rest_receipts}, first_effective + rest_effective
+            first_receipts, first_effective, first_ids = _commit_chunk(deps, shard, pending[:half])
+            rest_receipts, rest_effective, rest_ids = _commit_chunk(deps, shard, pending[half:])
+            return {**first_receipts, **rest_receipts}, first_effective + rest_effective, first_ids + rest_ids
         if commit is not None:
             try:
                 deps.buffer.commit(commit)
@@ -214,8 +229,7 @@ def _commit_chunk(
                 deps.sleep(_backoff(attempt))
                 continue
             _maybe_request_flush(deps, shard, basis.head, commit.head)
-        deps.buffer.record_delta_ids(shard.gateway, [d.delta_id for d in pending], now_s + settings.dedup_ttl_s)
-        return receipts, effective
+        return receipts, effective, [d.delta_id for d in pending]
     raise CommitConflictError(
         f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
     )
