@@ -37,7 +37,7 @@ def pull(gw: str) -> Response:
         since=params.since,
         source=params.source,
     )
-    metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.deltas))
+    metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.items))
     if edge.wants_protobuf(app.current_event):
         data = encode_sync_response(SyncResponse(result.deltas, result.server_hlc, result.has_more))
         return http.protobuf_response(data, {CURSOR_HEADER: result.cursor} if result.cursor else None)

@@ -340,7 +340,7 @@ def test_buffer_log_entries_keep_absent_and_empty_rows_apart(store: BufferStore,
     writer = Writer(store, shard)
     commit = writer.plan({"r1": "a", "r2": "b"})
     e1, e2 = commit.entries
-    entries = (replace(e1, before=None, after={}), replace(e2, before={}, after=None))
+    entries = (e1.with_images(None, {}), e2.with_images({}, None))
     store.commit(replace(commit, entries=entries))
     assert tuple(store.read_log(shard, 0, 10)) == entries
 
@@ -478,7 +478,7 @@ def test_buffer_log_reads_without_images_leave_out_only_the_row_images(store: Bu
     assert [e.before is not None for e in entries] == [False] * 4 + [True, True, False]
 
     # When the log is read without images, every entry is the same but for its images
-    bare = [replace(e, before=None, after=None) for e in entries]
+    bare = [e.with_images(None, None) for e in entries]
     assert store.read_log(shard, 0, 1000, images=False) == bare
     assert store.read_log(shard, 3, 2, images=False) == bare[3:5]
     assert store.read_log_by_commit_hlc(shard, hlc(100), 5, images=False) == bare[4:]

@@ -22,7 +22,6 @@ from botocore.exceptions import ClientError
 
 from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
 from lakesync.core.canonical import JsonValue
-from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.core.errors import StorageError
 from lakesync.core.merge import RowState, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
@@ -219,11 +218,11 @@ class DynamoDBBufferStore:
                     shard=shard,
                     seq=int(item["seq"]["N"]),
                     commit_hlc=int(item["chlc"]["N"]),
-                    delta=_stored_delta(text := item["d"]["S"]),
+                    delta=None,
                     before=json.loads(before["S"]) if before else None,
                     after=json.loads(after["S"]) if after else None,
                     size=int(item["sz"]["N"]),
-                    wire_json=text,
+                    wire_json=item["d"]["S"],
                 )
             )
         return entries
@@ -355,24 +354,6 @@ class DynamoDBBufferStore:
             if error.get("Code") != "TransactionCanceledException":
                 raise StorageError(f"DynamoDB TransactWriteItems failed: {error}") from exc
             raise CommitConflict() from exc
-
-
-_OPS = {op.value: op for op in DeltaOp}
-
-
-def _stored_delta(text: str) -> RowDelta:
-    """The delta of a log item. Its JSON was validated when pushed and written by :meth:`DynamoDBBufferStore.commit`,
-    so it is decoded without :meth:`RowDelta.from_json`'s checks (half the cost, on the pull's hot path)."""
-    obj = json.loads(text)
-    return RowDelta(
-        _OPS[obj["op"]],
-        obj["table"],
-        obj["rowId"],
-        obj["clientId"],
-        tuple(ColumnDelta(column["column"], column["value"]) for column in obj["columns"]),
-        int(obj["hlc"]),
-        obj["deltaId"],
-    )
 
 
 def _head_from_item(item: Item) -> ShardHead:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ class DeltaOp(enum.StrEnum):
     INSERT = "INSERT"
     UPDATE = "UPDATE"
     DELETE = "DELETE"
+
+
+_OPS = {op.value: op for op in DeltaOp}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,21 @@ class RowDelta:
             columns=tuple(columns),
             hlc=stamp,
             delta_id=texts["deltaId"],
+        )
+
+    @classmethod
+    def from_stored_json(cls, text: str) -> RowDelta:
+        """Decode wire JSON this system rendered from an already validated delta (a stored log entry), without
+        :meth:`from_json`'s checks: half the cost, for the pull's hot path. Never use it on client input."""
+        obj = json.loads(text)
+        return cls(
+            _OPS[obj["op"]],
+            obj["table"],
+            obj["rowId"],
+            obj["clientId"],
+            tuple(ColumnDelta(column["column"], column["value"]) for column in obj["columns"]),
+            int(obj["hlc"]),
+            obj["deltaId"],
         )
 
     def values(self) -> dict[str, JsonValue]:

@@ -131,7 +131,7 @@ class InMemoryBufferStore:
 
 
 def _images(entries: list[LogEntry], images: bool) -> list[LogEntry]:
-    return entries if images else [replace(e, before=None, after=None) for e in entries]
+    return entries if images else [e.with_images(None, None) for e in entries]
 
 
 class InMemoryConfigStore:

@@ -85,24 +85,83 @@ class StoredRow:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One committed change, as pullers see it.
+    """One committed change, as pullers see it (immutable).
 
     ``delta`` is the *effective* delta (only the columns that won). ``before``/``after`` are the row's values just
     before and after the change (``None`` = the row did not exist); sync rules are evaluated against them, which is how
     DELETEs and sparse UPDATEs reach the clients whose buckets held the row. ``wire_json`` is the delta's wire JSON
     as stored (what ``JSON.stringify`` writes), when the store has it: pulls send it without rendering it again.
+
+    A store may give ``wire_json`` alone (``delta=None``): the delta is then decoded from it on first use, so a pull
+    answered with the stored JSON never builds the objects. Equality ignores ``wire_json``, as it is derived.
     """
+
+    __slots__ = ("_delta", "after", "before", "commit_hlc", "seq", "shard", "size", "wire_json")
 
     shard: ShardId
     seq: int
     commit_hlc: int
-    delta: RowDelta
     before: dict[str, JsonValue] | None
     after: dict[str, JsonValue] | None
     size: int
-    wire_json: str | None = field(default=None, compare=False)
+    wire_json: str | None
+    _delta: RowDelta | None
+
+    def __init__(
+        self,
+        shard: ShardId,
+        seq: int,
+        commit_hlc: int,
+        delta: RowDelta | None,
+        before: dict[str, JsonValue] | None,
+        after: dict[str, JsonValue] | None,
+        size: int,
+        wire_json: str | None = None,
+    ) -> None:
+        if delta is None and wire_json is None:
+            raise ValueError("a log entry needs its delta or its stored wire JSON")
+        for name, value in (
+            ("shard", shard),
+            ("seq", seq),
+            ("commit_hlc", commit_hlc),
+            ("_delta", delta),
+            ("before", before),
+            ("after", after),
+            ("size", size),
+            ("wire_json", wire_json),
+        ):
+            object.__setattr__(self, name, value)
+
+    @property
+    def delta(self) -> RowDelta:
+        """The effective delta (decoded from ``wire_json`` on first use when the store gave only that)."""
+        if self._delta is None:
+            assert self.wire_json is not None
+            object.__setattr__(self, "_delta", RowDelta.from_stored_json(self.wire_json))
+        assert self._delta is not None
+        return self._delta
+
+    def with_images(self, before: dict[str, JsonValue] | None, after: dict[str, JsonValue] | None) -> LogEntry:
+        """The same entry with other row images (``None``, ``None`` leaves them out)."""
+        return LogEntry(self.shard, self.seq, self.commit_hlc, self._delta, before, after, self.size, self.wire_json)
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.shard, self.seq, self.commit_hlc, self.delta, self.before, self.after, self.size)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LogEntry) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]  # the row images are dicts
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"LogEntry is immutable (cannot set {name!r})")
+
+    def __repr__(self) -> str:
+        return (
+            f"LogEntry(shard={self.shard!r}, seq={self.seq!r}, commit_hlc={self.commit_hlc!r}, delta={self.delta!r},"
+            f" before={self.before!r}, after={self.after!r}, size={self.size!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

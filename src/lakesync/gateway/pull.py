@@ -66,26 +66,38 @@ def _page_size(limit: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    """The pull response."""
+    """The pull response.
 
-    deltas: tuple[RowDelta, ...]
+    ``items`` are the pulled changes in order: log entries (whose stored wire JSON is sent as it is, their deltas
+    decoded only if asked for) or deltas (from a source adapter).
+    """
+
+    items: tuple[LogEntry | RowDelta, ...]
     server_hlc: int
     has_more: bool
     cursor: str | None
-    wire: tuple[str | None, ...] = ()
-    """The stored wire JSON of each delta, in order, where known (empty: none known)."""
+
+    @property
+    def deltas(self) -> tuple[RowDelta, ...]:
+        """The pulled deltas, in order."""
+        return tuple(item.delta if isinstance(item, LogEntry) else item for item in self.items)
 
     def to_json(self) -> dict[str, object]:
         """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
-        wire = self.wire or (None,) * len(self.deltas)
         body: dict[str, object] = {
-            "deltas": [d.to_json() if w is None else RawJson(w) for d, w in zip(self.deltas, wire, strict=True)],
+            "deltas": [_delta_json(item) for item in self.items],
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
         if self.cursor is not None:
             body["cursor"] = self.cursor
         return body
+
+
+def _delta_json(item: LogEntry | RowDelta) -> object:
+    if isinstance(item, RowDelta):
+        return item.to_json()
+    return item.delta.to_json() if item.wire_json is None else RawJson(item.wire_json)
 
 
 def encode_cursor(positions: Mapping[str, int]) -> str:
@@ -201,7 +213,7 @@ def _visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
     if not rules_apply(rules):
         return True
     assert rules is not None
-    return change_visible(rules, claims, entry.delta.table, entry.before, entry.after)
+    return change_visible(rules, claims, entry.shard.table, entry.before, entry.after)
 
 
 def _merged(readers: list[_ShardReader]) -> Iterator[tuple[_ShardReader, LogEntry]]:
@@ -329,9 +341,7 @@ def _pull_since(
 
 
 def _result(entries: list[LogEntry], server_hlc: int, has_more: bool, cursor: str | None) -> PullResult:
-    return PullResult(
-        tuple(e.delta for e in entries), server_hlc, has_more, cursor, wire=tuple(e.wire_json for e in entries)
-    )
+    return PullResult(tuple(entries), server_hlc, has_more, cursor)
 
 
 def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:
