@@ -4,10 +4,11 @@ server, with the buffer filled by the real push service.
 Focus: the delta log holds every committed buffer entry exactly once -- after a normal run, after a crash at every
 step and a rerun, with pushes continuing between runs, with a per-run cap; heads' flushed counters equal the log;
 the lease refuses a second run and expires; a run with nothing new makes no snapshot; a flush relieves
-backpressure; release deletes only flushed, checkpoint-covered, retention-old items, and a pull from behind them gets
-CURSOR_EXPIRED; the Glue entry path reads the release bounds (positions and serverHlc) from the latest checkpoints in
-the checkpoint bucket on moto S3 and releases exactly what they cover, and without a bucket releases nothing. Plus the
-pure parts: planning, the item -> row conversion and the DataFrame transforms.
+backpressure; a range with a missing entry fails the run before any commit; release deletes only flushed,
+checkpoint-covered, retention-old items, and a pull from behind them gets CURSOR_EXPIRED; the Glue entry path reads
+the release bounds (positions and serverHlc) from the latest checkpoints in the checkpoint bucket on moto S3 and
+releases exactly what they cover, and without a bucket releases nothing. Plus the pure parts: planning, the item ->
+row conversion and the DataFrame transforms (the read side's Arrow path: tests/glue/test_flush_arrow.py).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from lakesync.spark.flush import (
     plan_flush,
     read_watermarks,
     run,
-    shard_figures,
 )
 from lakesync.spark.glue import resolved_options
 
@@ -345,7 +345,7 @@ def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
 
 
 @pytest.mark.spark
-def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark: SparkSession, config: FlushConfig) -> None:
+def test_delta_log_frame_matches_the_table_ddl(spark: SparkSession, config: FlushConfig) -> None:
     from lakesync.spark.flush import _ensure_table
 
     # Given buffer records of two shards
@@ -361,7 +361,6 @@ def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark: SparkSe
 
     # When transformed
     frame = delta_log_frame(records)
-    figures = shard_figures(records)
 
     # Then the frame has the delta log's columns and types -- the ones the DDL creates -- with commit_ts from the ms
     _ensure_table(spark, config)
@@ -370,8 +369,6 @@ def test_delta_log_frame_matches_the_table_ddl_and_figures_add_up(spark: SparkSe
     assert table == DELTA_LOG_SCHEMA
     got = frame.orderBy("hlc").selectExpr("delta_id", "unix_millis(commit_ts)").collect()
     assert [tuple(r) for r in got] == [("d1", ms), ("d2", ms), ("d3", ms + 1)]
-    # And the figures add up per shard
-    assert sorted(tuple(r) for r in figures.collect()) == [("g#t#0", 2, 42, 1, 2), ("g#u#0", 1, 40, 5, 5)]
 
 
 # -- the job -------------------------------------------------------------------------------------------------------
@@ -402,7 +399,7 @@ def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
     assert report.deltas == len(expected) and report.shards == len(heads) == report.heads_advanced
     assert report.bytes == sum(h.bytes_total for h in heads.values())
     assert report.snapshot_id is not None and report.released == 0
-    assert {"lease", "plan", "read", "append", "heads", "requests", "release", "total"} <= set(report.durations_ms)
+    assert {"lease", "plan", "write", "heads", "requests", "release", "total"} <= set(report.durations_ms)
     # And commit_ts is the commit HLC's wall time
     rows = spark.sql(f"SELECT commit_hlc, unix_millis(commit_ts) AS ms FROM {config.table}").collect()
     assert all(r["ms"] == r["commit_hlc"] >> 16 for r in rows)
@@ -446,6 +443,31 @@ def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
         # And the items covered by the checkpoint were released, the rest kept
         assert buffer_keys(deps) == {k for k in expected if k[1] > positions.get(k[0], 0)}, point
         assert {s.key: h.released_seq for s, h in all_heads(deps).items()} == positions, point
+
+
+@pytest.mark.spark
+def test_flush_range_with_a_missing_entry_fails_before_any_commit(
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, dynamodb_client: Any
+) -> None:
+    # Given entries in three shards, and one entry in the middle of the busiest shard gone from the buffer
+    writer = Writer(deps)
+    writer.push("gw1", 30)
+    writer.push("gw2", 10)
+    before = all_heads(deps)
+    shard = max(before, key=lambda s: before[s].seq)
+    assert before[shard].seq >= 5
+    dynamodb_client.delete_item(
+        TableName=config.dynamodb.tables.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": "4"}}
+    )
+
+    # When the flush runs, it fails naming the gap
+    with pytest.raises(FlushError, match=rf"nothing was committed: the log of shard '{shard.key}' has a gap"):
+        run(spark, config)
+
+    # Then nothing was committed (the other shards' ranges neither), no head moved, and the lease is free
+    assert snapshot_count(spark, config) == 0
+    assert all_heads(deps) == before
+    assert store.lease() is None
 
 
 @pytest.mark.spark

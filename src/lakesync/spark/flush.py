@@ -7,33 +7,44 @@ One run:
    ancestors carrying ``lakesync.flush.watermarks``, greatest per shard) and the shard heads;
 3. plans, per shard, the entries ``(max(watermark, flushedSeq), head.seq]`` (capped by ``max_deltas_per_run``);
 4. reads those ranges in parallel on the executors and appends them in ONE Iceberg commit whose snapshot carries the
-   watermarks of every shard (unchanged shards carried forward);
+   watermarks of every shard (unchanged shards carried forward): one Spark job in which every task reads its ranges,
+   turns them into Arrow batches and writes its Parquet files;
 5. then advances the heads' flushed counters, clears the flush requests recorded before the run started, and
    releases buffer items (flushed, covered by the latest checkpoints' positions and ``serverHlc``, and older than the
    retention).
 
 Invariants: the delta log holds each buffer entry at most once, because a run only appends entries above the
 watermarks of the snapshot it read, and only one run appends at a time (the lease, renewed right before the append,
-plus a check that no other flush snapshot landed in between). It holds every flushed entry at least once, because the
-heads (and with them release) only advance after the append committed. A crash anywhere is repaired by the next run:
-before the append nothing was written; after it, the snapshot's watermarks are ahead of the heads and the next run
-advances the heads without re-appending. No new entries -> no snapshot.
+plus a check that no other flush snapshot landed in between). A commit holds every planned entry: the ranges cover the
+plan (checked before the write), a task fails unless each of its ranges was read whole, and Iceberg commits the
+files of exactly one successful attempt per task. The log holds every flushed entry at least once, because the heads
+(and with them release) only advance after the append committed. The heads' byte counters come from a tally of the
+reads that merges by set union per range, so a retried or speculative task cannot count a range twice. A crash
+anywhere is repaired by the next run: before the commit nothing was written; after it, the snapshot's watermarks are
+ahead of the heads and the next run advances the heads without re-appending. No new entries -> no snapshot.
 
-The transforms (:func:`delta_log_frame`, :func:`shard_figures`, :func:`plan_flush`) do no I/O; :func:`run` composes
-them with the reads and writes.
+The transforms (:func:`plan_flush`, :func:`range_figures`, :func:`record_batches`, :func:`delta_log_frame`) do no I/O;
+:func:`run` composes them with the reads and writes.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import re
+import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from itertools import pairwise
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from pyspark import StorageLevel
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -53,7 +64,6 @@ from lakesync.gateway.model import ShardHead, ShardId
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, delta_log_ddl, qualified
 
 if TYPE_CHECKING:
-    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
@@ -61,31 +71,39 @@ __all__ = [
     "FAIL_POINTS",
     "FLUSH_RUN",
     "JOB_OPTIONS",
+    "RECORD_ARROW_SCHEMA",
     "RECORD_SCHEMA",
     "FlushConfig",
     "FlushJobArgs",
     "FlushPlan",
     "FlushReport",
     "InjectedFailure",
+    "RangeFigures",
+    "RangeFrame",
+    "RangeReader",
+    "ReaderFactory",
     "ShardPlan",
     "append_records",
     "delta_log_frame",
+    "keep_lease",
     "plan_flush",
+    "range_figures",
     "read_records",
     "read_watermarks",
+    "record_batches",
     "records_frame",
     "run",
-    "shard_figures",
 ]
 
 FLUSH_RUN = "lakesync.flush.run"
 """Snapshot summary property naming the flush run that wrote the snapshot."""
 
-FAIL_POINTS = ("after_read", "after_append", "after_heads", "during_release")
+FAIL_POINTS = ("before_append", "after_append", "after_heads", "during_release")
 """Where ``run(fail_at=...)`` can simulate a crash."""
 
 DAY_MS = 24 * 3600 * 1000
 _TASK_ENTRIES = 1000
+_ARROW_BATCH = 5000
 
 DELTA_LOG_SCHEMA = StructType(
     [
@@ -121,6 +139,23 @@ RECORD_SCHEMA = StructType(
 )
 """Records as read from the buffer (:data:`lakesync.aws.flush_store.LogRecord`)."""
 
+_STRING = pa.string()
+RECORD_ARROW_SCHEMA = pa.schema(
+    [
+        *(pa.field(name, _STRING, nullable=False) for name in ("gateway", "tbl", "row_id", "op", "client_id")),
+        pa.field("hlc", pa.int64(), nullable=False),
+        pa.field("delta_id", _STRING, nullable=False),
+        pa.field(
+            "columns",
+            pa.list_(pa.struct([pa.field("name", _STRING), pa.field("value", _STRING)])),
+            nullable=False,
+        ),
+        pa.field("shard", _STRING, nullable=False),
+        *(pa.field(name, pa.int64(), nullable=False) for name in ("seq", "commit_hlc", "commit_ms", "size")),
+    ]
+)
+""":data:`RECORD_SCHEMA` in Arrow: what the read tasks hand to Spark."""
+
 
 class InjectedFailure(RuntimeError):
     """A crash simulated by ``run(fail_at=...)``."""
@@ -137,8 +172,8 @@ class FlushConfig:
         gateways: Flush only these gateways; None means every gateway.
         retention_ms: Flushed items younger than this stay in the buffer (cursors and ``since`` pulls keep working).
         max_deltas_per_run: Cap on the entries one run appends (spread evenly over the shards); None = no cap.
-        lease_ttl_ms: How long the lease outlives its last renewal (must exceed the longest append).
-        range_size: Most entries one executor task reads.
+        lease_ttl_ms: How long the lease outlives its last renewal (must exceed the longest write: read + append).
+        range_size: Most entries in one range (one read, one Arrow batch); a task reads several neighbouring ranges.
     """
 
     dynamodb: DynamoConfig
@@ -259,7 +294,8 @@ class FlushReport:
         requests_cleared: Flush requests deleted.
         released: Log items deleted from the buffer.
         watermarks: The committed watermarks after the run.
-        durations_ms: Milliseconds per step (lease, plan, read, append, heads, requests, release, total).
+        durations_ms: Milliseconds per step (lease, plan, write: read + append + commit, heads, requests, release,
+            total).
     """
 
     run_id: str
@@ -355,42 +391,175 @@ def delta_log_frame(records: DataFrame) -> DataFrame:
     return records.select(*columns)
 
 
-def shard_figures(records: DataFrame) -> DataFrame:
-    """Per shard: ``shard, deltas, bytes, first_seq, last_seq`` of the records."""
-    return records.groupBy("shard").agg(
-        F.count(F.lit(1)).alias("deltas"),
-        F.sum("size").alias("bytes"),
-        F.min("seq").alias("first_seq"),
-        F.max("seq").alias("last_seq"),
-    )
+class RangeFigures(NamedTuple):
+    """What one read of a range held: its entries, their stored bytes, and the first and last sequence."""
+
+    entries: int
+    bytes: int
+    first_seq: int
+    last_seq: int
 
 
-def _read_partition(config: DynamoConfig, ranges: Iterable[ShardRange]) -> Iterator[LogRecord]:
-    """Executor side: one client per task; every range is read completely or the task fails."""
-    store: FlushStore | None = None
-    for shard_range in ranges:
-        store = store or FlushStore.from_config(config)
-        yield from store.read_records(shard_range)
+def range_figures(shard_range: ShardRange, records: Sequence[LogRecord]) -> RangeFigures:
+    """The figures of a range read whole (pure).
+
+    Raises:
+        FlushError: the records are not exactly the range's entries ``lo+1 .. hi`` of its shard, in order.
+    """
+    seqs = [r["seq"] for r in records]
+    if seqs != list(range(shard_range.lo + 1, shard_range.hi + 1)) or any(
+        r["shard"] != shard_range.shard for r in records
+    ):
+        got = f"{len(seqs)} entries, seq {seqs[0]}..{seqs[-1]}" if seqs else "no entries"
+        raise FlushError(f"the read of {shard_range.shard!r} ({shard_range.lo}, {shard_range.hi}] is not whole: {got}")
+    return RangeFigures(len(seqs), sum(r["size"] for r in records), shard_range.lo + 1, shard_range.hi)
 
 
-def _json_line(record: LogRecord) -> str:
-    return json.dumps(record, separators=(",", ":"))
+def record_batches(records: Sequence[LogRecord], batch_size: int = _ARROW_BATCH) -> Iterator[pa.RecordBatch]:
+    """Records as Arrow batches of :data:`RECORD_ARROW_SCHEMA`, at most ``batch_size`` rows each (pure)."""
+    for start in range(0, len(records), batch_size):
+        yield pa.RecordBatch.from_pylist(records[start : start + batch_size], schema=RECORD_ARROW_SCHEMA)
 
 
-def records_frame(spark: SparkSession, records: RDD[LogRecord]) -> DataFrame:
-    """Buffer records as a DataFrame of :data:`RECORD_SCHEMA` (lazy). They travel from the Python workers to the JVM
-    as JSON lines (far cheaper than pickled rows)."""
-    lines = records.map(_json_line)
-    return spark.read.schema(RECORD_SCHEMA).option("mode", "FAILFAST").json(lines)
+RangeReader = Callable[[ShardRange], Sequence[LogRecord]]
+"""Reads one range whole, in sequence order (e.g. :meth:`FlushStore.read_records`)."""
+ReaderFactory = Callable[[], RangeReader]
+"""Builds a :data:`RangeReader` in an executor task (picklable; called once per task that has ranges)."""
+Tally = dict[ShardRange, frozenset[RangeFigures]]
+"""Per range read, the figures of every read of it: one element unless two reads disagreed."""
 
 
-def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[ShardRange]) -> DataFrame:
-    """The ranges read from the buffer on the executors, as a DataFrame of :data:`RECORD_SCHEMA` (lazy)."""
-    sc = spark.sparkContext
-    # Enough tasks to keep every core busy, but none for fewer than _TASK_ENTRIES entries (each builds a client).
+class _TallyParam(AccumulatorParam[Tally]):
+    """Merges tallies by set union per range: idempotent, so a range read again (a retried or speculative task, a
+    recomputed stage) with the same figures is counted once, and a read that disagrees shows as a second element."""
+
+    def zero(self, value: Tally) -> Tally:
+        return {}
+
+    def addInPlace(self, value1: Tally, value2: Tally) -> Tally:
+        for shard_range, figures in value2.items():
+            value1[shard_range] = value1.get(shard_range, frozenset()) | figures
+        return value1
+
+
+def _read_ranges(
+    ranges: Sequence[ShardRange],
+    open_reader: ReaderFactory,
+    tally: Accumulator[Tally],
+    batch_size: int,
+    batches: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Executor side (``mapInArrow`` over the ranges' indexes): each range read whole, as Arrow batches; its figures
+    tallied once all its batches were taken."""
+    read: RangeReader | None = None
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            shard_range = ranges[index]
+            read = read or open_reader()
+            with _collector_paused():
+                records = read(shard_range)
+                figures = range_figures(shard_range, records)
+                converted = list(record_batches(records, batch_size))
+            del records
+            yield from converted
+            tally.add({shard_range: frozenset((figures,))})
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a range is read and converted: its records are acyclic (freed
+    by reference counting), and the collections their allocations trigger would re-scan the worker's whole heap
+    (pyspark, pyarrow, pandas, boto3). Any cyclic garbage waits for the next collection after the range."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _read_tasks(parallelism: int, ranges: Sequence[ShardRange]) -> int:
+    """Enough tasks to keep every core busy, but none for fewer than ``_TASK_ENTRIES`` entries (each builds a
+    client), and no more than needed: every task writes its own file per partition it meets."""
     entries = sum(r.size for r in ranges)
-    slices = max(1, min(len(ranges), 4 * sc.defaultParallelism, -(-entries // _TASK_ENTRIES)))
-    return records_frame(spark, sc.parallelize(list(ranges), slices).mapPartitions(partial(_read_partition, config)))
+    return max(1, min(len(ranges), 4 * parallelism, -(-entries // _TASK_ENTRIES)))
+
+
+def _store_reader(config: DynamoConfig) -> RangeReader:
+    """One client per task: the job's :data:`ReaderFactory`."""
+    return FlushStore.from_config(config).read_records
+
+
+@dataclass(frozen=True, slots=True)
+class RangeFrame:
+    """The records of planned ranges as a lazy DataFrame of :data:`RECORD_SCHEMA`, with the tally its tasks fill.
+
+    Nothing is read until the frame is computed (the append); :meth:`figures` reads the tally afterwards.
+    """
+
+    frame: DataFrame
+    ranges: tuple[ShardRange, ...]
+    tally: Accumulator[Tally]
+
+    def figures(self) -> dict[str, tuple[int, int]]:
+        """Per shard ``(entries, bytes)`` read, once the frame was computed.
+
+        Raises:
+            FlushError: a range was not read, was read with different figures, or was not planned.
+        """
+        tally = self.tally.value
+        totals: dict[str, tuple[int, int]] = {}
+        problems = [f"{r} not planned" for r in sorted(set(tally) - set(self.ranges))]
+        for shard_range in self.ranges:
+            reads = tally.get(shard_range, frozenset())
+            if len(reads) != 1:
+                problems.append(f"{shard_range} read {len(reads)} different ways")
+                continue
+            (figures,) = reads
+            if (figures.entries, figures.first_seq, figures.last_seq) != (
+                shard_range.size,
+                shard_range.lo + 1,
+                shard_range.hi,
+            ):
+                problems.append(f"{shard_range} read as {figures}")
+                continue
+            entries, size = totals.get(shard_range.shard, (0, 0))
+            totals[shard_range.shard] = (entries + figures.entries, size + figures.bytes)
+        if problems:
+            raise FlushError(f"the ranges read differ from the planned ones: {'; '.join(problems[:10])}")
+        return totals
+
+
+def records_frame(
+    spark: SparkSession,
+    ranges: Sequence[ShardRange],
+    open_reader: ReaderFactory,
+    *,
+    batch_size: int = _ARROW_BATCH,
+) -> RangeFrame:
+    """The ranges, read on the executors by readers from ``open_reader``, as a lazy frame of :data:`RECORD_SCHEMA`.
+
+    The ranges are cut into contiguous slices (so a task reads neighbouring ranges, mostly of one shard, and writes
+    few partitions); each task turns the records it reads straight into Arrow batches (``mapInArrow``: no row
+    pickling, no JSON). A range that is not read whole fails its task (:func:`range_figures`).
+    """
+    sc = spark.sparkContext
+    ranges = tuple(ranges)
+    tally: Accumulator[Tally] = sc.accumulator({}, _TallyParam())
+    # The JVM makes the ranges' indexes in contiguous slices; no Python stage feeds the readers.
+    indexes = spark.range(0, len(ranges), 1, _read_tasks(sc.defaultParallelism, ranges))
+    with warnings.catch_warnings():
+        # PySpark 3.5 checks the pandas version with distutils' deprecated LooseVersion on every mapInArrow.
+        warnings.filterwarnings("ignore", "distutils Version classes are deprecated", DeprecationWarning)
+        frame = indexes.mapInArrow(partial(_read_ranges, ranges, open_reader, tally, batch_size), RECORD_SCHEMA)
+    return RangeFrame(frame, ranges, tally)
+
+
+def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[ShardRange]) -> RangeFrame:
+    """The ranges read from the buffer on the executors (one client per task), as a lazy :class:`RangeFrame`."""
+    return records_frame(spark, ranges, partial(_store_reader, config))
 
 
 def _parse_watermarks(text: str) -> dict[str, int]:
@@ -452,56 +621,143 @@ def _append(records: DataFrame, table: str, run_id: str, watermarks: Mapping[str
     (
         delta_log_frame(records)
         .writeTo(table)
+        # Records arrive grouped by shard (one gateway and table) in commit order: each task writes its own
+        # partitions' files (fanout: one open file per partition it meets) instead of a hash shuffle by partition.
+        .option("distribution-mode", "none")
+        .option("fanout-enabled", "true")
         .option(f"snapshot-property.{FLUSH_WATERMARKS}", json.dumps(dict(watermarks), separators=(",", ":")))
         .option(f"snapshot-property.{FLUSH_RUN}", run_id)
         .append()
     )
 
 
+_WORKER_FLUSH_ERROR = re.compile(r"^(?:\S+\.)?FlushError: (.+)$", re.MULTILINE)
+
+
+def _check_ranges(plan: FlushPlan, ranges: Sequence[ShardRange]) -> None:
+    """The ranges cover exactly the planned entries: per shard, contiguous from its start to its end."""
+    by_shard: dict[str, list[ShardRange]] = {}
+    for shard_range in sorted(ranges):
+        by_shard.setdefault(shard_range.shard, []).append(shard_range)
+    want = {p.shard.key: (p.start, p.end) for p in plan.shards if p.deltas}
+    got: dict[str, tuple[int, int] | None] = {}
+    for shard, parts in by_shard.items():
+        whole = all(r.lo < r.hi for r in parts) and all(a.hi == b.lo for a, b in pairwise(parts))
+        got[shard] = (parts[0].lo, parts[-1].hi) if whole else None
+    if got != want:
+        raise FlushError(f"the ranges to read {got} do not cover the plan {want}")
+
+
 def append_records(
     spark: SparkSession,
-    records: DataFrame,
+    records: RangeFrame,
     plan: FlushPlan,
     table: str,
     run_id: str,
     base_snapshot: int | None,
     *,
     before_append: Callable[[], None] | None = None,
+    around_append: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> tuple[int, dict[str, tuple[int, int]]]:
-    """The flush's write side: stage the read records, check them against the plan, append them as delta-log rows.
+    """The flush's write side: read the planned ranges and append them as delta-log rows, in ONE commit.
 
-    The records are cached and counted per shard (every planned range must be there whole), then appended in ONE
-    commit whose snapshot carries ``plan.watermarks`` and the run id, and that snapshot is checked to follow
-    ``base_snapshot`` with no other flush in between.
+    Reading and writing are one Spark job: every task reads its ranges (each whole, or the task fails), converts them
+    to Arrow and writes its Parquet files; Iceberg commits the files of exactly one successful attempt per task, so
+    the commit holds every planned entry once or, if any task failed, nothing is committed. The snapshot carries
+    ``plan.watermarks`` and the run id, and is checked to follow ``base_snapshot`` with no other flush in between.
+    The per-shard figures come from the tally of the reads, checked against the ranges after the commit.
 
     Args:
         spark: The session.
-        records: The records of the planned ranges (:data:`RECORD_SCHEMA`, e.g. from :func:`read_records`).
+        records: The planned ranges as a frame (from :func:`read_records` or :func:`records_frame`).
         plan: The run's plan.
         table: The delta log's qualified name.
         run_id: The run id recorded on the snapshot.
         base_snapshot: The delta-log snapshot the plan was made from.
-        before_append: Called after the check, right before the append (the job renews its lease there).
+        before_append: Called after checking the ranges against the plan, right before the Spark job (the job
+            renews its lease there).
+        around_append: Makes a context entered right before the Spark job and left when it has ended (the job keeps
+            its lease renewed in it, :func:`keep_lease`).
 
     Returns:
         The new snapshot id and, per shard, ``(entries, bytes)`` appended.
 
     Raises:
-        FlushError: the records differ from the plan, or another flush committed since ``base_snapshot``.
+        FlushError: the ranges do not cover the plan, a range could not be read whole (nothing was committed),
+            another flush committed since ``base_snapshot``, or the tally disagrees with the ranges (after the
+            commit: the heads are then not advanced, and the next run advances them from the buffer).
     """
-    records.persist(StorageLevel.MEMORY_AND_DISK)
+    _check_ranges(plan, records.ranges)
+    if before_append is not None:
+        before_append()
     try:
-        figures = {
-            r["shard"]: (r["deltas"], r["bytes"], r["first_seq"], r["last_seq"])
-            for r in shard_figures(records).collect()
-        }
-        _check_figures(plan, figures)
-        if before_append is not None:
-            before_append()
-        _append(records, table, run_id, plan.watermarks)
+        with around_append() if around_append is not None else nullcontext():
+            _append(records.frame, table, run_id, plan.watermarks)
+    except Exception as exc:
+        # A read task's FlushError (a range not whole) reaches the driver as a Spark error carrying its traceback.
+        found = _WORKER_FLUSH_ERROR.search(str(exc))
+        if found is None:
+            raise
+        raise FlushError(f"a read task failed, nothing was committed: {found.group(1)}") from exc
+    snapshot_id = _our_snapshot(spark, table, run_id, base_snapshot)
+    return snapshot_id, records.figures()
+
+
+class _LeaseKeeper:
+    """Renews the lease every ``every_s`` seconds from a thread until stopped. A renewal that fails (the lease expired
+    or was taken) calls ``on_lost`` once and ends the renewals; one that raises is retried at the next tick (the lease
+    outlives two missed ticks)."""
+
+    def __init__(self, renew: Callable[[], bool], every_s: float, on_lost: Callable[[], None]) -> None:
+        self._renew = renew
+        self._every_s = every_s
+        self._on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="lakesync-flush-lease", daemon=True)
+        self.lost = False
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                kept = self._renew()
+            except Exception:  # a transient DynamoDB error: the next tick tries again
+                continue
+            if not kept:
+                self.lost = True
+                self._on_lost()
+                return
+
+    def __enter__(self) -> _LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def keep_lease(spark: SparkSession, run_id: str, renew: Callable[[], bool], every_s: float) -> Iterator[None]:
+    """Keep the flush lease while the Spark jobs started in this block run: renew it every ``every_s`` seconds and,
+    if a renewal fails, cancel those jobs, so a write that outlives its lease fails before its commit.
+
+    Raises:
+        FlushError: the lease was lost and the block failed (its jobs were cancelled; an append did not commit).
+    """
+    sc = spark.sparkContext
+    group = f"lakesync-flush-{run_id}"
+    sc.setJobGroup(group, f"lakesync flush {run_id}", interruptOnCancel=False)
+    keeper = _LeaseKeeper(renew, every_s, partial(sc.cancelJobGroup, group))
+    try:
+        with keeper:
+            yield
+    except Exception as exc:
+        if keeper.lost:
+            raise FlushError(f"flush run {run_id} lost its lease during the write; the write was cancelled") from exc
+        raise
     finally:
-        records.unpersist()
-    return _our_snapshot(spark, table, run_id, base_snapshot), {s: (f[0], f[1]) for s, f in figures.items()}
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
 def _our_snapshot(spark: SparkSession, table: str, run_id: str, base_snapshot: int | None) -> int:
@@ -599,16 +855,26 @@ def run(
         if plan.deltas:
 
             def before_append() -> None:
-                steps.done("read")
-                steps.point("after_read")
+                steps.point("before_append")
                 if not store.renew_lease(run_id, now_ms(), config.lease_ttl_ms):
                     raise FlushError(f"flush run {run_id} lost its lease before the append; nothing was written")
 
+            def around_append() -> AbstractContextManager[None]:
+                renew = partial(_renew_lease, store, run_id, now_ms, config.lease_ttl_ms)
+                return keep_lease(spark, run_id, renew, config.lease_ttl_ms / 3000)
+
             records = read_records(spark, config.dynamodb, plan.ranges(config.range_size))
             snapshot_id, appended = append_records(
-                spark, records, plan, config.table, run_id, base_snapshot, before_append=before_append
+                spark,
+                records,
+                plan,
+                config.table,
+                run_id,
+                base_snapshot,
+                before_append=before_append,
+                around_append=around_append,
             )
-            steps.done("append")
+            steps.done("write")
             steps.point("after_append")
 
         advanced = _advance_heads(store, plan, appended)
@@ -636,12 +902,8 @@ def run(
         store.release_lease(run_id)
 
 
-def _check_figures(plan: FlushPlan, figures: Mapping[str, tuple[int, int, int, int]]) -> None:
-    """Every planned range was read whole: per shard, the count and the first and last sequence match."""
-    want = {p.shard.key: (p.deltas, p.start + 1, p.end) for p in plan.shards if p.deltas}
-    got = {shard: (f[0], f[2], f[3]) for shard, f in figures.items()}
-    if got != want:
-        raise FlushError(f"the staged entries (count, first, last seq) per shard {got} differ from the plan {want}")
+def _renew_lease(store: FlushStore, run_id: str, now_ms: Callable[[], int], ttl_ms: int) -> bool:
+    return store.renew_lease(run_id, now_ms(), ttl_ms)
 
 
 def _advance_heads(store: FlushStore, plan: FlushPlan, appended: Mapping[str, tuple[int, int]]) -> int:
