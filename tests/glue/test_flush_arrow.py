@@ -12,7 +12,6 @@ a write whose lease cannot be renewed is cancelled before its commit. Synthetic 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -320,27 +319,29 @@ def test_append_records_refuses_ranges_that_do_not_cover_the_plan_before_writing
 # -- the lease kept during the write -------------------------------------------------------------------------------
 
 
-def test_lease_keeper_renews_until_a_renewal_fails_then_reports_once() -> None:
+def test_lease_keeper_renews_until_a_renewal_fails_then_keeps_cancelling() -> None:
     # Given renewals that succeed, raise once (a transient error), succeed, then fail
     answers: list[bool | Exception] = [True, StorageError("throttled"), True, False, True]
-    calls: list[int] = []
-    lost = threading.Event()
+    renewals: list[int] = []
+    cancels: list[int] = []
 
     def renew() -> bool:
-        calls.append(len(calls))
-        answer = answers[len(calls) - 1]
+        renewals.append(1)
+        answer = answers[len(renewals) - 1]
         if isinstance(answer, Exception):
             raise answer
         return answer
 
-    # When the keeper runs until the lease is reported lost
-    with _LeaseKeeper(renew, 0.01, lost.set) as keeper:
-        assert lost.wait(5)
-        time.sleep(0.05)
+    # When the keeper runs until the lease was lost and a few ticks more
+    with _LeaseKeeper(renew, 0.01, lambda: cancels.append(1)) as keeper:
+        deadline = time.monotonic() + 5
+        while len(cancels) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
 
-    # Then it renewed through the error, stopped at the failed renewal and reported it once
+    # Then it renewed through the error, stopped renewing at the failed renewal, and cancelled on every tick since
     assert keeper.lost
-    assert len(calls) == 4
+    assert len(renewals) == 4
+    assert len(cancels) >= 3
 
 
 def test_lease_keeper_stops_when_the_block_ends() -> None:
@@ -385,10 +386,24 @@ def test_keep_lease_cancels_a_write_that_lost_its_lease(spark: SparkSession, del
 
 
 @pytest.mark.spark
+def test_keep_lease_fails_a_block_that_ended_after_losing_its_lease(spark: SparkSession) -> None:
+    # Given/When a block that outlives its lease without a job to cancel (a write that committed first)
+    with (
+        pytest.raises(FlushError, match="committed before it could be cancelled"),
+        keep_lease(spark, "run-late", lambda: False, 0.01),
+    ):
+        time.sleep(0.1)
+
+    # Then the run is stopped before the heads, and the thread is in no job group
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+
+
+@pytest.mark.spark
 def test_keep_lease_lets_a_write_with_its_lease_commit(spark: SparkSession, delta_log: str) -> None:
-    # Given a write whose lease is renewed on every tick
+    # Given a write whose lease is renewed on every tick, started where the caller set its own job group
     plan = plan_for({"gw1#todos#0": 8})
     renewals: list[int] = []
+    spark.sparkContext.setJobGroup("caller", "the caller's jobs")
 
     def around() -> AbstractContextManager[None]:
         return keep_lease(spark, "run-kept", lambda: renewals.append(1) is None, 0.05)
@@ -399,7 +414,8 @@ def test_keep_lease_lets_a_write_with_its_lease_commit(spark: SparkSession, delt
         around_append=around,
     )  # fmt: skip
 
-    # Then it committed, the lease was renewed meanwhile, and the job group is cleared
+    # Then it committed, the lease was renewed meanwhile, and the caller's job group is back
     assert figures == {"gw1#todos#0": (8, sum(100 + s for s in range(1, 9)))}
     assert renewals and snapshot is not None
-    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") == "caller"
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]

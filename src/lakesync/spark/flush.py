@@ -14,8 +14,9 @@ One run:
    retention).
 
 Invariants: the delta log holds each buffer entry at most once, because a run only appends entries above the
-watermarks of the snapshot it read, and only one run appends at a time (the lease, renewed right before the append,
-plus a check that no other flush snapshot landed in between). A commit holds every planned entry: the ranges cover the
+watermarks of the snapshot it read, and only one run appends at a time (the lease, renewed right before the write
+and during it -- a write whose lease could not be renewed is cancelled -- plus a check that no other flush snapshot
+landed in between). A commit holds every planned entry: the ranges cover the
 plan (checked before the write), a task fails unless each of its ranges was read whole, and Iceberg commits the
 files of exactly one successful attempt per task. The log holds every flushed entry at least once, because the heads
 (and with them release) only advance after the append committed. The heads' byte counters come from a tally of the
@@ -515,7 +516,9 @@ class RangeFrame:
         for shard_range in self.ranges:
             reads = tally.get(shard_range, frozenset())
             if len(reads) != 1:
-                problems.append(f"{shard_range} read {len(reads)} different ways")
+                problems.append(
+                    f"{shard_range} read {len(reads)} different ways" if reads else f"{shard_range} not read"
+                )
                 continue
             (figures,) = reads
             if (figures.entries, figures.first_seq, figures.last_seq) != (
@@ -703,10 +706,13 @@ def append_records(
     return snapshot_id, records.figures()
 
 
+_JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
 class _LeaseKeeper:
-    """Renews the lease every ``every_s`` seconds from a thread until stopped. A renewal that fails (the lease expired
-    or was taken) calls ``on_lost`` once and ends the renewals; one that raises is retried at the next tick (the lease
-    outlives two missed ticks)."""
+    """Renews the lease every ``every_s`` seconds from a thread until stopped. Once a renewal fails (the lease expired
+    or was taken) it stops renewing and calls ``on_lost`` on that tick and every later one (cancelling the jobs
+    started since, too); a renewal that raises is retried at the next tick (the lease outlives two missed ticks)."""
 
     def __init__(self, renew: Callable[[], bool], every_s: float, on_lost: Callable[[], None]) -> None:
         self._renew = renew
@@ -718,14 +724,13 @@ class _LeaseKeeper:
 
     def _keep(self) -> None:
         while not self._stop.wait(self._every_s):
-            try:
-                kept = self._renew()
-            except Exception:  # a transient DynamoDB error: the next tick tries again
-                continue
-            if not kept:
-                self.lost = True
+            if not self.lost:
+                try:
+                    self.lost = not self._renew()
+                except Exception:  # a transient DynamoDB error: the next tick tries again
+                    continue
+            if self.lost:
                 self._on_lost()
-                return
 
     def __enter__(self) -> _LeaseKeeper:
         self._thread.start()
@@ -739,13 +744,16 @@ class _LeaseKeeper:
 @contextmanager
 def keep_lease(spark: SparkSession, run_id: str, renew: Callable[[], bool], every_s: float) -> Iterator[None]:
     """Keep the flush lease while the Spark jobs started in this block run: renew it every ``every_s`` seconds and,
-    if a renewal fails, cancel those jobs, so a write that outlives its lease fails before its commit.
+    once a renewal fails, cancel those jobs (on every tick until the block ends), so a write that outlives its lease
+    fails before its commit.
 
     Raises:
-        FlushError: the lease was lost and the block failed (its jobs were cancelled; an append did not commit).
+        FlushError: the lease was lost: the block's jobs were cancelled, or (a job that ended before a tick could
+            cancel it) its append committed anyway; either way the run must not go on to the heads.
     """
     sc = spark.sparkContext
     group = f"lakesync-flush-{run_id}"
+    saved = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
     sc.setJobGroup(group, f"lakesync flush {run_id}", interruptOnCancel=False)
     keeper = _LeaseKeeper(renew, every_s, partial(sc.cancelJobGroup, group))
     try:
@@ -755,9 +763,15 @@ def keep_lease(spark: SparkSession, run_id: str, renew: Callable[[], bool], ever
         if keeper.lost:
             raise FlushError(f"flush run {run_id} lost its lease during the write; the write was cancelled") from exc
         raise
+    else:
+        if keeper.lost:
+            raise FlushError(
+                f"flush run {run_id} lost its lease during the write, which committed before it could be cancelled;"
+                " the heads were not advanced (the next run does it)"
+            )
     finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        for key, value in saved.items():  # the caller's job group, if any, again
+            sc.setLocalProperty(key, value)  # type: ignore[arg-type]
 
 
 def _our_snapshot(spark: SparkSession, table: str, run_id: str, base_snapshot: int | None) -> int:
