@@ -68,7 +68,7 @@ proto: $(VENV)/.synced ## regenerate the protobuf code from proto/
 bench: setup ## run the gateway benchmarks (push, pull, imports); results go to benchmarks/results/latest.*
 	$(RUN) python -m benchmarks
 
-bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~25 min); results go to benchmarks/results/lake.*
+bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~15 min); results go to benchmarks/results/lake.*
 	$(RUN) python -m benchmarks --only lake
 
 synth: $(VENV)/.synced ## write ENV's CloudFormation template to infra/cdk.out (offline; ENV=dev by default)

@@ -3,7 +3,7 @@
 Options: ``--only push,pull,imports`` runs a subset; ``--quick`` runs tiny workloads as a smoke check and writes to
 a temporary directory unless ``--out`` says otherwise (so it never replaces the committed results);
 ``--profile {auto,always,never}`` profiles push and pull when their goal is missed (``auto``, the default).
-``lake`` (:mod:`benchmarks.lake`: Spark and Iceberg, ~30 minutes) runs only when ``--only`` names it, and writes its
+``lake`` (:mod:`benchmarks.lake`: Spark and Iceberg, ~15 minutes) runs only when ``--only`` names it, and writes its
 own ``lake.json``/``lake.md``.
 """
 
