@@ -50,28 +50,11 @@ def get_settings() -> Settings:
 
 @functools.lru_cache(maxsize=1)
 def get_deps() -> GatewayDeps:
-    """The services' dependencies over DynamoDB (and S3 for checkpoints, its client made on first use), built on
-    first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
-    from lakesync.aws.clients import dynamodb_client
-    from lakesync.aws.dynamodb import (
-        DynamoDBActionStore,
-        DynamoDBBufferStore,
-        DynamoDBConfigStore,
-        DynamoDBPullBasisReader,
-    )
-    from lakesync.aws.objects import S3ObjectStore
-    from lakesync.gateway.deps import GatewayDeps
+    """The services' dependencies over DynamoDB and S3 (:func:`lakesync.aws.wiring.gateway_deps`), built on first
+    use."""
+    from lakesync.aws.wiring import gateway_deps
 
-    settings = get_settings()
-    client = dynamodb_client()
-    return GatewayDeps(
-        buffer=DynamoDBBufferStore(client, settings.tables),
-        config=DynamoDBConfigStore(client, settings.tables),
-        actions=DynamoDBActionStore(client, settings.tables),
-        settings=settings.gateway_settings(),
-        objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
-        pull_basis=DynamoDBPullBasisReader(client, settings.tables),
-    )
+    return gateway_deps(get_settings())
 
 
 def jwt_secrets() -> tuple[str, ...]:
