@@ -3,24 +3,22 @@
 Error bodies are ``{"error": message, "code": API code}`` with the error's status. An unexpected exception, or a
 ``LakeSyncError`` with status 500 and code ``INTERNAL_ERROR`` (storage failures), is answered 500 ``Internal error``
 with the request id and logged with its traceback; its details never leave the function. The checks themselves, their
-order and the response headers are :mod:`lakesync.edge`; routing is :mod:`lakesync.router`.
+order, the response headers and the error bodies are :mod:`lakesync.edge`; routing is :mod:`lakesync.router`.
 """
 
 from __future__ import annotations
-
-from typing import Final
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions._runtime import get_settings, jwt_secrets, logger, metrics
 from lakesync import edge
-from lakesync.api_routes import ROUTES
 from lakesync.auth import AuthClaims
-from lakesync.core.canonical import JsonValue, js_stringify
+from lakesync.core.canonical import js_stringify
 from lakesync.core.errors import LakeSyncError
 from lakesync.router import Response, RouteNotFound, Router
 
-INTERNAL_ERROR: Final = "Internal error"
+json_response = edge.json_response
+protobuf_response = edge.protobuf_response
 
 
 def _count(status: int) -> None:
@@ -36,47 +34,24 @@ def new_app() -> Router:
     )
 
     def _lakesync_error(exc: LakeSyncError) -> Response:
-        if exc.status == 500 and exc.api_code == "INTERNAL_ERROR":
-            return _internal_error(app, exc)
+        if edge.is_internal(exc):
+            return _unexpected(exc)
         if exc.status == 503:  # backpressure or lost commit races: expected under load, retried by clients
             logger.warning("request deferred", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
         elif exc.status >= 500:
             logger.exception("request failed: %s %s", exc.api_code, exc.message)
         else:
             logger.info("request rejected", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
-        return json_response(exc.to_body(), exc.status)
-
-    def _not_found(_exc: RouteNotFound) -> Response:
-        request = app.current_event
-        allowed = sorted({r.method for r in ROUTES if r.match(r.method, request.path) is not None})
-        if allowed and request.method not in allowed:
-            body = {"error": "Method not allowed", "code": "VALIDATION_ERROR"}
-            return Response(405, edge.JSON, body, headers={"Allow": ", ".join(allowed)})
-        return json_response({"error": "Not found", "code": "NOT_FOUND"}, 404)
+        return edge.json_response(exc.to_body(), exc.status)
 
     def _unexpected(exc: Exception) -> Response:
-        return _internal_error(app, exc)
+        logger.exception("unhandled error: %s", type(exc).__name__)
+        return edge.internal_error_response(app.current_event.request_id)
 
     app.exception_handler(LakeSyncError)(_lakesync_error)
-    app.exception_handler(RouteNotFound)(_not_found)
+    app.exception_handler(RouteNotFound)(lambda _exc: edge.unmatched_route_response(app.current_event))
     app.exception_handler(Exception)(_unexpected)
     return app
-
-
-def _internal_error(app: Router, exc: Exception) -> Response:
-    logger.exception("unhandled error: %s", type(exc).__name__)
-    request_id = app.current_event.request_id
-    return json_response({"error": INTERNAL_ERROR, "code": "INTERNAL_ERROR", "requestId": request_id}, 500)
-
-
-def json_response(body: JsonValue, status: int = 200) -> Response:
-    """A JSON response."""
-    return Response(status, edge.JSON, body)
-
-
-def protobuf_response(data: bytes, headers: dict[str, str] | None = None) -> Response:
-    """A protobuf response (the router base64-encodes ``bytes``)."""
-    return Response(200, edge.PROTOBUF, data, headers=headers or {})
 
 
 def authorize(app: Router, gateway: str, *, admin: bool = False) -> AuthClaims:

@@ -20,11 +20,18 @@ import binascii
 from collections.abc import Collection, Sequence
 from typing import Final
 
+from lakesync.api_routes import ROUTES
 from lakesync.auth import AuthClaims, parse_bearer, verify_token
 from lakesync.core.canonical import JsonValue
-from lakesync.core.errors import ForbiddenError, NotFoundError, PayloadTooLargeError, ValidationError
+from lakesync.core.errors import (
+    ForbiddenError,
+    LakeSyncError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ValidationError,
+)
 from lakesync.gateway.deps import MIB
-from lakesync.router import Request
+from lakesync.router import Request, Response
 from lakesync.wire.jsonapi import loads
 
 JSON: Final = "application/json"
@@ -38,6 +45,38 @@ SECURITY_HEADERS: Final = {
 """Headers on every response."""
 NO_STORE_PREFIXES: Final = ("/v1/sync/", "/v1/admin/")
 """Responses under these paths are never cached."""
+INTERNAL_ERROR: Final = "Internal error"
+"""The message of every 500: an unexpected failure's details never leave the function."""
+
+
+def json_response(body: JsonValue, status: int = 200) -> Response:
+    """A JSON response."""
+    return Response(status, JSON, body)
+
+
+def protobuf_response(data: bytes, headers: dict[str, str] | None = None) -> Response:
+    """A protobuf response (the router base64-encodes ``bytes``)."""
+    return Response(200, PROTOBUF, data, headers=headers or {})
+
+
+def is_internal(exc: LakeSyncError) -> bool:
+    """Whether the error is answered as an unexpected one (500 ``INTERNAL_ERROR``: storage failures)."""
+    return exc.status == 500 and exc.api_code == "INTERNAL_ERROR"
+
+
+def internal_error_response(request_id: str) -> Response:
+    """500 ``{"error": "Internal error", "code": "INTERNAL_ERROR", "requestId"}``."""
+    return json_response({"error": INTERNAL_ERROR, "code": "INTERNAL_ERROR", "requestId": request_id}, 500)
+
+
+def unmatched_route_response(request: Request) -> Response:
+    """404 ``Not found`` for an unknown path; 405 ``Method not allowed`` (with ``Allow``) for a known path asked with
+    another method."""
+    allowed = sorted({r.method for r in ROUTES if r.match(r.method, request.path) is not None})
+    if allowed and request.method not in allowed:
+        body = {"error": "Method not allowed", "code": "VALIDATION_ERROR"}
+        return Response(405, JSON, body, headers={"Allow": ", ".join(allowed)})
+    return json_response({"error": "Not found", "code": "NOT_FOUND"}, 404)
 
 
 def authorize(
