@@ -65,6 +65,20 @@ def _wire_text(entry: LogEntry) -> str:
     return _utf8_safe(entry.wire_json)
 
 
+REGISTRY_PREFIX = "shard#"
+"""Sort-key prefix of the shard registry items in the config table (``shard#{shard key}``)."""
+
+
+def registry_key(shard: ShardId) -> str:
+    """The config-table sort key registering ``shard``."""
+    return f"{REGISTRY_PREFIX}{shard.key}"
+
+
+def registry_shard(key: str) -> ShardId:
+    """Inverse of :func:`registry_key`."""
+    return ShardId.parse(key.removeprefix(REGISTRY_PREFIX))
+
+
 def _s(value: str) -> dict[str, str]:
     return {"S": value}
 
@@ -165,10 +179,10 @@ class DynamoDBBufferStore:
         for item in self._query(
             TableName=self._t.config,
             KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("shard#")},
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(REGISTRY_PREFIX)},
             ConsistentRead=True,
         ):
-            shards.append(ShardId.parse(item["sk"]["S"].removeprefix("shard#")))
+            shards.append(registry_shard(item["sk"]["S"]))
         return sorted(shards)
 
     def get_rows(self, gateway: str, rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
@@ -296,7 +310,7 @@ class DynamoDBBufferStore:
                 {
                     "Put": {
                         "TableName": self._t.config,
-                        "Item": {"gw": _s(shard.gateway), "sk": _s(f"shard#{shard.key}"), "table": _s(shard.table)},
+                        "Item": {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)},
                     }
                 }
             )
@@ -513,7 +527,7 @@ class DynamoDBPullBasisReader:
                 ":gw": _s(gateway),
                 ":rules": _s("rules"),
                 ":end": _s("shard$"),
-                ":shard": _s("shard#"),
+                ":shard": _s(REGISTRY_PREFIX),
             },
             ConsistentRead=True,
         ):
@@ -521,7 +535,7 @@ class DynamoDBPullBasisReader:
             if key == "rules":
                 rules = parse_sync_rules(json.loads(item["doc"]["S"]))
             else:
-                shards.append(ShardId.parse(key.removeprefix("shard#")))
+                shards.append(registry_shard(key))
         return PullBasis(rules, tuple(sorted(shards)))
 
 

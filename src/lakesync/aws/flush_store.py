@@ -32,7 +32,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import DynamoDBBufferStore
+from lakesync.aws.dynamodb import REGISTRY_PREFIX, DynamoDBBufferStore, registry_shard
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.delta import RowDelta
@@ -229,13 +229,13 @@ class FlushStore:
                 ConsistentRead=True,
                 ProjectionExpression="gw, sk",
                 FilterExpression="begins_with(sk, :shard) OR begins_with(sk, :flush)",
-                ExpressionAttributeValues={":shard": _s("shard#"), ":flush": _s("flush#")},
+                ExpressionAttributeValues={":shard": _s(REGISTRY_PREFIX), ":flush": _s("flush#")},
             ):
                 if item["gw"]["S"] == LEASE_GATEWAY:
                     continue
                 found.add(item["gw"]["S"])
-                if item["sk"]["S"].startswith("shard#"):
-                    registered.append(ShardId.parse(item["sk"]["S"].removeprefix("shard#")))
+                if item["sk"]["S"].startswith(REGISTRY_PREFIX):
+                    registered.append(registry_shard(item["sk"]["S"]))
         else:
             for gateway in gateways:
                 found.add(gateway)

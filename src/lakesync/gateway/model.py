@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from lakesync.core.canonical import JsonValue
+from lakesync.core.canonical import JsonValue, RawJson
 from lakesync.core.delta import RowDelta
 from lakesync.core.merge import RowState
 from lakesync.core.rules import SyncRules
@@ -141,6 +141,10 @@ class LogEntry:
             object.__setattr__(self, "_delta", RowDelta.from_stored_json(self.wire_json))
         assert self._delta is not None
         return self._delta
+
+    def wire_value(self) -> JsonValue:
+        """The delta for a JSON response: the stored wire JSON as it is (:class:`RawJson`), else rendered."""
+        return self.delta.to_json() if self.wire_json is None else RawJson(self.wire_json)
 
     def with_images(self, before: dict[str, JsonValue] | None, after: dict[str, JsonValue] | None) -> LogEntry:
         """The same entry with other row images (``None``, ``None`` leaves them out)."""

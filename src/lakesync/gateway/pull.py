@@ -40,7 +40,6 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from lakesync.core.canonical import RawJson
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     AdapterError,
@@ -95,9 +94,7 @@ class PullResult:
 
 
 def _delta_json(item: LogEntry | RowDelta) -> object:
-    if isinstance(item, RowDelta):
-        return item.to_json()
-    return item.delta.to_json() if item.wire_json is None else RawJson(item.wire_json)
+    return item.to_json() if isinstance(item, RowDelta) else item.wire_value()
 
 
 def encode_cursor(positions: Mapping[str, int]) -> str:
@@ -297,7 +294,7 @@ def _pull_by_cursor(
     for reader in readers:
         if reader.after_seq:
             new_positions[reader.shard.key] = reader.after_seq
-    return _result(collected, deps.clock.now(), has_more, encode_cursor(new_positions))
+    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions))
 
 
 def _pull_since(
@@ -335,13 +332,9 @@ def _pull_since(
         resume = last.commit_hlc
         if any((nxt := r.peek()) is not None and nxt.commit_hlc == resume for r in readers):
             resume -= 1
-        return _result(collected, max(resume, since), True, None)
+        return PullResult(tuple(collected), max(resume, since), True, None)
     positions = {s.key: heads[s].seq for s in shards if s in heads}
-    return _result(collected, deps.clock.now(), False, encode_cursor(positions))
-
-
-def _result(entries: list[LogEntry], server_hlc: int, has_more: bool, cursor: str | None) -> PullResult:
-    return PullResult(tuple(entries), server_hlc, has_more, cursor)
+    return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
 
 
 def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from lakesync.core import merge as lww
-from lakesync.core.canonical import RawJson, js_stringify, utf8_size
+from lakesync.core.canonical import js_stringify, utf8_size
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     BackpressureError,
@@ -87,18 +87,21 @@ class PushResult:
 
     server_hlc: int
     accepted: int
-    deltas: tuple[RowDelta, ...]
+    entries: tuple[LogEntry, ...]
+    """The effective deltas as logged, in order (their rendered wire JSON is reused in the response)."""
     receipts: tuple[DeltaReceipt, ...]
-    wire: tuple[str | None, ...] = ()
-    """The wire JSON of each delta, in order, where already rendered (empty: none)."""
+
+    @property
+    def deltas(self) -> tuple[RowDelta, ...]:
+        """The effective deltas, in order."""
+        return tuple(e.delta for e in self.entries)
 
     def to_json(self) -> dict[str, object]:
-        """The wire JSON shape ``{serverHlc, accepted, deltas, receipts}`` (rendered deltas reused as they are)."""
-        wire = self.wire or (None,) * len(self.deltas)
+        """The wire JSON shape ``{serverHlc, accepted, deltas, receipts}``."""
         return {
             "serverHlc": str(self.server_hlc),
             "accepted": self.accepted,
-            "deltas": [d.to_json() if w is None else RawJson(w) for d, w in zip(self.deltas, wire, strict=True)],
+            "deltas": [e.wire_value() for e in self.entries],
             "receipts": [r.to_json() for r in self.receipts],
         }
 
@@ -177,9 +180,8 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     return PushResult(
         server_hlc=deps.clock.now(),
         accepted=len(deltas),
-        deltas=tuple(e.delta for e in effective),
+        entries=tuple(effective),
         receipts=ordered,
-        wire=tuple(e.wire_json for e in effective),
     )
 
 
