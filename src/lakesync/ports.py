@@ -7,6 +7,7 @@ DynamoDB and S3. The contract tests in ``tests/contract`` run one behaviour suit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lakesync.core.delta import RowDelta
@@ -148,4 +149,47 @@ class ObjectStore(Protocol):
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every key starting with ``prefix``, in ascending (byte) order."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyStats:
+    """What one :meth:`Destination.apply` call did.
+
+    Attributes:
+        deltas: Deltas received.
+        upserted: Destination rows written (inserted, updated or un-deleted).
+        deleted: Destination rows deleted (hard) or marked deleted (soft).
+        unchanged: Rows whose merged state did not change (duplicates, redeliveries, older writes).
+    """
+
+    deltas: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+
+
+class Destination(Protocol):
+    """A query database that materialised rows are written to (``lakesync.sql`` implements it per driver)."""
+
+    name: str
+
+    def apply(self, schema: TableSchema, deltas: Sequence[RowDelta]) -> ApplyStats:
+        """Merge ``deltas`` (all of ``schema.delta_table``) into the destination table ``schema.table``, atomically.
+
+        Creates the table, or adds the schema's new columns, first. Each destination row equals the per-column LWW
+        fold (:mod:`lakesync.core.merge`) of every delta ever applied to it, whatever the order and however often a
+        delta is applied. Either every change of the call is committed or none is.
+
+        Raises:
+            DestinationError: the destination refused or failed; nothing of this call was written.
+        """
+        ...
+
+    def rows(self, schema: TableSchema) -> dict[str, dict[str, Any]]:
+        """The destination table's live rows by ``row_id`` (soft-deleted rows excluded), schema columns only."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
         ...

@@ -13,6 +13,8 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB).
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).
+* ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
+  the table names).
 * ``LAKESYNC_FLUSH_JOB_NAME`` -- the Glue flush job ``flush_trigger`` starts (read by that function alone, on first
   use: :func:`functions.flush_trigger.flush_job_name`).
 
@@ -44,6 +46,8 @@ SUB_SHARDS: Final = "LAKESYNC_SUB_SHARDS"
 MAX_BODY_BYTES: Final = "LAKESYNC_MAX_BODY_BYTES"
 CHECKPOINT_BUCKET: Final = "LAKESYNC_CHECKPOINT_BUCKET"
 FLUSH_JOB_NAME: Final = "LAKESYNC_FLUSH_JOB_NAME"
+CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
+MATERIALISE_QUEUE_URL: Final = "LAKESYNC_MATERIALISE_QUEUE_URL"
 
 API_ENV_VARS: Final = frozenset(
     {
@@ -70,6 +74,7 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "admin": API_ENV_VARS,
     "checkpoint": API_ENV_VARS,
     "flush_trigger": frozenset({FLUSH_JOB_NAME}),
+    "materialise": frozenset({GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
     "rotate_secret": frozenset(),
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""

@@ -13,6 +13,7 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     │   └── SchemaDefinitionError         SCHEMA_ERROR       400  (a schema document is invalid)
     ├── ClockDriftError                   CLOCK_DRIFT        409
     ├── ConflictError                     VALIDATION_ERROR   409  (domain code CONFLICT)
+    │   └── AlreadyExistsError            VALIDATION_ERROR   409  (domain code ALREADY_EXISTS)
     ├── AuthError                         AUTH_ERROR         401
     ├── ForbiddenError                    FORBIDDEN          403
     ├── NotFoundError                     NOT_FOUND          404
@@ -21,6 +22,7 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     ├── RateLimitedError                  RATE_LIMITED       429
     ├── BackpressureError                 BACKPRESSURE_ERROR 503
     ├── AdapterError                      ADAPTER_ERROR      502
+    │   └── DestinationError              ADAPTER_ERROR      502  (domain code DESTINATION_ERROR; materialisation)
     ├── FlushError                        FLUSH_ERROR        500
     ├── StorageError                      INTERNAL_ERROR     500
     │   └── CommitConflictError           INTERNAL_ERROR     503  (optimistic commit kept losing; retry)
@@ -135,6 +137,12 @@ class ConflictError(LakeSyncError):
     status = 409
 
 
+class AlreadyExistsError(ConflictError):
+    """A named resource (a materialisation destination, a connector) is already registered."""
+
+    code = "ALREADY_EXISTS"
+
+
 class AuthError(LakeSyncError):
     """Missing, malformed, expired or badly signed credentials."""
 
@@ -195,6 +203,20 @@ class AdapterError(LakeSyncError):
     code = "ADAPTER_ERROR"
     api_code = "ADAPTER_ERROR"
     status = 502
+
+
+class DestinationError(AdapterError):
+    """A materialisation destination (a query database) refused or failed a write; nothing of it was committed.
+
+    Attributes:
+        retryable: Whether trying again later may succeed (connection lost, deadlock, serialization failure).
+    """
+
+    code = "DESTINATION_ERROR"
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class FlushError(LakeSyncError):
