@@ -382,6 +382,7 @@ def _head_from_item(item: Item) -> ShardHead:
         last_commit_hlc=int(item["lch"]["N"]),
         released_seq=int(item["rs"]["N"]) if "rs" in item else 0,
         released_hlc=int(item["rh"]["N"]) if "rh" in item else 0,
+        published_seq=int(item["ps"]["N"]) if "ps" in item else None,
     )
 
 

@@ -58,6 +58,8 @@ Item = dict[str, Any]
 LEASE_GATEWAY = "#lakesync"
 """Partition key of the lease item: not a valid gateway id (those start with a letter or digit)."""
 LEASE_SK = "flushlease"
+DESTINATION_PREFIX = "dest#"
+"""Sort-key prefix of the materialisation destinations in the config table (``DynamoDBConfigStore``)."""
 
 FLUSH_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=60)
 """A batch job, unlike the Lambda path (``lakesync.aws.clients``), can wait out throttling and slow pages."""
@@ -279,6 +281,22 @@ class FlushStore:
         items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi)
         return [log_record(shard_range.shard, item) for item in items]
 
+    def read_stored_deltas(self, shard_range: ShardRange) -> list[tuple[str, str]]:
+        """``(row_id, stored wire JSON)`` of every entry of the range, in sequence order (the payload of a
+        materialisation job; row images are not read).
+
+        Raises:
+            FlushError: an entry of the range stayed missing (a released or corrupted log).
+        """
+        if shard_range.size <= 0:
+            return []
+        items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi, projection="seq, d")
+        out = []
+        for item in items:
+            text = item["d"]["S"]
+            out.append((json.loads(text)["rowId"], text))
+        return out
+
     def range_bytes(self, shard_range: ShardRange) -> int:
         """Total stored size of the range's entries (to advance ``fb`` for entries flushed by a crashed run)."""
         if shard_range.size <= 0:
@@ -320,6 +338,39 @@ class FlushStore:
                 f"{current.flushed_seq if current else None} during the flush; is another flush running?"
             ) from exc
         return True
+
+    # -- heads: published position (materialisation) -------------------------------------------------------------
+    def advance_published(self, shard: ShardId, seq: int) -> bool:
+        """Move the head's published position ``ps`` forward to ``seq``; False if it already is at or beyond it."""
+        try:
+            self._db.update_item(
+                TableName=self._t.heads,
+                Key={"shard": _s(shard.key)},
+                UpdateExpression="SET ps = :to",
+                ConditionExpression="attribute_exists(#sh) AND (attribute_not_exists(ps) OR ps < :to)",
+                ExpressionAttributeNames={"#sh": "shard"},
+                ExpressionAttributeValues={":to": _n(seq)},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise _storage_error(exc, "UpdateItem") from exc
+            return False
+        return True
+
+    def has_destinations(self, gateway: str) -> bool:
+        """Whether any materialisation destination is configured for ``gateway`` (config items ``dest#...``)."""
+        try:
+            out = self._db.query(
+                TableName=self._t.config,
+                ConsistentRead=True,
+                KeyConditionExpression="gw = :g AND begins_with(sk, :p)",
+                ExpressionAttributeValues={":g": _s(gateway), ":p": _s(DESTINATION_PREFIX)},
+                ProjectionExpression="sk",
+                Limit=1,
+            )
+        except ClientError as exc:
+            raise _storage_error(exc, "Query") from exc
+        return bool(out.get("Items"))
 
     # -- release -------------------------------------------------------------------------------------------------
     def release_target(self, shard: ShardId, up_to_seq: int, cutoff_hlc: int) -> tuple[int, int] | None:

@@ -52,7 +52,8 @@ class ShardHead:
     ``seq``/``bytes_total``/``deltas_total`` count everything ever committed; the flush job advances
     ``flushed_seq``/``flushed_bytes``/``flushed_deltas`` after its Iceberg commit, so the unflushed buffer is the
     difference. Log entries up to ``released_seq`` (commit HLCs up to ``released_hlc``) were deleted by the flush
-    job's release step; a pull position behind them has expired.
+    job's release step; a pull position behind them has expired. Entries up to ``published_seq`` were published for
+    materialisation (``None``: never published; the flush publishes from the release mark on).
     """
 
     shard: ShardId
@@ -65,6 +66,7 @@ class ShardHead:
     last_commit_hlc: int = 0
     released_seq: int = 0
     released_hlc: int = 0
+    published_seq: int | None = None
 
     @property
     def unflushed_bytes(self) -> int:

@@ -9,9 +9,10 @@ One run:
 4. reads those ranges in parallel on the executors and appends them in ONE Iceberg commit whose snapshot carries the
    watermarks of every shard (unchanged shards carried forward): one Spark job in which every task reads its ranges,
    turns them into Arrow batches and writes its Parquet files;
-5. then advances the heads' flushed counters, clears the flush requests recorded before the run started, and
-   releases buffer items (flushed, covered by the latest checkpoints' positions and ``serverHlc``, and older than the
-   retention).
+5. then advances the heads' flushed counters, publishes materialisation jobs for every committed range not yet
+   published (:mod:`lakesync.aws.publish`; a failure there never fails the run), clears the flush requests recorded
+   before the run started, and releases buffer items (flushed, published, covered by the latest checkpoints'
+   positions and ``serverHlc``, and older than the retention).
 
 Invariants: the delta log holds each buffer entry at most once, because a run only appends entries above the
 watermarks of the snapshot it read, and only one run appends at a time (the lease, renewed right before the write
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import re
 import threading
 import time
@@ -58,6 +60,7 @@ from pyspark.sql.types import (
 
 from lakesync.aws.checkpoints import ReleaseBounds, read_release_bounds
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, LogRecord, ShardRange
+from lakesync.aws.publish import ClaimCheckSink, JobSink, PublishConfig, PublishReport, publish_flushed
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
@@ -66,6 +69,8 @@ from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, delta_l
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DELTA_LOG_SCHEMA",
@@ -99,7 +104,7 @@ __all__ = [
 FLUSH_RUN = "lakesync.flush.run"
 """Snapshot summary property naming the flush run that wrote the snapshot."""
 
-FAIL_POINTS = ("before_append", "after_append", "after_heads", "during_release")
+FAIL_POINTS = ("before_append", "after_append", "after_heads", "during_publish", "during_release")
 """Where ``run(fail_at=...)`` can simulate a crash."""
 
 DAY_MS = 24 * 3600 * 1000
@@ -175,6 +180,9 @@ class FlushConfig:
         max_deltas_per_run: Cap on the entries one run appends (spread evenly over the shards); None = no cap.
         lease_ttl_ms: How long the lease outlives its last renewal (must exceed the longest write: read + append).
         range_size: Most entries in one range (one read, one Arrow batch); a task reads several neighbouring ranges.
+        publish: Where to publish materialisation jobs after the commit (:mod:`lakesync.aws.publish`); None
+            publishes nothing.
+        publish_range_size: Most entries in one materialisation job.
     """
 
     dynamodb: DynamoConfig
@@ -185,6 +193,8 @@ class FlushConfig:
     max_deltas_per_run: int | None = None
     lease_ttl_ms: int = 30 * 60 * 1000
     range_size: int = 5000
+    publish: PublishConfig | None = None
+    publish_range_size: int = 5000
 
     @property
     def table(self) -> str:
@@ -206,9 +216,12 @@ JOB_OPTIONS = (
     "region",
     "checkpoint_bucket",
     "s3_endpoint",
+    "claim_check_bucket",
+    "materialise_queue_url",
 )
 """Options of the flush job script (``--name value``); only ``warehouse`` and one of ``tables``/``table_prefix`` are
-required. Without ``checkpoint_bucket`` nothing is released from the buffer."""
+required. Without ``checkpoint_bucket`` nothing is released from the buffer; without ``claim_check_bucket`` and
+``materialise_queue_url`` nothing is published for materialisation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,12 +267,21 @@ class FlushJobArgs:
         if kind not in ("local", "glue"):
             raise ValueError(f"--catalog must be local or glue, got {kind!r}")
         gateways = options.get("gateways")
+        bucket, queue_url = options.get("claim_check_bucket"), options.get("materialise_queue_url")
+        if (bucket is None) != (queue_url is None):
+            raise ValueError("--claim_check_bucket and --materialise_queue_url go together")
+        publish = None
+        if bucket is not None and queue_url is not None:
+            publish = PublishConfig(
+                bucket, queue_url, endpoint_url=options.get("s3_endpoint"), region=options.get("region")
+            )
         config = FlushConfig(
             dynamodb=DynamoConfig(tables, endpoint_url=options.get("dynamodb_endpoint"), region=options.get("region")),
             catalog=options.get("catalog_name", "lake"),
             gateways=tuple(g for g in gateways.split(",") if g) if gateways else None,
             retention_ms=int(options.get("retention_ms", DAY_MS)),
             max_deltas_per_run=int(options["max_deltas_per_run"]) if "max_deltas_per_run" in options else None,
+            publish=publish,
         )
         return cls(
             config,
@@ -295,6 +317,8 @@ class FlushReport:
         requests_cleared: Flush requests deleted.
         released: Log items deleted from the buffer.
         watermarks: The committed watermarks after the run.
+        published_jobs: Materialisation jobs published (ranges of this run and any left by earlier runs).
+        publish_failures: Ranges that could not be published (left for the next run; alarmed).
         durations_ms: Milliseconds per step (lease, plan, write: read + append + commit, heads, requests, release,
             total).
     """
@@ -308,6 +332,8 @@ class FlushReport:
     requests_cleared: int
     released: int
     watermarks: Mapping[str, int]
+    published_jobs: int = 0
+    publish_failures: int = 0
     durations_ms: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -825,6 +851,7 @@ def run(
     now_ms: Callable[[], int] = system_clock,
     fail_at: str | None = None,
     store: FlushStore | None = None,
+    sink: JobSink | None = None,
 ) -> FlushReport:
     """Flush the buffer into the delta log once.
 
@@ -840,6 +867,7 @@ def run(
         now_ms: The wall clock (epoch ms), for the lease, the flush requests and the retention.
         fail_at: Simulate a crash at one of :data:`FAIL_POINTS` (tests).
         store: The driver's store (defaults to one built from ``config.dynamodb``).
+        sink: Where materialisation jobs go (defaults to S3 + SQS from ``config.publish``).
 
     Returns:
         What the run did.
@@ -895,10 +923,16 @@ def run(
         steps.done("heads")
         steps.point("after_heads")
 
+        committed = plan.watermarks if snapshot_id is not None else watermarks
+        publish_report, published = _publish(config, store, sink, heads, committed, run_id, steps)
+        steps.done("publish")
+
         cleared = store.clear_flush_requests(gateways, started_ms)
         steps.done("requests")
 
-        released = _release(store, config, plan, checkpoint_positions or {}, checkpoint_hlcs, now_ms(), steps)
+        released = _release(
+            store, config, plan, checkpoint_positions or {}, checkpoint_hlcs, published, now_ms(), steps
+        )
         steps.done("release")
         return FlushReport(
             run_id=run_id,
@@ -909,11 +943,55 @@ def run(
             heads_advanced=advanced,
             requests_cleared=cleared,
             released=released,
-            watermarks=plan.watermarks if snapshot_id is not None else watermarks,
+            watermarks=committed,
+            published_jobs=publish_report.jobs,
+            publish_failures=publish_report.failed,
             durations_ms=steps.total(),
         )
     finally:
         store.release_lease(run_id)
+
+
+def _publish(
+    config: FlushConfig,
+    store: FlushStore,
+    sink: JobSink | None,
+    heads: Mapping[ShardId, ShardHead],
+    committed: Mapping[str, int],
+    run_id: str,
+    steps: _Steps,
+) -> tuple[PublishReport, Mapping[str, int] | None]:
+    """Publish what the delta log holds and was not yet published; never fails the flush (but a simulated crash).
+
+    Returns:
+        The report and the published positions that bound the release (None: publishing is off, no bound).
+    """
+    if config.publish is None:
+        return PublishReport(), None
+    before = {s.key: h.published_seq if h.published_seq is not None else h.released_seq for s, h in heads.items()}
+    try:
+        sink = sink or ClaimCheckSink(config.publish)
+        report = publish_flushed(
+            store,
+            sink,
+            heads,
+            committed,
+            run_id=run_id,
+            bucket=config.publish.bucket,
+            publish_all=config.publish.publish_all,
+            range_size=config.publish_range_size,
+            attempts=config.publish.attempts,
+            threads=config.publish.threads,
+            after_first_send=lambda: steps.point("during_publish"),
+        )
+    except InjectedFailure:
+        raise
+    except Exception:
+        log.exception("publishing materialisation jobs failed; the next flush publishes what is missing")
+        if sink is not None:
+            sink.report_failures(1)
+        return PublishReport(failed=1, published=before), before
+    return report, {**before, **report.published}
 
 
 def _renew_lease(store: FlushStore, run_id: str, now_ms: Callable[[], int], ttl_ms: int) -> bool:
@@ -943,17 +1021,20 @@ def _release(
     plan: FlushPlan,
     positions: Mapping[str, int],
     hlcs: Mapping[str, int] | None,
+    published: Mapping[str, int] | None,
     now: int,
     steps: _Steps,
 ) -> int:
-    """Mark and delete the items that are flushed, covered by the checkpoint (position and HLC) and older than the
-    retention."""
+    """Mark and delete the items that are flushed, covered by the checkpoint (position and HLC), older than the
+    retention and, when publishing is on, published (so a range can always be read again to publish it)."""
     retention_hlc = ((now - config.retention_ms) << 16) | 0xFFFF
     deleted = 0
     for shard_plan in plan.shards:
         head = shard_plan.head
         released = head.released_seq
         limit = min(max(head.flushed_seq, shard_plan.end), positions.get(head.shard.key, 0))
+        if published is not None:
+            limit = min(limit, published.get(head.shard.key, 0))
         cutoff_hlc = retention_hlc if hlcs is None else min(retention_hlc, hlcs.get(head.shard.key, 0))
         if limit > released:
             target = store.release_target(head.shard, limit, cutoff_hlc)
