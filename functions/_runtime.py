@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 
-from lakesync.aws.function_settings import Settings
+from lakesync.aws.function_settings import MaterialiseSettings, Settings
 from lakesync.aws.tracing import OptionalTracer
 
 if TYPE_CHECKING:
     from lakesync.aws.secrets import CachedSecrets
     from lakesync.gateway.deps import GatewayDeps
+    from lakesync.gateway.materialise import MaterialiseDeps
 
 SERVICE: Final = "lakesync"
 NAMESPACE: Final = "LakeSync"
@@ -57,6 +58,33 @@ def get_deps() -> GatewayDeps:
     return gateway_deps(get_settings())
 
 
+_materialise_deps: list[MaterialiseDeps] = []
+
+
+def get_materialise_deps() -> MaterialiseDeps:
+    """The materialise consumer's dependencies (:func:`lakesync.aws.wiring.materialise_deps`), built on first use
+    from its own settings (:class:`~lakesync.aws.function_settings.MaterialiseSettings`) unless
+    :func:`use_materialise_deps` gave them; destination connections live as long as the process."""
+    if not _materialise_deps:
+        from lakesync.aws.wiring import materialise_deps
+
+        _materialise_deps.append(materialise_deps(MaterialiseSettings.from_env(os.environ)))
+    return _materialise_deps[0]
+
+
+def use_materialise_deps(deps: MaterialiseDeps) -> None:
+    """Make the materialise handler use ``deps`` (the embedded default adds its local database)."""
+    _close_materialise_deps()
+    _materialise_deps.append(deps)
+
+
+def _close_materialise_deps() -> None:
+    while _materialise_deps:
+        close = getattr(_materialise_deps.pop().destinations, "close", None)
+        if close is not None:
+            close()
+
+
 def jwt_secrets() -> tuple[str, ...]:
     """The secrets tokens may be signed with, primary first.
 
@@ -83,6 +111,7 @@ def reset_runtime() -> None:
     """Forget settings, clients, stores and cached secrets; the next request rebuilds them from the environment."""
     get_settings.cache_clear()
     get_deps.cache_clear()
+    _close_materialise_deps()
     _secret_source.cache_clear()
 
 

@@ -20,8 +20,10 @@ def _cmd_local(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     data_dir = Path(args.data_dir)
-    with LocalStack(data_dir, host=args.host, port=args.port, moto_port=args.moto_port) as stack:
+    stack_options = {"host": args.host, "port": args.port, "moto_port": args.moto_port}
+    with LocalStack(data_dir, materialise_url=args.materialise, **stack_options) as stack:
         print(f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint})", flush=True)
+        print(f"materialising flushed rows into {_masked(stack.materialise_target)}", flush=True)
         print(f"data directory: {data_dir.resolve()}   mint a token: lakesync token --sub me", flush=True)
         scheduler = _lake_scheduler(stack, data_dir, args.lake_interval)
         print("Ctrl-C to stop", flush=True)
@@ -34,6 +36,17 @@ def _cmd_local(args: argparse.Namespace) -> int:
             scheduler.stop()
         print("stopping: saving tables to the data directory", flush=True)
     return 0
+
+
+def _masked(url: str) -> str:
+    """A URL without its password, for printing."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _lake_scheduler(stack: Any, data_dir: Path, interval_s: float) -> Any:
@@ -139,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="run the lake jobs (flush, compact, checkpoint) on local Spark this often and on flush requests;"
         " 0 turns them off (default 300)",
+    )
+    local.add_argument(
+        "--materialise",
+        metavar="URL",
+        default=None,
+        help="database the flushed rows are materialised into: postgresql://..., mysql://..., sqlite:///FILE"
+        " (default: sqlite:///<data-dir>/materialised.db); destinations added with the admin routes get them too",
     )
     local.set_defaults(func=_cmd_local)
 

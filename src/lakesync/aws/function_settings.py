@@ -74,7 +74,7 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "admin": API_ENV_VARS,
     "checkpoint": API_ENV_VARS,
     "flush_trigger": frozenset({FLUSH_JOB_NAME}),
-    "materialise": frozenset({GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
+    "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
     "rotate_secret": frozenset(),
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
@@ -209,12 +209,12 @@ def _optional_int(env: Mapping[str, str], var: str, minimum: int, errors: list[s
     return int(text)
 
 
-def _bucket(raw: str | None, errors: list[str]) -> str | None:
+def _bucket(raw: str | None, errors: list[str], var: str = CHECKPOINT_BUCKET) -> str | None:
     if raw is None:
         return None
     name = raw.strip()
     if not _BUCKET_NAME.fullmatch(name) or ".." in name:
-        errors.append(f"{CHECKPOINT_BUCKET} {raw!r} is not a valid S3 bucket name")
+        errors.append(f"{var} {raw!r} is not a valid S3 bucket name")
     return name
 
 
@@ -237,3 +237,34 @@ def _sub_shards(raw: str | None, errors: list[str]) -> dict[str, int]:
         else:
             shards[table] = n
     return shards
+
+
+@dataclass(frozen=True, slots=True)
+class MaterialiseSettings:
+    """Validated configuration of the ``materialise`` function.
+
+    Attributes:
+        tables: Physical DynamoDB table names (the config table holds destinations and schemas).
+        claim_check_bucket: The bucket of the payloads.
+    """
+
+    tables: TableNames
+    claim_check_bucket: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> MaterialiseSettings:
+        """Read and validate the variables.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        tables = _tables(env, errors)
+        bucket = _bucket(env.get(CLAIM_CHECK_BUCKET), errors, CLAIM_CHECK_BUCKET)
+        if bucket is None:
+            errors.append(f"missing {CLAIM_CHECK_BUCKET}")
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        assert bucket is not None
+        return cls(tables=tables, claim_check_bucket=bucket)

@@ -1,4 +1,4 @@
-"""The gateway services' dependencies on AWS: every port bound to its DynamoDB or S3 adapter."""
+"""The services' dependencies on AWS: every port bound to its DynamoDB, S3 or Secrets Manager adapter."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from lakesync.aws.dynamodb import (
     DynamoDBConfigStore,
     DynamoDBPullBasisReader,
 )
-from lakesync.aws.function_settings import Settings
+from lakesync.aws.function_settings import MaterialiseSettings, Settings
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.materialise import MaterialiseDeps
 
 
 def gateway_deps(settings: Settings) -> GatewayDeps:
@@ -25,4 +26,19 @@ def gateway_deps(settings: Settings) -> GatewayDeps:
         settings=settings.gateway_settings(),
         objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
         pull_basis=DynamoDBPullBasisReader(client, settings.tables),
+    )
+
+
+def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:
+    """The consumer's dependencies: the claim-check bucket, the config store and the configured destinations (their
+    secrets read from Secrets Manager)."""
+    from lakesync.aws.destinations import ConfiguredDestinations
+    from lakesync.aws.secrets import secretsmanager_client
+
+    config = DynamoDBConfigStore(dynamodb_client(), settings.tables)
+    return MaterialiseDeps(
+        payloads=S3ObjectStore(settings.claim_check_bucket),
+        bucket=settings.claim_check_bucket,
+        config=config,
+        destinations=ConfiguredDestinations(config, secretsmanager_client),
     )

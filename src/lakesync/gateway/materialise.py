@@ -21,10 +21,18 @@ from lakesync.core.schema import TableSchema
 from lakesync.ports import ApplyStats, ConfigStore, Destination, ObjectStore
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedDestinations:
+    """The destinations of a job: those open, and by name those that could not be opened."""
+
+    opened: Sequence[Destination]
+    failures: Mapping[str, LakeSyncError] = field(default_factory=dict)
+
+
 class DestinationProvider(Protocol):
     """The destinations a job of ``gateway``/``table`` goes to (connections opened and cached by the provider)."""
 
-    def destinations(self, gateway: str, table: str) -> Sequence[Destination]:
+    def destinations(self, gateway: str, table: str) -> ResolvedDestinations:
         """Open (or reuse) the destinations configured for ``gateway`` that take ``table``.
 
         Raises:
@@ -108,12 +116,12 @@ def materialise_job(deps: MaterialiseDeps, body: str) -> JobOutcome:
     schemas = _schemas_of(deps.config.get_schemas(job.gateway), job.table)
     if not schemas:
         return JobOutcome(job, skipped=f"no schema for table {job.table!r}")
-    destinations = deps.destinations.destinations(job.gateway, job.table)
-    if not destinations:
+    resolved = deps.destinations.destinations(job.gateway, job.table)
+    if not resolved.opened and not resolved.failures:
         return JobOutcome(job, skipped=f"no destination for table {job.table!r}")
     applied: dict[str, DestinationOutcome] = {}
-    failures: dict[str, LakeSyncError] = {}
-    for destination in destinations:
+    failures: dict[str, LakeSyncError] = dict(resolved.failures)
+    for destination in resolved.opened:
         for schema in schemas:
             label = f"{destination.name}/{schema.table}"
             started = time.perf_counter()
@@ -145,5 +153,6 @@ __all__ = [
     "JobOutcome",
     "MaterialiseDeps",
     "MaterialiseFailed",
+    "ResolvedDestinations",
     "materialise_job",
 ]

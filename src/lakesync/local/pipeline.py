@@ -77,12 +77,15 @@ def run_pipeline(
     )
     flushed = flush.run(
         spark,
-        flush.FlushConfig(dynamodb=dynamo, gateways=gateways),
+        flush.FlushConfig(dynamodb=dynamo, gateways=gateways, publish=stack.publish_config()),
         checkpoint_positions=bounds.positions,
         checkpoint_hlcs=bounds.hlcs,
     )
     seconds["flush"] = time.perf_counter() - started
-    say(f"   flush: {flushed.deltas} deltas from {flushed.shards} shard(s) into the Iceberg delta log")
+    say(
+        f"   flush: {flushed.deltas} deltas from {flushed.shards} shard(s) into the Iceberg delta log;"
+        f" {flushed.published_jobs} materialisation job(s) published"
+    )
 
     started = time.perf_counter()
     config_store = DynamoDBConfigStore(dynamo.client(), names)

@@ -13,11 +13,15 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from lakesync.api_routes import find_route
 from lakesync.local.front import LocalFront
+from lakesync.local.materialiser import MAX_RECEIVE_COUNT, LocalMaterialiser
 from lakesync.local.moto import MotoServer
+
+if TYPE_CHECKING:
+    from lakesync.aws.publish import PublishConfig
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +29,10 @@ TABLE_PREFIX = "lakesync"
 SECRET_FILE = "jwt-secret"
 SNAPSHOT_FILE = "dynamodb.json"
 CHECKPOINT_BUCKET = "lakesync-checkpoints"
+CLAIM_CHECK_BUCKET = "lakesync-claim-check"
+MATERIALISE_QUEUE = "lakesync-materialise"
+MATERIALISE_DLQ = "lakesync-materialise-dlq"
+MATERIALISED_DB = "materialised.db"
 
 
 def load_or_create_secret(data_dir: Path) -> str:
@@ -69,6 +77,11 @@ class LocalStack:
     gateway_ids: tuple[str, ...] = ("default",)
     persist: bool = True
     extra_env: dict[str, str] = field(default_factory=dict)
+    materialise_url: str | None = None
+    materialise: bool = True
+    queue_url: str = ""
+    dead_letter_url: str = ""
+    materialiser: LocalMaterialiser | None = None
     _moto: MotoServer | None = None
     _front: LocalFront | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
@@ -102,6 +115,7 @@ class LocalStack:
             "LAKESYNC_JWT_SECRET": self.secret,
             "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
             "LAKESYNC_CHECKPOINT_BUCKET": CHECKPOINT_BUCKET,
+            "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET,
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "lakesync",
             "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
@@ -127,8 +141,79 @@ class LocalStack:
             logger.info("restored %d items from %s", count, snapshot)
         # Checkpoints live in moto's memory only: the checkpoint job cuts them again from the lake.
         create_bucket(s3_client(**self._moto.aws().client_kwargs()), CHECKPOINT_BUCKET)
+        self._start_materialisation()
         self._front = LocalFront(route_request, self.host, self.port).start()
         return self
+
+    @property
+    def materialise_target(self) -> str:
+        """Where the local materialiser writes rows: ``--materialise URL`` or ``<data-dir>/materialised.db``."""
+        return self.materialise_url or f"sqlite:///{(self.data_dir / MATERIALISED_DB).resolve()}"
+
+    def _start_materialisation(self) -> None:
+        """The claim-check bucket, the queue with its dead-letter queue, and the consumer on its own thread."""
+        import json
+
+        from lakesync.aws.objects import create_bucket, s3_client
+
+        kwargs = self.aws_kwargs()
+        create_bucket(s3_client(**kwargs), CLAIM_CHECK_BUCKET)
+        sqs = self.sqs_client()
+        self.dead_letter_url = sqs.create_queue(QueueName=MATERIALISE_DLQ)["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=self.dead_letter_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}
+        self.queue_url = sqs.create_queue(
+            QueueName=MATERIALISE_QUEUE,
+            Attributes={"VisibilityTimeout": "60", "RedrivePolicy": json.dumps(redrive)},
+        )["QueueUrl"]
+        if not self.materialise:
+            return
+        from functions._runtime import use_materialise_deps
+        from functions.materialise import lambda_handler
+        from lakesync import sql
+        from lakesync.aws.destinations import ConfiguredDestinations
+        from lakesync.aws.dynamodb import DynamoDBConfigStore
+        from lakesync.aws.objects import S3ObjectStore
+        from lakesync.aws.secrets import secretsmanager_client
+        from lakesync.aws.tables import TableNames
+        from lakesync.gateway.materialise import MaterialiseDeps
+
+        local = sql.connect(self.materialise_target, name="local")
+        config = DynamoDBConfigStore(self.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX))
+        use_materialise_deps(
+            MaterialiseDeps(
+                payloads=S3ObjectStore(CLAIM_CHECK_BUCKET, s3_client(**kwargs)),
+                bucket=CLAIM_CHECK_BUCKET,
+                config=config,
+                destinations=ConfiguredDestinations(
+                    config, lambda: secretsmanager_client(**kwargs), extra=[local], config_ttl_s=2.0
+                ),
+            )
+        )
+        self.materialiser = LocalMaterialiser(sqs, self.queue_url, lambda_handler).start()
+
+    def sqs_client(self) -> Any:
+        """A boto3 SQS client for the local moto server."""
+        import boto3
+
+        return boto3.client("sqs", **self.aws_kwargs())  # type: ignore[call-overload]
+
+    def publish_config(self) -> PublishConfig:
+        """Where the local flush publishes materialisation jobs (every gateway: the local database takes all)."""
+        from lakesync.aws.publish import PublishConfig
+
+        kwargs = self.aws_kwargs()
+        return PublishConfig(
+            CLAIM_CHECK_BUCKET,
+            self.queue_url,
+            publish_all=True,
+            endpoint_url=kwargs["endpoint_url"],
+            region=kwargs["region_name"],
+            access_key_id=kwargs["aws_access_key_id"],
+            secret_access_key=kwargs["aws_secret_access_key"],
+        )
 
     def aws_kwargs(self) -> dict[str, str]:
         """boto3 client arguments (endpoint, region, fake credentials) for the local moto server."""
@@ -150,6 +235,12 @@ class LocalStack:
         if self._front is not None:
             self._front.stop()
             self._front = None
+        if self.materialiser is not None:
+            self.materialiser.stop()
+            self.materialiser = None
+            from functions._runtime import reset_runtime
+
+            reset_runtime()  # closes the destinations
         if self._moto is not None:
             if self.persist:
                 count = dump_tables(
