@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lakesync.core.delta import RowDelta
+from lakesync.core.destinations import DestinationConfig
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
 from lakesync.gateway.model import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
@@ -79,7 +80,7 @@ class PullBasisReader(Protocol):
 
 
 class ConfigStore(Protocol):
-    """Per-gateway configuration: sync rules, table schemas, flush requests."""
+    """Per-gateway configuration: sync rules, table schemas, flush requests, materialisation destinations."""
 
     def get_sync_rules(self, gateway: str) -> SyncRules | None:
         """The gateway's sync rules, or ``None`` when none are stored."""
@@ -103,6 +104,22 @@ class ConfigStore(Protocol):
 
     def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
         """Pending flush requests, oldest first."""
+        ...
+
+    def list_destinations(self, gateway: str) -> list[DestinationConfig]:
+        """The gateway's materialisation destinations, sorted by name."""
+        ...
+
+    def add_destination(self, gateway: str, config: DestinationConfig) -> None:
+        """Register a materialisation destination; atomic, so of two concurrent adds of one name exactly one wins.
+
+        Raises:
+            AlreadyExistsError: the gateway already has a destination named ``config.name`` (nothing changes).
+        """
+        ...
+
+    def remove_destination(self, gateway: str, name: str) -> bool:
+        """Drop the destination ``name``; ``False`` when the gateway has none of that name."""
         ...
 
 

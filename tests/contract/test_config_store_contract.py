@@ -1,11 +1,17 @@
 """The ConfigStore contract (lakesync.ports.ConfigStore), one suite for the in-memory and the DynamoDB adapter (on
-the moto server): sync rules per gateway, schema versions guarded by the expected version, and flush requests listed
-oldest first without losing any."""
+the moto server): sync rules per gateway, schema versions guarded by the expected version, flush requests listed
+oldest first without losing any, and materialisation destinations (unique names, race-safe adds, sorted lists)."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import pytest
 
+from lakesync.core.destinations import DestinationConfig, parse_destination
+from lakesync.core.errors import AlreadyExistsError
 from lakesync.core.rules import parse_sync_rules, pass_all_rules, user_scoped_rules
 from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.memory import InMemoryConfigStore
@@ -107,3 +113,103 @@ def test_config_flush_requests_without_id_or_time_are_all_kept(store: ConfigStor
     store.request_flush(gw, second)
     listed = store.list_flush_requests(gw)
     assert sorted(listed, key=lambda r: r["shard"]) == sorted([first, second], key=lambda r: r["shard"])
+
+
+# -- materialisation destinations ----------------------------------------------------------------------------------
+
+ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:lakesync/pg-AbCdEf"
+
+
+def _destination(name: str, **fields: object) -> DestinationConfig:
+    return parse_destination({"name": name, "type": "postgres", "secretArn": ARN, **fields})
+
+
+def test_config_destinations_round_trip_sorted_by_name(store: ConfigStore, gw: str) -> None:
+    assert store.list_destinations(gw) == []
+    # Given destinations added out of order, with every optional field in use
+    added = [
+        _destination("warehouse", url="postgresql://db.internal:5432/wh", tables=["todos", "notes"]),
+        parse_destination({"name": "Analytics-1", "type": "bigquery", "url": "bigquery://my-project/ds"}),
+        parse_destination({"name": "local_db", "type": "sqlite", "url": "sqlite:///var/lakesync/a%C3%BC.db"}),
+        _destination("0first"),
+    ]
+    for config in added:
+        store.add_destination(gw, config)
+    # Then they are listed by name, equal to what was added
+    assert store.list_destinations(gw) == sorted(added, key=lambda c: c.name)
+    assert [c.name for c in store.list_destinations(gw)] == ["0first", "Analytics-1", "local_db", "warehouse"]
+
+
+def test_config_destination_names_are_unique_per_gateway(store: ConfigStore, gw: str) -> None:
+    first = _destination("pg", tables=["todos"])
+    store.add_destination(gw, first)
+    # When a second destination of the same name is added, Then AlreadyExistsError and the first is kept
+    with pytest.raises(AlreadyExistsError) as caught:
+        store.add_destination(gw, _destination("pg", url="postgresql://other/db"))
+    assert caught.value.message == 'Destination "pg" already exists'
+    assert (caught.value.status, caught.value.to_body()["code"]) == (409, "VALIDATION_ERROR")
+    assert store.list_destinations(gw) == [first]
+    # Names are case-sensitive, and another gateway has its own names
+    store.add_destination(gw, _destination("PG"))
+    store.add_destination(gw + "-b", _destination("pg"))
+    assert [c.name for c in store.list_destinations(gw)] == ["PG", "pg"]
+    assert store.list_destinations(gw + "-b") == [_destination("pg")]
+    assert store.list_destinations(gw + "-c") == []
+
+
+def test_config_destinations_are_removed_by_name(store: ConfigStore, gw: str) -> None:
+    store.add_destination(gw, _destination("a"))
+    store.add_destination(gw, _destination("b"))
+    store.add_destination(gw + "-b", _destination("a"))
+    # When one is removed, Then only it is gone; removing it again (or an unknown name) reports False
+    assert store.remove_destination(gw, "a") is True
+    assert store.remove_destination(gw, "a") is False
+    assert store.remove_destination(gw, "nope") is False
+    assert store.remove_destination(gw + "-c", "b") is False
+    assert store.list_destinations(gw) == [_destination("b")]
+    assert store.list_destinations(gw + "-b") == [_destination("a")]
+    # And the name can be registered again
+    store.add_destination(gw, _destination("a", tables=["notes"]))
+    assert store.list_destinations(gw) == [_destination("a", tables=["notes"]), _destination("b")]
+
+
+def test_config_concurrent_adds_of_one_name_have_one_winner(store: ConfigStore, gw: str) -> None:
+    # Given 8 writers adding the same name at once, each with its own config
+    candidates = [_destination("race", tables=[f"t{i}"]) for i in range(8)]
+    barrier = threading.Barrier(len(candidates))
+
+    def add(config: DestinationConfig) -> bool:
+        barrier.wait()
+        try:
+            store.add_destination(gw, config)
+        except AlreadyExistsError:
+            return False
+        return True
+
+    with ThreadPoolExecutor(len(candidates)) as pool:
+        won = list(pool.map(add, candidates))
+    # Then exactly one succeeds and its config is the stored one
+    assert won.count(True) == 1
+    assert store.list_destinations(gw) == [candidates[won.index(True)]]
+
+
+def test_config_destinations_leave_rules_schemas_and_flush_requests_alone(store: ConfigStore, gw: str) -> None:
+    store.add_destination(gw, _destination("pg"))
+    assert store.get_sync_rules(gw) is None
+    assert store.get_schemas(gw) == {}
+    assert store.list_flush_requests(gw) == []
+    store.put_schema(gw, _schema("todos", "title"), 1, 0)
+    store.request_flush(gw, {"id": "r", "reason": "admin", "atMs": 1})
+    assert store.list_destinations(gw) == [_destination("pg")]
+
+
+def test_config_destinations_stay_outside_the_pull_basis_range(contract_dynamodb: Any, gw: str) -> None:
+    # The pull reads sk rules..shard$ in one Query; dest# keys sort before it, so a destination is not read there
+    from lakesync.aws.dynamodb import DynamoDBConfigStore, DynamoDBPullBasisReader, destination_key
+
+    assert destination_key("zzzz") < "rules"
+    store = DynamoDBConfigStore(*contract_dynamodb)
+    store.put_sync_rules(gw, pass_all_rules())
+    store.add_destination(gw, _destination("zzzz"))
+    basis = DynamoDBPullBasisReader(*contract_dynamodb).read_pull_basis(gw)
+    assert basis.rules == pass_all_rules() and basis.shards == ()

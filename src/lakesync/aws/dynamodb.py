@@ -22,7 +22,8 @@ from botocore.exceptions import ClientError
 
 from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
 from lakesync.core.canonical import JsonValue
-from lakesync.core.errors import StorageError
+from lakesync.core.destinations import DestinationConfig, parse_destination
+from lakesync.core.errors import AlreadyExistsError, StorageError, ValidationError
 from lakesync.core.merge import RowState, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -77,6 +78,16 @@ def registry_key(shard: ShardId) -> str:
 def registry_shard(key: str) -> ShardId:
     """Inverse of :func:`registry_key`."""
     return ShardId.parse(key.removeprefix(REGISTRY_PREFIX))
+
+
+DESTINATION_PREFIX = "dest#"
+"""Sort-key prefix of the materialisation destinations in the config table (``dest#{name}``); it sorts before
+``rules``, so destinations stay outside the pull's ``rules``..``shard$`` range."""
+
+
+def destination_key(name: str) -> str:
+    """The config-table sort key of the destination ``name``."""
+    return f"{DESTINATION_PREFIX}{name}"
 
 
 def _s(value: str) -> dict[str, str]:
@@ -501,6 +512,49 @@ class DynamoDBConfigStore:
             ConsistentRead=True,
         )
         return [json.loads(item["doc"]["S"]) for item in items]
+
+    def list_destinations(self, gateway: str) -> list[DestinationConfig]:
+        configs = []
+        for item in _query_all(
+            self._db,
+            TableName=self._t.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(DESTINATION_PREFIX)},
+            ConsistentRead=True,
+        ):
+            try:
+                configs.append(parse_destination(json.loads(item["doc"]["S"])))
+            except (ValidationError, ValueError) as exc:  # written by add_destination, so never expected
+                raise StorageError(f"Stored destination {item['sk']['S']!r} is invalid") from exc
+        return sorted(configs, key=lambda c: c.name)
+
+    def add_destination(self, gateway: str, config: DestinationConfig) -> None:
+        try:
+            self._db.put_item(
+                TableName=self._t.config,
+                Item={
+                    "gw": _s(gateway),
+                    "sk": _s(destination_key(config.name)),
+                    "doc": _s(_dumps(config.to_json())),
+                },
+                # The condition makes the add race-safe: of two concurrent adds of one name exactly one wins.
+                ConditionExpression="attribute_not_exists(sk)",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise AlreadyExistsError(f'Destination "{config.name}" already exists') from exc
+            raise _client_error(exc, "PutItem") from exc
+
+    def remove_destination(self, gateway: str, name: str) -> bool:
+        try:
+            out = self._db.delete_item(
+                TableName=self._t.config,
+                Key={"gw": _s(gateway), "sk": _s(destination_key(name))},
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "DeleteItem") from exc
+        return bool(out.get("Attributes"))
 
 
 class DynamoDBPullBasisReader:

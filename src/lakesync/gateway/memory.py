@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from lakesync.core.destinations import DestinationConfig
+from lakesync.core.errors import AlreadyExistsError
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
 from lakesync.gateway.model import (
@@ -142,6 +144,7 @@ class InMemoryConfigStore:
         self._rules: dict[str, SyncRules] = {}
         self._schemas: dict[str, dict[str, tuple[TableSchema, int]]] = {}
         self._flush_requests: dict[str, list[dict[str, Any]]] = {}
+        self._destinations: dict[str, dict[str, DestinationConfig]] = {}
 
     def get_sync_rules(self, gateway: str) -> SyncRules | None:
         with self._lock:
@@ -170,6 +173,22 @@ class InMemoryConfigStore:
     def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._flush_requests.get(gateway, []))
+
+    def list_destinations(self, gateway: str) -> list[DestinationConfig]:
+        with self._lock:
+            found = self._destinations.get(gateway, {})
+            return [found[name] for name in sorted(found)]
+
+    def add_destination(self, gateway: str, config: DestinationConfig) -> None:
+        with self._lock:
+            found = self._destinations.setdefault(gateway, {})
+            if config.name in found:
+                raise AlreadyExistsError(f'Destination "{config.name}" already exists')
+            found[config.name] = config
+
+    def remove_destination(self, gateway: str, name: str) -> bool:
+        with self._lock:
+            return self._destinations.get(gateway, {}).pop(name, None) is not None
 
 
 class InMemoryActionStore:
