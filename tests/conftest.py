@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,66 @@ def dynamodb_tables(dynamodb_client: Any) -> Any:
     names = TableNames.with_prefix(f"t{uuid.uuid4().hex[:10]}")
     create_tables(dynamodb_client, names)
     return names
+
+
+@dataclass
+class ClaimCheck:
+    """A claim-check bucket and a materialisation queue (with its DLQ, maxReceiveCount 5) on the moto server."""
+
+    endpoint: str
+    bucket: str
+    queue_url: str
+    dead_letter_url: str
+    s3: Any
+    sqs: Any
+
+    def publish_config(self, *, publish_all: bool = True, attempts: int = 3) -> Any:
+        from lakesync.aws.publish import PublishConfig
+
+        return PublishConfig(
+            self.bucket,
+            self.queue_url,
+            publish_all=publish_all,
+            endpoint_url=self.endpoint,
+            region=FAKE_AWS["region_name"],
+            access_key_id=FAKE_AWS["aws_access_key_id"],
+            secret_access_key=FAKE_AWS["aws_secret_access_key"],
+            attempts=attempts,
+        )
+
+    def receive_all(self, queue_url: str | None = None) -> list[dict[str, Any]]:
+        """Every message now on the queue (received and deleted)."""
+        url = queue_url or self.queue_url
+        out: list[dict[str, Any]] = []
+        while True:
+            got = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+            if not got:
+                return out
+            out.extend(got)
+            self.sqs.delete_message_batch(
+                QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+            )
+
+
+@pytest.fixture
+def claim_check(moto_endpoint: str) -> ClaimCheck:
+    """A fresh bucket and queue pair for one test."""
+    import uuid
+
+    import boto3
+
+    suffix = uuid.uuid4().hex[:10]
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, **FAKE_AWS)
+    sqs = boto3.client("sqs", endpoint_url=moto_endpoint, **FAKE_AWS)
+    bucket = f"claim-{suffix}"
+    s3.create_bucket(Bucket=bucket)
+    dlq = sqs.create_queue(QueueName=f"dlq-{suffix}")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    queue = sqs.create_queue(
+        QueueName=f"mat-{suffix}",
+        Attributes={
+            "VisibilityTimeout": "30",
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
+        },
+    )["QueueUrl"]
+    return ClaimCheck(moto_endpoint, bucket, queue, dlq, s3, sqs)

@@ -31,6 +31,7 @@ from lakesync.core.checkpoint import checkpoint_id, latest_key
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
 from lakesync.core.hlc import HLC, system_clock
+from lakesync.core.materialise import MaterialiseJob, decode_payload
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
 from lakesync.gateway.checkpoint import load_manifest, write_checkpoint
@@ -201,6 +202,17 @@ def assert_exactly_once(spark: SparkSession, config: FlushConfig, deps: GatewayD
         assert head.flushed_bytes == head.bytes_total
     marks, _ = read_watermarks(spark, config.table)
     assert marks == {s.key: h.seq for s, h in heads.items()}
+
+
+def published_keys(claim_check: Any) -> set[EntryKey]:
+    """(shard, seq) of every entry in the materialisation jobs now on the queue (payloads checked), consumed."""
+    out = set()
+    for message in claim_check.receive_all():
+        job = MaterialiseJob.from_message(message["Body"])
+        data = claim_check.s3.get_object(Bucket=job.bucket, Key=job.key)["Body"].read()
+        assert len(decode_payload(job, data)) == job.hi - job.lo
+        out |= {(job.shard, seq) for seq in range(job.lo + 1, job.hi + 1)}
+    return out
 
 
 def later(ms: int) -> Any:
@@ -409,15 +421,17 @@ def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
 
 @pytest.mark.spark
 def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, claim_check: Any
 ) -> None:
-    # Given a first flush
+    # Given a first flush, publishing materialisation jobs
     writer = Writer(deps)
     writer.push("gw1", 40)
     writer.push("gw2", 10)
-    run(spark, config)
+    flush = replace(config, retention_ms=0, range_size=5000, publish=claim_check.publish_config(), publish_range_size=7)
+    run(spark, flush)
     expected = buffer_keys(deps)
-    flush = replace(config, retention_ms=0, range_size=5000)
+    published = published_keys(claim_check)
+    assert published == expected
     for point in FAIL_POINTS:
         # Given more pushes, a flush request, and a checkpoint covering everything so far
         writer.push("gw1", 20)
@@ -443,6 +457,12 @@ def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
         # And the items covered by the checkpoint were released, the rest kept
         assert buffer_keys(deps) == {k for k in expected if k[1] > positions.get(k[0], 0)}, point
         assert {s.key: h.released_seq for s, h in all_heads(deps).items()} == positions, point
+        # And every entry was published for materialisation, each in a payload that holds it
+        published |= published_keys(claim_check)
+        assert published == expected, point
+        assert {s.key: h.published_seq for s, h in all_heads(deps).items()} == {
+            s.key: h.seq for s, h in all_heads(deps).items()
+        }
 
 
 @pytest.mark.spark
@@ -794,3 +814,49 @@ def test_glue_flush_path_with_checkpoint_bucket_releases_exactly_the_covered_ent
         assert (head.released_seq, head.released_hlc) == (
             (gone[-1], log[(shard.key, gone[-1])][-1]) if gone else (0, 0)
         )
+
+
+class _BrokenSink:
+    """A sink whose every payload write fails (S3 down)."""
+
+    def __init__(self) -> None:
+        self.reported: list[int] = []
+
+    def put_payload(self, key: str, data: bytes) -> None:
+        raise OSError("S3 unavailable")
+
+    def send(self, job: MaterialiseJob) -> None:
+        raise AssertionError("nothing may be sent without its payload")
+
+    def report_failures(self, count: int) -> None:
+        self.reported.append(count)
+
+
+@pytest.mark.spark
+def test_flush_whose_publishing_fails_still_commits_keeps_unpublished_items_and_a_rerun_publishes_them(
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, claim_check: Any
+) -> None:
+    # Given entries, a checkpoint covering them, and S3 failing for the publisher
+    writer = Writer(deps)
+    writer.push("gw1", 30)
+    expected = buffer_keys(deps)
+    positions = {s.key: h.seq for s, h in all_heads(deps).items()}
+    flush = replace(config, retention_ms=0, publish=claim_check.publish_config(attempts=2))
+    broken = _BrokenSink()
+
+    # When the flush runs
+    report = run(spark, flush, checkpoint_positions=positions, now_ms=later(HOUR_MS), sink=broken)
+
+    # Then it committed every entry and reported the publishing failure for the alarm, without raising
+    assert set(lake_log(spark, config)) == expected
+    assert report.publish_failures > 0 and sum(broken.reported) == report.publish_failures
+    assert report.published_jobs == 0 and claim_check.receive_all() == []
+    # And nothing unpublished was released, so it can still be published
+    assert buffer_keys(deps) == expected and report.released == 0
+
+    # When the next run has a working publisher
+    report = run(spark, flush, checkpoint_positions=positions, now_ms=later(HOUR_MS))
+    # Then everything is published and then released
+    assert published_keys(claim_check) == expected
+    assert report.snapshot_id is None and report.published_jobs >= 1
+    assert buffer_keys(deps) == set()
