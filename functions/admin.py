@@ -1,4 +1,5 @@
-"""Admin routes (role ``admin``): sync rules, table schemas, flush requests and buffer metrics per gateway."""
+"""Admin routes (role ``admin``): sync rules, table schemas, flush requests, buffer metrics and materialisation
+destinations per gateway."""
 
 from __future__ import annotations
 
@@ -58,6 +59,28 @@ def buffer_metrics(gw: str) -> Response:
     """Buffer figures, in total and per table."""
     http.authorize(app, gw, admin=True)
     return http.json_response(service.metrics(get_deps(), gw))
+
+
+@app.get("/v1/admin/materialise/{gw}")
+def list_destinations(gw: str) -> Response:
+    """The materialisation destinations, by name: 200 ``{"destinations": [...]}``."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(service.list_destinations(get_deps(), gw))
+
+
+@app.post("/v1/admin/materialise/{gw}")
+def register_destination(gw: str) -> Response:
+    """Validate and register a destination; 200 ``{"registered": true, "name"}``, 400 invalid, 409 name taken."""
+    http.authorize(app, gw, admin=True)
+    document = edge.parse_json(http.read_body(app))
+    return http.json_response(service.register_destination(get_deps(), gw, document))
+
+
+@app.delete("/v1/admin/materialise/{gw}/{name}")
+def unregister_destination(gw: str, name: str) -> Response:
+    """Remove a destination; 200 ``{"unregistered": true, "name"}``, 404 unknown."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(service.unregister_destination(get_deps(), gw, name))
 
 
 @one_at_a_time

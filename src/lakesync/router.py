@@ -78,7 +78,7 @@ class Response:
 
 
 class Router:
-    """Routes API Gateway v2 events to the functions registered with :meth:`get` / :meth:`post`."""
+    """Routes API Gateway v2 events to the functions registered with :meth:`get` / :meth:`post` / :meth:`delete`."""
 
     def __init__(
         self,
@@ -110,6 +110,10 @@ class Router:
     def post(self, path: str) -> Callable[[_H], _H]:
         """Register a POST route; ``path`` names parameters as ``{name}``."""
         return self._register("POST", path)
+
+    def delete(self, path: str) -> Callable[[_H], _H]:
+        """Register a DELETE route; ``path`` names parameters as ``{name}``."""
+        return self._register("DELETE", path)
 
     def _register(self, method: str, path: str) -> Callable[[_H], _H]:
         def decorate(handler: _H) -> _H:

@@ -1,5 +1,6 @@
 """Admin routes through functions.admin.lambda_handler: every route's happy path from its sample event, the admin
-role, and invalid documents (400, nothing stored).
+role, and invalid documents (400, nothing stored); materialisation destinations registered, listed and unregistered
+(409 / 404), a DELETE through the local HTTP front, and no credential in any response or log line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ ADMIN_EVENTS = [
     "admin_schema_get",
     "admin_flush",
     "admin_metrics",
+    "admin_materialise_get",
+    "admin_materialise_post",
+    "admin_materialise_delete",
 ]
 
 
@@ -95,8 +99,22 @@ def test_admin_routes_refuse_admins_of_other_gateways(api, name):
         ("admin_schema_post", '{"table": "1bad", "columns": []}', 400, "SCHEMA_ERROR"),
         ("admin_schema_post", '{"columns": []}', 400, "SCHEMA_ERROR"),
         ("admin_schema_post", "null", 400, "SCHEMA_ERROR"),
+        ("admin_materialise_post", "{", 400, "VALIDATION_ERROR"),
+        ("admin_materialise_post", "[]", 400, "VALIDATION_ERROR"),
+        ("admin_materialise_post", '{"name": "a", "type": "postgres"}', 400, "VALIDATION_ERROR"),
+        ("admin_materialise_post", '{"name": "a", "type": "sqlite", "url": "x", "extra": 1}', 400, "VALIDATION_ERROR"),
     ],
-    ids=["rules-json", "rules-invalid", "schema-table", "schema-missing", "schema-null"],
+    ids=[
+        "rules-json",
+        "rules-invalid",
+        "schema-table",
+        "schema-missing",
+        "schema-null",
+        "dest-json",
+        "dest-array",
+        "dest-no-secret",
+        "dest-unknown-field",
+    ],
 )
 def test_admin_invalid_documents_are_400_and_not_stored(api, name, raw, status, code):
     reply = api.call(admin_fn, api.event(name, token=api.admin_token(), body=raw))
@@ -109,3 +127,143 @@ def test_admin_schema_unsafe_evolution_is_400(api):
     retyped = {"table": "todos", "columns": [{"name": "title", "type": "number"}]}
     reply = api.call(admin_fn, api.event("admin_schema_post", token=api.admin_token(), body=retyped))
     assert reply.status == 400 and reply.json()["code"] == "SCHEMA_ERROR"
+
+
+# -- materialisation destinations ----------------------------------------------------------------------------------
+
+
+def _delete_event(api, name: str, token: str) -> dict:
+    event = api.event("admin_materialise_delete", token=token)
+    event["rawPath"] = event["requestContext"]["http"]["path"] = f"/v1/admin/materialise/default/{name}"
+    event["pathParameters"] = {"gw": "default", "name": name}
+    return event
+
+
+def test_admin_materialise_register_list_unregister(api):
+    document = json.loads(api.event("admin_materialise_post")["body"])
+    # Given the sample destination registered
+    registered = api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token()))
+    listed = api.call(admin_fn, api.event("admin_materialise_get", token=api.admin_token()))
+    # Then it is listed as sent
+    assert (registered.status, registered.json()) == (200, {"registered": True, "name": "analytics"})
+    assert (listed.status, listed.json()) == (200, {"destinations": [document]})
+    assert listed.headers["Cache-Control"] == "no-store"
+    # When it is unregistered, Then the list is empty and a second DELETE is 404
+    removed = api.call(admin_fn, api.event("admin_materialise_delete", token=api.admin_token()))
+    assert (removed.status, removed.json()) == (200, {"unregistered": True, "name": "analytics"})
+    listed = api.call(admin_fn, api.event("admin_materialise_get", token=api.admin_token()))
+    assert listed.json() == {"destinations": []}
+    again = api.call(admin_fn, api.event("admin_materialise_delete", token=api.admin_token()))
+    assert (again.status, again.json()) == (404, {"error": 'Destination "analytics" not found', "code": "NOT_FOUND"})
+    assert api.items()["config"] == 0
+
+
+def test_admin_materialise_lists_destinations_by_name(api):
+    for name in ("zeta", "Alpha", "beta"):
+        body = {"name": name, "type": "sqlite", "url": f"sqlite:///data/{name}.db"}
+        assert api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token(), body=body)).status == 200
+    listed = api.call(admin_fn, api.event("admin_materialise_get", token=api.admin_token())).json()
+    assert [d["name"] for d in listed["destinations"]] == ["Alpha", "beta", "zeta"]
+    # Another gateway's admin sees only its own (none)
+    other = api.event("admin_materialise_get", token=api.admin_token(gw="other"), gateway="other")
+    assert api.call(admin_fn, other).json() == {"destinations": []}
+
+
+def test_admin_materialise_name_taken_is_409(api):
+    api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token()))
+    before = api.items()
+    body = {"name": "analytics", "type": "sqlite", "url": "sqlite:///other.db"}
+    reply = api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token(), body=body))
+    assert (reply.status, reply.json()) == (
+        409,
+        {"error": 'Destination "analytics" already exists', "code": "VALIDATION_ERROR"},
+    )
+    assert api.items() == before
+    assert api.call(admin_fn, api.event("admin_materialise_get", token=api.admin_token())).json() == {
+        "destinations": [json.loads(api.event("admin_materialise_post")["body"])]
+    }
+
+
+@pytest.mark.parametrize("name", ["nope", "a%20b", "x" * 300, "..%2Frules"])
+def test_admin_materialise_unknown_destination_is_404(api, name):
+    reply = api.call(admin_fn, _delete_event(api, name, api.admin_token()))
+    assert reply.status == 404 and reply.json()["code"] == "NOT_FOUND"
+    assert reply.json()["error"].startswith('Destination "') and reply.json()["error"].endswith('" not found')
+    assert len(reply.json()["error"]) < 100
+
+
+def test_admin_materialise_delete_with_a_client_token_keeps_the_destination(api):
+    api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token()))
+    reply = api.call(admin_fn, api.event("admin_materialise_delete", token=api.token()))
+    assert reply.status == 403
+    assert (
+        len(api.call(admin_fn, api.event("admin_materialise_get", token=api.admin_token())).json()["destinations"]) == 1
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:Hunter2-Secret@db.internal:5432/app",
+        "postgresql://db.internal:5432/app?sslmode=require&password=Hunter2-Secret",
+        "mysql://db.internal/app?auth_token=Hunter2-Secret",
+    ],
+)
+def test_admin_materialise_credentials_are_refused_and_never_echoed_or_logged(api, capsys, caplog, url):
+    # Given a destination whose url carries a password
+    body = {"name": "leaky", "type": "postgres" if url.startswith("postgres") else "mysql", "url": url}
+    reply = api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token(), body=body))
+    # Then it is refused pointing to secretArn, nothing is stored, and the password is nowhere in the reply or logs
+    assert reply.status == 400 and reply.json()["code"] == "VALIDATION_ERROR"
+    assert "secretArn" in reply.json()["error"]
+    assert api.items()["config"] == 0
+    logged = capsys.readouterr()
+    for text in (reply.body.decode(), json.dumps(reply.headers), logged.out, logged.err, caplog.text):
+        assert "Hunter2" not in text
+    assert "request rejected" in logged.out + caplog.text  # the rejection is logged (the check above is not vacuous)
+
+
+def test_admin_materialise_responses_and_logs_hold_no_secret_values(api, capsys, caplog):
+    # A stored destination is returned as its ARN and a password-free url only; the logs carry neither body
+    api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token()))
+    listed = api.call(admin_fn, api.event("admin_materialise_get", token=api.admin_token()))
+    (destination,) = listed.json()["destinations"]
+    assert set(destination) <= {"name", "type", "secretArn", "url", "tables"}
+    assert "@" not in destination["url"]
+    logged = capsys.readouterr()
+    for text in (logged.out, logged.err, caplog.text):
+        assert "rds.amazonaws.com" not in text
+
+
+def test_admin_materialise_delete_through_the_local_http_front(api):
+    # The local front turns any HTTP method into an event; a DELETE reaches the route like on API Gateway
+    import http.client
+
+    from lakesync.local.front import LocalFront
+
+    api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token()))
+    with LocalFront(admin_fn.lambda_handler) as front:
+        connection = http.client.HTTPConnection("127.0.0.1", front.port, timeout=10)
+        try:
+            headers = {"Authorization": f"Bearer {api.admin_token()}"}
+            connection.request("DELETE", "/v1/admin/materialise/default/analytics", headers=headers)
+            response = connection.getresponse()
+            deleted = (response.status, json.loads(response.read()))
+            connection.request("DELETE", "/v1/admin/materialise/default/analytics", headers=headers)
+            response = connection.getresponse()
+            again = (response.status, json.loads(response.read()))
+        finally:
+            connection.close()
+    assert deleted == (200, {"unregistered": True, "name": "analytics"})
+    assert again == (404, {"error": 'Destination "analytics" not found', "code": "NOT_FOUND"})
+
+
+def test_admin_materialise_wrong_method_is_405_listing_delete(api):
+    event = api.event("admin_materialise_delete", token=api.admin_token())
+    event["requestContext"]["http"]["method"] = "GET"
+    reply = api.call(admin_fn, event)
+    assert reply.status == 405 and reply.headers["Allow"] == "DELETE"
+    event = api.event("admin_materialise_get", token=api.admin_token())
+    event["requestContext"]["http"]["method"] = "DELETE"
+    reply = api.call(admin_fn, event)
+    assert reply.status == 405 and reply.headers["Allow"] == "GET, POST"

@@ -1,6 +1,7 @@
 """Admin services (lakesync.gateway.admin) on the in-memory adapters: sync-rules validation and storage, schema
-save / safe evolution / versions (including a lost race re-checked against the winner), flush requests, and buffer
-metrics whose figures add up to the shard heads."""
+save / safe evolution / versions (including a lost race re-checked against the winner), flush requests, buffer
+metrics whose figures add up to the shard heads, and materialisation destinations (register, list, unregister; 400,
+409 and 404 without storing anything or echoing a credential)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 import pytest
 
 from lakesync.core.delta import make_delta
-from lakesync.core.errors import CommitConflictError, SchemaDefinitionError, SyncRuleError
+from lakesync.core.errors import (
+    AlreadyExistsError,
+    CommitConflictError,
+    NotFoundError,
+    SchemaDefinitionError,
+    SyncRuleError,
+    ValidationError,
+)
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.messages import SyncPush
 from lakesync.core.schema import TableSchema
@@ -284,3 +292,88 @@ def test_admin_rejected_commit_leaves_metrics_unchanged() -> None:
     with pytest.raises(CommitConflict):
         deps.buffer.commit(Commit(shard, head.seq - 1, replace(head, seq=head.seq + 1), (), ()))
     assert admin.metrics(deps, GW) == before
+
+
+# -- materialisation destinations --------------------------------------------------------------------------------
+
+ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:lakesync/analytics-AbCdEf"
+PG = {"name": "analytics", "type": "postgres", "secretArn": ARN, "url": "postgresql://db.internal:5432/app"}
+LITE = {"name": "local", "type": "sqlite", "url": "sqlite:///data/app.db", "tables": ["todos"]}
+
+
+def test_admin_destinations_are_registered_listed_by_name_and_unregistered() -> None:
+    deps = _deps()
+    assert admin.list_destinations(deps, GW) == {"destinations": []}
+
+    assert admin.register_destination(deps, GW, PG) == {"registered": True, "name": "analytics"}
+    assert admin.register_destination(deps, GW, LITE) == {"registered": True, "name": "local"}
+    assert admin.list_destinations(deps, GW) == {"destinations": [PG, LITE]}
+    assert admin.list_destinations(deps, "other") == {"destinations": []}
+
+    assert admin.unregister_destination(deps, GW, "analytics") == {"unregistered": True, "name": "analytics"}
+    assert admin.list_destinations(deps, GW) == {"destinations": [LITE]}
+
+
+def test_admin_destination_name_taken_is_409_and_the_first_kept() -> None:
+    deps = _deps()
+    admin.register_destination(deps, GW, PG)
+    with pytest.raises(AlreadyExistsError) as err:
+        admin.register_destination(deps, GW, {**LITE, "name": "analytics"})
+    assert err.value.to_body() == {"error": 'Destination "analytics" already exists', "code": "VALIDATION_ERROR"}
+    assert err.value.status == 409
+    assert admin.list_destinations(deps, GW) == {"destinations": [PG]}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        None,
+        {"name": "x", "type": "postgres"},
+        {**PG, "url": "postgresql://app:hunter2-pw@db.internal/app"},
+        {**PG, "url": "postgresql://db.internal/app?password=hunter2-pw"},
+        {**PG, "password": "hunter2-pw"},
+        {**PG, "tables": []},
+    ],
+    ids=["null", "no_secret", "url_password", "query_password", "unknown_field", "empty_tables"],
+)
+def test_admin_invalid_destination_is_400_and_not_stored(document: object) -> None:
+    deps = _deps()
+    with pytest.raises(ValidationError) as err:
+        admin.register_destination(deps, GW, document)
+    assert err.value.status == 400 and err.value.api_code == "VALIDATION_ERROR"
+    assert "hunter2" not in err.value.message
+    assert admin.list_destinations(deps, GW) == {"destinations": []}
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("analytics", 'Destination "analytics" not found'),
+        ("a%20b", 'Destination "a%20b" not found'),
+        ("x" * 200, 'Destination "' + "x" * 64 + '..." not found'),
+    ],
+    ids=["unknown", "invalid", "huge"],
+)
+def test_admin_unregistering_an_unknown_destination_is_404(name: str, message: str) -> None:
+    deps = _deps()
+    admin.register_destination(deps, "other", PG)
+    with pytest.raises(NotFoundError) as err:
+        admin.unregister_destination(deps, GW, name)
+    assert (err.value.status, err.value.message) == (404, message)
+    assert admin.list_destinations(deps, "other") == {"destinations": [PG]}
+
+
+def test_admin_destination_with_an_invalid_name_never_reaches_the_store() -> None:
+    class Recording(InMemoryConfigStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.removed: list[str] = []
+
+        def remove_destination(self, gateway: str, name: str) -> bool:
+            self.removed.append(name)
+            return super().remove_destination(gateway, name)
+
+    config = Recording()
+    with pytest.raises(NotFoundError):
+        admin.unregister_destination(_deps(config), GW, "../rules")
+    assert config.removed == []

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_SECRET_ARN_LENGTH",
     "MAX_TABLES",
     "MAX_URL_LENGTH",
+    "NAME_RE",
     "DestinationConfig",
     "DestinationType",
     "parse_destination",

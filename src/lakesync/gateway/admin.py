@@ -1,11 +1,17 @@
-"""Admin services: sync rules, table schemas (safe evolution only), flush requests and buffer metrics."""
+"""Admin services: sync rules, table schemas (safe evolution only), flush requests, buffer metrics and
+materialisation destinations.
+
+Destinations hold no credential (:mod:`lakesync.core.destinations`): the responses here return the stored configs,
+which name a Secrets Manager ARN at most, and no message echoes a destination's url.
+"""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from lakesync.core.errors import CommitConflictError
+from lakesync.core.destinations import NAME_RE, parse_destination
+from lakesync.core.errors import CommitConflictError, NotFoundError
 from lakesync.core.rules import parse_sync_rules
 from lakesync.core.schema import TableSchema, evolve_schema, parse_table_schema
 from lakesync.gateway.deps import GatewayDeps
@@ -100,3 +106,32 @@ def metrics(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
         "backpressureLimitBytes": deps.settings.backpressure_limit,
         "flushThresholdBytes": deps.settings.flush_threshold_bytes,
     }
+
+
+def list_destinations(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
+    """The gateway's materialisation destinations, by name: ``{"destinations": [config, ...]}``."""
+    return {"destinations": [config.to_json() for config in deps.config.list_destinations(gateway)]}
+
+
+def register_destination(deps: GatewayDeps, gateway: str, document: object) -> dict[str, Any]:
+    """Validate a destination document and register it: ``{"registered": true, "name"}``.
+
+    Raises:
+        ValidationError: the document is invalid (400). AlreadyExistsError: the name is taken (409).
+    """
+    config = parse_destination(document)
+    deps.config.add_destination(gateway, config)
+    return {"registered": True, "name": config.name}
+
+
+def unregister_destination(deps: GatewayDeps, gateway: str, name: str) -> dict[str, Any]:
+    """Remove the destination ``name``: ``{"unregistered": true, "name"}``.
+
+    Raises:
+        NotFoundError: the gateway has no destination ``name`` (404).
+    """
+    # A name no destination can have is not looked up (and never reaches a storage key).
+    if not NAME_RE.match(name) or not deps.config.remove_destination(gateway, name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
+        raise NotFoundError(f'Destination "{shown}" not found')
+    return {"unregistered": True, "name": name}
