@@ -32,7 +32,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import REGISTRY_PREFIX, DynamoDBBufferStore, registry_shard
+from lakesync.aws.dynamodb import DESTINATION_PREFIX, REGISTRY_PREFIX, DynamoDBBufferStore, registry_shard
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.delta import RowDelta
@@ -58,8 +58,6 @@ Item = dict[str, Any]
 LEASE_GATEWAY = "#lakesync"
 """Partition key of the lease item: not a valid gateway id (those start with a letter or digit)."""
 LEASE_SK = "flushlease"
-DESTINATION_PREFIX = "dest#"
-"""Sort-key prefix of the materialisation destinations in the config table (``DynamoDBConfigStore``)."""
 
 FLUSH_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=60)
 """A batch job, unlike the Lambda path (``lakesync.aws.clients``), can wait out throttling and slow pages."""
