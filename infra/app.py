@@ -39,11 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-    from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset, directory_size
+    from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset, build_materialise_asset, directory_size
     from lakesync_infra.stack import Artifacts, build_app
 
     started = time.monotonic()
-    artifacts = Artifacts(lambda_asset=build_lambda_asset(), glue=build_glue_bundle())
+    artifacts = Artifacts(
+        lambda_asset=build_lambda_asset(), glue=build_glue_bundle(), materialise_asset=build_materialise_asset()
+    )
     built = time.monotonic()
     defaults: dict[str, Any] = json.loads((HERE / "cdk.json").read_text(encoding="utf-8")).get("context", {})
     outdir = None if "CDK_OUTDIR" in os.environ else (args.outdir or str(HERE / "cdk.out"))
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stack.stack_name}: {Path(assembly.directory) / stack.template_file}")
     size = directory_size(artifacts.lambda_asset)
     print(f"lambda asset: {artifacts.lambda_asset} ({size / 1e6:.1f} MB unzipped)")
+    size = directory_size(artifacts.materialise_asset)
+    print(f"materialise asset: {artifacts.materialise_asset} ({size / 1e6:.1f} MB unzipped)")
     print(f"glue bundle: {artifacts.glue.directory} ({artifacts.glue.wheel_name})")
     print(f"artifacts {built - started:.1f} s, synth {done - built:.1f} s")
     return 0

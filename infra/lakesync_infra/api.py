@@ -77,7 +77,7 @@ class Api(Construct):
         if config.cors_origins:
             cors = apigwv2.CorsPreflightOptions(
                 allow_origins=list(config.cors_origins),
-                allow_methods=[apigwv2.CorsHttpMethod.GET, apigwv2.CorsHttpMethod.POST],
+                allow_methods=[apigwv2.CorsHttpMethod(m) for m in sorted({route.method for route in ROUTES})],
                 allow_headers=list(CORS_HEADERS),
                 expose_headers=list(CORS_EXPOSED),
             )

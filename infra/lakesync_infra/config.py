@@ -26,7 +26,7 @@ ENVIRONMENTS_KEY: Final = "lakesync:environments"
 DEFAULTS_KEY: Final = "lakesync:defaults"
 ENV_KEY_PREFIX: Final = "lakesync:env:"
 
-EXTRA_FUNCTIONS: Final = ("flush_trigger", "rotate_secret")
+EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret")
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
 ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS)
 
@@ -40,10 +40,96 @@ _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _SCHEDULE = re.compile(r"(rate|cron)\(.+\)")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _MAX_SUB_SHARDS = 256
+_SECRET_PREFIX = re.compile(r"[A-Za-z0-9/_+=.@-]{1,400}/")
+_AWS_IDS: Final = {
+    "vpcId": re.compile(r"vpc-[0-9a-f]{8}(?:[0-9a-f]{9})?"),
+    "privateSubnetIds": re.compile(r"subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?"),
+    "privateSubnetRouteTableIds": re.compile(r"rtb-[0-9a-f]{8}(?:[0-9a-f]{9})?"),
+    "securityGroupIds": re.compile(r"sg-[0-9a-f]{8}(?:[0-9a-f]{9})?"),
+}
+_AZ = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d[a-z]|[a-z]{3}\d-az\d+")
+_MAX_SUBNETS = 16  # Lambda's limits on a function's VPC configuration
+_MAX_SECURITY_GROUPS = 5
 
 
 class ConfigError(ValueError):
     """The CDK context does not describe a usable deployment."""
+
+
+@dataclass(frozen=True, slots=True)
+class MaterialiseVpc:
+    """The existing VPC the materialise function runs in (to reach RDS/Aurora or other private databases).
+
+    Imported offline from these attributes (``ec2.Vpc.from_vpc_attributes``): the synth never looks anything up.
+
+    Attributes:
+        vpc_id: The VPC.
+        availability_zones: The zones of the subnets, in the same order.
+        private_subnet_ids: Private subnets the function's network interfaces go in (one per zone).
+        security_group_ids: Security groups of the function (they must allow its outbound traffic: HTTPS 443 to
+            the endpoints, the databases' ports).
+        private_subnet_route_table_ids: The subnets' route tables (same order), where the S3 and DynamoDB gateway
+            endpoints are added; required when ``create_endpoints``.
+        create_endpoints: Whether the stack creates the VPC endpoints the function needs to reach AWS (gateway:
+            S3, DynamoDB; interface: Secrets Manager, KMS). ``False``: the VPC provides them, or a NAT gateway.
+    """
+
+    vpc_id: str
+    availability_zones: tuple[str, ...]
+    private_subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+    private_subnet_route_table_ids: tuple[str, ...] = ()
+    create_endpoints: bool = True
+
+    @classmethod
+    def parse(cls, raw: object, errors: list[str]) -> MaterialiseVpc | None:
+        """Build from the ``materialiseVpc`` setting, appending every problem to ``errors`` (``None`` if unusable)."""
+        key = "materialiseVpc"
+        if not isinstance(raw, Mapping):
+            errors.append(f"{key} must be an object {{vpcId, availabilityZones, privateSubnetIds, ...}}")
+            return None
+        known = {_camel(f.name): f.name for f in fields(cls)}
+        if unknown := sorted(set(raw) - set(known)):
+            errors.append(f"{key}: unknown keys {unknown} (known: {sorted(known)})")
+        before = len(errors)
+        vpc_id = raw.get("vpcId")
+        if not isinstance(vpc_id, str) or not _AWS_IDS["vpcId"].fullmatch(vpc_id):
+            errors.append(f"{key}.vpcId must be a VPC id (vpc-...)")
+        lists: dict[str, tuple[str, ...]] = {}
+        for name in ("availabilityZones", "privateSubnetIds", "securityGroupIds", "privateSubnetRouteTableIds"):
+            value = raw.get(name, [] if name == "privateSubnetRouteTableIds" else None)
+            pattern = _AWS_IDS.get(name, _AZ)
+            if not isinstance(value, list) or not all(isinstance(v, str) and pattern.fullmatch(v) for v in value):
+                errors.append(
+                    f"{key}.{name} must be a list of {'zone names' if name == 'availabilityZones' else 'ids'}"
+                )
+                value = []
+            elif len(set(value)) != len(value):
+                errors.append(f"{key}.{name} lists an entry twice")
+            lists[name] = tuple(value)
+        zones, subnets, groups = lists["availabilityZones"], lists["privateSubnetIds"], lists["securityGroupIds"]
+        tables = lists["privateSubnetRouteTableIds"]
+        create = raw.get("createEndpoints", True)
+        if not isinstance(create, bool):
+            errors.append(f"{key}.createEndpoints must be true or false")
+        if not zones:
+            errors.append(f"{key}.availabilityZones must name at least one zone (two for availability)")
+        if len(subnets) != len(zones) or len(subnets) > _MAX_SUBNETS:
+            errors.append(
+                f"{key}.privateSubnetIds must hold one subnet per zone, in the zones' order (max {_MAX_SUBNETS})"
+            )
+        if not 1 <= len(groups) <= _MAX_SECURITY_GROUPS:
+            errors.append(f"{key}.securityGroupIds must hold 1 to {_MAX_SECURITY_GROUPS} security groups")
+        if tables and len(tables) != len(subnets):
+            errors.append(f"{key}.privateSubnetRouteTableIds must hold one route table per subnet, in their order")
+        elif create is True and not tables:
+            errors.append(
+                f"{key}.privateSubnetRouteTableIds is required when createEndpoints is true (the S3 and DynamoDB "
+                "gateway endpoints are routes in them)"
+            )
+        if len(errors) > before:
+            return None
+        return cls(str(vpc_id), zones, subnets, groups, tables, bool(create))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +168,13 @@ class LakeSyncConfig:
         removal_policy: ``retain`` keeps data stores when the stack is deleted; ``destroy`` removes them (and
             empties the buckets) -- for throwaway environments only.
         alarm_email: Subscribed to the alarm topic when given.
+        materialise_concurrency: Most concurrent invocations of the materialise function (the SQS event source's
+            maximum concurrency, 2..1000); each holds its own database connection.
+        materialise_memory_mb: Memory of the materialise function.
+        materialise_vpc: Run the materialise function in this VPC (``None``: outside any VPC, which suffices for
+            databases reachable over the internet and for BigQuery).
+        destination_secret_prefix: Name prefix of the destinations' Secrets Manager secrets, which the materialise
+            function may read (``None``: ``lakesync/<name>/destinations/``; must end with ``/``).
     """
 
     name: str
@@ -113,11 +206,20 @@ class LakeSyncConfig:
     compact_maintain: bool = True
     removal_policy: Literal["retain", "destroy"] = "retain"
     alarm_email: str | None = None
+    materialise_concurrency: int = 5
+    materialise_memory_mb: int = 1024
+    materialise_vpc: MaterialiseVpc | None = None
+    destination_secret_prefix: str | None = None
 
     @property
     def stack_name(self) -> str:
         """The environment's stack name."""
         return f"LakeSync-{self.name}"
+
+    @property
+    def destination_secrets(self) -> str:
+        """The name prefix of the destinations' secrets (configured, or ``lakesync/<name>/destinations/``)."""
+        return self.destination_secret_prefix or f"lakesync/{self.name}/destinations/"
 
     @classmethod
     def from_settings(cls, name: str, settings: Mapping[str, Any]) -> LakeSyncConfig:
@@ -137,6 +239,8 @@ class LakeSyncConfig:
                 values[key] = tuple(values[key])
         if "gateway_ids" in values and isinstance(values["gateway_ids"], str):
             values["gateway_ids"] = tuple(g.strip() for g in values["gateway_ids"].split(","))
+        if values.get("materialise_vpc") is not None:
+            values["materialise_vpc"] = MaterialiseVpc.parse(values["materialise_vpc"], errors)
         try:
             config = cls(name=name, **values)
         except TypeError as exc:  # pragma: no cover - every field has a default, so only a bug lands here
@@ -188,6 +292,13 @@ class LakeSyncConfig:
             value = getattr(self, key)
             if value is not None and not isinstance(value, str):
                 out.append(f"{key} must be a string")
+        if self.materialise_vpc is not None and not isinstance(self.materialise_vpc, MaterialiseVpc):
+            out.append("materialiseVpc must be an object")  # only a direct construction lands here
+        prefix = self.destination_secret_prefix
+        if prefix is not None and (not isinstance(prefix, str) or not _SECRET_PREFIX.fullmatch(prefix)):
+            out.append(
+                "destinationSecretPrefix must be a secret name prefix ending with '/' (letters, digits, /_+=.@-)"
+            )
         return out
 
 
@@ -207,6 +318,8 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "secret_rotation_days": (1, 365, False),
     "glue_workers": (2, 1000, False),
     "glue_timeout_minutes": (1, 2880, False),
+    "materialise_concurrency": (2, 1000, False),  # the SQS event source's MaximumConcurrency range
+    "materialise_memory_mb": (128, 10240, False),
 }
 
 

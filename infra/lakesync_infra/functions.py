@@ -10,6 +10,13 @@ with ``flush#``), and reports batch item failures. Each invocation may wait minu
 :mod:`lakesync.aws.flush_trigger`), so its timeout covers that wait and the mapping retries a reported batch up to
 :data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`; a batch that still fails lands (as
 metadata) in a DLQ, and the scheduled flush serves its requests anyway.
+
+``materialise`` consumes the materialisation queue (:meth:`lakesync_infra.queues.Queues.attach_consumer`: partial
+batch failures, at most ``materialiseConcurrency`` concurrent invocations) and ships with its own code asset, the
+API functions' plus the SQL drivers, so the API functions stay small. It reads the gateways' destinations and table
+schemas (config table Query), the claim-check payloads, and the destinations' secrets -- created at run time, so it
+may read any secret named under ``destinationSecretPrefix``. With ``materialiseVpc`` it runs in those subnets
+(:mod:`lakesync_infra.network`) and may manage its network interfaces.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from constructs import Construct
 from lakesync.aws.function_settings import (
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,
+    CLAIM_CHECK_BUCKET,
     FLUSH_JOB_NAME,
     FLUSH_THRESHOLD_BYTES,
     GATEWAY_IDS,
@@ -54,6 +62,8 @@ from lakesync_infra.common import (
     log_group,
 )
 from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
+from lakesync_infra.network import MaterialiseNetwork
+from lakesync_infra.queues import CONSUMER_TIMEOUT, PAYLOADS, Queues
 
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 FLUSH_REQUEST_PREFIX: Final = "flush#"
@@ -61,6 +71,17 @@ FLUSH_TRIGGER_TIMEOUT_S: Final = 300
 """Covers the trigger's wait for a busy flush job (``lakesync.aws.flush_trigger.MAX_WAIT_S`` + ``SAFETY_S``)."""
 STREAM_RETRY_ATTEMPTS: Final = 30
 STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
+MATERIALISE: Final = "materialise"
+MATERIALISE_BATCH_SIZE: Final = 10
+ENI_ACTIONS: Final = (
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+)
+"""What a function in a VPC needs to manage its network interfaces (AWS's ``AWSLambdaVPCAccessExecutionRole``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,16 +129,21 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
     "actions": FunctionAccess(
         tables={"actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")},
     ),
-    # admin: sync rules and schemas read/written, flush requests, metrics from heads and the shard registry.
+    # admin: sync rules and schemas read/written, flush requests, metrics from heads and the shard registry,
+    # materialisation destinations added (conditional Put) and removed (DeleteItem).
     "admin": FunctionAccess(
         tables={
             "heads": ("dynamodb:BatchGetItem",),
-            "config": ("dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem"),
+            "config": ("dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
         }
     ),
     # checkpoint: sync rules (to filter) and the checkpoint objects.
     "checkpoint": FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, checkpoints=True),
     "flush_trigger": FunctionAccess(api=False, timeout_s=FLUSH_TRIGGER_TIMEOUT_S),
+    # materialise: the gateway's destinations (dest#...) and table schemas (schema#...), one Query each.
+    MATERIALISE: FunctionAccess(
+        tables={"config": ("dynamodb:Query",)}, api=False, timeout_s=int(CONSUMER_TIMEOUT.to_seconds())
+    ),
     "rotate_secret": FunctionAccess(api=False, timeout_s=30),
 }
 
@@ -143,17 +169,21 @@ class Functions(Construct):
         *,
         config: LakeSyncConfig,
         asset: Path,
+        materialise_asset: Path,
         key: kms.IKey,
         buffer: Buffer,
         jwt_secret: secretsmanager.ISecret,
         checkpoints: s3.IBucket,
         flush_job_name: str,
         flush_job_arn: str,
+        queues: Queues,
+        network: MaterialiseNetwork | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if set(ACCESS) != set(ALL_FUNCTIONS):
             raise ValueError(f"ACCESS must describe exactly {sorted(ALL_FUNCTIONS)}")
         code = lambda_.Code.from_asset(str(asset), exclude=[".complete"])
+        codes = {MATERIALISE: lambda_.Code.from_asset(str(materialise_asset), exclude=[".complete"])}
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups = {}
         for name in ALL_FUNCTIONS:
@@ -167,15 +197,25 @@ class Functions(Construct):
                 env[CHECKPOINT_BUCKET] = checkpoints.bucket_name
             if name == "flush_trigger":
                 env[FLUSH_JOB_NAME] = flush_job_name
+            in_vpc = name == MATERIALISE and network is not None
+            if name == MATERIALISE:
+                env.update(_materialise_environment(config, buffer, queues))
+                if in_vpc:
+                    allow(
+                        role, ENI_ACTIONS, ["*"], sid="NetworkInterfaces"
+                    )  # Lambda checks them when it creates the function
             fn = lambda_.Function(
                 self,
                 _pascal(name),
                 description=f"LakeSync {config.name}: functions.{name}",
-                code=code,
+                code=codes.get(name, code),
                 handler=handler(name),
                 runtime=LAMBDA_RUNTIME,
                 architecture=LAMBDA_ARCHITECTURE,
-                memory_size=config.lambda_memory_mb if access.api else 256,
+                memory_size=_memory(config, name, access),
+                vpc=network.vpc if in_vpc and network else None,
+                vpc_subnets=network.subnets if in_vpc and network else None,
+                security_groups=network.security_groups if in_vpc and network else None,
                 timeout=cdk.Duration.seconds(access.timeout_s or config.api_timeout_seconds),
                 environment=env,
                 role=role,
@@ -201,6 +241,8 @@ class Functions(Construct):
                 wildcards[f"Resource::{arn_token(checkpoints)}/*"] = (
                     "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
                 )
+            if name == MATERIALISE:
+                wildcards.update(_materialise_wildcards(config, queues, in_vpc=in_vpc))
             acknowledge_wildcards(role, wildcards)
             if access.api and name != "health":
                 allow(role, ["secretsmanager:GetSecretValue"], [jwt_secret.secret_arn], sid="JwtSecret")
@@ -217,6 +259,17 @@ class Functions(Construct):
                 allow(role, ["s3:ListBucket"], [checkpoints.bucket_arn], sid="ListCheckpoints")
                 allow(role, ["s3:GetObject"], [checkpoints.arn_for_objects("*")], sid="ReadCheckpoints")
                 allow(role, ["kms:Decrypt"], [key.key_arn], sid="CheckpointKey")
+
+        materialise = self.functions[MATERIALISE]
+        self.materialise_source = queues.attach_consumer(
+            materialise, batch_size=MATERIALISE_BATCH_SIZE, max_concurrency=config.materialise_concurrency
+        )
+        allow(
+            materialise.role,  # type: ignore[arg-type]
+            ["secretsmanager:GetSecretValue"],
+            [destination_secrets_arn(self, config)],
+            sid="DestinationSecrets",
+        )
 
         trigger = self.functions["flush_trigger"]
         allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [flush_job_arn], sid="StartFlush")  # type: ignore[arg-type]
@@ -279,6 +332,46 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         if value is not None:
             env[var] = str(value)
     return env
+
+
+def _materialise_environment(config: LakeSyncConfig, buffer: Buffer, queues: Queues) -> dict[str, str]:
+    env = {CLAIM_CHECK_BUCKET: queues.claim_check.bucket_name}  # the job names its gateway
+    for kind, var in TABLE_VARS.items():
+        env[var] = getattr(buffer.names, kind)
+    return env
+
+
+def _memory(config: LakeSyncConfig, name: str, access: FunctionAccess) -> int:
+    if name == MATERIALISE:
+        return config.materialise_memory_mb
+    return config.lambda_memory_mb if access.api else 256
+
+
+def destination_secrets_arn(scope: Construct, config: LakeSyncConfig) -> str:
+    """ARN pattern of the destinations' secrets (Secrets Manager appends ``-`` and 6 random characters to a name)."""
+    return cdk.Stack.of(scope).format_arn(
+        service="secretsmanager",
+        resource="secret",
+        resource_name=f"{config.destination_secrets}*",
+        arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
+def _materialise_wildcards(config: LakeSyncConfig, queues: Queues, *, in_vpc: bool) -> dict[str, str]:
+    out = {
+        f"Resource::{arn_token(queues.claim_check)}/{PAYLOADS}": "Reads claim-check payloads: the flush job names "
+        "one object per published range under the materialise/ prefix, at run time.",
+        "Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:"
+        f"{config.destination_secrets}*": "Destinations (and their secrets) are configured at run time through the "
+        "admin API; the function may read only secrets named under the environment's destination prefix.",
+    }
+    if in_vpc:
+        out["Resource::*"] = (
+            XRAY_REASON + " In a VPC, Lambda manages the function's network interfaces with its role: "
+            "ec2:DescribeNetworkInterfaces/DescribeSubnets have no resource-level permissions and the interfaces' "
+            "ids are not known before Lambda creates them (the actions of AWSLambdaVPCAccessExecutionRole)."
+        )
+    return out
 
 
 def _via(service: str) -> str:

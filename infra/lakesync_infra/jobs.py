@@ -18,6 +18,11 @@ meets a running job (``ConcurrentRunsExceededException``) has nothing to add, an
 Scheduler rather than a Glue SCHEDULED trigger: rates down to one minute, a role scoped to exactly one job, and the
 same schedule service for anything added later.
 
+Materialisation: after its commit the flush publishes every newly flushed range (``lakesync.aws.publish``) -- the
+payload to the claim-check bucket under ``materialise/``, one message to the materialisation queue, the head's
+published position ``ps`` moved on -- so its role may also put those objects, send to that queue and emit its
+``MaterialisePublishFailures`` metric (namespace ``LakeSync`` only).
+
 Every job has its own role with exactly what its code does (tables and actions below), runs with a security
 configuration that KMS-encrypts its S3 writes, CloudWatch logs and bookmarks, and logs to log groups this stack
 owns (with retention).
@@ -51,10 +56,13 @@ from lakesync_infra.common import (
 from lakesync_infra.config import LakeSyncConfig
 from lakesync_infra.lake import WAREHOUSE_PREFIX, Lake
 from lakesync_infra.packaging import GlueBundle
+from lakesync_infra.queues import PAYLOADS, Queues
 
 GLUE_VERSION: Final = "5.0"
 ICEBERG_EXTENSIONS: Final = "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 TEMP_PREFIX: Final = "glue-temp"
+METRIC_NAMESPACE: Final = "LakeSync"
+"""The namespace of the jobs' own metrics (``lakesync.aws.publish.METRIC_NAMESPACE``)."""
 JOB_KINDS: Final = ("flush", "compact", "checkpoint")
 
 GLUE_ARGUMENTS: Final = frozenset(
@@ -83,6 +91,8 @@ class JobAccess:
         lake_write: Whether it writes the warehouse (else reads it).
         catalog_actions: Glue Data Catalog actions on the database and its tables.
         checkpoints: S3 actions on the checkpoint bucket's objects.
+        publishes: Whether it publishes materialisation jobs (claim-check payloads, queue messages, the
+            ``LakeSync`` metrics).
     """
 
     tables: Mapping[str, tuple[str, ...]]
@@ -90,14 +100,16 @@ class JobAccess:
     lake_write: bool
     catalog_actions: tuple[str, ...]
     checkpoints: tuple[str, ...]
+    publishes: bool = False
 
 
 _CATALOG_READ: Final = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
 _CATALOG_WRITE: Final = (*_CATALOG_READ, "glue:CreateTable", "glue:UpdateTable")
 
 ACCESS: Final[Mapping[str, JobAccess]] = {
-    # lakesync.aws.flush_store.FlushStore: heads read/advanced, log ranges read and released (incl. the
-    # by_commit index), flush requests listed and cleared, the lease item written; latest checkpoints read.
+    # lakesync.aws.flush_store.FlushStore: heads read/advanced (flushed counters, release marks, the published
+    # position), log ranges read and released (incl. the by_commit index), flush requests and destinations listed,
+    # requests cleared, the lease item written; latest checkpoints read; lakesync.aws.publish: materialisation.
     "flush": JobAccess(
         tables={
             "deltas": ("dynamodb:Query", "dynamodb:BatchWriteItem"),
@@ -115,6 +127,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
         lake_write=True,
         catalog_actions=_CATALOG_WRITE,
         checkpoints=("s3:GetObject",),
+        publishes=True,
     ),
     # lakesync.spark.compact + glue_jobs/compact.py: table schemas from the config table.
     "compact": JobAccess(
@@ -143,6 +156,8 @@ def script_arguments(
     tables_json: str,
     region: str,
     checkpoint_bucket: str,
+    claim_check_bucket: str,
+    materialise_queue_url: str,
 ) -> dict[str, str]:
     """The job script's own options (``--name value``; names as in the script's ``JOB_OPTIONS``)."""
     gateways = ",".join(config.gateway_ids)
@@ -154,6 +169,8 @@ def script_arguments(
             "--gateways": gateways,
             "--region": region,
             "--checkpoint_bucket": checkpoint_bucket,
+            "--claim_check_bucket": claim_check_bucket,
+            "--materialise_queue_url": materialise_queue_url,
         }
     if kind == "compact":
         return {
@@ -191,6 +208,7 @@ class Jobs(Construct):
         lake: Lake,
         buffer: Buffer,
         bundle: GlueBundle,
+        queues: Queues,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
@@ -280,6 +298,8 @@ class Jobs(Construct):
                         tables_json=tables_json,
                         region=stack.region,
                         checkpoint_bucket=lake.checkpoints.bucket_name,
+                        claim_check_bucket=queues.claim_check.bucket_name,
+                        materialise_queue_url=queues.queue.queue_url,
                     ),
                 },
             )
@@ -291,10 +311,11 @@ class Jobs(Construct):
                 key=key,
                 lake=lake,
                 buffer=buffer,
+                queues=queues,
                 artifacts_read=f"{prefix}/*",
                 temp=temp,
             )
-            self._acknowledge_role(kind, role, lake, prefix, temp)
+            self._acknowledge_role(kind, role, lake, queues, prefix, temp)
         self.schedules["flush"] = self._schedule(
             "flush", scheduler.ScheduleExpression.rate(cdk.Duration.minutes(config.flush_interval_minutes))
         )
@@ -332,7 +353,7 @@ class Jobs(Construct):
             ),
         )
 
-    def _acknowledge_role(self, kind: str, role: iam.Role, lake: Lake, prefix: str, temp: str) -> None:
+    def _acknowledge_role(self, kind: str, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str) -> None:
         artifacts = arn_token(self.artifacts)
         findings = {
             f"Resource::{artifacts}/{prefix}/*": "Reads its script and the lakesync wheel: exactly the files of this "
@@ -348,9 +369,14 @@ class Jobs(Construct):
                 "Glue writes job logs to log groups it names itself under /aws-glue/ (with the security "
                 "configuration's KMS key); the stack pre-creates the ones it knows, with retention."
             ),
-            "Resource::*": "cloudwatch:PutMetricData has no resource-level permissions; the statement is limited "
-            "to the Glue metrics namespace by condition.",
+            "Resource::*": "cloudwatch:PutMetricData has no resource-level permissions; each statement is limited "
+            "to one metrics namespace by condition (Glue's, and LakeSync's for the flush).",
         }
+        if ACCESS[kind].publishes:
+            findings[f"Resource::{arn_token(queues.claim_check)}/{PAYLOADS}"] = (
+                "Writes materialisation payloads: one object per published range, keyed by gateway, table and "
+                "range under the materialise/ prefix, at run time."
+            )
         if ACCESS[kind].checkpoints:
             findings[f"Resource::{arn_token(lake.checkpoints)}/*"] = (
                 "Checkpoint objects (chunks, manifests, latest.json): keys are generated per gateway and checkpoint."
@@ -365,6 +391,7 @@ class Jobs(Construct):
         key: kms.IKey,
         lake: Lake,
         buffer: Buffer,
+        queues: Queues,
         artifacts_read: str,
         temp: str,
     ) -> None:
@@ -412,6 +439,16 @@ class Jobs(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": "Glue"}},
             )
         )
+        if access.publishes:
+            queues.grant_publish(role)  # the data key (queue and bucket encryption) is granted above
+            role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="LakeSyncMetrics",
+                    actions=["cloudwatch:PutMetricData"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}},
+                )
+            )
 
 
 def _acknowledge_deployment(jobs: Jobs, role: iam.Role) -> None:

@@ -6,6 +6,9 @@ Alarms (all notify the alarm topic, KMS-encrypted; ``alarmEmail`` subscribes an 
 * any Lambda error (an unhandled exception or timeout -- handled request errors are HTTP responses, not errors) or
   throttle, per function;
 * API 5xx responses;
+* materialisation: a range the flush could not publish after its retries (metric ``MaterialisePublishFailures`` of
+  namespace ``LakeSync``, dimension ``service=flush``, emitted by the flush job), and a materialisation message
+  older than :data:`QUEUE_AGE_LIMIT` (the consumer is failing or cannot keep up; messages are kept 14 days);
 * a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our three jobs
   sends the event itself to the topic (the message says which job and run), and the alarm on the rule's
   ``TriggeredRules`` metric shows the failure on the dashboard without a second notification.
@@ -30,9 +33,13 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from lakesync_infra.config import LakeSyncConfig
+from lakesync_infra.jobs import METRIC_NAMESPACE
 
 FAILED_STATES = ("FAILED", "TIMEOUT", "ERROR")
 PERIOD = cdk.Duration.minutes(5)
+PUBLISH_FAILURES = "MaterialisePublishFailures"
+"""The flush job's metric (``lakesync.aws.publish.FAILURE_METRIC``), dimension ``service=flush``."""
+QUEUE_AGE_LIMIT = cdk.Duration.hours(1)
 
 
 class Monitoring(Construct):
@@ -55,6 +62,9 @@ class Monitoring(Construct):
         dead_letter_queues: Mapping[str, sqs.IQueue],
         job_names: Mapping[str, str],
         http_api: apigwv2.IHttpApi,
+        materialise_queue: sqs.IQueue,
+        materialise_dead_letters: sqs.IQueue,
+        materialise: lambda_.IFunction,
     ) -> None:
         super().__init__(scope, construct_id)
         key = kms.Key(
@@ -81,12 +91,14 @@ class Monitoring(Construct):
         notify = actions.SnsAction(self.topic)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
-        def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, notifies: bool = True) -> None:
+        def alarm(
+            name: str, metric: cloudwatch.IMetric, description: str, *, notifies: bool = True, threshold: float = 1
+        ) -> None:
             created = cloudwatch.Alarm(
                 self,
                 name,
                 metric=metric,
-                threshold=1,
+                threshold=threshold,
                 evaluation_periods=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -135,6 +147,31 @@ class Monitoring(Construct):
         )
         alarm("GlueJobFailures", glue_failed, "A Glue job run failed (the rule sent the event)", notifies=False)
 
+        publish_failures = cloudwatch.Metric(
+            namespace=METRIC_NAMESPACE,
+            metric_name=PUBLISH_FAILURES,
+            dimensions_map={"service": "flush"},
+            statistic="Sum",
+            period=PERIOD,
+            label="ranges not published",
+        )
+        alarm(
+            "MaterialisePublishFailures",
+            publish_failures,
+            "The flush could not publish materialisation ranges after retries (its log says why); the next flush "
+            "retries them",
+        )
+        queue_age = materialise_queue.metric_approximate_age_of_oldest_message(
+            period=PERIOD, statistic="Maximum", label="oldest message (s)"
+        )
+        alarm(
+            "MaterialiseQueueAge",
+            queue_age,
+            f"A materialisation message waits for more than {QUEUE_AGE_LIMIT.to_human_string()}: the consumer fails "
+            "or cannot keep up (see the materialise function's errors and the DLQ)",
+            threshold=QUEUE_AGE_LIMIT.to_seconds(),
+        )
+
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=cdk.Duration.hours(6))
         api_metric = {"namespace": "AWS/ApiGateway", "dimensions_map": {"ApiId": http_api.api_id}, "period": PERIOD}
         self.dashboard.add_widgets(
@@ -171,6 +208,35 @@ class Monitoring(Construct):
             cloudwatch.GraphWidget(
                 title="Function duration p99",
                 left=[fn.metric_duration(period=PERIOD, statistic="p99", label=name) for name, fn in functions.items()],
+                width=8,
+            ),
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Materialise: errors and publish failures",
+                left=[materialise.metric_errors(period=PERIOD, label="consumer errors"), publish_failures],
+                right=[materialise.metric_invocations(period=PERIOD, label="consumer invocations")],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Materialise: consumer duration (p50, p99)",
+                left=[
+                    materialise.metric_duration(period=PERIOD, statistic="p50", label="p50"),
+                    materialise.metric_duration(period=PERIOD, statistic="p99", label="p99"),
+                ],
+                width=8,
+            ),
+            cloudwatch.GraphWidget(
+                title="Materialise: queue",
+                left=[
+                    materialise_queue.metric_approximate_number_of_messages_visible(
+                        period=PERIOD, statistic="Maximum", label="queued"
+                    ),
+                    materialise_dead_letters.metric_approximate_number_of_messages_visible(
+                        period=PERIOD, statistic="Maximum", label="dead letters"
+                    ),
+                ],
+                right=[queue_age],
                 width=8,
             ),
         )

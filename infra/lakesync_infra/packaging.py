@@ -10,6 +10,11 @@
   only calls long-standing APIs (DynamoDB, S3, Secrets Manager, Glue StartJobRun), and bundling botocore would
   triple the asset (~25 MB) and the cold start's unzip for nothing.
 
+**Materialise asset**: the same, plus the ``sql`` extra (the destinations' drivers: ``psycopg[binary]``, PyMySQL,
+``google-cloud-bigquery``), for the ``materialise`` function alone -- the API functions keep today's small asset
+and cold start. All three drivers have binary wheels for ARM64 and the runtime's Python; BigQuery's client and its
+gRPC/cryptography dependencies make most of the asset (~60 MB unzipped, ~20 MB zipped, far below Lambda's 250 MB).
+
 **Glue bundle**: the three ``glue_jobs/*.py`` scripts and the ``lakesync`` wheel (``uv build --wheel``), deployed
 together under a content-addressed prefix so ``--additional-python-modules`` names a real wheel file name.
 
@@ -36,13 +41,16 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 
 LAMBDA_PYTHON: Final = "3.14"
 """The Lambda runtime's Python (``python3.14``): the newest managed runtime, as cdk-nag's AwsSolutions-L1 asks."""
-LAMBDA_PLATFORM: Final = "aarch64-manylinux2014"
-"""Wheels for Graviton (ARM64) Lambda functions."""
+LAMBDA_PLATFORM: Final = "aarch64-manylinux_2_28"
+"""Wheels for Graviton (ARM64) Lambda functions on the runtime's Amazon Linux 2023 (glibc 2.34): psycopg's binary
+wheels need ``manylinux_2_28`` on ARM64."""
 RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer", "urllib3", "python-dateutil", "six"})
 """Distributions the Lambda runtime provides (the AWS SDK and what only it depends on)."""
 LAMBDA_EXCLUDED: Final = ("spark", "lake", "local", "client", "cli.py")
 """Parts of ``src/lakesync`` left out of the Lambda asset (a test proves the handlers never import them)."""
 GLUE_SCRIPTS: Final = ("flush.py", "compact.py", "checkpoint.py")
+LAMBDA_EXTRAS: Final = ("aws",)
+MATERIALISE_EXTRAS: Final = ("aws", "sql")
 
 _SKIP_NAMES: Final = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 _COMPLETE: Final = ".complete"
@@ -67,9 +75,15 @@ class GlueBundle:
     wheel_name: str
 
 
-def lambda_requirements(root: Path = ROOT) -> list[str]:
-    """The pinned runtime requirements of the Lambda asset (``name==version``), from ``uv.lock``."""
-    out = _run([str(uv(root)), "export", "--frozen", "--extra", "aws", "--no-dev", "--no-hashes", "--no-emit-project",
+def lambda_requirements(root: Path = ROOT, extras: tuple[str, ...] = LAMBDA_EXTRAS) -> list[str]:
+    """The pinned runtime requirements of a Lambda asset (``name==version``), from ``uv.lock``.
+
+    Args:
+        root: The repository root.
+        extras: The project's extras the asset installs.
+    """
+    extra_args = [arg for extra in extras for arg in ("--extra", extra)]
+    out = _run([str(uv(root)), "export", "--frozen", *extra_args, "--no-dev", "--no-hashes", "--no-emit-project",
                 "--no-header", "--no-annotate"], cwd=root)  # fmt: skip
     reqs = []
     for line in out.splitlines():
@@ -82,20 +96,28 @@ def lambda_requirements(root: Path = ROOT) -> list[str]:
     return reqs
 
 
-def build_lambda_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
-    """The Lambda code directory (built once per content hash under ``build/``).
+def build_lambda_asset(
+    root: Path = ROOT, build_dir: Path | None = None, *, extras: tuple[str, ...] = LAMBDA_EXTRAS, name: str = "lambda"
+) -> Path:
+    """A Lambda code directory (built once per content hash under ``build/``).
+
+    Args:
+        root: The repository root.
+        build_dir: Where artifacts are cached (default ``build/``).
+        extras: The project's extras installed beside the code.
+        name: The directory's name prefix.
 
     Raises:
         PackagingError: uv is missing or an install failed.
     """
     build_dir = build_dir or root / "build"
-    requirements = lambda_requirements(root)
+    requirements = lambda_requirements(root, extras)
     digest = _digest(
         [*_lambda_sources(root), root / "uv.lock", root / "pyproject.toml"],
         root,
-        extra=[LAMBDA_PLATFORM, LAMBDA_PYTHON, *requirements],
+        extra=[LAMBDA_PLATFORM, LAMBDA_PYTHON, *extras, *requirements],
     )
-    target = build_dir / f"lambda-{digest}"
+    target = build_dir / f"{name}-{digest}"
     if (target / _COMPLETE).exists():
         return target
     with _Staging(build_dir, target) as stage:
@@ -113,6 +135,15 @@ def build_lambda_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest)
     return target
+
+
+def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
+    """The ``materialise`` function's code directory: the Lambda asset plus the ``sql`` extra.
+
+    Raises:
+        PackagingError: uv is missing or an install failed.
+    """
+    return build_lambda_asset(root, build_dir, extras=MATERIALISE_EXTRAS, name="materialise")
 
 
 def build_glue_bundle(root: Path = ROOT, build_dir: Path | None = None) -> GlueBundle:

@@ -1,9 +1,11 @@
 """Materialisation messaging: the SQS queue, its dead-letter queue and the claim-check bucket.
 
-After a flush, one message per table batch goes to the queue; payloads above the claim-check threshold live in the
-claim-check bucket and the message carries the pointer. The consumer (materialise) is a later issue: this construct
-creates the pieces and exposes :meth:`Queues.attach_consumer`, the one way to wire a consumer -- partial batch
-failures reported (``ReportBatchItemFailures``), poison messages to the DLQ after ``MAX_RECEIVE_COUNT`` receives.
+After its Iceberg commit, the flush job writes each published range's payload to the claim-check bucket (keys under
+:data:`~lakesync.core.materialise.PAYLOAD_PREFIX`) and sends one message per range pointing at it. This construct
+creates the pieces and exposes :meth:`Queues.attach_consumer`, the one way to wire a consumer (the ``materialise``
+function) -- partial batch failures reported (``ReportBatchItemFailures``), concurrency bounded (each invocation holds
+its own database connection), poison messages to the DLQ after ``MAX_RECEIVE_COUNT`` receives. Payloads outlive
+the queue's retention (``claimCheckDays`` > 14), so a message redriven from the DLQ still finds its payload.
 
 Both queues are KMS-encrypted with the stack key and refuse plain HTTP; the bucket is a :func:`secure_bucket`.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -20,6 +23,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from lakesync.core.materialise import PAYLOAD_PREFIX
 from lakesync_infra.common import allow, secure_bucket
 from lakesync_infra.config import LakeSyncConfig
 
@@ -27,6 +31,8 @@ MAX_RECEIVE_COUNT: Final = 5
 RETENTION: Final = cdk.Duration.days(14)  # SQS's maximum: a stuck consumer has two weeks before anything is lost
 CONSUMER_TIMEOUT: Final = cdk.Duration.minutes(2)
 """Timeout a consumer function must not exceed (the visibility timeout is six times it, as AWS recommends)."""
+PAYLOADS: Final = f"{PAYLOAD_PREFIX}*"
+"""The claim-check objects the producer writes and the consumer reads (``materialise/*``)."""
 
 
 class Queues(Construct):
@@ -83,14 +89,22 @@ class Queues(Construct):
             ],
         )
 
+    def grant_publish(self, role: iam.IRole) -> None:
+        """Let ``role`` publish: write payloads under the prefix and send messages (the data key's
+        ``kms:GenerateDataKey``/``kms:Decrypt`` for both is the caller's, which holds the key)."""
+        allow(role, ["s3:PutObject"], [self.claim_check.arn_for_objects(PAYLOADS)], sid="ClaimCheckWrite")
+        allow(role, ["sqs:SendMessage"], [self.queue.queue_arn], sid="MaterialiseSend")
+
     def attach_consumer(
         self,
         function: lambda_.Function,
         *,
         batch_size: int = 10,
         max_batching_window: cdk.Duration | None = None,
+        max_concurrency: int | None = None,
     ) -> sources.SqsEventSource:
-        """Make ``function`` the queue's consumer: partial batch failures, read access to the claim-check payloads.
+        """Make ``function`` the queue's consumer: partial batch failures, at most ``max_concurrency`` concurrent
+        invocations (2..1000; ``None``: unbounded), read access to the claim-check payloads.
 
         Raises:
             ValueError: the function's timeout is longer than :data:`CONSUMER_TIMEOUT`.
@@ -103,8 +117,12 @@ class Queues(Construct):
             batch_size=batch_size,
             max_batching_window=max_batching_window,
             report_batch_item_failures=True,
+            max_concurrency=max_concurrency,
         )
         function.add_event_source(source)  # grants ReceiveMessage/DeleteMessage/... and kms:Decrypt on the queue
-        allow(function.role, ["s3:GetObject"], [self.claim_check.arn_for_objects("*")], sid="ClaimCheckPayloads")  # type: ignore[arg-type]
+        allow(function.role, ["s3:GetObject"], [self.claim_check.arn_for_objects(PAYLOADS)], sid="ClaimCheckPayloads")  # type: ignore[arg-type]
+        # ListBucket makes a missing payload (expired before a late redrive) a 404 the consumer reports as such,
+        # instead of a 403.
+        allow(function.role, ["s3:ListBucket"], [self.claim_check.bucket_arn], sid="ClaimCheckList")  # type: ignore[arg-type]
         allow(function.role, ["kms:Decrypt"], [self._key.key_arn], sid="ClaimCheckKey")  # type: ignore[arg-type]
         return source

@@ -5,7 +5,9 @@ Wiring (the only cross-construct dependencies)::
     DataKey ──> Buffer, Lake, Queues, Secrets, Jobs, Functions
     Lake ──> Queues (access logs), Jobs (warehouse, catalog), Functions (checkpoints)
     Buffer ──> Jobs, Functions          Jobs ──> Functions (flush job for the trigger)
-    Functions ──> Api, Secrets (rotation), Monitoring          Queues, Jobs, Api ──> Monitoring
+    Queues ──> Jobs (the flush publishes), Functions (materialise consumes), Monitoring
+    MaterialiseNetwork (with materialiseVpc) ──> Functions (materialise)
+    Functions ──> Api, Secrets (rotation), Monitoring          Jobs, Api ──> Monitoring
 
 ``build_app`` is what ``infra/app.py`` and the tests call: it adds cdk-nag's AwsSolutions checks to the app, so a
 synth fails on any finding that is not acknowledged (with a reason, where the construct is made).
@@ -31,6 +33,7 @@ from lakesync_infra.functions import Functions
 from lakesync_infra.jobs import Jobs
 from lakesync_infra.lake import Lake
 from lakesync_infra.monitoring import Monitoring
+from lakesync_infra.network import MaterialiseNetwork
 from lakesync_infra.packaging import GlueBundle
 from lakesync_infra.queues import Queues
 from lakesync_infra.secrets import Secrets
@@ -41,12 +44,14 @@ class Artifacts:
     """The built code the stacks deploy.
 
     Attributes:
-        lambda_asset: The Lambda code directory.
+        lambda_asset: The Lambda code directory of every function but ``materialise``.
         glue: The Glue scripts and wheel.
+        materialise_asset: The ``materialise`` function's code directory (the Lambda asset plus the SQL drivers).
     """
 
     lambda_asset: Path
     glue: GlueBundle
+    materialise_asset: Path
 
 
 class LakeSyncStack(cdk.Stack):
@@ -81,18 +86,27 @@ class LakeSyncStack(cdk.Stack):
             lake=self.lake,
             buffer=self.buffer,
             bundle=artifacts.glue,
+            queues=self.queues,
+        )
+        self.network = (
+            MaterialiseNetwork(self, "MaterialiseNetwork", settings=config.materialise_vpc)
+            if config.materialise_vpc is not None
+            else None
         )
         self.functions = Functions(
             self,
             "Functions",
             config=config,
             asset=artifacts.lambda_asset,
+            materialise_asset=artifacts.materialise_asset,
             key=self.data_key,
             buffer=self.buffer,
             jwt_secret=self.secrets.jwt_secret,
             checkpoints=self.lake.checkpoints,
             flush_job_name=self.jobs.jobs["flush"].ref,
             flush_job_arn=self.jobs.job_arn("flush"),
+            queues=self.queues,
+            network=self.network,
         )
         self.secrets.enable_rotation(self.functions.functions["rotate_secret"])
         self.api = Api(self, "Api", config=config, functions=self.functions.functions)
@@ -107,12 +121,22 @@ class LakeSyncStack(cdk.Stack):
             },
             job_names={kind: job.ref for kind, job in self.jobs.jobs.items()},
             http_api=self.api.http_api,
+            materialise_queue=self.queues.queue,
+            materialise_dead_letters=self.queues.dead_letter_queue,
+            materialise=self.functions.functions["materialise"],
         )
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL of the sync gateway")
         cdk.CfnOutput(self, "JwtSecretArn", value=self.secrets.jwt_secret.secret_arn, description="JWT signing key")
         cdk.CfnOutput(self, "LakeBucket", value=self.lake.bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)
         cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
+        cdk.CfnOutput(self, "MaterialiseDeadLetterQueue", value=self.queues.dead_letter_queue.queue_url)
+        cdk.CfnOutput(
+            self,
+            "DestinationSecretPrefix",
+            value=config.destination_secrets,
+            description="Create the destinations' secrets under this name prefix",
+        )
         cdk.CfnOutput(self, "AlarmTopic", value=self.monitoring.topic.topic_arn)
         cdk.Tags.of(self).add("lakesync:environment", config.name)
         _acknowledge(self)

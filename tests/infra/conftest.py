@@ -149,11 +149,13 @@ def _acknowledgments(metadata_file: Path) -> dict[str, dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset
+    from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset, build_materialise_asset
     from lakesync_infra.stack import Artifacts, build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    artifacts = Artifacts(lambda_asset=build_lambda_asset(), glue=build_glue_bundle())
+    artifacts = Artifacts(
+        lambda_asset=build_lambda_asset(), glue=build_glue_bundle(), materialise_asset=build_materialise_asset()
+    )
     context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
     env_key = f"lakesync:env:{ENV}"
     post = {"lakesync:environments": ENV, env_key: {**context.get(env_key, {}), **OPTIONS}}

@@ -225,6 +225,13 @@ def _claim_idempotency_key(env: dict[str, Any]) -> None:
 
 SETUP: dict[str, Callable[[dict[str, Any]], None]] = {"actions": _claim_idempotency_key}
 
+_MATERIALISE_ADMIN = tuple(
+    name
+    for name in ("admin_materialise_post", "admin_materialise_get", "admin_materialise_delete")
+    if (EVENTS / f"{name}.json").exists()
+)
+"""The destination routes' samples (add, list, remove), as they land beside the routes."""
+
 SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
     "push": lambda env: [
         _invoke("push", "push_json"),
@@ -241,6 +248,7 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
             "admin_schema_get",
             "admin_flush",
             "admin_metrics",
+            *_MATERIALISE_ADMIN,
         )
     ],
     "checkpoint": lambda env: [_invoke("checkpoint", "checkpoint"), _invoke("checkpoint", "checkpoint_chunk")],

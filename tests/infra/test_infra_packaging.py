@@ -1,6 +1,7 @@
-"""The Lambda asset as deployed (the staged copy in the cloud assembly): self-sufficient with only the runtime's AWS
-SDK beside it, every lakesync/functions import inside it resolvable, built for ARM64 and the runtime's Python, small,
-and free of the Spark/Iceberg stack; plus the pins it was built from."""
+"""The Lambda assets as deployed (the staged copies in the cloud assembly): the API functions' asset and the
+materialise function's own (the same plus the SQL drivers). Each is self-sufficient with only the runtime's AWS SDK
+beside it, every lakesync/functions import inside it resolvable, built for ARM64 and the runtime's Python, free of
+the Spark/Iceberg stack; the API asset stays small; plus the pins they were built from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from lakesync_infra.packaging import LAMBDA_PYTHON, RUNTIME_PROVIDED, directory_size, lambda_requirements
+from lakesync_infra.packaging import (
+    LAMBDA_PYTHON,
+    MATERIALISE_EXTRAS,
+    RUNTIME_PROVIDED,
+    directory_size,
+    lambda_requirements,
+)
 
 HEAVY = ("pyspark", "pyiceberg", "pyarrow", "pandas", "moto", "boto3", "botocore")
 # What the Lambda runtime puts on sys.path besides the function's code: the AWS SDK and its dependencies.
@@ -29,14 +36,36 @@ print(json.dumps({"modules": sorted(sys.modules), "files": sorted(
 """
 
 
-@pytest.fixture(scope="module")
-def asset(cfn, synth) -> Path:
-    """The staged asset directory every function deploys."""
-    keys = {fn["Code"]["S3Key"] for fn in cfn.functions().values()}
+MATERIALISE = "materialise"
+ASSETS = ("api", MATERIALISE)
+SQL_DRIVERS = ("psycopg", "psycopg_binary", "pymysql", "google/cloud/bigquery")
+
+
+def _staged(cfn, synth, names) -> Path:
+    keys = {fn["Code"]["S3Key"] for name, fn in cfn.functions().items() if name in names}
     (key,) = keys
     staged = synth.outdir / f"asset.{key.removesuffix('.zip')}"
     assert staged.is_dir()
     return staged
+
+
+@pytest.fixture(scope="module")
+def assets(cfn, synth) -> dict[str, Path]:
+    """The staged asset directories: ``api`` (every function but materialise, one shared asset) and
+    ``materialise``."""
+    others = set(cfn.functions()) - {MATERIALISE}
+    return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, {MATERIALISE})}
+
+
+@pytest.fixture(scope="module", params=ASSETS)
+def asset(request, assets) -> Path:
+    return assets[request.param]
+
+
+def _handlers(cfn, asset_name: str) -> list[str]:
+    return sorted(
+        {fn["Handler"] for name, fn in cfn.functions().items() if (name == MATERIALISE) == (asset_name == MATERIALISE)}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +80,11 @@ def sdk_only(tmp_path_factory) -> Path:
     return target
 
 
-def test_asset_handlers_import_with_only_the_runtime_sdk_beside_them(cfn, asset, sdk_only, tmp_path):
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_handlers_import_with_only_the_runtime_sdk_beside_them(cfn, assets, sdk_only, tmp_path, asset_name):
     # Given a clean interpreter whose import path is the asset and the runtime's SDK, nothing else
-    handlers = sorted({fn["Handler"] for fn in cfn.functions().values()})
+    asset = assets[asset_name]
+    handlers = _handlers(cfn, asset_name)
     code = f"import sys; sys.path[:0] = [{str(asset)!r}, {str(sdk_only)!r}]\n" + _PROBE
     # When every handler of the template is imported there
     done = subprocess.run(
@@ -119,17 +150,51 @@ def test_asset_extensions_are_built_for_arm64_and_the_runtime_python(asset):
     assert all(tag in name or "abi3" in name for name in extensions), extensions
 
 
-def test_asset_holds_exactly_the_locked_runtime_dependencies(asset):
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_holds_exactly_the_locked_runtime_dependencies(assets, asset_name):
     # Given the distributions installed in the asset
-    stems = [p.name.removesuffix(".dist-info").rsplit("-", 1) for p in asset.glob("*.dist-info")]
+    stems = [p.name.removesuffix(".dist-info").rsplit("-", 1) for p in assets[asset_name].glob("*.dist-info")]
     installed = {name.lower().replace("_", "-"): version for name, version in stems}
-    # Then they are the aws extra's lock pins, minus the SDK the runtime provides
-    pins = dict(line.split(";")[0].strip().split("==") for line in lambda_requirements())
+    # Then they are the lock pins of its extras (aws; aws and sql for materialise), minus the SDK the runtime provides
+    extras = MATERIALISE_EXTRAS if asset_name == MATERIALISE else ("aws",)
+    pins = dict(_pin(line) for line in lambda_requirements(extras=extras) if _on_lambda(line))
     assert installed == {name.lower(): version for name, version in pins.items()}
 
 
-def test_asset_is_well_under_the_lambda_limit(asset):
-    # Given the asset's unzipped size
-    size = directory_size(asset)
-    # Then it is a small fraction of Lambda's 250 MB limit and well under the 50 MB goal
-    assert size < 25 * 1024 * 1024, size
+def _pin(line: str) -> tuple[str, str]:
+    name, version = line.split(";")[0].strip().split("==")
+    return name, version
+
+
+def _on_lambda(line: str) -> bool:
+    """Whether a lock line's environment marker holds on the Lambda runtime (Linux, ARM64, CPython)."""
+    from packaging.markers import Marker
+
+    _, _, marker = line.partition(";")
+    lambda_env = {
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "aarch64",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "python_version": LAMBDA_PYTHON,
+        "python_full_version": f"{LAMBDA_PYTHON}.0",
+    }
+    return not marker.strip() or Marker(marker.strip()).evaluate(lambda_env)
+
+
+def test_only_the_materialise_asset_carries_the_sql_drivers(assets):
+    # Given both assets
+    # Then the drivers of every destination type are in the materialise function's asset, and none in the API's
+    for driver in SQL_DRIVERS:
+        assert (assets[MATERIALISE] / driver).is_dir(), driver
+        assert not (assets["api"] / driver).exists(), driver
+
+
+def test_assets_are_well_under_the_lambda_limit(assets):
+    # Given the assets' unzipped sizes
+    api, materialise = directory_size(assets["api"]), directory_size(assets[MATERIALISE])
+    # Then the API functions' is a small fraction of Lambda's 250 MB limit and well under the 50 MB goal
+    assert api < 25 * 1024 * 1024, api
+    # And the materialise function's, drivers and BigQuery's client included, stays under half the limit
+    assert materialise < 125 * 1024 * 1024, materialise
