@@ -41,3 +41,11 @@ def test_lakesync_demo_runs_the_whole_loop_in_its_own_process() -> None:
     before = next(line for line in out.stdout.splitlines() if "as of snapshot" in line)
     now = next(line for line in out.stdout.splitlines() if "and now:" in line)
     assert "Buy milk and eggs'" in before and "Buy milk, eggs and bread" in now
+    # And the flushed rows were materialised into SQLite, as every client folds them (t2 deleted, blue b1 too)
+    assert "10. the flushes were materialised into" in out.stdout
+    rows = out.stdout.split("10. the flushes were materialised into", 1)[1].splitlines()[1:]
+    shown = [line.strip() for line in rows if "|" in line]
+    assert shown == [
+        "b1 | Blue task | done=False | blue | prio=1",
+        "t1 | Buy milk, eggs and bread | done=True | red | prio=3",
+    ]

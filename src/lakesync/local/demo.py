@@ -15,6 +15,15 @@ from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC
 from lakesync.local.runner import LocalStack
 
+TODOS_SCHEMA = {
+    "table": "todos",
+    "columns": [
+        {"name": "title", "type": "string"},
+        {"name": "done", "type": "boolean"},
+        {"name": "team", "type": "string"},
+        {"name": "prio", "type": "number"},
+    ],
+}
 RULES = {
     "version": 1,
     "buckets": [
@@ -101,7 +110,10 @@ def run(
             say(f"LakeSync local: API {stack.url}, AWS (moto) {stack.aws_endpoint}")
             admin = DemoClient(stack, "admin", "none", role="admin")
             admin.api.admin("POST", "sync-rules", RULES)
-            say("1. admin stored sync rules: each client sees the todos of its own team (jwt:team)")
+            admin.api.admin("POST", "schema", TODOS_SCHEMA)
+            say(
+                "1. admin stored sync rules (each client sees the todos of its own team, jwt:team) and the todos schema"
+            )
 
             alice, bob = DemoClient(stack, "alice", "red"), DemoClient(stack, "bob", "red")
             dave = DemoClient(stack, "dave", "blue")
@@ -180,9 +192,29 @@ def _lake_half(
     after = run_query(spark, query)
     say(f"9. lakesync query over the lake: as of snapshot {first}: {list(before.rows)}")
     say(f"   and now: {list(after.rows)}")
+    materialised = _materialised(stack, say)
     return {
         "erin": erin.table(),
         "replay": replay.table(),
         "lake_before": dict(before.rows),
         "lake_now": dict(after.rows),
+        "materialised": materialised,
     }
+
+
+def _materialised(stack: LocalStack, say: Callable[[str], None]) -> dict[str, dict[str, object]]:
+    """Wait for the materialiser to apply the published jobs, then read the rows with plain SQL."""
+    import sqlite3
+
+    assert stack.materialiser is not None
+    stack.materialiser.drain(timeout_s=60)
+    path = stack.materialise_target.removeprefix("sqlite:///")
+    query = "SELECT row_id, title, done, team, prio FROM todos WHERE deleted_at IS NULL ORDER BY row_id"
+    say(f"10. the flushes were materialised into {path} (SQLite); plain SQL: {query}")
+    with sqlite3.connect(path) as db:
+        rows = db.execute(query).fetchall()
+    out: dict[str, dict[str, object]] = {}
+    for row_id, title, done, team, prio in rows:
+        say(f"   {row_id} | {title} | done={bool(done)} | {team} | prio={prio:g}")
+        out[row_id] = {"title": title, "done": bool(done), "team": team, "prio": prio}
+    return out
