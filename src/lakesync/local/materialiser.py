@@ -81,6 +81,7 @@ class LocalMaterialiser:
         handler: The Lambda handler (``functions.materialise.lambda_handler``).
         batch_size: Messages per invocation (at most 10).
         wait_s: Long-poll wait per receive.
+        retry_visibility_s: Seconds a failed message stays invisible before it is retried.
     """
 
     def __init__(
@@ -91,12 +92,14 @@ class LocalMaterialiser:
         *,
         batch_size: int = 10,
         wait_s: int = 1,
+        retry_visibility_s: int = RETRY_VISIBILITY_S,
     ) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
         self._handler = handler
         self._batch_size = batch_size
         self._wait_s = wait_s
+        self._retry_visibility_s = retry_visibility_s
         attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]
         self._queue_arn = attributes["QueueArn"]
         self._region = self._queue_arn.split(":")[3]
@@ -105,8 +108,8 @@ class LocalMaterialiser:
         self._lock = threading.Lock()
 
     def poll_once(self, wait_s: int | None = None) -> PollReport:
-        """Receive one batch, run the handler on it, delete what succeeded; failed messages come back after
-        :data:`RETRY_VISIBILITY_S`."""
+        """Receive one batch, run the handler on it, delete what succeeded; failed messages come back after the
+        retry visibility."""
         with self._lock:
             out = self._sqs.receive_message(
                 QueueUrl=self._queue_url,
@@ -136,7 +139,9 @@ class LocalMaterialiser:
             for m in messages:
                 if m["MessageId"] in failed:
                     self._sqs.change_message_visibility(
-                        QueueUrl=self._queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=RETRY_VISIBILITY_S
+                        QueueUrl=self._queue_url,
+                        ReceiptHandle=m["ReceiptHandle"],
+                        VisibilityTimeout=self._retry_visibility_s,
                     )
             return PollReport(len(messages), len(done), len(failed))
 
