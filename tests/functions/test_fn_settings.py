@@ -8,9 +8,12 @@ import pytest
 
 from lakesync.aws.function_settings import (
     API_ENV_VARS,
+    CLAIM_CHECK_BUCKET,
     FLUSH_JOB_NAME,
     FUNCTION_ENV_VARS,
+    TABLE_PREFIX,
     TABLE_VARS,
+    MaterialiseSettings,
     Settings,
     SettingsError,
 )
@@ -115,8 +118,23 @@ def test_function_env_vars_cover_what_settings_read():
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
     # Then the API functions declare exactly those (and the six table names) but the flush job's name, which only
-    # flush_trigger reads; health and rotate_secret read none
-    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | {FLUSH_JOB_NAME}
+    # flush_trigger reads, and the claim-check bucket, which only materialise reads; health and rotate_secret read none
+    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | {FLUSH_JOB_NAME, CLAIM_CHECK_BUCKET}
     assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
     assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME}
+    assert FUNCTION_ENV_VARS["materialise"] == {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
+
+
+def test_materialise_settings_need_tables_and_a_valid_claim_check_bucket():
+    # Given the materialise function's variables
+    settings = MaterialiseSettings.from_env({TABLE_PREFIX: "ls", CLAIM_CHECK_BUCKET: "my-claims"})
+    # Then they name the tables and the bucket
+    assert settings.claim_check_bucket == "my-claims"
+    assert settings.tables == TableNames.with_prefix("ls")
+    # And a missing or invalid bucket, or missing tables, are reported together
+    with pytest.raises(SettingsError) as missing:
+        MaterialiseSettings.from_env({})
+    assert CLAIM_CHECK_BUCKET in str(missing.value) and TABLE_PREFIX in str(missing.value)
+    with pytest.raises(SettingsError, match="not a valid S3 bucket name"):
+        MaterialiseSettings.from_env({TABLE_PREFIX: "ls", CLAIM_CHECK_BUCKET: "Bad_Bucket"})
