@@ -153,7 +153,6 @@ class Monitoring(Construct):
             dimensions_map={"service": "flush"},
             statistic="Sum",
             period=PERIOD,
-            label="ranges not published",
         )
         alarm(
             "MaterialisePublishFailures",
@@ -161,9 +160,7 @@ class Monitoring(Construct):
             "The flush could not publish materialisation ranges after retries (its log says why); the next flush "
             "retries them",
         )
-        queue_age = materialise_queue.metric_approximate_age_of_oldest_message(
-            period=PERIOD, statistic="Maximum", label="oldest message (s)"
-        )
+        queue_age = materialise_queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum")
         alarm(
             "MaterialiseQueueAge",
             queue_age,
@@ -214,7 +211,10 @@ class Monitoring(Construct):
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Materialise: errors and publish failures",
-                left=[materialise.metric_errors(period=PERIOD, label="consumer errors"), publish_failures],
+                left=[
+                    materialise.metric_errors(period=PERIOD, label="consumer errors"),
+                    publish_failures.with_(label="ranges not published"),
+                ],
                 right=[materialise.metric_invocations(period=PERIOD, label="consumer invocations")],
                 width=8,
             ),
@@ -236,7 +236,7 @@ class Monitoring(Construct):
                         period=PERIOD, statistic="Maximum", label="dead letters"
                     ),
                 ],
-                right=[queue_age],
+                right=[queue_age.with_(label="oldest message (s)")],
                 width=8,
             ),
         )

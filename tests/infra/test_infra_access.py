@@ -184,6 +184,10 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
         return [(f"s3:{action}", f"{bucket}/{params['Key']}")]
     if service == "secretsmanager":
         return [(f"secretsmanager:{op}", names[params["SecretId"]])]
+    if service == "sqs":
+        return [(f"sqs:{op}", names[params["QueueUrl"]])]
+    if service == "cloudwatch" and op == "PutMetricData":  # no resource-level permissions (namespace: a condition)
+        return [("cloudwatch:PutMetricData", "*")]
     raise AssertionError(f"unmapped call {service}.{op}")
 
 

@@ -17,6 +17,13 @@ from lakesync_infra.config import (
 )
 
 CDK_JSON = Path(__file__).resolve().parents[2] / "infra" / "cdk.json"
+VPC = {
+    "vpcId": "vpc-0123456789abcdef0",
+    "availabilityZones": ["eu-west-1a", "eu-west-1b"],
+    "privateSubnetIds": ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0bbbbbbbbbbbbbbb2"],
+    "privateSubnetRouteTableIds": ["rtb-0aaaaaaaaaaaaaaa1", "rtb-0bbbbbbbbbbbbbbb2"],
+    "securityGroupIds": ["sg-0ccccccccccccccc3"],
+}
 
 
 def test_config_defaults_are_valid_and_keep_data():
@@ -27,6 +34,27 @@ def test_config_defaults_are_valid_and_keep_data():
     assert config.removal_policy == "retain"
     assert config.gateway_ids == ("default",)
     assert config.stack_name == "LakeSync-prod"
+
+
+def test_config_materialisation_defaults_and_vpc():
+    # Given no materialisation settings, then a VPC given on the command line (a JSON string)
+    plain = LakeSyncConfig.from_settings("prod", {})
+    (in_vpc,) = environments({ENVIRONMENTS_KEY: "dev", ENV_KEY_PREFIX + "dev": json.dumps({"materialiseVpc": VPC})})
+    # Then the consumer is bounded to 5 invocations, outside any VPC, reading secrets under lakesync/<env>/destinations/
+    assert (plain.materialise_concurrency, plain.materialise_vpc) == (5, None)
+    assert plain.destination_secrets == "lakesync/prod/destinations/"
+    # And the VPC is parsed whole, endpoints created by default
+    vpc = in_vpc.materialise_vpc
+    assert vpc is not None and vpc.create_endpoints is True
+    assert (vpc.vpc_id, vpc.private_subnet_ids, vpc.security_group_ids) == (
+        VPC["vpcId"],
+        tuple(VPC["privateSubnetIds"]),
+        tuple(VPC["securityGroupIds"]),
+    )
+    # And a VPC that brings its own endpoints needs no route tables
+    settings = {k: v for k, v in VPC.items() if k != "privateSubnetRouteTableIds"}
+    own = LakeSyncConfig.from_settings("dev", {"materialiseVpc": {**settings, "createEndpoints": False}})
+    assert own.materialise_vpc is not None and own.materialise_vpc.create_endpoints is False
 
 
 def test_config_cdk_json_environments_parse():
@@ -108,6 +136,13 @@ def test_config_reports_every_problem_at_once():
         ({"alarmEmail": "ops"}, "alarmEmail"),
         ({"compactMaintain": "yes"}, "compactMaintain"),
         ({"gatewayIds": []}, "gatewayIds"),
+        ({"materialiseConcurrency": 1}, "materialiseConcurrency"),
+        ({"destinationSecretPrefix": "lakesync/dev"}, "destinationSecretPrefix"),
+        ({"materialiseVpc": {"vpcId": "vpc-1"}}, "materialiseVpc.vpcId"),
+        ({"materialiseVpc": {**VPC, "privateSubnetIds": VPC["privateSubnetIds"][:1]}}, "one subnet per zone"),
+        ({"materialiseVpc": {**VPC, "privateSubnetRouteTableIds": []}}, "required when createEndpoints"),
+        ({"materialiseVpc": {**VPC, "securityGroupIds": []}}, "securityGroupIds"),
+        ({"materialiseVpc": {**VPC, "natGateway": True}}, "unknown keys"),
     ],
 )
 def test_config_rejects_an_invalid_value(settings, fragment):
