@@ -1,0 +1,373 @@
+"""``SqlDestination``: materialise deltas into a SQL table with the one merge rule (:mod:`lakesync.core.merge`).
+
+Invariant: after any sequence of :meth:`SqlDestination.apply` calls -- batches in any order, with duplicates and
+redeliveries -- each destination row equals the per-column LWW fold of every delta ever applied to its row id,
+projected onto the table's columns (missing → NULL, values coerced by :mod:`lakesync.sql.coerce`); the row is
+absent (hard delete) or has ``deleted_at`` set (soft delete) iff the fold says the row does not exist. No merge is
+written in SQL: the per-column state is kept beside the row in the hidden ``_lakesync_state`` table and folded in
+Python with :func:`lakesync.core.merge.merge`.
+
+One ``apply`` is one database transaction:
+
+1. (once per process and table layout) create the table, add missing columns, back-fill added columns of existing
+   rows from their stored states and record them in ``_lakesync_tables`` -- the back-fill in its own transaction,
+   under an exclusive lock of the table's metadata row;
+2. ``BEGIN`` (SQLite: ``BEGIN IMMEDIATE``); read the table's materialised columns under a shared lock of its
+   metadata row (so a concurrent back-fill and a batch never interleave); if the schema has columns not yet
+   materialised, roll back and do step 1 again;
+3. create the batch's missing state rows, then lock them all (``SELECT ... FOR UPDATE`` in ``row_id`` order);
+4. fold each row's deltas into its stored state; rows whose state did not change are left alone;
+5. write the changed states; upsert the live rows with every column (``deleted_at = NULL`` un-deletes); delete or
+   soft-delete rows that existed and no longer do (a late older write cannot resurrect them: the tombstone in the
+   state keeps it out);
+6. ``COMMIT``.
+
+Deadlocks, serialization failures and lock timeouts roll back and retry the whole call (a few times, with jittered
+backoff); a lost connection is reopened and retried; anything else raises :class:`DestinationError` and nothing of
+the call is written. Rows whose primary key columns would be NULL cannot be stored: they are skipped and counted
+(:attr:`SqlApplyStats.skipped`); when a live row's primary key changes, its old destination row is removed first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from lakesync.core.delta import RowDelta
+from lakesync.core.errors import DestinationError
+from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
+from lakesync.core.schema import TableSchema
+from lakesync.ports import ApplyStats
+from lakesync.sql.coerce import coerce_value, decode_value
+from lakesync.sql.dialect import (
+    LayoutError,
+    TableLayout,
+    check_layout,
+    columns_from_json,
+    layout_for,
+)
+from lakesync.sql.executor import ErrorKind, Executor, Run, scrub
+
+__all__ = ["SqlApplyStats", "SqlDestination"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+MAX_ATTEMPTS: Final = 8
+"""Tries of one call before a retryable error is raised."""
+_BACKOFF_S: Final = 0.02
+_BACKOFF_CAP_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SqlApplyStats(ApplyStats):
+    """:class:`~lakesync.ports.ApplyStats` plus what coercion cost.
+
+    Attributes:
+        nulled: Column values written as NULL because the column's type cannot represent them.
+        skipped: Live rows not written because a primary-key column would be NULL.
+        attempts: Transactions it took (1 unless a deadlock or serialization failure forced a retry).
+    """
+
+    nulled: int = 0
+    skipped: int = 0
+    attempts: int = 1
+
+
+class _SchemaBehind(Exception):
+    """The table lacks columns of the schema (another process's cache was stale, or ours): ensure again."""
+
+
+class SqlDestination:
+    """A :class:`~lakesync.ports.Destination` over one SQL connection (one call at a time; thread-safe).
+
+    Args:
+        name: The destination's name (for messages and metrics).
+        executor: The driver executor; the destination owns it and closes it in :meth:`close`.
+        sleep: Backoff sleep (injectable for tests).
+    """
+
+    def __init__(self, name: str, executor: Executor, *, sleep: Any = time.sleep) -> None:
+        self.name = name
+        self.executor = executor
+        self.dialect = executor.dialect
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._system_ready = False
+        self._ensured: set[TableLayout] = set()
+
+    def __repr__(self) -> str:
+        return f"SqlDestination({self.name!r}, {self.dialect.name}, {self.executor.location})"
+
+    # -- public API ----------------------------------------------------------------------------------------------
+
+    def apply(self, schema: TableSchema, deltas: Sequence[RowDelta]) -> SqlApplyStats:
+        """Merge ``deltas`` (all of ``schema.delta_table``) into table ``schema.table``, atomically.
+
+        Returns:
+            What the call did; ``unchanged`` counts touched rows whose destination row did not change.
+
+        Raises:
+            DestinationError: the layout is refused (not retryable), a delta names another table (not retryable),
+                the database refused (not retryable) or kept failing transiently / lost the connection (retryable).
+        """
+        layout = self._layout(schema)
+        source = schema.delta_table
+        groups: dict[str, list[RowDelta]] = {}
+        for delta in deltas:
+            if delta.table != source:
+                raise DestinationError(
+                    f"destination {self.name}: a delta of table {delta.table!r} in a batch for {source!r}",
+                    retryable=False,
+                )
+            groups.setdefault(delta.row_id, []).append(delta)
+        with self._lock:
+            return self._with_retries(lambda attempt: self._apply_once(layout, source, groups, len(deltas), attempt))
+
+    def rows(self, schema: TableSchema) -> dict[str, dict[str, Any]]:
+        """The live rows of ``schema.table`` by ``row_id`` (soft-deleted excluded), schema columns only.
+
+        Values are decoded back to JSON values: numbers as floats, booleans as bools, json columns parsed.
+        """
+        layout = self._layout(schema)
+        names = list(layout.column_names)
+
+        def read(attempt: int) -> dict[str, dict[str, Any]]:
+            self._ensure(layout)
+            with self.executor.transaction() as run:
+                result = run(self.dialect.select_rows(layout, names))
+            return {
+                str(row[0]): {n: decode_value(v, layout.types[n]) for n, v in zip(names, row[1:], strict=True)}
+                for row in result
+            }
+
+        with self._lock:
+            return self._with_retries(read)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.executor.close()
+
+    # -- the call ------------------------------------------------------------------------------------------------
+
+    def _layout(self, schema: TableSchema) -> TableLayout:
+        layout = layout_for(schema)
+        try:
+            check_layout(layout, self.dialect.max_identifier)
+        except LayoutError as exc:
+            raise DestinationError(f"destination {self.name}: {exc}", retryable=False) from None
+        return layout
+
+    def _with_retries(self, body: Callable[[int], _T]) -> _T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return body(attempt)
+            except _SchemaBehind:
+                self._ensured.clear()
+                kind: ErrorKind | None = ErrorKind.RETRY
+                error: BaseException | None = None
+            except DestinationError:
+                raise
+            except Exception as exc:
+                kind = self.executor.classify(exc)
+                if kind is None:
+                    raise
+                error = exc
+            if kind is ErrorKind.CONNECTION:
+                self.executor.reset()
+                self._system_ready = False
+                self._ensured.clear()
+            if kind is ErrorKind.FATAL or attempt >= MAX_ATTEMPTS:
+                message = scrub(
+                    f"destination {self.name} ({self.dialect.name}) failed: {type(error).__name__}: {error}",
+                    self.executor.secrets,
+                )
+                raise DestinationError(message, retryable=kind is not ErrorKind.FATAL) from None
+            delay = min(_BACKOFF_CAP_S, _BACKOFF_S * 2 ** (attempt - 1))
+            self._sleep(delay * (0.5 + random.random()))
+
+    def _ensure(self, layout: TableLayout) -> None:
+        if layout in self._ensured:
+            return
+        dialect = self.dialect
+        if not self._system_ready:
+            with self.executor.transaction(ddl=True) as run:
+                for sql in dialect.create_system_tables():
+                    run(_stmt(sql))
+            self._system_ready = True
+        with self.executor.transaction(ddl=True) as run:
+            for sql in dialect.create_table(layout):
+                run(_stmt(sql))
+            existing = {str(r[0]).lower() for r in run(dialect.existing_columns(layout.table))}
+            for name, ctype in layout.columns:
+                if name.lower() not in existing:
+                    run(_stmt(dialect.add_column(layout.table, name, ctype)))
+            if layout.soft_delete and "deleted_at" not in existing:
+                run(_stmt(dialect.add_deleted_at(layout.table)))
+        with self.executor.transaction() as run:
+            run(dialect.insert_meta(layout.table))
+            meta = _meta_columns(run(dialect.read_meta(layout.table, exclusive=True)))
+            known = {name for name, _ in meta}
+            added = [(n, t) for n, t in layout.columns if n not in known]
+            if added:
+                self._backfill(run, layout, added)
+                run(dialect.update_meta(layout.table, [*meta, *added]))
+        self._ensured.add(layout)
+
+    def _backfill(self, run: Run, layout: TableLayout, added: list[tuple[str, Any]]) -> None:
+        """Set the added columns of existing live rows from their states (the state keeps every column)."""
+        names = [n for n, _ in added]
+        rows: list[tuple[Any, ...]] = []
+        for row_id, text in run(self.dialect.all_states(layout.table)):
+            values = state_from_json("", str(row_id), json.loads(text)).values()
+            if values is None:
+                continue
+            coerced = [coerce_value(values.get(n), t, allow_nul=self.dialect.allow_nul).value for n, t in added]
+            if any(v is not None for v in coerced):
+                rows.append((str(row_id), *coerced))
+        if rows:
+            logger.info("destination %s: back-filling %s of %d rows in %s", self.name, names, len(rows), layout.table)
+        for stmt in self.dialect.backfill(layout, names, rows):
+            run(stmt)
+
+    def _apply_once(
+        self, wanted: TableLayout, source: str, groups: dict[str, list[RowDelta]], count: int, attempt: int
+    ) -> SqlApplyStats:
+        self._ensure(wanted)
+        dialect = self.dialect
+        row_ids = sorted(groups)
+        with self.executor.transaction() as run:
+            meta = _meta_columns(run(dialect.read_meta(wanted.table, exclusive=False)))
+            known = {name for name, _ in meta}
+            if any(name not in known for name in wanted.column_names):
+                raise _SchemaBehind
+            # Project onto every materialised column, including ones a newer schema added: the row stays the fold.
+            layout = wanted.with_columns(meta)
+            if not row_ids:
+                return SqlApplyStats(deltas=count, attempts=attempt)
+            for stmt in dialect.ensure_states(layout.table, row_ids):
+                run(stmt)
+            stored: dict[str, str | None] = {}
+            for stmt in dialect.lock_states(layout.table, row_ids):
+                stored.update((str(rid), text) for rid, text in run(stmt))
+
+            new_states: list[tuple[str, str]] = []
+            live: list[tuple[Any, ...]] = []
+            dead: list[str] = []
+            moved: list[str] = []
+            unchanged = skipped = 0
+            nulled: Counter[str] = Counter()
+            keyed = layout.primary_key != ("row_id",)
+            for row_id in row_ids:
+                text = stored.get(row_id)
+                old = state_from_json(source, row_id, json.loads(text)) if text is not None else None
+                state = old
+                changed = False
+                for delta in groups[row_id]:
+                    result = merge(state, delta)
+                    if result.changed:
+                        state, changed = result.state, True
+                if not changed or state is None:
+                    unchanged += 1
+                    continue
+                new_states.append((row_id, json.dumps(state_to_json(state), separators=(",", ":"))))
+                was_live = old is not None and old.exists
+                if not state.exists:
+                    if was_live:
+                        dead.append(row_id)
+                    else:
+                        unchanged += 1
+                    continue
+                row = self._project(layout, row_id, state, nulled)
+                if keyed and was_live and old is not None:
+                    old_key = self._key_of(layout, row_id, old)
+                    if old_key is not None and old_key != self._key_of(layout, row_id, state):
+                        moved.append(row_id)
+                if row is None:
+                    skipped += 1
+                    continue
+                live.append(row)
+
+            for stmt in dialect.write_states(layout.table, new_states):
+                run(stmt)
+            if moved:
+                hard = TableLayout(layout.table, layout.columns, layout.primary_key, layout.external_id, False)
+                for stmt in dialect.delete_rows(hard, moved):
+                    run(stmt)
+            rest = live
+            by_key = dialect.update_by_key(layout, live)
+            if by_key is not None:
+                matched = {str(r[0]) for r in run(by_key)}
+                rest = [r for r in live if r[0] not in matched]
+            for stmt in dialect.upsert_rows(layout, rest):
+                run(stmt)
+            for stmt in dialect.delete_rows(layout, dead):
+                run(stmt)
+        if nulled:
+            logger.warning(
+                "destination %s: %d value(s) not representable in %s written as NULL: %s",
+                self.name,
+                sum(nulled.values()),
+                layout.table,
+                dict(nulled),
+            )
+        return SqlApplyStats(
+            deltas=count,
+            upserted=len(live),
+            deleted=len(dead),
+            unchanged=unchanged,
+            nulled=sum(nulled.values()),
+            skipped=skipped,
+            attempts=attempt,
+        )
+
+    def _project(
+        self, layout: TableLayout, row_id: str, state: RowState, nulled: Counter[str]
+    ) -> tuple[Any, ...] | None:
+        values = state.values() or {}
+        out: list[Any] = [row_id]
+        allow_nul = self.dialect.allow_nul
+        for name, ctype in layout.columns:
+            coerced = coerce_value(values.get(name), ctype, allow_nul=allow_nul)
+            if coerced.dropped:
+                nulled[name] += 1
+            out.append(coerced.value)
+        for key in layout.primary_key:
+            if key != "row_id" and out[1 + layout.column_names.index(key)] is None:
+                return None
+        return tuple(out)
+
+    def _key_of(self, layout: TableLayout, row_id: str, state: RowState) -> tuple[Any, ...] | None:
+        values = state.values()
+        if values is None:
+            return None
+        allow_nul = self.dialect.allow_nul
+        return tuple(
+            row_id if key == "row_id" else coerce_value(values.get(key), layout.types[key], allow_nul=allow_nul).value
+            for key in layout.primary_key
+        )
+
+
+def _stmt(sql: str) -> Any:
+    from lakesync.sql.dialect import Statement
+
+    return Statement(sql)
+
+
+def _meta_columns(rows: list[tuple[Any, ...]]) -> list[tuple[str, Any]]:
+    if not rows:
+        raise _SchemaBehind
+    text = rows[0][0]
+    if isinstance(text, bytes | bytearray):
+        text = text.decode("utf-8")
+    return list(columns_from_json(str(text)))
