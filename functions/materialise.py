@@ -20,7 +20,8 @@ from functions._runtime import get_materialise_deps, logger, metrics, one_at_a_t
 from lakesync.core.materialise import PayloadError
 from lakesync.gateway.materialise import DestinationOutcome, MaterialiseFailed, materialise_job
 
-processor = BatchProcessor(event_type=EventType.SQS)
+# Every record failing is reported like any partial failure (not raised): the same retries, a clear response.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 def record_handler(record: SQSRecord) -> None:

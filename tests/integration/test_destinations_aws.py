@@ -16,6 +16,7 @@ from lakesync.aws.destinations import ConfiguredDestinations
 from lakesync.aws.dynamodb import DynamoDBConfigStore
 from lakesync.core.delta import make_delta
 from lakesync.core.destinations import parse_destination
+from lakesync.core.errors import DestinationError
 from lakesync.core.hlc import encode
 from lakesync.core.schema import parse_table_schema
 from lakesync.sql import connect
@@ -118,11 +119,16 @@ def test_a_destination_that_cannot_open_is_reported_while_the_others_open(
     # When resolved
     resolved = provider.destinations(GW, "todos")
 
-    # Then SQLite opened and the other two are failures naming them, never the password
-    assert [d.name for d in resolved.opened] == ["lite"]
-    assert set(resolved.failures) == {"gone", "down"}
-    for error in resolved.failures.values():
-        assert PASSWORD not in error.message
+    # Then the one whose secret cannot be read is a failure naming it; the others opened (connections are lazy)
+    assert [d.name for d in resolved.opened] == ["down", "lite"]
+    assert set(resolved.failures) == {"gone"}
+    # And writing to the unreachable one fails with a retryable error that never shows the password
+    down_destination = resolved.opened[0]
+    with pytest.raises(DestinationError) as failed:
+        down_destination.apply(SCHEMA, [delta("r1", "x")])
+    assert failed.value.retryable
+    for message in [failed.value.message, *(e.message for e in resolved.failures.values())]:
+        assert PASSWORD not in message
     provider.close()
 
 

@@ -36,8 +36,6 @@ def open_destination(config: DestinationConfig, secret: Mapping[str, Any] | None
     from lakesync import sql
 
     if secret is not None:
-        if isinstance(secret.get("url"), str):
-            return sql.connect(secret["url"], name=config.name)
         return sql.connect_params(secret, name=config.name, type=config.type.value, url=config.url)
     if config.url is None:
         raise DestinationError(f"Destination {config.name!r} has neither a secret nor a url", retryable=False)
