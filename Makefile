@@ -71,6 +71,9 @@ bench: setup ## run the gateway benchmarks (push, pull, imports); results go to 
 bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~15 min); results go to benchmarks/results/lake.*
 	$(RUN) python -m benchmarks --only lake
 
+bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL (~1 min); results in benchmarks/results/materialise.*
+	$(RUN) python -m benchmarks.materialise
+
 synth: $(VENV)/.synced ## write ENV's CloudFormation template to infra/cdk.out (offline; ENV=dev by default)
 	$(RUN) python infra/app.py $(CDK_CTX)
 

@@ -64,6 +64,9 @@ def test_nul_is_not_representable_where_the_dialect_forbids_it() -> None:
     assert coerce_value({"k": ["a\x00"]}, J, allow_nul=False).dropped
     assert coerce_value({"a\x00": 1}, J, allow_nul=False).dropped
     assert not coerce_value("a\x00", S, allow_nul=True).dropped
+    # A literal backslash-u0000 in a string is six ordinary characters, not a NUL.
+    assert coerce_value({"k": "\\u0000"}, J, allow_nul=False) == coerce_value({"k": "\\u0000"}, J)
+    assert not coerce_value({"k": "\\u0000"}, J, allow_nul=False).dropped
 
 
 JSON_VALUES = st.recursive(
@@ -126,7 +129,7 @@ def test_generated_sql_quotes_identifiers_and_binds_values() -> None:
     assert '"title" TEXT' in create and "props JSONB NOT NULL DEFAULT '{}'" in create
     assert 'UNIQUE ("title")' in create and "deleted_at TIMESTAMPTZ" in create
     (insert,) = pg.upsert_rows(layout, [("r1", "t", 1.0, '{"a":1}')])
-    assert "unnest(%s::text[], %s::text[], %s::float8[], %s::text[]::jsonb[])" in insert.sql
+    assert "unnest(%b::text[], %b::text[], %b::float8[], %b::text[]::jsonb[])" in insert.sql
     assert 'ON CONFLICT ("title")' in insert.sql and insert.params == [["r1"], ["t"], [1.0], ['{"a":1}']]
     by_key = pg.update_by_key(layout, [("r1", "t", 1.0, None)])
     assert by_key is not None and 'WHERE t."row_id" = v."row_id"' in by_key.sql and by_key.returns

@@ -49,6 +49,8 @@ _NULL: Final = Coerced(None, False)
 def _text_ok(text: str, allow_nul: bool) -> bool:
     if not allow_nul and "\x00" in text:
         return False
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -101,12 +103,15 @@ def coerce_value(value: JsonValue, column_type: ColumnType, *, allow_nul: bool =
     if column_type is ColumnType.BOOLEAN:
         return Coerced(value) if isinstance(value, bool) else NOT_REPRESENTABLE
     if column_type is ColumnType.JSON:
-        if not _json_ok(value, allow_nul):
-            return NOT_REPRESENTABLE
         try:
-            return Coerced(json_text(value))
+            text = json_text(value)
         except (TypeError, ValueError, RecursionError):
             return NOT_REPRESENTABLE
+        # One check of the whole text: a lone surrogate anywhere (keys too) makes it unencodable. json.dumps
+        # escapes U+0000 as \u0000; the walk tells a real NUL from a literal backslash-u0000 in a string.
+        if not _text_ok(text, True) or (not allow_nul and "\\u0000" in text and not _json_ok(value, False)):
+            return NOT_REPRESENTABLE
+        return Coerced(text)
     # string and null columns are text.
     if isinstance(value, str):
         return Coerced(value) if _text_ok(value, allow_nul) else NOT_REPRESENTABLE

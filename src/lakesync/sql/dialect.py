@@ -440,7 +440,7 @@ class PostgresDialect(Dialect):
     def ensure_states(self, table: str, row_ids: Sequence[str]) -> list[Statement]:
         return [
             Statement(
-                f"INSERT INTO {STATE_TABLE} (tbl, row_id) SELECT %s, r FROM unnest(%s::text[]) AS r "
+                f"INSERT INTO {STATE_TABLE} (tbl, row_id) SELECT %s, r FROM unnest(%b::text[]) AS r "
                 "ON CONFLICT (tbl, row_id) DO NOTHING",
                 (table, list(row_ids)),
             )
@@ -449,7 +449,7 @@ class PostgresDialect(Dialect):
     def lock_states(self, table: str, row_ids: Sequence[str]) -> list[Statement]:
         return [
             Statement(
-                f"SELECT row_id, state FROM {STATE_TABLE} WHERE tbl = %s AND row_id = ANY(%s::text[]) "
+                f"SELECT row_id, state FROM {STATE_TABLE} WHERE tbl = %s AND row_id = ANY(%b::text[]) "
                 "ORDER BY row_id FOR UPDATE",
                 (table, list(row_ids)),
                 returns=True,
@@ -462,7 +462,7 @@ class PostgresDialect(Dialect):
         return [
             Statement(
                 f"UPDATE {STATE_TABLE} AS s SET state = v.state "
-                "FROM unnest(%s::text[], %s::text[]) AS v(row_id, state) WHERE s.tbl = %s AND s.row_id = v.row_id",
+                "FROM unnest(%b::text[], %b::text[]) AS v(row_id, state) WHERE s.tbl = %s AND s.row_id = v.row_id",
                 ([r for r, _ in states], [s for _, s in states], table),
             )
         ]
@@ -470,7 +470,7 @@ class PostgresDialect(Dialect):
     def _unnest(
         self, layout: TableLayout, names: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> tuple[str, list[Any]]:
-        arrays = ", ".join(["%s::text[]", *(f"%s::{self._ARRAYS[layout.types[n]]}" for n in names)])
+        arrays = ", ".join(["%b::text[]", *(f"%b::{self._ARRAYS[layout.types[n]]}" for n in names)])
         alias = ", ".join(["row_id", *(self.quote(n) for n in names)])
         params = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(len(names) + 1)]
         return f"unnest({arrays}) AS v({alias})", params
@@ -518,10 +518,10 @@ class PostgresDialect(Dialect):
         if layout.soft_delete:
             sql = (
                 f"UPDATE {q} SET deleted_at = now(), synced_at = now() "
-                "WHERE row_id = ANY(%s::text[]) AND deleted_at IS NULL"
+                "WHERE row_id = ANY(%b::text[]) AND deleted_at IS NULL"
             )
         else:
-            sql = f"DELETE FROM {q} WHERE row_id = ANY(%s::text[])"
+            sql = f"DELETE FROM {q} WHERE row_id = ANY(%b::text[])"
         return [Statement(sql, (list(row_ids),))]
 
     def backfill(self, layout: TableLayout, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Statement]:
@@ -645,7 +645,8 @@ class MySQLDialect(Dialect):
         names = layout.column_names
         cols = ", ".join(["row_id", *(self.quote(n) for n in names)])
         # ON DUPLICATE KEY fires on the primary key and on the external id's UNIQUE key alike.
-        sets = [f"{self.quote(n)} = VALUES({self.quote(n)})" for n in names if n not in layout.conflict_target]
+        # Key columns stay (a row found by its external id keeps its primary key); the external id itself is set.
+        sets = [f"{self.quote(n)} = VALUES({self.quote(n)})" for n in names if n not in layout.primary_key]
         if layout.soft_delete:
             sets.append("deleted_at = NULL")
         sets.append("synced_at = CURRENT_TIMESTAMP(6)")
