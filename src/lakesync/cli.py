@@ -17,24 +17,43 @@ DEFAULT_DATA_DIR = Path(".lakesync")
 def _cmd_local(args: argparse.Namespace) -> int:
     from lakesync.local.runner import LocalStack
 
+    # Every file of the data directory (snapshot, journal, lake, SQLite) is private to the user: 0600 / 0700.
+    os.umask(0o077)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    # Set explicitly: a shell starts background jobs with SIGINT ignored, and SIGHUP's default kills without saving.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     data_dir = Path(args.data_dir)
     stack_options = {"host": args.host, "port": args.port, "moto_port": args.moto_port}
-    with LocalStack(data_dir, materialise_url=args.materialise, **stack_options) as stack:
+    with LocalStack(
+        data_dir, materialise_url=args.materialise, workers=args.workers, fsync=not args.no_fsync, **stack_options
+    ) as stack:
         print(f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint})", flush=True)
+        if stack.recovery is not None and (stack.recovery.snapshot_items or stack.recovery.replayed):
+            print(
+                f"recovered {stack.recovery.snapshot_items} items from the snapshot and"
+                f" {stack.recovery.replayed} writes from the journal",
+                flush=True,
+            )
         print(f"materialising flushed rows into {_masked(stack.materialise_target)}", flush=True)
         print(f"data directory: {data_dir.resolve()}   mint a token: lakesync token --sub me", flush=True)
         scheduler = _lake_scheduler(stack, data_dir, args.lake_interval)
         print("Ctrl-C to stop", flush=True)
-        try:
-            stop.wait()
-        except KeyboardInterrupt:
+        while not stop.wait(0.5):
             pass
+        # Further signals while stopping are noted, not fatal: the final snapshot is written either way.
+        print(f"stopping ({received[0]})", flush=True)
         if scheduler is not None:
             print("stopping: letting a lake run in progress finish", flush=True)
             scheduler.stop()
-        print("stopping: saving tables to the data directory", flush=True)
+        print("stopping: writing a snapshot to the data directory", flush=True)
+    print("stopped", flush=True)
     return 0
 
 
@@ -144,7 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--host", default="127.0.0.1")
     local.add_argument("--port", type=int, default=8787)
     local.add_argument("--moto-port", type=int, default=0, help="port of the moto server (0 = any free port)")
-    local.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="JWT secret and saved tables live here")
+    local.add_argument(
+        "--data-dir", default=str(DEFAULT_DATA_DIR), help="JWT secret, snapshot and journal live here (0700)"
+    )
+    local.add_argument(
+        "--workers",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        metavar="N",
+        help="handler processes serving requests at once, like concurrent Lambda environments (0 = in this process,"
+        " one request at a time; default min(4, CPUs))",
+    )
+    local.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="journal writes without fsync: an acknowledged push survives kill -9 but not a power cut (faster)",
+    )
     local.add_argument(
         "--lake-interval",
         type=float,

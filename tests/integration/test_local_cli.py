@@ -75,7 +75,7 @@ def test_local_keeps_data_across_a_ctrl_c_restart(tmp_path: Path) -> None:
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
     assert "Traceback" not in output
-    saved = json.loads((tmp_path / "dynamodb.json").read_text())
+    saved = json.loads((tmp_path / "snapshot.json").read_text())
     assert saved["tables"]["deltas"], "the log was saved"
 
     proc = _start(tmp_path, port)

@@ -334,7 +334,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 return
         headers = [(name, value) for name, value in self.headers.items() if name.lower() not in _HOP_BY_HOP]
         headers.append(("x-forwarded-port", str(self.server.server_port)))
-        status, out_headers, payload = front.invoke(self.command, self.path, headers, body, str(self.client_address[0]))
+        # http.server folds a leading "//" into "/" (an open-redirect guard for file servers); API Gateway routes
+        # the path as sent, so "//v1/..." must not reach the "/v1/..." routes: take the target from the request line.
+        words = self.requestline.split()
+        target = words[1] if len(words) == 3 else self.path
+        status, out_headers, payload = front.invoke(self.command, target, headers, body, str(self.client_address[0]))
         self._write(status, out_headers, payload)
 
     def _declared_length(self) -> int | None:

@@ -1,9 +1,8 @@
 """moto in server mode, in this process, as the embedded default's AWS.
 
-:class:`MotoServer` runs moto's WSGI app on 127.0.0.1 (one request at a time, see :class:`_OneRequestAtATime`) and
-hands out what boto3 needs to reach it
-(:class:`AwsEndpoint`), without touching ``os.environ``: callers pass ``client_kwargs()`` to ``boto3.client`` or
-``env()`` to a subprocess, as they choose.
+:class:`MotoServer` runs moto's WSGI app on 127.0.0.1, many requests at once, and hands out what boto3 needs to
+reach it (:class:`AwsEndpoint`), without touching ``os.environ``: callers pass ``client_kwargs()`` to ``boto3.client``
+or ``env()`` to a subprocess, as they choose.
 
 Invariants:
 
@@ -13,22 +12,34 @@ Invariants:
 * Werkzeug's per-request log lines stay out of stderr unless the caller configures the ``werkzeug`` logger.
 * Readiness and reset use plain HTTP; this module does not import boto3.
 * Transactions cost what they cost on DynamoDB, not more as tables grow (:mod:`lakesync.local.moto_fast`).
+* DynamoDB requests are isolated from each other as DynamoDB isolates them: moto handles them one at a time (see
+  :class:`_Isolation`); S3, SQS and the rest are served concurrently, as is all HTTP parsing and body reading.
+* With a journal attached (:meth:`MotoServer.set_journal`, :mod:`lakesync.local.journal`), every successful item
+  write (and object write to a journaled bucket) is in the journal, in the order moto applied them, before its
+  response is sent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import logging
 import socket
 import threading
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from werkzeug.serving import BaseWSGIServer
 
+from lakesync.local.journal import RecordedRequest, journaled
 from lakesync.local.moto_fast import install_fast_transactions
+
+if TYPE_CHECKING:
+    from lakesync.local.journal import Journal
 
 __all__ = ["DEFAULT_REGION", "AwsEndpoint", "MotoServer"]
 
@@ -98,6 +109,7 @@ class MotoServer:
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._port: int | None = None
+        self._app: _Isolation | None = None
 
     @property
     def port(self) -> int:
@@ -137,12 +149,13 @@ class MotoServer:
         )
         from werkzeug.serving import make_server
 
-        app = _OneRequestAtATime(DomainDispatcherApplication(create_backend_app))
+        app = _Isolation(DomainDispatcherApplication(create_backend_app))
         server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=MotoRequestHandler)
         thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
         thread.start()
         self._server = server
         self._thread = thread
+        self._app = app
         self._port = server.server_address[1]
         logger.info("moto server listening on %s", self.endpoint_url)
         return self
@@ -163,6 +176,44 @@ class MotoServer:
         with urllib.request.urlopen(request, timeout=30) as response:
             response.read()
 
+    def apply(self, request: RecordedRequest) -> int:
+        """Serve ``request`` in this process, bypassing HTTP and the journal (restores and replays); its status."""
+        app = self._isolation()
+        with app.lock:
+            return app.serve_inner(request.to_environ(self.host, self.port))
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the DynamoDB isolation lock: no DynamoDB request (nor journaled write) runs meanwhile."""
+        with self._isolation().lock:
+            yield
+
+    def set_journal(
+        self,
+        journal: Journal | None,
+        buckets: frozenset[str] = frozenset(),
+        compact_bytes: int = 0,
+        on_full: Callable[[], None] | None = None,
+    ) -> Journal | None:
+        """Journal successful writes from now on (``None``: stop); call inside :meth:`exclusive`. Returns the old
+        journal.
+
+        Args:
+            journal: Where records go.
+            buckets: S3 buckets whose object writes are journaled too.
+            compact_bytes: Journal size above which ``on_full`` is called after a write (0: never).
+            on_full: Called (outside the lock) when the journal grew past ``compact_bytes``.
+        """
+        app = self._isolation()
+        previous, app.journal = app.journal, journal
+        app.buckets, app.compact_bytes, app.on_full = buckets, compact_bytes, on_full
+        return previous
+
+    def _isolation(self) -> _Isolation:
+        if self._app is None or self._server is None:
+            raise RuntimeError("MotoServer is not started")
+        return self._app
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -172,21 +223,75 @@ class MotoServer:
         self.stop()
 
 
-class _OneRequestAtATime:
-    """WSGI middleware running each request (body included) under one lock.
+class _Isolation:
+    """WSGI middleware giving DynamoDB requests DynamoDB's isolation, and journaling successful writes.
 
-    DynamoDB isolates every request; moto's threaded server does not: a transaction that fails a condition restores
-    a snapshot of whole tables, wiping writes that other requests made meanwhile. Serialising requests restores
-    DynamoDB's per-request isolation (found by the gateway's concurrency test).
+    DynamoDB isolates every request; moto's threaded server does not: a ``TransactWriteItems`` that fails a
+    condition restores a backup of the whole tables it touched, wiping writes other requests made meanwhile, and a
+    read can see a transaction half-applied. So DynamoDB requests run one at a time under :attr:`lock` (found by the
+    gateway's concurrency test: without the lock it loses acknowledged commits). The body is read before the lock
+    is taken, so a slow client never holds it. S3, SQS (whose long polls would otherwise block every other request)
+    and the moto API run concurrently; object writes to journaled buckets take the lock too, to order the journal.
     """
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.journal: Journal | None = None
+        self.buckets: frozenset[str] = frozenset()
+        self.compact_bytes = 0
+        self.on_full: Callable[[], None] | None = None
 
-    def __call__(self, environ: Any, start_response: Any) -> list[bytes]:
-        with self.lock:
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        body = _read_body(environ)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        journal = self.journal
+        request = RecordedRequest.from_environ(environ, body) if journal is not None else None
+        keep = request is not None and journaled(request, self.buckets)
+        if not (keep or target.startswith("DynamoDB") or str(environ.get("PATH_INFO", "")).startswith("/moto-api")):
             return list(self.app(environ, start_response))
+        upto = 0
+        with self.lock:
+            journal = self.journal  # a checkpoint may have switched journals while this request waited
+            status, headers, out = self._serve(environ)
+            if keep and journal is not None and request is not None and status.startswith("2"):
+                upto = journal.append(request.encode())
+        if upto and journal is not None:
+            journal.sync(upto)  # outside the lock: one fsync serves every request that appended before it
+            if self.compact_bytes and journal.size > self.compact_bytes and self.on_full is not None:
+                self.on_full()
+        start_response(status, headers)
+        return out
+
+    def serve_inner(self, environ: dict[str, Any]) -> int:
+        """Serve ``environ`` with moto's app (the caller holds :attr:`lock`); the HTTP status."""
+        status, _headers, _out = self._serve(environ)
+        return int(status.split(" ", 1)[0])
+
+    def _serve(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], list[bytes]]:
+        started: list[tuple[str, list[tuple[str, str]]]] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            started[:] = [(status, headers)]
+            return lambda data: None
+
+        out = list(self.app(environ, start_response))
+        status, headers = started[0]
+        return status, headers, out
+
+
+def _read_body(environ: dict[str, Any]) -> bytes:
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    length = str(environ.get("CONTENT_LENGTH") or "").strip()
+    if length.isdigit():
+        return bytes(stream.read(int(length))) if int(length) else b""
+    if environ.get("wsgi.input_terminated"):
+        return bytes(stream.read())
+    return b""
 
 
 def _check_bindable(host: str, port: int) -> None:

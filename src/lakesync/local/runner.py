@@ -2,7 +2,15 @@
 
 This process plays the Lambda runtime: it sets the environment the handlers read (table names, JWT secret, AWS
 endpoint), routes each request as API Gateway would (route key and path parameters from
-:mod:`lakesync.api_routes`) and calls the handler module's ``lambda_handler``.
+:mod:`lakesync.api_routes`) and calls the handler module's ``lambda_handler``: in this process one invocation at a
+time (``workers=0``), or in ``workers`` handler processes at once (:mod:`lakesync.local.workers`).
+
+With ``persist`` (the default), the tables and the checkpoint bucket are durable (:mod:`lakesync.local.journal`):
+an acknowledged write survives ``kill -9`` and a power cut. The materialisation queue and claim-check bucket are
+not kept: at every start the heads' published positions are cleared, so the next flush publishes again what may
+have been in flight (the consumer is idempotent).
+
+The data directory is 0700; the files this module writes in it are 0600.
 """
 
 from __future__ import annotations
@@ -15,19 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from lakesync.api_routes import find_route
+from lakesync.api_routes import allowed_methods, find_route
 from lakesync.local.front import LocalFront
+from lakesync.local.journal import DurableState
 from lakesync.local.materialiser import MAX_RECEIVE_COUNT, LocalMaterialiser
 from lakesync.local.moto import MotoServer
 
 if TYPE_CHECKING:
     from lakesync.aws.publish import PublishConfig
+    from lakesync.local.journal import RecoveryReport
+    from lakesync.local.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
 TABLE_PREFIX = "lakesync"
 SECRET_FILE = "jwt-secret"
-SNAPSHOT_FILE = "dynamodb.json"
+SNAPSHOT_FILE = "snapshot.json"
 CHECKPOINT_BUCKET = "lakesync-checkpoints"
 CLAIM_CHECK_BUCKET = "lakesync-claim-check"
 MATERIALISE_QUEUE = "lakesync-materialise"
@@ -40,7 +51,7 @@ def load_or_create_secret(data_dir: Path) -> str:
     path = data_dir / SECRET_FILE
     if path.exists():
         return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_data_dir(data_dir)
     secret = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -48,11 +59,26 @@ def load_or_create_secret(data_dir: Path) -> str:
     return secret
 
 
+def make_data_dir(data_dir: Path) -> None:
+    """Create the data directory (0700); an existing one that holds a JWT secret is made 0700 too."""
+    if not data_dir.exists():
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(data_dir, 0o700)  # mkdir's mode is filtered by the umask
+    elif (data_dir / SECRET_FILE).exists():
+        os.chmod(data_dir, 0o700)
+
+
 def route_request(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Dispatch one API Gateway v2 event to the function serving its route, as API Gateway does."""
     method = event["requestContext"]["http"]["method"]
     path = event["rawPath"]
     found = find_route(method, path)
+    route_key = found[0].route_key if found else "$default"
+    allowed = allowed_methods(path)
+    if found is None and allowed:
+        # A known path asked with another method: the function serving the path answers (its router's route miss:
+        # 405 with ``Allow``). API Gateway itself would answer 404 here (docs/api.md).
+        found = find_route(allowed[0], path)
     if found is None:
         return {
             "statusCode": 404,
@@ -60,7 +86,7 @@ def route_request(event: dict[str, Any], context: Any) -> dict[str, Any]:
             "body": '{"error":"Not found","code":"NOT_FOUND"}',
         }
     route, params = found
-    event = {**event, "routeKey": route.route_key, "pathParameters": params or None}
+    event = {**event, "routeKey": route_key, "pathParameters": params or None}
     module = importlib.import_module(route.module)
     result: dict[str, Any] = module.lambda_handler(event, context)
     return result
@@ -76,6 +102,8 @@ class LocalStack:
     moto_port: int = 0
     gateway_ids: tuple[str, ...] = ("default",)
     persist: bool = True
+    fsync: bool = True
+    workers: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
     materialise_url: str | None = None
     materialise: bool = True
@@ -84,6 +112,9 @@ class LocalStack:
     materialiser: LocalMaterialiser | None = None
     _moto: MotoServer | None = None
     _front: LocalFront | None = None
+    _pool: WorkerPool | None = None
+    durable: DurableState | None = None
+    recovery: RecoveryReport | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     secret: str = ""
 
@@ -103,10 +134,9 @@ class LocalStack:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
         from lakesync.aws.dynamodb import create_tables, drop_tables
         from lakesync.aws.objects import create_bucket, s3_client
-        from lakesync.aws.snapshot import load_tables
         from lakesync.aws.tables import TableNames
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_data_dir(self.data_dir)
         self.secret = load_or_create_secret(self.data_dir)
         self._moto = MotoServer(self.host, self.moto_port).start()
         env = {
@@ -135,14 +165,28 @@ class LocalStack:
         # moto's state lives as long as the process: start from exactly the snapshot (or nothing), not leftovers.
         drop_tables(client, names)
         create_tables(client, names)
-        snapshot = self.data_dir / SNAPSHOT_FILE
-        if self.persist and snapshot.exists():
-            count = load_tables(client, names, snapshot)
-            logger.info("restored %d items from %s", count, snapshot)
-        # Checkpoints live in moto's memory only: the checkpoint job cuts them again from the lake.
-        create_bucket(s3_client(**self._moto.aws().client_kwargs()), CHECKPOINT_BUCKET)
+        s3 = s3_client(**self._moto.aws().client_kwargs())
+        create_bucket(s3, CHECKPOINT_BUCKET)
+        _empty_bucket(s3, CHECKPOINT_BUCKET)
+        if self.persist:
+            self.durable = DurableState(
+                self.data_dir,
+                tables=dict(names.as_dict()),
+                buckets=(CHECKPOINT_BUCKET,),
+                fsync=self.fsync,
+            )
+            self.recovery = self.durable.recover(self._moto)
+            logger.info("recovered %s from %s", self.recovery, self.data_dir)
+            _forget_published_positions(client, names.heads)
+            self.durable.start(self._moto)
         self._start_materialisation()
-        self._front = LocalFront(route_request, self.host, self.port).start()
+        handler = route_request
+        if self.workers > 0:
+            from lakesync.local.workers import WorkerPool
+
+            self._pool = WorkerPool(self.workers, dict(os.environ)).start()
+            handler = self._pool.invoke
+        self._front = LocalFront(handler, self.host, self.port).start()
         return self
 
     @property
@@ -180,6 +224,9 @@ class LocalStack:
         from lakesync.aws.tables import TableNames
         from lakesync.gateway.materialise import MaterialiseDeps
 
+        if self.materialise_url is None and not (self.data_dir / MATERIALISED_DB).exists():
+            # Created here with mode 0600, before SQLite creates it with the umask's.
+            os.close(os.open(self.data_dir / MATERIALISED_DB, os.O_WRONLY | os.O_CREAT, 0o600))
         local = sql.connect(self.materialise_target, name="local")
         config = DynamoDBConfigStore(self.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX))
         use_materialise_deps(
@@ -228,13 +275,13 @@ class LocalStack:
         return dynamodb_client(**self._moto.aws().client_kwargs())
 
     def stop(self) -> None:
-        """Stop serving, save the tables to the data directory, stop moto."""
-        from lakesync.aws.snapshot import dump_tables
-        from lakesync.aws.tables import TableNames
-
+        """Stop serving, write a final snapshot to the data directory, stop moto."""
         if self._front is not None:
             self._front.stop()
             self._front = None
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool = None
         if self.materialiser is not None:
             self.materialiser.stop()
             self.materialiser = None
@@ -242,11 +289,10 @@ class LocalStack:
 
             reset_runtime()  # closes the destinations
         if self._moto is not None:
-            if self.persist:
-                count = dump_tables(
-                    self.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX), self.data_dir / SNAPSHOT_FILE
-                )
-                logger.info("saved %d items to %s", count, self.data_dir / SNAPSHOT_FILE)
+            if self.durable is not None:
+                self.durable.stop(self._moto)
+                logger.info("saved snapshot generation %d in %s", self.durable.generation, self.data_dir)
+                self.durable = None
             self._moto.stop()
             self._moto = None
         for key, value in self._saved_env.items():
@@ -261,3 +307,22 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _empty_bucket(s3: Any, bucket: str) -> None:
+    """Delete leftovers of an earlier stack in this process (moto's state is process-wide)."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for obj in page.get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=obj["Key"])
+
+
+def _forget_published_positions(client: Any, heads_table: str) -> None:
+    """Clear every head's ``ps``: the materialisation queue is not kept, so jobs sent before a restart may be lost.
+
+    The next flush then publishes again from each shard's release mark (the idempotent consumer applies what it
+    already had without effect); release is bounded by what that pass publishes, so nothing unpublished is released.
+    """
+    for page in client.get_paginator("scan").paginate(TableName=heads_table, ConsistentRead=True):
+        for item in page.get("Items", []):
+            if "ps" in item:
+                client.update_item(TableName=heads_table, Key={"shard": item["shard"]}, UpdateExpression="REMOVE ps")

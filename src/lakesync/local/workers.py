@@ -1,0 +1,164 @@
+"""Concurrent invocations for the embedded default, the way Lambda runs them: one execution environment each.
+
+Lambda never runs two invocations at once in one process, and the handlers rely on it: Powertools keeps the
+Logger's appended keys (``inject_lambda_context(clear_state=True)`` clears them for everyone), the metric set
+(shared by every ``Metrics`` instance) and our router's current event in process-wide state, so two invocations on
+threads of one process would mix their logs, flush each other's metrics or, with the router, answer with the other
+request's parameters. :class:`WorkerPool` therefore runs handlers in ``size`` worker processes (spawned, not forked:
+the parent runs threads), each serving one invocation at a time, as concurrent Lambda execution environments do;
+``functions._runtime.one_at_a_time`` stays as it is. The parent keeps the HTTP front (one thread per connection) and
+moto.
+
+Invariants:
+
+* A request waits for a free worker; requests beyond ``size`` queue, they are never refused.
+* A worker that dies mid-invocation (killed, out of memory) fails that invocation only (the front answers 500, as
+  API Gateway does for a crashed Lambda) and is replaced.
+* Workers ignore SIGINT (a terminal's Ctrl-C goes to the whole process group; the parent decides) and exit when the
+  parent goes away, even ``kill -9``'d: their end of the pipe reads EOF, and a watchdog notices a new parent pid.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["WorkerCrashed", "WorkerPool"]
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerCrashed(RuntimeError):
+    """The worker serving an invocation died before answering."""
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+
+
+@dataclass
+class WorkerPool:
+    """``size`` processes running :func:`lakesync.local.runner.route_request` (see the module docstring)."""
+
+    size: int
+    env: dict[str, str]
+    _idle: queue.Queue[_Worker] = field(default_factory=queue.Queue)
+    _all: list[_Worker] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
+
+    def start(self) -> WorkerPool:
+        """Spawn the workers and wait until each has imported the handlers."""
+        workers = [self._spawn() for _ in range(self.size)]
+        for worker in workers:
+            if not worker.conn.poll(120) or worker.conn.recv() != "ready":
+                raise RuntimeError("a handler worker did not start")
+            self._idle.put(worker)
+        return self
+
+    def _spawn(self) -> _Worker:
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_worker_main, args=(child, self.env, os.getpid()), name="lakesync-handler", daemon=True
+        )
+        process.start()
+        child.close()
+        worker = _Worker(process, parent)
+        with self._lock:
+            self._all.append(worker)
+        return worker
+
+    def invoke(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Run one invocation on a free worker (waiting for one if all are busy).
+
+        Raises:
+            WorkerCrashed: The worker died before answering.
+            RuntimeError: The handler raised (its traceback is logged by the worker).
+        """
+        worker = self._idle.get()
+        try:
+            worker.conn.send((event, context))
+            kind, value = worker.conn.recv()
+        except (EOFError, OSError) as e:
+            self._replace(worker)
+            raise WorkerCrashed("the handler process died") from e
+        self._idle.put(worker)
+        if kind == "error":
+            raise RuntimeError(value)
+        result: dict[str, Any] = value
+        return result
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.conn.close()
+        worker.process.join(5)
+        with self._lock:
+            self._all.remove(worker)
+            if self._closed:
+                return
+        fresh = self._spawn()
+        if fresh.conn.poll(120) and fresh.conn.recv() == "ready":
+            self._idle.put(fresh)
+
+    def stop(self) -> None:
+        """Let invocations in progress finish, then end every worker."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._all)
+        for worker in workers:
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 30
+        for worker in workers:
+            worker.process.join(max(0.1, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(5)
+            worker.conn.close()
+
+
+def _worker_main(conn: Connection, env: dict[str, str], parent_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(env)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watchdog").start()
+    import importlib
+
+    from lakesync.api_routes import ROUTES
+    from lakesync.local.runner import route_request
+
+    for module in {route.module for route in ROUTES}:  # the cold start happens here, not on the first request
+        importlib.import_module(module)
+    conn.send("ready")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        event, context = message
+        try:
+            reply: tuple[str, Any] = ("ok", route_request(event, context))
+        except Exception as e:  # the front answers 500, as API Gateway does for a failed invocation
+            logging.getLogger(__name__).exception("handler failed")
+            reply = ("error", f"{type(e).__name__}: {e}")
+        conn.send(reply)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(0)
