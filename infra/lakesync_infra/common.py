@@ -19,9 +19,18 @@ from constructs import Construct, IConstruct
 
 from lakesync_infra.config import LOG_RETENTION_DAYS, LakeSyncConfig
 
-LAMBDA_RUNTIME: Final = lambda_.Runtime.PYTHON_3_14
-"""Must match :data:`lakesync_infra.packaging.LAMBDA_PYTHON` (the asset's wheels are built for it)."""
+LAMBDA_RUNTIME: Final = lambda_.Runtime.PYTHON_3_11
+"""Must match :data:`lakesync_infra.packaging.LAMBDA_PYTHON` (the asset's wheels are built for it), which is the
+Python the test suite runs the handlers on."""
 LAMBDA_ARCHITECTURE: Final = lambda_.Architecture.ARM_64
+MATERIALISE_ARCHITECTURE: Final = lambda_.Architecture.X86_64
+"""The ``materialise`` function's: its psycopg-binary has no ARM64 wheel for ``python3.11``'s Amazon Linux 2
+(:data:`lakesync_infra.packaging.MATERIALISE_PLATFORM`)."""
+RUNTIME_REASON: Final = (
+    "The functions deploy python3.11 on purpose: it is the Python the test suite runs every handler on (and Glue "
+    "5.1's), so what is deployed is what was tested; Lambda supports it until its deprecation on 2027-06-30."
+)
+"""Why AwsSolutions-L1 (not the newest runtime) is acknowledged on our functions."""
 
 ACKNOWLEDGED_RULES_METADATA: Final = "aws:cdk:acknowledged-rules"
 """The cloud-assembly metadata type CDK records acknowledgments under (read back by the tests)."""

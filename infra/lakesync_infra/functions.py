@@ -1,9 +1,10 @@
 """The Lambda functions: one code asset (``lakesync`` + ``functions/``), one function per handler module.
 
-Every function runs Python (:data:`~lakesync_infra.common.LAMBDA_RUNTIME`) on ARM64 with active X-Ray tracing, its
-own log group (with retention) and its own role holding exactly what its code does: :data:`ACCESS` lists, per
-function, the DynamoDB actions on each logical table (the stores' calls in ``lakesync.aws.dynamodb``), and the
-environment is the subset of :data:`lakesync.aws.function_settings.FUNCTION_ENV_VARS` the function needs.
+Every function runs Python 3.11 (:data:`~lakesync_infra.common.LAMBDA_RUNTIME`, the Python the tests run the handlers
+on) on ARM64 (``materialise`` on x86_64: :data:`~lakesync_infra.common.MATERIALISE_ARCHITECTURE`) with active X-Ray
+tracing, its own log group (with retention) and its own role holding exactly what its code does: :data:`ACCESS`
+lists, per function, the DynamoDB actions on each logical table (the stores' calls in ``lakesync.aws.dynamodb``), and
+the environment is the subset of :data:`lakesync.aws.function_settings.FUNCTION_ENV_VARS` the function needs.
 
 ``flush_trigger`` consumes the ``config`` table's stream, filtered to inserted flush requests (``sk`` beginning
 with ``flush#``), and reports batch item failures. Each invocation may wait minutes for a busy flush job (see
@@ -53,6 +54,8 @@ from lakesync_infra.buffer import STREAM_TABLE, Buffer
 from lakesync_infra.common import (
     LAMBDA_ARCHITECTURE,
     LAMBDA_RUNTIME,
+    MATERIALISE_ARCHITECTURE,
+    RUNTIME_REASON,
     XRAY_REASON,
     acknowledge,
     acknowledge_wildcards,
@@ -211,7 +214,7 @@ class Functions(Construct):
                 code=codes.get(name, code),
                 handler=handler(name),
                 runtime=LAMBDA_RUNTIME,
-                architecture=LAMBDA_ARCHITECTURE,
+                architecture=MATERIALISE_ARCHITECTURE if name == MATERIALISE else LAMBDA_ARCHITECTURE,
                 memory_size=_memory(config, name, access),
                 vpc=network.vpc if in_vpc and network else None,
                 vpc_subnets=network.subnets if in_vpc and network else None,
@@ -224,6 +227,7 @@ class Functions(Construct):
                 reserved_concurrent_executions=config.reserved_concurrency.get(name),
                 recursive_loop=lambda_.RecursiveLoop.TERMINATE,
             )
+            acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
             self.functions[name] = fn
             self.log_groups[name] = group
             self._grant_tables(role, access, buffer, key)

@@ -1,4 +1,4 @@
-"""The Glue 5.0 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
+"""The Glue 5.1 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
 
 Artifacts: the three ``glue_jobs/*.py`` scripts and the ``lakesync`` wheel are deployed together (a
 ``BucketDeployment``) to ``s3://<artifacts>/glue/<content hash>/``. The wheel keeps its real file name there --
@@ -6,11 +6,19 @@ pip rejects a CDK asset key such as ``<hash>.whl`` -- and a new build gets a new
 new script with an old wheel. ``--additional-python-modules`` names that exact object; Glue installs it (and the
 wheel's own requirements, protobuf and PyJWT, from PyPI) when a run starts.
 
+Runtime: Glue 5.1 (:data:`GLUE_VERSION`) = Spark 3.5.6, Python 3.11, Iceberg 1.10.0 (:data:`GLUE_RUNTIMES`), the
+versions the local tests run (pyspark pinned to 3.5.6, the Iceberg 1.10 runtime jar; a test compares them).
+
 Spark: ``--datalake-formats iceberg`` puts Glue's Iceberg jars on the classpath; the Iceberg SQL extensions are a
 static Spark setting, so they are passed with ``--conf`` (``lakesync.spark.session`` configures the Glue-backed
-Iceberg catalog ``lake`` itself). The Hive-compatible Glue catalog (``--enable-glue-datacatalog``) is not enabled:
-nothing uses Spark's session catalog, and it would make every run depend on reading the account's ``default``
-database.
+Iceberg catalog ``lake`` itself). Glue reads one ``--conf`` argument, so further settings follow inside its value as
+`` --conf key=value``. Since Glue 5.1, Hadoop's ``s3://`` file system is S3A instead of EMRFS, and S3A without an
+endpoint region assumes ``us-east-2`` (AWS's migration guide asks to set ``spark.hadoop.fs.s3a.endpoint.region``):
+the lake's data and metadata go through Iceberg's ``S3FileIO`` (the job's region), but ``remove_orphan_files`` lists
+the table locations through the Hadoop file system (as does anything else Glue or Spark reaches by an ``s3://`` path),
+so S3A's region is set to the stack's. The Hive-compatible Glue catalog (``--enable-glue-datacatalog``) is not
+enabled: nothing uses Spark's session catalog, and it would make every run depend on reading the account's
+``default`` database.
 
 Schedules (EventBridge Scheduler, one ``glue:StartJobRun`` each): flush every ``flushIntervalMinutes``, compact and
 checkpoint on their own expressions. A schedule does not retry: every job allows one run at a time, so a tick that
@@ -58,8 +66,32 @@ from lakesync_infra.lake import WAREHOUSE_PREFIX, Lake
 from lakesync_infra.packaging import GlueBundle
 from lakesync_infra.queues import PAYLOADS, Queues
 
-GLUE_VERSION: Final = "5.0"
+
+@dataclass(frozen=True, slots=True)
+class GlueRuntime:
+    """What a Glue version runs (AWS Glue's migration guide, appendix A, and its open table format appendix).
+
+    Attributes:
+        spark: Apache Spark.
+        python: Python (major.minor).
+        iceberg: Apache Iceberg, with ``--datalake-formats iceberg``.
+        java: Java.
+    """
+
+    spark: str
+    python: str
+    iceberg: str
+    java: str
+
+
+GLUE_RUNTIMES: Final[Mapping[str, GlueRuntime]] = {
+    "5.0": GlueRuntime(spark="3.5.4", python="3.11", iceberg="1.7.1", java="17"),
+    "5.1": GlueRuntime(spark="3.5.6", python="3.11", iceberg="1.10.0", java="17"),
+}
+GLUE_VERSION: Final = "5.1"
+"""The jobs' Glue version: its Spark, Python and Iceberg line are the local test runtime's (tests/infra)."""
 ICEBERG_EXTENSIONS: Final = "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+S3A_REGION: Final = "spark.hadoop.fs.s3a.endpoint.region"
 TEMP_PREFIX: Final = "glue-temp"
 METRIC_NAMESPACE: Final = "LakeSync"
 """The namespace of the jobs' own metrics (``lakesync.aws.publish.METRIC_NAMESPACE``)."""
@@ -146,6 +178,11 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
         checkpoints=("s3:GetObject", "s3:PutObject"),
     ),
 }
+
+
+def spark_conf(region: str) -> str:
+    """The ``--conf`` argument: the Iceberg SQL extensions, and S3A's region (Glue 5.1 defaults it to us-east-2)."""
+    return f"{ICEBERG_EXTENSIONS} --conf {S3A_REGION}={region}"
 
 
 def script_arguments(
@@ -257,7 +294,7 @@ class Jobs(Construct):
         tables_json = stack.to_json_string(buffer.names.as_dict())
         common_arguments = {
             "--datalake-formats": "iceberg",
-            "--conf": ICEBERG_EXTENSIONS,
+            "--conf": spark_conf(stack.region),
             "--additional-python-modules": self.wheel_uri,
             "--job-language": "python",
             "--enable-metrics": "true",

@@ -12,8 +12,15 @@
 
 **Materialise asset**: the same, plus the ``sql`` extra (the destinations' drivers: ``psycopg[binary]``, PyMySQL,
 ``google-cloud-bigquery``), for the ``materialise`` function alone -- the API functions keep today's small asset
-and cold start. All three drivers have binary wheels for ARM64 and the runtime's Python; BigQuery's client and its
-gRPC/cryptography dependencies make most of the asset (~60 MB unzipped, ~20 MB zipped, far below Lambda's 250 MB).
+and cold start. BigQuery's client and its gRPC/cryptography dependencies make most of the asset (~60 MB unzipped,
+~20 MB zipped, far below Lambda's 250 MB). It is built for x86_64 (:data:`MATERIALISE_PLATFORM`): psycopg-binary 3.3
+publishes ARM64 wheels only for glibc >= 2.27 (``manylinux_2_27_aarch64``), which the ``python3.11`` runtime's
+Amazon Linux 2 (glibc 2.26) does not have, while its ``manylinux2014_x86_64`` wheels run there.
+
+**Target.** The runtime is ``python3.11`` (:data:`LAMBDA_PYTHON`): the Python the test suite runs the handlers on
+(and Glue 5.1's). Lambda runs it on Amazon Linux 2, glibc 2.26, so wheels are chosen for ``manylinux2014``
+(glibc 2.17) -- the newest manylinux tag uv targets that AL2 satisfies; a ``manylinux_2_28`` wheel would install here
+and fail to load there.
 
 **Glue bundle**: the three ``glue_jobs/*.py`` scripts and the ``lakesync`` wheel (``uv build --wheel``), deployed
 together under a content-addressed prefix so ``--additional-python-modules`` names a real wheel file name.
@@ -39,11 +46,15 @@ from typing import Final
 ROOT: Final = Path(__file__).resolve().parents[2]
 """The repository root (``infra/lakesync_infra/packaging.py`` -> ``.``)."""
 
-LAMBDA_PYTHON: Final = "3.14"
-"""The Lambda runtime's Python (``python3.14``): the newest managed runtime, as cdk-nag's AwsSolutions-L1 asks."""
-LAMBDA_PLATFORM: Final = "aarch64-manylinux_2_28"
-"""Wheels for Graviton (ARM64) Lambda functions on the runtime's Amazon Linux 2023 (glibc 2.34): psycopg's binary
-wheels need ``manylinux_2_28`` on ARM64."""
+LAMBDA_PYTHON: Final = "3.11"
+"""The Lambda runtime's Python (``python3.11``): the interpreter the test suite runs the handlers on (a test asserts
+it equals ``sys.version_info``), and Glue 5.1's. Lambda deprecates ``python3.11`` on 2027-06-30 (projected)."""
+LAMBDA_GLIBC: Final = (2, 26)
+"""glibc of the ``python3.11`` runtime's Amazon Linux 2: no wheel in an asset may need more."""
+LAMBDA_PLATFORM: Final = "aarch64-manylinux2014"
+"""Wheels for Graviton (ARM64) functions on Amazon Linux 2: ``manylinux2014`` (glibc 2.17) <= :data:`LAMBDA_GLIBC`."""
+MATERIALISE_PLATFORM: Final = "x86_64-manylinux2014"
+"""The ``materialise`` asset's target: x86_64, because psycopg-binary 3.3 has no ARM64 wheel for glibc 2.26."""
 RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer", "urllib3", "python-dateutil", "six"})
 """Distributions the Lambda runtime provides (the AWS SDK and what only it depends on)."""
 LAMBDA_EXCLUDED: Final = ("spark", "lake", "local", "client", "cli.py")
@@ -97,7 +108,12 @@ def lambda_requirements(root: Path = ROOT, extras: tuple[str, ...] = LAMBDA_EXTR
 
 
 def build_lambda_asset(
-    root: Path = ROOT, build_dir: Path | None = None, *, extras: tuple[str, ...] = LAMBDA_EXTRAS, name: str = "lambda"
+    root: Path = ROOT,
+    build_dir: Path | None = None,
+    *,
+    extras: tuple[str, ...] = LAMBDA_EXTRAS,
+    name: str = "lambda",
+    platform: str = LAMBDA_PLATFORM,
 ) -> Path:
     """A Lambda code directory (built once per content hash under ``build/``).
 
@@ -106,6 +122,7 @@ def build_lambda_asset(
         build_dir: Where artifacts are cached (default ``build/``).
         extras: The project's extras installed beside the code.
         name: The directory's name prefix.
+        platform: uv's ``--python-platform`` the wheels are chosen for.
 
     Raises:
         PackagingError: uv is missing or an install failed.
@@ -115,7 +132,7 @@ def build_lambda_asset(
     digest = _digest(
         [*_lambda_sources(root), root / "uv.lock", root / "pyproject.toml"],
         root,
-        extra=[LAMBDA_PLATFORM, LAMBDA_PYTHON, *extras, *requirements],
+        extra=[platform, LAMBDA_PYTHON, *extras, *requirements],
     )
     target = build_dir / f"{name}-{digest}"
     if (target / _COMPLETE).exists():
@@ -125,7 +142,7 @@ def build_lambda_asset(
         req_file.write_text("\n".join(requirements) + "\n", encoding="utf-8")
         try:
             _run([str(uv(root)), "pip", "install", "--quiet", "--no-deps", "--target", str(stage),
-                  "--python-platform", LAMBDA_PLATFORM, "--python-version", LAMBDA_PYTHON, "--only-binary", ":all:",
+                  "--python-platform", platform, "--python-version", LAMBDA_PYTHON, "--only-binary", ":all:",
                   "--no-compile", "-r", str(req_file)], cwd=root)  # fmt: skip
         finally:
             req_file.unlink(missing_ok=True)
@@ -138,12 +155,14 @@ def build_lambda_asset(
 
 
 def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
-    """The ``materialise`` function's code directory: the Lambda asset plus the ``sql`` extra.
+    """The ``materialise`` function's code directory: the Lambda asset plus the ``sql`` extra, for x86_64.
 
     Raises:
         PackagingError: uv is missing or an install failed.
     """
-    return build_lambda_asset(root, build_dir, extras=MATERIALISE_EXTRAS, name="materialise")
+    return build_lambda_asset(
+        root, build_dir, extras=MATERIALISE_EXTRAS, name="materialise", platform=MATERIALISE_PLATFORM
+    )
 
 
 def build_glue_bundle(root: Path = ROOT, build_dir: Path | None = None) -> GlueBundle:

@@ -11,6 +11,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match, Template
 from lakesync_infra.buffer import Buffer
+from lakesync_infra.common import LAMBDA_RUNTIME
 from lakesync_infra.config import LakeSyncConfig
 from lakesync_infra.lake import Lake
 from lakesync_infra.queues import Queues
@@ -26,7 +27,7 @@ def _queues_stack(consumer_timeout_s: int) -> tuple[cdk.Stack, Queues, lambda_.F
     consumer = lambda_.Function(
         stack,
         "Consumer",
-        runtime=lambda_.Runtime.PYTHON_3_14,
+        runtime=LAMBDA_RUNTIME,
         handler="index.handler",
         code=lambda_.Code.from_inline("def handler(event, context):\n    return {}\n"),
         timeout=cdk.Duration.seconds(consumer_timeout_s),

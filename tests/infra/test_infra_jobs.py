@@ -1,4 +1,4 @@
-"""The Glue jobs in the template: Glue 5.0 with Iceberg, the deployed wheel under its real file name, arguments the
+"""The Glue jobs in the template: Glue 5.1 with Iceberg, the deployed wheel under its real file name, arguments the
 job scripts accept and parse into the Glue-catalog configuration, the schedules and the log groups."""
 
 from __future__ import annotations
@@ -54,16 +54,20 @@ def _bundle(cfn, synth) -> tuple[str, Path]:
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)
-def test_job_is_glue_5_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
+def test_job_is_glue_5_1_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
     # Given the job
     job = _job(cfn, ids, kind)
-    args = job["DefaultArguments"]
-    # Then it is a Glue 5.0 Spark job with Iceberg and its SQL extensions, one run at a time, no bookmarks
-    assert job["GlueVersion"] == "5.0"
+    args = _arguments(cfn, job)
+    # Then it is a Glue 5.1 Spark job with Iceberg and its SQL extensions, one run at a time, no bookmarks
+    assert job["GlueVersion"] == "5.1"
     assert job["Command"]["Name"] == "glueetl"
     assert job["ExecutionProperty"] == {"MaxConcurrentRuns": 1}
     assert args["--datalake-formats"] == "iceberg"
-    assert args["--conf"] == "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    # And its one --conf argument also gives S3A (Glue 5.1's s3:// file system, else us-east-2) the stack's region
+    assert args["--conf"] == (
+        "spark.sql.extensions=org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+        " --conf spark.hadoop.fs.s3a.endpoint.region=<AWS::Region>"
+    )
     assert args["--job-bookmark-option"] == "job-bookmark-disable"
     # And it runs with the security configuration (KMS for S3 writes, logs and bookmarks)
     assert job["SecurityConfiguration"] == {"Ref": next(iter(cfn.of_type("AWS::Glue::SecurityConfiguration")))}

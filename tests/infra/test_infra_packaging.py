@@ -1,7 +1,8 @@
 """The Lambda assets as deployed (the staged copies in the cloud assembly): the API functions' asset and the
 materialise function's own (the same plus the SQL drivers). Each is self-sufficient with only the runtime's AWS SDK
-beside it, every lakesync/functions import inside it resolvable, built for ARM64 and the runtime's Python, free of
-the Spark/Iceberg stack; the API asset stays small; plus the pins they were built from."""
+beside it, every lakesync/functions import inside it resolvable, built for its function's architecture (ARM64;
+x86_64 for materialise) and the runtime's Python, with no wheel needing a newer glibc than the runtime's Amazon
+Linux 2, free of the Spark/Iceberg stack; the API asset stays small; plus the pins they were built from."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from pathlib import Path
 
 import pytest
 from lakesync_infra.packaging import (
+    LAMBDA_GLIBC,
     LAMBDA_PYTHON,
     MATERIALISE_EXTRAS,
     RUNTIME_PROVIDED,
     directory_size,
     lambda_requirements,
 )
+from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 
 HEAVY = ("pyspark", "pyiceberg", "pyarrow", "pandas", "moto", "boto3", "botocore")
 # What the Lambda runtime puts on sys.path besides the function's code: the AWS SDK and its dependencies.
@@ -38,6 +41,8 @@ print(json.dumps({"modules": sorted(sys.modules), "files": sorted(
 
 MATERIALISE = "materialise"
 ASSETS = ("api", MATERIALISE)
+MACHINE = {"api": "aarch64", MATERIALISE: "x86_64"}
+"""The CPU each asset is built for (the functions' ``Architectures``: arm64, x86_64 for materialise)."""
 SQL_DRIVERS = ("psycopg", "psycopg_binary", "pymysql", "google/cloud/bigquery")
 
 
@@ -140,14 +145,42 @@ def test_asset_has_no_spark_iceberg_or_bundled_sdk(asset):
     assert not (asset / "lakesync" / "spark").exists() and not (asset / "lakesync" / "local").exists()
 
 
-def test_asset_extensions_are_built_for_arm64_and_the_runtime_python(asset):
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_extensions_are_built_for_its_architecture_and_the_runtime_python(assets, asset_name):
     # Given the compiled extension modules in the asset
-    extensions = sorted(p.name for p in asset.rglob("*.so"))
-    # Then each is for aarch64 Linux, and either for the runtime's CPython or the stable ABI
+    extensions = sorted(p.name for p in assets[asset_name].rglob("*.so"))
+    # Then each is for the function's CPU on Linux, and either for the runtime's CPython or the stable ABI
     tag = f"cpython-{LAMBDA_PYTHON.replace('.', '')}"
     assert extensions
-    assert all("aarch64" in name or "abi3" in name for name in extensions), extensions
+    assert all(MACHINE[asset_name] in name or "abi3" in name for name in extensions), extensions
     assert all(tag in name or "abi3" in name for name in extensions), extensions
+
+
+def _runtime_tags(machine: str) -> set[Tag]:
+    """Every wheel tag the Lambda runtime accepts: its CPython, ``machine``, manylinux up to its glibc, or pure."""
+    major, minor = (int(part) for part in LAMBDA_PYTHON.split("."))
+    glibc_major, glibc_max = LAMBDA_GLIBC
+    platforms = [f"manylinux_{glibc_major}_{m}_{machine}" for m in range(glibc_max, 4, -1)]
+    platforms += [f"{legacy}_{machine}" for legacy in ("manylinux2014", "manylinux2010", "manylinux1")]  # 2.17/12/5
+    return {
+        *cpython_tags((major, minor), platforms=platforms),
+        *compatible_tags((major, minor), f"cp{major}{minor}", platforms=platforms),
+    }
+
+
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_every_wheel_in_the_asset_runs_on_the_runtime_os(assets, asset_name):
+    # Given the tags of every wheel installed in the asset (its dist-info WHEEL file)
+    accepted = _runtime_tags(MACHINE[asset_name])
+    wheels = {}
+    for wheel in assets[asset_name].glob("*.dist-info/WHEEL"):
+        lines = wheel.read_text(encoding="utf-8").splitlines()
+        tags = [line.removeprefix("Tag:").strip() for line in lines if line.startswith("Tag:")]
+        wheels[wheel.parent.name] = {t for tag in tags for t in parse_tag(tag)}
+    # Then each is pure Python or built for the runtime's CPython and CPU on a glibc no newer than Amazon Linux 2's
+    # (a manylinux_2_28 wheel would install here and fail to import on the python3.11 runtime)
+    assert wheels
+    assert {name: sorted(map(str, tags)) for name, tags in wheels.items() if not tags & accepted} == {}
 
 
 @pytest.mark.parametrize("asset_name", ASSETS)
@@ -157,7 +190,7 @@ def test_asset_holds_exactly_the_locked_runtime_dependencies(assets, asset_name)
     installed = {name.lower().replace("_", "-"): version for name, version in stems}
     # Then they are the lock pins of its extras (aws; aws and sql for materialise), minus the SDK the runtime provides
     extras = MATERIALISE_EXTRAS if asset_name == MATERIALISE else ("aws",)
-    pins = dict(_pin(line) for line in lambda_requirements(extras=extras) if _on_lambda(line))
+    pins = dict(_pin(line) for line in lambda_requirements(extras=extras) if _on_lambda(line, MACHINE[asset_name]))
     assert installed == {name.lower(): version for name, version in pins.items()}
 
 
@@ -166,15 +199,15 @@ def _pin(line: str) -> tuple[str, str]:
     return name, version
 
 
-def _on_lambda(line: str) -> bool:
-    """Whether a lock line's environment marker holds on the Lambda runtime (Linux, ARM64, CPython)."""
+def _on_lambda(line: str, machine: str) -> bool:
+    """Whether a lock line's environment marker holds on the Lambda runtime (Linux, ``machine``, CPython)."""
     from packaging.markers import Marker
 
     _, _, marker = line.partition(";")
     lambda_env = {
         "sys_platform": "linux",
         "platform_system": "Linux",
-        "platform_machine": "aarch64",
+        "platform_machine": machine,
         "implementation_name": "cpython",
         "platform_python_implementation": "CPython",
         "python_version": LAMBDA_PYTHON,

@@ -1,9 +1,10 @@
 """The Apache Iceberg runtime for local Spark: find the jars, repair them once, cache the result.
 
-The Iceberg Spark runtime comes from the PyPI package ``snowpark-connect-deps-iceberg``. As shipped it lacks the
-relocated Jackson that Iceberg's classes reference (``org.apache.iceberg.shaded.com.fasterxml.jackson.*``). We
-rebuild that relocation from pyspark's own ``jackson-{core,databind,annotations}`` jars with Debian's jarjar, using the
-rule :data:`JACKSON_RULE`.
+The Iceberg Spark runtime comes from the PyPI package ``snowpark-connect-deps-iceberg`` (1.0.3: Iceberg 1.10.2, the
+nearest release on PyPI to AWS Glue 5.1's Iceberg 1.10.0; the infra tests check the two stay on one line). As shipped
+it lacks the relocated Jackson that Iceberg's classes reference (``org.apache.iceberg.shaded.com.fasterxml.jackson.*``).
+We rebuild that relocation from pyspark's own ``jackson-{core,databind,annotations}`` jars with Debian's jarjar, using
+the rule :data:`JACKSON_RULE`.
 
 Invariants:
     * The re-relocated jars live in ``<cache_dir>/<key>/`` where ``key`` names the source Jackson versions and the
@@ -44,6 +45,7 @@ __all__ = [
     "default_cache_dir",
     "iceberg_jars",
     "iceberg_runtime_jar",
+    "iceberg_runtime_version",
 ]
 
 JACKSON_RULE = "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1"
@@ -94,6 +96,17 @@ def iceberg_runtime_jar() -> Path:
     if not found:
         raise SparkSetupError(f"no iceberg-spark-runtime-3.5_{_SCALA_BINARY} jar in {deps.get_jars_dir()}")
     return max(found, key=lambda vp: _version_tuple(vp[0]))[1]
+
+
+def iceberg_runtime_version() -> str:
+    """The Iceberg version of :func:`iceberg_runtime_jar` (e.g. ``"1.10.2"``).
+
+    Raises:
+        SparkSetupError: the package is missing or ships no matching jar.
+    """
+    m = _RUNTIME_JAR_RE.match(iceberg_runtime_jar().name)
+    assert m is not None  # the jar was selected by this pattern
+    return m["version"]
 
 
 def iceberg_jars(cache_dir: Path | None = None) -> list[Path]:
