@@ -30,12 +30,18 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardId
+from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardId, dedup_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 
 GW = "default"
 T0 = 1_700_000_000_000
+
+
+def _recorded(env: Env, deltas: Any, now_s: int) -> set[str]:
+    """The deltaIds of ``deltas`` whose dedup records (by clientId and deltaId) are live."""
+    keys = {dedup_key(x.client_id, x.delta_id): x.delta_id for x in deltas}
+    return {keys[k] for k in env.buffer.seen_delta_ids(GW, list(keys), now_s)}
 
 
 class Env:
@@ -356,7 +362,7 @@ def test_push_returns_only_once_every_chunk_deltaid_is_recorded() -> None:
     env.push(*deltas)
 
     # Then every deltaId is already recorded: a re-send right after is all duplicates
-    assert env.buffer.seen_delta_ids(GW, [x.delta_id for x in deltas], T0 // 1000) == {x.delta_id for x in deltas}
+    assert _recorded(env, deltas, T0 // 1000) == {x.delta_id for x in deltas}
     assert [r.duplicate for r in env.push(*deltas).receipts] == [True] * 10
 
 
@@ -440,7 +446,7 @@ def test_push_invalid_delta_rejects_the_whole_batch_with_nothing_written(
 
     # Then nothing was written, no deltaId was recorded and the server clock did not move
     assert env.snapshot() == before
-    assert env.buffer.seen_delta_ids(GW, [g.delta_id for g in good], env.wall // 1000) == set()
+    assert _recorded(env, good, env.wall // 1000) == set()
     assert env.deps.clock.state == clock_before
 
 
@@ -542,7 +548,7 @@ def test_push_over_the_backpressure_limit_gets_503_with_nothing_written() -> Non
     # Then it is a 503 and nothing was written anywhere
     assert err.value.status == 503
     assert env.snapshot() == before
-    assert env.buffer.seen_delta_ids(GW, [quiet.delta_id], env.wall // 1000) == set()
+    assert _recorded(env, [quiet], env.wall // 1000) == set()
     # And other tables still accept pushes
     env.push(quiet)
     assert env.row("notes", "r1") == {"title": "y"}

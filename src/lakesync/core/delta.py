@@ -8,6 +8,14 @@ bytes as every other LakeSync implementation. Servers treat it as an opaque idem
 
 The JSON shape (:meth:`RowDelta.to_json` / :meth:`RowDelta.from_json`) is the wire's: camelCase keys, ``op`` as
 ``"INSERT" | "UPDATE" | "DELETE"``, ``hlc`` as a decimal string.
+
+:func:`validate_row_delta` is the one field check of a delta a client sent, whatever its encoding (JSON or protobuf,
+whose proto3 defaults make every missing string an empty one): ``table``, ``rowId``, ``clientId``, ``deltaId`` and
+every column name are non-empty; every string -- those, and every string and object key inside column values -- is
+valid Unicode, so that it has a UTF-8 encoding (JSON's ``"\ud800"`` escape and ``surrogatepass`` decoding can make
+Python strings with lone surrogates, which no store accepts); ``clientId`` and ``deltaId`` are at most
+:data:`MAX_ID_BYTES` bytes; values are finite and nested at most 64 deep. :meth:`RowDelta.from_json` only parses
+(it also reads stored deltas), so it checks types, emptiness and values, not Unicode or lengths.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import enum
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +43,13 @@ class DeltaOp(enum.StrEnum):
 
 
 _OPS = {op.value: op for op in DeltaOp}
+
+
+MAX_ID_BYTES = 256
+"""Longest ``clientId`` and ``deltaId`` in UTF-8 bytes (a generated deltaId has 64; a clientId is a token's ``sub``).
+Both are stored with every delta, and the clientId with every column of a row's state."""
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +155,15 @@ class RowDelta:
         return {c.column: c.value for c in self.columns}
 
 
-def _check_json_value(value: object, where: str, depth: int = 0) -> None:
+def _check_json_value(value: object, where: str, depth: int = 0, *, text: bool = False) -> None:
+    """A JSON value: finite numbers, string keys, nesting at most 64 deep; with ``text``, valid Unicode strings."""
     if depth > 64:
         raise ValidationError(f"{where} is nested too deeply")
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, str):
+        if text:
+            _check_unicode(value, where)
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -150,15 +171,62 @@ def _check_json_value(value: object, where: str, depth: int = 0) -> None:
         return
     if isinstance(value, list):
         for item in value:
-            _check_json_value(item, where, depth + 1)
+            _check_json_value(item, where, depth + 1, text=text)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError(f"{where} has a non-string key")
-            _check_json_value(item, where, depth + 1)
+            if text:
+                _check_unicode(key, where)
+            _check_json_value(item, where, depth + 1, text=text)
         return
     raise ValidationError(f"{where} is not a JSON value")
+
+
+def _check_unicode(value: str, where: str) -> None:
+    if not value.isascii():
+        found = _SURROGATE.search(value)
+        if found is not None:
+            raise ValidationError(
+                f"{where} is not valid UTF-8 text (it holds the lone surrogate U+{ord(found.group(0)):04X})"
+            )
+
+
+def _check_text(value: object, where: str, max_bytes: int | None = None) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{where} must be a non-empty string")
+    _check_unicode(value, where)
+    if max_bytes is not None and len(value) * 4 > max_bytes:  # a code point is at most 4 bytes of UTF-8
+        size = len(value.encode("utf-8"))
+        if size > max_bytes:
+            raise ValidationError(f"{where} is {size:,} bytes; the limit is {max_bytes:,}")
+
+
+def validate_row_delta(delta: RowDelta, *, where: str = "delta") -> None:
+    """Check the fields of a delta a client sent, whatever its encoding (see the module docstring).
+
+    The gateway runs it on every pushed delta before anything else, so a JSON and a protobuf push of the same
+    deltas are accepted or refused alike, with the same message.
+
+    Args:
+        delta: The decoded delta.
+        where: How the message names the delta, e.g. ``deltas[3]``.
+
+    Raises:
+        ValidationError: naming the first bad field (HTTP 400).
+    """
+    if not isinstance(delta.op, DeltaOp):
+        raise ValidationError(f"{where}.op must be one of INSERT, UPDATE, DELETE")
+    _check_text(delta.table, f"{where}.table")
+    _check_text(delta.row_id, f"{where}.rowId")
+    _check_text(delta.client_id, f"{where}.clientId", MAX_ID_BYTES)
+    _check_text(delta.delta_id, f"{where}.deltaId", MAX_ID_BYTES)
+    if isinstance(delta.hlc, bool) or not isinstance(delta.hlc, int) or not 0 <= delta.hlc <= hlc_mod.MAX_HLC:
+        raise ValidationError(f"{where}.hlc is out of range for a 64-bit HLC")
+    for i, col in enumerate(delta.columns):
+        _check_text(col.column, f"{where}.columns[{i}].column")
+        _check_json_value(col.value, f"{where}.columns[{i}].value", text=True)
 
 
 def delta_id(client_id: str, hlc: int, table: str, row_id: str, columns: Sequence[Mapping[str, Any]]) -> str:
@@ -285,6 +353,7 @@ def apply_delta(row: Mapping[str, JsonValue] | None, delta: RowDelta) -> dict[st
 
 
 __all__ = [
+    "MAX_ID_BYTES",
     "ColumnDelta",
     "DeltaOp",
     "RowDelta",
@@ -292,4 +361,5 @@ __all__ = [
     "delta_id",
     "extract_delta",
     "make_delta",
+    "validate_row_delta",
 ]

@@ -21,6 +21,8 @@ from lakesync.core.errors import ClockDriftError, ValidationError
 MAX_DRIFT_MS = 5000
 MAX_COUNTER = 0xFFFF
 MAX_HLC = (1 << 64) - 1
+MAX_HLC_DIGITS = len(str(MAX_HLC))
+"""Digits of the largest HLC (20): a longer decimal string is refused before it is converted."""
 _WALL_BITS = 48
 
 Clock = Callable[[], int]
@@ -50,15 +52,18 @@ def compare(a: int, b: int) -> int:
 def parse(value: object, *, field: str = "hlc") -> int:
     """Read an HLC from its JSON form (a decimal string of an unsigned 64-bit integer).
 
+    Only ASCII digits are accepted: no sign, no whitespace around them (``" 123 "`` is refused).
+
     Raises:
-        ValidationError: if ``value`` is not such a string.
+        ValidationError: if ``value`` is not such a string, or names a number beyond 64 bits.
     """
-    if not isinstance(value, str):
+    # Exactly the digits: no sign, no surrounding whitespace (Python's int() would accept " 123 "), and no more
+    # digits than a 64-bit integer can have, so a huge string never reaches int().
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
         raise ValidationError(f"{field} must be a decimal string")
-    text = value.strip()
-    if not text.isdecimal() or not text.isascii():
-        raise ValidationError(f"{field} must be a decimal string")
-    ts = int(text)
+    if len(value) > MAX_HLC_DIGITS:
+        raise ValidationError(f"{field} must be a decimal string of at most {MAX_HLC_DIGITS} digits")
+    ts = int(value)
     if ts > MAX_HLC:
         raise ValidationError(f"{field} is out of range for a 64-bit HLC")
     return ts

@@ -8,6 +8,7 @@ commit order, so a reader that remembers the last ``seq`` it saw per shard never
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass, field
 
@@ -15,6 +16,34 @@ from lakesync.core.canonical import JsonValue, RawJson
 from lakesync.core.delta import RowDelta
 from lakesync.core.merge import RowState
 from lakesync.core.rules import SyncRules
+
+ITEM_LIMIT_BYTES = 400 * 1024
+"""DynamoDB's item size limit (attribute names plus values); every item a push writes must stay within it."""
+PARTITION_KEY_LIMIT_BYTES = 2048
+"""DynamoDB's partition-key limit, counted over the whole stored key (our prefixes included)."""
+SORT_KEY_LIMIT_BYTES = 1024
+"""DynamoDB's sort-key limit, counted over the whole stored key (our prefixes included)."""
+
+
+def row_key(gateway: str, table: str, row_id: str) -> str:
+    """The row index's key of a row, ``{gateway}#{table}#{rowId}`` (a partition key on DynamoDB)."""
+    return f"{gateway}#{table}#{row_id}"
+
+
+def dedup_key(client_id: str, delta_id: str) -> str:
+    """The dedup record's key of a delta: scoped by the client that wrote it.
+
+    A deltaId is client-supplied, so a key of the deltaId alone would let one client make another client's delta
+    look recorded (and vanish as a duplicate) by sending its deltaId first. A legitimate re-send always carries the
+    same clientId (the deltaId algorithm hashes it), so scoping loses no dedup. The key is the unpadded base64url of
+    a 128-bit BLAKE2b of the length-prefixed pair: 22 ASCII characters whatever the ids' lengths -- shorter than a
+    64-character deltaId, and never near a key-size limit.
+    """
+    client = client_id.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(
+        len(client).to_bytes(4, "big") + client + delta_id.encode("utf-8", "surrogatepass"), digest_size=16
+    ).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -183,7 +212,7 @@ class CommitBasis:
     """What a push chunk is planned against, read in one consistent round trip.
 
     ``head`` is ``None`` for a shard never committed to; ``rows`` holds the row-index entries that exist; ``seen`` the
-    chunk's deltaIds already recorded and not yet expired.
+    chunk's dedup keys (:func:`dedup_key`) already recorded and not yet expired.
     """
 
     head: ShardHead | None

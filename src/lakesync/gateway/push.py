@@ -2,21 +2,29 @@
 
 Guarantees:
 
-* Validation (identifiers, schema, clock drift, client identity, sizes) covers the whole batch before anything is
-  written; a rejected push writes nothing.
-* Each chunk of one shard (``settings.chunk_deltas`` deltas) reads its basis (head, rows, recorded deltaIds) in one
+* Every check that can refuse a push runs before its first write, so a refused push writes nothing: the fields of
+  every delta, whatever its encoding (:func:`~lakesync.core.delta.validate_row_delta`: non-empty, valid UTF-8,
+  bounded ids), identifiers, DynamoDB's key limits (the row key ``{gateway}#{table}#{rowId}`` at most 2,048 bytes),
+  schema, clock drift, client identity and delta size; then, for a push of several chunks, the growth of every row
+  it touches, planned against the rows read before the first commit: every row image and row state the push would
+  store stays within ``max_row_bytes`` and DynamoDB's 400 KB item limit. (Only a concurrent writer growing the same
+  row between that read and a later chunk's commit can still stop that chunk; the chunks before it stay.)
+* Each chunk of one shard (``settings.chunk_deltas`` deltas) reads its basis (head, rows, recorded dedup keys) in one
   round trip and commits its log entries, row-index updates and the shard-head advance in one atomic commit guarded
   by the head's sequence and every row's version. Concurrent pushes that touch the same shard retry on conflict with
   jittered backoff, re-reading the basis.
 * Per-column LWW merging is idempotent, so a delta the row already holds changes nothing and is not logged again:
   the row versions alone keep any delta from being logged twice, even when the same push races itself.
-* The chunk's deltaIds are recorded after its commit, for the dedup window, while the next chunk proceeds; the push
-  returns only once every record is written (a failed record fails the push). A deltaId recorded there is acknowledged
-  as a duplicate (counted in ``accepted``, receipt ``duplicate: true``) without being merged. If the function stops
-  between a commit and that record, a re-sent delta is merged again, changes nothing and logs nothing; its receipt
-  is then the original one (its columns won) rather than ``duplicate``.
-* A push spanning several shards or chunks is not atomic as a whole: if it fails part-way, the chunks already
-  committed stay, and re-sending the same push is safe (the committed deltas are skipped as duplicates).
+* Deltas are deduplicated by clientId + deltaId (:func:`~lakesync.gateway.model.dedup_key`), never by deltaId alone,
+  so no client can make another client's delta vanish by sending its deltaId first. The chunk's dedup keys are
+  recorded after its commit, for the dedup window, while the next chunk proceeds; the push returns only once every
+  record is written (a failed record fails the push). A delta recorded there is acknowledged as a duplicate
+  (counted in ``accepted``, receipt ``duplicate: true``) without being merged. If the function stops between a
+  commit and that record, a re-sent delta is merged again, changes nothing and logs nothing; its receipt is then the
+  original one (its columns won) rather than ``duplicate``.
+* A push spanning several shards or chunks is not atomic as a whole: if a commit fails part-way (lost races, storage
+  errors), the chunks already committed stay, and re-sending the same push is safe (the committed deltas are
+  skipped as duplicates).
 """
 
 from __future__ import annotations
@@ -27,10 +35,11 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from lakesync.core import merge as lww
 from lakesync.core.canonical import js_stringify, utf8_size
-from lakesync.core.delta import RowDelta
+from lakesync.core.delta import RowDelta, validate_row_delta
 from lakesync.core.errors import (
     BackpressureError,
     CommitConflictError,
@@ -44,6 +53,8 @@ from lakesync.core.schema import validate_delta, validate_table_name
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import (
+    ITEM_LIMIT_BYTES,
+    PARTITION_KEY_LIMIT_BYTES,
     Commit,
     CommitConflict,
     LogEntry,
@@ -51,7 +62,10 @@ from lakesync.gateway.model import (
     ShardHead,
     ShardId,
     StoredRow,
+    dedup_key,
+    row_key,
 )
+from lakesync.gateway.since import note_push
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,19 +141,31 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
         raise ValidationError(f"Too many deltas in a single push (max {settings.max_deltas_per_push:,})")
     _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
 
-    unique: list[RowDelta] = []
+    keys = [dedup_key(d.client_id, d.delta_id) for d in deltas]
     first_index: dict[str, int] = {}
-    for i, delta in enumerate(deltas):
-        if delta.delta_id not in first_index:
-            first_index[delta.delta_id] = i
-            unique.append(delta)
-
-    by_shard: dict[ShardId, list[RowDelta]] = {}
-    for delta in unique:
+    by_shard: dict[ShardId, list[_Keyed]] = {}
+    for i, (key, delta) in enumerate(zip(keys, deltas, strict=True)):
+        if key in first_index:
+            continue
+        first_index[key] = i
         shard = ShardId.for_row(gateway, delta.table, delta.row_id, settings.sub_shards.get(delta.table, 1))
-        by_shard.setdefault(shard, []).append(delta)
+        by_shard.setdefault(shard, []).append((key, delta))
+    chunks = [
+        (shard, pairs[start : start + settings.chunk_deltas])
+        for shard, pairs in by_shard.items()
+        for start in range(0, len(pairs), settings.chunk_deltas)
+    ]
 
+    # A single chunk checks its rows' growth against its own basis before its commit; a push of several chunks
+    # checks every chunk's growth before the first commit, against the rows read here (alongside the heads).
+    reading = _read_rows(deps, gateway, by_shard) if len(chunks) > 1 else None
     heads = deps.buffer.get_heads(list(by_shard))
+    if reading is not None:
+        stored = reading.result()
+        for shard, pairs in by_shard.items():
+            merger = _Merger(deps, shard, stored)
+            for _, delta in pairs:
+                merger.merge(delta)
     for head in heads.values():
         if head.unflushed_bytes >= settings.backpressure_limit:
             raise BackpressureError(
@@ -147,22 +173,20 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
                 f" for table {head.shard.table!r}"
             )
 
-    for delta in unique:
+    for _, delta in (pair for pairs in by_shard.values() for pair in pairs):
         deps.clock.recv(delta.hlc)
 
     receipts: dict[str, DeltaReceipt] = {}
     effective: list[LogEntry] = []
     records: list[Future[None]] = []
     try:
-        for shard, shard_deltas in by_shard.items():
-            for start in range(0, len(shard_deltas), settings.chunk_deltas):
-                chunk = shard_deltas[start : start + settings.chunk_deltas]
-                chunk_receipts, chunk_effective, applied = _commit_chunk(deps, shard, chunk)
-                receipts.update(chunk_receipts)
-                effective.extend(chunk_effective)
-                if applied:
-                    expires_at = deps.wall_ms() // 1000 + settings.dedup_ttl_s
-                    records.append(io_pool().submit(deps.buffer.record_delta_ids, gateway, applied, expires_at))
+        for shard, chunk in chunks:
+            chunk_receipts, chunk_effective, applied = _commit_chunk(deps, shard, chunk)
+            receipts.update(chunk_receipts)
+            effective.extend(chunk_effective)
+            if applied:
+                expires_at = deps.wall_ms() // 1000 + settings.dedup_ttl_s
+                records.append(io_pool().submit(deps.buffer.record_delta_ids, gateway, applied, expires_at))
     finally:
         # Every record is written (or has failed) before the push answers or raises.
         for record in records:
@@ -170,27 +194,65 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     for record in records:
         record.result()
 
-    # A deltaId repeated within the batch was applied once: its later occurrences are duplicates.
+    # A delta repeated within the batch (same clientId and deltaId) was applied once: its later occurrences are
+    # duplicates.
     ordered = tuple(
         DeltaReceipt(d.delta_id, duplicate=True, columns=())
-        if i != first_index[d.delta_id] or d.delta_id not in receipts
-        else receipts[d.delta_id]
-        for i, d in enumerate(deltas)
+        if i != first_index[key] or key not in receipts
+        else receipts[key]
+        for i, (key, d) in enumerate(zip(keys, deltas, strict=True))
     )
+    server_hlc = deps.clock.now()
+    # A `since` client (the original one) is handed this serverHlc as its position: record what it stands for.
+    note_push(deps.since_sessions, gateway, client_id, deltas, ordered, server_hlc, deps.wall_ms() // 1000)
     return PushResult(
-        server_hlc=deps.clock.now(),
+        server_hlc=server_hlc,
         accepted=len(deltas),
         entries=tuple(effective),
         receipts=ordered,
     )
 
 
+_Keyed = tuple[str, RowDelta]
+"""A delta with its dedup key."""
+
+_ROWS_PER_READ = 100
+
+
+class _RowsRead:
+    """The stored rows of a push, read in parallel slices; :meth:`result` waits for them."""
+
+    def __init__(self, parts: list[Future[dict[tuple[str, str], StoredRow]]]) -> None:
+        self._parts = parts
+
+    def result(self) -> dict[tuple[str, str], StoredRow]:
+        found: dict[tuple[str, str], StoredRow] = {}
+        for part in self._parts:
+            found.update(part.result())
+        return found
+
+
+def _read_rows(deps: GatewayDeps, gateway: str, by_shard: dict[ShardId, list[_Keyed]]) -> _RowsRead:
+    rows = list(dict.fromkeys((d.table, d.row_id) for pairs in by_shard.values() for _, d in pairs))
+    return _RowsRead(
+        [
+            io_pool().submit(deps.buffer.get_rows, gateway, rows[start : start + _ROWS_PER_READ])
+            for start in range(0, len(rows), _ROWS_PER_READ)
+        ]
+    )
+
+
 def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, client_id: str, trusted: bool) -> None:
+    # The fields first, for the whole batch: JSON bodies had them checked while parsing, so a JSON and a protobuf
+    # push of the same deltas fail alike.
+    for i, delta in enumerate(deltas):
+        validate_row_delta(delta, where=f"deltas[{i}]")
     stored = deps.config.get_schemas(gateway) if deltas else {}
     # A schema describes the deltas of its source table (``sourceTable``, else ``table``).
     schemas = {schema.delta_table: (schema, version) for schema, version in stored.values()}
-    for delta in deltas:
+    for i, delta in enumerate(deltas):
         validate_table_name(delta.table)
+        _check_row_key(gateway, delta, f"deltas[{i}]")
         if not trusted and delta.client_id != client_id:
             raise ForbiddenError("Client ID mismatch: delta clientId does not match authenticated identity")
         if delta.table in schemas:
@@ -204,26 +266,39 @@ def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, cl
             )
 
 
+def _check_row_key(gateway: str, delta: RowDelta, where: str) -> None:
+    """The row index is keyed by ``{gateway}#{table}#{rowId}``: DynamoDB's partition-key limit bounds the rowId."""
+    if len(gateway) + len(delta.table) + 2 + 4 * len(delta.row_id) <= PARTITION_KEY_LIMIT_BYTES:
+        return
+    size = len(row_key(gateway, delta.table, delta.row_id).encode("utf-8"))
+    if size > PARTITION_KEY_LIMIT_BYTES:
+        raise ValidationError(
+            f"{where}.rowId is too long: the row's key (gateway#table#rowId) would be {size:,} bytes;"
+            f" the limit is {PARTITION_KEY_LIMIT_BYTES:,}"
+        )
+
+
 def _commit_chunk(
-    deps: GatewayDeps, shard: ShardId, chunk: Sequence[RowDelta]
+    deps: GatewayDeps, shard: ShardId, chunk: Sequence[_Keyed]
 ) -> tuple[dict[str, DeltaReceipt], list[LogEntry], list[str]]:
-    """Merge and commit one chunk; returns its receipts, its effective entries and the deltaIds to record."""
+    """Merge and commit one chunk; returns its receipts and its dedup keys to record (both by dedup key) and its
+    effective entries."""
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
-    delta_ids = [d.delta_id for d in chunk]
-    row_keys = list(dict.fromkeys((d.table, d.row_id) for d in chunk))
+    keys = [key for key, _ in chunk]
+    row_keys = list(dict.fromkeys((d.table, d.row_id) for _, d in chunk))
     for attempt in range(settings.commit_attempts):
-        basis = deps.buffer.read_commit_basis(shard, delta_ids, row_keys, now_s)
-        pending = [d for d in chunk if d.delta_id not in basis.seen]
+        basis = deps.buffer.read_commit_basis(shard, keys, row_keys, now_s)
+        pending = [(key, d) for key, d in chunk if key not in basis.seen]
         if not pending:
             return {}, [], []
-        commit, receipts, effective = _plan(deps, shard, basis.head, basis.rows, pending)
-        if len(pending) > 1 and _commit_bytes(commit) > settings.max_commit_bytes:
+        commit, receipts, effective, size = _plan(deps, shard, basis.head, basis.rows, pending)
+        if len(pending) > 1 and size > settings.max_commit_bytes:
             # Too big for one transaction: commit the halves one after the other (each atomic on its own).
             half = len(pending) // 2
-            first_receipts, first_effective, first_ids = _commit_chunk(deps, shard, pending[:half])
-            rest_receipts, rest_effective, rest_ids = _commit_chunk(deps, shard, pending[half:])
-            return {**first_receipts, **rest_receipts}, first_effective + rest_effective, first_ids + rest_ids
+            first_receipts, first_effective, first_keys = _commit_chunk(deps, shard, pending[:half])
+            rest_receipts, rest_effective, rest_keys = _commit_chunk(deps, shard, pending[half:])
+            return {**first_receipts, **rest_receipts}, first_effective + rest_effective, first_keys + rest_keys
         if commit is not None:
             try:
                 deps.buffer.commit(commit)
@@ -231,10 +306,93 @@ def _commit_chunk(
                 deps.sleep(_backoff(attempt))
                 continue
             _maybe_request_flush(deps, shard, basis.head, commit.head)
-        return receipts, effective, [d.delta_id for d in pending]
+        return receipts, effective, [key for key, _ in pending]
     raise CommitConflictError(
         f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One effective change of a row, measured: its wire JSON and the sizes of everything its log item holds."""
+
+    delta: RowDelta
+    before: dict[str, object] | None
+    after: dict[str, object] | None
+    text: str
+    size: int
+    before_bytes: int
+    after_bytes: int
+
+
+class _Merger:
+    """Merges deltas into rows in order and checks every item the changes would store against the limits.
+
+    Used twice with the same checks: by a chunk's plan against its basis, and before a push of several chunks
+    commits anything, against the rows read then (so a push whose later chunk would fail writes nothing).
+    """
+
+    def __init__(self, deps: GatewayDeps, shard: ShardId, stored: dict[tuple[str, str], StoredRow]) -> None:
+        self._settings = deps.settings
+        self._shard = shard
+        self.states: dict[tuple[str, str], lww.RowState | None] = {key: row.state for key, row in stored.items()}
+        self.value_bytes: dict[tuple[str, str], int] = {}
+        """UTF-8 JSON size of each changed row's values, as last merged."""
+
+    def merge(self, delta: RowDelta) -> tuple[lww.MergeResult, _Change | None]:
+        """Merge ``delta`` into its row; the change is ``None`` when the delta changes nothing.
+
+        Raises:
+            SchemaError: the row would grow beyond ``max_row_bytes``, or its stored state beyond an item (422).
+            PayloadTooLargeError: the delta's log item would exceed an item (413).
+        """
+        key = (delta.table, delta.row_id)
+        before_state = self.states.get(key)
+        result = lww.merge(before_state, delta)
+        self.states[key] = result.state
+        if result.effective is None or not result.changed:
+            return result, None
+        before = before_state.values() if before_state is not None else None
+        before_bytes = self.value_bytes.get(key)
+        if before_bytes is None:
+            before_bytes = _json_size(before)
+        after = result.state.values()
+        after_bytes = _json_size(after)
+        self.value_bytes[key] = after_bytes
+        limit = self._settings.max_row_bytes
+        if after_bytes > limit:
+            raise SchemaError(f"Row {key[0]}:{key[1]} would grow to {after_bytes} bytes; the limit is {limit}")
+        self._check_state(key, result.state, after_bytes)
+        text = js_stringify(result.effective.to_json())
+        size = len(text.encode("utf-8", "surrogatepass"))
+        logged = _LOG_ITEM_OVERHEAD + len(self._shard.key) + size + before_bytes + after_bytes
+        if logged > ITEM_LIMIT_BYTES:
+            raise PayloadTooLargeError(
+                f"Delta {delta.delta_id} would be logged as {logged:,} bytes with the row before and after it;"
+                f" the limit of an item is {ITEM_LIMIT_BYTES:,}"
+            )
+        return result, _Change(result.effective, before, after, text, size, before_bytes, after_bytes)
+
+    def _check_state(self, key: tuple[str, str], state: lww.RowState, value_bytes: int) -> None:
+        """The row-index item holds the row's state: every value with its column's HLC and clientId."""
+        overhead = _ROW_ITEM_OVERHEAD + len(self._shard.gateway) + 2 + len(key[0]) + 4 * len(key[1])
+        # A cheap bound first: a column adds at most 28 bytes and 6 per clientId character to its value's JSON.
+        bound = value_bytes + sum(32 + 6 * len(c.client_id) for c in state.columns.values())
+        bound += sum(32 + 6 * len(v.client_id) for v in (state.tombstone, state.written) if v is not None)
+        if overhead + bound <= ITEM_LIMIT_BYTES:
+            return
+        stored = overhead + _json_size(lww.state_to_json(state))
+        if stored > ITEM_LIMIT_BYTES:
+            raise SchemaError(
+                f"Row {key[0]}:{key[1]} would be stored as {stored:,} bytes ({len(state.columns):,} columns with their"
+                f" versions); the limit of an item is {ITEM_LIMIT_BYTES:,}"
+            )
+
+
+_LOG_ITEM_OVERHEAD = 160
+"""Bytes of a log item beyond its shard key and its three JSON texts: attribute names and numbers."""
+_ROW_ITEM_OVERHEAD = 64
+"""Bytes of a row-index item beyond its key and its state JSON: attribute names and the version."""
 
 
 def _plan(
@@ -242,37 +400,30 @@ def _plan(
     shard: ShardId,
     head: ShardHead | None,
     stored: dict[tuple[str, str], StoredRow],
-    pending: Sequence[RowDelta],
-) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry]]:
-    """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything."""
-    states: dict[tuple[str, str], lww.RowState | None] = {key: row.state for key, row in stored.items()}
-    touched: set[tuple[str, str]] = set()
+    pending: Sequence[_Keyed],
+) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry], int]:
+    """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything.
+
+    Returns the commit, the receipts by dedup key, the effective entries and the commit's size
+    (:func:`_commit_bytes`).
+    """
+    merger = _Merger(deps, shard, stored)
+    touched: dict[tuple[str, str], None] = {}
     receipts: dict[str, DeltaReceipt] = {}
-    changes: list[tuple[RowDelta, dict[str, object] | None, dict[str, object] | None]] = []
-    for delta in pending:
-        key = (delta.table, delta.row_id)
-        before_state = states.get(key)
-        before = before_state.values() if before_state is not None else None
-        result = lww.merge(before_state, delta)
-        states[key] = result.state
-        receipts[delta.delta_id] = DeltaReceipt(
+    changes: list[_Change] = []
+    for key, delta in pending:
+        result, change = merger.merge(delta)
+        receipts[key] = DeltaReceipt(
             delta.delta_id,
             duplicate=False,
             columns=result.receipts,
             deleted=result.changed and delta.op.value == "DELETE",
         )
-        if result.effective is not None and result.changed:
-            touched.add(key)
-            changes.append((result.effective, before, result.state.values()))
-
-    for key in touched:
-        state = states[key]
-        assert state is not None
-        size = utf8_size(state.values() or {})
-        if size > deps.settings.max_row_bytes:
-            raise SchemaError(
-                f"Row {key[0]}:{key[1]} would grow to {size} bytes; the limit is {deps.settings.max_row_bytes}"
-            )
+        if change is not None:
+            touched[(delta.table, delta.row_id)] = None
+            changes.append(change)
+    if not changes:
+        return None, receipts, [], 0
 
     base = head or ShardHead(shard)
     # Every entry gets its own commit HLC, strictly increasing with the shard's sequence whichever Lambda commits,
@@ -280,11 +431,22 @@ def _plan(
     commit_hlc = max(deps.clock.now(), base.last_commit_hlc + 1)
     entries = []
     total = 0
-    for i, (delta, before, after) in enumerate(changes, start=1):
-        text = js_stringify(delta.to_json())
-        size = len(text.encode("utf-8", "surrogatepass"))
-        total += size
-        entries.append(LogEntry(shard, base.seq + i, commit_hlc + i - 1, delta, before, after, size, text))
+    size = _ITEM_OVERHEAD * (2 + len(changes) + len(touched))
+    for i, change in enumerate(changes, start=1):
+        total += change.size
+        size += change.size + change.before_bytes + change.after_bytes
+        entries.append(
+            LogEntry(
+                shard,
+                base.seq + i,
+                commit_hlc + i - 1,
+                change.delta,
+                change.before,
+                change.after,
+                change.size,
+                change.text,
+            )
+        )
     new_head = ShardHead(
         shard=shard,
         seq=base.seq + len(entries),
@@ -293,17 +455,16 @@ def _plan(
         flushed_seq=base.flushed_seq,
         flushed_bytes=base.flushed_bytes,
         flushed_deltas=base.flushed_deltas,
-        last_commit_hlc=commit_hlc + len(entries) - 1 if entries else base.last_commit_hlc,
+        last_commit_hlc=commit_hlc + len(entries) - 1,
     )
     rows = []
-    for key in touched:
-        state = states[key]
+    for row in touched:
+        state = merger.states[row]
         assert state is not None
-        previous = stored.get(key)
+        previous = stored.get(row)
         expected = previous.version if previous is not None else 0
         rows.append(RowWrite(StoredRow(state, expected + 1), expected))
-    if not entries:
-        return None, receipts, []
+        size += merger.value_bytes[row] + sum(len(c.client_id) + 32 for c in state.columns.values())
     commit = Commit(
         shard=shard,
         expected_seq=base.seq if head is not None else -1,
@@ -312,7 +473,7 @@ def _plan(
         rows=tuple(rows),
         new_shard=head is None,
     )
-    return commit, receipts, entries
+    return commit, receipts, entries, size
 
 
 _ITEM_OVERHEAD = 200
@@ -335,7 +496,8 @@ def _commit_bytes(commit: Commit | None) -> int:
     return total
 
 
-def _json_size(value: dict[str, object] | None) -> int:
+def _json_size(value: dict[str, object] | dict[str, Any] | None) -> int:
+    """Bytes of the compact UTF-8 JSON the DynamoDB adapter stores for a row image or state (the same encoder)."""
     if not value:
         return 2
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
