@@ -1,4 +1,4 @@
-"""GET /health: liveness, without auth and without any AWS call."""
+"""GET /health (liveness) and GET /v1/openapi.json (the API document): without auth and without any AWS call."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
 from functions._runtime import logger, metrics, one_at_a_time, tracer
+from lakesync import openapi
 from lakesync.router import Response
 
 app = http.new_app()
@@ -18,6 +19,12 @@ app = http.new_app()
 def health() -> Response:
     """200 ``{"status": "ok"}``."""
     return http.json_response({"status": "ok"})
+
+
+@app.get(openapi.OPENAPI_PATH)
+def openapi_document() -> Response:
+    """200 with the OpenAPI 3.1 document of the routes (:mod:`lakesync.openapi`)."""
+    return Response(200, "application/json", openapi.document_json())
 
 
 @one_at_a_time

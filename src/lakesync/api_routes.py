@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -24,14 +25,24 @@ class Route:
         """The Lambda handler string."""
         return f"{self.module}.lambda_handler"
 
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The path parameters' names, in path order."""
+        return tuple(re.findall(r"\{(\w+)\}", self.path))
+
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """Path parameters if ``method path`` hits this route, else ``None``."""
         if method != self.method:
             return None
+        return self.match_path(path)
+
+    def match_path(self, path: str) -> dict[str, str] | None:
+        """Path parameters if ``path`` fits this route's template (whatever the method), else ``None``."""
         found = _pattern(self.path).fullmatch(path)
         return found.groupdict() if found else None
 
 
+@functools.cache
 def _pattern(template: str) -> re.Pattern[str]:
     return re.compile(re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template)))
 
@@ -47,6 +58,7 @@ FUNCTIONS = {
 
 ROUTES = (
     Route("GET", "/health", FUNCTIONS["health"]),
+    Route("GET", "/v1/openapi.json", FUNCTIONS["health"]),
     Route("POST", "/v1/sync/{gw}/push", FUNCTIONS["push"]),
     Route("GET", "/v1/sync/{gw}/pull", FUNCTIONS["pull"]),
     Route("GET", "/v1/sync/{gw}/checkpoint", FUNCTIONS["checkpoint"]),
@@ -71,3 +83,9 @@ def find_route(method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         if params is not None:
             return route, params
     return None
+
+
+def allowed_methods(path: str) -> tuple[str, ...]:
+    """The methods some route serves on ``path``, sorted (empty for an unknown path): the ``Allow`` header of a
+    405 answer to any other method."""
+    return tuple(sorted({route.method for route in ROUTES if route.match_path(path) is not None}))

@@ -1,0 +1,874 @@
+"""The OpenAPI 3.1 document of the HTTP API, built from the route table (:data:`lakesync.api_routes.ROUTES`).
+
+The routes come from ``ROUTES`` alone; this module adds what a route table does not know, as data: per route an
+:class:`Operation` (summary, who may call it, query parameters, request bodies, success responses and the error
+statuses it can answer) in :data:`OPERATIONS`, keyed by the route key, plus the shared component schemas.
+:func:`build_document` refuses a route without an operation and an operation without a route, so the document
+cannot fall behind the routes (a unit test builds it).
+
+Invariants of the document:
+
+* Every error response is ``{"error", "code"}`` with one of :data:`lakesync.core.errors.API_ERROR_CODES`; a 500
+  also carries ``requestId``. The statuses are those of :mod:`lakesync.core.errors` and :mod:`lakesync.edge`.
+* Every response carries ``API-Version: v1`` and ``X-Request-Id`` (the router adds them to every answer).
+* Request schemas are never stricter than the server: a value the schema refuses is refused by the server too
+  (with a 4xx). Where the server accepts more than the canonical form (the original's lenient number parsing), the
+  schema describes the canonical form in its ``description`` and stays permissive.
+* The document is a pure function of the code: :func:`document_json` is byte-stable (``docs/api.md`` is compared
+  against it in a test).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Final, Literal
+
+from lakesync.api_routes import ROUTES, Route
+from lakesync.core.errors import API_ERROR_CODES
+
+__all__ = ["OPENAPI_PATH", "OPERATIONS", "Operation", "build_document", "document_json"]
+
+OPENAPI_PATH: Final = "/v1/openapi.json"
+"""Where the document is served (without auth, as in the original)."""
+
+JSON: Final = "application/json"
+PROTOBUF: Final = "application/x-protobuf"
+CHECKPOINT_STREAM: Final = "application/x-lakesync-checkpoint-stream"
+
+Auth = Literal["none", "client", "admin"]
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: Schema, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """What the document says about one route beyond its method and path.
+
+    Attributes:
+        operation_id: Unique camelCase id.
+        summary: One line.
+        description: Longer text (Markdown).
+        tag: The group the operation is listed under.
+        auth: ``none``; ``client`` (any valid token for the path's gateway); ``admin`` (role ``admin``).
+        query: Query parameters: name → (required, schema, description).
+        query_examples: Example values of query parameters.
+        body: Request body media types → schema; ``None`` for no body.
+        body_example: An example JSON request body (used by docs and by the fuzzer's example phase).
+        responses: Success responses: status → OpenAPI response object.
+        errors: The error statuses the route can answer (each a shared component response).
+    """
+
+    operation_id: str
+    summary: str
+    description: str
+    tag: str
+    auth: Auth
+    query: Mapping[str, tuple[bool, Schema, str]] = field(default_factory=dict)
+    query_examples: Mapping[str, str] = field(default_factory=dict)
+    body: Mapping[str, Schema] | None = None
+    body_example: Any = None
+    responses: Mapping[str, Any] = field(default_factory=dict)
+    errors: tuple[int, ...] = ()
+
+
+# -- shared schemas -------------------------------------------------------------------------------------------------
+
+_IDENTIFIER = {
+    "type": "string",
+    "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+    "description": "An identifier: a letter or underscore, then letters, digits or underscores; at most 64.",
+}
+_NON_EMPTY = {"type": "string", "minLength": 1}
+
+SCHEMAS: Final[dict[str, Schema]] = {
+    "Error": {
+        "type": "object",
+        "description": "Every error answer. A 500 adds the request id and never any detail of the failure.",
+        "required": ["error", "code"],
+        "properties": {
+            "error": {"type": "string", "description": "Human-readable message."},
+            "code": {"type": "string", "enum": list(API_ERROR_CODES)},
+            "requestId": {"type": "string"},
+        },
+    },
+    "Hlc": {
+        "type": "string",
+        "pattern": "^[0-9]{1,20}$",
+        "description": "A hybrid logical clock value (48-bit wall ms << 16 | 16-bit counter) as a decimal string.",
+        "examples": ["115343360000000000"],
+    },
+    "HlcInput": {
+        "type": "string",
+        "description": "An HLC as a decimal string of an unsigned 64-bit integer (surrounding whitespace is ignored).",
+    },
+    "ColumnDelta": {
+        "type": "object",
+        "required": ["column", "value"],
+        "properties": {
+            "column": {**_NON_EMPTY, "description": "Column name."},
+            "value": {"description": "Any JSON value (null included)."},
+        },
+    },
+    "RowDelta": {
+        "type": "object",
+        "description": "A change to one row, stamped with the writer's HLC. Extra fields are ignored.",
+        "required": ["op", "table", "rowId", "clientId", "hlc", "deltaId"],
+        "properties": {
+            "op": {"type": "string", "enum": ["INSERT", "UPDATE", "DELETE"]},
+            "table": {
+                **_NON_EMPTY,
+                "description": "The table; must be an identifier (`^[A-Za-z_][A-Za-z0-9_]{0,63}$`, else 422).",
+            },
+            "rowId": _NON_EMPTY,
+            "clientId": {**_NON_EMPTY, "description": "The writer; must be the token's `sub` (admins: anyone)."},
+            "columns": {"type": "array", "items": _ref("ColumnDelta"), "description": "Absent means none."},
+            "hlc": _ref("HlcInput"),
+            "deltaId": {**_NON_EMPTY, "description": "SHA-256 of the canonical delta; an opaque idempotency key."},
+        },
+    },
+    "StoredRowDelta": {
+        "type": "object",
+        "description": "A delta as the server returns it.",
+        "required": ["op", "table", "rowId", "clientId", "columns", "hlc", "deltaId"],
+        "properties": {
+            "op": {"type": "string", "enum": ["INSERT", "UPDATE", "DELETE"]},
+            "table": _IDENTIFIER,
+            "rowId": {"type": "string"},
+            "clientId": {"type": "string"},
+            "columns": {"type": "array", "items": _ref("ColumnDelta")},
+            "hlc": _ref("Hlc"),
+            "deltaId": {"type": "string"},
+        },
+    },
+    "SyncPush": {
+        "type": "object",
+        "required": ["clientId", "deltas"],
+        "properties": {
+            "clientId": {**_NON_EMPTY, "description": "Must be the token's `sub` (else 403)."},
+            "deltas": {"type": "array", "items": _ref("RowDelta"), "maxItems": 10000},
+            "lastSeenHlc": _ref("HlcInput"),
+        },
+    },
+    "ColumnReceipt": {
+        "type": "object",
+        "required": ["column", "applied", "winnerHlc", "winnerClientId"],
+        "properties": {
+            "column": {"type": "string"},
+            "applied": {"type": "boolean"},
+            "winnerHlc": _ref("Hlc"),
+            "winnerClientId": {"type": "string"},
+        },
+    },
+    "DeltaReceipt": {
+        "type": "object",
+        "required": ["deltaId", "duplicate", "columns"],
+        "properties": {
+            "deltaId": {"type": "string"},
+            "duplicate": {"type": "boolean", "description": "The deltaId was already applied: nothing merged."},
+            "deleted": {"type": "boolean", "const": True},
+            "columns": {"type": "array", "items": _ref("ColumnReceipt")},
+        },
+    },
+    "PushResponse": {
+        "type": "object",
+        "required": ["serverHlc", "accepted", "deltas", "receipts"],
+        "properties": {
+            "serverHlc": _ref("Hlc"),
+            "accepted": {"type": "integer", "minimum": 0},
+            "deltas": {
+                "type": "array",
+                "items": _ref("StoredRowDelta"),
+                "description": "The effective deltas: the columns that won.",
+            },
+            "receipts": {"type": "array", "items": _ref("DeltaReceipt"), "description": "One per pushed delta."},
+        },
+    },
+    "PullResponse": {
+        "type": "object",
+        "required": ["deltas", "serverHlc", "hasMore"],
+        "properties": {
+            "deltas": {"type": "array", "items": _ref("StoredRowDelta")},
+            "serverHlc": _ref("Hlc"),
+            "hasMore": {"type": "boolean"},
+            "cursor": {"type": "string", "description": "Pull from it next for exactly-once delivery."},
+        },
+    },
+    "Action": {
+        "type": "object",
+        "required": ["actionId", "clientId", "hlc", "connector", "actionType", "params"],
+        "properties": {
+            "actionId": _NON_EMPTY,
+            "clientId": _NON_EMPTY,
+            "hlc": _ref("HlcInput"),
+            "connector": _NON_EMPTY,
+            "actionType": _NON_EMPTY,
+            "params": {"type": "object"},
+            "idempotencyKey": {"type": "string"},
+        },
+    },
+    "ActionPush": {
+        "type": "object",
+        "required": ["clientId", "actions"],
+        "properties": {
+            "clientId": {**_NON_EMPTY, "description": "Must be the token's `sub` (else 403)."},
+            "actions": {"type": "array", "items": _ref("Action")},
+        },
+    },
+    "ActionResult": {
+        "type": "object",
+        "required": ["actionId", "data", "serverHlc"],
+        "properties": {"actionId": {"type": "string"}, "data": {"type": "object"}, "serverHlc": _ref("Hlc")},
+    },
+    "ActionErrorResult": {
+        "type": "object",
+        "required": ["actionId", "code", "message", "retryable"],
+        "properties": {
+            "actionId": {"type": "string"},
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "retryable": {"type": "boolean"},
+        },
+    },
+    "ActionResponse": {
+        "type": "object",
+        "required": ["results", "serverHlc"],
+        "properties": {
+            "results": {"type": "array", "items": {"anyOf": [_ref("ActionResult"), _ref("ActionErrorResult")]}},
+            "serverHlc": _ref("Hlc"),
+        },
+    },
+    "ActionDiscovery": {
+        "type": "object",
+        "required": ["connectors"],
+        "properties": {
+            "connectors": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["actionType", "description"],
+                        "properties": {
+                            "actionType": {"type": "string"},
+                            "description": {"type": "string"},
+                            "paramsSchema": {"type": "object"},
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "SyncRules": {
+        "type": "object",
+        "description": "Which rows each client may see; no buckets means no filtering. Extra fields are ignored.",
+        "required": ["version", "buckets"],
+        "properties": {
+            "version": {"type": "integer", "minimum": 1},
+            "buckets": {
+                "type": "array",
+                "description": "Bucket names must be unique.",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "tables", "filters"],
+                    "properties": {
+                        "name": _NON_EMPTY,
+                        "tables": {"type": "array", "items": _NON_EMPTY, "description": "Empty means every table."},
+                        "filters": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["column", "op", "value"],
+                                "properties": {
+                                    "column": _NON_EMPTY,
+                                    "op": {"type": "string", "enum": ["eq", "in", "neq", "gt", "lt", "gte", "lte"]},
+                                    "value": {**_NON_EMPTY, "description": "A literal, or `jwt:<claim>`."},
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "TableSchema": {
+        "type": "object",
+        "description": "A table's columns. Evolution may only add columns (removing or retyping one is 400).",
+        "required": ["table", "columns"],
+        "properties": {
+            "table": _IDENTIFIER,
+            "sourceTable": {
+                **_IDENTIFIER,
+                "type": ["string", "null"],
+                "description": "The delta table it describes, when not `table` (null: absent).",
+            },
+            "columns": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "type"],
+                    "properties": {
+                        "name": _IDENTIFIER,
+                        "type": {"type": "string", "enum": ["string", "number", "boolean", "json", "null"]},
+                        "references": {
+                            "type": ["object", "null"],
+                            "description": "null: absent.",
+                            "required": ["table", "column", "cardinality"],
+                            "properties": {
+                                "table": _IDENTIFIER,
+                                "column": _IDENTIFIER,
+                                "cardinality": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            },
+            "primaryKey": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "softDelete": {"type": "boolean"},
+            "externalIdColumn": _NON_EMPTY,
+        },
+    },
+    "Destination": {
+        "type": "object",
+        "description": "A materialisation destination. Credentials only as a Secrets Manager ARN; unknown fields "
+        "are refused. See docs/materialise-config.md.",
+        "required": ["name", "type"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"},
+            "type": {"type": "string", "enum": ["postgres", "mysql", "sqlite", "bigquery"]},
+            "secretArn": {"type": "string", "maxLength": 2048},
+            "url": {"type": "string", "maxLength": 2048, "description": "A password-free locator."},
+            "tables": {"type": "array", "items": _IDENTIFIER, "minItems": 1, "maxItems": 1000},
+        },
+    },
+}
+
+_DESTINATION_EXAMPLE: Final = {"name": "local", "type": "sqlite", "url": "sqlite:///tmp/lakesync-example.db"}
+_PUSH_EXAMPLE: Final = {
+    "clientId": "client-a",
+    "deltas": [
+        {
+            "op": "INSERT",
+            "table": "todos",
+            "rowId": "t1",
+            "clientId": "client-a",
+            "columns": [{"column": "title", "value": "Buy milk"}, {"column": "done", "value": False}],
+            "hlc": "115343360000000000",
+            "deltaId": "7c1f0a4e5b7f4bb1a8a3c1f0e1d2c3b4a5968778695a4b3c2d1e0f9a8b7c6d5e",
+        }
+    ],
+}
+
+_ERROR_TEXT: Final = {
+    400: "Invalid request: malformed JSON, base64 or protobuf, missing or mistyped fields, bad parameters "
+    "(`VALIDATION_ERROR`; `SCHEMA_ERROR` for an invalid table schema).",
+    401: "Missing, malformed, expired or badly signed Bearer token (`AUTH_ERROR`).",
+    403: "The token does not grant this: another gateway, not admin, or a body `clientId` that is not the "
+    "token's `sub` (`FORBIDDEN`).",
+    404: "The gateway is not served here, or the named resource does not exist (`NOT_FOUND`).",
+    409: "Conflict: an HLC too far ahead of the server clock (`CLOCK_DRIFT`) or a name already taken.",
+    410: "The cursor or `since` is behind the released part of the log: reload the checkpoint (`CURSOR_EXPIRED`).",
+    413: "Body larger than the limit (`VALIDATION_ERROR`).",
+    422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`).",
+    500: "Unexpected failure (`INTERNAL_ERROR`, with `requestId`; details only in the log).",
+    502: "An external system failed (`ADAPTER_ERROR`).",
+    503: "Backpressure (buffer full until a flush: `BACKPRESSURE_ERROR`) or a commit lost to concurrent writers "
+    "(`INTERNAL_ERROR`): retry later.",
+}
+
+_AUTH_ERRORS: Final = (401, 403, 404)
+
+# -- operations ------------------------------------------------------------------------------------------------------
+
+OPERATIONS: Final[Mapping[str, Operation]] = {
+    "GET /health": Operation(
+        "health",
+        "Liveness",
+        "Answers without auth and without calling AWS.",
+        "meta",
+        "none",
+        responses={
+            "200": _json(
+                {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}}, "Alive."
+            )
+        },
+    ),
+    f"GET {OPENAPI_PATH}": Operation(
+        "openapi",
+        "This OpenAPI document",
+        "Without auth, as the original serves it.",
+        "meta",
+        "none",
+        responses={
+            "200": _json(
+                {"type": "object", "required": ["openapi", "paths"], "properties": {"openapi": {"type": "string"}}},
+                "The OpenAPI 3.1 document.",
+            )
+        },
+    ),
+    "POST /v1/sync/{gw}/push": Operation(
+        "push",
+        "Push deltas",
+        "Merges a batch with per-column last-write-wins. The whole batch is validated before anything is written. "
+        "A JSON body or a protobuf `SyncPush` (`Content-Type: application/x-protobuf`). The answer is JSON, or a "
+        "protobuf `SyncResponse` of the effective deltas when `Accept` prefers protobuf (or the body was protobuf "
+        "and `Accept` names neither).",
+        "sync",
+        "client",
+        body={JSON: _ref("SyncPush"), PROTOBUF: {"type": "string", "format": "binary"}},
+        body_example=_PUSH_EXAMPLE,
+        responses={
+            "200": {
+                "description": "Merged: receipts per delta and the effective deltas.",
+                "content": {
+                    JSON: {"schema": _ref("PushResponse")},
+                    PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                },
+            }
+        },
+        errors=(400, *_AUTH_ERRORS, 409, 413, 422, 500, 503),
+    ),
+    "GET /v1/sync/{gw}/pull": Operation(
+        "pull",
+        "Pull deltas",
+        "One page of the deltas the token's claims may see. With `cursor`: exactly once; with `since` (the "
+        "original client): at least once. A protobuf `SyncResponse` when `Accept` prefers protobuf, with the "
+        "cursor in `X-LakeSync-Cursor`.",
+        "sync",
+        "client",
+        query={
+            "clientId": (True, _NON_EMPTY, "The puller (not checked against the token, as in the original)."),
+            "since": (
+                False,
+                {"type": "string"},
+                "HLC to pull after, a decimal integer (ECMAScript `BigInt` syntax is accepted). Required unless "
+                "`cursor` is given.",
+            ),
+            "cursor": (False, {"type": "string"}, "The `cursor` of an earlier answer; empty starts from the start."),
+            "limit": (
+                False,
+                {"type": "string"},
+                "Page size, a positive integer (JavaScript `parseInt`); default 100, at most 10,000.",
+            ),
+            "source": (False, {"type": "string"}, "Pull from a registered source adapter instead of the log."),
+        },
+        query_examples={"clientId": "client-a", "since": "0", "limit": "100"},
+        responses={
+            "200": {
+                "description": "A page of deltas.",
+                "content": {
+                    JSON: {"schema": _ref("PullResponse")},
+                    PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                },
+            }
+        },
+        errors=(400, *_AUTH_ERRORS, 410, 500, 502),
+    ),
+    "GET /v1/sync/{gw}/checkpoint": Operation(
+        "checkpoint",
+        "Download the latest checkpoint",
+        "The framed stream (`uint32` big-endian length + `SyncResponse`, repeated) filtered by the token's "
+        "claims. 404 without a checkpoint; 413 when too large to send whole (fetch it by `chunk`).",
+        "sync",
+        "client",
+        query={
+            "chunk": (False, {"type": "string", "pattern": "^[0-9]{1,9}$"}, "One chunk by index."),
+            "checkpoint": (False, {"type": "string"}, "Pin a checkpoint id (`X-Checkpoint-Id`)."),
+        },
+        responses={
+            "200": {
+                "description": "The checkpoint (or one chunk).",
+                "headers": {
+                    name: {"schema": {"type": "string"}}
+                    for name in ("X-Checkpoint-Id", "X-Checkpoint-Cursor", "X-Checkpoint-Hlc", "X-Checkpoint-Chunks")
+                },
+                "content": {CHECKPOINT_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+        errors=(400, *_AUTH_ERRORS, 413, 500),
+    ),
+    "POST /v1/sync/{gw}/action": Operation(
+        "action",
+        "Run actions",
+        "Validates the whole batch, then runs each action on its connector; failures are results, not HTTP "
+        "errors. JSON or protobuf `ActionPush`.",
+        "actions",
+        "client",
+        body={JSON: _ref("ActionPush"), PROTOBUF: {"type": "string", "format": "binary"}},
+        body_example={
+            "clientId": "client-a",
+            "actions": [
+                {
+                    "actionId": "0f3c6d2e9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e",
+                    "clientId": "client-a",
+                    "hlc": "115343360000000000",
+                    "connector": "jira",
+                    "actionType": "create_issue",
+                    "params": {"summary": "Sync is slow"},
+                }
+            ],
+        },
+        responses={
+            "200": {
+                "description": "One result per action.",
+                "content": {
+                    JSON: {"schema": _ref("ActionResponse")},
+                    PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                },
+            }
+        },
+        errors=(400, *_AUTH_ERRORS, 413, 500),
+    ),
+    "GET /v1/sync/{gw}/actions": Operation(
+        "discoverActions",
+        "List connectors and their action types",
+        "",
+        "actions",
+        "client",
+        responses={"200": _json(_ref("ActionDiscovery"), "The discovery document.")},
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "POST /v1/admin/sync-rules/{gw}": Operation(
+        "saveSyncRules",
+        "Store the sync rules",
+        "",
+        "admin",
+        "admin",
+        body={JSON: _ref("SyncRules")},
+        body_example={"version": 1, "buckets": [{"name": "all", "tables": [], "filters": []}]},
+        responses={
+            "200": _json({"type": "object", "required": ["saved"], "properties": {"saved": {"const": True}}}, "Stored.")
+        },
+        errors=(400, *_AUTH_ERRORS, 413, 500),
+    ),
+    "GET /v1/admin/sync-rules/{gw}": Operation(
+        "getSyncRules",
+        "The stored sync rules",
+        "An empty rule set when none is stored.",
+        "admin",
+        "admin",
+        responses={"200": _json(_ref("SyncRules"), "The rules.")},
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "POST /v1/admin/schema/{gw}": Operation(
+        "saveSchema",
+        "Store a table schema",
+        "Stored as the next version; an unchanged schema keeps its version.",
+        "admin",
+        "admin",
+        body={JSON: _ref("TableSchema")},
+        body_example={"table": "todos", "columns": [{"name": "title", "type": "string"}]},
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["saved", "table", "version"],
+                    "properties": {
+                        "saved": {"const": True},
+                        "table": {"type": "string"},
+                        "version": {"type": "integer", "minimum": 1},
+                    },
+                },
+                "Stored.",
+            )
+        },
+        errors=(400, *_AUTH_ERRORS, 413, 500, 503),
+    ),
+    "GET /v1/admin/schema/{gw}": Operation(
+        "listSchemas",
+        "Every table schema with its version",
+        "",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["schemas"],
+                    "properties": {
+                        "schemas": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["version", "schema"],
+                                "properties": {
+                                    "version": {"type": "integer", "minimum": 1},
+                                    "schema": _ref("TableSchema"),
+                                },
+                            },
+                        }
+                    },
+                },
+                "The schemas, by table.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "POST /v1/admin/flush/{gw}": Operation(
+        "requestFlush",
+        "Request a flush",
+        "Recorded for the flush job's next run (the original flushed synchronously).",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["flushed", "requestId"],
+                    "properties": {"flushed": {"const": True}, "requestId": {"type": "string"}},
+                },
+                "Recorded.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "GET /v1/admin/metrics/{gw}": Operation(
+        "bufferMetrics",
+        "Buffer figures",
+        "In total and per table.",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": [
+                        "logSize",
+                        "byteSize",
+                        "committed",
+                        "tables",
+                        "pendingFlushRequests",
+                        "backpressureLimitBytes",
+                        "flushThresholdBytes",
+                    ],
+                    "properties": {
+                        **{
+                            name: {"type": "integer", "minimum": 0}
+                            for name in (
+                                "logSize",
+                                "byteSize",
+                                "committed",
+                                "pendingFlushRequests",
+                                "backpressureLimitBytes",
+                                "flushThresholdBytes",
+                            )
+                        },
+                        "tables": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": [
+                                    "table",
+                                    "shards",
+                                    "committed",
+                                    "unflushedDeltas",
+                                    "unflushedBytes",
+                                    "flushedDeltas",
+                                ],
+                                "properties": {
+                                    "table": {"type": "string"},
+                                    **{
+                                        name: {"type": "integer", "minimum": 0}
+                                        for name in (
+                                            "shards",
+                                            "committed",
+                                            "unflushedDeltas",
+                                            "unflushedBytes",
+                                            "flushedDeltas",
+                                        )
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                "The figures.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "GET /v1/admin/materialise/{gw}": Operation(
+        "listDestinations",
+        "The materialisation destinations",
+        "",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["destinations"],
+                    "properties": {"destinations": {"type": "array", "items": _ref("Destination")}},
+                },
+                "The destinations, by name.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "POST /v1/admin/materialise/{gw}": Operation(
+        "registerDestination",
+        "Register a materialisation destination",
+        "409 when the name is taken.",
+        "admin",
+        "admin",
+        body={JSON: _ref("Destination")},
+        body_example=_DESTINATION_EXAMPLE,
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["registered", "name"],
+                    "properties": {"registered": {"const": True}, "name": {"type": "string"}},
+                },
+                "Registered.",
+            )
+        },
+        errors=(400, *_AUTH_ERRORS, 409, 413, 500),
+    ),
+    "DELETE /v1/admin/materialise/{gw}/{name}": Operation(
+        "unregisterDestination",
+        "Remove a materialisation destination",
+        "404 when the gateway has no destination of that name.",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["unregistered", "name"],
+                    "properties": {"unregistered": {"const": True}, "name": {"type": "string"}},
+                },
+                "Removed.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+}
+
+_PATH_PARAMETERS: Final = {
+    "gw": "The gateway id; the token's `gw` claim must name it.",
+    "name": "The destination's name.",
+}
+
+_RESPONSE_HEADERS: Final = {
+    "API-Version": {"$ref": "#/components/headers/API-Version"},
+    "X-Request-Id": {"$ref": "#/components/headers/X-Request-Id"},
+}
+
+
+def _parameters(route: Route, operation: Operation) -> list[dict[str, Any]]:
+    params: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "description": _PATH_PARAMETERS[name], "schema": _NON_EMPTY}
+        for name in route.parameters
+    ]
+    for name, (required, schema, description) in operation.query.items():
+        param = {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
+        if name in operation.query_examples:
+            param["example"] = operation.query_examples[name]
+        params.append(param)
+    return params
+
+
+def _operation(route: Route, operation: Operation) -> dict[str, Any]:
+    responses: dict[str, Any] = {}
+    for status, response in operation.responses.items():
+        responses[status] = {**response, "headers": {**_RESPONSE_HEADERS, **response.get("headers", {})}}
+    for code in operation.errors:
+        responses[str(code)] = {"$ref": f"#/components/responses/E{code}"}
+    doc: dict[str, Any] = {
+        "operationId": operation.operation_id,
+        "summary": operation.summary,
+        "tags": [operation.tag],
+        "security": [] if operation.auth == "none" else [{"bearer": []}],
+        "responses": responses,
+    }
+    description = operation.description
+    if operation.auth == "admin":
+        description = (description + "\n\n" if description else "") + "Needs a token with role `admin`."
+    if description:
+        doc["description"] = description
+    params = _parameters(route, operation)
+    if params:
+        doc["parameters"] = params
+    if operation.body is not None:
+        content: dict[str, Any] = {}
+        for media, schema in operation.body.items():
+            content[media] = {"schema": schema}
+            if media == JSON and operation.body_example is not None:
+                content[media]["example"] = operation.body_example
+        doc["requestBody"] = {"required": True, "content": content}
+    return doc
+
+
+def _components() -> dict[str, Any]:
+    error_responses = {
+        f"E{status}": {
+            "description": text,
+            "headers": _RESPONSE_HEADERS,
+            "content": {JSON: {"schema": _ref("Error")}},
+        }
+        for status, text in _ERROR_TEXT.items()
+    }
+    return {
+        "schemas": SCHEMAS,
+        "responses": error_responses,
+        "headers": {
+            "API-Version": {"required": True, "schema": {"const": "v1"}, "description": "The API version."},
+            "X-Request-Id": {"required": True, "schema": {"type": "string"}, "description": "The request id."},
+        },
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "description": "HS256 JWT with `sub` (client id), `gw` (gateway id), `exp`, optional `role` "
+                "(`admin` for /v1/admin) and custom claims for sync rules.",
+            }
+        },
+    }
+
+
+def build_document(routes: tuple[Route, ...] = ROUTES) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes``.
+
+    Raises:
+        ValueError: a route has no entry in :data:`OPERATIONS`, or an entry names no route.
+    """
+    keys = [route.route_key for route in routes]
+    missing = [key for key in keys if key not in OPERATIONS]
+    if missing:
+        raise ValueError(f"routes without an OpenAPI description in lakesync.openapi.OPERATIONS: {missing}")
+    extra = sorted(set(OPERATIONS) - set(keys))
+    if extra:
+        raise ValueError(f"OpenAPI descriptions of routes that do not exist: {extra}")
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, OPERATIONS[route.route_key])
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "LakeSync",
+            "version": "v1",
+            "description": "The LakeSync HTTP API (wire-compatible with the original). HLCs are decimal strings; "
+            'errors are `{"error", "code"}`. Generated from `lakesync.api_routes.ROUTES`.',
+        },
+        "tags": [{"name": name} for name in ("meta", "sync", "actions", "admin")],
+        "paths": paths,
+        "components": _components(),
+    }
+
+
+@cache
+def document_json() -> str:
+    """The document as compact, key-stable JSON text (what ``GET /v1/openapi.json`` sends)."""
+    return json.dumps(build_document(), separators=(",", ":"), ensure_ascii=False)
