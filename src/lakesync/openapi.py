@@ -872,3 +872,131 @@ def build_document(routes: tuple[Route, ...] = ROUTES) -> dict[str, Any]:
 def document_json() -> str:
     """The document as compact, key-stable JSON text (what ``GET /v1/openapi.json`` sends)."""
     return json.dumps(build_document(), separators=(",", ":"), ensure_ascii=False)
+
+
+# -- docs/api.md ------------------------------------------------------------------------------------------------------
+
+BEGIN_MARKER: Final = "<!-- BEGIN GENERATED: python -m lakesync.openapi docs/api.md -->"
+END_MARKER: Final = "<!-- END GENERATED -->"
+
+
+def _schema_text(schema: Mapping[str, Any]) -> str:
+    """A one-line rendering of a schema: a component name, a type with its constraints, or a union."""
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return f"[{name}](#{name.lower()})"
+    if "anyOf" in schema:
+        return " or ".join(_schema_text(s) for s in schema["anyOf"])
+    if "const" in schema:
+        return f"`{json.dumps(schema['const'])}`"
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    kind = schema.get("type", "any")
+    text = " or ".join(kind) if isinstance(kind, list) else str(kind)
+    if kind == "array" and "items" in schema:
+        text = f"array of {_schema_text(schema['items'])}"
+    elif schema.get("format") == "binary":
+        text = "bytes"
+    limits = [
+        f"{key} {schema[key]}"
+        for key in ("minLength", "maxLength", "minItems", "maxItems", "minimum")
+        if key in schema and not (key == "minLength" and schema[key] == 1)
+    ]
+    if schema.get("minLength") == 1:
+        text = "non-empty " + text
+    if "pattern" in schema:
+        limits.append(f"`{schema['pattern']}`")
+    return text + (f" ({', '.join(limits)})" if limits else "")
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def render_markdown(doc: Mapping[str, Any] | None = None) -> str:
+    """The reference part of ``docs/api.md``: every operation, then every component schema."""
+    doc = doc if doc is not None else build_document()
+    components = doc["components"]
+    out: list[str] = [BEGIN_MARKER, "", "## Routes", ""]
+    out += ["| Method | Path | Auth | Summary |", "|---|---|---|---|"]
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            auth = _auth_of(op)
+            anchor = f"{method}-{path}".lower().replace("/", "").replace("{", "").replace("}", "").replace(".", "")
+            out.append(f"| {method.upper()} | `{path}` | {auth} | [{op['summary']}](#{anchor}) |")
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            out += ["", f"### {method.upper()} {path}", "", f"**{op['summary']}.** Auth: {_auth_of(op)}."]
+            if "description" in op:
+                out += ["", op["description"]]
+            params = op.get("parameters", [])
+            if params:
+                out += ["", "| Parameter | In | Required | Schema | Description |", "|---|---|---|---|---|"]
+                for p in params:
+                    out.append(
+                        f"| `{p['name']}` | {p['in']} | {'yes' if p['required'] else 'no'} | "
+                        f"{_cell(_schema_text(p['schema']))} | {_cell(p.get('description', ''))} |"
+                    )
+            body = op.get("requestBody")
+            if body:
+                out += ["", "Request body:"]
+                for media, content in body["content"].items():
+                    out.append(f"- `{media}`: {_schema_text(content['schema'])}")
+                    if "example" in content:
+                        out += ["", "  ```json", "  " + json.dumps(content["example"]), "  ```"]
+            out += ["", "| Status | Meaning | Body |", "|---|---|---|"]
+            for status, response in op["responses"].items():
+                if "$ref" in response:
+                    response = components["responses"][str(response["$ref"]).rsplit("/", 1)[-1]]
+                bodies = ", ".join(
+                    f"`{media}` {_schema_text(content['schema'])}" for media, content in response["content"].items()
+                )
+                out.append(f"| {status} | {_cell(response['description'])} | {_cell(bodies)} |")
+    out += ["", "## Schemas"]
+    for name, schema in components["schemas"].items():
+        out += ["", f"### {name}", ""]
+        if "description" in schema:
+            out += [schema["description"], ""]
+        props = schema.get("properties")
+        if not props:
+            out.append(f"{_schema_text(schema)}.")
+            continue
+        required = set(schema.get("required", ()))
+        out += ["| Field | Required | Schema | Description |", "|---|---|---|---|"]
+        for prop, sub in props.items():
+            out.append(
+                f"| `{prop}` | {'yes' if prop in required else 'no'} | {_cell(_schema_text(sub))} | "
+                f"{_cell(sub.get('description', ''))} |"
+            )
+    out += ["", END_MARKER]
+    return "\n".join(out) + "\n"
+
+
+def _auth_of(op: Mapping[str, Any]) -> str:
+    if not op["security"]:
+        return "none"
+    return "admin token" if "role `admin`" in op.get("description", "") else "client token"
+
+
+def update_markdown(text: str) -> str:
+    """``text`` with its generated section (between the markers) replaced by :func:`render_markdown`."""
+    start, end = text.index(BEGIN_MARKER), text.index(END_MARKER) + len(END_MARKER) + 1
+    return text[:start] + render_markdown() + text[end:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m lakesync.openapi``: print the document; ``python -m lakesync.openapi FILE``: regenerate FILE's
+    generated section."""
+    import sys
+    from pathlib import Path
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print(json.dumps(build_document(), indent=2, ensure_ascii=False))
+        return
+    path = Path(args[0])
+    path.write_text(update_markdown(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
