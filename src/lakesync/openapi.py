@@ -451,10 +451,14 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
             "since": (
                 False,
                 {"type": "string"},
-                "HLC to pull after, a decimal integer (ECMAScript `BigInt` syntax is accepted). Required unless "
-                "`cursor` is given.",
+                "HLC to pull after, a decimal integer (ECMAScript `BigInt` syntax is accepted): at-least-once "
+                "delivery, as the original client pulls.",
             ),
-            "cursor": (False, {"type": "string"}, "The `cursor` of an earlier answer; empty starts from the start."),
+            "cursor": (
+                False,
+                {"type": "string"},
+                "The `cursor` of an earlier answer: exactly-once delivery; empty starts from the beginning.",
+            ),
             "limit": (
                 False,
                 {"type": "string"},

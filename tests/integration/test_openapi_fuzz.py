@@ -1,0 +1,218 @@
+"""Fuzz of ``lakesync local`` from its own OpenAPI document (schemathesis): every operation is called with generated
+valid and invalid requests (the document's examples, its coverage cases, then hypothesis-generated cases, both
+schema-conforming and schema-violating) carrying valid client or admin tokens, over real HTTP.
+
+Checked per response: no 5xx; the status is documented for the operation; the body and headers conform to the
+documented response; and a rejected request (4xx) left every DynamoDB table exactly as it was (all items compared).
+Bounded and derandomized: the same cases every run, ~1 minute. The figures (cases, statuses, 5xx) are printed at
+the end (``-s``) and asserted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+    unsupported_method,
+)
+
+from lakesync.api_routes import ROUTES, Route
+from lakesync.auth import mint_token
+from lakesync.aws.tables import TableNames
+from lakesync.local.runner import TABLE_PREFIX, LocalStack
+from lakesync.openapi import OPERATIONS, build_document
+
+pytestmark = [
+    pytest.mark.integration,
+    # Not a server error of the product: with POWERTOOLS_METRICS_DISABLED (the local default) Powertools keeps
+    # metrics across invocations, auto-publishes at 100 values and then warns on the next empty flush; the suite's
+    # warnings-as-errors turns that warning into a 500 in the in-process server (reported to functions/_runtime.py).
+    pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning"),
+]
+
+GATEWAY = "default"
+CLIENT = "client-a"  # the clientId of the document's push example
+MAX_EXAMPLES = 30
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+    negative_data_rejection,
+    unsupported_method,
+]
+_EXAMPLES = {key: op.body_example for key, op in OPERATIONS.items() if op.body_example is not None}
+FIGURES: Counter[str] = Counter()
+STATUSES: Counter[str] = Counter()
+
+
+@schemathesis.serializer("application/x-protobuf")
+def _protobuf(_ctx: Any, value: Any) -> bytes:
+    """Generated protobuf bodies go out as the bytes generated (mostly not a valid message: decoding must 400)."""
+    if isinstance(value, bytes):
+        return value
+    return json.dumps(value).encode() if not isinstance(value, str) else value.encode("utf-8", "surrogatepass")
+
+
+def _config() -> schemathesis.Config:
+    return schemathesis.Config.from_dict(
+        {
+            "generation": {
+                "mode": "all",
+                "max-examples": MAX_EXAMPLES,
+                "deterministic": True,
+                "database": "none",
+                # The tokens are ours (valid ones, added to every request); token errors have their own tests.
+                "with-security-parameters": False,
+            },
+            "phases": {
+                "examples": {"enabled": True},
+                "coverage": {"enabled": True},
+                "fuzzing": {"enabled": True},
+                "stateful": {"enabled": False},
+            },
+            # Every case goes to the served gateway (others only reach the token check: tested below).
+            "parameters": {"gw": GATEWAY},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with LocalStack(Path(tmp_path_factory.mktemp("fuzz")), port=0, persist=False, materialise=False) as running:
+        yield running
+
+
+class Tables:
+    """Every item of every table, to tell whether a request wrote anything."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        self.client = stack.dynamodb_client()
+        self.names = list(TableNames.with_prefix(TABLE_PREFIX).as_dict().values())
+        self.last = self.snapshot()
+
+    def snapshot(self) -> dict[str, list[str]]:
+        state = {}
+        for name in self.names:
+            items: list[str] = []
+            kwargs: dict[str, Any] = {"TableName": name, "ConsistentRead": True}
+            while True:
+                page = self.client.scan(**kwargs)
+                items.extend(json.dumps(item, sort_keys=True) for item in page["Items"])
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            state[name] = sorted(items)
+        return state
+
+
+@pytest.fixture(scope="module")
+def tables(stack: LocalStack) -> Tables:
+    return Tables(stack)
+
+
+def _headers(stack: LocalStack, path: str, *, gw: str = GATEWAY) -> dict[str, str]:
+    if path.startswith("/v1/admin/"):
+        return {"Authorization": f"Bearer {mint_token('ops', gw, stack.secret, role='admin')}"}
+    if path.startswith("/v1/sync/"):
+        return {"Authorization": f"Bearer {mint_token(CLIENT, gw, stack.secret)}"}
+    return {}
+
+
+# Built at import: the document is a function of the code, and the server's URL is given per call.
+schema = schemathesis.openapi.from_dict(build_document(), config=_config())
+
+
+def _known_bug(case: Any) -> str | None:
+    """Inputs of bugs owned elsewhere, each pinned by a strict xfail below: skipped here so the fuzz covers the rest."""
+    if case.operation.label == "POST /v1/admin/schema/{gw}" and isinstance(case.body, dict):
+        columns = case.body.get("columns")
+        for column in columns if isinstance(columns, list) else ():
+            ref = column.get("references") if isinstance(column, dict) else None
+            if isinstance(ref, dict) and not isinstance(ref.get("cardinality"), str | None):
+                return "schema-reference-cardinality"
+    return None
+
+
+@schema.parametrize()
+def test_api_conforms_to_its_document(case: Any, stack: LocalStack, tables: Tables) -> None:
+    # Given a generated request with a valid token for the operation
+    known = _known_bug(case)
+    if known:
+        FIGURES[f"skipped: {known}"] += 1
+        return
+    headers = _headers(stack, case.path)
+    # When it is sent
+    response = case.call(base_url=stack.url, headers=headers)
+    before, after = tables.last, tables.snapshot()
+    tables.last = after
+    FIGURES["cases"] += 1
+    FIGURES[f"{response.status_code // 100}xx"] += 1
+    STATUSES[f"{case.method} {case.path} {response.status_code}"] += 1
+    # Then the answer is documented, and a rejected request wrote nothing
+    case.validate_response(response, checks=CHECKS, headers=headers)
+    if response.status_code >= 400:
+        assert after == before, f"{case.method} {case.formatted_path} answered {response.status_code} but wrote"
+
+
+@pytest.mark.xfail(strict=True, reason="core/schema.py _parse_reference hashes a non-string cardinality: TypeError")
+def test_schema_reference_with_a_non_string_cardinality_is_a_400(stack: LocalStack, tables: Tables) -> None:
+    body = {
+        "table": "todos",
+        "columns": [{"name": "a", "type": "string", "references": {"table": "b", "column": "c", "cardinality": {}}}],
+    }
+    response = requests.post(
+        f"{stack.url}/v1/admin/schema/{GATEWAY}", json=body, headers=_headers(stack, "/v1/admin/"), timeout=30
+    )
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "route", [r for r in ROUTES if r.path.startswith("/v1/") and "{gw}" in r.path], ids=lambda r: r.route_key
+)
+def test_tokens_that_do_not_grant_the_route_are_refused_and_write_nothing(
+    route: Route, stack: LocalStack, tables: Tables
+) -> None:
+    # Given the route's path on the served gateway, and tokens that do not grant it
+    path = route.path.replace("{gw}", GATEWAY).replace("{name}", "local")
+    denied = {
+        "no token": ({}, 401),
+        "bad signature": ({"Authorization": f"Bearer {mint_token(CLIENT, GATEWAY, 'x' * 32)}"}, 401),
+        "other gateway": (_headers(stack, route.path, gw="other"), 403),
+    }
+    if route.path.startswith("/v1/admin/"):
+        denied["client on admin"] = ({"Authorization": f"Bearer {mint_token(CLIENT, GATEWAY, stack.secret)}"}, 403)
+    for name, (headers, status) in denied.items():
+        # When the route is called with a valid body for it
+        response = requests.request(
+            route.method, stack.url + path, json=_EXAMPLES.get(route.route_key), headers=headers, timeout=30
+        )
+        # Then it is refused with the documented status and error body, and nothing is written
+        assert response.status_code == status, name
+        assert response.json()["code"] == ("AUTH_ERROR" if status == 401 else "FORBIDDEN"), name
+        after = tables.snapshot()
+        assert after == tables.last, name
+        tables.last = after
+
+
+def test_figures() -> None:
+    if not FIGURES["cases"]:
+        pytest.skip("the fuzz did not run")
+    print(f"\nOpenAPI fuzz of lakesync local: {dict(sorted(FIGURES.items()))}")
+    for key, count in sorted(STATUSES.items()):
+        print(f"  {key}: {count}")
+    assert FIGURES["cases"] > 0
+    assert FIGURES["5xx"] == 0
