@@ -25,6 +25,7 @@ from lakesync.gateway.model import (
     ShardHead,
     ShardId,
     StoredRow,
+    dedup_key,
 )
 from lakesync.ports import BufferStore
 
@@ -110,7 +111,8 @@ class Writer:
 
 
 def ids_of(commit: Commit) -> tuple[str, ...]:
-    return tuple(e.delta.delta_id for e in commit.entries)
+    """The dedup keys of the commit's deltas, as the push service records them."""
+    return tuple(dedup_key(e.delta.client_id, e.delta.delta_id) for e in commit.entries)
 
 
 def everything(store: BufferStore, shard: ShardId, delta_ids: list[str]) -> tuple[Any, ...]:
@@ -280,6 +282,32 @@ def test_buffer_dedup_and_rows_are_per_gateway(store: BufferStore, shard: ShardI
     Writer(store, other).commit({"r1": "a"})
     assert store.list_shards(other.gateway) == [other]
     assert store.list_shards(shard.gateway) == [shard]
+
+
+def test_buffer_dedup_records_are_per_client(store: BufferStore, shard: ShardId) -> None:
+    # Given client b's delta recorded under a deltaId that client a also uses
+    store.record_delta_ids(shard.gateway, [dedup_key("b", "delta-1")], NOW + 60)
+    # Then only b's delta counts as recorded: a's delta of that deltaId is not, and cannot vanish as a duplicate
+    keys = [dedup_key("a", "delta-1"), dedup_key("b", "delta-1")]
+    assert store.seen_delta_ids(shard.gateway, keys, NOW) == {dedup_key("b", "delta-1")}
+    assert store.read_commit_basis(shard, keys, [], NOW).seen == frozenset({dedup_key("b", "delta-1")})
+
+
+@pytest.mark.parametrize(
+    ("client", "delta_id"),
+    [("c", "d" * 2_100), ("😀" * 300, "x"), ("a#b", "c"), ("a", "b#c")],
+    ids=["long-delta-id", "long-client", "hash-in-client", "hash-in-delta-id"],
+)
+def test_buffer_dedup_keys_are_short_and_unambiguous(
+    store: BufferStore, shard: ShardId, client: str, delta_id: str
+) -> None:
+    # Given a dedup key of any ids (before: the key was gw#deltaId, beyond DynamoDB's 2,048 bytes for a long one)
+    key = dedup_key(client, delta_id)
+    assert len(key) == 22 and key.isascii()
+    # When it is recorded, Then it reads back, and no other split of the same characters collides with it
+    store.record_delta_ids(shard.gateway, [key], NOW + 60)
+    assert store.seen_delta_ids(shard.gateway, [key, dedup_key(client + "#", delta_id)], NOW) == {key}
+    assert dedup_key("a#b", "c") != dedup_key("a", "b#c")
 
 
 # -- logs --------------------------------------------------------------------------------------------------------
@@ -482,3 +510,77 @@ def test_buffer_log_reads_without_images_leave_out_only_the_row_images(store: Bu
     assert store.read_log(shard, 0, 1000, images=False) == bare
     assert store.read_log(shard, 3, 2, images=False) == bare[3:5]
     assert store.read_log_by_commit_hlc(shard, hlc(100), 5, images=False) == bare[4:]
+
+
+def _pushed(store: BufferStore, gw: str, *deltas: Any, client: str = "c") -> Any:
+    from lakesync.core.hlc import HLC
+    from lakesync.core.messages import SyncPush
+    from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+    from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
+    from lakesync.gateway.push import push
+
+    deps = GatewayDeps(store, InMemoryConfigStore(), InMemoryActionStore(), GatewaySettings(), HLC(lambda: NOW * 1000))
+    return push(deps, gw, SyncPush(client, tuple(deltas)), client_id=client, trusted=True)
+
+
+def _wide(columns: int, client: str, row: str = "wide") -> Any:
+    return make_delta(
+        "INSERT",
+        table="todos",
+        row_id=row,
+        client_id=client,
+        hlc=hlc(1),
+        columns={f"c{i:04d}": 0 for i in range(columns)},
+    )
+
+
+def test_buffer_stores_the_widest_row_state_the_push_service_admits(store: BufferStore, shard: ShardId) -> None:
+    from lakesync.core.errors import SchemaError
+
+    # Given the most columns (each with a 200-character clientId in the row's state) the push admits in one row
+    client = "k" * 200
+    low, high = 1, 3000
+    while low < high:  # on a scratch store: the service's check, not the store under test, decides
+        mid = (low + high + 1) // 2
+        try:
+            _pushed(InMemoryBufferStore(), shard.gateway, _wide(mid, client), client=client)
+            low = mid
+        except SchemaError:
+            high = mid - 1
+    assert 1000 < low < 3000
+
+    # When that row is pushed to the store under test, Then it is stored (on DynamoDB: within the 400 KB item)
+    _pushed(store, shard.gateway, _wide(low, client), client=client)
+    stored = store.get_rows(shard.gateway, [("todos", "wide")])[("todos", "wide")]
+    assert len(stored.state.columns) == low
+    # And one column more is refused before anything is written
+    with pytest.raises(SchemaError, match="columns with their versions"):
+        _pushed(store, shard.gateway, _wide(low + 1, client, row="wider"), client=client)
+    assert store.get_rows(shard.gateway, [("todos", "wider")]) == {}
+    assert len(store.read_log(shard, 0, 10)) == 1
+
+
+def test_dynamodb_commit_refused_for_an_item_is_an_error_at_once_not_a_conflict(
+    contract_dynamodb: Any, gw: str
+) -> None:
+    from lakesync.aws.dynamodb import DynamoDBBufferStore
+    from lakesync.core.errors import StorageError
+
+    # Given commits DynamoDB refuses for what they hold, not because of a concurrent writer: a key with a lone
+    # surrogate (a cancellation reason other than a conflict), an item over 400 KB (a ValidationException)
+    store = DynamoDBBufferStore(*contract_dynamodb)
+    shard = ShardId(gw, "todos", 0)
+    bad_key = Writer(store, shard).plan({"r\ud800": "a"})
+    too_big = Writer(store, shard).plan({"r1": "x" * 420_000})
+    for commit in (bad_key, too_big):
+        # When committed, Then a StorageError names the refusal (before: CommitConflict, retried 60 times)
+        with pytest.raises(StorageError) as info:
+            store.commit(commit)
+        assert not isinstance(info.value, CommitConflict)
+        assert "TransactWriteItems failed" in info.value.message or "cancelled the commit" in info.value.message
+    assert store.get_heads([shard]) == {}
+    # And a real conflict is still a CommitConflict
+    good = Writer(store, shard).plan({"r1": "a"})
+    store.commit(good)
+    with pytest.raises(CommitConflict):
+        store.commit(good)

@@ -267,3 +267,71 @@ def test_admin_materialise_wrong_method_is_405_listing_delete(api):
     event["requestContext"]["http"]["method"] = "DELETE"
     reply = api.call(admin_fn, event)
     assert reply.status == 405 and reply.headers["Allow"] == "GET, POST"
+
+
+# -- bounds of stored documents and unsafe evolution (issue 11, part 7) -------------------------------------------
+
+
+def _big_rules(buckets: int, filters: int, value: str) -> dict:
+    return {
+        "version": 1,
+        "buckets": [
+            {"name": f"b{b}", "tables": ["todos"], "filters": [{"column": "c", "op": "eq", "value": value}] * filters}
+            for b in range(buckets)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "status", "error"),
+    [
+        # 726 KB of rules (before: 500, DynamoDB refused the item)
+        (_big_rules(300, 30, "x" * 43), 400, "Sync rules may have at most 256 buckets; got 300"),
+        (_big_rules(1, 65, "v"), 400, 'Bucket "b0" may have at most 64 filters'),
+        (_big_rules(250, 30, "x" * 60), 413, None),
+    ],
+    ids=["buckets-726KB", "filters", "size"],
+)
+def test_admin_sync_rules_beyond_the_bounds_are_refused_and_not_stored(api, document, status, error):
+    event = api.event("admin_sync_rules_post", token=api.admin_token(), body=document)
+    if status == 400 and error.startswith("Sync rules may"):
+        assert len(event["body"]) >= 725_000  # the size of the adversarial run's document
+    reply = api.call(admin_fn, event)
+    body = reply.json()
+    assert (reply.status, body["code"]) == (status, "VALIDATION_ERROR")
+    if error is not None:
+        assert body["error"] == error
+    else:
+        assert body["error"].startswith("Sync rules document is ") and body["error"].endswith("the limit is 307,200")
+    assert api.items()["config"] == 0
+
+
+def test_admin_schema_of_20000_columns_is_400_and_not_stored(api):
+    # Given a schema of 20,000 columns (before: 500, DynamoDB refused the item)
+    doc = {"table": "wide", "columns": [{"name": f"c{i}", "type": "string"} for i in range(20_000)]}
+    reply = api.call(admin_fn, api.event("admin_schema_post", token=api.admin_token(), body=doc))
+    # Then 400 SCHEMA_ERROR, nothing stored
+    assert reply.status == 400
+    assert reply.json() == {"error": "A schema may have at most 1,000 columns; wide has 20,000", "code": "SCHEMA_ERROR"}
+    assert api.items()["config"] == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"primaryKey": ["title"]}, 'Cannot change primaryKey from ["row_id"] to ["title"]'),
+        ({"softDelete": False}, "Cannot change softDelete from true to false"),
+        ({"sourceTable": "tasks"}, 'Cannot change sourceTable from "todos" to "tasks"'),
+    ],
+    ids=["primaryKey", "softDelete", "sourceTable"],
+)
+def test_admin_schema_changing_key_delete_or_source_is_an_unsafe_evolution(api, change, error):
+    # Given the sample schema stored (version 1)
+    assert api.call(admin_fn, api.event("admin_schema_post", token=api.admin_token())).status == 200
+    schema = json.loads(api.event("admin_schema_post")["body"])
+    # When a new version changes how its rows are keyed, deleted or fed (before: accepted as version 2)
+    reply = api.call(admin_fn, api.event("admin_schema_post", token=api.admin_token(), body={**schema, **change}))
+    # Then 400 SCHEMA_ERROR and version 1 stays
+    assert reply.status == 400 and reply.json() == {"error": error, "code": "SCHEMA_ERROR"}
+    listed = api.call(admin_fn, api.event("admin_schema_get", token=api.admin_token())).json()
+    assert listed == {"schemas": [{"version": 1, "schema": schema}]}

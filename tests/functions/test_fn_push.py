@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import functions.push as push_fn
-from lakesync.core.delta import make_delta
+from lakesync.core.delta import ColumnDelta, make_delta
 from lakesync.core.hlc import encode
 from lakesync.core.messages import SyncPush
 from lakesync.wire import decode_sync_response, encode_sync_push
@@ -356,3 +357,221 @@ def test_push_losing_delta_is_omitted_and_its_receipt_names_the_winner(api):
         {"column": "title", "applied": False, "winnerHlc": str(newer.hlc), "winnerClientId": "client-a"}
     ]
     assert api.items()["deltas"] == before
+
+
+# -- hardening (issue 11, part 7): every bad input is a 4xx before anything is written ------------------------------
+
+
+def _pb_body(*deltas: Any, client: str = "client-a") -> bytes:
+    return encode_sync_push(SyncPush(client, tuple(deltas)))
+
+
+def _raw_delta(**fields: Any) -> dict[str, Any]:
+    delta = _delta().to_json()
+    delta.update(fields)
+    return delta
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d.update(rowId="row-\ud800"), "deltas[0].rowId"),
+        (lambda d: d.update(table="todos\udfff"), "deltas[0].table"),
+        (lambda d: d.update(deltaId="\ud800" + d["deltaId"]), "deltas[0].deltaId"),
+        (lambda d: d["columns"].append({"column": "ti\udc00tle", "value": 1}), "deltas[0].columns[1].column"),
+        (lambda d: d["columns"].append({"column": "tags", "value": ["ok", {"k": "v\ud800"}]}), "deltas[0].columns[1]"),
+        (lambda d: d["columns"].append({"column": "meta", "value": {"\ud83d": 1}}), "deltas[0].columns[1]"),
+    ],
+    ids=["rowId", "table", "deltaId", "column-name", "nested-value", "nested-key"],
+)
+def test_push_lone_surrogate_in_any_text_is_400_at_once_and_writes_nothing(api, mutate, field):
+    # Given a delta with a lone surrogate (valid JSON escape, but not Unicode text) in one of its strings
+    delta = _delta().to_json()
+    mutate(delta)
+    # When pushed, Then it is refused by validation (before: DynamoDB refused every commit and the push stalled for
+    # 60 retries), naming the field, and nothing is written
+    body = _rejected(api, api.event("push_json", body={"clientId": "client-a", "deltas": [delta]}), 400)
+    assert body["error"].startswith(field) and "not valid UTF-8" in body["error"]
+
+
+def test_push_lone_surrogate_client_id_of_an_admin_push_is_400(api):
+    body = {"clientId": "ops", "deltas": [_raw_delta(clientId="a\ud800")]}
+    error = _rejected(api, api.event("push_json", token=api.admin_token("ops"), body=body), 400)["error"]
+    assert error.startswith("deltas[0].clientId is not valid UTF-8")
+
+
+def test_push_protobuf_lone_surrogate_in_a_value_is_400(api):
+    # Given a protobuf push whose value bytes hold the JSON escape of a lone surrogate
+    delta = make_delta("UPDATE", table="todos", row_id="r", client_id="client-a", hlc=encode(1_763_000_000_000, 0))
+    delta = replace(delta, columns=(ColumnDelta("title", "x\ud800"),))
+    # When pushed, Then the same check refuses it
+    error = _rejected(api, api.event("push_protobuf", body=_pb_body(delta)), 400)["error"]
+    assert error.startswith("deltas[0].columns[0].value is not valid UTF-8")
+
+
+def test_push_whose_later_chunk_would_outgrow_a_row_writes_nothing(api):
+    # Given a push of two chunks (48 deltas each): the first harmless, the second growing one row past the row limit
+    first = [_delta(f"r{i}") for i in range(48)]
+    grow = [
+        make_delta(
+            "UPDATE",
+            table="todos",
+            row_id="big",
+            client_id="client-a",
+            hlc=encode(1_763_000_000_000 + i, 0),
+            columns={f"c{i}": "x" * 60_000},
+        )
+        for i in range(2)
+    ]
+    # When pushed, Then it is refused with 422 before the first chunk is committed (before: the first chunk stayed)
+    body = _rejected(api, api.event("push_json", body=_body(*first, *grow)), 422, code="SCHEMA_ERROR")
+    assert body["error"].startswith("Row todos:big would grow to ")
+
+
+def test_push_whose_later_shard_would_outgrow_a_row_writes_nothing(api):
+    # Given a row already near the limit, and a push of two shards (tables) whose second grows it past the limit
+    seed = make_delta(
+        "INSERT",
+        table="todos",
+        row_id="big",
+        client_id="client-a",
+        hlc=encode(1_763_000_000_000, 0),
+        columns={"a": "x" * 60_000},
+    )
+    assert api.call(push_fn, api.event("push_json", body=_body(seed))).status == 200
+    before = api.items()
+    other = _delta("n1", table="notes")
+    grow = make_delta(
+        "UPDATE",
+        table="todos",
+        row_id="big",
+        client_id="client-a",
+        hlc=encode(1_763_000_000_001, 0),
+        columns={"b": "y" * 60_000},
+    )
+    # When pushed, Then 422 and the other shard's chunk is not committed either
+    reply = api.call(push_fn, api.event("push_json", body=_body(other, grow)))
+    assert (reply.status, reply.json()["code"]) == (422, "SCHEMA_ERROR")
+    assert api.items() == before
+
+
+@pytest.mark.parametrize("length", [257, 2_100])
+def test_push_over_long_delta_id_is_400_and_writes_nothing(api, length):
+    # Given a deltaId longer than 256 bytes (before: 2,100 characters committed the delta, then its record got 500)
+    delta = _raw_delta(deltaId="d" * length)
+    # When pushed as JSON or as protobuf, Then 400 names the field and nothing is written
+    error = _rejected(api, api.event("push_json", body={"clientId": "client-a", "deltas": [delta]}), 400)["error"]
+    assert error == f"deltas[0].deltaId is {length:,} bytes; the limit is 256"
+    pb = replace(_delta(), delta_id="d" * length)
+    assert _rejected(api, api.event("push_protobuf", body=_pb_body(pb)), 400)["error"] == error
+
+
+def test_push_delta_id_of_256_bytes_is_accepted(api):
+    reply = api.call(
+        push_fn, api.event("push_json", body={"clientId": "client-a", "deltas": [_raw_delta(deltaId="é" * 128)]})
+    )
+    assert reply.status == 200 and reply.json()["receipts"][0]["duplicate"] is False
+
+
+def test_push_row_id_beyond_the_key_limit_is_400_and_writes_nothing(api):
+    # Given a rowId that makes the row key "default#todos#<rowId>" one byte longer than DynamoDB's 2,048
+    longest = 2048 - len("default#todos#")
+    # When pushed, Then 400 (before: 500 from DynamoDB), and the longest admissible rowId is stored
+    error = _rejected(api, api.event("push_json", body=_body(_delta("r" * (longest + 1)))), 400)["error"]
+    assert (
+        error
+        == "deltas[0].rowId is too long: the row's key (gateway#table#rowId) would be 2,049 bytes; the limit is 2,048"
+    )
+    assert api.call(push_fn, api.event("push_json", body=_body(_delta("r" * longest)))).status == 200
+    assert api.items()["rows"] == 1
+
+
+def test_push_row_state_beyond_an_item_is_422_and_writes_nothing(api):
+    # Given 3 deltas x 3,000 small columns from one client: the values fit the row limit, but the row's stored state
+    # (every value with its HLC and clientId) would exceed DynamoDB's 400 KB item
+    client = "connector-" + "x" * 90
+    deltas = [
+        make_delta(
+            "UPDATE",
+            table="todos",
+            row_id="wide",
+            client_id=client,
+            hlc=encode(1_763_000_000_000 + d, 0),
+            columns={f"c{d}_{i}": 0 for i in range(3_000)},
+        )
+        for d in range(3)
+    ]
+    event = api.event("push_json", token=api.admin_token("ops"), body=_body(*deltas, client="ops"))
+    # When pushed, Then 422 (before: 500) and nothing is written
+    body = _rejected(api, event, 422, code="SCHEMA_ERROR")
+    assert body["error"].startswith("Row todos:wide would be stored as ")
+    assert body["error"].endswith("columns with their versions); the limit of an item is 400,000")
+
+
+@pytest.mark.parametrize(
+    ("hlc", "error"),
+    [
+        ("9" * 5_000, "deltas[0].hlc must be a decimal string of at most 20 digits"),
+        (" 123 ", "deltas[0].hlc must be a decimal string"),
+        ("123 ", "deltas[0].hlc must be a decimal string"),
+        ("18446744073709551616", "deltas[0].hlc is out of range for a 64-bit HLC"),
+    ],
+    ids=["5000-digits", "spaces", "trailing-space", "beyond-64-bits"],
+)
+def test_push_malformed_hlc_string_is_400(api, hlc, error):
+    _rejected(api, api.event("push_json", body={"clientId": "client-a", "deltas": [_raw_delta(hlc=hlc)]}), 400, error)
+
+
+@pytest.mark.parametrize(
+    ("field", "error"),
+    [
+        ("delta_id", "deltas[0].deltaId must be a non-empty string"),
+        ("row_id", "deltas[0].rowId must be a non-empty string"),
+        ("table", "deltas[0].table must be a non-empty string"),
+    ],
+)
+@pytest.mark.parametrize("encoding", ["json", "protobuf"])
+def test_push_empty_identifier_is_400_in_either_encoding(api, field, error, encoding):
+    # Given a delta with an empty identifier (the proto3 default of an unset string)
+    delta = replace(_delta(), **{field: ""})
+    # When pushed as JSON or protobuf, Then one validation refuses both alike and nothing is written
+    if encoding == "json":
+        event = api.event("push_json", body={"clientId": "client-a", "deltas": [delta.to_json()]})
+    else:
+        event = api.event("push_protobuf", body=_pb_body(delta))
+    _rejected(api, event, 400, error)
+
+
+def test_push_admin_protobuf_delta_without_client_id_is_400(api):
+    delta = replace(_delta(), client_id="")
+    event = api.event("push_protobuf", token=api.admin_token("ops"), body=_pb_body(delta, client="ops"))
+    _rejected(api, event, 400, "deltas[0].clientId must be a non-empty string")
+
+
+def test_push_protobuf_deltas_without_delta_ids_are_never_dropped_as_duplicates(api):
+    # Given two protobuf pushes of different deltas, neither with a deltaId (before: the first was accepted and the
+    # second dropped as its duplicate -- lost data)
+    for row in ("r1", "r2"):
+        event = api.event("push_protobuf", body=_pb_body(replace(_delta(row), delta_id="")))
+        # When pushed, Then each is refused and nothing is written
+        _rejected(api, event, 400, "deltas[0].deltaId must be a non-empty string")
+
+
+def test_push_another_clients_delta_id_does_not_make_a_delta_vanish(api):
+    # Given client-b sending, in its own name, a delta carrying the deltaId client-a is about to use
+    victim = _delta("victim-row")
+    squatter = replace(_delta("b-row", client="client-b"), delta_id=victim.delta_id)
+    reply = api.call(
+        push_fn, api.event("push_json", token=api.token("client-b"), body=_body(squatter, client="client-b"))
+    )
+    assert reply.status == 200
+    # When client-a pushes its delta
+    reply = api.call(push_fn, api.event("push_json", body=_body(victim)))
+    # Then it is applied and stored, not acknowledged as a duplicate (before: it vanished)
+    body = reply.json()
+    assert reply.status == 200 and body["receipts"][0]["duplicate"] is False
+    assert [d["rowId"] for d in body["deltas"]] == ["victim-row"]
+    assert api.items()["rows"] == 2
+    # And client-a re-sending it is still a duplicate
+    again = api.call(push_fn, api.event("push_json", body=_body(victim))).json()
+    assert again["receipts"][0]["duplicate"] is True

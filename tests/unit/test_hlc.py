@@ -153,3 +153,30 @@ def test_hlc_parse_rejects_json_numbers():
 
 def test_hlc_parse_accepts_max_u64():
     assert hlc.parse("18446744073709551615") == hlc.MAX_HLC
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (" 123 ", "hlc must be a decimal string"),
+        ("123\n", "hlc must be a decimal string"),
+        ("\t123", "hlc must be a decimal string"),
+        ("+123", "hlc must be a decimal string"),
+        ("", "hlc must be a decimal string"),
+        ("１２３", "hlc must be a decimal string"),
+        ("9" * 5000, "hlc must be a decimal string of at most 20 digits"),
+        ("0" * 5000, "hlc must be a decimal string of at most 20 digits"),
+        ("18446744073709551616", "hlc is out of range for a 64-bit HLC"),
+    ],
+    ids=["spaces", "newline", "tab", "sign", "empty", "fullwidth", "5000-digits", "5000-zeros", "2**64"],
+)
+def test_hlc_parse_refuses_anything_but_up_to_20_ascii_digits(text, message):
+    # (before: surrounding whitespace was stripped, and 5,000 digits raised Python's int-conversion ValueError)
+    with pytest.raises(ValidationError) as info:
+        hlc.parse(text)
+    assert info.value.message == message
+
+
+@pytest.mark.parametrize("text", ["0", "00000000000000000001", "18446744073709551615"])
+def test_hlc_parse_accepts_up_to_20_digits(text):
+    assert hlc.parse(text) == int(text)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from lakesync.core.canonical import js_string_coerce
 from lakesync.core.delta import RowDelta, make_delta
-from lakesync.core.errors import SyncRuleError, ValidationError
+from lakesync.core.errors import PayloadTooLargeError, SyncRuleError, ValidationError
 from lakesync.core.rules import (
     Bucket,
     Filter,
@@ -24,6 +24,7 @@ from lakesync.core.rules import (
     SyncRules,
     bucket_matches_row,
     change_visible,
+    check_sync_rules_limits,
     compare_filter_values,
     delta_matches_bucket,
     filter_deltas,
@@ -458,3 +459,50 @@ def test_filter_deltas_keeps_the_originals_sparse_delta_semantics():
     full = make_delta("UPDATE", table="todos", row_id="r", client_id="c", hlc=3 << 16, columns={"user_id": "u1"})
     assert filter_deltas(USER_RULES, U1, [delete, sparse, full]) == [full]
     assert not matches_bucket(delete, USER_RULES.buckets[0], U1)
+
+
+# --- bounds of a stored document (ours) ------------------------------------------------------------------------
+
+
+def _bounded_rules(buckets: int = 1, tables: int = 0, filters: int = 0, value: str = "v") -> SyncRules:
+    return parse_sync_rules(
+        {
+            "version": 1,
+            "buckets": [
+                {
+                    "name": f"b{b}",
+                    "tables": [f"t{t}" for t in range(tables)],
+                    "filters": [{"column": "c", "op": "eq", "value": value} for _ in range(filters)],
+                }
+                for b in range(buckets)
+            ],
+        }
+    )
+
+
+def test_check_sync_rules_limits_accepts_documents_at_the_bounds():
+    check_sync_rules_limits(_bounded_rules(buckets=256))
+    check_sync_rules_limits(_bounded_rules(tables=256, filters=64))
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        (lambda: _bounded_rules(buckets=257), "Sync rules may have at most 256 buckets; got 257"),
+        (lambda: _bounded_rules(tables=257), 'Bucket "b0" may list at most 256 tables'),
+        (lambda: _bounded_rules(filters=65), 'Bucket "b0" may have at most 64 filters'),
+    ],
+    ids=["buckets", "tables", "filters"],
+)
+def test_check_sync_rules_limits_refuses_too_many_buckets_tables_or_filters(rules, message):
+    with pytest.raises(SyncRuleError) as info:
+        check_sync_rules_limits(rules())
+    assert (info.value.message, info.value.status) == (message, 400)
+
+
+def test_check_sync_rules_limits_refuses_a_document_too_large_to_store():
+    # Given 200 buckets of 10 filters whose values are 200 bytes each (about 420 KB stored)
+    rules = _bounded_rules(buckets=200, filters=10, value="x" * 200)
+    with pytest.raises(PayloadTooLargeError) as info:
+        check_sync_rules_limits(rules)
+    assert info.value.status == 413 and info.value.message.endswith("bytes; the limit is 307,200")

@@ -11,12 +11,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
-from lakesync.core.errors import LakeSyncError, SchemaDefinitionError, SchemaError, ValidationError
+from lakesync.core.errors import (
+    LakeSyncError,
+    PayloadTooLargeError,
+    SchemaDefinitionError,
+    SchemaError,
+    ValidationError,
+)
 from lakesync.core.schema import (
     IDENTIFIER_RE,
     Cardinality,
     ColumnType,
     TableSchema,
+    check_schema_limits,
     evolve_schema,
     is_valid_identifier,
     parse_table_schema,
@@ -303,9 +310,62 @@ def test_evolve_schema_added_column_bumps_version_and_is_kept():
 
 def test_evolve_schema_option_change_is_a_new_version():
     current = _schema(title="string")
-    proposed = parse_table_schema({**current.to_json(), "softDelete": False})
+    proposed = parse_table_schema({**current.to_json(), "externalIdColumn": "title"})
     _, version = evolve_schema(current, proposed, 1)
     assert version == 2
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        ({}, {"primaryKey": ["title"]}, 'Cannot change primaryKey from ["row_id"] to ["title"]'),
+        ({"primaryKey": ["title"]}, {"primaryKey": ["title", "row_id"]}, 'from ["title"] to ["title","row_id"]'),
+        ({"primaryKey": ["title"]}, {}, 'Cannot change primaryKey from ["title"] to ["row_id"]'),
+        ({}, {"softDelete": False}, "Cannot change softDelete from true to false"),
+        ({"softDelete": False}, {"softDelete": True}, "Cannot change softDelete from false to true"),
+        ({}, {"sourceTable": "tasks"}, 'Cannot change sourceTable from "todos" to "tasks"'),
+        ({"sourceTable": "tasks"}, {"sourceTable": "jobs"}, 'Cannot change sourceTable from "tasks" to "jobs"'),
+    ],
+    ids=["pk-set", "pk-extended", "pk-dropped", "soft-off", "soft-on", "source-set", "source-changed"],
+)
+def test_evolve_schema_rejects_changing_how_rows_are_keyed_deleted_or_fed(before, after, message):
+    # Given a stored schema, When a version changes its primary key, soft delete or source table
+    current = parse_table_schema({**_schema(title="string").to_json(), **before})
+    proposed = parse_table_schema({**_schema(title="string", done="boolean").to_json(), **after})
+    # Then the evolution is unsafe: 400 SCHEMA_ERROR in the style of the original's messages
+    with pytest.raises(SchemaDefinitionError) as info:
+        evolve_schema(current, proposed, 3)
+    assert info.value.message.endswith(message)
+    assert (info.value.status, info.value.api_code) == (400, "SCHEMA_ERROR")
+
+
+@pytest.mark.parametrize(
+    "spelled", [{"primaryKey": ["row_id"]}, {"softDelete": True}, {"sourceTable": "todos"}], ids=lambda d: next(iter(d))
+)
+def test_evolve_schema_spelling_out_a_default_is_no_change(spelled):
+    current = _schema(title="string")
+    proposed = parse_table_schema({**current.to_json(), **spelled})
+    assert evolve_schema(current, proposed, 1) == (proposed, 2)
+
+
+def test_check_schema_limits_bounds_columns_and_document_size():
+    # Given schemas at and over the column bound, and one whose stored document is too large
+    at = parse_table_schema({"table": "t", "columns": [{"name": f"c{i}", "type": "string"} for i in range(1000)]})
+    over = parse_table_schema({"table": "t", "columns": [{"name": f"c{i}", "type": "string"} for i in range(1001)]})
+    check_schema_limits(at)
+    with pytest.raises(SchemaDefinitionError) as info:
+        check_schema_limits(over)
+    assert info.value.message == "A schema may have at most 1,000 columns; t has 1,001"
+    ref = {"table": "r" * 64, "column": "c" * 64, "cardinality": "many-to-one"}
+    names = [f"c{i:063d}" for i in range(1000)]
+    wide = {
+        "table": "t",
+        "columns": [{"name": name, "type": "boolean", "references": ref} for name in names],
+        "primaryKey": names,
+    }
+    with pytest.raises(PayloadTooLargeError) as big:
+        check_schema_limits(parse_table_schema(wide))
+    assert big.value.status == 413 and big.value.message.endswith("bytes; the limit is 307,200")
 
 
 def test_evolve_schema_rejects_table_mismatch():

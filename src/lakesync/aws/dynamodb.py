@@ -3,8 +3,11 @@
 Every read the push and pull paths depend on is strongly consistent. A push chunk reads its basis (dedup records,
 shard head, rows) in one multi-table ``BatchGetItem``. A commit is one ``TransactWriteItems``: the shard head advances
 under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new shard), every row is written under
-``v = expected`` (or ``attribute_not_exists``); a cancelled transaction is mapped to :class:`CommitConflict`. The
-chunk's deltaIds are then recorded with ``BatchWriteItem`` (a record is live while ``exp > now``, as everywhere else).
+``v = expected`` (or ``attribute_not_exists``); a transaction cancelled because a guard failed or another transaction
+conflicted is mapped to :class:`CommitConflict` (retried by the push), throttling to ``StorageBusyError`` and any other
+cancellation (an item DynamoDB refuses) to ``StorageError`` at once. The chunk's dedup keys (opaque to the store:
+``gw#{key}``, see :func:`lakesync.gateway.model.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live
+while ``exp > now``, as everywhere else).
 Items are built by hand (no TypeSerializer) because this is the hot path.
 """
 
@@ -23,7 +26,7 @@ from botocore.exceptions import ClientError
 from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
 from lakesync.core.canonical import JsonValue
 from lakesync.core.destinations import DestinationConfig, parse_destination
-from lakesync.core.errors import AlreadyExistsError, StorageError, ValidationError
+from lakesync.core.errors import AlreadyExistsError, StorageBusyError, StorageError, ValidationError
 from lakesync.core.merge import RowState, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -36,6 +39,7 @@ from lakesync.gateway.model import (
     ShardHead,
     ShardId,
     StoredRow,
+    row_key,
 )
 
 if TYPE_CHECKING:
@@ -348,7 +352,7 @@ class DynamoDBBufferStore:
             put: Item = {
                 "TableName": self._t.rows,
                 "Item": {
-                    "pk": _s(f"{shard.gateway}#{state.table}#{state.row_id}"),
+                    "pk": _s(row_key(shard.gateway, state.table, state.row_id)),
                     "s": _s(encode_row_state(state)),
                     "v": _n(write.row.version),
                 },
@@ -375,10 +379,43 @@ class DynamoDBBufferStore:
         try:
             self._db.transact_write_items(TransactItems=cast(Any, actions))
         except ClientError as exc:
-            error = exc.response.get("Error", {})
-            if error.get("Code") != "TransactionCanceledException":
-                raise StorageError(f"DynamoDB TransactWriteItems failed: {error}") from exc
-            raise CommitConflict() from exc
+            raise _commit_error(shard, exc) from exc
+
+
+_CONFLICT_REASONS = frozenset({"ConditionalCheckFailed", "TransactionConflict"})
+"""Cancellation reasons that mean a concurrent writer won: re-read and retry."""
+_BUSY_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
+
+
+def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
+    """What a failed commit means, from the cancellation reasons DynamoDB gives per transaction item.
+
+    Only a lost race (every reason ``None``, ``ConditionalCheckFailed`` or ``TransactionConflict``) is a
+    :class:`CommitConflict` worth retrying from a fresh basis. Throttling is :class:`StorageBusyError` (503). Anything
+    else -- ``ValidationError`` (an item or key the table refuses), or a reason we do not know -- would fail again on
+    every retry: :class:`StorageError` naming the reasons, at once.
+    """
+    error = exc.response.get("Error", {})
+    code = error.get("Code", "Unknown")
+    if code != "TransactionCanceledException":
+        if code in _BUSY_REASONS or code == "ProvisionedThroughputExceededException":
+            return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r} ({code}); retry later")
+        return StorageError(f"DynamoDB TransactWriteItems failed: {code}: {error.get('Message', '')}")
+    reasons = [
+        (str(r.get("Code") or "None"), str(r.get("Message") or ""))
+        for r in cast(list[dict[str, Any]], exc.response.get("CancellationReasons") or [])
+    ]
+    failed = [(reason, message) for reason, message in reasons if reason != "None"]
+    if failed and all(reason in _CONFLICT_REASONS for reason, _ in failed):
+        return CommitConflict()
+    if failed and all(reason in _CONFLICT_REASONS | _BUSY_REASONS for reason, _ in failed):
+        return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r}; retry later")
+    named = "; ".join(
+        f"item {i}: {reason}: {message}" for i, (reason, message) in enumerate(reasons) if reason != "None"
+    )
+    return StorageError(
+        f"DynamoDB cancelled the commit to table {shard.table!r}: {named or error.get('Message', 'no reason given')}"
+    )
 
 
 def _head_from_item(item: Item) -> ShardHead:
@@ -398,7 +435,7 @@ def _head_from_item(item: Item) -> ShardHead:
 
 
 def _row_keys(gateway: str, rows: Sequence[tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    return {f"{gateway}#{table}#{row_id}": (table, row_id) for table, row_id in dict.fromkeys(rows)}
+    return {row_key(gateway, table, row_id): (table, row_id) for table, row_id in dict.fromkeys(rows)}
 
 
 def _rows_from_items(by_pk: Mapping[str, tuple[str, str]], items: Iterable[Item]) -> dict[tuple[str, str], StoredRow]:

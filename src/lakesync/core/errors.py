@@ -25,7 +25,8 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     │   └── DestinationError              ADAPTER_ERROR      502  (domain code DESTINATION_ERROR; materialisation)
     ├── FlushError                        FLUSH_ERROR        500
     ├── StorageError                      INTERNAL_ERROR     500
-    │   └── CommitConflictError           INTERNAL_ERROR     503  (optimistic commit kept losing; retry)
+    │   ├── CommitConflictError           INTERNAL_ERROR     503  (optimistic commit kept losing; retry)
+    │   └── StorageBusyError              INTERNAL_ERROR     503  (the store is throttling; retry later)
     └── ActionError                       (results inside a 200 ActionResponse, never an HTTP status)
         ├── ActionNotSupportedError       code ACTION_NOT_SUPPORTED
         └── ActionExecutionError          code ACTION_EXECUTION_ERROR, with ``retryable``
@@ -237,6 +238,13 @@ class CommitConflictError(StorageError):
     """An optimistic commit lost every retry to concurrent writers."""
 
     code = "COMMIT_CONFLICT"
+    status = 503
+
+
+class StorageBusyError(StorageError):
+    """The store throttled a request (capacity exceeded); retrying later may succeed."""
+
+    code = "STORAGE_BUSY"
     status = 503
 
 

@@ -40,9 +40,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from lakesync.core.canonical import JsonValue, js_string_coerce, utf16_key
+from lakesync.core.canonical import JsonValue, js_string_coerce, utf8_size, utf16_key
 from lakesync.core.delta import RowDelta
-from lakesync.core.errors import SyncRuleError
+from lakesync.core.errors import PayloadTooLargeError, SyncRuleError
 
 Claims = Mapping[str, str | Sequence[str]]
 """Resolved JWT claims: each a string or a list of strings."""
@@ -51,6 +51,15 @@ Row = Mapping[str, JsonValue]
 """A row as column name -> JSON value."""
 
 JWT_PREFIX = "jwt:"
+
+MAX_BUCKETS = 256
+"""Most buckets a rules document saved through the admin route may have (every pull evaluates them)."""
+MAX_BUCKET_TABLES = 256
+"""Most tables one bucket may list."""
+MAX_BUCKET_FILTERS = 64
+"""Most filters one bucket may have."""
+MAX_RULES_BYTES = 300 * 1024
+"""Largest stored rules document (UTF-8 JSON), well within a 400 KB DynamoDB item."""
 
 
 class FilterOp(enum.StrEnum):
@@ -215,6 +224,27 @@ def parse_sync_rules(obj: object) -> SyncRules:
         assert bucket is not None
         buckets.append(bucket)
     return SyncRules(int(version), tuple(buckets))
+
+
+def check_sync_rules_limits(rules: SyncRules) -> None:
+    """Check the bounds of a rules document about to be stored (ours; the admin route runs it after
+    :func:`parse_sync_rules`; stored rules are read back without it).
+
+    Raises:
+        SyncRuleError: more than :data:`MAX_BUCKETS` buckets, or a bucket with more than :data:`MAX_BUCKET_TABLES`
+            tables or :data:`MAX_BUCKET_FILTERS` filters (HTTP 400).
+        PayloadTooLargeError: the stored document would exceed :data:`MAX_RULES_BYTES` (HTTP 413).
+    """
+    if len(rules.buckets) > MAX_BUCKETS:
+        raise SyncRuleError(f"Sync rules may have at most {MAX_BUCKETS} buckets; got {len(rules.buckets):,}")
+    for bucket in rules.buckets:
+        if len(bucket.tables) > MAX_BUCKET_TABLES:
+            raise SyncRuleError(f'Bucket "{bucket.name}" may list at most {MAX_BUCKET_TABLES} tables')
+        if len(bucket.filters) > MAX_BUCKET_FILTERS:
+            raise SyncRuleError(f'Bucket "{bucket.name}" may have at most {MAX_BUCKET_FILTERS} filters')
+    size = utf8_size(rules.to_json())
+    if size > MAX_RULES_BYTES:
+        raise PayloadTooLargeError(f"Sync rules document is {size:,} bytes; the limit is {MAX_RULES_BYTES:,}")
 
 
 # --- values and comparison --------------------------------------------------------------------------------------

@@ -10,8 +10,12 @@ Invariants:
 * A schema constrains only the deltas of *its* table (``sourceTable`` if set, else ``table``). The original applied
   one schema to every table pushed to the gateway; we do not.
 * Evolution only adds columns: removing a column or changing its type is refused, and every added column is nullable
-  (our schemas have no NOT NULL). The version bumps only when the schema document actually changes -- the original
-  bumped it even for an identical schema.
+  (our schemas have no NOT NULL). What keys and routes the rows may not change either (ours; the original accepted
+  it): ``primaryKey``, ``softDelete`` and ``sourceTable``, compared with their defaults applied (``["row_id"]``,
+  true, the table), so spelling a default out is no change. The version bumps only when the schema document actually
+  changes -- the original bumped it even for an identical schema.
+* A schema saved through the admin route has at most :data:`MAX_SCHEMA_COLUMNS` columns and a stored document of at
+  most :data:`MAX_SCHEMA_BYTES` (:func:`check_schema_limits`; stored schemas are read back without these checks).
 
 Checks and messages of :func:`parse_table_schema` follow the original's ``validateSchemaBody`` in order, so any
 document the original rejects is rejected with the same message. Checks the original lacks run last: ``sourceTable``
@@ -28,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from lakesync.core.canonical import JsonValue, js_string_coerce
+from lakesync.core.canonical import JsonValue, js_string_coerce, js_stringify, utf8_size
 from lakesync.core.delta import DeltaOp, RowDelta
-from lakesync.core.errors import SchemaDefinitionError, SchemaError, ValidationError
+from lakesync.core.errors import PayloadTooLargeError, SchemaDefinitionError, SchemaError, ValidationError
 
 IDENTIFIER_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 """A SQL-safe identifier; anchored with ``\\A``/``\\Z`` so ``match``, ``search`` and ``fullmatch`` all agree."""
@@ -39,6 +43,11 @@ IDENTIFIER_RULE = (
     "Identifiers must start with a letter or underscore, contain only alphanumeric characters and underscores, "
     "and be at most 64 characters long."
 )
+
+MAX_SCHEMA_COLUMNS = 1000
+"""Most columns a table schema may have (the SQL destinations' limits are 1,600 and up)."""
+MAX_SCHEMA_BYTES = 300 * 1024
+"""Largest stored schema document (UTF-8 JSON), well within a 400 KB DynamoDB item."""
 
 ROW_ID_COLUMN = "row_id"
 """The implicit row-id column every destination table has; always allowed in ``primaryKey``."""
@@ -313,7 +322,8 @@ def evolve_schema(current: TableSchema, proposed: TableSchema, current_version: 
     Raises:
         SchemaDefinitionError: ``Cannot evolve schema: table name mismatch``; ``Cannot remove column "{name}" — only
             adding nullable columns is supported`` (first missing column in current order); ``Cannot change type of
-            column "{name}" from "{old}" to "{new}"``.
+            column "{name}" from "{old}" to "{new}"``; ``Cannot change primaryKey from ["row_id"] to ["id"]`` (and
+            likewise ``softDelete`` and ``sourceTable``, values as JSON, defaults applied).
     """
     if proposed.table != current.table:
         raise _fail("Cannot evolve schema: table name mismatch")
@@ -326,9 +336,34 @@ def evolve_schema(current: TableSchema, proposed: TableSchema, current_version: 
         new_type = new_types[name]
         if new_type is not old_type:
             raise _fail(f'Cannot change type of column "{name}" from "{old_type.value}" to "{new_type.value}"')
+    # The destination tables are keyed, deleted from and fed by these: changing them would leave the rows already
+    # materialised under the old rule. Compared with their defaults applied, so spelling a default out is no change.
+    for field, old, new in (
+        ("primaryKey", list(current.effective_primary_key), list(proposed.effective_primary_key)),
+        ("softDelete", current.is_soft_delete, proposed.is_soft_delete),
+        ("sourceTable", current.delta_table, proposed.delta_table),
+    ):
+        if old != new:
+            raise _fail(f"Cannot change {field} from {js_stringify(old)} to {js_stringify(new)}")
     if proposed == current:
         return current, current_version
     return proposed, current_version + 1
+
+
+def check_schema_limits(schema: TableSchema) -> None:
+    """Check the bounds of a schema about to be stored (the admin route; see the module docstring).
+
+    Raises:
+        SchemaDefinitionError: more than :data:`MAX_SCHEMA_COLUMNS` columns (HTTP 400).
+        PayloadTooLargeError: the stored document would exceed :data:`MAX_SCHEMA_BYTES` (HTTP 413).
+    """
+    if len(schema.columns) > MAX_SCHEMA_COLUMNS:
+        raise _fail(
+            f"A schema may have at most {MAX_SCHEMA_COLUMNS:,} columns; {schema.table} has {len(schema.columns):,}"
+        )
+    size = utf8_size(schema.to_json())
+    if size > MAX_SCHEMA_BYTES:
+        raise PayloadTooLargeError(f"Schema document is {size:,} bytes; the limit is {MAX_SCHEMA_BYTES:,}")
 
 
 def validate_delta(schema: TableSchema, delta: RowDelta, version: int) -> None:

@@ -12,15 +12,17 @@ from typing import Any
 
 from lakesync.core.destinations import NAME_RE, parse_destination
 from lakesync.core.errors import CommitConflictError, NotFoundError
-from lakesync.core.rules import parse_sync_rules
-from lakesync.core.schema import TableSchema, evolve_schema, parse_table_schema
+from lakesync.core.rules import check_sync_rules_limits, parse_sync_rules
+from lakesync.core.schema import TableSchema, check_schema_limits, evolve_schema, parse_table_schema
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.model import CommitConflict
 
 
 def save_sync_rules(deps: GatewayDeps, gateway: str, document: object) -> dict[str, Any]:
-    """Validate and store the gateway's sync rules (``SyncRuleError`` → 400)."""
+    """Validate and store the gateway's sync rules (``SyncRuleError`` → 400; a document beyond the bounds of
+    :func:`~lakesync.core.rules.check_sync_rules_limits` → 400 or 413)."""
     rules = parse_sync_rules(document)
+    check_sync_rules_limits(rules)
     deps.config.put_sync_rules(gateway, rules)
     return {"saved": True}
 
@@ -35,9 +37,11 @@ def save_schema(deps: GatewayDeps, gateway: str, document: object) -> dict[str, 
     """Validate a table schema and store it as the next version, allowing only safe evolution.
 
     Concurrent saves of the same table are serialised by the stored version; a save that loses the race re-reads
-    and re-checks the evolution against the schema that won.
+    and re-checks the evolution against the schema that won. A schema beyond the bounds of
+    :func:`~lakesync.core.schema.check_schema_limits` is refused (400 or 413).
     """
     proposed = parse_table_schema(document)
+    check_schema_limits(proposed)
     for _ in range(5):
         current = deps.config.get_schemas(gateway).get(proposed.table)
         schema, version, expected = _next_version(current, proposed)

@@ -28,7 +28,11 @@ from lakesync.gateway.model import (
 
 
 class InMemoryBufferStore:
-    """The buffer in process memory; thread-safe."""
+    """The buffer in process memory; thread-safe.
+
+    Dedup records are kept by gateway and key; the keys are opaque (the push service records
+    :func:`~lakesync.gateway.model.dedup_key` of clientId and deltaId), as on DynamoDB.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

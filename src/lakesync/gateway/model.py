@@ -17,8 +17,9 @@ from lakesync.core.delta import RowDelta
 from lakesync.core.merge import RowState
 from lakesync.core.rules import SyncRules
 
-ITEM_LIMIT_BYTES = 400 * 1024
-"""DynamoDB's item size limit (attribute names plus values); every item a push writes must stay within it."""
+ITEM_LIMIT_BYTES = 400_000
+"""DynamoDB's item size limit, "400 KB" (attribute names plus values), taken as 400,000 bytes: the service's real
+limit lies a little above (measured between 409 and 410 KB), so every item a push writes stays within it."""
 PARTITION_KEY_LIMIT_BYTES = 2048
 """DynamoDB's partition-key limit, counted over the whole stored key (our prefixes included)."""
 SORT_KEY_LIMIT_BYTES = 1024
