@@ -1,7 +1,7 @@
 """Pull query parameters, parsed as the original's ``parsePullParams`` does (reference §12.4).
 
-* ``clientId`` is required; ``since`` too, unless a ``cursor`` is given (*ours*: cursors are our addition). Missing
-  or empty → 400 ``Missing required query params: since, clientId``.
+* ``clientId`` is required: missing or empty → 400 ``Missing required query params: since, clientId``. *Ours:*
+  without ``since`` and ``cursor`` the pull starts a cursor stream from the beginning (the original answered 400).
 * ``since`` is read with ECMAScript ``StringToBigInt`` (``" 42 "``, ``"0x10"``, ``"-1"`` are accepted; ``"1.5"``,
   ``"1e3"``, ``"abc"`` → 400 ``Invalid 'since' parameter — must be a decimal integer``). *Ours:* the value is then
   clamped to the HLC range ``[0, 2**64 - 1]``, which selects the same deltas.
@@ -66,8 +66,10 @@ def parse_pull_params(query: Mapping[str, str]) -> PullParams:
     cursor = query.get("cursor")
     if cursor == "" and since_text is not None:
         cursor = None
-    if not client_id or (since_text is None and cursor is None):
+    if not client_id:
         raise ValidationError("Missing required query params: since, clientId")
+    if since_text is None and cursor is None:
+        cursor = ""
     since: int | None = None
     if since_text is not None:
         parsed = string_to_bigint(since_text)

@@ -36,6 +36,8 @@ def pull(gw: str) -> Response:
         cursor=params.cursor,
         since=params.since,
         source=params.source,
+        # A `since` session belongs to the client that pulls as itself (as a push must push as itself).
+        client_id=params.client_id if params.client_id == claims.client_id else None,
     )
     metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.items))
     if edge.wants_protobuf(app.current_event):

@@ -114,7 +114,8 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
         tables={
             "heads": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             "rows": ("dynamodb:BatchGetItem", "dynamodb:PutItem"),
-            "dedup": ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem"),
+            # deltaId records; the pusher's `since` session (GetItem/PutItem: lakesync.aws.since_sessions)
+            "dedup": ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem"),
             "deltas": ("dynamodb:PutItem",),
             "config": ("dynamodb:Query", "dynamodb:PutItem"),
         }
@@ -126,6 +127,9 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
             "heads": ("dynamodb:BatchGetItem",),
             "config": ("dynamodb:Query",),
             "deltas": ("dynamodb:Query",),
+            # a `since` puller's session (lakesync.aws.since_sessions); the row index for rows it must be sent again
+            "dedup": ("dynamodb:GetItem", "dynamodb:PutItem"),
+            "rows": ("dynamodb:BatchGetItem",),
         },
         index_actions={"deltas": ("dynamodb:Query",)},
     ),

@@ -85,6 +85,10 @@ def _ids(deltas: list[RowDelta] | tuple[RowDelta, ...]) -> list[str]:
     return [x.delta_id for x in deltas]
 
 
+def _rows(deltas: list[RowDelta] | tuple[RowDelta, ...]) -> set[str]:
+    return {x.row_id for x in deltas}
+
+
 def _seed(env: Env, n: int, rnd: random.Random) -> None:
     for i in range(n):
         table = rnd.choice(["todos", "notes", "tags"])
@@ -258,8 +262,8 @@ def test_pull_since_pages_follow_server_hlc_and_deliver_everything_at_least_once
     else:
         raise AssertionError("since-paging did not finish")
 
-    # Then every entry arrived at least once
-    assert set(_ids(got)) == {e.delta.delta_id for e in env.log()}
+    # Then every row arrived at least once (window entries come as rows, in the original applier's idempotent form)
+    assert _rows(got) == {e.delta.row_id for e in env.log()}
 
 
 def test_pull_since_paging_makes_progress_with_many_commits_inside_the_window() -> None:
@@ -274,14 +278,14 @@ def test_pull_since_paging_makes_progress_with_many_commits_inside_the_window() 
     since = 0
     for _ in range(50):
         page = env.pull(3, since=since)
-        seen |= set(_ids(page.deltas))
+        seen |= _rows(page.deltas)
         since = page.server_hlc
         if not page.has_more:
             break
 
     # Then it gets to the end
     assert not page.has_more
-    assert seen == {e.delta.delta_id for e in env.log()}
+    assert seen == {e.delta.row_id for e in env.log()}
 
 
 def test_pull_since_paging_through_old_commits_never_splits_a_commit_and_loses_its_rest() -> None:
@@ -297,14 +301,14 @@ def test_pull_since_paging_through_old_commits_never_splits_a_commit_and_loses_i
     since = 0
     for _ in range(50):
         page = env.pull(3, since=since)
-        seen |= set(_ids(page.deltas))
+        seen |= _rows(page.deltas)
         since = page.server_hlc
         if not page.has_more:
             break
 
     # Then every entry arrives
     assert not page.has_more
-    assert seen == {e.delta.delta_id for e in env.log()}
+    assert seen == {e.delta.row_id for e in env.log()}
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 7])
@@ -325,14 +329,14 @@ def test_pull_since_paging_over_interleaved_shards_terminates_and_delivers_every
     while True:
         page = env.pull(limit, since=since)
         pages += 1
-        seen.extend(_ids(page.deltas))
+        seen.extend(x.row_id for x in page.deltas)
         since = page.server_hlc
         if not page.has_more or pages > 100:
             break
 
     # Then it ends, with every entry delivered
     assert not page.has_more
-    assert set(seen) == {e.delta.delta_id for e in env.log()}
+    assert set(seen) == {e.delta.row_id for e in env.log()}
 
 
 def test_pull_since_final_page_hands_over_a_cursor_that_continues_exactly() -> None:

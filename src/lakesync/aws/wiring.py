@@ -11,6 +11,7 @@ from lakesync.aws.dynamodb import (
 )
 from lakesync.aws.function_settings import MaterialiseSettings, Settings
 from lakesync.aws.objects import S3ObjectStore
+from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.materialise import MaterialiseDeps
 
@@ -26,6 +27,7 @@ def gateway_deps(settings: Settings) -> GatewayDeps:
         settings=settings.gateway_settings(),
         objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
         pull_basis=DynamoDBPullBasisReader(client, settings.tables),
+        since_sessions=DynamoDBSinceSessions(client, settings.tables),
     )
 
 

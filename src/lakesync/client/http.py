@@ -70,10 +70,13 @@ class SyncClient:
         return self.request("POST", f"/v1/sync/{self.gateway}/push", body=body)
 
     def pull(self, *, cursor: str | None = None, since: int | None = None, limit: int = 1000) -> Any:
-        """One pull page; pass the previous page's ``cursor`` to continue exactly once."""
-        query: dict[str, Any] = {"clientId": self.client_id, "limit": limit, "cursor": cursor}
-        if cursor is None:
-            query["since"] = str(since or 0)
+        """One pull page: from ``cursor`` (exactly once; ``None`` and no ``since``: from the beginning), or, as the
+        original client pulls, ``since`` a server HLC."""
+        query: dict[str, Any] = {"clientId": self.client_id, "limit": limit}
+        if since is not None and cursor is None:
+            query["since"] = str(since)
+        else:
+            query["cursor"] = cursor or ""
         return self.request("GET", f"/v1/sync/{self.gateway}/pull", query=query)
 
     def pull_all(self, cursor: str | None = None, *, limit: int = 1000) -> tuple[list[RowDelta], str | None]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from lakesync.core.actions import ActionHandler
 from lakesync.core.hlc import HLC, system_clock
+from lakesync.gateway.since import SinceSessionStore
 from lakesync.ports import ActionStore, BufferStore, ConfigStore, ObjectStore, PullBasisReader, SourceAdapter
 
 MIB = 1024 * 1024
@@ -36,6 +37,8 @@ class GatewaySettings:
         sub_shards: Hash sub-shards per table, for tables hotter than one DynamoDB partition.
         commit_attempts: Optimistic commit attempts before a push gives up with 503.
         max_scan_per_pull: Log entries one pull may scan before it returns early with ``hasMore``.
+        max_page_bytes: Largest pull page (stored size of its entries), cut with ``hasMore`` true: a response must
+            stay under Lambda's 6 MB even base64-encoded (protobuf through API Gateway), so 4 MiB leaves headroom.
     """
 
     gateway_ids: frozenset[str] = frozenset({"default"})
@@ -52,6 +55,7 @@ class GatewaySettings:
     sub_shards: Mapping[str, int] = field(default_factory=dict)
     commit_attempts: int = 60
     max_scan_per_pull: int = 50_000
+    max_page_bytes: int = 4 * MIB
 
     @property
     def backpressure_limit(self) -> int:
@@ -64,6 +68,8 @@ class GatewayDeps:
     """Everything the services need: stores, the server clock, handlers, sources and settings.
 
     ``objects`` is the bucket checkpoints are served from; ``None`` where checkpoints are not configured.
+    ``since_sessions`` remembers, per ``since`` client, the positions behind each ``serverHlc`` it was handed
+    (:mod:`lakesync.gateway.since`); ``None`` serves ``since`` pulls at least once, from commit HLCs.
     ``pull_basis`` reads a pull's sync rules and shard registry together; ``None`` reads them from ``config`` and
     ``buffer`` (two requests, sent at once).
     """
@@ -78,4 +84,5 @@ class GatewayDeps:
     sources: Mapping[str, SourceAdapter] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
     objects: ObjectStore | None = None
+    since_sessions: SinceSessionStore | None = None
     pull_basis: PullBasisReader | None = None

@@ -37,13 +37,14 @@ import base64
 import binascii
 import heapq
 import json
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     AdapterError,
     AdapterNotFoundError,
+    CommitConflictError,
     CursorExpiredError,
     LakeSyncError,
     ValidationError,
@@ -51,7 +52,17 @@ from lakesync.core.errors import (
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.io_pool import io_pool
-from lakesync.gateway.model import LogEntry, PullBasis, ShardHead, ShardId
+from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
+from lakesync.gateway.since import (
+    SESSION_TTL_S,
+    Handout,
+    RowKey,
+    SinceSession,
+    SinceSessionStore,
+    full_row,
+    row_form,
+    visible_values,
+)
 from lakesync.ports import BufferStore, ConfigStore
 
 _CURSOR_VERSION = 1
@@ -170,6 +181,7 @@ def pull(
     cursor: str | None = None,
     since: int | None = None,
     source: str | None = None,
+    client_id: str | None = None,
 ) -> PullResult:
     """Serve one pull page for ``gateway``.
 
@@ -179,8 +191,9 @@ def pull(
         limit: Most deltas to return (1..10000).
         claims: The caller's JWT claims for sync rules.
         cursor: Resume from this cursor (exactly-once); takes precedence over ``since``.
-        since: Resume after this server HLC (at-least-once).
+        since: Resume after this server HLC, in row form (:mod:`lakesync.gateway.since`).
         source: Pull from a named source adapter instead of the buffer.
+        client_id: The (authenticated) client whose ``since`` session is used; ``None`` serves ``since`` without one.
     """
     if source:
         return _pull_from_source(deps, gateway, source, since or 0, limit, claims)
@@ -189,7 +202,7 @@ def pull(
     rules, shards = basis.rules, list(basis.shards)
     if cursor is not None or since is None:
         return _pull_by_cursor(deps, gateway, shards, positions, limit, rules, claims)
-    return _pull_since(deps, gateway, shards, since, limit, rules, claims)
+    return _pull_since(deps, gateway, shards, since, limit, rules, claims, client_id)
 
 
 class StoresPullBasis:
@@ -235,37 +248,22 @@ def _collect(
     limit: int,
     rules: SyncRules | None,
     claims: Claims,
-    *,
-    reread_until: int = -1,
-    whole_commit_hlcs: bool = False,
-) -> tuple[list[LogEntry], bool, LogEntry | None]:
-    """Merge the shards by commit HLC and collect up to ``limit`` visible deltas.
-
-    Entries with a commit HLC at or below ``reread_until`` (the re-read window of a ``since`` pull) are returned
-    without counting against ``limit``, so every page makes progress however many commits the window holds. With
-    ``whole_commit_hlcs`` a page never ends between entries of different shards that share a commit HLC (a ``since``
-    position cannot point between them), so it may exceed ``limit`` by fewer than the number of shards.
-    """
+) -> tuple[list[LogEntry], bool]:
+    """Merge the shards by commit HLC and collect up to ``limit`` visible deltas, cutting the page early (with
+    ``hasMore``) once it holds ``max_page_bytes`` or scanned ``max_scan_per_pull`` entries."""
     collected: list[LogEntry] = []
-    counted = 0
     scanned = 0
-    last: LogEntry | None = None
+    size = 0
+    settings = deps.settings
     for _reader, entry in _merged(readers):
         scanned += 1
-        last = entry
         if _visible(entry, rules, claims):
             collected.append(entry)
-            if entry.commit_hlc > reread_until:
-                counted += 1
-        if scanned >= deps.settings.max_scan_per_pull:
-            break
-        if counted >= limit and not (
-            whole_commit_hlcs
-            and any((nxt := r.peek()) is not None and nxt.commit_hlc == entry.commit_hlc for r in readers)
-        ):
+            size += entry.size
+        if len(collected) >= limit or size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:
             break
     has_more = any(r.peek() is not None for r in readers)
-    return collected, has_more, last
+    return collected, has_more
 
 
 def _pull_by_cursor(
@@ -289,7 +287,7 @@ def _pull_by_cursor(
     for head in deps.buffer.get_heads(idle).values() if idle else ():
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _expired(gateway, head)
-    collected, has_more, _ = _collect(deps, readers, limit, rules, claims)
+    collected, has_more = _collect(deps, readers, limit, rules, claims)
     new_positions = dict(positions)
     for reader in readers:
         if reader.after_seq:
@@ -305,36 +303,198 @@ def _pull_since(
     limit: int,
     rules: SyncRules | None,
     claims: Claims,
+    client_id: str | None,
 ) -> PullResult:
-    window_ms = deps.settings.since_window_ms
-    # Only a recent `since` can have commits still in flight below it; further back, everything has landed.
-    recent = (since >> 16) > deps.wall_ms() - window_ms
-    start = max(0, since - (window_ms << 16)) if recent else since
+    """A ``since`` page for the original client (:mod:`lakesync.gateway.since`): from the exact positions handed out
+    with ``since``; for a client whose session does not know ``since`` (it restarted), from the positions it last
+    confirmed with everything uncertain; for a client without a session, from the first entries committed after
+    ``since`` (the re-read window before a recent ``since`` uncertain)."""
+    store = deps.since_sessions if client_id else None
+    session = store.get(gateway, client_id) if store is not None and client_id else None
     heads = deps.buffer.get_heads(shards)
+    handout = session.handout(since) if session is not None else None
+    if handout is not None:
+        positions, uncertain = dict(handout.positions), dict(handout.uncertain or {})
+    elif session is not None and session.confirmed is not None:
+        positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
+    else:
+        for head in heads.values():
+            if since < head.released_hlc:
+                raise _expired(gateway, head)
+        positions, uncertain = _positions_after(deps, shards, heads, since)
+        # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
+        for head in deps.buffer.get_heads(shards).values():
+            if since < head.released_hlc:
+                raise _expired(gateway, head)
     for head in heads.values():
-        if since < head.released_hlc:
+        if positions.get(head.shard.key, 0) < head.released_seq:
             raise _expired(gateway, head)
-    page = _page_size(limit)
-    images = rules_apply(rules)
-    readers = [_ShardReader(deps, s, page, after_seq=None, after_hlc=start, images=images) for s in shards]
-    collected, has_more, last = _collect(
-        deps, readers, limit, rules, claims, reread_until=since, whole_commit_hlcs=True
+    readers = [_ShardReader(deps, s, _page_size(limit), after_seq=positions.get(s.key, 0)) for s in shards]
+    if len(readers) > 1:
+        for read in [io_pool().submit(reader.peek) for reader in readers]:
+            read.result()
+    # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
+    idle = [reader.shard for reader in readers if reader.peek() is None]
+    for head in deps.buffer.get_heads(idle).values() if idle else ():
+        if positions.get(head.shard.key, 0) < head.released_seq:
+            raise _expired(gateway, head)
+    redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
+    stateless = store is None or not client_id
+    deltas, has_more, last = _since_page(
+        deps, gateway, readers, limit, rules, claims, client_id, uncertain, session, count_unsure=not stateless
     )
-    # A release that marked and deleted entries after the check above would go unnoticed (reads by commit HLC
-    # cannot see a gap): check the marks again now that the log has been read.
-    for head in deps.buffer.get_heads(shards).values():
-        if since < head.released_hlc:
-            raise _expired(gateway, head)
-    if has_more:
+    if stateless and has_more:
+        # No session to hold the position: the next `since` resumes after the last scanned entry. Entries of other
+        # shards can carry the same commit HLC; if one is still unscanned, resume just before it (it comes again).
         assert last is not None
-        # The next `since` resumes after the last scanned entry. Entries of other shards can carry the same commit
-        # HLC; if one is still unscanned, resume just before it (re-delivering the few that share it) so none is lost.
         resume = last.commit_hlc
         if any((nxt := r.peek()) is not None and nxt.commit_hlc == resume for r in readers):
             resume -= 1
-        return PullResult(tuple(collected), max(resume, since), True, None)
-    positions = {s.key: heads[s].seq for s in shards if s in heads}
-    return PullResult(tuple(collected), deps.clock.now(), False, encode_cursor(positions))
+        return PullResult(tuple(deltas), max(resume, since), True, None)
+    new_positions = dict(positions)
+    for reader in readers:
+        if reader.after_seq:
+            new_positions[reader.shard.key] = reader.after_seq
+    if not deltas and new_positions == positions and not redeliver and session is not None:
+        # Nothing to apply: the client keeps `since` (the original client does not move on an empty page).
+        return PullResult((), since, has_more, encode_cursor(positions))
+    server_hlc = deps.clock.now()
+    if store is not None and client_id:
+        still_uncertain = {k: v for k, v in uncertain.items() if v > new_positions.get(k, 0)}
+        handed = Handout(server_hlc, new_positions, still_uncertain or None)
+        _save_session(deps, store, gateway, client_id, handed, positions, redeliver)
+    return PullResult(tuple(deltas), server_hlc, has_more, encode_cursor(new_positions))
+
+
+def _positions_after(
+    deps: GatewayDeps, shards: list[ShardId], heads: Mapping[ShardId, ShardHead], since: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Per shard, the position just before the first entry committed after ``since``; when ``since`` is recent the
+    read starts at the re-read window before it instead (a commit may have taken its HLC before ``since`` and landed
+    after it), and the window's entries are uncertain (the client may hold them).
+
+    Returns:
+        ``(positions, uncertain)``: where to read from, and up to where entries may already be at the client.
+    """
+    window_ms = deps.settings.since_window_ms
+    recent = (since >> 16) > deps.wall_ms() - window_ms
+    start = max(0, since - (window_ms << 16)) if recent else since
+
+    def before_first_after(shard: ShardId, hlc: int) -> int:
+        found = deps.buffer.read_log_by_commit_hlc(shard, hlc, 1, images=False)
+        if found:
+            return found[0].seq - 1
+        head = heads.get(shard)
+        return head.seq if head is not None else 0
+
+    starts = {s: io_pool().submit(before_first_after, s, start) for s in shards}
+    ends = {s: io_pool().submit(before_first_after, s, since) for s in shards} if recent else {}
+    positions = {s.key: read.result() for s, read in starts.items()}
+    uncertain = {s.key: read.result() for s, read in ends.items()}
+    return positions, uncertain
+
+
+def _since_page(
+    deps: GatewayDeps,
+    gateway: str,
+    readers: list[_ShardReader],
+    limit: int,
+    rules: SyncRules | None,
+    claims: Claims,
+    client_id: str | None,
+    uncertain: Mapping[str, int],
+    session: SinceSession | None,
+    *,
+    count_unsure: bool = True,
+) -> tuple[list[RowDelta], bool, LogEntry | None]:
+    """The rows to redeliver in row form, then the log in commit order: certain entries as full rows with the op the
+    client can apply, uncertain ones in row form; up to ``limit`` deltas, ``max_page_bytes`` or
+    ``max_scan_per_pull`` scanned entries. With a session every delta carries HLC 0. Without one
+    (``count_unsure`` false) the re-read window's entries do not count against ``limit``, so paging by ``serverHlc``
+    always progresses. Returns the deltas, ``hasMore`` and the last entry scanned."""
+    out: list[RowDelta] = []
+    held: dict[RowKey, bool] = {}
+    redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
+    wrote = set(session.pushed) if session is not None else set()
+    stamp = 0 if session is not None else None
+    if redeliver:
+        stored = deps.buffer.get_rows(gateway, list(redeliver))
+        for key in redeliver:
+            row = stored.get(key)
+            state = row.state if row is not None else None
+            version = None if state is None else (state.written or state.tombstone)
+            values = visible_values(rules, claims, key[0], state.values() if state is not None else None)
+            writer = version.client_id if version is not None else (client_id or "")
+            out.extend(row_form(key[0], key[1], writer, values, held=True))
+            held[key] = values is not None
+    settings = deps.settings
+    scanned = 0
+    size = 0
+    counted = len(out)
+    last: LogEntry | None = None
+    for _reader, entry in _merged(readers):
+        scanned += 1
+        size += entry.size
+        last = entry
+        delta = entry.delta
+        key = (entry.shard.table, delta.row_id)
+        after = visible_values(rules, claims, key[0], entry.after)
+        unsure = entry.seq <= uncertain.get(entry.shard.key, 0)
+        if key in held:
+            had = held[key]  # what this page has left the client holding
+        elif delta.client_id == client_id:
+            had = True  # it holds what it wrote
+        else:
+            had = visible_values(rules, claims, key[0], entry.before) is not None
+            # A row it wrote recently may be at the client whatever the server saw before this change.
+            unsure = unsure or key in wrote
+        if unsure:
+            replay = row_form(key[0], key[1], delta.client_id, after, held=had or after is not None)
+            out.extend(replay)
+            if count_unsure or entry.seq > uncertain.get(entry.shard.key, 0):
+                counted += len(replay)
+        else:
+            changed = full_row(delta, after, held=had, before=entry.before, hlc=stamp)
+            if changed is not None:
+                out.append(changed)
+                counted += 1
+        held[key] = after is not None
+        if size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:
+            break
+        # Without a session the next page resumes by commit HLC, so a page must not end inside one commit HLC.
+        if counted >= limit and (
+            count_unsure
+            or not any((nxt := r.peek()) is not None and nxt.commit_hlc == entry.commit_hlc for r in readers)
+        ):
+            break
+    return out, any(r.peek() is not None for r in readers), last
+
+
+def _save_session(
+    deps: GatewayDeps,
+    store: SinceSessionStore,
+    gateway: str,
+    client_id: str,
+    handed: Handout,
+    confirmed: Mapping[str, int],
+    consumed: Sequence[RowKey],
+) -> None:
+    """Record the handout and the confirmed positions, and drop the rows just redelivered (re-read on a race)."""
+    expires_at = deps.wall_ms() // 1000 + SESSION_TTL_S
+    done = set(consumed)
+    for _ in range(5):
+        current = store.get(gateway, client_id) or SinceSession()
+        updated = replace(
+            current.handed(handed),
+            confirmed=dict(confirmed),
+            redeliver=tuple(r for r in current.redeliver if r not in done),
+        )
+        try:
+            store.put(gateway, client_id, updated, expires_at)
+        except CommitConflict:
+            continue
+        return
+    raise CommitConflictError(f"The sync session of client {client_id!r} is being changed concurrently; retry")
 
 
 def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:

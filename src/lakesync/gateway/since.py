@@ -1,0 +1,308 @@
+"""The original client's ``since`` pulls, served so that it converges and never gets stuck (docs/architecture.md,
+"Pull: the guarantee").
+
+The original client (reference §16) keeps one number, ``lastSyncedHlc``: the ``serverHlc`` of its last push, or of
+its last pull that applied something (an empty page leaves it). It applies a page in one transaction with plain
+``INSERT INTO`` (failing on a row it already holds, which rolls the whole page back), ``UPDATE ... WHERE`` (a no-op on
+a row it lacks) and ``DELETE``. When a pending local edit of the row exists it compares the two *deltas* by HLC: if
+the local one wins the remote delta is skipped; if the remote one wins the two are merged, applied, and the local
+edit is dropped from the outbox, never pushed.
+
+What the server does about each of those:
+
+* **Exact positions.** A session per client (:class:`SinceSession`, keyed by gateway and clientId) records every
+  ``serverHlc`` handed to it with the log positions it stands for. A pull ``since`` one of them resumes from exactly
+  there: nothing re-read, nothing committed late skipped.
+* **Full rows, with the op the client can apply.** Each change is sent with its own op, HLC, clientId and deltaId but
+  with the row's *full* state after it as columns (as the original gateway's merged log deltas do), so a remote delta
+  that wins pairwise against a local edit leaves the client holding the server's row. The op follows what the client
+  holds: ``INSERT`` for a row it cannot hold yet, ``UPDATE`` for one it holds (it could see the row before the change,
+  or wrote the change itself), ``DELETE`` when the row is gone or left its buckets, nothing for a row it never could
+  see. A page with nothing uncertain in it is exactly what the original gateway would send for a fresh client.
+* **Row form where the server cannot know what the client holds** (:func:`row_form`): a ``DELETE`` followed by an
+  ``INSERT`` of every live column, both with HLC 0 -- idempotent whatever the client holds, and losing pairwise
+  against any pending local edit (which the client then keeps and pushes). Used for entries that may have been
+  delivered already: the re-read window of an unknown ``since``; the page before a push (a push hands out a
+  ``serverHlc`` standing for the positions the client last *confirmed*, since it does not say whether the client
+  applied its last pull); everything after a client that had a session comes back with an unknown ``since`` (it
+  restarted and forgot its position, so it resumes from the positions it last confirmed).
+* **Redelivery.** A pushed delta that produced no log entry (a column lost, a duplicate, a delete) leaves the pusher
+  with a row the server does not have, and no commit would ever send it back: the push records the row in the
+  pusher's session (:func:`note_push`) and the next pull sends its current state in row form.
+
+A client without a session (the first pull) is served like the original gateway serves it: full rows from the first
+entry after ``since`` (and the re-read window before a recent ``since`` in row form). Cursor pulls are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from lakesync.core.canonical import JsonValue
+from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
+from lakesync.core.errors import CommitConflictError
+from lakesync.core.rules import Claims, SyncRules, row_matches
+from lakesync.gateway.model import CommitConflict
+
+HANDOUTS_KEPT = 4
+"""``serverHlc`` values remembered per client (a client only ever sends back its latest)."""
+MAX_REDELIVER = 1000
+"""Rows a session holds for redelivery; beyond it the oldest are dropped (see :func:`note_push`)."""
+MAX_PUSHED = 256
+"""Rows a session remembers the client wrote (so a later ``INSERT`` of them by another client is sent as ``UPDATE``);
+a small bound keeps the session item, written on every pull and push of the client, to a few KB."""
+SESSION_TTL_S = 30 * 24 * 3600
+"""An idle session expires after this; the client is then served as a new one."""
+
+RowKey = tuple[str, str]
+"""``(table, row_id)``."""
+Positions = Mapping[str, int]
+"""Per shard key, the last log sequence a client has been handed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handout:
+    """A ``serverHlc`` handed to a client: where it resumes, and up to where entries may already be at the client."""
+
+    server_hlc: int
+    positions: Positions
+    uncertain: Positions | None = None
+
+    def to_json(self) -> list[Any]:
+        """``["hlc", positions, uncertain]``."""
+        return [str(self.server_hlc), dict(self.positions), None if self.uncertain is None else dict(self.uncertain)]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> Handout:
+        """Inverse of :meth:`to_json`."""
+        return cls(int(raw[0]), dict(raw[1]), None if len(raw) < 3 or raw[2] is None else dict(raw[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class SinceSession:
+    """What the server remembers of one ``since`` client.
+
+    Attributes:
+        handouts: Handed out, oldest first (at most :data:`HANDOUTS_KEPT`).
+        confirmed: The positions of the latest known ``since`` the client sent (it applied everything before them).
+        redeliver: Rows whose current state the client must be sent.
+        pushed: Rows the client wrote most recently (it holds them locally).
+        version: The stored version (optimistic concurrency).
+    """
+
+    handouts: tuple[Handout, ...] = ()
+    confirmed: Positions | None = None
+    redeliver: tuple[RowKey, ...] = ()
+    pushed: tuple[RowKey, ...] = ()
+    version: int = 0
+
+    def handout(self, since: int) -> Handout | None:
+        """The handout of ``since``, or ``None`` if this session never handed it out."""
+        for handout in reversed(self.handouts):
+            if handout.server_hlc == since:
+                return handout
+        return None
+
+    def handed(self, handout: Handout) -> SinceSession:
+        """This session with one more handout (the oldest forgotten beyond :data:`HANDOUTS_KEPT`)."""
+        return replace(self, handouts=(*self.handouts, handout)[-HANDOUTS_KEPT:])
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored JSON shape (HLCs as decimal strings)."""
+        return {
+            "h": [h.to_json() for h in self.handouts],
+            "c": None if self.confirmed is None else dict(self.confirmed),
+            "r": [list(row) for row in self.redeliver],
+            "p": [list(row) for row in self.pushed],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], version: int) -> SinceSession:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            handouts=tuple(Handout.from_json(h) for h in doc.get("h", [])),
+            confirmed=None if doc.get("c") is None else dict(doc["c"]),
+            redeliver=tuple((str(t), str(r)) for t, r in doc.get("r", [])),
+            pushed=tuple((str(t), str(r)) for t, r in doc.get("p", [])),
+            version=version,
+        )
+
+    def encode(self) -> str:
+        """The stored text."""
+        return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
+
+
+class SinceSessionStore(Protocol):
+    """Sessions of ``since`` clients, by gateway and clientId."""
+
+    def get(self, gateway: str, client_id: str) -> SinceSession | None:
+        """The client's session (consistent read), or ``None``."""
+        ...
+
+    def put(self, gateway: str, client_id: str, session: SinceSession, expires_at: int) -> None:
+        """Store ``session`` as version ``session.version + 1`` if the stored version is still ``session.version``
+        (0: none stored).
+
+        Raises:
+            CommitConflict: another request changed the session meanwhile.
+        """
+        ...
+
+
+class InMemorySinceSessions:
+    """:class:`SinceSessionStore` in memory (tests of pure logic; the contract tests run it beside DynamoDB)."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, gateway: str, client_id: str) -> SinceSession | None:
+        with self._lock:
+            found = self._items.get((gateway, client_id))
+        return None if found is None else SinceSession.from_json(json.loads(found[0]), found[1])
+
+    def put(self, gateway: str, client_id: str, session: SinceSession, expires_at: int) -> None:
+        with self._lock:
+            stored = self._items.get((gateway, client_id))
+            if (stored[1] if stored else 0) != session.version:
+                raise CommitConflict()
+            self._items[(gateway, client_id)] = (session.encode(), session.version + 1)
+
+
+def row_form(
+    table: str, row_id: str, writer: str, values: Mapping[str, JsonValue] | None, *, held: bool
+) -> list[RowDelta]:
+    """A row's current state as the original applier applies it idempotently, whatever it holds: ``DELETE`` then
+    ``INSERT`` of the live columns (``values`` not None), or just ``DELETE`` when the client may hold a row that is
+    gone or invisible to it (``held``). HLC 0: a pending local edit of the row wins pairwise and is kept."""
+    if values is None and not held:
+        return []
+    out = [make_delta(DeltaOp.DELETE, table=table, row_id=row_id, client_id=writer, hlc=0)]
+    if values is not None:
+        out.append(make_delta(DeltaOp.INSERT, table=table, row_id=row_id, client_id=writer, hlc=0, columns=values))
+    return out
+
+
+def full_row(
+    delta: RowDelta,
+    values: Mapping[str, JsonValue] | None,
+    *,
+    held: bool,
+    before: Mapping[str, JsonValue] | None = None,
+    hlc: int | None = None,
+) -> RowDelta | None:
+    """One change as the original applier should apply it: the delta's identity with the row's full state after it,
+    ``INSERT`` for a row the client does not hold, ``UPDATE`` for one it holds (columns the row had ``before`` and no
+    longer has -- a delete removed them -- set to null), ``DELETE`` when the row is gone or invisible (``values``
+    None) and held, ``None`` when there is nothing for the client to do. ``hlc`` replaces the delta's HLC (0 for a
+    client with a session: its pending local edits always win pairwise)."""
+    stamp = delta.hlc if hlc is None else hlc
+    if values is None:
+        if not held:
+            return None
+        return replace(delta, op=DeltaOp.DELETE, columns=(), hlc=stamp)
+    columns = [ColumnDelta(k, v) for k, v in values.items()]
+    if held:
+        columns.extend(ColumnDelta(k, None) for k in (before or {}) if k not in values)
+    op = DeltaOp.UPDATE if held else DeltaOp.INSERT
+    return replace(delta, op=op, columns=tuple(columns), hlc=stamp)
+
+
+def visible_values(
+    rules: SyncRules | None, claims: Claims, table: str, values: Mapping[str, JsonValue] | None
+) -> dict[str, JsonValue] | None:
+    """``values`` if the client may see the row, else ``None``."""
+    if values is None or not row_matches(rules, claims, table, dict(values)):
+        return None
+    return dict(values)
+
+
+def lost_rows(deltas: Sequence[RowDelta], receipts: Sequence[Any]) -> list[RowKey]:
+    """Rows of pushed deltas whose push may leave the pusher holding what the server does not: a losing column, a
+    duplicate, or any delete (the client's row is gone while the server's may live on in newer columns).
+
+    ``receipts`` are the push's :class:`~lakesync.gateway.push.DeltaReceipt` in the deltas' order.
+    """
+    out: dict[RowKey, None] = {}
+    for delta, receipt in zip(deltas, receipts, strict=False):
+        if receipt.duplicate or delta.op is DeltaOp.DELETE or any(not c.applied for c in receipt.columns):
+            out[(delta.table, delta.row_id)] = None
+    return list(out)
+
+
+def merge_redeliver(current: Sequence[RowKey], more: Iterable[RowKey]) -> tuple[RowKey, ...]:
+    """``current`` plus ``more`` (deduplicated, order kept), the newest :data:`MAX_REDELIVER`."""
+    merged = dict.fromkeys([*current, *more])
+    return tuple(merged)[-MAX_REDELIVER:]
+
+
+def note_push(
+    store: SinceSessionStore | None,
+    gateway: str,
+    client_id: str,
+    deltas: Sequence[RowDelta],
+    receipts: Sequence[Any],
+    server_hlc: int,
+    now_s: int,
+    *,
+    attempts: int = 5,
+) -> None:
+    """Record a push in the pusher's session, if it has one (only ``since`` clients do): the ``serverHlc`` it hands
+    out resumes from the positions the client last confirmed, with the entries handed out since then uncertain (the
+    client may or may not have applied its last pull); rows that may differ at the pusher are queued for redelivery.
+
+    Raises:
+        CommitConflictError: the session kept changing under concurrent requests of the same client.
+    """
+    if store is None:
+        return
+    lost = lost_rows(deltas, receipts)
+    for _ in range(attempts):
+        session = store.get(gateway, client_id)
+        if session is None:
+            return
+        latest = session.handouts[-1] if session.handouts else None
+        base = session.confirmed if session.confirmed is not None else (latest.positions if latest else {})
+        uncertain = _furthest(latest.positions, latest.uncertain) if latest is not None else None
+        updated = replace(
+            session.handed(Handout(server_hlc, dict(base), uncertain)),
+            redeliver=merge_redeliver(session.redeliver, lost)[-MAX_REDELIVER:],
+            pushed=merge_redeliver(session.pushed, ((d.table, d.row_id) for d in deltas))[-MAX_PUSHED:],
+        )
+        try:
+            store.put(gateway, client_id, updated, now_s + SESSION_TTL_S)
+        except CommitConflict:
+            continue
+        return
+    raise CommitConflictError(f"The sync session of client {client_id!r} is being changed concurrently; retry")
+
+
+def _furthest(a: Positions, b: Positions | None) -> dict[str, int]:
+    out = dict(a)
+    for key, seq in (b or {}).items():
+        out[key] = max(out.get(key, 0), seq)
+    return out
+
+
+__all__ = [
+    "HANDOUTS_KEPT",
+    "MAX_PUSHED",
+    "MAX_REDELIVER",
+    "SESSION_TTL_S",
+    "Handout",
+    "InMemorySinceSessions",
+    "Positions",
+    "RowKey",
+    "SinceSession",
+    "SinceSessionStore",
+    "full_row",
+    "lost_rows",
+    "merge_redeliver",
+    "note_push",
+    "row_form",
+    "visible_values",
+]
