@@ -85,7 +85,7 @@ class OriginalClient:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
-        self.db = sqlite3.connect(":memory:", isolation_level=None)
+        self.db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         for table, columns in self.tables.items():
             cols = "".join(f', "{c}" TEXT' for c in columns)
             self.db.execute(f'CREATE TABLE "{table}" (_rowId TEXT PRIMARY KEY{cols})')
