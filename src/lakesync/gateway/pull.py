@@ -5,11 +5,12 @@ Two ways to say where a client is:
 * **cursor** (ours): an opaque token holding, per shard, the last commit sequence the client consumed. Every commit
   gets the next sequence of its shard under an optimistic guard, and the log is read consistently, so a pull from a
   cursor returns every later commit exactly once -- including commits that finished late.
-* **since** (the original client's ``serverHlc``): entries whose commit HLC is after ``since``, plus -- when
-  ``since`` is recent -- the entries of the re-read window before it (``since_window_ms``, longer than any commit
-  attempt can take), which may still have been in flight when ``since`` was issued. Window entries do not count
-  against the page limit, so paging always progresses. Delivery is at-least-once; applying a delta twice is harmless
-  (per-column LWW is idempotent).
+* **since** (the original client's ``serverHlc``): served so that the original client converges and never gets
+  stuck (:mod:`lakesync.gateway.since`): exact positions from the client's session, full rows with an op its applier
+  can apply, ``DELETE``+``INSERT`` where the server cannot know what it holds.
+
+Every page carries a cursor, holds at most ``limit`` deltas and ``max_page_bytes`` (a Lambda response must stay under
+6 MB), and says ``hasMore`` when it was cut.
 
 The flush job may release (delete) the oldest part of a shard's log once it is in the lake and covered by a
 checkpoint; a pull whose position is behind the released part (cursor sequence below ``released_seq``, ``since``
