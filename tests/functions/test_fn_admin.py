@@ -335,3 +335,12 @@ def test_admin_schema_changing_key_delete_or_source_is_an_unsafe_evolution(api, 
     assert reply.status == 400 and reply.json() == {"error": error, "code": "SCHEMA_ERROR"}
     listed = api.call(admin_fn, api.event("admin_schema_get", token=api.admin_token())).json()
     assert listed == {"schemas": [{"version": 1, "schema": schema}]}
+
+
+def test_admin_schema_reference_with_an_object_cardinality_is_400(api):
+    # (before: 500, the cardinality was looked up in a set)
+    ref = {"table": "b", "column": "c", "cardinality": {}}
+    doc = {"table": "todos", "columns": [{"name": "a", "type": "string", "references": ref}]}
+    reply = api.call(admin_fn, api.event("admin_schema_post", token=api.admin_token(), body=doc))
+    assert (reply.status, reply.json()["code"]) == (400, "SCHEMA_ERROR")
+    assert api.items()["config"] == 0

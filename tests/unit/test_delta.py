@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lakesync.core.canonical import js_number, js_stringify, stable_stringify
-from lakesync.core.delta import DeltaOp, RowDelta, apply_delta, delta_id, extract_delta, make_delta
+from lakesync.core.delta import (
+    ColumnDelta,
+    DeltaOp,
+    RowDelta,
+    apply_delta,
+    delta_id,
+    extract_delta,
+    make_delta,
+    validate_row_delta,
+)
 from lakesync.core.errors import ValidationError
 
 VECTORS = Path(__file__).parent.parent / "vectors"
@@ -124,7 +134,7 @@ def test_row_delta_json_round_trip():
         ({"rowId": 7}, "rowId must be a non-empty string"),
         ({"hlc": 65536000000}, "hlc must be a decimal string"),
         ({"columns": {"a": 1}}, "columns must be an array"),
-        ({"columns": [{"value": 1}]}, "columns\\[0\\] must be an object"),
+        ({"columns": [{"value": 1}]}, "columns\\[0\\].column must be a non-empty string"),
         ({"columns": [{"column": "a"}]}, "must have a 'value'"),
         ({"columns": [{"column": "a", "value": float("inf")}]}, "finite"),
     ],
@@ -170,3 +180,55 @@ def test_from_stored_json_decodes_stored_text_exactly_as_from_json(delta):
     # The text a store keeps: the delta's JSON.stringify rendering
     text = js_stringify(delta.to_json())
     assert RowDelta.from_stored_json(text) == RowDelta.from_json(json.loads(text))
+
+
+# -- validate_row_delta: the one field check of a client's delta, whatever its encoding -------------------------
+
+
+def _valid() -> RowDelta:
+    return make_delta("UPDATE", table="todos", row_id="r1", client_id="c1", hlc=5, columns={"title": "x"})
+
+
+def test_validate_row_delta_accepts_a_valid_delta():
+    validate_row_delta(_valid(), where="deltas[0]")
+    validate_row_delta(replace(_valid(), client_id="é" * 128, delta_id="d" * 256))  # exactly 256 bytes each
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"table": ""}, "deltas[2].table must be a non-empty string"),
+        ({"row_id": ""}, "deltas[2].rowId must be a non-empty string"),
+        ({"client_id": ""}, "deltas[2].clientId must be a non-empty string"),
+        ({"delta_id": ""}, "deltas[2].deltaId must be a non-empty string"),
+        ({"row_id": "a\ud800"}, "deltas[2].rowId is not valid UTF-8 text (it holds the lone surrogate U+D800)"),
+        ({"table": "\udfff"}, "deltas[2].table is not valid UTF-8 text (it holds the lone surrogate U+DFFF)"),
+        ({"client_id": "c\udc00"}, "deltas[2].clientId is not valid UTF-8 text (it holds the lone surrogate U+DC00)"),
+        ({"delta_id": "\ud83d"}, "deltas[2].deltaId is not valid UTF-8 text (it holds the lone surrogate U+D83D)"),
+        ({"client_id": "c" * 257}, "deltas[2].clientId is 257 bytes; the limit is 256"),
+        ({"delta_id": "é" * 129}, "deltas[2].deltaId is 258 bytes; the limit is 256"),
+        ({"hlc": 1 << 64}, "deltas[2].hlc is out of range for a 64-bit HLC"),
+        ({"columns": (ColumnDelta("", 1),)}, "deltas[2].columns[0].column must be a non-empty string"),
+        ({"columns": (ColumnDelta("a", 1), ColumnDelta("b\ud800", 1))}, "deltas[2].columns[1].column is not valid"),
+        ({"columns": (ColumnDelta("a", ["x", {"y": "\ud800"}]),)}, "deltas[2].columns[0].value is not valid UTF-8"),
+        ({"columns": (ColumnDelta("a", {"k\udfff": 1}),)}, "deltas[2].columns[0].value is not valid UTF-8"),
+        ({"columns": (ColumnDelta("a", float("nan")),)}, "deltas[2].columns[0].value must be a finite number"),
+    ],
+)
+def test_validate_row_delta_names_the_first_bad_field(change, message):
+    with pytest.raises(ValidationError) as info:
+        validate_row_delta(replace(_valid(), **change), where="deltas[2]")
+    assert info.value.message.startswith(message) and info.value.status == 400
+
+
+def test_validate_row_delta_keeps_well_formed_non_bmp_text():
+    # A character beyond the BMP is one code point in Python (a surrogate pair only in UTF-16): valid text
+    validate_row_delta(replace(_valid(), row_id="😀", columns=(ColumnDelta("a", {"😀": ["😀"]}),)))
+
+
+def test_from_json_only_parses_so_stored_deltas_with_old_text_still_load():
+    # (the gateway validates what clients send; a stored delta is read back whatever it holds)
+    delta = RowDelta.from_json({**_valid().to_json(), "columns": [{"column": "a", "value": "x\ud800"}]})
+    assert delta.columns[0].value == "x\ud800"
+    with pytest.raises(ValidationError):
+        validate_row_delta(delta)

@@ -502,6 +502,116 @@ def test_push_row_growing_past_the_limit_is_refused_with_nothing_written_to_its_
     assert env.snapshot() == before
 
 
+class CountingBuffer:
+    """Wraps a buffer and counts its commits and row reads."""
+
+    def __init__(self, inner: InMemoryBufferStore) -> None:
+        self.inner = inner
+        self.commits: list[Commit] = []
+        self.row_reads: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def get_rows(self, gateway: str, rows: Any) -> Any:
+        self.row_reads.append(len(rows))
+        return self.inner.get_rows(gateway, rows)
+
+    def commit(self, commit: Commit) -> None:
+        self.commits.append(commit)
+        self.inner.commit(commit)
+
+
+@pytest.mark.parametrize("layout", ["chunks", "sub-shards", "tables"])
+def test_push_whose_last_chunk_outgrows_a_row_commits_no_chunk_at_all(layout: str) -> None:
+    # Given a push of several chunks (or shards) whose last delta grows an existing row past the limit
+    env = Env(max_row_bytes=100, chunk_deltas=4, sub_shards={"todos": 4} if layout == "sub-shards" else {})
+    env.push(d(row="big", title="a" * 40))
+    before = env.snapshot()
+    counting = CountingBuffer(env.buffer)
+    env.deps = replace(env.deps, buffer=counting)
+    table = (lambda i: "notes" if i % 2 else "todos") if layout == "tables" else (lambda i: "todos")
+    harmless = [d(row=f"r{i}", hlc=t(1), table=table(i), v=i) for i in range(10)]
+
+    # When it is pushed
+    with pytest.raises(SchemaError, match="Row todos:big would grow to"):
+        env.push(*harmless, d(row="big", hlc=t(2), body="b" * 40))
+
+    # Then the growth was found before the first commit (before: the earlier chunks were committed)
+    assert counting.commits == []
+    assert env.snapshot() == before
+
+
+def test_push_of_one_chunk_reads_its_rows_only_with_its_basis() -> None:
+    # Given a push that fits one chunk, When pushed, Then no separate row read precedes the chunk's basis read
+    env = Env()
+    counting = CountingBuffer(env.buffer)
+    env.deps = replace(env.deps, buffer=counting)
+    env.push(*[d(row=f"r{i}", v=i) for i in range(5)])
+    assert counting.row_reads == [] and len(counting.commits) == 1
+
+
+def test_push_of_several_chunks_reads_the_rows_in_slices_of_100() -> None:
+    env = Env(chunk_deltas=48)
+    counting = CountingBuffer(env.buffer)
+    env.deps = replace(env.deps, buffer=counting)
+    env.push(*[d(row=f"r{i}", v=i) for i in range(250)])
+    assert sorted(counting.row_reads) == [50, 100, 100]
+    assert len(env.log()) == 250
+
+
+def test_push_row_whose_state_outgrows_an_item_is_refused_before_anything_is_written() -> None:
+    # Given 3 deltas x 3,000 small columns: values within the row limit, the state with its versions beyond 400 KB
+    env = Env(chunk_deltas=1)
+    client = "connector-" + "x" * 90
+    deltas = [d(row="wide", client=client, hlc=t(i), **{f"c{i}_{j}": 0 for j in range(3000)}) for i in range(3)]
+    # When pushed, Then 422 before the first chunk commits
+    with pytest.raises(
+        SchemaError, match=r"Row todos:wide would be stored as [\d,]+ bytes \([\d,]+ columns with their"
+    ):
+        env.push(*deltas, client=client)
+    assert env.log() == []
+
+
+def test_push_same_delta_id_from_two_clients_are_two_deltas() -> None:
+    # Given an admin pushing, in one batch, deltas of two clients that carry the same deltaId
+    env = Env()
+    a = d(row="ra", client="a", title="A")
+    b = replace(d(row="rb", client="b", title="B"), delta_id=a.delta_id)
+    # When pushed, Then both are applied (dedup is per client), and each is a duplicate only of itself later
+    result = env.push(a, b, client="ops", trusted=True)
+    assert [r.duplicate for r in result.receipts] == [False, False]
+    assert (env.row("todos", "ra"), env.row("todos", "rb")) == ({"title": "A"}, {"title": "B"})
+    again = env.push(b, a, client="ops", trusted=True)
+    assert [r.duplicate for r in again.receipts] == [True, True]
+
+
+def test_push_another_clients_recorded_delta_id_does_not_drop_a_delta() -> None:
+    # Given client b's delta recorded under the deltaId client a is about to use
+    env = Env()
+    victim = d(row="ra", client="a", title="A")
+    env.push(replace(d(row="rb", client="b", title="B"), delta_id=victim.delta_id))
+    # When a pushes, Then its delta is applied
+    result = env.push(victim)
+    assert result.receipts[0].duplicate is False and env.row("todos", "ra") == {"title": "A"}
+
+
+def test_push_storage_error_of_a_commit_is_not_retried() -> None:
+    # Given a store that refuses the commit for what it holds (not a lost race)
+    class RefusingBuffer(CountingBuffer):
+        def commit(self, commit: Commit) -> None:
+            self.commits.append(commit)
+            raise StorageError("DynamoDB cancelled the commit to table 'todos': item 2: ValidationError: too big")
+
+    env = Env()
+    refusing = RefusingBuffer(env.buffer)
+    env.deps = replace(env.deps, buffer=refusing)
+    # When pushed, Then the error surfaces at once: one attempt, no backoff
+    with pytest.raises(StorageError, match="ValidationError"):
+        env.push(d())
+    assert len(refusing.commits) == 1 and env.sleeps == []
+
+
 # -- backpressure and flush requests -----------------------------------------------------------------------------
 
 

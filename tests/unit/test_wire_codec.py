@@ -543,3 +543,43 @@ def test_fuzz_mutated_valid_message_decodes_or_fails_cleanly(noise):
         wire.decode_sync_push(mutated)
     except CodecError as exc:
         assert exc.message == "Failed to decode SyncPush"
+
+
+# -- one field validation for both encodings ---------------------------------------------------------------------
+
+_PUSHED = RowDelta(DeltaOp.UPDATE, "todos", "r1", "c1", (ColumnDelta("title", "x"),), 5, "d1")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"delta_id": ""},
+        {"row_id": ""},
+        {"table": ""},
+        {"client_id": ""},
+        {"columns": (ColumnDelta("", 1),)},
+        {"columns": (ColumnDelta("title", "x\ud800"),)},
+        {"columns": (ColumnDelta("title", {"k": ["\udfff"]}),)},
+        {"delta_id": "d" * 300},
+    ],
+    ids=["deltaId", "rowId", "table", "clientId", "column", "lone-surrogate", "nested-surrogate", "long-deltaId"],
+)
+def test_protobuf_and_json_deltas_fail_the_same_field_check(change):
+    # Given one bad delta in both encodings (a protobuf string left unset decodes as "", the proto3 default)
+    from dataclasses import replace
+
+    from lakesync.core.delta import validate_row_delta
+
+    bad = replace(_PUSHED, **change)
+    decoded = wire.decode_sync_push(wire.encode_sync_push(SyncPush("c1", (bad,)))).deltas[0]
+    assert decoded == bad  # the codec decodes; it does not judge the fields
+
+    # When the gateway checks each, Then both are refused with the same message
+    def refusal(parse: Any) -> str:
+        with pytest.raises(ValidationError) as info:
+            validate_row_delta(parse(), where="deltas[0]")
+        return info.value.message
+
+    from_json = refusal(lambda: RowDelta.from_json(bad.to_json(), where="deltas[0]"))
+    from_pb = refusal(lambda: decoded)
+    assert from_json == from_pb

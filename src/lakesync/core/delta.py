@@ -119,8 +119,10 @@ class RowDelta:
             raise ValidationError(f"{where}.columns must be an array")
         columns = []
         for i, col in enumerate(raw_columns):
-            if not isinstance(col, Mapping) or not isinstance(col.get("column"), str) or not col["column"]:
-                raise ValidationError(f"{where}.columns[{i}] must be an object with a non-empty 'column'")
+            if not isinstance(col, Mapping):
+                raise ValidationError(f"{where}.columns[{i}] must be an object")
+            if not isinstance(col.get("column"), str) or not col["column"]:
+                raise ValidationError(f"{where}.columns[{i}].column must be a non-empty string")
             if "value" not in col:
                 raise ValidationError(f"{where}.columns[{i}] must have a 'value' (use null)")
             _check_json_value(col["value"], f"{where}.columns[{i}].value")

@@ -284,6 +284,7 @@ def _parse_reference(column: str, ref: object) -> ColumnReference | None:
         isinstance(ref, Mapping)
         and is_valid_identifier(ref.get("table"))
         and is_valid_identifier(ref.get("column"))
+        and isinstance(ref.get("cardinality"), str)  # an unhashable JSON value cannot be looked up in a set
         and ref.get("cardinality") in {c.value for c in Cardinality}
     ):
         return ColumnReference(ref["table"], ref["column"], Cardinality(ref["cardinality"]))
