@@ -40,6 +40,7 @@ written at ``t3 > t2``), and its equal-HLC-equal-clientId rule ("remote wins") i
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,7 @@ class Version:
     @property
     def key(self) -> tuple[int, bytes]:
         """The sort key: ``(hlc, utf16_key(client_id))``."""
-        return self.hlc, utf16_key(self.client_id)
+        return self.hlc, _client_key(self.client_id)
 
     def __lt__(self, other: Version) -> bool:
         return self.key < other.key
@@ -72,6 +73,12 @@ class Version:
 
     def __ge__(self, other: Version) -> bool:
         return self.key >= other.key
+
+
+@functools.lru_cache(maxsize=4096)
+def _client_key(client_id: str) -> bytes:
+    # Versions compare constantly and a gateway sees few distinct clientIds: encode each once.
+    return utf16_key(client_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +176,27 @@ class MergeResult:
     effective: RowDelta | None
 
 
+def _derived(
+    table: str,
+    row_id: str,
+    columns: dict[str, ColumnState],
+    tombstone: Version | None,
+    written: Version | None,
+) -> RowState:
+    """A state the merge itself derived from a valid one: it holds the invariants by construction, so the checks of
+    ``RowState.__post_init__`` (a third of a merge's time) are skipped."""
+    state = object.__new__(RowState)
+    for name, value in (
+        ("table", table),
+        ("row_id", row_id),
+        ("columns", columns),
+        ("tombstone", tombstone),
+        ("written", written),
+    ):
+        object.__setattr__(state, name, value)
+    return state
+
+
 def _mismatch(left: RowState, table: str, row_id: str) -> ConflictError:
     return ConflictError(
         f"Cannot resolve conflict: mismatched table/rowId ({left.table}:{left.row_id} vs {table}:{row_id})"
@@ -224,7 +252,7 @@ def _merge_delete(state: RowState, delta: RowDelta, version: Version) -> MergeRe
         return MergeResult(state, (), False, None)
     columns = {name: col for name, col in state.columns.items() if col.version > version}
     written = state.written if state.written is not None and state.written > version else None
-    new_state = RowState(state.table, state.row_id, columns, version, written)
+    new_state = _derived(state.table, state.row_id, columns, version, written)
     effective = dataclasses.replace(delta, columns=()) if delta.columns else delta
     return MergeResult(new_state, (), True, effective)
 
@@ -261,7 +289,7 @@ def _merge_write(state: RowState, delta: RowDelta, version: Version) -> MergeRes
         changed = True
     if not changed:
         return MergeResult(state, tuple(receipts), False, None)
-    new_state = RowState(state.table, state.row_id, columns, tomb, written)
+    new_state = _derived(state.table, state.row_id, columns, tomb, written)
     effective_columns = tuple(applied)
     effective = delta if effective_columns == delta.columns else dataclasses.replace(delta, columns=effective_columns)
     return MergeResult(new_state, tuple(receipts), True, effective)
@@ -286,7 +314,7 @@ def join(a: RowState, b: RowState) -> RowState:
     written = _max_version(a.written, b.written)
     if written is not None and tomb is not None and written <= tomb:
         written = None
-    return RowState(a.table, a.row_id, columns, tomb, written)
+    return _derived(a.table, a.row_id, columns, tomb, written)
 
 
 def fold(deltas: Iterable[RowDelta]) -> RowState | None:
