@@ -7,9 +7,11 @@ stores on first use; the JWT secret is read from the environment or from Secrets
 (:class:`lakesync.aws.secrets.CachedSecrets`, re-read every :data:`SECRET_TTL_S`, so a rotation reaches warm
 functions). :func:`reset_runtime` forgets all of it (tests, the local runner).
 
-:func:`one_at_a_time` serialises invocations within a process. Lambda never runs two at once in one process, but
-the local runner serves requests on threads, and Powertools keeps the current event, log keys and metric set in
-process-wide state.
+:func:`one_at_a_time` serialises invocations within a process. Lambda never runs two at once in one process, and
+the handlers rely on it: the Logger's appended keys, the metric set (shared by every ``Metrics`` instance) and each
+function's router event are process-wide state. On Lambda the lock is never contended. The embedded default serves
+concurrent requests from several handler processes (:mod:`lakesync.local.workers`), one invocation at a time each,
+as Lambda does; the lock still guards in-process callers (``workers=0``, the local materialiser thread).
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ Lambda never runs two invocations at once in one process, and the handlers rely 
 Logger's appended keys (``inject_lambda_context(clear_state=True)`` clears them for everyone), the metric set
 (shared by every ``Metrics`` instance) and our router's current event in process-wide state, so two invocations on
 threads of one process would mix their logs, flush each other's metrics or, with the router, answer with the other
-request's parameters. :class:`WorkerPool` therefore runs handlers in ``size`` worker processes (spawned, not forked:
-the parent runs threads), each serving one invocation at a time, as concurrent Lambda execution environments do;
-``functions._runtime.one_at_a_time`` stays as it is. The parent keeps the HTTP front (one thread per connection) and
-moto.
+request's parameters. :class:`WorkerPool` therefore runs handlers in ``size`` worker processes, each serving one
+invocation at a time, as concurrent Lambda execution environments do. Workers are fresh interpreters (``python -m
+lakesync.local.workers``): not forked, as the parent runs threads, and not ``multiprocessing``'s spawn, which would
+re-run the parent's main script (a user's script, or pytest). ``functions._runtime.one_at_a_time`` stays as it is.
+The parent keeps the HTTP front (one thread per connection) and moto.
 
 Invariants:
 
@@ -21,10 +22,12 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import queue
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,7 +45,7 @@ class WorkerCrashed(RuntimeError):
 
 @dataclass
 class _Worker:
-    process: Any
+    process: subprocess.Popen[bytes]
     conn: Connection
 
 
@@ -67,14 +70,15 @@ class WorkerPool:
         return self
 
     def _spawn(self) -> _Worker:
-        context = multiprocessing.get_context("spawn")
-        parent, child = context.Pipe()
-        process = context.Process(
-            target=_worker_main, args=(child, self.env, os.getpid()), name="lakesync-handler", daemon=True
-        )
-        process.start()
-        child.close()
-        worker = _Worker(process, parent)
+        parent, child = socket.socketpair()
+        with child:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lakesync.local.workers", str(child.fileno()), str(os.getpid())],
+                env={**os.environ, **self.env},
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        worker = _Worker(process, Connection(parent.detach()))
         with self._lock:
             self._all.append(worker)
         return worker
@@ -101,7 +105,11 @@ class WorkerPool:
 
     def _replace(self, worker: _Worker) -> None:
         worker.conn.close()
-        worker.process.join(5)
+        try:
+            worker.process.wait(5)
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            worker.process.wait(5)
         with self._lock:
             self._all.remove(worker)
             if self._closed:
@@ -122,16 +130,16 @@ class WorkerPool:
                 pass
         deadline = time.monotonic() + 30
         for worker in workers:
-            worker.process.join(max(0.1, deadline - time.monotonic()))
-            if worker.process.is_alive():
+            try:
+                worker.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 worker.process.kill()
-                worker.process.join(5)
+                worker.process.wait(5)
             worker.conn.close()
 
 
-def _worker_main(conn: Connection, env: dict[str, str], parent_pid: int) -> None:
+def _worker_main(conn: Connection, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.update(env)
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watchdog").start()
     import importlib
 
@@ -162,3 +170,7 @@ def _watch_parent(parent_pid: int) -> None:
         time.sleep(1.0)
         if os.getppid() != parent_pid:
             os._exit(0)
+
+
+if __name__ == "__main__":
+    _worker_main(Connection(int(sys.argv[1])), int(sys.argv[2]))
