@@ -1,0 +1,227 @@
+"""What durability and concurrent serving cost and buy in the embedded default (``lakesync local``).
+
+``python -m benchmarks.durability [--pushes N] [--rounds R] [--clients C] [--requests K] [--workers W]`` runs the
+embedded default in this process (:class:`lakesync.local.runner.LocalStack`, real HTTP) and measures, in one run:
+
+1. **Durability cost.** Sequential pushes of 48 deltas (one commit chunk each) and of 1 delta, over HTTP, with the
+   journal off (``persist=False``: moto's memory only, what ``kill -9`` used to lose), the journal without fsync
+   (survives ``kill -9``, not a power cut) and the journal with fsync before every acknowledgement (the default).
+   Configurations are interleaved round by round; medians over rounds; the figure is the throughput ratio.
+2. **Concurrent serving.** ``clients`` threads, each sending ``requests`` requests (alternately a 10-delta push and a
+   cursor pull) on its own connection: latency p50/p99 with handlers in this process one at a time (``workers=0``,
+   as before) and in ``workers`` handler processes; plus /health latency while a 4,000-delta push commits.
+
+Results: ``benchmarks/results/durability.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import machine_info, progress
+from lakesync.auth import mint_token
+from lakesync.client.http import SyncClient
+from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.hlc import HLC
+from lakesync.local.runner import LocalStack
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONFIGS = {
+    "journal off": {"persist": False},
+    "journal, no fsync": {"persist": True, "fsync": False},
+    "journal + fsync (default)": {"persist": True, "fsync": True},
+}
+
+
+def _deltas(prefix: str, count: int, hlc: HLC) -> list[RowDelta]:
+    return [
+        make_delta("INSERT", table="todos", row_id=f"{prefix}-{i}", client_id="w", hlc=hlc.now(), columns={"v": i})
+        for i in range(count)
+    ]
+
+
+def _push_rate(config: dict[str, Any], pushes: int, size: int) -> float:
+    """Deltas per second of ``pushes`` sequential pushes of ``size`` deltas."""
+    with tempfile.TemporaryDirectory() as tmp, LocalStack(Path(tmp), port=0, materialise=False, **config) as stack:
+        writer = SyncClient(stack.url, "default", mint_token("w", "default", stack.secret), "w")
+        hlc = HLC()
+        batches = [_deltas(f"p{n}", size, hlc) for n in range(pushes + 3)]
+        for batch in batches[:3]:  # warm-up: imports, connections
+            writer.push(batch)
+        started = time.perf_counter()
+        for batch in batches[3:]:
+            writer.push(batch)
+        return pushes * size / (time.perf_counter() - started)
+
+
+def durability_cost(pushes: int, rounds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for size in (48, 1):
+        rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
+        for r in range(rounds):
+            for name, config in CONFIGS.items():
+                rate = _push_rate(config, pushes if size > 1 else pushes * 2, size)
+                rates[name].append(rate)
+                progress(f"size {size} round {r + 1}: {name}: {rate:,.0f} deltas/s")
+        medians = {name: statistics.median(values) for name, values in rates.items()}
+        base = medians["journal off"]
+        out[f"push_{size}"] = {
+            name: {
+                "deltas_per_s": round(medians[name]),
+                "pushes_per_s": round(medians[name] / size, 1),
+                "ratio_to_off": round(medians[name] / base, 3),
+                "rounds": [round(v) for v in rates[name]],
+            }
+            for name in CONFIGS
+        }
+    return out
+
+
+def _percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def _concurrent(workers: int, clients: int, requests: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        with LocalStack(Path(tmp), port=0, persist=True, materialise=False, workers=workers) as stack:
+            latencies: list[float] = []
+            lock = threading.Lock()
+            errors: list[str] = []
+
+            def client(c: int) -> None:
+                me = f"c{c}"
+                sync = SyncClient(stack.url, "default", mint_token(me, "default", stack.secret), me)
+                hlc = HLC()
+                mine: list[float] = []
+                cursor = None
+                for k in range(requests):
+                    started = time.perf_counter()
+                    try:
+                        if k % 2 == 0:
+                            sync.push(_deltas(f"{me}-{k}", 10, hlc))
+                        else:
+                            page = sync.request(
+                                "GET", "/v1/sync/default/pull", query={"clientId": me, "limit": 100, "cursor": cursor}
+                            )
+                            cursor = page.get("cursor")
+                    except Exception as e:  # recorded, and the figure is not reported as clean
+                        errors.append(repr(e))
+                        continue
+                    mine.append(time.perf_counter() - started)
+                with lock:
+                    latencies.extend(mine)
+
+            threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+            started = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - started
+
+            # /health while a 4,000-delta push commits
+            writer = SyncClient(stack.url, "default", mint_token("w", "default", stack.secret), "w", timeout=300)
+            big = _deltas("big", 4000, HLC())
+            done = threading.Event()
+
+            def push() -> None:
+                writer.push(big)
+                done.set()
+
+            pusher = threading.Thread(target=push)
+            pusher.start()
+            time.sleep(0.5)
+            health: list[float] = []
+            while not done.is_set() and len(health) < 20:
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(f"{stack.url}/health", timeout=300) as resp:
+                    resp.read()
+                health.append(time.perf_counter() - t0)
+            pusher.join()
+    return {
+        "workers": workers,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "throughput_rps": round(len(latencies) / wall, 1),
+        "p50_ms": round(1000 * _percentile(latencies, 50), 1),
+        "p99_ms": round(1000 * _percentile(latencies, 99), 1),
+        "max_ms": round(1000 * max(latencies), 1),
+        "health_during_big_push_ms": {
+            "n": len(health),
+            "median": round(1000 * statistics.median(health), 1) if health else None,
+            "max": round(1000 * max(health), 1) if health else None,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pushes", type=int, default=150)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--workers", type=int, default=4)
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "parameters": vars(args),
+    }
+    results["durability"] = durability_cost(args.pushes, args.rounds)
+    results["concurrency"] = {
+        "before (workers=0)": _concurrent(0, args.clients, args.requests),
+        f"after (workers={args.workers})": _concurrent(args.workers, args.clients, args.requests),
+    }
+    progress(json.dumps(results["concurrency"]))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "durability.json").write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / "durability.md").write_text(_markdown(results))
+    print(_markdown(results))
+
+
+def _markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "# Durability and concurrent serving of `lakesync local`",
+        "",
+        f"{results['when']}, {results['machine']}. `python -m benchmarks.durability` ({results['parameters']}).",
+        "",
+        "## What the journal costs per push (sequential pushes over HTTP, medians of interleaved rounds)",
+        "",
+        "| push size | configuration | deltas/s | pushes/s | ratio to journal off |",
+        "|---|---|---|---|---|",
+    ]
+    for key, rows in results["durability"].items():
+        for name, row in rows.items():
+            size = key.split("_")[1]
+            lines.append(
+                f"| {size} | {name} | {row['deltas_per_s']:,} | {row['pushes_per_s']} | {row['ratio_to_off']:.2f} |"
+            )
+    lines += [
+        "",
+        f"## {results['parameters']['clients']} concurrent clients (10-delta pushes and cursor pulls alternately)",
+        "",
+        "| serving | requests | errors | req/s | p50 ms | p99 ms | max ms"
+        " | /health during a 4,000-delta push (median / max ms) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in results["concurrency"].items():
+        h = row["health_during_big_push_ms"]
+        lines.append(
+            f"| {name} | {row['requests']} | {row['errors']} | {row['throughput_rps']} | {row['p50_ms']} |"
+            f" {row['p99_ms']} | {row['max_ms']} | {h['median']} / {h['max']} (n={h['n']}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
