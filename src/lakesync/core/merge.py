@@ -209,11 +209,12 @@ def _value_key(value: JsonValue) -> bytes:
 
 def _compare(a: ColumnState, b: ColumnState) -> int:
     """-1, 0 or 1 as write ``a`` orders before, equal to or after write ``b`` (version, then canonical value)."""
-    ka, kb = a.version.key, b.version.key
-    if ka == kb:
-        va, vb = _value_key(a.value), _value_key(b.value)
-        return (va > vb) - (va < vb)
-    return 1 if ka > kb else -1
+    if a.hlc != b.hlc:
+        return 1 if a.hlc > b.hlc else -1
+    if a.client_id != b.client_id:
+        return 1 if _client_key(a.client_id) > _client_key(b.client_id) else -1
+    va, vb = _value_key(a.value), _value_key(b.value)
+    return (va > vb) - (va < vb)
 
 
 def _max_version(a: Version | None, b: Version | None) -> Version | None:
