@@ -675,3 +675,36 @@ def test_pull_cursor_reads_release_marks_only_for_shards_that_read_empty() -> No
     page = env.pull(cursor=encode_cursor({by_table["notes"].key: 1}))
     assert [x.table for x in page.deltas] == ["todos"]
     assert buffer.head_reads == [[by_table["notes"]]]
+
+
+# -- a log that regressed behind a cursor (a crash of a non-durable buffer, a restore) -------------------------------
+
+
+@pytest.mark.parametrize("new_entries", [2, 5, 8], ids=["behind", "level", "past"])
+def test_pull_cursor_into_a_regressed_log_is_410_not_a_silent_skip(new_entries: int) -> None:
+    # Given a client whose cursor stands after five entries
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(5)))
+    page = env.pull(100, cursor="")
+    assert len(page.deltas) == 5 and page.cursor is not None
+    # When the buffer comes back from an older state and takes new commits at the same sequence numbers
+    env.buffer = InMemoryBufferStore()
+    env.deps = replace(env.deps, buffer=env.buffer)
+    env.wall += 5000
+    env.push(*(d("INSERT", row=f"new{i}", hlc=t(5000 + i), v=i) for i in range(new_entries)))
+    # Then the cursor is refused (reload the checkpoint) instead of skipping the new entries it stands past
+    with pytest.raises(CursorExpiredError) as err:
+        env.pull(100, cursor=page.cursor)
+    assert "no longer matches" in err.value.message
+
+
+def test_pull_cursor_marks_follow_the_pages_and_an_unchanged_log_passes() -> None:
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(6)))
+    first = env.pull(3, cursor="")
+    assert first.has_more and first.cursor is not None
+    second = env.pull(3, cursor=first.cursor)
+    assert [x.row_id for x in second.deltas] == ["r3", "r4", "r5"]
+    env.push(d(row="r9", hlc=t(99), v=9))
+    assert second.cursor is not None
+    assert [x.row_id for x in env.pull(3, cursor=second.cursor).deltas] == ["r9"]

@@ -109,10 +109,26 @@ def _delta_json(item: LogEntry | RowDelta) -> object:
     return item.to_json() if isinstance(item, RowDelta) else item.wire_value()
 
 
-def encode_cursor(positions: Mapping[str, int]) -> str:
-    """Opaque cursor text for per-shard positions."""
-    raw = json.dumps({"v": _CURSOR_VERSION, "p": dict(sorted(positions.items()))}, separators=(",", ":"))
+def encode_cursor(positions: Mapping[str, int], marks: Mapping[str, int] | None = None) -> str:
+    """Opaque cursor text for per-shard positions, with the commit HLC of the entry at each position (``marks``)
+    where known, so a later pull can tell the log it resumes is the log it left."""
+    doc: dict[str, object] = {"v": _CURSOR_VERSION, "p": dict(sorted(positions.items()))}
+    if marks:
+        doc["h"] = {k: marks[k] for k in sorted(marks) if k in positions}
+    raw = json.dumps(doc, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def cursor_marks(cursor: str) -> dict[str, int]:
+    """The commit HLC of the entry at each position of a cursor decoded by :func:`decode_cursor` (cursors from
+    checkpoints and older cursors carry none)."""
+    data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    marks = data.get("h") if isinstance(data, dict) else None
+    if not isinstance(marks, dict):
+        return {}
+    if any(not isinstance(k, str) or type(v) is not int or v < 0 for k, v in marks.items()):
+        raise ValidationError("Invalid 'cursor' parameter")
+    return dict(marks)
 
 
 def decode_cursor(cursor: str, gateway: str) -> dict[str, int]:
@@ -152,6 +168,11 @@ class _ShardReader:
     after_seq: int | None
     after_hlc: int = 0
     images: bool = True
+    verify_hlc: int | None = None
+    """The commit HLC the entry at ``after_seq`` must have (from the cursor); checked by the first read."""
+    unverified: bool = False
+    """The entry at ``after_seq`` was not there to check (released, or lost): the caller checks the release marks."""
+    last_hlc: int | None = None
     buffer: list[LogEntry] = field(default_factory=list)
     exhausted: bool = False
 
@@ -161,16 +182,40 @@ class _ShardReader:
                 fetched = self.deps.buffer.read_log_by_commit_hlc(
                     self.shard, self.after_hlc, self.page, images=self.images
                 )
+            elif self.verify_hlc is not None and self.after_seq > 0:
+                fetched = self._verified_read(self.after_seq, self.verify_hlc)
             else:
                 fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page, images=self.images)
             self.buffer = fetched[::-1]
             self.exhausted = len(fetched) < self.page
         return self.buffer[-1] if self.buffer else None
 
+    def _verified_read(self, seq: int, expected_hlc: int) -> list[LogEntry]:
+        """Read from the entry at ``seq`` itself (one more item) and check it is the one the cursor left."""
+        self.verify_hlc = None
+        fetched = self.deps.buffer.read_log(self.shard, seq - 1, self.page + 1, images=self.images)
+        if fetched and fetched[0].seq == seq:
+            if fetched[0].commit_hlc != expected_hlc:
+                raise _Regressed(self.shard)
+            rest = fetched[1:]
+            self.exhausted = len(rest) < self.page
+            return rest
+        self.unverified = True
+        return self.deps.buffer.read_log(self.shard, seq, self.page, images=self.images)
+
     def pop(self) -> LogEntry:
         entry = self.buffer.pop()
         self.after_seq = entry.seq
+        self.last_hlc = entry.commit_hlc
         return entry
+
+
+class _Regressed(Exception):
+    """The entry at a cursor's position is not the one the cursor was handed after."""
+
+    def __init__(self, shard: ShardId) -> None:
+        super().__init__(shard.key)
+        self.shard = shard
 
 
 def pull(
@@ -199,10 +244,11 @@ def pull(
     if source:
         return _pull_from_source(deps, gateway, source, since or 0, limit, claims)
     positions = decode_cursor(cursor, gateway) if cursor else {}
+    marks = cursor_marks(cursor) if cursor else {}
     basis = (deps.pull_basis or StoresPullBasis(deps.config, deps.buffer)).read_pull_basis(gateway)
     rules, shards = basis.rules, list(basis.shards)
     if cursor is not None or since is None:
-        return _pull_by_cursor(deps, gateway, shards, positions, limit, rules, claims)
+        return _pull_by_cursor(deps, gateway, shards, positions, limit, rules, claims, marks)
     return _pull_since(deps, gateway, shards, since, limit, rules, claims, client_id)
 
 
@@ -275,25 +321,40 @@ def _pull_by_cursor(
     limit: int,
     rules: SyncRules | None,
     claims: Claims,
+    marks: Mapping[str, int],
 ) -> PullResult:
     page = _page_size(limit)
     images = rules_apply(rules)  # the row images only serve the sync rules
-    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images) for s in shards]
-    if len(readers) > 1:
-        for read in [io_pool().submit(reader.peek) for reader in readers]:
-            read.result()
-    # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
-    # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
-    idle = [reader.shard for reader in readers if reader.peek() is None]
-    for head in deps.buffer.get_heads(idle).values() if idle else ():
-        if positions.get(head.shard.key, 0) < head.released_seq:
+    readers = [
+        _ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images, verify_hlc=marks.get(s.key))
+        for s in shards
+    ]
+    try:
+        if len(readers) > 1:
+            for read in [io_pool().submit(reader.peek) for reader in readers]:
+                read.result()
+        # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
+        # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
+        idle = [reader.shard for reader in readers if reader.peek() is None]
+    except _Regressed as exc:
+        raise _regressed(gateway, exc.shard) from None
+    unverified = [reader.shard for reader in readers if reader.unverified]
+    checked = list(dict.fromkeys([*idle, *unverified]))
+    for head in deps.buffer.get_heads(checked).values() if checked else ():
+        position = positions.get(head.shard.key, 0)
+        if position < head.released_seq:
             raise _expired(gateway, head)
+        if position > head.seq or (head.shard in unverified and position > head.released_seq):
+            # The cursor is ahead of the log, or the entry it stands on vanished without a release.
+            raise _regressed(gateway, head.shard)
     collected, has_more = _collect(deps, readers, limit, rules, claims)
-    new_positions = dict(positions)
+    new_positions, new_marks = dict(positions), dict(marks)
     for reader in readers:
         if reader.after_seq:
             new_positions[reader.shard.key] = reader.after_seq
-    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions))
+        if reader.last_hlc is not None:
+            new_marks[reader.shard.key] = reader.last_hlc
+    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks))
 
 
 def _pull_since(
@@ -496,6 +557,13 @@ def _save_session(
             continue
         return
     raise CommitConflictError(f"The sync session of client {client_id!r} is being changed concurrently; retry")
+
+
+def _regressed(gateway: str, shard: ShardId) -> CursorExpiredError:
+    return CursorExpiredError(
+        f"The log of table {shard.table!r} no longer matches this cursor (the buffer was restored or recreated"
+        f" behind it); load the checkpoint (GET /v1/sync/{gateway}/checkpoint) and pull from its cursor"
+    )
 
 
 def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:
