@@ -542,6 +542,18 @@ def test_push_whose_last_chunk_outgrows_a_row_commits_no_chunk_at_all(layout: st
     assert env.snapshot() == before
 
 
+def test_push_of_several_chunks_rewriting_a_full_row_is_accepted() -> None:
+    # Given a row near the limit, and a push of several chunks rewriting its column again and again (the sum of the
+    # pushed columns exceeds the limit, so the growth check merges the row delta by delta to see it never grows)
+    env = Env(max_row_bytes=100, chunk_deltas=4)
+    env.push(d(row="big", title="a" * 40))
+    rewrites = [d(row="big", hlc=t(i), title=str(i) * 40) for i in range(1, 10)]
+    # When pushed, Then every chunk commits
+    result = env.push(*rewrites, d(row="new", hlc=t(20), body="b" * 60))
+    assert [r.duplicate for r in result.receipts] == [False] * 10
+    assert env.row("todos", "big") == {"title": "9" * 40} and env.row("todos", "new") == {"body": "b" * 60}
+
+
 def test_push_of_one_chunk_reads_its_rows_only_with_its_basis() -> None:
     # Given a push that fits one chunk, When pushed, Then no separate row read precedes the chunk's basis read
     env = Env()

@@ -445,3 +445,12 @@ def test_validate_delta_uses_source_table_when_set():
     with pytest.raises(SchemaError) as info:
         validate_delta(schema, _delta(DeltaOp.INSERT, table="jira_issues", other=1), 1)
     assert 'for table "jira_issues"' in info.value.message
+
+
+@pytest.mark.parametrize("cardinality", [{}, [], ["many-to-one"], 1, True])
+def test_parse_table_schema_reference_with_a_non_string_cardinality_is_a_schema_error(cardinality):
+    # (before: an object or array cardinality raised TypeError, a 500 on the admin route)
+    ref = {"table": "b", "column": "c", "cardinality": cardinality}
+    with pytest.raises(SchemaDefinitionError) as info:
+        parse_table_schema({"table": "t", "columns": [{"name": "a", "type": "string", "references": ref}]})
+    assert info.value.message.startswith('Invalid references for column "a"')

@@ -139,7 +139,7 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     deltas = message.deltas
     if len(deltas) > settings.max_deltas_per_push:
         raise ValidationError(f"Too many deltas in a single push (max {settings.max_deltas_per_push:,})")
-    _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
+    column_bytes = _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
 
     keys = [dedup_key(d.client_id, d.delta_id) for d in deltas]
     first_index: dict[str, int] = {}
@@ -161,11 +161,7 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     reading = _read_rows(deps, gateway, by_shard) if len(chunks) > 1 else None
     heads = deps.buffer.get_heads(list(by_shard))
     if reading is not None:
-        stored = reading.result()
-        for shard, pairs in by_shard.items():
-            merger = _Merger(deps, shard, stored)
-            for _, delta in pairs:
-                merger.merge(delta)
+        _check_growth(deps, by_shard, reading.result(), column_bytes)
     for head in heads.values():
         if head.unflushed_bytes >= settings.backpressure_limit:
             raise BackpressureError(
@@ -232,6 +228,57 @@ class _RowsRead:
         return found
 
 
+def _check_growth(
+    deps: GatewayDeps,
+    by_shard: dict[ShardId, list[_Keyed]],
+    stored: dict[tuple[str, str], StoredRow],
+    column_bytes: dict[int, int],
+) -> None:
+    """Refuse a push of several chunks, before its first commit, if any change would outgrow a row or an item.
+
+    A cheap bound first, per row: no state the row can pass through is larger than its stored values plus every
+    column the push sends it, with their versions. Only the rows that bound does not clear are merged delta by delta
+    with the same checks as a chunk's plan (:class:`_Merger`).
+    """
+    settings = deps.settings
+    for shard, pairs in by_shard.items():
+        by_row: dict[tuple[str, str], list[RowDelta]] = {}
+        for _, delta in pairs:
+            by_row.setdefault((delta.table, delta.row_id), []).append(delta)
+        unclear: dict[tuple[str, str], StoredRow] = {}
+        for key, deltas in by_row.items():
+            row = stored.get(key)
+            values = _json_size(row.state.values()) if row is not None else 2
+            versions = _versions_bound(row.state) if row is not None else 0
+            for delta in deltas:
+                values += _json_size(delta.values())
+                versions += len(delta.columns) * (32 + 6 * len(delta.client_id))
+            state = _ROW_ITEM_OVERHEAD + len(shard.gateway) + 2 + len(key[0]) + 4 * len(key[1]) + values + versions
+            wire = max(_wire_bound(delta, column_bytes[id(delta)]) for delta in deltas)
+            logged = _LOG_ITEM_OVERHEAD + len(shard.key) + wire + 2 * values
+            if values > settings.max_row_bytes or state > ITEM_LIMIT_BYTES or logged > ITEM_LIMIT_BYTES:
+                unclear[key] = row if row is not None else StoredRow(lww.RowState(key[0], key[1]), 0)
+        if unclear:
+            merger = _Merger(deps, shard, {key: row for key, row in unclear.items() if key in stored})
+            for _, delta in pairs:
+                if (delta.table, delta.row_id) in unclear:
+                    merger.merge(delta)
+
+
+def _versions_bound(state: lww.RowState) -> int:
+    """What a row state's JSON adds to its values' at most: a column 28 bytes and 6 per clientId character (an
+    escaped control character), the tombstone and the latest write a little more."""
+    bound = sum(32 + 6 * len(c.client_id) for c in state.columns.values())
+    return bound + sum(40 + 6 * len(v.client_id) for v in (state.tombstone, state.written) if v is not None)
+
+
+def _wire_bound(delta: RowDelta, column_bytes: int) -> int:
+    """An upper bound of the delta's wire JSON size: its columns' (measured by :func:`_validate`), its ids escaped,
+    the field names."""
+    ids = len(delta.table) + len(delta.row_id) + len(delta.client_id) + len(delta.delta_id)
+    return column_bytes + 6 * ids + 128
+
+
 def _read_rows(deps: GatewayDeps, gateway: str, by_shard: dict[ShardId, list[_Keyed]]) -> _RowsRead:
     rows = list(dict.fromkeys((d.table, d.row_id) for pairs in by_shard.values() for _, d in pairs))
     return _RowsRead(
@@ -242,7 +289,10 @@ def _read_rows(deps: GatewayDeps, gateway: str, by_shard: dict[ShardId, list[_Ke
     )
 
 
-def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, client_id: str, trusted: bool) -> None:
+def _validate(
+    deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, client_id: str, trusted: bool
+) -> dict[int, int]:
+    """Check every delta; returns the size of each delta's columns (wire JSON) by ``id(delta)``."""
     # The fields first, for the whole batch: JSON bodies had them checked while parsing, so a JSON and a protobuf
     # push of the same deltas fail alike.
     for i, delta in enumerate(deltas):
@@ -250,6 +300,7 @@ def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, cl
     stored = deps.config.get_schemas(gateway) if deltas else {}
     # A schema describes the deltas of its source table (``sourceTable``, else ``table``).
     schemas = {schema.delta_table: (schema, version) for schema, version in stored.values()}
+    column_bytes: dict[int, int] = {}
     for i, delta in enumerate(deltas):
         validate_table_name(delta.table)
         _check_row_key(gateway, delta, f"deltas[{i}]")
@@ -264,6 +315,8 @@ def _validate(deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, cl
             raise PayloadTooLargeError(
                 f"Delta {delta.delta_id} is {size} bytes; the limit per row is {deps.settings.max_row_bytes}"
             )
+        column_bytes[id(delta)] = size
+    return column_bytes
 
 
 def _check_row_key(gateway: str, delta: RowDelta, where: str) -> None:
@@ -376,10 +429,7 @@ class _Merger:
     def _check_state(self, key: tuple[str, str], state: lww.RowState, value_bytes: int) -> None:
         """The row-index item holds the row's state: every value with its column's HLC and clientId."""
         overhead = _ROW_ITEM_OVERHEAD + len(self._shard.gateway) + 2 + len(key[0]) + 4 * len(key[1])
-        # A cheap bound first: a column adds at most 28 bytes and 6 per clientId character to its value's JSON.
-        bound = value_bytes + sum(32 + 6 * len(c.client_id) for c in state.columns.values())
-        bound += sum(32 + 6 * len(v.client_id) for v in (state.tombstone, state.written) if v is not None)
-        if overhead + bound <= ITEM_LIMIT_BYTES:
+        if overhead + value_bytes + _versions_bound(state) <= ITEM_LIMIT_BYTES:  # a cheap bound first
             return
         stored = overhead + _json_size(lww.state_to_json(state))
         if stored > ITEM_LIMIT_BYTES:

@@ -376,7 +376,11 @@ def encode_row_delta(delta: RowDelta) -> bytes:
 
 
 def decode_row_delta(data: bytes) -> RowDelta:
-    """Parse one :class:`RowDelta` (identifiers are not validated here; the gateway does that).
+    """Parse one :class:`RowDelta`.
+
+    Only the encoding is checked here: an unset string decodes as ``""`` (the proto3 default) and a value's JSON may
+    hold a lone-surrogate escape. The gateway judges the fields of every pushed delta, JSON or protobuf alike, with
+    :func:`lakesync.core.delta.validate_row_delta`.
 
     Raises:
         CodecError: ``Failed to decode RowDelta``.
@@ -401,7 +405,7 @@ def encode_sync_push(push: SyncPush) -> bytes:
 
 
 def decode_sync_push(data: bytes) -> SyncPush:
-    """Parse a :class:`SyncPush`.
+    """Parse a :class:`SyncPush` (its deltas' fields are judged by the gateway, as for :func:`decode_row_delta`).
 
     Raises:
         CodecError: ``Failed to decode SyncPush``.
