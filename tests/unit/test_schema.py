@@ -23,6 +23,7 @@ from lakesync.core.schema import (
     Cardinality,
     ColumnType,
     TableSchema,
+    check_column_evolution,
     check_schema_limits,
     evolve_schema,
     is_valid_identifier,
@@ -454,3 +455,13 @@ def test_parse_table_schema_reference_with_a_non_string_cardinality_is_a_schema_
     with pytest.raises(SchemaDefinitionError) as info:
         parse_table_schema({"table": "t", "columns": [{"name": "a", "type": "string", "references": ref}]})
     assert info.value.message.startswith('Invalid references for column "a"')
+
+
+def test_check_column_evolution_judges_columns_only():
+    # (the Spark state tables hold columns only: a change of the table options is no concern there)
+    current = parse_table_schema({**_schema(title="string").to_json(), "softDelete": False, "primaryKey": ["title"]})
+    check_column_evolution(current, _schema(title="string", done="boolean"))
+    with pytest.raises(SchemaDefinitionError, match='Cannot remove column "title"'):
+        check_column_evolution(current, _schema(done="boolean"))
+    with pytest.raises(SchemaDefinitionError, match='Cannot change type of column "title"'):
+        check_column_evolution(current, _schema(title="number"))

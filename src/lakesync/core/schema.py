@@ -328,15 +328,7 @@ def evolve_schema(current: TableSchema, proposed: TableSchema, current_version: 
     """
     if proposed.table != current.table:
         raise _fail("Cannot evolve schema: table name mismatch")
-    old_types = current.column_types
-    new_types = proposed.column_types
-    for name in old_types:
-        if name not in new_types:
-            raise _fail(f'Cannot remove column "{name}" — only adding nullable columns is supported')
-    for name, old_type in old_types.items():
-        new_type = new_types[name]
-        if new_type is not old_type:
-            raise _fail(f'Cannot change type of column "{name}" from "{old_type.value}" to "{new_type.value}"')
+    check_column_evolution(current, proposed)
     # The destination tables are keyed, deleted from and fed by these: changing them would leave the rows already
     # materialised under the old rule. Compared with their defaults applied, so spelling a default out is no change.
     for field, old, new in (
@@ -349,6 +341,26 @@ def evolve_schema(current: TableSchema, proposed: TableSchema, current_version: 
     if proposed == current:
         return current, current_version
     return proposed, current_version + 1
+
+
+def check_column_evolution(current: TableSchema, proposed: TableSchema) -> None:
+    """The column part of :func:`evolve_schema`: every current column is kept with its type (new ones may be added).
+
+    For stores that hold the columns only (the Spark state tables), where the table options do not matter.
+
+    Raises:
+        SchemaDefinitionError: ``Cannot remove column "{name}" — only adding nullable columns is supported``;
+            ``Cannot change type of column "{name}" from "{old}" to "{new}"``.
+    """
+    old_types = current.column_types
+    new_types = proposed.column_types
+    for name in old_types:
+        if name not in new_types:
+            raise _fail(f'Cannot remove column "{name}" — only adding nullable columns is supported')
+    for name, old_type in old_types.items():
+        new_type = new_types[name]
+        if new_type is not old_type:
+            raise _fail(f'Cannot change type of column "{name}" from "{old_type.value}" to "{new_type.value}"')
 
 
 def check_schema_limits(schema: TableSchema) -> None:
