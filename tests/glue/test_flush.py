@@ -860,3 +860,44 @@ def test_flush_whose_publishing_fails_still_commits_keeps_unpublished_items_and_
     assert published_keys(claim_check) == expected
     assert report.snapshot_id is None and report.published_jobs >= 1
     assert buffer_keys(deps) == set()
+
+
+@pytest.mark.spark
+def test_flush_refuses_a_buffer_that_regressed_behind_the_lake(
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, dynamodb_client: Any
+) -> None:
+    # Given ten entries of one shard in the lake
+    writer = Writer(deps)
+    writer.push("gw1", 10, table="notes")
+    run(spark, config)
+    before = lake_log(spark, config)
+    (shard,) = [s for s in all_heads(deps) if s.table == "notes"]
+    names = deps.buffer._t  # type: ignore[attr-defined]
+    # When the buffer comes back from an older state (entries 7..10 and the head's count lost) ...
+    for seq in range(7, 11):
+        dynamodb_client.delete_item(TableName=names.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": str(seq)}})
+    dynamodb_client.update_item(
+        TableName=names.heads,
+        Key={"shard": {"S": shard.key}},
+        UpdateExpression="SET seq = :s, fs = :s",
+        ExpressionAttributeValues={":s": {"N": "6"}},
+    )
+    # ... and takes new commits that re-use sequence numbers 7..10
+    writer.push("gw1", 8, table="notes")
+
+    # Then the flush refuses to append (it would skip the re-used numbers for ever), and the lake is unchanged
+    with pytest.raises(FlushError, match="does not match the delta log at its watermark 10"):
+        run(spark, config)
+    assert lake_log(spark, config) == before
+    assert store.lease() is None
+
+    # When the operator repairs it by rebasing the shard
+    repaired = run(spark, replace(config, rebase_shards=(shard.key,)))
+    # Then every entry the buffer holds is in the lake (1..6 again, the re-used 7..14 for the first time), the
+    # watermark is the head, and the state the lake folds to is the buffer's rows
+    assert repaired.watermarks[shard.key] == 14
+    rows = lake_rows(spark, config)
+    for entry in deps.buffer.read_log(shard, 0, 100):
+        assert (shard.key, entry.seq) in rows
+    # And the next run finds nothing to repair
+    assert run(spark, config).snapshot_id is None

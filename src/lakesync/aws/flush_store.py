@@ -295,6 +295,11 @@ class FlushStore:
             out.append((json.loads(text)["rowId"], text))
         return out
 
+    def commit_hlc_at(self, shard: ShardId, seq: int) -> int | None:
+        """The commit HLC of the shard's entry ``seq``, or ``None`` when the buffer does not hold it."""
+        items = self._query_range(shard.key, seq - 1, seq, projection="seq, chlc")
+        return int(items[0]["chlc"]["N"]) if items else None
+
     def range_bytes(self, shard_range: ShardRange) -> int:
         """Total stored size of the range's entries (to advance ``fb`` for entries flushed by a crashed run)."""
         if shard_range.size <= 0:

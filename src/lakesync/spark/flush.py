@@ -180,6 +180,8 @@ class FlushConfig:
         max_deltas_per_run: Cap on the entries one run appends (spread evenly over the shards); None = no cap.
         lease_ttl_ms: How long the lease outlives its last renewal (must exceed the longest write: read + append).
         range_size: Most entries in one range (one read, one Arrow batch); a task reads several neighbouring ranges.
+        rebase_shards: Shards whose buffer regressed behind the lake, to append again from their release mark
+            (:func:`plan_flush`; docs/lake.md, "A buffer behind the lake").
         publish: Where to publish materialisation jobs after the commit (:mod:`lakesync.aws.publish`); None
             publishes nothing.
         publish_range_size: Most entries in one materialisation job.
@@ -193,6 +195,7 @@ class FlushConfig:
     max_deltas_per_run: int | None = None
     lease_ttl_ms: int = 30 * 60 * 1000
     range_size: int = 5000
+    rebase_shards: tuple[str, ...] = ()
     publish: PublishConfig | None = None
     publish_range_size: int = 5000
 
@@ -216,6 +219,7 @@ JOB_OPTIONS = (
     "region",
     "checkpoint_bucket",
     "s3_endpoint",
+    "rebase_shards",
     "claim_check_bucket",
     "materialise_queue_url",
 )
@@ -281,6 +285,7 @@ class FlushJobArgs:
             gateways=tuple(g for g in gateways.split(",") if g) if gateways else None,
             retention_ms=int(options.get("retention_ms", DAY_MS)),
             max_deltas_per_run=int(options["max_deltas_per_run"]) if "max_deltas_per_run" in options else None,
+            rebase_shards=tuple(k for k in options.get("rebase_shards", "").split(",") if k),
             publish=publish,
         )
         return cls(
@@ -379,20 +384,33 @@ class FlushPlan:
 
 
 def plan_flush(
-    watermarks: Mapping[str, int], heads: Mapping[ShardId, ShardHead], max_deltas: int | None = None
+    watermarks: Mapping[str, int],
+    heads: Mapping[ShardId, ShardHead],
+    max_deltas: int | None = None,
+    rebase: Iterable[str] = (),
 ) -> FlushPlan:
     """Plan a run from the last committed watermarks and the shard heads (pure).
 
     Each shard is read from ``max(watermark, flushedSeq)`` to its head. With ``max_deltas`` the entries are shared
-    out evenly (a shard with fewer pending entries leaves its share to the others), so no shard starves.
+    out evenly (a shard with fewer pending entries leaves its share to the others), so no shard starves. A shard in
+    ``rebase`` (the repair of a buffer that regressed behind the lake) is read from its release mark instead: all the
+    buffer holds is appended again, and the watermark moves to its head.
+
+    Raises:
+        FlushError: a watermark is ahead of its head (a rebased shard's head must first pass it).
     """
+    rebased = set(rebase)
     for shard, head in heads.items():
         if watermarks.get(shard.key, 0) > head.seq:
             raise FlushError(
                 f"the delta log holds shard {shard.key!r} up to {watermarks[shard.key]} but its head is at {head.seq}:"
-                " was the buffer recreated under a lake that already holds its shards?"
+                " was the buffer recreated under a lake that already holds its shards? (docs/lake.md, 'A buffer"
+                " behind the lake')"
             )
-    starts = {s: max(watermarks.get(s.key, 0), h.flushed_seq) for s, h in heads.items()}
+    starts = {
+        s: h.released_seq if s.key in rebased else max(watermarks.get(s.key, 0), h.flushed_seq)
+        for s, h in heads.items()
+    }
     pending = {s: max(0, heads[s].seq - start) for s, start in starts.items()}
     take = dict(pending)
     if max_deltas is not None and sum(pending.values()) > max_deltas:
@@ -889,7 +907,8 @@ def run(
         _ensure_table(spark, config)
         watermarks, base_snapshot = read_watermarks(spark, config.table)
         gateways, heads = store.shards(config.gateways)
-        plan = plan_flush(watermarks, heads, config.max_deltas_per_run)
+        plan = plan_flush(watermarks, heads, config.max_deltas_per_run, config.rebase_shards)
+        _check_not_regressed(spark, config.table, store, plan, watermarks, config.rebase_shards)
         steps.done("plan")
 
         snapshot_id: int | None = None
@@ -992,6 +1011,45 @@ def _publish(
             sink.report_failures(1)
         return PublishReport(failed=1, published=before), before
     return report, {**before, **report.published}
+
+
+def _check_not_regressed(
+    spark: SparkSession,
+    table: str,
+    store: FlushStore,
+    plan: FlushPlan,
+    watermarks: Mapping[str, int],
+    rebased: Sequence[str] = (),
+) -> None:
+    """Refuse to append when a shard's log is not the log the lake left: the entry at its committed watermark, still
+    in the buffer, has another commit HLC than the lake's (the buffer was restored or recreated behind the lake and
+    re-used those sequence numbers). Appending above the watermark would skip the re-used ones for ever.
+
+    Raises:
+        FlushError: naming the shard, with what to do.
+    """
+    checks = {
+        p.shard.key: watermarks[p.shard.key]
+        for p in plan.shards
+        if p.deltas
+        and p.shard.key not in rebased
+        and p.head.released_seq < watermarks.get(p.shard.key, 0) <= p.head.seq
+    }
+    if not checks:
+        return
+    where = " OR ".join(
+        f"(shard = '{key.replace(chr(39), chr(39) * 2)}' AND seq = {seq})" for key, seq in checks.items()
+    )
+    lake = {r[0]: int(r[1]) for r in spark.sql(f"SELECT shard, commit_hlc FROM {table} WHERE {where}").collect()}
+    for key, seq in checks.items():
+        buffered = store.commit_hlc_at(ShardId.parse(key), seq)
+        if key in lake and buffered is not None and buffered != lake[key]:
+            raise FlushError(
+                f"the buffer of shard {key!r} does not match the delta log at its watermark {seq} (commit HLC"
+                f" {buffered} in the buffer, {lake[key]} in the lake): the buffer was restored or recreated behind the"
+                " lake, and its new entries re-use sequence numbers the lake already holds. Nothing was appended."
+                " Repair: see docs/lake.md, 'A buffer behind the lake'"
+            )
 
 
 def _renew_lease(store: FlushStore, run_id: str, now_ms: Callable[[], int], ttl_ms: int) -> bool:
