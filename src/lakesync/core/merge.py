@@ -263,27 +263,37 @@ def _merge_write(state: RowState, delta: RowDelta, version: Version) -> MergeRes
     above_tombstone = tomb is None or version > tomb
     columns = dict(state.columns)
     receipts: list[ColumnReceipt] = []
-    applied: list[ColumnDelta] = []
+    lost: set[str] = set()
     changed = False
-    for name, value in delta.values().items():
+    hlc, client_id = delta.hlc, delta.client_id
+    values = delta.values()
+    for name, value in values.items():
         current = columns.get(name)
         if not above_tombstone:
             # A stored column is always above the tombstone, so it is the version holding the column now.
             winner = current.version if current is not None else tomb
             assert winner is not None
             receipts.append(ColumnReceipt(name, False, winner.hlc, winner.client_id))
+            lost.add(name)
             continue
-        incoming = ColumnState(value, delta.hlc, delta.client_id)
-        order = 1 if current is None else _compare(incoming, current)
+        if current is None:
+            order = 1
+        elif hlc != current.hlc:
+            order = 1 if hlc > current.hlc else -1
+        elif client_id != current.client_id:
+            order = 1 if _client_key(client_id) > _client_key(current.client_id) else -1
+        else:
+            incoming_key, current_key = _value_key(value), _value_key(current.value)
+            order = (incoming_key > current_key) - (incoming_key < current_key)
         if order < 0:
             assert current is not None
             receipts.append(ColumnReceipt(name, False, current.hlc, current.client_id))
+            lost.add(name)
             continue
         if order > 0:
-            columns[name] = incoming
+            columns[name] = ColumnState(value, hlc, client_id)
             changed = True
-        receipts.append(ColumnReceipt(name, True, delta.hlc, delta.client_id))
-        applied.append(ColumnDelta(name, value))
+        receipts.append(ColumnReceipt(name, True, hlc, client_id))
     written = state.written
     if above_tombstone and (written is None or version > written):
         written = version
@@ -291,8 +301,11 @@ def _merge_write(state: RowState, delta: RowDelta, version: Version) -> MergeRes
     if not changed:
         return MergeResult(state, tuple(receipts), False, None)
     new_state = _derived(state.table, state.row_id, columns, tomb, written)
-    effective_columns = tuple(applied)
-    effective = delta if effective_columns == delta.columns else dataclasses.replace(delta, columns=effective_columns)
+    if not lost and len(values) == len(delta.columns):
+        effective = delta  # every column applied, none repeated: the delta as it came
+    else:
+        effective_columns = tuple(ColumnDelta(name, value) for name, value in values.items() if name not in lost)
+        effective = dataclasses.replace(delta, columns=effective_columns)
     return MergeResult(new_state, tuple(receipts), True, effective)
 
 
