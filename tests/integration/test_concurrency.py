@@ -26,7 +26,7 @@ from lakesync.core.hlc import HLC, encode, system_clock
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit, CommitConflict, LogEntry
+from lakesync.gateway.model import Commit, CommitConflict, LogEntry, dedup_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 
@@ -195,8 +195,8 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     for batch, result in run.pushed:
         assert result.accepted == len(batch)
         assert [r.delta_id for r in result.receipts] == [d.delta_id for d in batch]
-    pushed = {d.delta_id: d for batch, _ in run.pushed for d in batch}
-    assert deps.buffer.seen_delta_ids(GW, list(pushed), system_clock() // 1000) == set(pushed)
+    pushed = {dedup_key(d.client_id, d.delta_id) for batch, _ in run.pushed for d in batch}
+    assert deps.buffer.seen_delta_ids(GW, list(pushed), system_clock() // 1000) == pushed
 
     # And each shard's log is numbered 1..n without gaps, with commit HLCs in sequence order, matching its head
     heads = deps.buffer.get_heads(list(log))

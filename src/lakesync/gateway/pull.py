@@ -384,6 +384,10 @@ def _pull_since(
             if since < head.released_hlc:
                 raise _expired(gateway, head)
         positions, uncertain = _positions_after(deps, shards, heads, since)
+        if since > 0:
+            # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client may
+            # hold any row already, so everything up to the heads goes out in a form it applies whatever it holds.
+            uncertain = {s.key: h.seq for s, h in heads.items()}
         # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
         for head in deps.buffer.get_heads(shards).values():
             if since < head.released_hlc:

@@ -21,7 +21,7 @@ Invariants:
 * Only rows whose ``_state`` changed are written; ``_updated_at`` is the run's time. Deleted rows stay with
   ``_exists = false`` and ``_values`` null, so older deltas cannot resurrect them.
 * Typed columns come from the table schema (kept in the table property ``lakesync.schema``); schemas only add columns
-  (:func:`lakesync.core.schema.evolve_schema`), and adding one refills every row's typed columns once.
+  (:func:`lakesync.core.schema.check_column_evolution`), and adding one refills every row's typed columns once.
 * One compaction runs at a time (Glue max concurrent runs 1).
 
 The snapshot property is attached to the ``MERGE INTO`` commit through Iceberg's per-thread commit properties
@@ -47,7 +47,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakesync.aws.tables import TableNames
-from lakesync.core.schema import ColumnSpec, ColumnType, TableSchema, evolve_schema, parse_table_schema
+from lakesync.core.schema import ColumnSpec, ColumnType, TableSchema, check_column_evolution, parse_table_schema
 from lakesync.lake.tables import (
     COMPACT_WATERMARKS,
     DELTA_LOG,
@@ -406,7 +406,7 @@ def ensure_state_table(
         return _typed(stored), False
     wanted = _dedupe_columns(schema)
     if stored is not None:
-        evolve_schema(stored, dataclasses.replace(wanted, table=stored.table), 0)
+        check_column_evolution(stored, wanted)
     existing = {f.name.lower() for f in spark.table(name).schema.fields}
     added = [(n, k) for n, k in _typed(wanted) if n.lower() not in existing]
     if added:
