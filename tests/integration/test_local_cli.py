@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lakesync.client.http import SyncClient
-from lakesync.core.delta import make_delta
+from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC
 
 pytestmark = pytest.mark.integration
@@ -81,8 +81,8 @@ def test_local_keeps_data_across_a_ctrl_c_restart(tmp_path: Path) -> None:
     proc = _start(tmp_path, port)
     try:
         reader = SyncClient(f"http://127.0.0.1:{port}", "default", _token(tmp_path, "r"), "r")
-        deltas, _ = reader.pull_all()
-        assert delta in deltas
+        page = reader.request("GET", "/v1/sync/default/pull", query={"clientId": "r", "limit": 1000})  # cursor form
+        assert [RowDelta.from_json(d) for d in page["deltas"]] == [delta]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
