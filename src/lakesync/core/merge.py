@@ -376,7 +376,11 @@ def state_to_json(state: RowState) -> dict[str, Any]:
     }
 
 
-def state_from_json(table: str, row_id: str, data: Mapping[str, Any]) -> RowState:
-    """Inverse of :func:`state_to_json`."""
+def state_from_json(table: str, row_id: str, data: Mapping[str, Any], *, trusted: bool = False) -> RowState:
+    """Inverse of :func:`state_to_json`. ``trusted``: the JSON is a state this system encoded (a store's own row),
+    so the invariant checks are skipped (they are most of a decode's time)."""
     columns = {name: ColumnState(v[0], int(v[1]), v[2]) for name, v in data["c"].items()}
-    return RowState(table, row_id, columns, _version_from_json(data["t"]), _version_from_json(data["w"]))
+    tombstone, written = _version_from_json(data["t"]), _version_from_json(data["w"])
+    if trusted:
+        return _derived(table, row_id, columns, tombstone, written)
+    return RowState(table, row_id, columns, tombstone, written)

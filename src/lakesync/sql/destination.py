@@ -270,7 +270,7 @@ class SqlDestination:
             keyed = layout.primary_key != ("row_id",)
             for row_id in row_ids:
                 text = stored.get(row_id)
-                old = state_from_json(source, row_id, json.loads(text)) if text is not None else None
+                old = state_from_json(source, row_id, json.loads(text), trusted=True) if text is not None else None
                 state = old
                 changed = False
                 for delta in groups[row_id]:
