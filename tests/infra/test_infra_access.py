@@ -88,7 +88,9 @@ def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, dynamodb_tables: Ta
     reset_runtime()
 
 
-def _invoke(name: str, event_name: str, *, role: str = "client", body: Any = None) -> int:
+def _invoke(
+    name: str, event_name: str, *, role: str = "client", body: Any = None, query: dict[str, str] | None = None
+) -> int:
     import importlib
 
     from lakesync.local.front import LambdaContext
@@ -98,6 +100,9 @@ def _invoke(name: str, event_name: str, *, role: str = "client", body: Any = Non
     headers = event["headers"]
     if "authorization" in headers:
         headers["authorization"] = headers["authorization"].replace("{{token}}", token)
+    if query is not None:
+        event["queryStringParameters"] = query
+        event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
     if body is not None:
         text = json.dumps(body)
         event["body"], event["isBase64Encoded"] = text, False
@@ -227,7 +232,31 @@ def _claim_idempotency_key(env: dict[str, Any]) -> None:
     assert DynamoDBActionStore(client, env["tables"]).claim(GW, "idem:issue-42", 2**40, 0)
 
 
-SETUP: dict[str, Callable[[dict[str, Any]], None]] = {"actions": _claim_idempotency_key}
+def _since_session(env: dict[str, Any]) -> None:
+    """client-a pulls `since` (its session starts) and pushes a delete, which queues the row for redelivery."""
+    from lakesync.core.delta import make_delta
+    from lakesync.core.hlc import encode
+
+    assert _invoke("pull", "pull") < 300
+    doc = _second_push_body()
+    doc["deltas"] = [
+        make_delta(
+            "DELETE", table="todos", row_id="row-1", client_id="client-a", hlc=encode(1_763_000_000_001, 0)
+        ).to_json()
+    ]
+    assert _invoke("push", "push_json", body=doc) < 300
+
+
+def _pulled_since(env: dict[str, Any]) -> None:
+    """client-a has a `since` session, so its push records what it hands out."""
+    assert _invoke("pull", "pull") < 300
+
+
+SETUP: dict[str, Callable[[dict[str, Any]], None]] = {
+    "actions": _claim_idempotency_key,
+    "pull": _since_session,
+    "push": _pulled_since,
+}
 
 _MATERIALISE_ADMIN = tuple(
     name
@@ -241,7 +270,13 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
         _invoke("push", "push_json"),
         _invoke("push", "push_json", body=_second_push_body()),
     ],
-    "pull": lambda env: [_invoke("pull", "pull"), _invoke("pull", "pull_cursor")],
+    # a since pull of a client with a session (and rows to redeliver), one without (positions found by commit
+    # HLC: clientId other than the token's), and a cursor pull
+    "pull": lambda env: [
+        _invoke("pull", "pull"),
+        _invoke("pull", "pull", query={"since": "1", "clientId": "another-device", "limit": "100"}),
+        _invoke("pull", "pull_cursor"),
+    ],
     "actions": lambda env: [_invoke("actions", "action"), _invoke("actions", "actions")],
     "admin": lambda env: [
         _invoke("admin", name, role="admin")

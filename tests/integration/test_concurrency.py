@@ -195,8 +195,9 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     for batch, result in run.pushed:
         assert result.accepted == len(batch)
         assert [r.delta_id for r in result.receipts] == [d.delta_id for d in batch]
-    pushed = {dedup_key(d.client_id, d.delta_id) for batch, _ in run.pushed for d in batch}
-    assert deps.buffer.seen_delta_ids(GW, list(pushed), system_clock() // 1000) == pushed
+    pushed = {d.delta_id: d for batch, _ in run.pushed for d in batch}
+    recorded = {dedup_key(d.client_id, d.delta_id) for d in pushed.values()}
+    assert deps.buffer.seen_delta_ids(GW, list(recorded), system_clock() // 1000) == recorded
 
     # And each shard's log is numbered 1..n without gaps, with commit HLCs in sequence order, matching its head
     heads = deps.buffer.get_heads(list(log))
