@@ -118,11 +118,20 @@ def reset_runtime() -> None:
 
 
 def one_at_a_time(handler: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run ``handler`` under a process-wide lock (see the module docstring)."""
+    """Run ``handler`` under a process-wide lock (see the module docstring), and leave no metric behind.
+
+    ``log_metrics`` publishes and clears the invocation's metrics, except where metrics are disabled (the embedded
+    default): there Powertools never clears them, so they pile up across invocations until a hundred force a flush
+    in the middle of one, whose own flush then finds nothing and warns. Clearing after every invocation keeps each
+    one's metrics its own.
+    """
 
     @functools.wraps(handler)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with _INVOCATION_LOCK:
-            return handler(*args, **kwargs)
+            try:
+                return handler(*args, **kwargs)
+            finally:
+                metrics.clear_metrics()
 
     return wrapper

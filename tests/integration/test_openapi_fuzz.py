@@ -34,13 +34,7 @@ from lakesync.aws.tables import TableNames
 from lakesync.local.runner import TABLE_PREFIX, LocalStack
 from lakesync.openapi import OPERATIONS, build_document
 
-pytestmark = [
-    pytest.mark.integration,
-    # Not a server error of the product: with POWERTOOLS_METRICS_DISABLED (the local default) Powertools keeps
-    # metrics across invocations, auto-publishes at 100 values and then warns on the next empty flush; the suite's
-    # warnings-as-errors turns that warning into a 500 in the in-process server (reported to functions/_runtime.py).
-    pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning"),
-]
+pytestmark = [pytest.mark.integration]
 
 GATEWAY = "default"
 CLIENT = "client-a"  # the clientId of the document's push example
