@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -27,3 +27,23 @@ CLIENT_CONFIG = Config(
 def dynamodb_client(**kwargs: str) -> DynamoDBClient:
     """A DynamoDB client; ``kwargs`` (endpoint_url, region_name, credentials) override the environment."""
     return boto3.client("dynamodb", config=CLIENT_CONFIG, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+def job_client(
+    service: str,
+    config: Config,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+) -> Any:
+    """A client for a batch job (the flush and its publisher): the given settings, the environment for the rest."""
+    kwargs = {
+        "endpoint_url": endpoint_url,
+        "region_name": region,
+        "aws_access_key_id": access_key_id,
+        "aws_secret_access_key": secret_access_key,
+    }
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    return boto3.client(service, config=config, **given)  # type: ignore[call-overload]

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import job_client
 from lakesync.aws.dynamodb import DESTINATION_PREFIX, REGISTRY_PREFIX, DynamoDBBufferStore, registry_shard
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.canonical import stable_stringify
@@ -82,14 +82,15 @@ class DynamoConfig:
 
     def client(self) -> DynamoDBClient:
         """A new DynamoDB client for this configuration."""
-        kwargs = {
-            "endpoint_url": self.endpoint_url,
-            "region_name": self.region,
-            "aws_access_key_id": self.access_key_id,
-            "aws_secret_access_key": self.secret_access_key,
-        }
-        given = {k: v for k, v in kwargs.items() if v is not None}
-        return boto3.client("dynamodb", config=FLUSH_CLIENT_CONFIG, **given)  # type: ignore[call-overload,no-any-return]
+        client: DynamoDBClient = job_client(
+            "dynamodb",
+            FLUSH_CLIENT_CONFIG,
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,
+        )
+        return client
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import boto3
 from botocore.config import Config
 
+from lakesync.aws.clients import job_client
 from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.core.materialise import MaterialiseJob, encode_payload, payload_key
 from lakesync.gateway.model import ShardHead, ShardId
@@ -71,14 +71,14 @@ class PublishConfig:
 
     def client(self, service: str) -> Any:
         """A new boto3 client of ``service`` for this configuration."""
-        kwargs = {
-            "endpoint_url": self.endpoint_url,
-            "region_name": self.region,
-            "aws_access_key_id": self.access_key_id,
-            "aws_secret_access_key": self.secret_access_key,
-        }
-        given = {k: v for k, v in kwargs.items() if v is not None}
-        return boto3.client(service, config=_CLIENT_CONFIG, **given)  # type: ignore[call-overload]
+        return job_client(
+            service,
+            _CLIENT_CONFIG,
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,
+        )
 
 
 class JobSink(Protocol):
