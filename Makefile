@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK := cd infra && PATH="$(abspath $(VENV))/bin:$$PATH" npx --yes aws-cdk@$(CDK_VERSION)
 CDK_CTX := -c lakesync:environments=$(ENV)
 
-.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake fmt clean synth bootstrap diff deploy destroy test-infra
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-durability fmt clean synth bootstrap diff deploy destroy test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -71,8 +71,12 @@ bench: setup ## run the gateway benchmarks (push, pull, imports); results go to 
 bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~15 min); results go to benchmarks/results/lake.*
 	$(RUN) python -m benchmarks --only lake
 
-bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL (~1 min); results in benchmarks/results/materialise.*
+bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL, then local freshness push -> row (~3 min); results in benchmarks/results/{materialise,freshness}.*
 	$(RUN) python -m benchmarks.materialise
+	$(RUN) python -m benchmarks.freshness
+
+bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*
+	$(RUN) python -m benchmarks.durability
 
 synth: $(VENV)/.synced ## write ENV's CloudFormation template to infra/cdk.out (offline; ENV=dev by default)
 	$(RUN) python infra/app.py $(CDK_CTX)
