@@ -26,6 +26,7 @@ from aws_lambda_powertools import Logger, Metrics
 
 from lakesync.aws.function_settings import MaterialiseSettings, Settings
 from lakesync.aws.tracing import OptionalTracer
+from lakesync.lazy import Lazy
 
 if TYPE_CHECKING:
     from lakesync.aws.secrets import CachedSecrets
@@ -60,31 +61,24 @@ def get_deps() -> GatewayDeps:
     return gateway_deps(get_settings())
 
 
-_materialise_deps: list[MaterialiseDeps] = []
+def _materialise_deps() -> MaterialiseDeps:
+    from lakesync.aws.wiring import materialise_deps
+
+    return materialise_deps(MaterialiseSettings.from_env(os.environ))
 
 
-def get_materialise_deps() -> MaterialiseDeps:
-    """The materialise consumer's dependencies (:func:`lakesync.aws.wiring.materialise_deps`), built on first use
-    from its own settings (:class:`~lakesync.aws.function_settings.MaterialiseSettings`) unless
-    :func:`use_materialise_deps` gave them; destination connections live as long as the process."""
-    if not _materialise_deps:
-        from lakesync.aws.wiring import materialise_deps
-
-        _materialise_deps.append(materialise_deps(MaterialiseSettings.from_env(os.environ)))
-    return _materialise_deps[0]
+def _close_destinations(deps: MaterialiseDeps) -> None:
+    close = getattr(deps.destinations, "close", None)
+    if close is not None:
+        close()
 
 
-def use_materialise_deps(deps: MaterialiseDeps) -> None:
-    """Make the materialise handler use ``deps`` (the embedded default adds its local database)."""
-    _close_materialise_deps()
-    _materialise_deps.append(deps)
-
-
-def _close_materialise_deps() -> None:
-    while _materialise_deps:
-        close = getattr(_materialise_deps.pop().destinations, "close", None)
-        if close is not None:
-            close()
+_materialise = Lazy(_materialise_deps, _close_destinations)
+get_materialise_deps = _materialise.get
+"""The materialise consumer's dependencies (:func:`lakesync.aws.wiring.materialise_deps`), built on first use from its
+own settings; destination connections live as long as the process."""
+use_materialise_deps = _materialise.use
+"""Make the materialise handler use other dependencies (the embedded default adds its local database)."""
 
 
 def jwt_secrets() -> tuple[str, ...]:
@@ -113,18 +107,13 @@ def reset_runtime() -> None:
     """Forget settings, clients, stores and cached secrets; the next request rebuilds them from the environment."""
     get_settings.cache_clear()
     get_deps.cache_clear()
-    _close_materialise_deps()
+    _materialise.reset()
     _secret_source.cache_clear()
 
 
 def one_at_a_time(handler: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run ``handler`` under a process-wide lock (see the module docstring), and leave no metric behind.
-
-    ``log_metrics`` publishes and clears the invocation's metrics, except where metrics are disabled (the embedded
-    default): there Powertools never clears them, so they pile up across invocations until a hundred force a flush
-    in the middle of one, whose own flush then finds nothing and warns. Clearing after every invocation keeps each
-    one's metrics its own.
-    """
+    """Run ``handler`` under a process-wide lock (see the module docstring). Its metrics are cleared after it: where
+    metrics are disabled (the embedded default) Powertools keeps them, and a hundred would force a flush mid-call."""
 
     @functools.wraps(handler)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:

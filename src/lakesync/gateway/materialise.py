@@ -151,8 +151,64 @@ __all__ = [
     "DestinationOutcome",
     "DestinationProvider",
     "JobOutcome",
+    "JobReport",
     "MaterialiseDeps",
     "MaterialiseFailed",
     "ResolvedDestinations",
     "materialise_job",
+    "report_failure",
+    "report_outcome",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """What the consumer records of one job: a log line and the metrics (name -> count) to add."""
+
+    level: str
+    message: str
+    fields: Mapping[str, object]
+    counts: Mapping[str, int]
+
+
+def _row_counts(applied: Mapping[str, DestinationOutcome]) -> dict[str, int]:
+    return {
+        "MaterialisedRowsUpserted": sum(o.stats.upserted for o in applied.values()),
+        "MaterialisedRowsDeleted": sum(o.stats.deleted for o in applied.values()),
+    }
+
+
+def report_outcome(outcome: JobOutcome) -> JobReport:
+    """The record of a job that was applied (or skipped)."""
+    job = outcome.job
+    if outcome.skipped is not None:
+        skipped: dict[str, object] = {"range": job.range_id, "reason": outcome.skipped}
+        return JobReport("info", "Materialise job skipped", skipped, {"MaterialiseJobsSkipped": 1})
+    destinations = {
+        name: {"upserted": o.stats.upserted, "deleted": o.stats.deleted, "ms": round(o.seconds * 1000)}
+        for name, o in outcome.applied.items()
+    }
+    fields: dict[str, object] = {
+        "range": job.range_id,
+        "run": job.run_id,
+        "deltas": job.deltas,
+        "destinations": destinations,
+    }
+    counts = {"MaterialiseJobs": 1, "MaterialisedDeltas": job.deltas, **_row_counts(outcome.applied)}
+    return JobReport("info", "Materialise job applied", fields, counts)
+
+
+def report_failure(error: LakeSyncError, message_id: str, receive_count: str | None) -> JobReport:
+    """The record of a job that failed: refused (a bad message or payload) or failed by some destinations."""
+    if isinstance(error, MaterialiseFailed):
+        failed: dict[str, object] = {
+            "message_id": message_id,
+            "range": error.outcome.job.range_id,
+            "failures": {name: e.message for name, e in error.failures.items()},
+            "applied": sorted(error.outcome.applied),
+            "receive_count": receive_count,
+        }
+        counts = {"MaterialiseDestinationFailures": len(error.failures), **_row_counts(error.outcome.applied)}
+        return JobReport("error", "Materialise job failed for some destinations", failed, counts)
+    fields = {"message_id": message_id, "error": error.message, "receive_count": receive_count}
+    return JobReport("error", "Materialise job refused", fields, {"MaterialisePayloadErrors": 1})
