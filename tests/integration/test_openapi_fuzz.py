@@ -4,14 +4,12 @@ schema-conforming and schema-violating) carrying valid client or admin tokens, o
 
 Checked per response: no 5xx; the status is documented for the operation; the body and headers conform to the
 documented response; and a rejected request (4xx) left every DynamoDB table exactly as it was (all items compared).
-Bounded and derandomized: the same cases every run, ~1 minute. The figures (cases, statuses, 5xx) are printed at
-the end (``-s``) and asserted.
+Bounded and derandomized: the same cases every run, ~1 minute (``pytest --collect-only`` counts them).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +47,6 @@ CHECKS = [
     unsupported_method,
 ]
 _EXAMPLES = {key: op.body_example for key, op in OPERATIONS.items() if op.body_example is not None}
-FIGURES: Counter[str] = Counter()
-STATUSES: Counter[str] = Counter()
 
 
 @schemathesis.serializer("application/x-protobuf")
@@ -138,10 +134,8 @@ def test_api_conforms_to_its_document(case: Any, stack: LocalStack, tables: Tabl
     response = case.call(base_url=stack.url, headers=headers)
     before, after = tables.last, tables.snapshot()
     tables.last = after
-    FIGURES["cases"] += 1
-    FIGURES[f"{response.status_code // 100}xx"] += 1
-    STATUSES[f"{case.method} {case.path} {response.status_code}"] += 1
-    # Then the answer is documented, and a rejected request wrote nothing
+    # Then it is no server error, the answer is documented, and a rejected request wrote nothing
+    assert response.status_code < 500, f"{case.method} {case.formatted_path} answered {response.status_code}"
     case.validate_response(response, checks=CHECKS, headers=headers)
     if response.status_code >= 400:
         assert after == before, f"{case.method} {case.formatted_path} answered {response.status_code} but wrote"
@@ -185,13 +179,3 @@ def test_tokens_that_do_not_grant_the_route_are_refused_and_write_nothing(
         after = tables.snapshot()
         assert after == tables.last, name
         tables.last = after
-
-
-def test_figures() -> None:
-    if not FIGURES["cases"]:
-        pytest.skip("the fuzz did not run")
-    print(f"\nOpenAPI fuzz of lakesync local: {dict(sorted(FIGURES.items()))}")
-    for key, count in sorted(STATUSES.items()):
-        print(f"  {key}: {count}")
-    assert FIGURES["cases"] > 0
-    assert FIGURES["5xx"] == 0
