@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lakesync.local.front import LambdaContext
+
 logger = logging.getLogger(__name__)
 
 MAX_RECEIVE_COUNT = 5
@@ -34,22 +36,6 @@ class PollReport:
     received: int
     applied: int
     failed: int
-
-
-class _Context:
-    """The parts of a Lambda context the handlers read."""
-
-    function_name = "materialise"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 1024
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:materialise"
-
-    def __init__(self) -> None:
-        self.aws_request_id = uuid.uuid4().hex
-        self._deadline = time.monotonic() + 120
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
@@ -122,7 +108,13 @@ class LocalMaterialiser:
             if not messages:
                 return PollReport(0, 0, 0)
             try:
-                response = self._handler(sqs_event(messages, self._queue_arn, self._region), _Context())
+                context = LambdaContext(
+                    function_name="materialise",
+                    aws_request_id=uuid.uuid4().hex,
+                    invoked_function_arn=f"arn:aws:lambda:{self._region}:123456789012:function:materialise",
+                    deadline_monotonic=time.monotonic() + 120,
+                )
+                response = self._handler(sqs_event(messages, self._queue_arn, self._region), context)
                 failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
             except Exception:  # the whole invocation failed: every message comes back, as on Lambda
                 logger.exception("materialise handler failed")
