@@ -140,6 +140,9 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     if len(deltas) > settings.max_deltas_per_push:
         raise ValidationError(f"Too many deltas in a single push (max {settings.max_deltas_per_push:,})")
     column_bytes = _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
+    # The pusher's `since` session (original clients only) is read while the push commits, not after it.
+    sessions = deps.since_sessions
+    session_read = io_pool().submit(sessions.get, gateway, client_id) if sessions is not None else None
 
     keys = [dedup_key(d.client_id, d.delta_id) for d in deltas]
     first_index: dict[str, int] = {}
@@ -200,7 +203,18 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     )
     server_hlc = deps.clock.now()
     # A `since` client (the original one) is handed this serverHlc as its position: record what it stands for.
-    note_push(deps.since_sessions, gateway, client_id, deltas, ordered, server_hlc, deps.wall_ms() // 1000)
+    if session_read is not None:
+        note_push(
+            sessions,
+            gateway,
+            client_id,
+            deltas,
+            ordered,
+            server_hlc,
+            deps.wall_ms() // 1000,
+            prefetched=True,
+            session=session_read.result(),
+        )
     return PushResult(
         server_hlc=server_hlc,
         accepted=len(deltas),

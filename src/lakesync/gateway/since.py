@@ -249,11 +249,14 @@ def note_push(
     server_hlc: int,
     now_s: int,
     *,
+    prefetched: bool = False,
+    session: SinceSession | None = None,
     attempts: int = 5,
 ) -> None:
     """Record a push in the pusher's session, if it has one (only ``since`` clients do): the ``serverHlc`` it hands
     out resumes from the positions the client last confirmed, with the entries handed out since then uncertain (the
     client may or may not have applied its last pull); rows that may differ at the pusher are queued for redelivery.
+    With ``prefetched``, ``session`` is the session as the caller read it while the push committed.
 
     Raises:
         CommitConflictError: the session kept changing under concurrent requests of the same client.
@@ -261,8 +264,10 @@ def note_push(
     if store is None:
         return
     lost = lost_rows(deltas, receipts)
-    for _ in range(attempts):
-        session = store.get(gateway, client_id)
+    for attempt in range(attempts):
+        # The first attempt may use the session the caller read meanwhile (``prefetched``); a retry reads again.
+        if attempt or not prefetched:
+            session = store.get(gateway, client_id)
         if session is None:
             return
         latest = session.handouts[-1] if session.handouts else None
