@@ -15,8 +15,14 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
   unset: no checkpoints, the route answers 404).
 * ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
   the table names).
-* ``LAKESYNC_FLUSH_JOB_NAME`` -- the Glue flush job ``flush_trigger`` starts (read by that function alone, on first
-  use: :func:`functions.flush_trigger.flush_job_name`).
+* ``LAKESYNC_FLUSH_JOB_NAME`` -- the Glue flush job ``flush_trigger`` starts (read by that function on first use:
+  :func:`functions.flush_trigger.flush_job_name`), and ``lake_tick`` with ``LAKESYNC_COMPACT_JOB_NAME`` and
+  ``LAKESYNC_CHECKPOINT_JOB_NAME``.
+* ``LAKESYNC_FLUSH_PUBLISHES`` -- ``true`` when the flush job publishes materialisation jobs (``lake_tick`` alone:
+  the flush then releases only published entries, and the tick must apply the same rule).
+
+``lake_tick`` reads :class:`LakeTickSettings`: the gateway ids, the table names, the checkpoint bucket (optional),
+the three job names and ``LAKESYNC_FLUSH_PUBLISHES``.
 
 An empty variable counts as unset. Every problem is reported at once in one :class:`SettingsError`.
 """
@@ -46,6 +52,11 @@ SUB_SHARDS: Final = "LAKESYNC_SUB_SHARDS"
 MAX_BODY_BYTES: Final = "LAKESYNC_MAX_BODY_BYTES"
 CHECKPOINT_BUCKET: Final = "LAKESYNC_CHECKPOINT_BUCKET"
 FLUSH_JOB_NAME: Final = "LAKESYNC_FLUSH_JOB_NAME"
+COMPACT_JOB_NAME: Final = "LAKESYNC_COMPACT_JOB_NAME"
+CHECKPOINT_JOB_NAME: Final = "LAKESYNC_CHECKPOINT_JOB_NAME"
+JOB_NAME_VARS: Final = {"flush": FLUSH_JOB_NAME, "compact": COMPACT_JOB_NAME, "checkpoint": CHECKPOINT_JOB_NAME}
+"""The lake job -> the variable naming its Glue job."""
+FLUSH_PUBLISHES: Final = "LAKESYNC_FLUSH_PUBLISHES"
 CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
 
 API_ENV_VARS: Final = frozenset(
@@ -75,6 +86,9 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "flush_trigger": frozenset({FLUSH_JOB_NAME}),
     "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
     "rotate_secret": frozenset(),
+    "lake_tick": frozenset(
+        {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET, FLUSH_PUBLISHES, *JOB_NAME_VARS.values()}
+    ),
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
 
@@ -84,6 +98,8 @@ _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _MAX_SUB_SHARDS = 256
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_JOB_NAME = re.compile(r"[\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF\t]{1,255}")
+"""A Glue job name (its API's pattern)."""
 
 
 class SettingsError(ValueError):
@@ -267,3 +283,49 @@ class MaterialiseSettings:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         assert bucket is not None
         return cls(tables=tables, claim_check_bucket=bucket)
+
+
+@dataclass(frozen=True, slots=True)
+class LakeTickSettings:
+    """Validated configuration of the ``lake_tick`` function.
+
+    Attributes:
+        gateway_ids: The gateways the lake jobs process (sorted).
+        tables: Physical DynamoDB table names (heads, shard registry and flush requests, the log's commit index).
+        job_names: ``flush`` / ``compact`` / ``checkpoint`` -> Glue job name.
+        flush_publishes: Whether the flush job publishes materialisation jobs.
+        checkpoint_bucket: The checkpoint bucket (``None``: no checkpoints; nothing can be released).
+    """
+
+    gateway_ids: tuple[str, ...]
+    tables: TableNames
+    job_names: Mapping[str, str]
+    flush_publishes: bool
+    checkpoint_bucket: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> LakeTickSettings:
+        """Read and validate the variables.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
+        tables = _tables(env, errors)
+        names: dict[str, str] = {}
+        for job, var in JOB_NAME_VARS.items():
+            name = env.get(var, "").strip()
+            if not name:
+                errors.append(f"missing {var}")
+            elif not _JOB_NAME.fullmatch(name):
+                errors.append(f"{var} {name!r} is not a Glue job name")
+            names[job] = name
+        publishes = env.get(FLUSH_PUBLISHES, "").strip().lower()
+        if publishes not in ("true", "false"):
+            errors.append(f"{FLUSH_PUBLISHES} must be true or false (whether the flush job publishes)")
+        bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket)

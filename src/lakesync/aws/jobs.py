@@ -27,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lakesync.core.errors import StorageError
 from lakesync.core.flush_requests import ActiveRun, covering_run
+from lakesync.core.lake_work import ACTIVE_STATES, JobRun
 
 if TYPE_CHECKING:
     from mypy_boto3_glue import GlueClient
@@ -34,19 +35,20 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE_STATES",
     "DEFAULT_POLL_INTERVAL_S",
+    "HISTORY_PAGES",
     "GlueJobStarter",
     "TriggerResult",
     "glue_client",
 ]
-
-ACTIVE_STATES: Final = frozenset({"WAITING", "STARTING", "RUNNING", "STOPPING"})
-"""Glue job-run states of a run that has not finished (it still counts against MaxConcurrentRuns)."""
 
 DEFAULT_POLL_INTERVAL_S: Final = 10.0
 """Seconds between two attempts while the job is busy or Glue is throttling."""
 
 RUNS_PAGE_SIZE: Final = 50
 """Runs read per ``GetJobRuns`` call; Glue lists the newest first, so unfinished runs are on the first page."""
+
+HISTORY_PAGES: Final = 4
+"""Most ``GetJobRuns`` pages :meth:`GlueJobStarter.runs` reads (the newest runs; Glue keeps 90 days of history)."""
 
 _BUSY: Final = "ConcurrentRunsExceededException"
 _TRANSIENT: Final = frozenset(
@@ -125,6 +127,42 @@ class GlueJobStarter:
         response = self._call("GetJobRuns", self.client.get_job_runs, JobName=self.job_name, MaxResults=RUNS_PAGE_SIZE)
         return [_active_run(run) for run in response.get("JobRuns", []) if run.get("JobRunState") in ACTIVE_STATES]
 
+    def runs(
+        self, *, enough: Callable[[Sequence[JobRun]], bool] | None = None, pages: int = HISTORY_PAGES
+    ) -> list[JobRun]:
+        """The job's runs, newest first, read page by page until ``enough(runs read so far)`` holds (default: one
+        page) or ``pages`` pages were read.
+
+        Raises:
+            StorageError: Glue refused or could not answer (the caller's next attempt may succeed).
+        """
+        out: list[JobRun] = []
+        kwargs: dict[str, Any] = {"JobName": self.job_name, "MaxResults": RUNS_PAGE_SIZE}
+        for _ in range(max(1, pages)):
+            try:
+                response = self._call("GetJobRuns", self.client.get_job_runs, **kwargs)
+            except _Transient as exc:
+                raise StorageError(f"Glue GetJobRuns ({self.job_name}) failed: {exc.code}") from exc
+            out.extend(_job_run(run) for run in response.get("JobRuns", []))
+            token = response.get("NextToken")
+            if not token or enough is None or enough(out):
+                break
+            kwargs["NextToken"] = token
+        return out
+
+    def try_start(self) -> tuple[str | None, str]:
+        """Start a run once, without waiting: ``(run id, "")``, or ``(None, why)`` when the job is busy (``busy``) or
+        Glue could not answer now (its error code); the caller's next attempt may succeed.
+
+        Raises:
+            StorageError: Glue refused for a reason waiting cannot fix.
+        """
+        try:
+            response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name)
+        except _Transient as exc:
+            return None, "busy" if exc.code == _BUSY else exc.code
+        return str(response["JobRunId"]), ""
+
     def start(self) -> str | None:
         """Start a run; its id, or ``None`` when the job already runs as often as it may.
 
@@ -182,9 +220,22 @@ class GlueJobStarter:
 
 
 def _active_run(run: Any) -> ActiveRun:
-    started = run.get("StartedOn")
-    started_ms = round(started.timestamp() * 1000) if isinstance(started, datetime) else None
-    return ActiveRun(run_id=str(run.get("Id", "")), started_ms=started_ms, queued=run.get("JobRunState") == "WAITING")
+    return ActiveRun(
+        run_id=str(run.get("Id", "")), started_ms=_ms(run.get("StartedOn")), queued=run.get("JobRunState") == "WAITING"
+    )
+
+
+def _job_run(run: Any) -> JobRun:
+    return JobRun(
+        run_id=str(run.get("Id", "")),
+        state=str(run.get("JobRunState", "")),
+        started_ms=_ms(run.get("StartedOn")),
+        completed_ms=_ms(run.get("CompletedOn")),
+    )
+
+
+def _ms(value: object) -> int | None:
+    return round(value.timestamp() * 1000) if isinstance(value, datetime) else None
 
 
 def _latest(runs: Sequence[ActiveRun]) -> ActiveRun | None:

@@ -9,9 +9,11 @@ from lakesync.aws.dynamodb import (
     DynamoDBConfigStore,
     DynamoDBPullBasisReader,
 )
-from lakesync.aws.function_settings import MaterialiseSettings, Settings
+from lakesync.aws.function_settings import LakeTickSettings, MaterialiseSettings, Settings
+from lakesync.aws.lake_tick import LakeReader, LakeTick
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
+from lakesync.core.lake_work import JOB_KINDS
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.materialise import MaterialiseDeps
 
@@ -44,3 +46,22 @@ def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:
         config=config,
         destinations=ConfiguredDestinations(config, secretsmanager_client),
     )
+
+
+def lake_tick(settings: LakeTickSettings) -> LakeTick:
+    """The lake tick: the flush store and the config store over one DynamoDB client, the checkpoint bucket when
+    configured, and a starter per Glue job over one Glue client (clients made here, on the first tick)."""
+    from lakesync.aws.flush_store import FlushStore
+    from lakesync.aws.jobs import GlueJobStarter, glue_client
+
+    client = dynamodb_client()
+    bucket = settings.checkpoint_bucket
+    reader = LakeReader(
+        FlushStore(client, settings.tables),
+        DynamoDBConfigStore(client, settings.tables),
+        settings.gateway_ids,
+        S3ObjectStore(bucket) if bucket else None,
+    )
+    glue = glue_client()
+    runners = {job: GlueJobStarter(glue, settings.job_names[job]) for job in JOB_KINDS}
+    return LakeTick(reader, runners, publishing=settings.flush_publishes)

@@ -1,0 +1,67 @@
+"""EventBridge Scheduler -> the lake tick: start one Glue job only when it has work (:mod:`lakesync.aws.lake_tick`).
+
+Each job's schedule invokes this function with ``{"job": "flush" | "compact" | "checkpoint"}``. The settings
+(:class:`~lakesync.aws.function_settings.LakeTickSettings`) are read and the clients made on the first invocation.
+An idle tick emits one log line and no metric (a custom metric is billed for every hour it is written); a started run
+also emits ``LakeRunsStarted`` (dimension ``job``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions._runtime import NAMESPACE, SERVICE, logger, one_at_a_time, tracer
+from lakesync.aws.function_settings import LakeTickSettings
+from lakesync.core.errors import ValidationError
+from lakesync.core.lake_work import JOB_KINDS, JobKind
+
+if TYPE_CHECKING:
+    from lakesync.aws.lake_tick import LakeTick
+
+
+def job_of(event: Mapping[str, Any]) -> JobKind:
+    """The job a scheduled event names.
+
+    Raises:
+        ValidationError: the event names no known job.
+    """
+    job = event.get("job") if isinstance(event, Mapping) else None
+    if job not in JOB_KINDS:
+        raise ValidationError(f'A lake tick event is {{"job": one of {list(JOB_KINDS)}}}, got {event!r}')
+    return cast("JobKind", job)
+
+
+@functools.lru_cache(maxsize=1)
+def get_tick() -> LakeTick:
+    """The tick, built on first use from the environment (boto3 honours ``AWS_ENDPOINT_URL``)."""
+    from lakesync.aws.wiring import lake_tick
+
+    return lake_tick(LakeTickSettings.from_env(os.environ))
+
+
+@one_at_a_time
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda entry point: what the tick decided and did (also its log line)."""
+    job = job_of(event)
+    report = get_tick().tick(job)
+    out = report.report()
+    if report.outcome == "started":
+        with single_metric(
+            name="LakeRunsStarted",
+            unit=MetricUnit.Count,
+            value=1,
+            namespace=NAMESPACE,
+            default_dimensions={"service": SERVICE},
+        ) as metric:
+            metric.add_dimension(name="job", value=job)
+    log = logger.warning if report.outcome == "deferred" or report.work.stale else logger.info
+    log(f"Lake tick {job}: {report.outcome}", extra=out)
+    return out

@@ -1,0 +1,250 @@
+"""The lake tick: on each job's schedule, start the Glue job only when it has work (:mod:`lakesync.core.lake_work`).
+
+What one tick reads, all of it small:
+
+* flush -- the heads of the configured gateways' shards (the shard registry in the config table, one ``Query`` per
+  gateway, then ``BatchGetItem`` on the heads), their flush requests (one ``Query`` per gateway), the latest
+  checkpoint of each gateway (``latest.json`` and the manifest), and for a shard the checkpoint lets release
+  something, the entry its release step would mark (the flush store's ``release_target``: one ``Query`` on the commit
+  index) and when its checkpoint became visible (``HEAD latest.json``). Only when that finds work: the flush job's
+  recent runs (``GetJobRuns``), to see whether an unfinished run serves it and whether a release is stale.
+* compact / checkpoint -- the heads and the checkpoints; only when a shard lags the checkpoints, the recent runs of
+  the job and of the job before it.
+
+Then, when the job has work and no unfinished run serves it, one ``StartJobRun``. A busy job or a Glue error that
+waiting may cure is reported (``deferred``) and left to the next tick, as the schedules did when they started the jobs
+directly; an idle tick makes no Glue call at all for the flush, and none for the others while the lake is
+checkpointed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lakesync.aws.checkpoints import ReleaseBounds, release_bounds
+from lakesync.core.checkpoint import latest_key
+from lakesync.core.hlc import system_clock
+from lakesync.core.lake_work import (
+    DEFAULT_RETENTION_MS,
+    STALE_AFTER_RUNS,
+    JobKind,
+    JobRun,
+    ReleaseTarget,
+    Work,
+    checkpoint_work,
+    compact_work,
+    flush_work,
+    lagging_shards,
+    release_candidates,
+)
+from lakesync.gateway.model import ShardHead, ShardId
+
+if TYPE_CHECKING:
+    from lakesync.aws.flush_store import FlushStore
+    from lakesync.aws.objects import S3ObjectStore
+    from lakesync.ports import ConfigStore
+
+__all__ = ["JobRunner", "LakeReader", "LakeTick", "Outcome", "TickReport"]
+
+Outcome = Literal["idle", "covered", "started", "deferred"]
+
+
+class JobRunner(Protocol):
+    """What the tick needs of a job (:class:`lakesync.aws.jobs.GlueJobStarter` is one)."""
+
+    job_name: str
+
+    def runs(self, *, enough: Callable[[Sequence[JobRun]], bool] | None = None, pages: int = ...) -> list[JobRun]:
+        """The job's recent runs, newest first (more pages until ``enough`` holds)."""
+        ...
+
+    def try_start(self) -> tuple[str | None, str]:
+        """Start a run: its id, or ``None`` and why not (``busy`` or an error code)."""
+        ...
+
+
+class LakeReader:
+    """The tick's reads of the buffer (through the flush store and the config store) and of the checkpoints.
+
+    Args:
+        store: The flush job's store (shards and heads, release targets).
+        config: The config store (flush requests).
+        gateways: The gateways the jobs process.
+        checkpoints: The checkpoint bucket; ``None``: no checkpoints (nothing is released, every shard lags).
+    """
+
+    def __init__(
+        self, store: FlushStore, config: ConfigStore, gateways: Sequence[str], checkpoints: S3ObjectStore | None
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.gateways = tuple(gateways)
+        self.checkpoints = checkpoints
+
+    def heads(self) -> dict[str, ShardHead]:
+        """The heads of the gateways' shards, by shard key."""
+        _, heads = self.store.shards(self.gateways)
+        return {shard.key: head for shard, head in heads.items()}
+
+    def request_times(self, now_ms: int) -> list[int]:
+        """When each recorded flush request of the gateways was made (``now_ms`` for one that does not say)."""
+        return [_request_ms(doc, now_ms) for g in self.gateways for doc in self.config.list_flush_requests(g)]
+
+    def bounds(self) -> ReleaseBounds:
+        """The latest checkpoints' release bounds (empty without a bucket; an unreadable checkpoint adds nothing)."""
+        if self.checkpoints is None:
+            return ReleaseBounds()
+        return release_bounds(self.checkpoints, self.gateways, bucket=self.checkpoints.bucket)
+
+    def release_target(self, shard: str, limit: int, cutoff_hlc: int) -> tuple[int, int] | None:
+        """The entry the flush's release step would mark (``(seq, commit HLC)``), if any."""
+        return self.store.release_target(ShardId.parse(shard), limit, cutoff_hlc)
+
+    def checkpoint_times(self, gateways: Iterable[str]) -> dict[str, int]:
+        """When each gateway's latest checkpoint became visible (its ``latest.json``'s last modification, epoch ms);
+        a gateway whose pointer cannot be read is left out."""
+        out: dict[str, int] = {}
+        if self.checkpoints is None:
+            return out
+        for gateway in sorted(set(gateways)):
+            try:
+                head = self.checkpoints.client.head_object(Bucket=self.checkpoints.bucket, Key=latest_key(gateway))
+            except (ClientError, BotoCoreError):
+                continue
+            modified = head.get("LastModified")
+            if isinstance(modified, datetime):
+                out[gateway] = round(modified.timestamp() * 1000)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    """What one tick did for one job.
+
+    Attributes:
+        work: The job's work as decided.
+        outcome: ``idle`` (no work), ``covered`` (an unfinished run serves it), ``started`` or ``deferred`` (the job
+            was busy or Glue could not answer; the next tick tries again).
+        run_id: The started or covering run.
+        reason: For ``deferred``: ``busy`` or Glue's error code.
+    """
+
+    work: Work
+    outcome: Outcome
+    run_id: str | None = None
+    reason: str = ""
+
+    def report(self) -> dict[str, Any]:
+        """A JSON-ready account (the handler's log line and return value)."""
+        return {**self.work.report(), "outcome": self.outcome, "run_id": self.run_id, "reason": self.reason}
+
+
+class LakeTick:
+    """Decide and start, for one job per call.
+
+    Args:
+        reader: The reads.
+        runners: The three jobs.
+        publishing: Whether the flush job publishes materialisation jobs (it then releases only published entries).
+        retention_ms: The flush job's retention.
+        now_ms: The wall clock (epoch ms).
+    """
+
+    def __init__(
+        self,
+        reader: LakeReader,
+        runners: Mapping[JobKind, JobRunner],
+        *,
+        publishing: bool,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        now_ms: Callable[[], int] = system_clock,
+    ) -> None:
+        self.reader = reader
+        self.runners = runners
+        self.publishing = publishing
+        self.retention_ms = retention_ms
+        self._now_ms = now_ms
+
+    def tick(self, job: JobKind) -> TickReport:
+        """Decide ``job``'s work and start it when due and not served by an unfinished run.
+
+        Raises:
+            StorageError: a read failed, or Glue refused for a reason waiting cannot fix.
+        """
+        work, runs = self.work(job)
+        if not work.due:
+            return TickReport(work, "idle")
+        covering = work.covering(runs)
+        if covering is not None:
+            return TickReport(work, "covered", covering.run_id)
+        run_id, why = self.runners[job].try_start()
+        if run_id is None:
+            return TickReport(work, "deferred", reason=why)
+        return TickReport(work, "started", run_id)
+
+    def work(self, job: JobKind) -> tuple[Work, list[JobRun]]:
+        """``job``'s work and the job's recent runs (read only when there is work)."""
+        if job == "flush":
+            return self._flush()
+        heads = self.reader.heads()
+        positions = self.reader.bounds().positions
+        if not lagging_shards(heads, positions):
+            return Work(job), []
+        upstream_kind: JobKind = "flush" if job == "compact" else "compact"
+        upstream = self.runners[upstream_kind].runs(enough=_any_finished)
+        runs = self.runners[job].runs(enough=_any_succeeded)
+        decide = compact_work if job == "compact" else checkpoint_work
+        return decide(heads, positions, upstream, runs), runs
+
+    def _flush(self) -> tuple[Work, list[JobRun]]:
+        now = self._now_ms()
+        heads = self.reader.heads()
+        requests = self.reader.request_times(now)
+        bounds = self.reader.bounds()
+        candidates = release_candidates(
+            heads, bounds.positions, bounds.hlcs, publishing=self.publishing, now_ms=now, retention_ms=self.retention_ms
+        )
+        found = {key: self.reader.release_target(key, *bound) for key, bound in candidates.items()}
+        releasing = {key: t for key, t in found.items() if t is not None and t[0] > heads[key].released_seq}
+        times = self.reader.checkpoint_times(ShardId.parse(key).gateway for key in releasing)
+        targets = {
+            key: ReleaseTarget(seq, hlc, times.get(ShardId.parse(key).gateway)) for key, (seq, hlc) in releasing.items()
+        }
+
+        def decide(runs: Sequence[JobRun]) -> Work:
+            return flush_work(
+                heads,
+                request_ms=requests,
+                targets=targets,
+                publishing=self.publishing,
+                retention_ms=self.retention_ms,
+                runs=runs,
+                now_ms=now,
+            )
+
+        if not decide(()).due:
+            return decide(()), []
+        runs = self.runners["flush"].runs(enough=_successes(STALE_AFTER_RUNS) if targets else None)
+        return decide(runs), runs
+
+
+def _any_finished(runs: Sequence[JobRun]) -> bool:
+    return any(run.finished_ms is not None for run in runs)
+
+
+def _any_succeeded(runs: Sequence[JobRun]) -> bool:
+    return any(run.succeeded for run in runs)
+
+
+def _successes(count: int) -> Callable[[Sequence[JobRun]], bool]:
+    return lambda runs: sum(1 for run in runs if run.succeeded) >= count
+
+
+def _request_ms(doc: Mapping[str, Any], now_ms: int) -> int:
+    value = doc.get("atMs")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else now_ms

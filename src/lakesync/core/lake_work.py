@@ -1,0 +1,346 @@
+"""Whether a lake job has work, decided from cheap reads: the rule of the lake tick (docs/lake.md, "When the jobs
+run").
+
+A Glue run bills a minimum however little it does, so no job is started on a clock alone. On each job's schedule a
+small function (:mod:`lakesync.aws.lake_tick`) reads the shard heads, the flush requests, the latest checkpoints'
+bounds and the jobs' run history, and starts the job only when this module finds work for it:
+
+flush
+    * ``unflushed``: a head holds entries above its flushed sequence (``seq > fs``);
+    * ``requests``: a flush request is recorded (the tick backs the flush trigger up);
+    * ``unpublished``: with publishing on, a head's published position (``ps``, or ``rs`` before its first publish)
+      is behind ``fs``;
+    * ``release``: the flush's release step would mark entries released -- its own rule (:func:`release_limit`,
+      :func:`release_cutoff_hlc`; the flush store's ``release_target`` finds the entry), so the marks advance once
+      the checkpoints cover the entries and the retention has passed, even when nothing else happens.
+compact
+    ``flushed``: a shard's ``fs`` is above its position in the latest checkpoint (the lake holds entries no
+    checkpoint covers; the checkpoint positions are compaction watermarks, so compaction may lack them too) AND a
+    flush run finished after the last successful compaction began.
+checkpoint
+    ``compacted``: the same lag AND a compaction run finished after the last successful checkpoint run began.
+
+Invariants:
+
+* A run that succeeds removes the state it was started for, so a job is not started again and again for the same
+  work. Compaction and checkpoint also need a newer upstream run, so a lag no run can remove (a shard no compaction
+  covers) costs at most one run per upstream run, never one per tick. The release rule is the flush job's own (a
+  test compares them); should the two ever disagree, a release that :data:`STALE_AFTER_RUNS` successful flush runs
+  started after it became due did not perform is reported *stale* and not acted on again.
+* Doubt starts a run: an unreadable checkpoint counts as position 0, a head without a commit time as committed now,
+  an empty run history as "never ran". Times of different clocks (the gateway's commit HLCs, the job service's run
+  times) are compared with :data:`~lakesync.core.flush_requests.CLOCK_SKEW_MS` of margin.
+* An unfinished run serves the work when it provably began after all of it (:meth:`Work.covering`): the tick then
+  starts nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+from lakesync.core.flush_requests import CLOCK_SKEW_MS, ActiveRun
+
+__all__ = [
+    "ACTIVE_STATES",
+    "DEFAULT_RETENTION_MS",
+    "JOB_KINDS",
+    "STALE_AFTER_RUNS",
+    "Head",
+    "JobKind",
+    "JobRun",
+    "Reason",
+    "ReleaseTarget",
+    "Work",
+    "checkpoint_work",
+    "compact_work",
+    "flush_work",
+    "lagging_shards",
+    "release_candidates",
+    "release_cutoff_hlc",
+    "release_limit",
+]
+
+JobKind = Literal["flush", "compact", "checkpoint"]
+JOB_KINDS: Final[tuple[JobKind, ...]] = ("flush", "compact", "checkpoint")
+
+DEFAULT_RETENTION_MS: Final = 24 * 3600 * 1000
+"""How long flushed entries stay in the buffer before they may be released (the flush job's ``--retention_ms``, which
+the stack sets to this value)."""
+
+ACTIVE_STATES: Final = frozenset({"WAITING", "STARTING", "RUNNING", "STOPPING"})
+"""Job-run states of a run that has not finished (Glue's; ``WAITING`` is a queued run)."""
+
+STALE_AFTER_RUNS: Final = 2
+"""Successful flush runs begun after a release became due that leave it undone before the tick stops asking for it
+(one may have met a transient failure reading the checkpoints; two in a row mean the rules disagree)."""
+
+
+class Head(Protocol):
+    """What the rule reads of a shard head (:class:`lakesync.gateway.model.ShardHead` has it)."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def flushed_seq(self) -> int: ...
+
+    @property
+    def released_seq(self) -> int: ...
+
+    @property
+    def published_seq(self) -> int | None: ...
+
+    @property
+    def last_commit_hlc(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One run of a job as the job service lists it.
+
+    Attributes:
+        run_id: The service's id of the run.
+        state: Its state (Glue's ``JobRunState``).
+        started_ms: When it started (epoch ms, the service's clock), if known.
+        completed_ms: When it finished, if it did and the service says.
+    """
+
+    run_id: str
+    state: str
+    started_ms: int | None = None
+    completed_ms: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the run has not finished (it still counts against the job's concurrency)."""
+        return self.state in ACTIVE_STATES
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the run finished successfully."""
+        return self.state == "SUCCEEDED"
+
+    @property
+    def finished_ms(self) -> int | None:
+        """When a finished run ended (its completion, else its start); ``None`` for an unfinished run."""
+        if self.active:
+            return None
+        return self.completed_ms if self.completed_ms is not None else self.started_ms
+
+    def as_active(self) -> ActiveRun:
+        """The run as an unfinished run of :mod:`lakesync.core.flush_requests` (its covering rule)."""
+        return ActiveRun(self.run_id, self.started_ms, queued=self.state == "WAITING")
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One reason a job has work.
+
+    Attributes:
+        kind: ``unflushed``, ``requests``, ``unpublished``, ``release`` (flush), ``flushed`` (compact) or
+            ``compacted`` (checkpoint).
+        count: How many shards (or requests) it concerns.
+        at_ms: Since when the work exists (epoch ms): a run that began after it serves it.
+    """
+
+    kind: str
+    count: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one job has to do.
+
+    Attributes:
+        job: The job.
+        reasons: Why it should run; empty when it has nothing to do.
+        stale: Release reasons left out because successful runs did not remove them (logged, not acted on).
+    """
+
+    job: JobKind
+    reasons: tuple[Reason, ...] = ()
+    stale: tuple[Reason, ...] = ()
+
+    @property
+    def due(self) -> bool:
+        """Whether the job should run."""
+        return bool(self.reasons)
+
+    @property
+    def since_ms(self) -> int | None:
+        """The newest of the reasons' times: a run that began after it serves every reason."""
+        return max((r.at_ms for r in self.reasons), default=None)
+
+    def covering(self, runs: Iterable[JobRun]) -> JobRun | None:
+        """An unfinished run that serves all of the work (queued, or begun after :attr:`since_ms`), if any."""
+        since = self.since_ms
+        if since is None:
+            return None
+        return next((run for run in runs if run.active and run.as_active().covers(since)), None)
+
+    def report(self) -> dict[str, object]:
+        """A JSON-ready account for logs."""
+        return {
+            "job": self.job,
+            "due": self.due,
+            "reasons": {r.kind: r.count for r in self.reasons},
+            "since_ms": self.since_ms,
+            "stale": {r.kind: r.count for r in self.stale},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseTarget:
+    """The entry the flush's release step would mark for a shard (from the store's ``release_target``).
+
+    Attributes:
+        seq: Its sequence.
+        commit_hlc: Its commit HLC.
+        checkpoint_ms: When the checkpoint that lets it go became visible (its gateway's ``latest.json``), if known.
+    """
+
+    seq: int
+    commit_hlc: int
+    checkpoint_ms: int | None = None
+
+
+def release_limit(head: Head, position: int, *, publishing: bool) -> int:
+    """The last sequence the flush's release step may mark for a shard with nothing left to flush: flushed, covered
+    by the checkpoint's ``position`` and, with publishing on, published (``ps``, or ``rs`` before the first publish).
+    """
+    limit = min(head.flushed_seq, position)
+    if publishing:
+        limit = min(limit, head.published_seq if head.published_seq is not None else head.released_seq)
+    return limit
+
+
+def release_cutoff_hlc(now_ms: int, retention_ms: int, checkpoint_hlc: int) -> int:
+    """The newest commit HLC the release step may mark: older than the retention and at or below the checkpoint's
+    ``serverHlc``."""
+    return min(((now_ms - retention_ms) << 16) | 0xFFFF, checkpoint_hlc)
+
+
+def release_candidates(
+    heads: Mapping[str, Head],
+    positions: Mapping[str, int],
+    hlcs: Mapping[str, int],
+    *,
+    publishing: bool,
+    now_ms: int,
+    retention_ms: int,
+) -> dict[str, tuple[int, int]]:
+    """``{shard: (limit, cutoff_hlc)}`` for the shards whose release step would look for entries to mark (the limit
+    is above the release mark); the store's ``release_target(shard, limit, cutoff_hlc)`` names the entry."""
+    out: dict[str, tuple[int, int]] = {}
+    for key, head in heads.items():
+        limit = release_limit(head, positions.get(key, 0), publishing=publishing)
+        if limit > head.released_seq:
+            out[key] = (limit, release_cutoff_hlc(now_ms, retention_ms, hlcs.get(key, 0)))
+    return out
+
+
+def flush_work(
+    heads: Mapping[str, Head],
+    *,
+    request_ms: Iterable[int] = (),
+    targets: Mapping[str, ReleaseTarget | None] | None = None,
+    publishing: bool,
+    retention_ms: int,
+    runs: Iterable[JobRun] = (),
+    now_ms: int,
+) -> Work:
+    """The flush job's work (see the module docstring).
+
+    Args:
+        heads: The heads of the shards the job flushes, by shard key.
+        request_ms: When each recorded flush request was made.
+        targets: For the shards of :func:`release_candidates`, the entry their release step would mark (``None``:
+            none).
+        publishing: Whether the flush publishes materialisation jobs.
+        retention_ms: The flush's retention.
+        runs: The flush job's recent runs (to recognise a stale release).
+        now_ms: The time of the reads.
+    """
+    reasons: list[Reason] = []
+    unflushed = [h for h in heads.values() if h.seq > h.flushed_seq]
+    if unflushed:
+        at = max((h.last_commit_hlc >> 16) if h.last_commit_hlc else now_ms for h in unflushed)
+        reasons.append(Reason("unflushed", len(unflushed), at))
+    requests = list(request_ms)
+    if requests:
+        reasons.append(Reason("requests", len(requests), max(requests)))
+    if publishing:
+        behind = [
+            h
+            for h in heads.values()
+            if (h.published_seq if h.published_seq is not None else h.released_seq) < h.flushed_seq
+        ]
+        if behind:
+            reasons.append(Reason("unpublished", len(behind), now_ms))
+    stale: list[Reason] = []
+    due = [
+        _release_due_ms(target, retention_ms, now_ms)
+        for key, target in (targets or {}).items()
+        if target is not None and key in heads and target.seq > heads[key].released_seq
+    ]
+    if due:
+        release = Reason("release", len(due), max(due))
+        starts = [r.started_ms for r in runs if r.succeeded and r.started_ms is not None]
+        after = sum(1 for started in starts if started >= release.at_ms + CLOCK_SKEW_MS)
+        (stale if after >= STALE_AFTER_RUNS else reasons).append(release)
+    return Work("flush", tuple(reasons), tuple(stale))
+
+
+def _release_due_ms(target: ReleaseTarget, retention_ms: int, now_ms: int) -> int:
+    """Since when the entry may go: its retention has passed and its checkpoint is visible (unknown: now)."""
+    expiry = (target.commit_hlc >> 16) + retention_ms
+    return max(expiry, target.checkpoint_ms if target.checkpoint_ms is not None else now_ms)
+
+
+def lagging_shards(heads: Mapping[str, Head], positions: Mapping[str, int]) -> list[str]:
+    """The shards whose flushed entries the latest checkpoints do not all cover (``fs`` above the position)."""
+    return sorted(key for key, head in heads.items() if head.flushed_seq > positions.get(key, 0))
+
+
+def compact_work(
+    heads: Mapping[str, Head],
+    positions: Mapping[str, int],
+    flush_runs: Iterable[JobRun],
+    compact_runs: Iterable[JobRun],
+) -> Work:
+    """The compaction job's work: the lake lags the checkpoints and a flush finished after the last successful
+    compaction began."""
+    return _downstream("compact", "flushed", heads, positions, flush_runs, compact_runs)
+
+
+def checkpoint_work(
+    heads: Mapping[str, Head],
+    positions: Mapping[str, int],
+    compact_runs: Iterable[JobRun],
+    checkpoint_runs: Iterable[JobRun],
+) -> Work:
+    """The checkpoint job's work: the lake lags the checkpoints and a compaction finished after the last successful
+    checkpoint began."""
+    return _downstream("checkpoint", "compacted", heads, positions, compact_runs, checkpoint_runs)
+
+
+def _downstream(
+    job: JobKind,
+    kind: str,
+    heads: Mapping[str, Head],
+    positions: Mapping[str, int],
+    upstream: Iterable[JobRun],
+    downstream: Iterable[JobRun],
+) -> Work:
+    lagging = lagging_shards(heads, positions)
+    if not lagging:
+        return Work(job)
+    finished = max((ms for r in upstream if (ms := r.finished_ms) is not None), default=None)
+    began = max((r.started_ms for r in downstream if r.succeeded and r.started_ms is not None), default=None)
+    if began is not None and (finished is None or finished < began):
+        return Work(job)
+    # Never ran successfully (or nothing is known upstream): one run settles the doubt.
+    return Work(job, (Reason(kind, len(lagging), finished if finished is not None else 0),))
