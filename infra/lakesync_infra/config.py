@@ -26,7 +26,7 @@ ENVIRONMENTS_KEY: Final = "lakesync:environments"
 DEFAULTS_KEY: Final = "lakesync:defaults"
 ENV_KEY_PREFIX: Final = "lakesync:env:"
 
-EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret")
+EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret", "lake_tick")
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
 ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS)
 
@@ -142,10 +142,10 @@ class LakeSyncConfig:
         region: AWS region (``None``: the CLI's, or environment-agnostic).
         gateway_ids: Gateways served (``LAKESYNC_GATEWAY_IDS``; the jobs process these).
         sub_shards: Hash sub-shards per hot table (``LAKESYNC_SUB_SHARDS``).
-        flush_interval_minutes: How often the flush job runs on schedule (pushes over the threshold and
-            ``POST /v1/admin/flush`` start it sooner).
-        compact_schedule: EventBridge Scheduler expression of the compaction job.
-        checkpoint_schedule: EventBridge Scheduler expression of the checkpoint job.
+        flush_interval_minutes: How often the lake tick looks for flush work (the flush job starts only when there is
+            some; pushes over the threshold and ``POST /v1/admin/flush`` start it sooner).
+        compact_schedule: EventBridge Scheduler expression of the lake tick for the compaction job.
+        checkpoint_schedule: EventBridge Scheduler expression of the lake tick for the checkpoint job.
         flush_threshold_bytes: Unflushed bytes per shard that request a flush (``None``: the code's default).
         backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: the code's default).
         max_body_bytes: Largest request body (``None``: the code's default).

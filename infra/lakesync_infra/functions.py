@@ -12,6 +12,10 @@ with ``flush#``), and reports batch item failures. Each invocation may wait minu
 :data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`; a batch that still fails lands (as
 metadata) in a DLQ, and the scheduled flush serves its requests anyway.
 
+``lake_tick`` is what the jobs' schedules invoke (:meth:`lakesync_infra.jobs.Jobs.schedule_ticks`): it reads the
+heads, the shard registry and flush requests, the commit index of the log (the release step's target) and the
+checkpoints, and may list and start runs of the three Glue jobs -- nothing else (:mod:`lakesync.aws.lake_tick`).
+
 ``materialise`` consumes the materialisation queue (:meth:`lakesync_infra.queues.Queues.attach_consumer`: partial
 batch failures, at most ``materialiseConcurrency`` concurrent invocations) and ships with its own code asset, the
 API functions' plus the SQL drivers, so the API functions stay small. It reads the gateways' destinations and table
@@ -43,8 +47,10 @@ from lakesync.aws.function_settings import (
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
     FLUSH_JOB_NAME,
+    FLUSH_PUBLISHES,
     FLUSH_THRESHOLD_BYTES,
     GATEWAY_IDS,
+    JOB_NAME_VARS,
     JWT_SECRET_ARN,
     MAX_BODY_BYTES,
     SUB_SHARDS,
@@ -71,6 +77,9 @@ from lakesync_infra.queues import CONSUMER_TIMEOUT, PAYLOADS, Queues
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 FLUSH_REQUEST_PREFIX: Final = "flush#"
 FLUSH_TRIGGER_TIMEOUT_S: Final = 300
+LAKE_TICK: Final = "lake_tick"
+LAKE_TICK_TIMEOUT_S: Final = 60
+"""A tick is a few small reads and at most two ``GetJobRuns`` and one ``StartJobRun``: seconds."""
 """Covers the trigger's wait for a busy flush job (``lakesync.aws.flush_trigger.MAX_WAIT_S`` + ``SAFETY_S``)."""
 STREAM_RETRY_ATTEMPTS: Final = 30
 STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
@@ -152,6 +161,15 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
         tables={"config": ("dynamodb:Query",)}, api=False, timeout_s=int(CONSUMER_TIMEOUT.to_seconds())
     ),
     "rotate_secret": FunctionAccess(api=False, timeout_s=30),
+    # lake_tick: the shard registry and flush requests (config Query), the heads (BatchGetItem), the release step's
+    # target (Query on the commit index, and on the log for an entry's commit HLC) and the checkpoints.
+    LAKE_TICK: FunctionAccess(
+        tables={"config": ("dynamodb:Query",), "heads": ("dynamodb:BatchGetItem",), "deltas": ("dynamodb:Query",)},
+        index_actions={"deltas": ("dynamodb:Query",)},
+        api=False,
+        checkpoints=True,
+        timeout_s=LAKE_TICK_TIMEOUT_S,
+    ),
 }
 
 
@@ -181,8 +199,8 @@ class Functions(Construct):
         buffer: Buffer,
         jwt_secret: secretsmanager.ISecret,
         checkpoints: s3.IBucket,
-        flush_job_name: str,
-        flush_job_arn: str,
+        job_names: Mapping[str, str],
+        job_arns: Mapping[str, str],
         queues: Queues,
         network: MaterialiseNetwork | None = None,
     ) -> None:
@@ -203,7 +221,9 @@ class Functions(Construct):
             if access.checkpoints:
                 env[CHECKPOINT_BUCKET] = checkpoints.bucket_name
             if name == "flush_trigger":
-                env[FLUSH_JOB_NAME] = flush_job_name
+                env[FLUSH_JOB_NAME] = job_names["flush"]
+            if name == LAKE_TICK:
+                env.update(_lake_tick_environment(config, buffer, job_names))
             in_vpc = name == MATERIALISE and network is not None
             if name == MATERIALISE:
                 env.update(_materialise_environment(config, buffer, queues))
@@ -280,7 +300,9 @@ class Functions(Construct):
         )
 
         trigger = self.functions["flush_trigger"]
-        allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [flush_job_arn], sid="StartFlush")  # type: ignore[arg-type]
+        allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [job_arns["flush"]], sid="StartFlush")  # type: ignore[arg-type]
+        tick = self.functions[LAKE_TICK]
+        allow(tick.role, ["glue:StartJobRun", "glue:GetJobRuns"], list(job_arns.values()), sid="LakeJobs")  # type: ignore[arg-type]
         # Only batch metadata lands here (shard, sequence numbers), so SQS-managed encryption is enough and the
         # trigger needs no key grant to send.
         self.stream_failures = sqs.Queue(
@@ -339,6 +361,17 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
     ):
         if value is not None:
             env[var] = str(value)
+    return env
+
+
+def _lake_tick_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Mapping[str, str]) -> dict[str, str]:
+    # The flush job always publishes (lakesync_infra.jobs passes it the claim-check bucket and the queue), and the
+    # tick must know it: the flush then releases only published entries.
+    env = {GATEWAY_IDS: ",".join(config.gateway_ids), FLUSH_PUBLISHES: "true"}
+    for kind, var in TABLE_VARS.items():
+        env[var] = getattr(buffer.names, kind)
+    for job, var in JOB_NAME_VARS.items():
+        env[var] = job_names[job]
     return env
 
 

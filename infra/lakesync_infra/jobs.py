@@ -20,11 +20,13 @@ so S3A's region is set to the stack's. The Hive-compatible Glue catalog (``--ena
 enabled: nothing uses Spark's session catalog, and it would make every run depend on reading the account's
 ``default`` database.
 
-Schedules (EventBridge Scheduler, one ``glue:StartJobRun`` each): flush every ``flushIntervalMinutes``, compact and
-checkpoint on their own expressions. A schedule does not retry: every job allows one run at a time, so a tick that
-meets a running job (``ConcurrentRunsExceededException``) has nothing to add, and the next tick comes soon. EventBridge
-Scheduler rather than a Glue SCHEDULED trigger: rates down to one minute, a role scoped to exactly one job, and the
-same schedule service for anything added later.
+Schedules (EventBridge Scheduler): no schedule starts a job. Each job's schedule -- flush every
+``flushIntervalMinutes``, compact and checkpoint on their own expressions -- invokes the lake tick
+(``functions/lake_tick.py``, :meth:`Jobs.schedule_ticks`) with ``{"job": <kind>}``, and the tick starts the job only
+when it has work (:mod:`lakesync.core.lake_work`): an idle deployment starts no Glue run. A run meeting a busy job is
+left to the next tick, as before; the schedules retry a failed invocation twice within an hour. EventBridge Scheduler
+rather than an EventBridge rule: rates down to one minute, one role scoped to invoking the tick, and the same
+schedule service for anything added later.
 
 Materialisation: after its commit the flush publishes every newly flushed range (``lakesync.aws.publish``) -- the
 payload to the claim-check bucket under ``materialise/``, one message to the materialisation queue, the head's
@@ -46,11 +48,13 @@ import aws_cdk as cdk
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
+from lakesync.core.lake_work import DEFAULT_RETENTION_MS
 from lakesync_infra.buffer import Buffer
 from lakesync_infra.common import (
     acknowledge,
@@ -96,6 +100,8 @@ TEMP_PREFIX: Final = "glue-temp"
 METRIC_NAMESPACE: Final = "LakeSync"
 """The namespace of the jobs' own metrics (``lakesync.aws.publish.METRIC_NAMESPACE``)."""
 JOB_KINDS: Final = ("flush", "compact", "checkpoint")
+SCHEDULE_RETRIES: Final = 2
+SCHEDULE_MAX_AGE: Final = cdk.Duration.hours(1)
 
 GLUE_ARGUMENTS: Final = frozenset(
     {
@@ -140,11 +146,12 @@ _CATALOG_WRITE: Final = (*_CATALOG_READ, "glue:CreateTable", "glue:UpdateTable")
 
 ACCESS: Final[Mapping[str, JobAccess]] = {
     # lakesync.aws.flush_store.FlushStore: heads read/advanced (flushed counters, release marks, the published
-    # position), log ranges read and released (incl. the by_commit index), flush requests and destinations listed,
+    # position), log ranges read and released (a mark on the head; the items expire by TTL; the by_commit index is
+    # read to find the release point), flush requests and destinations listed,
     # requests cleared, the lease item written; latest checkpoints read; lakesync.aws.publish: materialisation.
     "flush": JobAccess(
         tables={
-            "deltas": ("dynamodb:Query", "dynamodb:BatchWriteItem"),
+            "deltas": ("dynamodb:Query",),
             "heads": ("dynamodb:BatchGetItem", "dynamodb:UpdateItem"),
             "config": (
                 "dynamodb:Query",
@@ -205,6 +212,8 @@ def script_arguments(
             "--tables": tables_json,
             "--gateways": gateways,
             "--region": region,
+            # the retention the lake tick assumes when it decides whether a release is due
+            "--retention_ms": str(DEFAULT_RETENTION_MS),
             "--checkpoint_bucket": checkpoint_bucket,
             "--claim_check_bucket": claim_check_bucket,
             "--materialise_queue_url": materialise_queue_url,
@@ -231,7 +240,7 @@ class Jobs(Construct):
         roles: The jobs' roles, by job.
         wheel_uri: ``s3://`` URI of the deployed wheel.
         script_uris: ``s3://`` URI of each job's script.
-        schedules: The EventBridge schedules, by job.
+        schedules: The EventBridge schedules invoking the lake tick, by job (after :meth:`schedule_ticks`).
         log_groups: The jobs' log groups (``--custom-logGroup-prefix``: ``/output`` and ``/error``).
     """
 
@@ -353,41 +362,49 @@ class Jobs(Construct):
                 temp=temp,
             )
             self._acknowledge_role(kind, role, lake, queues, prefix, temp)
-        self.schedules["flush"] = self._schedule(
-            "flush", scheduler.ScheduleExpression.rate(cdk.Duration.minutes(config.flush_interval_minutes))
-        )
-        self.schedules["compact"] = self._schedule(
-            "compact", scheduler.ScheduleExpression.expression(config.compact_schedule)
-        )
-        self.schedules["checkpoint"] = self._schedule(
-            "checkpoint", scheduler.ScheduleExpression.expression(config.checkpoint_schedule)
-        )
+        self._config = config
 
     def job_arn(self, kind: str) -> str:
         """The ARN of job ``kind``."""
         return cdk.Stack.of(self).format_arn(service="glue", resource="job", resource_name=self.jobs[kind].ref)
 
-    def _schedule(self, kind: str, expression: scheduler.ScheduleExpression) -> scheduler.Schedule:
+    def schedule_ticks(self, tick: lambda_.IFunction) -> None:
+        """Invoke the lake tick on each job's schedule with ``{"job": <kind>}``; one role may invoke it, no more."""
+        config = self._config
+        expressions = {
+            "flush": scheduler.ScheduleExpression.rate(cdk.Duration.minutes(config.flush_interval_minutes)),
+            "compact": scheduler.ScheduleExpression.expression(config.compact_schedule),
+            "checkpoint": scheduler.ScheduleExpression.expression(config.checkpoint_schedule),
+        }
         role = iam.Role(
             self,
-            f"{kind.capitalize()}ScheduleRole",
+            "TickScheduleRole",
             assumed_by=iam.ServicePrincipal(
                 "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}}
             ),
         )
-        return scheduler.Schedule(
-            self,
-            f"{kind.capitalize()}Schedule",
-            description=f"Start the LakeSync {kind} job",
-            schedule=expression,
-            target=targets.Universal(
-                service="glue",
-                action="startJobRun",
-                input=scheduler.ScheduleTargetInput.from_object({"JobName": self.jobs[kind].ref}),
-                policy_statements=[iam.PolicyStatement(actions=["glue:StartJobRun"], resources=[self.job_arn(kind)])],
-                retry_attempts=0,
-                role=role,
-            ),
+        for kind in JOB_KINDS:
+            self.schedules[kind] = scheduler.Schedule(
+                self,
+                f"{kind.capitalize()}Schedule",
+                description=f"Look for LakeSync {kind} work (the lake tick starts the job only when it has some)",
+                schedule=expressions[kind],
+                target=targets.LambdaInvoke(
+                    tick,
+                    input=scheduler.ScheduleTargetInput.from_object({"job": kind}),
+                    retry_attempts=SCHEDULE_RETRIES,
+                    max_event_age=SCHEDULE_MAX_AGE,
+                    role=role,
+                ),
+            )
+        acknowledge_wildcards(
+            role,
+            {
+                f"Resource::<{cdk.Stack.of(self).get_logical_id(tick.node.default_child)}.Arn>:*": (  # type: ignore[arg-type]
+                    "CDK grants invoking the lake tick's versions and aliases too (function ARN with ':*'); the "
+                    "role can invoke that one function only."
+                )
+            },
         )
 
     def _acknowledge_role(self, kind: str, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str) -> None:

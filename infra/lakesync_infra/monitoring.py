@@ -1,17 +1,25 @@
-"""Alarms and a dashboard.
+"""Alarms and a dashboard, kept to what an idle deployment can afford (docs/deployment.md, "Cost notes").
 
-Alarms (all notify the alarm topic, KMS-encrypted; ``alarmEmail`` subscribes an address):
+Alarms (all notify the alarm topic, KMS-encrypted; ``alarmEmail`` subscribes an address) -- each one costs $0.10 a
+month, so each watches something no other alarm sees:
 
 * any message in a dead-letter queue (materialisation DLQ, flush-trigger stream failures);
-* any Lambda error (an unhandled exception or timeout -- handled request errors are HTTP responses, not errors) or
-  throttle, per function;
-* API 5xx responses;
+* API 5xx responses: an API function that raises, times out or is throttled answers 5xx, so this one alarm covers
+  the API functions (their errors and throttles are on the dashboard, per function);
+* any error (an unhandled exception or timeout) of the functions no client waits for: the flush trigger, the
+  materialise consumer, the secret rotation and the lake tick (if it fails, no lake job starts);
 * materialisation: a range the flush could not publish after its retries (metric ``MaterialisePublishFailures`` of
   namespace ``LakeSync``, dimension ``service=flush``, emitted by the flush job), and a materialisation message
   older than :data:`QUEUE_AGE_LIMIT` (the consumer is failing or cannot keep up; messages are kept 14 days);
 * a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our three jobs
-  sends the event itself to the topic (the message says which job and run), and the alarm on the rule's
-  ``TriggeredRules`` metric shows the failure on the dashboard without a second notification.
+  sends the event itself to the topic (the message says which job and run); the rule's ``TriggeredRules`` metric
+  is on the dashboard (no alarm: the rule already notifies).
+
+Throttles of the functions outside the API are retried by their event sources (the stream, the queue, the
+schedules' asynchronous invocations) and show up as the alarms above when they persist (queue age, DLQ, errors).
+
+The dashboard holds at most :data:`DASHBOARD_METRICS` metrics, so it is one of the three free ones of an account
+that has no more (beyond them a dashboard costs $3 a month).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from lakesync_infra.config import LakeSyncConfig
+from lakesync_infra.config import EXTRA_FUNCTIONS, LakeSyncConfig
 from lakesync_infra.jobs import METRIC_NAMESPACE
 
 FAILED_STATES = ("FAILED", "TIMEOUT", "ERROR")
@@ -40,6 +48,14 @@ PERIOD = cdk.Duration.minutes(5)
 PUBLISH_FAILURES = "MaterialisePublishFailures"
 """The flush job's metric (``lakesync.aws.publish.FAILURE_METRIC``), dimension ``service=flush``."""
 QUEUE_AGE_LIMIT = cdk.Duration.hours(1)
+ERROR_ALARMED = EXTRA_FUNCTIONS
+"""Functions with an error alarm: those outside the API (an API function's failure is a 5xx answer)."""
+QUIET_FUNCTIONS = ("health", "rotate_secret")
+"""Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed)."""
+OWN_ROW = "materialise"
+"""The function with its own dashboard row (left out of the per-function graphs)."""
+DASHBOARD_METRICS = 50
+"""The most metrics a free dashboard may show (CloudWatch's free tier: 3 dashboards of up to 50 metrics)."""
 
 
 class Monitoring(Construct):
@@ -91,9 +107,7 @@ class Monitoring(Construct):
         notify = actions.SnsAction(self.topic)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
 
-        def alarm(
-            name: str, metric: cloudwatch.IMetric, description: str, *, notifies: bool = True, threshold: float = 1
-        ) -> None:
+        def alarm(name: str, metric: cloudwatch.IMetric, description: str, *, threshold: float = 1) -> None:
             created = cloudwatch.Alarm(
                 self,
                 name,
@@ -104,8 +118,7 @@ class Monitoring(Construct):
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
                 alarm_description=description,
             )
-            if notifies:
-                created.add_alarm_action(notify)
+            created.add_alarm_action(notify)
             self.alarms[name] = created
 
         for name, queue in dead_letter_queues.items():
@@ -115,9 +128,9 @@ class Monitoring(Construct):
                 f"Messages in {name}: something failed repeatedly and waits for an operator",
             )
         for name, fn in functions.items():
-            pascal = "".join(p.capitalize() for p in name.split("_"))
-            alarm(f"{pascal}Errors", fn.metric_errors(period=PERIOD), f"functions.{name} raised or timed out")
-            alarm(f"{pascal}Throttles", fn.metric_throttles(period=PERIOD), f"functions.{name} was throttled")
+            if name in ERROR_ALARMED:
+                pascal = "".join(p.capitalize() for p in name.split("_"))
+                alarm(f"{pascal}Errors", fn.metric_errors(period=PERIOD), f"functions.{name} raised or timed out")
         api_5xx = cloudwatch.Metric(
             namespace="AWS/ApiGateway",
             metric_name="5xx",
@@ -125,7 +138,7 @@ class Monitoring(Construct):
             statistic="Sum",
             period=PERIOD,
         )
-        alarm("Api5xx", api_5xx, "The API answered 5xx (the functions log the cause)")
+        alarm("Api5xx", api_5xx, "The API answered 5xx: a function raised, timed out or was throttled (its log says)")
 
         self.glue_failures = events.Rule(
             self,
@@ -145,7 +158,6 @@ class Monitoring(Construct):
             statistic="Sum",
             period=PERIOD,
         )
-        alarm("GlueJobFailures", glue_failed, "A Glue job run failed (the rule sent the event)", notifies=False)
 
         publish_failures = cloudwatch.Metric(
             namespace=METRIC_NAMESPACE,
@@ -190,21 +202,23 @@ class Monitoring(Construct):
                 width=12,
             ),
         )
+        graphed = {name: fn for name, fn in functions.items() if name != OWN_ROW}
+        busy = {name: fn for name, fn in graphed.items() if name not in QUIET_FUNCTIONS}
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Function invocations",
-                left=[fn.metric_invocations(period=PERIOD, label=name) for name, fn in functions.items()],
+                left=[fn.metric_invocations(period=PERIOD, label=name) for name, fn in busy.items()],
                 width=8,
             ),
             cloudwatch.GraphWidget(
                 title="Function errors and throttles",
-                left=[fn.metric_errors(period=PERIOD, label=f"{name} errors") for name, fn in functions.items()],
-                right=[fn.metric_throttles(period=PERIOD, label=f"{name} throttles") for name, fn in functions.items()],
+                left=[fn.metric_errors(period=PERIOD, label=f"{name} errors") for name, fn in graphed.items()],
+                right=[fn.metric_throttles(period=PERIOD, label=f"{name} throttles") for name, fn in busy.items()],
                 width=8,
             ),
             cloudwatch.GraphWidget(
                 title="Function duration p99",
-                left=[fn.metric_duration(period=PERIOD, statistic="p99", label=name) for name, fn in functions.items()],
+                left=[fn.metric_duration(period=PERIOD, statistic="p99", label=name) for name, fn in busy.items()],
                 width=8,
             ),
         )
@@ -241,5 +255,10 @@ class Monitoring(Construct):
             ),
         )
         self.dashboard.add_widgets(
-            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24),
+            cloudwatch.GraphWidget(
+                title="Glue job runs failed (the rule notifies the topic)",
+                left=[glue_failed.with_(label="failed runs")],
+                width=8,
+            ),
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=16),
         )

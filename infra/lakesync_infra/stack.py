@@ -4,7 +4,8 @@ Wiring (the only cross-construct dependencies)::
 
     DataKey ──> Buffer, Lake, Queues, Secrets, Jobs, Functions
     Lake ──> Queues (access logs), Jobs (warehouse, catalog), Functions (checkpoints)
-    Buffer ──> Jobs, Functions          Jobs ──> Functions (flush job for the trigger)
+    Buffer ──> Jobs, Functions          Jobs ──> Functions (the jobs the flush trigger and the lake tick start)
+    Functions ──> Jobs (the schedules invoke the lake tick)
     Queues ──> Jobs (the flush publishes), Functions (materialise consumes), Monitoring
     MaterialiseNetwork (with materialiseVpc) ──> Functions (materialise)
     Functions ──> Api, Secrets (rotation), Monitoring          Jobs, Api ──> Monitoring
@@ -103,11 +104,12 @@ class LakeSyncStack(cdk.Stack):
             buffer=self.buffer,
             jwt_secret=self.secrets.jwt_secret,
             checkpoints=self.lake.checkpoints,
-            flush_job_name=self.jobs.jobs["flush"].ref,
-            flush_job_arn=self.jobs.job_arn("flush"),
+            job_names={kind: job.ref for kind, job in self.jobs.jobs.items()},
+            job_arns={kind: self.jobs.job_arn(kind) for kind in self.jobs.jobs},
             queues=self.queues,
             network=self.network,
         )
+        self.jobs.schedule_ticks(self.functions.functions["lake_tick"])
         self.secrets.enable_rotation(self.functions.functions["rotate_secret"])
         self.api = Api(self, "Api", config=config, functions=self.functions.functions)
         self.monitoring = Monitoring(

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-HANDLERS = ["health", "push", "pull", "actions", "admin", "flush_trigger", "rotate_secret"]
+HANDLERS = ["health", "push", "pull", "actions", "admin", "flush_trigger", "rotate_secret", "lake_tick"]
 HEAVY = ("pyspark", "pyiceberg", "pyarrow", "pandas", "moto", "boto3")
 
 _PROBE = """

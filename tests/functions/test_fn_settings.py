@@ -1,5 +1,5 @@
 """lakesync.aws.function_settings.Settings.from_env: defaults, the table-name and secret alternatives, and one
-clear error listing every bad variable.
+clear error listing every bad variable; the materialise consumer's and the lake tick's settings likewise.
 """
 
 from __future__ import annotations
@@ -8,11 +8,16 @@ import pytest
 
 from lakesync.aws.function_settings import (
     API_ENV_VARS,
+    CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
     FLUSH_JOB_NAME,
+    FLUSH_PUBLISHES,
     FUNCTION_ENV_VARS,
+    GATEWAY_IDS,
+    JOB_NAME_VARS,
     TABLE_PREFIX,
     TABLE_VARS,
+    LakeTickSettings,
     MaterialiseSettings,
     Settings,
     SettingsError,
@@ -117,11 +122,14 @@ def test_function_env_vars_cover_what_settings_read():
     constants = {
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
-    # Then the API functions declare exactly those (and the six table names) but the flush job's name, which only
-    # flush_trigger reads, and the claim-check bucket, which only materialise reads; health and rotate_secret read none
-    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | {FLUSH_JOB_NAME, CLAIM_CHECK_BUCKET}
+    # Then the API functions declare exactly those (and the six table names) but the job names and whether the flush
+    # publishes, which flush_trigger and lake_tick read, and the claim-check bucket, which only materialise reads;
+    # health and rotate_secret read none
+    jobs = {*JOB_NAME_VARS.values(), FLUSH_PUBLISHES}
+    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | jobs | {CLAIM_CHECK_BUCKET}
     assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
     assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME}
+    assert FUNCTION_ENV_VARS["lake_tick"] == {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET, *jobs}
     assert FUNCTION_ENV_VARS["materialise"] == {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
 
@@ -138,3 +146,44 @@ def test_materialise_settings_need_tables_and_a_valid_claim_check_bucket():
     assert CLAIM_CHECK_BUCKET in str(missing.value) and TABLE_PREFIX in str(missing.value)
     with pytest.raises(SettingsError, match="not a valid S3 bucket name"):
         MaterialiseSettings.from_env({TABLE_PREFIX: "ls", CLAIM_CHECK_BUCKET: "Bad_Bucket"})
+
+
+TICK_ENV = {
+    TABLE_PREFIX: "ls",
+    GATEWAY_IDS: "web, app",
+    FLUSH_PUBLISHES: "true",
+    **{var: f"lakesync-{job}" for job, var in JOB_NAME_VARS.items()},
+}
+
+
+def test_lake_tick_settings_name_the_jobs_the_tables_and_the_gateways():
+    # Given the tick's variables, with and without a checkpoint bucket
+    settings = LakeTickSettings.from_env(TICK_ENV)
+    with_bucket = LakeTickSettings.from_env({**TICK_ENV, CHECKPOINT_BUCKET: "ckpt", FLUSH_PUBLISHES: "False"})
+    # Then they name the three jobs, the tables, the gateways (sorted), publishing and the bucket
+    assert dict(settings.job_names) == {
+        "flush": "lakesync-flush",
+        "compact": "lakesync-compact",
+        "checkpoint": "lakesync-checkpoint",
+    }
+    assert settings.tables == TableNames.with_prefix("ls")
+    assert settings.gateway_ids == ("app", "web")
+    assert (settings.flush_publishes, settings.checkpoint_bucket) == (True, None)
+    assert (with_bucket.flush_publishes, with_bucket.checkpoint_bucket) == (False, "ckpt")
+
+
+def test_lake_tick_settings_report_every_problem_at_once():
+    env = {GATEWAY_IDS: "bad id", FLUSH_PUBLISHES: "yes", JOB_NAME_VARS["compact"]: "a\nb", CHECKPOINT_BUCKET: "B"}
+    with pytest.raises(SettingsError) as error:
+        LakeTickSettings.from_env(env)
+    message = str(error.value)
+    for fragment in (
+        "invalid gateway ids",
+        TABLE_PREFIX,
+        f"{FLUSH_PUBLISHES} must be true or false",
+        f"missing {JOB_NAME_VARS['flush']}",
+        f"{JOB_NAME_VARS['compact']} 'a\\nb' is not a Glue job name",
+        f"missing {JOB_NAME_VARS['checkpoint']}",
+        "not a valid S3 bucket name",
+    ):
+        assert fragment in message

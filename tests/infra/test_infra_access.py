@@ -117,21 +117,23 @@ def _invoke(
     return int(reply["statusCode"])
 
 
-def _second_push_body() -> dict[str, Any]:
-    """The sample push with a newer write to the same row: a second commit to the same shard."""
+def _second_push_body(hlc_ms: int = 1_763_000_000_000) -> dict[str, Any]:
+    """The sample push with another write to the same row (newer by default): a second commit to the same shard."""
     from lakesync.core.delta import make_delta
     from lakesync.core.hlc import encode
 
     doc = json.loads(json.loads((EVENTS / "push_json.json").read_text(encoding="utf-8"))["body"])
     delta = make_delta(
-        "UPDATE", table="todos", row_id="row-1", client_id="client-a", hlc=encode(1_763_000_000_000, 0),
+        "UPDATE", table="todos", row_id="row-1", client_id="client-a", hlc=encode(hlc_ms, 0),
         columns={"done": True},
     )  # fmt: skip
     doc["deltas"] = [delta.to_json()]
     return dict(doc)
 
 
-def _write_checkpoint(bucket: str, endpoint: str) -> None:
+def _write_checkpoint(
+    bucket: str, endpoint: str, *, positions: dict[str, int] | None = None, server_hlc: int | None = None
+) -> None:
     from lakesync.aws.objects import S3ObjectStore
     from lakesync.core.checkpoint import checkpoint_id
     from lakesync.core.delta import make_delta
@@ -149,8 +151,8 @@ def _write_checkpoint(bucket: str, endpoint: str) -> None:
         gateway=GW,
         checkpoint_id=checkpoint_id(t0, "0a1b2c3d"),  # the checkpoint events/checkpoint_chunk.json asks for
         created_at_ms=t0,
-        positions={f"{GW}#todos#0": 1},
-        server_hlc=encode(t0, 0),
+        positions=positions if positions is not None else {f"{GW}#todos#0": 1},
+        server_hlc=server_hlc if server_hlc is not None else encode(t0, 0),
         tables=["todos"],
         rows=[encode_row(state)],
     )
@@ -191,6 +193,8 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
         return [(f"secretsmanager:{op}", names[params["SecretId"]])]
     if service == "sqs":
         return [(f"sqs:{op}", names[params["QueueUrl"]])]
+    if service == "glue":
+        return [(f"glue:{op}", names[params["JobName"]])]
     if service == "cloudwatch" and op == "PutMetricData":  # no resource-level permissions (namespace: a condition)
         return [("cloudwatch:PutMetricData", "*")]
     raise AssertionError(f"unmapped call {service}.{op}")
@@ -269,6 +273,8 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
     "push": lambda env: [
         _invoke("push", "push_json"),
         _invoke("push", "push_json", body=_second_push_body()),
+        # a delta that loses to the row (its row is not written, so its deltaId gets a record of its own)
+        _invoke("push", "push_json", body=_second_push_body(hlc_ms=1_700_000_000_000)),
     ],
     # a since pull of a client with a session (and rows to redeliver), one without (positions found by commit
     # HLC: clientId other than the token's), and a cursor pull
@@ -358,7 +364,6 @@ def test_flush_job_role_allows_exactly_what_the_flush_store_calls(cfn, ids, aws,
     assert store.advance_flushed(shard, head.flushed_seq, head.seq, 1, 1)
     target = store.release_target(shard, head.seq, 2**62)
     assert target is not None
-    assert store.delete_released(shard, target[0]) >= 1
     store.mark_released(shard, *target)
     store.clear_flush_requests(gateways, 2**62)
     store.release_lease("run-1")
@@ -426,6 +431,69 @@ def test_flush_trigger_may_make_every_glue_call_of_its_starter_on_the_flush_job_
     job = f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids['job:flush']}>"
     glue = {(a, r) for a, r in granted if a.startswith("glue:")}
     assert glue == {(f"glue:{op}", job) for op in ops}
+
+
+def test_lake_tick_role_allows_exactly_what_its_ticks_call(cfn, ids, aws, recorder, monkeypatch):
+    # Given two commits to one shard (each push records a flush request), flushed and published; a checkpoint that
+    # covers the first entry only, with a serverHlc above both; the three jobs on moto; and a tick a day past the
+    # retention, so that every read the tick can make is made: the release step's target lies past the checkpoint
+    assert _invoke("push", "push_json") < 300
+    assert _invoke("push", "push_json", body=_second_push_body()) < 300
+    import time
+
+    from lakesync.aws.flush_store import FlushStore
+    from lakesync.aws.jobs import glue_client
+    from lakesync.core.hlc import encode
+    from lakesync.core.lake_work import DEFAULT_RETENTION_MS, JOB_KINDS
+
+    store = FlushStore(boto3.client("dynamodb", endpoint_url=aws["endpoint"], **FAKE), aws["tables"])
+    _, heads = store.shards([GW])
+    ((shard, head),) = heads.items()
+    assert head.seq == 2
+    store.advance_flushed(shard, 0, head.seq, 1, head.seq)
+    store.advance_published(shard, head.seq)
+    now = time.time_ns() // 1_000_000
+    _write_checkpoint(aws["bucket"], aws["endpoint"], positions={shard.key: 1}, server_hlc=encode(now + 86_400_000, 0))
+    glue = glue_client()
+    jobs = {kind: f"lakesync-{kind}-{uuid.uuid4().hex[:8]}" for kind in JOB_KINDS}
+    for kind, name in jobs.items():
+        glue.create_job(
+            Name=name,
+            Role="arn:aws:iam::123456789012:role/job",
+            Command={"Name": "glueetl", "ScriptLocation": "s3://a/b.py", "PythonVersion": "3"},
+            ExecutionProperty={"MaxConcurrentRuns": 1},
+        )
+        monkeypatch.setenv(f"LAKESYNC_{kind.upper()}_JOB_NAME", name)
+    monkeypatch.setenv("LAKESYNC_FLUSH_PUBLISHES", "true")
+    import functions.lake_tick as lake_tick
+    from lakesync.local.front import LambdaContext
+
+    lake_tick.get_tick.cache_clear()
+    lake_tick.get_tick().now_ms = lambda: now + DEFAULT_RETENTION_MS + 86_400_000
+    recorder.calls.clear()
+    # When each schedule ticks
+    context = LambdaContext(function_name="t", aws_request_id="r", invoked_function_arn="arn:aws:lambda:::function:t")
+    outcomes = {kind: lake_tick.lambda_handler({"job": kind}, context)["outcome"] for kind in JOB_KINDS}
+    lake_tick.get_tick.cache_clear()
+    # Then each job had work (the flush a request and a release, compaction a flushed lag)
+    assert outcomes["flush"] == outcomes["compact"] == "started"
+    # And the tick's role allows every call it made, and uses every DynamoDB grant
+    names = _names(aws, ids) | {
+        name: f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids[f'job:{kind}']}>"
+        for kind, name in jobs.items()
+    }
+    role = cfn.role_of(cfn.functions()["lake_tick"])
+    required, missing = _check(cfn, role, recorder.calls, names)
+    assert not missing, f"used but not granted: {missing}"
+    assert {op for service, op, _ in recorder.calls if service in ("s3", "glue")} == {
+        "GetObject",
+        "HeadObject",
+        "GetJobRuns",
+        "StartJobRun",
+    }
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *p) for p in used))
+    assert not unused, f"granted but never used: {unused}"
 
 
 def test_rotation_function_may_make_every_secrets_manager_call_of_its_rotator_on_the_jwt_secret(cfn, ids):

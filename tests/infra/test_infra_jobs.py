@@ -1,10 +1,10 @@
 """The Glue jobs in the template: Glue 5.1 with Iceberg, the deployed wheel under its real file name, arguments the
-job scripts accept and parse into the Glue-catalog configuration, the schedules and the log groups."""
+job scripts accept and parse into the Glue-catalog configuration, and the log groups (the schedules, which invoke the
+lake tick: test_infra_lake_tick)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -25,12 +25,6 @@ def _script(kind: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _rate_minutes(expression: str) -> int:
-    """Minutes of a ``rate(n unit)`` expression."""
-    amount, unit = expression.removeprefix("rate(").removesuffix(")").split()
-    return int(amount) * {"minute": 1, "hour": 60, "day": 1440}[unit.removesuffix("s")]
 
 
 def _placeholder(logical: str) -> str:
@@ -161,27 +155,6 @@ def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, 
     # Then they are the same bucket
     assert job_args["--bucket"] == _placeholder(ids["bucket:checkpoints"])
     assert function["LAKESYNC_CHECKPOINT_BUCKET"] == {"Ref": ids["bucket:checkpoints"]}
-
-
-@pytest.mark.parametrize("kind", JOB_KINDS)
-def test_schedule_starts_its_job_with_a_role_for_that_job_only(cfn, ids, synth, kind):
-    # Given the schedules
-    schedules = [s for s in cfn.of_type("AWS::Scheduler::Schedule").values() if json.dumps(s).count(ids[f"job:{kind}"])]
-    (schedule,) = schedules
-    target = schedule["Target"]
-    # Then this job's schedule calls glue:StartJobRun for it, on the configured expression, without retries
-    config = synth.stack.config
-    if kind == "flush":
-        assert _rate_minutes(schedule["ScheduleExpression"]) == config.flush_interval_minutes
-    else:
-        assert schedule["ScheduleExpression"] == getattr(config, f"{kind}_schedule")
-    assert cfn.render(target["Arn"]) == "arn:<AWS::Partition>:scheduler:::aws-sdk:glue:startJobRun"
-    assert json.loads(cfn.render(target["Input"])) == {"JobName": f"<{ids[f'job:{kind}']}>"}
-    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0
-    # And its role may start this job and nothing else
-    role = target["RoleArn"]["Fn::GetAtt"][0]
-    job_arn = f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids[f'job:{kind}']}>"
-    assert cfn.allowed(role) == [("glue:StartJobRun", job_arn)]
 
 
 def test_jobs_log_to_stack_log_groups_with_retention(cfn, options, ids):

@@ -152,7 +152,7 @@ class LakeTick:
         runners: The three jobs.
         publishing: Whether the flush job publishes materialisation jobs (it then releases only published entries).
         retention_ms: The flush job's retention.
-        now_ms: The wall clock (epoch ms).
+        now_ms: The wall clock (epoch ms); an attribute, so a test can move it.
     """
 
     def __init__(
@@ -168,7 +168,7 @@ class LakeTick:
         self.runners = runners
         self.publishing = publishing
         self.retention_ms = retention_ms
-        self._now_ms = now_ms
+        self.now_ms = now_ms
 
     def tick(self, job: JobKind) -> TickReport:
         """Decide ``job``'s work and start it when due and not served by an unfinished run.
@@ -202,7 +202,7 @@ class LakeTick:
         return decide(heads, positions, upstream, runs), runs
 
     def _flush(self) -> tuple[Work, list[JobRun]]:
-        now = self._now_ms()
+        now = self.now_ms()
         heads = self.reader.heads()
         requests = self.reader.request_times(now)
         bounds = self.reader.bounds()

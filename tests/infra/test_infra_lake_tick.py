@@ -1,0 +1,173 @@
+"""The lake tick in the template: every job's schedule invokes the tick function (never Glue) with that job's name,
+on the configured expression; the tick is small, configured with what the flush job does (the stack's tables, job
+names, gateways, checkpoint bucket, publishing, retention) and may list and start runs of the three jobs only. And
+what an idle deployment pays for by the hour: the alarms (each watches something no other sees) and a dashboard
+that fits CloudWatch's free tier.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from lakesync_infra.jobs import JOB_KINDS, SCHEDULE_MAX_AGE, SCHEDULE_RETRIES
+from lakesync_infra.monitoring import DASHBOARD_METRICS
+
+from lakesync.aws.function_settings import LakeTickSettings
+from lakesync.core.lake_work import DEFAULT_RETENTION_MS
+from tests.infra.test_infra_access import _client_operations
+
+TICK = "lake_tick"
+
+
+def _placeholder(logical: str) -> str:
+    return f"tok-{logical.lower()}"
+
+
+def _rate_minutes(expression: str) -> int:
+    """Minutes of a ``rate(n unit)`` expression."""
+    amount, unit = expression.removeprefix("rate(").removesuffix(")").split()
+    return int(amount) * {"minute": 1, "hour": 60, "day": 1440}[unit.removesuffix("s")]
+
+
+def _schedules(cfn: Any) -> dict[str, dict[str, Any]]:
+    """The schedules by the job their input names."""
+    out = {}
+    for schedule in cfn.of_type("AWS::Scheduler::Schedule").values():
+        job = json.loads(cfn.render(schedule["Target"]["Input"]))["job"]
+        assert job not in out
+        out[job] = schedule
+    return out
+
+
+def _job_arn(ids: dict[str, str], kind: str) -> str:
+    return f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids[f'job:{kind}']}>"
+
+
+@pytest.mark.parametrize("kind", JOB_KINDS)
+def test_schedule_invokes_the_lake_tick_for_its_job_on_the_configured_expression(cfn, ids, synth, kind):
+    # Given the job's schedule
+    schedule = _schedules(cfn)[kind]
+    target = schedule["Target"]
+    # Then it runs on the configured expression
+    config = synth.stack.config
+    if kind == "flush":
+        assert _rate_minutes(schedule["ScheduleExpression"]) == config.flush_interval_minutes
+    else:
+        assert schedule["ScheduleExpression"] == getattr(config, f"{kind}_schedule")
+    # And invokes the lake tick function (not Glue) with the job's name, retrying a failed invocation briefly
+    assert target["Arn"] == {"Fn::GetAtt": [ids[f"function:{TICK}"], "Arn"]}
+    assert json.loads(cfn.render(target["Input"])) == {"job": kind}
+    assert target["RetryPolicy"] == {
+        "MaximumRetryAttempts": SCHEDULE_RETRIES,
+        "MaximumEventAgeInSeconds": SCHEDULE_MAX_AGE.to_seconds(),
+    }
+    # And its role may invoke that function and nothing else
+    role = target["RoleArn"]["Fn::GetAtt"][0]
+    tick = f"<{ids[f'function:{TICK}']}.Arn>"
+    assert sorted(cfn.allowed(role)) == [("lambda:InvokeFunction", tick), ("lambda:InvokeFunction", f"{tick}:*")]
+
+
+def test_no_schedule_starts_a_glue_job_directly(cfn):
+    # Given every schedule and every other principal allowed to start a Glue job run
+    schedules = _schedules(cfn)
+    starters = {
+        logical
+        for logical, props in cfn.of_type("AWS::IAM::Role").items()
+        if any(a == "glue:StartJobRun" for a, _ in cfn.allowed(logical))
+    }
+    # Then there is one schedule per job, none targets Glue, and only the flush trigger and the tick may start runs
+    assert sorted(schedules) == sorted(JOB_KINDS)
+    assert not any("glue" in cfn.render(s["Target"]["Arn"]) for s in schedules.values())
+    functions = cfn.functions()
+    assert starters == {cfn.role_of(functions["flush_trigger"]), cfn.role_of(functions[TICK])}
+
+
+def test_lake_tick_is_small_and_configured_with_what_the_flush_job_does(cfn, ids, options):
+    # Given the tick function and the flush job's arguments
+    fn = cfn.functions()[TICK]
+    env = {k: cfn.render(v, _placeholder) for k, v in fn["Environment"]["Variables"].items()}
+    job = cfn.resources[ids["job:flush"]]["Properties"]["DefaultArguments"]
+    # When the tick reads its settings
+    parsed = LakeTickSettings.from_env(env)
+    # Then it is a small, short function
+    assert (fn["MemorySize"], fn["Architectures"]) == (256, ["arm64"])
+    assert fn["Timeout"] <= 60
+    # And it sees the stack's tables, jobs, gateways and checkpoint bucket
+    for kind, table in parsed.tables.as_dict().items():
+        assert table == _placeholder(ids[f"table:{kind}"])
+    assert dict(parsed.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}
+    assert parsed.gateway_ids == tuple(sorted(options["gatewayIds"]))
+    assert parsed.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
+    # And applies the flush's release rule: publishing exactly when the flush publishes, the same retention
+    assert parsed.flush_publishes == ("--claim_check_bucket" in job and "--materialise_queue_url" in job)
+    assert job["--retention_ms"] == str(DEFAULT_RETENTION_MS)
+
+
+def test_lake_tick_may_list_and_start_runs_of_the_three_jobs_only(cfn, ids):
+    # Given the Glue operations the job starter calls
+    ops = _client_operations("lakesync.aws.jobs")
+    assert ops == {"GetJobRuns", "StartJobRun"}
+    # Then the tick's role allows each of them on each job, and no Glue action anywhere else
+    granted = cfn.allowed(cfn.role_of(cfn.functions()[TICK]))
+    glue = {(a, r) for a, r in granted if a.startswith("glue:")}
+    assert glue == {(f"glue:{op}", _job_arn(ids, kind)) for op in ops for kind in JOB_KINDS}
+    # And it writes nothing to DynamoDB or S3
+    writes = [(a, r) for a, r in granted if a.split(":")[0] in ("dynamodb", "s3") and not _read(a)]
+    assert writes == []
+
+
+def _read(action: str) -> bool:
+    return action.split(":")[1].startswith(("Get", "BatchGet", "Query", "List", "Describe"))
+
+
+# -- what an idle deployment pays by the hour ---------------------------------------------------------------------
+
+
+EXPECTED_ALARMS = {
+    "MaterialiseDeadLettersDepth",
+    "FlushTriggerFailuresDepth",
+    "Api5xx",
+    "FlushTriggerErrors",
+    "MaterialiseErrors",
+    "RotateSecretErrors",
+    "LakeTickErrors",
+    "MaterialisePublishFailures",
+    "MaterialiseQueueAge",
+}
+
+
+def test_alarms_are_the_ones_no_other_alarm_covers_and_all_notify(cfn, ids):
+    # Given the stack's alarms
+    alarms = cfn.of_type("AWS::CloudWatch::Alarm")
+    names = {logical.removeprefix("Monitoring")[:-8] for logical in alarms}
+    # Then they are exactly: the DLQs, API 5xx, the errors of the functions outside the API (the tick's among them),
+    # and the two materialisation ones -- at $0.10 a month each
+    assert names == EXPECTED_ALARMS
+    # And every one notifies the alarm topic
+    assert all(a["AlarmActions"] == [{"Ref": ids["topic:alarms"]}] for a in alarms.values())
+    # And the tick's errors alarm watches the tick
+    (tick_alarm,) = [a for k, a in alarms.items() if k.startswith("MonitoringLakeTickErrors")]
+    assert tick_alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": ids[f"function:{TICK}"]}}]
+
+
+def test_failed_glue_runs_notify_the_topic_through_the_rule(cfn, ids):
+    (rule,) = [r for r in cfn.of_type("AWS::Events::Rule").values() if "aws.glue" in json.dumps(r)]
+    assert rule["EventPattern"]["detail"]["state"] == ["FAILED", "TIMEOUT", "ERROR"]
+    assert sorted(json.dumps(n) for n in rule["EventPattern"]["detail"]["jobName"]) == sorted(
+        json.dumps({"Ref": ids[f"job:{kind}"]}) for kind in JOB_KINDS
+    )
+    assert [t["Arn"] for t in rule["Targets"]] == [{"Ref": ids["topic:alarms"]}]
+
+
+def test_dashboard_fits_the_free_tier(cfn):
+    # Given the dashboard's widgets
+    (dashboard,) = cfn.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(cfn.render(dashboard["DashboardBody"]))
+    metrics = [m for w in body["widgets"] for m in w["properties"].get("metrics", [])]
+    # Then it shows at most 50 metrics (a free dashboard's size), among them the tick's invocations and errors
+    assert 0 < len(metrics) <= DASHBOARD_METRICS == 50
+    tick = cfn.functions()[TICK]["logical"]
+    shown = {(m[1], m[3]) for m in metrics if m[0] == "AWS/Lambda"}
+    assert {("Invocations", f"<{tick}>"), ("Errors", f"<{tick}>")} <= shown
