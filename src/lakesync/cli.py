@@ -78,7 +78,7 @@ def _lake_scheduler(stack: Any, data_dir: Path, interval_s: float) -> Any:
     if importlib.util.find_spec("pyspark") is None:
         print("lake jobs: off (install the spark extra: pip install 'lakesync[spark]')", flush=True)
         return None
-    from lakesync.local.pipeline import lake_session, run_pipeline
+    from lakesync.local.pipeline import lake_has_work, lake_session, run_pipeline
     from lakesync.local.scheduler import LakeScheduler
 
     session: list[Any] = []
@@ -89,11 +89,17 @@ def _lake_scheduler(stack: Any, data_dir: Path, interval_s: float) -> Any:
         return run_pipeline(stack, session[0], gateways=stack.gateway_ids, say=lambda line: print(line, flush=True))
 
     print(
-        f"lake jobs: flush → compact → checkpoint every {interval_s:g} s and on flush requests"
-        " (POST /v1/admin/flush/{gw}); lakesync query reads the lake",
+        f"lake jobs: flush → compact → checkpoint every {interval_s:g} s when the lake has work, and on flush"
+        " requests (POST /v1/admin/flush/{gw}); lakesync query reads the lake",
         flush=True,
     )
-    return LakeScheduler(stack, run, interval_s=interval_s, say=lambda line: print(line, flush=True)).start()
+    return LakeScheduler(
+        stack,
+        run,
+        interval_s=interval_s,
+        say=lambda line: print(line, flush=True),
+        has_work=lake_has_work(stack, stack.gateway_ids),
+    ).start()
 
 
 def _cmd_token(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """The lake jobs' triggers in the embedded default (lakesync.local.scheduler) against a real local stack: a flush
 request recorded over HTTP starts a run within the poll interval and only one, the schedule starts runs without
-requests, a failing run is retried no sooner than the back-off, and stopping waits for a run in progress.
+requests, a failing run is retried no sooner than the back-off, and stopping waits for a run in progress; asked
+first whether the lake has work (the lake tick's rule), the schedule starts nothing while the stack is idle.
 
 The pipeline itself (Spark) is covered by the demo test; here each run does what the flush job does to the
 requests: it clears those recorded up to its start, through the flush job's own store."""
@@ -18,6 +19,7 @@ import pytest
 from lakesync.auth import mint_token
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.tables import TableNames
+from lakesync.local.pipeline import lake_has_work
 from lakesync.local.runner import TABLE_PREFIX, LocalStack
 from lakesync.local.scheduler import LakeScheduler
 
@@ -126,3 +128,40 @@ def test_scheduler_stop_waits_for_the_run_in_progress(stack: LocalStack) -> None
     wait_for(lambda: len(runs.started) == 1)
     scheduler.stop()
     assert runs.finished == 1
+
+
+def push(stack: LocalStack) -> None:
+    """One small push over HTTP (under the flush threshold: no flush request)."""
+    import json
+
+    events = Path(__file__).resolve().parents[2] / "events"
+    body = json.loads((events / "push_json.json").read_text(encoding="utf-8"))["body"].encode()
+    token = mint_token("client-a", "default", stack.secret)
+    req = urllib.request.Request(
+        f"{stack.url}/v1/sync/default/push",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_scheduler_asking_the_lake_first_runs_nothing_while_idle_and_runs_once_there_is_work(stack: LocalStack) -> None:
+    # Given a scheduler on a short interval that first asks whether the lake has work, on a stack with nothing to do
+    runs = Runs(stack)
+    has_work = lake_has_work(stack, stack.gateway_ids)
+    assert not has_work()
+    scheduler = LakeScheduler(stack, runs, interval_s=0.2, poll_s=0.05, say=lambda _: None, has_work=has_work).start()
+    try:
+        # When several intervals pass
+        wait_for(lambda: scheduler.idle >= 3)
+        # Then no run started
+        assert runs.started == []
+        # When a delta is pushed (the stand-in pipeline flushes nothing, so the work stays)
+        push(stack)
+        # Then the next scheduled check runs the pipeline
+        wait_for(lambda: len(runs.started) >= 1)
+    finally:
+        scheduler.stop()
+    assert has_work() and scheduler.failures == 0

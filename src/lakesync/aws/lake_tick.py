@@ -201,7 +201,27 @@ class LakeTick:
         decide = compact_work if job == "compact" else checkpoint_work
         return decide(heads, positions, upstream, runs), runs
 
+    def has_work(self) -> bool:
+        """Whether any job has work as far as the buffer and the checkpoints tell, without run histories: the flush
+        has work, or a shard lags the checkpoints. For a pipeline that runs the three jobs in series (the embedded
+        default's), where compaction and checkpoint follow every flush.
+
+        Raises:
+            StorageError: a read failed.
+        """
+        if self._flush_decider()(()).due:
+            return True
+        return bool(lagging_shards(self.reader.heads(), self.reader.bounds().positions))
+
     def _flush(self) -> tuple[Work, list[JobRun]]:
+        decide = self._flush_decider()
+        if not decide(()).due:
+            return decide(()), []
+        runs = self.runners["flush"].runs(enough=_successes(STALE_AFTER_RUNS))
+        return decide(runs), runs
+
+    def _flush_decider(self) -> Callable[[Sequence[JobRun]], Work]:
+        """Read what the flush's work depends on; the decision given the flush job's runs."""
         now = self.now_ms()
         heads = self.reader.heads()
         requests = self.reader.request_times(now)
@@ -227,10 +247,7 @@ class LakeTick:
                 now_ms=now,
             )
 
-        if not decide(()).due:
-            return decide(()), []
-        runs = self.runners["flush"].runs(enough=_successes(STALE_AFTER_RUNS) if targets else None)
-        return decide(runs), runs
+        return decide
 
 
 def _any_finished(runs: Sequence[JobRun]) -> bool:

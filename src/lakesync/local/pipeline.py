@@ -35,6 +35,26 @@ def lake_session(data_dir: Path) -> SparkSession:
     )
 
 
+def lake_has_work(stack: LocalStack, gateways: tuple[str, ...]) -> Callable[[], bool]:
+    """Whether the local lake has work (the lake tick's rule, :meth:`lakesync.aws.lake_tick.LakeTick.has_work`), read
+    from the local stack's buffer and checkpoint bucket; the local flush publishes, as :func:`run_pipeline` runs it."""
+    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.flush_store import FlushStore
+    from lakesync.aws.lake_tick import LakeReader, LakeTick
+    from lakesync.aws.objects import S3ObjectStore, s3_client
+    from lakesync.aws.tables import TableNames
+
+    client = stack.dynamodb_client()
+    names = TableNames.with_prefix(TABLE_PREFIX)
+    reader = LakeReader(
+        FlushStore(client, names),
+        DynamoDBConfigStore(client, names),
+        gateways,
+        S3ObjectStore(CHECKPOINT_BUCKET, s3_client(**stack.aws_kwargs())),
+    )
+    return LakeTick(reader, {}, publishing=True).has_work
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineReport:
     """What one pipeline run did."""

@@ -3,7 +3,10 @@
 :class:`LakeScheduler` runs the lake pipeline (flush → compact → checkpoint, :func:`lakesync.local.pipeline.
 run_pipeline`) on a background thread of ``lakesync local``:
 
-* every ``interval_s`` seconds (the schedule), and
+* every ``interval_s`` seconds (the schedule) -- when ``has_work`` is given, only if it says the lake has work (the
+  lake tick's rule without run histories, :meth:`lakesync.aws.lake_tick.LakeTick.has_work`: unflushed deltas,
+  unpublished ranges, a release the checkpoints allow, or flushed entries no checkpoint covers), so an idle
+  ``lakesync local`` starts no Spark job; a failing check runs the pipeline anyway -- and
 * within ``poll_s`` seconds of a recorded flush request (``POST /v1/admin/flush/{gw}``, or a push crossing the flush
   threshold: both record one in the config table, which the flush job clears up to its start).
 
@@ -45,8 +48,10 @@ class LakeScheduler:
     retry_s: float = 30.0
     say: Callable[[str], None] = print
     clock: Callable[[], float] = time.monotonic
+    has_work: Callable[[], bool] | None = None
     runs: int = 0
     failures: int = 0
+    idle: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -75,6 +80,15 @@ class LakeScheduler:
         store = DynamoDBConfigStore(self.stack.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX))
         return sum(len(store.list_flush_requests(gateway)) for gateway in self.stack.gateway_ids)
 
+    def _work_to_do(self) -> bool:
+        if self.has_work is None:
+            return True
+        try:
+            return self.has_work()
+        except Exception:  # doubt runs the pipeline
+            logger.warning("could not tell whether the lake has work; running the pipeline", exc_info=True)
+            return True
+
     def _loop(self) -> None:
         next_due = self.clock() + self.interval_s
         not_before = 0.0
@@ -87,6 +101,10 @@ class LakeScheduler:
                 logger.warning("could not read flush requests", exc_info=True)
                 continue
             if not requested and self.clock() < next_due:
+                continue
+            if not requested and not self._work_to_do():
+                self.idle += 1
+                next_due = self.clock() + self.interval_s
                 continue
             reason = f"{requested} flush request(s)" if requested else "schedule"
             self.say(f"lake: running flush → compact → checkpoint ({reason})")
