@@ -70,7 +70,7 @@ from benchmarks.cost_report import (
     subtract,
     usage_key,
 )
-from benchmarks.prices import CHECKED, REGION, table_rows
+from benchmarks.prices import CHECKED, REGION, price, table_rows
 
 RESULTS = ROOT / "benchmarks" / "results"
 TABLE = "todos"
@@ -81,6 +81,8 @@ CHECKPOINT_BUCKET = "cost-checkpoints"
 QUEUE = "cost-materialise"
 LAKE_PUSH_BATCH = 500
 RUN_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+PRICE_STORAGE = price("dynamodb.storage") + price("dynamodb.pitr")
+"""Dollars per GB-month a DynamoDB item costs kept (storage and point-in-time recovery, as the stack enables)."""
 HEADLINE_RUN = 10_000
 """Deltas one flush run carries in the headline figures (at a 15-minute schedule: ~29 million deltas a month)."""
 SCHEMA_COLUMNS = (("title", "string"), ("done", "boolean"), ("priority", "number"), ("body", "string"))
@@ -1156,9 +1158,10 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "",
             "## The lake per million deltas, by flush run size",
             "",
-            "Glue seconds per run are linear between an idle run and the measured loaded run of local Spark "
-            "(`local[2]`, this machine) -- a stand-in for Glue's G.1X workers; every run is billed at least a minute. "
-            "Compaction and checkpoint runs carry as many flush runs' deltas as their schedules imply.",
+            "Glue seconds per run: a line fitted through the loaded runs of the Glue job scripts on local Spark "
+            "(`local[2]`, this machine; a stand-in for Glue's G.1X workers), never below an idle run; every run is "
+            "billed at least a minute. Compaction and checkpoint runs carry as many flush runs' deltas as their "
+            'schedules imply. "per-run requests" is what an idle run of each job asks of DynamoDB and S3.',
             "",
             "| rows | deltas per flush run | flush runs | Glue $ | per-run requests $ | total lake $ |",
             "|---|---:|---:|---:|---:|---:|",
@@ -1189,6 +1192,26 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             )
             out.append(f"| {row_bytes} B | idle | {idle} |" + " |" * (len(LAKE_STEPS) - 1))
             out.append(f"| {row_bytes} B | fitted | {model} |" + " |" * (len(LAKE_STEPS) - 1))
+    if r.get("storage"):
+        out += [
+            "",
+            "## Stored per delta (pushes of 100)",
+            "",
+            "Item bytes plus DynamoDB's 100 bytes per item, after the push workload (before any flush or release). "
+            f"A month of it costs ${PRICE_STORAGE:.2f} per GB (storage and point-in-time recovery); the log is "
+            "released after the flush, a checkpoint and the retention (1 day), dedup records expire by TTL, rows stay.",
+            "",
+            "| rows | table | items / delta | bytes / delta | $ / month per million deltas kept |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for row_bytes, tables in r["storage"].items():
+            for table, figures in tables.items():
+                if figures["items_per_delta"]:
+                    usd = figures["bytes_per_delta"] * 1e6 / 1e9 * PRICE_STORAGE
+                    out.append(
+                        f"| {row_bytes} B | {table} | {figures['items_per_delta']:.2f} | "
+                        f"{figures['bytes_per_delta']:,.0f} | {usd:.3f} |"
+                    )
     out += ["", "## Idle month (no traffic)", ""]
     for env_name, idle in r["idle_month"].items():
         out += [f"### `{env_name}` stack: ${idle['total_usd']:.2f} a month besides KMS keys and the secret", ""]

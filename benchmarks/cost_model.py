@@ -45,7 +45,7 @@ def number_size(text: str) -> int:
         value = Decimal(text)
     except InvalidOperation as exc:
         raise ValueError(f"not a DynamoDB number: {text!r}") from exc
-    digits = format(abs(value), "f").replace(".", "").strip("0") or "0"
+    digits = format(value.copy_abs(), "f").replace(".", "").strip("0") or "0"
     size = math.ceil(len(digits) / 2) + 1
     return size + 1 if value < 0 else size
 
