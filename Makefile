@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK := cd infra && PATH="$(abspath $(VENV))/bin:$$PATH" npx --yes aws-cdk@$(CDK_VERSION)
 CDK_CTX := -c lakesync:environments=$(ENV)
 
-.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-durability fmt clean synth bootstrap diff deploy destroy test-infra
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-cost bench-durability fmt clean synth bootstrap diff deploy destroy test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~15 min); results
 bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL, then local freshness push -> row (~3 min); results in benchmarks/results/{materialise,freshness}.*
 	$(RUN) python -m benchmarks.materialise
 	$(RUN) python -m benchmarks.freshness
+
+bench-cost: setup ## what workloads cost on AWS (requests counted, handlers timed, Glue jobs on local Spark, idle month from the synth; ~10 min); results in benchmarks/results/cost.*
+	$(RUN) python -m benchmarks.cost
 
 bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*
 	$(RUN) python -m benchmarks.durability
