@@ -165,6 +165,9 @@ class LakeSyncConfig:
         glue_workers: Glue workers per job run (at least 2).
         glue_timeout_minutes: Timeout of one job run.
         compact_maintain: Whether compaction runs Iceberg maintenance after compacting.
+        dashboard: Whether to create the CloudWatch dashboard. It is free as one of the account's first three
+            dashboards (it shows at most 50 metrics) and costs $3 a month beyond them, more than the rest of an idle
+            deployment, so it is opt-in; the alarms do not depend on it.
         removal_policy: ``retain`` keeps data stores when the stack is deleted; ``destroy`` removes them (and
             empties the buckets) -- for throwaway environments only.
         alarm_email: Subscribed to the alarm topic when given.
@@ -204,6 +207,7 @@ class LakeSyncConfig:
     glue_workers: int = 2
     glue_timeout_minutes: int = 60
     compact_maintain: bool = True
+    dashboard: bool = False
     removal_policy: Literal["retain", "destroy"] = "retain"
     alarm_email: str | None = None
     materialise_concurrency: int = 5
@@ -283,6 +287,8 @@ class LakeSyncConfig:
             out.append(f"glueWorkerType must be one of {sorted(GLUE_WORKER_TYPES)}")
         if not isinstance(self.compact_maintain, bool):
             out.append("compactMaintain must be true or false")
+        if not isinstance(self.dashboard, bool):
+            out.append("dashboard must be true or false")
         if self.removal_policy not in ("retain", "destroy"):
             out.append("removalPolicy must be 'retain' or 'destroy'")
         email = self.alarm_email

@@ -18,8 +18,8 @@ month, so each watches something no other alarm sees:
 Throttles of the functions outside the API are retried by their event sources (the stream, the queue, the
 schedules' asynchronous invocations) and show up as the alarms above when they persist (queue age, DLQ, errors).
 
-The dashboard holds at most :data:`DASHBOARD_METRICS` metrics, so it is one of the three free ones of an account
-that has no more (beyond them a dashboard costs $3 a month).
+The dashboard (``dashboard: true``) holds at most :data:`DASHBOARD_METRICS` metrics, so it is one of the three free
+ones of an account that has no more; beyond them a dashboard costs $3 a month, which is why it is opt-in.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Monitoring(Construct):
         topic: Where alarms and Glue failures are sent.
         alarms: Every alarm, by name.
         glue_failures: The EventBridge rule matching failed job runs.
-        dashboard: The CloudWatch dashboard.
+        dashboard: The CloudWatch dashboard (``None`` unless the configuration asks for it).
     """
 
     def __init__(
@@ -181,9 +181,36 @@ class Monitoring(Construct):
             threshold=QUEUE_AGE_LIMIT.to_seconds(),
         )
 
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=cdk.Duration.hours(6))
+        self.dashboard: cloudwatch.Dashboard | None = None
+        if config.dashboard:
+            self.dashboard = self._dashboard(
+                functions,
+                http_api,
+                api_5xx,
+                publish_failures,
+                queue_age,
+                glue_failed,
+                materialise_queue,
+                materialise_dead_letters,
+                materialise,
+            )
+
+    def _dashboard(
+        self,
+        functions: Mapping[str, lambda_.IFunction],
+        http_api: apigwv2.IHttpApi,
+        api_5xx: cloudwatch.IMetric,
+        publish_failures: cloudwatch.Metric,
+        queue_age: cloudwatch.Metric,
+        glue_failed: cloudwatch.Metric,
+        materialise_queue: sqs.IQueue,
+        materialise_dead_letters: sqs.IQueue,
+        materialise: lambda_.IFunction,
+    ) -> cloudwatch.Dashboard:
+        """API traffic and latency, the functions, materialisation, failed Glue runs and the alarms' states."""
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=cdk.Duration.hours(6))
         api_metric = {"namespace": "AWS/ApiGateway", "dimensions_map": {"ApiId": http_api.api_id}, "period": PERIOD}
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="API requests and errors",
                 left=[
@@ -204,7 +231,7 @@ class Monitoring(Construct):
         )
         graphed = {name: fn for name, fn in functions.items() if name != OWN_ROW}
         busy = {name: fn for name, fn in graphed.items() if name not in QUIET_FUNCTIONS}
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Function invocations",
                 left=[fn.metric_invocations(period=PERIOD, label=name) for name, fn in busy.items()],
@@ -222,7 +249,7 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Materialise: errors and publish failures",
                 left=[
@@ -254,7 +281,7 @@ class Monitoring(Construct):
                 width=8,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Glue job runs failed (the rule notifies the topic)",
                 left=[glue_failed.with_(label="failed runs")],
@@ -262,3 +289,4 @@ class Monitoring(Construct):
             ),
             cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=16),
         )
+        return dashboard

@@ -38,6 +38,7 @@ OPTIONS = {
     "alarmEmail": "ops@example.com",
     "gatewayIds": ["default", "other"],
     "logRetentionDays": 14,
+    "dashboard": True,
 }
 """Settings layered over cdk.json's ``dev`` environment for the test synth."""
 

@@ -34,6 +34,8 @@ def test_config_defaults_are_valid_and_keep_data():
     assert config.removal_policy == "retain"
     assert config.gateway_ids == ("default",)
     assert config.stack_name == "LakeSync-prod"
+    # And has no dashboard ($3 a month beyond an account's first three): an environment asks for one
+    assert config.dashboard is False
 
 
 def test_config_materialisation_defaults_and_vpc():
@@ -135,6 +137,7 @@ def test_config_reports_every_problem_at_once():
         ({"claimCheckDays": 7}, "claimCheckDays"),
         ({"alarmEmail": "ops"}, "alarmEmail"),
         ({"compactMaintain": "yes"}, "compactMaintain"),
+        ({"dashboard": "yes"}, "dashboard"),
         ({"gatewayIds": []}, "gatewayIds"),
         ({"materialiseConcurrency": 1}, "materialiseConcurrency"),
         ({"destinationSecretPrefix": "lakesync/dev"}, "destinationSecretPrefix"),

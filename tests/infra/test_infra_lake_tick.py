@@ -1,8 +1,8 @@
 """The lake tick in the template: every job's schedule invokes the tick function (never Glue) with that job's name,
 on the configured expression; the tick is small, configured with what the flush job does (the stack's tables, job
 names, gateways, checkpoint bucket, publishing, retention) and may list and start runs of the three jobs only. And
-what an idle deployment pays for by the hour: the alarms (each watches something no other sees) and a dashboard
-that fits CloudWatch's free tier.
+what an idle deployment pays for by the hour: the alarms (each watches something no other sees) and a dashboard,
+only when asked for, that fits CloudWatch's free tier.
 """
 
 from __future__ import annotations
@@ -10,9 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.assertions import Template
+from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
 from lakesync_infra.jobs import JOB_KINDS, SCHEDULE_MAX_AGE, SCHEDULE_RETRIES
-from lakesync_infra.monitoring import DASHBOARD_METRICS
+from lakesync_infra.monitoring import DASHBOARD_METRICS, Monitoring
 
 from lakesync.aws.function_settings import LakeTickSettings
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS
@@ -171,3 +177,37 @@ def test_dashboard_fits_the_free_tier(cfn):
     tick = cfn.functions()[TICK]["logical"]
     shown = {(m[1], m[3]) for m in metrics if m[0] == "AWS/Lambda"}
     assert {("Invocations", f"<{tick}>"), ("Errors", f"<{tick}>")} <= shown
+
+
+@pytest.mark.parametrize("dashboard", [False, True])
+def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
+    # Given the monitoring construct of an environment with or without a dashboard, over stand-in resources
+    stack = cdk.Stack(cdk.App())
+    functions = {
+        name: lambda_.Function(
+            stack,
+            f"Fn{i}",
+            code=lambda_.Code.from_inline("def h(e, c): pass"),
+            handler="index.h",
+            runtime=lambda_.Runtime.PYTHON_3_11,
+        )
+        for i, name in enumerate(ALL_FUNCTIONS)
+    }
+    queues = {name: sqs.Queue(stack, name) for name in ("Queue", "MaterialiseDeadLetters", "FlushTriggerFailures")}
+    config = LakeSyncConfig.from_settings("dev", {"dashboard": dashboard})
+    Monitoring(
+        stack,
+        "Monitoring",
+        config=config,
+        functions=functions,
+        dead_letter_queues={k: v for k, v in queues.items() if k != "Queue"},
+        job_names={kind: f"job-{kind}" for kind in JOB_KINDS},
+        http_api=apigwv2.HttpApi(stack, "Api"),
+        materialise_queue=queues["Queue"],
+        materialise_dead_letters=queues["MaterialiseDeadLetters"],
+        materialise=functions["materialise"],
+    )
+    template = Template.from_stack(stack)
+    # Then the dashboard exists exactly when asked for, and the alarms are the same either way
+    template.resource_count_is("AWS::CloudWatch::Dashboard", 1 if dashboard else 0)
+    template.resource_count_is("AWS::CloudWatch::Alarm", len(EXPECTED_ALARMS))
