@@ -13,6 +13,11 @@ rule is :meth:`lakesync.core.flush_requests.ActiveRun.covers`):
 Invariants: at most one ``GetJobRuns`` and one ``StartJobRun`` call per poll interval, so a long run is waited
 out, never hammered. Errors that waiting cannot fix (no such job, access denied, invalid input) raise
 :class:`~lakesync.core.errors.StorageError` at once.
+
+The lake tick (:mod:`lakesync.aws.lake_tick`) uses the same starter without waiting: :meth:`GlueJobStarter.runs`
+reads the job's recent runs (newest first, page by page only while the caller needs more) and
+:meth:`GlueJobStarter.try_start` starts one run or says why not (``busy``, or Glue's error code when waiting may
+help); the next tick is its retry.
 """
 
 from __future__ import annotations
