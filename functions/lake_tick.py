@@ -2,8 +2,8 @@
 
 Each job's schedule invokes this function with ``{"job": "flush" | "compact" | "checkpoint"}``. The settings
 (:class:`~lakesync.aws.function_settings.LakeTickSettings`) are read and the clients made on the first invocation.
-An idle tick emits one log line and no metric (a custom metric is billed for every hour it is written); a started run
-also emits ``LakeRunsStarted`` (dimension ``job``).
+Each tick writes one log line (the decision, its reasons, the run) and no custom metric: CloudWatch bills a custom
+metric for every hour it is written, and the job runs themselves are in Glue's history.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions._runtime import NAMESPACE, SERVICE, logger, one_at_a_time, tracer
+from functions._runtime import logger, one_at_a_time, tracer
 from lakesync.aws.function_settings import LakeTickSettings
 from lakesync.core.errors import ValidationError
 from lakesync.core.lake_work import JOB_KINDS, JobKind
@@ -53,15 +52,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     job = job_of(event)
     report = get_tick().tick(job)
     out = report.report()
-    if report.outcome == "started":
-        with single_metric(
-            name="LakeRunsStarted",
-            unit=MetricUnit.Count,
-            value=1,
-            namespace=NAMESPACE,
-            default_dimensions={"service": SERVICE},
-        ) as metric:
-            metric.add_dimension(name="job", value=job)
     log = logger.warning if report.outcome == "deferred" or report.work.stale else logger.info
     log(f"Lake tick {job}: {report.outcome}", extra=out)
     return out
