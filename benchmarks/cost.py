@@ -1118,7 +1118,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "# Cost benchmark",
         "",
         f"Run {doc['finished_at']} ({doc['label']}), commit `{(doc['machine']['git'] or {}).get('commit')}`, "
-        f"code imported from `{doc['code_root']}`; {doc['seconds']:.0f} s. Prices: us-east-1 list prices checked "
+        f"code imported from `{doc['code_root']}`; {doc['seconds']:.0f} s, load average "
+        f"{doc['machine'].get('load_average_start')} at the start, {doc['machine'].get('load_average_end')} at the end "
+        f"({doc['machine'].get('cpu_count')} CPUs). Prices: us-east-1 list prices checked "
         f"{CHECKED} (`benchmarks/prices.py`, each with its source). Method: `benchmarks/cost.py` and docs/cost.md.",
         "",
         "## Dollars per million deltas",
@@ -1158,6 +1160,17 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             f"| {name} | {w['wru_per_delta']:.2f} | {w['rru_per_delta']:.2f} | {p['lambda_invocations']:.3f} | "
             f"{p['lambda_gb_s']:.5f} | {p['api_requests']:.3f} |"
         )
+    seen = sorted({f for w in r["push_pull"].values() for f in w["per_delta"]["handler_ms_per_invocation"]})
+    out += [
+        "",
+        "Handler milliseconds per invocation on this machine (the timing pass; moto answers over loopback):",
+        "",
+        "| workload | " + " | ".join(seen) + " |",
+        "|---|" + "---:|" * len(seen),
+    ]
+    for name, w in r["push_pull"].items():
+        ms = w["per_delta"]["handler_ms_per_invocation"]
+        out.append(f"| {name} | " + " | ".join(f"{ms.get(f, 0.0):.1f}" for f in seen) + " |")
     most = max((int(w["workload"]["readers"]) for w in r["push_pull"].values()), default=0)
     for name, w in r["push_pull"].items():
         if w["workload"]["batch"] != 10 or w["workload"]["readers"] != most:
@@ -1263,6 +1276,13 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and write the results files."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cost", description=__doc__.split("\n\n")[0])
@@ -1278,6 +1298,7 @@ def main(argv: list[str] | None = None) -> None:
     spark = (not args.quick or args.spark) and not args.no_spark
     out = args.out or (Path(tempfile.mkdtemp(prefix="lakesync-cost-")) if args.quick else RESULTS)
     started = time.perf_counter()
+    load_start = _load()
     code_root = _code_root()
     with tempfile.TemporaryDirectory(prefix="lakesync-cost-") as tmp:
         work = Path(tmp)
@@ -1297,7 +1318,7 @@ def main(argv: list[str] | None = None) -> None:
         "label": args.label or ("quick" if args.quick else "full"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
-        "machine": machine_info(),
+        "machine": {**machine_info(), "load_average_start": load_start, "load_average_end": _load()},
         "code_root": str(code_root),
         "sizes": {**asdict(sizes), "push_deltas": {str(k): v for k, v in sizes.push_deltas.items()}},
         "headline_run_deltas": HEADLINE_RUN,
