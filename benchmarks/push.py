@@ -11,7 +11,8 @@ One repetition, on fresh tables each side:
 * **floor C, raw writes of the same items** (the figure the goal is set against): ``BatchWriteItem`` (25 per
   request) of every item the handler run stored -- log, row, deltaId, head and shard-registry items, read back
   from its tables -- unconditional, no reads.
-* **floor A, raw log writes** (the strictest view): ``BatchWriteItem`` of the log items alone, one item per delta.
+* **floor A, raw log writes** (the strictest view): ``BatchWriteItem`` of the log alone, one item per delta (the
+  handler's entries with their delta and row images, as the buffer stored them before it kept a chunk per item).
 * **floor B, raw replay**: the very write requests the handler run sent (``TransactWriteItems`` and
   ``BatchWriteItem``, recorded on its client), replayed in order on fresh tables: the storage work of a push
   without its reads and without our code.
@@ -22,6 +23,7 @@ Workload: ``deltas`` INSERTs of distinct rows of one table (one shard), three co
 from __future__ import annotations
 
 import cProfile
+import json
 import statistics
 import tempfile
 import time
@@ -45,6 +47,8 @@ from benchmarks._common import (
     timed,
 )
 from benchmarks._profile import breakdown, cumulative
+from lakesync.aws.log_chunks import decode_entries
+from lakesync.gateway.model import ShardId
 
 SHARD = f"{GATEWAY}#{TABLE}#0"
 GOAL_RATIO = 0.7
@@ -63,6 +67,29 @@ def _handler_run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: in
             if result["statusCode"] != 200:
                 raise RuntimeError(f"push failed: {result['statusCode']} {result.get('body', '')[:300]}")
     return {"names": names, "seconds": seconds, "recorder": recorder, "requests": len(events)}
+
+
+def _one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Floor A's items: the handler's log entries (stored one chunk item per commit) as one item per delta, each
+    with its delta and its row images -- the reference the goal is set against, whatever the buffer's layout."""
+    items = []
+    for chunk in chunks:
+        shard = ShardId.parse(chunk["shard"]["S"])
+        first, first_hlc = int(chunk["seq"]["N"]), int(chunk["c"]["N"])
+        for entry in decode_entries(shard, first, first_hlc, chunk["z"]["B"]):
+            item = {
+                "shard": chunk["shard"],
+                "seq": {"N": str(entry.seq)},
+                "chlc": {"N": str(entry.commit_hlc)},
+                "d": {"S": entry.wire_json or ""},
+                "sz": {"N": str(entry.size)},
+            }
+            if entry.after is not None:
+                item["a"] = {"S": json.dumps(entry.after, separators=(",", ":"))}
+            if entry.before is not None:
+                item["b"] = {"S": json.dumps(entry.before, separators=(",", ":"))}
+            items.append(item)
+    return items
 
 
 def _floor_log_writes(env: HandlerEnv, log_items: list[dict[str, Any]]) -> tuple[float, int]:
@@ -116,9 +143,10 @@ def _repetition(env: HandlerEnv, push_module: Any, count: int, batch: int, tag: 
     deltas = make_deltas(count, row_prefix=tag)
     run = _handler_run(env, push_module, deltas, batch)
     names = run["names"]
-    log_items, _ = query_all(env.raw_client(), names.deltas, SHARD, page=1000)
+    chunks, _ = query_all(env.raw_client(), names.deltas, SHARD, page=1000)
+    log_items = _one_item_per_delta(chunks)
     if len(log_items) != count:
-        raise RuntimeError(f"expected {count} log items after the push, found {len(log_items)}")
+        raise RuntimeError(f"expected {count} log entries after the push, found {len(log_items)}")
     floor_a, floor_a_requests = _floor_log_writes(env, log_items)
     floor_c, floor_c_requests, floor_c_items = _floor_all_items(env, names)
     recorder: CallRecorder = run["recorder"]

@@ -74,10 +74,12 @@ class Buffer(Construct):
             for index in spec.get("LocalSecondaryIndexes", []):
                 sort_key = _key(spec, index["KeySchema"], "RANGE")
                 assert sort_key is not None
-                if index["Projection"]["ProjectionType"] != "ALL":
-                    raise ValueError(f"table {kind}: only ALL projections are deployed")
+                projection = index["Projection"]
                 table.add_local_secondary_index(
-                    index_name=index["IndexName"], sort_key=sort_key, projection_type=dynamodb.ProjectionType.ALL
+                    index_name=index["IndexName"],
+                    sort_key=sort_key,
+                    projection_type=dynamodb.ProjectionType(projection["ProjectionType"]),
+                    non_key_attributes=projection.get("NonKeyAttributes"),
                 )
             self.tables[kind] = table
         self.names = TableNames(**{kind: table.table_name for kind, table in self.tables.items()})

@@ -117,15 +117,17 @@ class FunctionAccess:
 
 ACCESS: Final[Mapping[str, FunctionAccess]] = {
     "health": FunctionAccess(api=False),
-    # push: one BatchGetItem for the basis (head, rows, deltaIds), a transaction putting log entries, rows, the
-    # head (put/update) and the shard registry; deltaIds recorded with BatchWriteItem; schemas read; flush requested.
+    # push: the basis (head by GetItem, then rows and deltaIds by BatchGetItem, log entries whose rows are pending by
+    # Query), a transaction putting the log item and the head (put/update) and the shard registry, then the rows
+    # (PutItem) and the head's rows-applied mark (UpdateItem); deltaIds recorded with BatchWriteItem; schemas read;
+    # flush requested.
     "push": FunctionAccess(
         tables={
-            "heads": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+            "heads": ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
             "rows": ("dynamodb:BatchGetItem", "dynamodb:PutItem"),
             # deltaId records; the pusher's `since` session (GetItem/PutItem: lakesync.aws.since_sessions)
             "dedup": ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem"),
-            "deltas": ("dynamodb:PutItem",),
+            "deltas": ("dynamodb:PutItem", "dynamodb:Query"),
             "config": ("dynamodb:Query", "dynamodb:PutItem"),
         }
     ),

@@ -6,6 +6,7 @@ commit HLC, and the row index round-trips every RowState exactly."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from lakesync.core.hlc import encode
 from lakesync.core.merge import ColumnState, RowState, Version
 from lakesync.gateway.memory import InMemoryBufferStore
 from lakesync.gateway.model import (
+    ROW_RECENT_KEYS,
     Commit,
     CommitBasis,
     CommitConflict,
@@ -26,19 +28,23 @@ from lakesync.gateway.model import (
     ShardId,
     StoredRow,
     dedup_key,
+    recent_key,
 )
 from lakesync.ports import BufferStore
 
 NOW = 1_700_000_000
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
+@pytest.fixture(params=["memory", "dynamodb", "dynamodb-rows-in-commit"])
 def store(request: pytest.FixtureRequest) -> BufferStore:
+    """The in-memory store, and the DynamoDB store in both row modes: rows written after the commit (AWS) and in
+    it (the embedded default)."""
     if request.param == "memory":
         return InMemoryBufferStore()
     from lakesync.aws.dynamodb import DynamoDBBufferStore
 
-    return DynamoDBBufferStore(*request.getfixturevalue("contract_dynamodb"))
+    rows_in_commit = request.param == "dynamodb-rows-in-commit"
+    return DynamoDBBufferStore(*request.getfixturevalue("contract_dynamodb"), rows_in_commit=rows_in_commit)
 
 
 @pytest.fixture
@@ -75,15 +81,16 @@ class Writer:
             previous = stored.get((self.shard.table, row_id))
             before = previous.state.values() if previous else None
             new_state = state(row_id, value, at=seq, table=self.shard.table)
-            entries.append(LogEntry(self.shard, seq, chlc, delta, before, new_state.values(), 100 + i))
+            # As the push service does: a commit's entries carry consecutive commit HLCs.
+            entries.append(LogEntry(self.shard, seq, chlc + i - 1, delta, before, new_state.values(), 100 + i))
             version = previous.version if previous else 0
-            writes.append(RowWrite(StoredRow(new_state, version + 1), version))
+            writes.append(RowWrite(StoredRow(new_state, seq), version))
         new_head = replace(
             base,
             seq=base.seq + len(entries),
             bytes_total=base.bytes_total + sum(e.size for e in entries),
             deltas_total=base.deltas_total + len(entries),
-            last_commit_hlc=chlc if entries else base.last_commit_hlc,
+            last_commit_hlc=chlc + len(entries) - 1 if entries else base.last_commit_hlc,
         )
         return Commit(
             shard=self.shard,
@@ -154,8 +161,9 @@ def test_buffer_later_commits_advance_the_head_and_row_versions(store: BufferSto
     assert head == second.head
     assert (head.seq, head.deltas_total) == (3, 3)
     rows = store.get_rows(shard.gateway, [("todos", "r1"), ("todos", "r2")])
+    # (a row's version is the position of the last entry it holds)
     assert rows[("todos", "r1")].version == 2 and rows[("todos", "r1")].state.values() == {"v": "b"}
-    assert rows[("todos", "r2")].version == 1
+    assert rows[("todos", "r2")].version == 3
     assert [e.seq for e in store.read_log(shard, 0, 100)] == [1, 2, 3]
     assert store.read_log(shard, 0, 100)[1].before == {"v": "a"}
 
@@ -208,10 +216,6 @@ STALE = {
     "stale_head": lambda c: replace(c, expected_seq=c.expected_seq - 1),
     "head_ahead": lambda c: replace(c, expected_seq=c.expected_seq + 1),
     "new_shard_exists": lambda c: replace(c, new_shard=True, expected_seq=-1),
-    "stale_row_version": lambda c: replace(
-        c, rows=(c.rows[0], replace(c.rows[1], expected_version=c.rows[1].expected_version + 1))
-    ),
-    "row_must_not_exist": lambda c: replace(c, rows=(replace(c.rows[0], expected_version=0), c.rows[1])),
 }
 
 
@@ -224,7 +228,7 @@ def test_buffer_stale_commit_writes_nothing_at_all(store: BufferStore, shard: Sh
     bad = corrupt(good)
     before = everything(store, shard, list(ids_of(good)))
 
-    # When a commit guarded by a stale head or a stale row version is applied
+    # When a commit guarded by a stale head is applied
     with pytest.raises(CommitConflict):
         store.commit(bad)
 
@@ -332,13 +336,17 @@ def test_buffer_read_log_pages_by_sequence(store: BufferStore, shard: ShardId) -
 
 def test_buffer_read_log_by_commit_hlc_orders_by_commit_then_sequence(store: BufferStore, shard: ShardId) -> None:
     entries = _three_commits(store, shard)
+    # A commit's entries carry consecutive commit HLCs: hlc(100) + 0..3, hlc(200) + 0..2, hlc(300) + 0..4.
     cases = [
         (0, 100, 0),
         (hlc(100) - 1, 3, 0),
-        (hlc(100), 100, 4),
+        (hlc(100), 100, 1),
+        (hlc(100) + 1, 2, 2),
+        (hlc(100) + 3, 100, 4),
         (hlc(150), 2, 4),
-        (hlc(200), 5, 7),
-        (hlc(300), 5, 12),
+        (hlc(200) + 2, 5, 7),
+        (hlc(300) + 2, 5, 10),
+        (hlc(300) + 4, 5, 12),
     ]
     for after, limit, start in cases:
         assert store.read_log_by_commit_hlc(shard, after, limit) == entries[start : start + limit], (after, limit)
@@ -509,7 +517,7 @@ def test_buffer_log_reads_without_images_leave_out_only_the_row_images(store: Bu
     bare = [e.with_images(None, None) for e in entries]
     assert store.read_log(shard, 0, 1000, images=False) == bare
     assert store.read_log(shard, 3, 2, images=False) == bare[3:5]
-    assert store.read_log_by_commit_hlc(shard, hlc(100), 5, images=False) == bare[4:]
+    assert store.read_log_by_commit_hlc(shard, hlc(100) + 3, 5, images=False) == bare[4:]
 
 
 def _pushed(store: BufferStore, gw: str, *deltas: Any, client: str = "c") -> Any:
@@ -577,10 +585,29 @@ def test_dynamodb_commit_refused_for_an_item_is_an_error_at_once_not_a_conflict(
         with pytest.raises(StorageError) as info:
             store.commit(commit)
         assert not isinstance(info.value, CommitConflict)
-        assert "TransactWriteItems failed" in info.value.message or "cancelled the commit" in info.value.message
+        assert "would refuse the row item" in info.value.message
+    # And a log item DynamoDB refuses (over 400 KB even compressed) is refused by the transaction itself
+    random_text = os.urandom(300_000).hex()
+    log_too_big = Writer(store, shard).plan({"r1": random_text})
+    with pytest.raises(StorageError) as info:
+        store.commit(replace(log_too_big, rows=()))
+    assert "TransactWriteItems failed" in info.value.message or "cancelled the commit" in info.value.message
     assert store.get_heads([shard]) == {}
     # And a real conflict is still a CommitConflict
     good = Writer(store, shard).plan({"r1": "a"})
     store.commit(good)
     with pytest.raises(CommitConflict):
         store.commit(good)
+
+
+def test_buffer_rows_keep_the_recent_dedup_keys_they_were_written_with(store: BufferStore, shard: ShardId) -> None:
+    # Given a commit whose row write carries the dedup keys of its row's recent deltas
+    commit = Writer(store, shard).plan({"r1": "a"})
+    keys = tuple(recent_key(dedup_key("c1", f"delta-{i}")) for i in range(ROW_RECENT_KEYS))
+    (write,) = commit.rows
+    store.commit(replace(commit, rows=(RowWrite(replace(write.row, recent=keys), write.expected_version),)))
+
+    # When the row is read back, alone and as a chunk's basis, it has them in order
+    assert store.get_rows(shard.gateway, [("todos", "r1")])[("todos", "r1")].recent == keys
+    basis = store.read_commit_basis(shard, [], [("todos", "r1")], NOW)
+    assert basis.rows[("todos", "r1")].recent == keys

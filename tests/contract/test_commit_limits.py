@@ -62,8 +62,8 @@ def test_push_splits_a_chunk_whose_items_exceed_the_transaction_budget() -> None
 def test_dynamodb_read_log_stops_at_a_gap_until_the_missing_entry_is_visible(
     dynamodb_client: Any, dynamodb_tables: Any
 ) -> None:
-    # Given three committed entries, and the middle one made invisible (as a Query can see while a
-    # transaction is being applied)
+    # Given three commits of one entry each (one log item each), and the middle one made invisible (as a Query can
+    # see while a transaction is being applied)
     buffer = DynamoDBBufferStore(dynamodb_client, dynamodb_tables)
     deps = GatewayDeps(
         buffer,
@@ -72,7 +72,8 @@ def test_dynamodb_read_log_stops_at_a_gap_until_the_missing_entry_is_visible(
         GatewaySettings(),
         HLC(lambda: NOW_MS),
     )
-    push(deps, "gw", SyncPush("c", tuple(_big_deltas(3, 30))), client_id="c")
+    for delta in _big_deltas(3, 30):
+        push(deps, "gw", SyncPush("c", (delta,)), client_id="c")
     (shard,) = buffer.list_shards("gw")
     hidden = dynamodb_client.get_item(
         TableName=dynamodb_tables.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": "2"}}

@@ -24,6 +24,7 @@ import pytest
 from lakesync.aws.checkpoints import checkpointed_gateways, read_release_bounds, release_bounds
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
+from lakesync.aws.log_chunks import decode_entries, encode_entries
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
@@ -36,7 +37,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
 from lakesync.gateway.checkpoint import load_manifest, write_checkpoint
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.gateway.model import LogEntry, ShardHead, ShardId
 from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
 from lakesync.lake.tables import FLUSH_WATERMARKS
@@ -146,14 +147,73 @@ def buffer_log(deps: GatewayDeps) -> dict[EntryKey, tuple[Any, ...]]:
 
 
 def buffer_keys(deps: GatewayDeps) -> set[EntryKey]:
-    """(shard, seq) of every log item in the deltas table (a scan: sees items behind a released gap too)."""
+    """(shard, seq) of every entry the deltas table holds that is not marked released (a scan of the chunk items:
+    sees items behind a gap too). Release is a mark on the head; the items themselves expire by TTL."""
     buffer = deps.buffer
     assert isinstance(buffer, DynamoDBBufferStore)
     client, names = buffer._db, buffer._t
     items = client.scan(
-        TableName=names.deltas, ProjectionExpression="#sh, seq", ExpressionAttributeNames={"#sh": "shard"}
+        TableName=names.deltas, ProjectionExpression="#sh, seq, n", ExpressionAttributeNames={"#sh": "shard"}
     )["Items"]
-    return {(i["shard"]["S"], int(i["seq"]["N"])) for i in items}
+    released = {s.key: h.released_seq for s, h in all_heads(deps).items()}
+    return {
+        (i["shard"]["S"], seq)
+        for i in items
+        for seq in range(int(i["seq"]["N"]), int(i["seq"]["N"]) + int(i["n"]["N"]))
+        if seq > released.get(i["shard"]["S"], 0)
+    }
+
+
+def expire_released(deps: GatewayDeps, shard: ShardId) -> None:
+    """Delete the chunk items whose entries are all released, as DynamoDB's TTL eventually does."""
+    buffer = deps.buffer
+    assert isinstance(buffer, DynamoDBBufferStore)
+    released = all_heads(deps)[shard].released_seq
+    for item in buffer._db.query(
+        TableName=buffer._t.deltas,
+        KeyConditionExpression="#sh = :s",
+        ExpressionAttributeNames={"#sh": "shard"},
+        ExpressionAttributeValues={":s": {"S": shard.key}},
+    )["Items"]:
+        if int(item["seq"]["N"]) + int(item["n"]["N"]) - 1 <= released:
+            buffer._db.delete_item(TableName=buffer._t.deltas, Key={"shard": item["shard"], "seq": item["seq"]})
+
+
+def drop_entries(client: Any, table: str, shard: ShardId, seqs: range) -> None:
+    """Make the entries ``seqs`` of ``shard`` vanish from the log (as a restore or a lost write would), keeping every
+    other entry of the chunk items that hold them."""
+    items = client.query(
+        TableName=table,
+        KeyConditionExpression="#sh = :s",
+        ExpressionAttributeNames={"#sh": "shard"},
+        ExpressionAttributeValues={":s": {"S": shard.key}},
+        ConsistentRead=True,
+    )["Items"]
+    for item in items:
+        first, count, first_hlc = int(item["seq"]["N"]), int(item["n"]["N"]), int(item["c"]["N"])
+        if not any(first <= seq < first + count for seq in seqs):
+            continue
+        client.delete_item(TableName=table, Key={"shard": item["shard"], "seq": item["seq"]})
+        kept = [e for e in decode_entries(shard, first, first_hlc, item["z"]["B"]) if e.seq not in seqs]
+        # What remains stays in chunks of consecutive entries, as commits store them.
+        runs: list[list[LogEntry]] = []
+        for entry in kept:
+            if runs and runs[-1][-1].seq + 1 == entry.seq:
+                runs[-1].append(entry)
+            else:
+                runs.append([entry])
+        for part in runs:
+            client.put_item(
+                TableName=table,
+                Item={
+                    **item,
+                    "seq": {"N": str(part[0].seq)},
+                    "n": {"N": str(len(part))},
+                    "c": {"N": str(part[0].commit_hlc)},
+                    "chlc": {"N": str(part[-1].commit_hlc)},
+                    "z": {"B": encode_entries(part)},
+                },
+            )
 
 
 def lake_log(spark: SparkSession, config: FlushConfig) -> Counter[EntryKey]:
@@ -341,9 +401,10 @@ def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
     item = dynamodb_client.get_item(
         TableName=dynamodb_tables.deltas, Key={"shard": {"S": "gw1#notes#0"}, "seq": {"N": "1"}}
     )["Item"]
+    (entry,) = decode_entries(ShardId.parse("gw1#notes#0"), 1, int(item["c"]["N"]), item["z"]["B"])
 
-    # When the item is converted
-    record = log_record("gw1#notes#0", item)
+    # When the entry is converted
+    record = log_record(entry)
 
     # Then values are canonical JSON in delta order, commit_ms is the commit HLC's wall time, size is as stored
     chlc = int(item["chlc"]["N"])
@@ -351,8 +412,9 @@ def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
         "gateway": "gw1", "tbl": "notes", "row_id": "n1", "op": "INSERT", "client_id": "c1", "hlc": delta.hlc,
         "delta_id": delta.delta_id,
         "columns": [{"name": "b", "value": "1.5"}, {"name": "a", "value": '{"y":[true],"z":1}'}],
-        "shard": "gw1#notes#0", "seq": 1, "commit_hlc": chlc, "commit_ms": chlc >> 16, "size": int(item["sz"]["N"]),
+        "shard": "gw1#notes#0", "seq": 1, "commit_hlc": chlc, "commit_ms": chlc >> 16, "size": entry.size,
     }  # fmt: skip
+    assert entry.size == len(entry.wire_json or "")
 
 
 # -- DataFrame transforms ------------------------------------------------------------------------------------------
@@ -478,9 +540,7 @@ def test_flush_range_with_a_missing_entry_fails_before_any_commit(
     before = all_heads(deps)
     shard = max(before, key=lambda s: before[s].seq)
     assert before[shard].seq >= 5
-    dynamodb_client.delete_item(
-        TableName=config.dynamodb.tables.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": "4"}}
-    )
+    drop_entries(dynamodb_client, config.dynamodb.tables.deltas, shard, range(4, 5))
 
     # When the flush runs, it fails naming the gap
     with pytest.raises(FlushError, match=rf"nothing was committed: the log of shard '{shard.key}' has a gap"):
@@ -646,12 +706,22 @@ def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_exp
     capped = replace(config, max_deltas_per_run=2)
     report = run(spark, capped, checkpoint_positions={shard.key: 40}, now_ms=later(2 * 24 * HOUR_MS))
 
-    # Then exactly the flushed entries are gone (the 3 not yet flushed stay) and the head says so
+    # Then exactly the flushed entries are released (the 3 not yet flushed stay) and the head says so
     assert buffer_keys(deps) == {(shard.key, seq) for seq in (33, 34, 35)}
     head = all_heads(deps)[shard]
     assert (head.released_seq, report.released) == (32, 32)
     assert head.released_hlc == deps.buffer.read_log(shard, 32, 1)[0].commit_hlc - 1
-    # And pulls from behind the released part are told to reload the checkpoint
+    # And `since` pulls from behind the released part are told to reload the checkpoint at once
+    for kwargs in ({"since": old_since}, {"since": 0}):
+        with pytest.raises(CursorExpiredError) as caught:
+            pull(deps, "gw1", limit=100, claims={}, **kwargs)
+        assert (caught.value.status, caught.value.api_code) == (410, "CURSOR_EXPIRED")
+    # And a cursor behind it is served the entries the buffer still holds (released items stay until their TTL
+    # deletes them), none skipped
+    behind = pull(deps, "gw1", limit=100, claims={}, cursor=early.cursor)
+    assert [d.delta_id for d in behind.deltas] == [e.delta.delta_id for e in deps.buffer.read_log(shard, 10, 100)]
+    # And once TTL has deleted the released items, cursors behind the marks are told to reload the checkpoint
+    expire_released(deps, shard)
     for kwargs in ({"cursor": early.cursor}, {}, {"since": old_since}, {"since": 0}):
         with pytest.raises(CursorExpiredError) as caught:
             pull(deps, "gw1", limit=100, claims={}, **kwargs)
@@ -876,8 +946,7 @@ def test_flush_refuses_a_buffer_that_regressed_behind_the_lake(
     (shard,) = [s for s in all_heads(deps) if s.table == "notes"]
     names = deps.buffer._t  # type: ignore[attr-defined]
     # When the buffer comes back from an older state (entries 7..10 and the head's count lost) ...
-    for seq in range(7, 11):
-        dynamodb_client.delete_item(TableName=names.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": str(seq)}})
+    drop_entries(dynamodb_client, names.deltas, shard, range(7, 11))
     dynamodb_client.update_item(
         TableName=names.heads,
         Key={"shard": {"S": shard.key}},

@@ -26,7 +26,7 @@ from lakesync.core.hlc import HLC, encode, system_clock
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit, CommitConflict, LogEntry, dedup_key
+from lakesync.gateway.model import Commit, CommitConflict, LogEntry, dedup_key, recent_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 
@@ -196,8 +196,22 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
         assert result.accepted == len(batch)
         assert [r.delta_id for r in result.receipts] == [d.delta_id for d in batch]
     pushed = {d.delta_id: d for batch, _ in run.pushed for d in batch}
-    recorded = {dedup_key(d.client_id, d.delta_id) for d in pushed.values()}
-    assert deps.buffer.seen_delta_ids(GW, list(recorded), system_clock() // 1000) == recorded
+    # And every deltaId is remembered, by a dedup record or by its row (which keeps its last deltas' keys), or a
+    # re-send of it would change nothing
+    keys = {dedup_key(d.client_id, d.delta_id): d for d in pushed.values()}
+    recorded = deps.buffer.seen_delta_ids(GW, list(keys), system_clock() // 1000)
+    rows = deps.buffer.get_rows(GW, list({(d.table, d.row_id) for d in pushed.values()}))
+    for key, delta in keys.items():
+        row = rows.get((delta.table, delta.row_id))
+        kept = row is not None and recent_key(key) in row.recent
+        harmless = row is not None and not merge(row.state, delta).changed
+        assert key in recorded or kept or harmless, delta.delta_id
+    # And the row index (written after each commit's log item) is the fold of the log, row by row
+    by_row: dict[tuple[str, str], list[RowDelta]] = {}
+    for e in sorted(entries, key=lambda e: (e.shard.key, e.seq)):
+        by_row.setdefault((e.delta.table, e.delta.row_id), []).append(e.delta)
+    for key, deltas in by_row.items():
+        assert rows[key].state == fold(deltas), key
 
     # And each shard's log is numbered 1..n without gaps, with commit HLCs in sequence order, matching its head
     heads = deps.buffer.get_heads(list(log))

@@ -4,6 +4,7 @@ job (SIGINT ignored), which must stop anyway."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -12,13 +13,16 @@ import sys
 import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lakesync.auth import mint_token
+from lakesync.aws.log_chunks import decode_entries
 from lakesync.client.http import SyncClient
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC
+from lakesync.gateway.model import ShardId
 
 pytestmark = pytest.mark.integration
 
@@ -70,5 +74,15 @@ def test_local_signal_stops_cleanly_and_saves(tmp_path: Path, signum: signal.Sig
     assert f"stopping ({signum.name})" in output
     assert "Traceback" not in output
     snapshot = json.loads((tmp_path / "snapshot.json").read_text())
-    assert [json.loads(item["d"]["S"])["deltaId"] for item in snapshot["tables"]["deltas"]] == [delta.delta_id]
+    assert _logged_delta_ids(snapshot["tables"]["deltas"]) == [delta.delta_id]
     assert not list(tmp_path.glob("journal-*.log")), "a clean stop folds the journal into the snapshot"
+
+
+def _logged_delta_ids(items: list[dict[str, Any]]) -> list[str]:
+    """The deltaIds a snapshot's log items hold (one item per commit, its entries compressed)."""
+    ids = []
+    for item in items:
+        shard, first, first_hlc = ShardId.parse(item["shard"]["S"]), int(item["seq"]["N"]), int(item["c"]["N"])
+        blob = base64.b64decode(item["z"]["B"])
+        ids.extend(e.delta.delta_id for e in decode_entries(shard, first, first_hlc, blob, images=False))
+    return ids

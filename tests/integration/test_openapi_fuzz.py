@@ -101,7 +101,7 @@ class Tables:
             kwargs: dict[str, Any] = {"TableName": name, "ConsistentRead": True}
             while True:
                 page = self.client.scan(**kwargs)
-                items.extend(json.dumps(item, sort_keys=True) for item in page["Items"])
+                items.extend(json.dumps(item, sort_keys=True, default=bytes.hex) for item in page["Items"])
                 if "LastEvaluatedKey" not in page:
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

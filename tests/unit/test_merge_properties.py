@@ -226,3 +226,30 @@ def test_join_is_idempotent(a: list[RowDelta]) -> None:
 @given(a=DELTA_LISTS, b=DELTA_LISTS)
 def test_fold_of_a_union_is_the_join_of_the_folds(a: list[RowDelta], b: list[RowDelta]) -> None:
     assert snapshot(fold(a + b)) == snapshot(join(_fold(a), _fold(b)))
+
+
+@SETTINGS
+@given(batch=DELTA_LISTS, data=st.data())
+def test_effective_deltas_fold_into_a_cached_state_that_is_behind_or_ahead(
+    batch: list[RowDelta], data: st.DataObject
+) -> None:
+    # Given the states a merging replica passes through and the effective deltas it logs (the DynamoDB row index is
+    # such a cache: a row may hold the log up to some entry, or a little past the entries a reader folds from)
+    states: list[RowState | None] = [None]
+    logged: list[tuple[int, RowDelta]] = []
+    for i, delta in enumerate(batch):
+        result = merge(states[-1], delta)
+        states.append(result.state)
+        if result.effective is not None:
+            logged.append((i, result.effective))
+    start = data.draw(st.integers(0, len(batch)), label="fold the log from delta")
+    cached = data.draw(st.integers(start, len(batch)), label="the cached state holds deltas up to")
+
+    # When the log from `start` is folded into the cached state
+    state = states[cached]
+    for i, effective in logged:
+        if i >= start:
+            state = merge(state, effective).state
+
+    # Then it is the replica's final state
+    assert snapshot(state) == snapshot(states[-1])

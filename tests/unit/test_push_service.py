@@ -30,7 +30,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardId, dedup_key
+from lakesync.gateway.model import ROW_RECENT_KEYS, Commit, CommitConflict, LogEntry, ShardId, dedup_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 
@@ -310,23 +310,26 @@ def test_push_racing_itself_logs_each_delta_once() -> None:
     assert result.deltas == ()
 
 
-def test_push_resent_after_a_lost_dedup_record_changes_and_logs_nothing() -> None:
-    # Given a delta committed whose deltaId record never landed (the function stopped between the two writes)
+def test_push_resent_after_its_row_forgot_it_changes_and_logs_nothing() -> None:
+    # Given a delta committed, then ROW_RECENT_KEYS later deltas to other columns of its row, so the row no longer
+    # keeps the first delta's key (and the delta's own column still holds its value)
     env = Env()
-    delta = d("INSERT", title="x", done=False)
+    delta = d("INSERT", title="x")
     first = env.push(delta)
+    for i in range(ROW_RECENT_KEYS):
+        env.push(d(hlc=t(i + 1), **{f"c{i}": i}))
     env.buffer.expire_dedup(10**12)
     before = env.snapshot()
 
     # When the client re-sends it
     result = env.push(delta)
 
-    # Then nothing is written (the row already holds it) and the receipt is the first push's: its columns won
+    # Then nothing is written (the row already holds it) and the receipt is the first push's: its column won
     assert env.snapshot() == before
     assert result.deltas == ()
     assert result.receipts == first.receipts
     assert all(c.applied and c.winner_hlc == delta.hlc for c in result.receipts[0].columns)
-    # And the deltaId is recorded again, so a third copy is a plain duplicate
+    # And the deltaId is recorded now (a dedup record: its row was not written), so a third copy is a duplicate
     assert env.push(delta).receipts[0].duplicate
 
 
@@ -353,8 +356,10 @@ class SlowRecordingBuffer:
 
 
 def test_push_returns_only_once_every_chunk_deltaid_is_recorded() -> None:
-    # Given deltaId records that land a while after each chunk's commit
+    # Given ten rows, deltas that lose to them (their rows are not written, so they get dedup records), and
+    # records that land a while after each chunk's commit
     env = Env(chunk_deltas=4)
+    env.push(*[d("INSERT", row=f"r{i}", hlc=t(100 + i), v=-1) for i in range(10)])
     env.deps = replace(env.deps, buffer=SlowRecordingBuffer(env.buffer))
     deltas = [d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(10)]
 
@@ -367,11 +372,13 @@ def test_push_returns_only_once_every_chunk_deltaid_is_recorded() -> None:
 
 
 def test_push_whose_deltaid_record_fails_raises_and_a_resend_is_safe() -> None:
-    # Given the record of the second of three chunks fails
+    # Given deltas that lose to the rows (so they get dedup records), and the record of the second of three chunks
+    # fails
     env = Env(chunk_deltas=4)
+    env.push(*[d("INSERT", row=f"r{i}", v=i, hlc=t(100 + i)) for i in range(10)])
     slow = SlowRecordingBuffer(env.buffer, fail_chunk=1)
     env.deps = replace(env.deps, buffer=slow)
-    deltas = [d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(10)]
+    deltas = [d("UPDATE", row=f"r{i}", hlc=t(i), v=-i) for i in range(10)]
 
     # When the push runs, it fails with the storage error (after the other records finished)
     with pytest.raises(StorageError):
@@ -388,8 +395,8 @@ def test_push_whose_deltaid_record_fails_raises_and_a_resend_is_safe() -> None:
     assert all(env.row("todos", f"r{i}") == {"v": i} for i in range(10))
 
 
-def test_push_after_the_dedup_window_reapplies_harmlessly() -> None:
-    # Given a delta pushed, then the dedup window passes and the record expires
+def test_push_a_delta_its_row_keeps_is_a_duplicate_after_any_time() -> None:
+    # Given a delta pushed, then the dedup window passes and every dedup record expires
     env = Env(dedup_ttl_s=60)
     delta = d("INSERT", title="x")
     env.push(delta)
@@ -400,11 +407,25 @@ def test_push_after_the_dedup_window_reapplies_harmlessly() -> None:
     # When it is pushed again
     result = env.push(delta)
 
-    # Then it is not a duplicate any more, but merging it again changes nothing and logs nothing
-    assert not result.receipts[0].duplicate
-    assert result.receipts[0].columns[0].applied
+    # Then its row still keeps its key: a duplicate, and nothing is logged
+    assert result.receipts[0].duplicate
     assert env.log() == log_before
     assert env.row("todos", "r1") == {"title": "x"}
+
+
+def test_push_records_a_dedup_key_only_for_deltas_whose_row_is_not_written() -> None:
+    # Given a row written by c1, and a push of a delta that changes it and one that loses every column
+    env = Env()
+    env.push(d("INSERT", title="x", hlc=t(5)))
+    env.push(d("INSERT", row="r2", title="b", hlc=t(9)))
+    winner, loser = d(hlc=t(6), title="y"), d(row="r2", hlc=t(1), title="old")
+
+    # When both are pushed in one batch
+    env.push(winner, loser)
+
+    # Then only the loser (its row unchanged, not written) has a dedup record; the winner is kept by its row
+    assert _recorded(env, [winner, loser], env.wall // 1000) == {loser.delta_id}
+    assert [r.duplicate for r in env.push(winner, loser).receipts] == [True, True]
 
 
 # -- validation: the whole batch is rejected and nothing is written ----------------------------------------------

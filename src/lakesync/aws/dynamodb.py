@@ -14,6 +14,7 @@ Items are built by hand (no TypeSerializer) because this is the hot path.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import time
@@ -23,22 +24,32 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.log_chunks import decode_entries, encode_entries
 from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
 from lakesync.core.canonical import JsonValue
 from lakesync.core.destinations import DestinationConfig, parse_destination
 from lakesync.core.errors import AlreadyExistsError, StorageBusyError, StorageError, ValidationError
-from lakesync.core.merge import RowState, state_from_json, state_to_json
+from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
+from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import (
+    ITEM_LIMIT_BYTES,
+    LOG_CHUNK_MAX_ENTRIES,
+    LOG_TTL_S,
+    ROW_RECENT_KEY_CHARS,
+    ROW_RECENT_KEYS,
     Commit,
     CommitBasis,
     CommitConflict,
     LogEntry,
     PullBasis,
+    RowWrite,
     ShardHead,
     ShardId,
     StoredRow,
+    dedup_key,
+    recent_key,
     row_key,
 )
 
@@ -46,6 +57,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 Item = dict[str, Any]
+logger = logging.getLogger(__name__)
 
 
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -61,13 +73,6 @@ def _utf8_safe(text: str) -> str:
     if not _LONE_SURROGATE.search(text):
         return text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
-
-
-def _wire_text(entry: LogEntry) -> str:
-    """The delta's stored JSON: its wire rendering, with any surrogate code point escaped (DynamoDB takes UTF-8)."""
-    if entry.wire_json is None:
-        return _dumps(entry.delta.to_json())
-    return _utf8_safe(entry.wire_json)
 
 
 REGISTRY_PREFIX = "shard#"
@@ -175,9 +180,13 @@ def _query_all(db: DynamoDBClient, **kwargs: Any) -> Iterable[Item]:
 class DynamoDBBufferStore:
     """The buffer on DynamoDB (deltas, rows, heads, dedup and the shard registry in config)."""
 
-    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
+    def __init__(
+        self, client: DynamoDBClient, names: TableNames, *, log_ttl_s: int = LOG_TTL_S, rows_in_commit: bool = False
+    ) -> None:
         self._db = client
         self._t = names
+        self._log_ttl_s = log_ttl_s
+        self._rows_in_commit = rows_in_commit
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
@@ -216,6 +225,39 @@ class DynamoDBBufferStore:
     def read_commit_basis(
         self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
     ) -> CommitBasis:
+        if self._rows_in_commit:
+            basis = self._basis_in_one_read(shard, delta_ids, rows, now_s)
+            if basis is not None:
+                return basis
+        # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
+        # chunks after `ra` are read from the log and folded in (the row index is a cache of the log).
+        head_item = self._head_item(shard)
+        by_pk = _row_keys(shard.gateway, rows)
+        keys = {
+            self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
+            self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
+        }
+        head = _head_from_item(head_item) if head_item is not None else None
+        applied = _rows_applied(head_item)
+        tail_read = None
+        if head is not None and applied < head.seq:
+            tail_read = io_pool().submit(self._tail, shard, applied, head.seq)
+        found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
+        stored = _rows_from_items(by_pk, found.get(self._t.rows, []))
+        if tail_read is not None:
+            _fold(stored, tail_read.result(), wanted=set(by_pk.values()))
+        return CommitBasis(
+            head=head,
+            rows=stored,
+            seen=frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)),
+        )
+
+    def _basis_in_one_read(
+        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
+    ) -> CommitBasis | None:
+        """Rows written in the commit: head, rows and dedup records in one BatchGetItem (the commit's row guards catch
+        a row read before a commit whose head was read after it). ``None`` when the head shows rows still to be
+        written (the table was written with rows after the commit)."""
         by_pk = _row_keys(shard.gateway, rows)
         keys = {
             self._t.heads: [{"shard": _s(shard.key)}],
@@ -224,11 +266,30 @@ class DynamoDBBufferStore:
         }
         found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
         heads = found.get(self._t.heads) or []
+        if heads and _rows_applied(heads[0]) < int(heads[0]["seq"]["N"]):
+            return None
         return CommitBasis(
             head=_head_from_item(heads[0]) if heads else None,
             rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
             seen=frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)),
         )
+
+    def _head_item(self, shard: ShardId) -> Item | None:
+        try:
+            out = self._db.get_item(TableName=self._t.heads, Key={"shard": _s(shard.key)}, ConsistentRead=True)
+        except ClientError as exc:
+            raise _client_error(exc, "GetItem") from exc
+        return out.get("Item")
+
+    def _tail(self, shard: ShardId, after_seq: int, through_seq: int) -> list[LogEntry]:
+        """Entries ``after_seq + 1 .. through_seq``, all of them (committed before the head was read)."""
+        for attempt in range(8):
+            entries = self._read_chunks(shard, after_seq + 1, after_seq, through_seq - after_seq, images=False)
+            entries = _contiguous(entries, after_seq + 1)
+            if len(entries) == through_seq - after_seq:
+                return entries
+            time.sleep(0.005 * 2**attempt)  # a Query may see a transaction half-applied for a moment
+        raise StorageError(f"the log of shard {shard.key!r} is missing entries in ({after_seq}, {through_seq}]")
 
     def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
         items = [{"pk": _s(f"{gateway}#{d}"), TTL_ATTRIBUTE: _n(expires_at)} for d in dict.fromkeys(delta_ids)]
@@ -237,69 +298,72 @@ class DynamoDBBufferStore:
     def _query(self, **kwargs: Any) -> Iterable[Item]:
         return _query_all(self._db, **kwargs)
 
-    def _log_entries(self, shard: ShardId, items: Iterable[Item], *, images: bool = True) -> list[LogEntry]:
-        entries = []
-        for item in items:
-            before = item.get("b") if images else None
-            after = item.get("a") if images else None
-            entries.append(
-                LogEntry(
-                    shard=shard,
-                    seq=int(item["seq"]["N"]),
-                    commit_hlc=int(item["chlc"]["N"]),
-                    delta=None,
-                    before=json.loads(before["S"]) if before else None,
-                    after=json.loads(after["S"]) if after else None,
-                    size=int(item["sz"]["N"]),
-                    wire_json=item["d"]["S"],
-                )
-            )
-        return entries
-
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
-        # A Query is not isolated from a transaction being applied: it can see seq 13 before seq 12 lands. Sequences
-        # are contiguous, so stop at the first gap; the next read picks the rest up once it is visible.
-        entries = self._read(shard, limit, "seq", after_seq, index=None, images=images)
+        # The chunk holding entry `after_seq + 1` starts at most LOG_CHUNK_MAX_ENTRIES - 1 before it. A Query is not
+        # isolated from a transaction being applied: it can see chunk 13 before chunk 12 lands. Sequences are
+        # contiguous, so stop at the first gap; the next read picks the rest up once it is visible.
+        entries = self._read_chunks(shard, max(1, after_seq + 2 - LOG_CHUNK_MAX_ENTRIES), after_seq, limit, images)
         return _contiguous(entries, after_seq + 1)
 
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:
-        entries = self._read(shard, limit, "chlc", after_commit_hlc, index=COMMIT_INDEX, images=images)
+        # The index holds each chunk's last commit HLC (and its first sequence, count and first commit HLC): the
+        # first chunk whose last entry is past `after_commit_hlc` holds the first entry past it.
+        try:
+            out = self._db.query(
+                TableName=self._t.deltas,
+                IndexName=COMMIT_INDEX,
+                KeyConditionExpression="#sh = :s AND chlc > :a",
+                ExpressionAttributeNames={"#sh": "shard"},
+                ExpressionAttributeValues={":s": _s(shard.key), ":a": _n(after_commit_hlc)},
+                ConsistentRead=True,
+                Limit=1,
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "Query") from exc
+        found = out.get("Items", [])
+        if not found:
+            return []
+        first_seq, first_hlc = int(found[0]["seq"]["N"]), int(found[0]["c"]["N"])
+        after_seq = first_seq - 1 + max(0, after_commit_hlc + 1 - first_hlc)
+        entries = self._read_chunks(shard, first_seq, after_seq, limit, images)
         return _contiguous(entries, entries[0].seq if entries else 0)
 
-    def _read(
-        self, shard: ShardId, limit: int, key: str, after: int, index: str | None, *, images: bool
-    ) -> list[LogEntry]:
-        items: list[Item] = []
+    def _read_chunks(self, shard: ShardId, from_seq: int, after_seq: int, limit: int, images: bool) -> list[LogEntry]:
+        """Entries ``seq > after_seq`` of the chunks keyed ``from_seq`` onwards, up to ``limit``, in order."""
+        entries: list[LogEntry] = []
         kwargs: dict[str, Any] = {
             "TableName": self._t.deltas,
-            "KeyConditionExpression": f"#sh = :s AND {key} > :a",
+            "KeyConditionExpression": "#sh = :s AND seq >= :a",
             "ExpressionAttributeNames": {"#sh": "shard"},
-            "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after)},
+            "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(from_seq)},
             "ConsistentRead": True,
         }
-        if index:
-            kwargs["IndexName"] = index
-        while len(items) < limit:
-            kwargs["Limit"] = limit - len(items)
+        while len(entries) < limit:
+            # A chunk holds up to LOG_CHUNK_MAX_ENTRIES entries; ask for about as many chunks as the page needs.
+            kwargs["Limit"] = min(100, 1 + (limit - len(entries)) // 8)
             try:
                 out = self._db.query(**kwargs)
             except ClientError as exc:
                 raise _client_error(exc, "Query") from exc
-            items.extend(out.get("Items", []))
+            for item in out.get("Items", []):
+                first = int(item["seq"]["N"])
+                if first + int(item["n"]["N"]) - 1 <= after_seq:
+                    continue
+                chunk = decode_entries(shard, first, int(item["c"]["N"]), item["z"]["B"], images=images)
+                entries.extend(e for e in chunk if e.seq > after_seq)
             last = out.get("LastEvaluatedKey")
             if not last:
                 break
             kwargs["ExclusiveStartKey"] = last
-        # The images are returned but not decoded when unused (a ProjectionExpression would leave them on the
-        # server, but makes moto several times slower per item).
-        return self._log_entries(shard, items, images=images)
+        return entries[:limit]
 
     # -- the commit ----------------------------------------------------------------------------------------------
     def commit(self, commit: Commit) -> None:
         shard = commit.shard
         head = commit.head
+        _check_rows(commit)
         actions: list[Item] = []
         if commit.new_shard:
             actions.append(
@@ -315,6 +379,7 @@ class DynamoDBBufferStore:
                             "fb": _n(0),
                             "fd": _n(0),
                             "lch": _n(head.last_commit_hlc),
+                            "ra": _n(head.seq if self._rows_in_commit else 0),
                         },
                         "ConditionExpression": "attribute_not_exists(#sh)",
                         "ExpressionAttributeNames": {"#sh": "shard"},
@@ -335,8 +400,10 @@ class DynamoDBBufferStore:
                     "Update": {
                         "TableName": self._t.heads,
                         "Key": {"shard": _s(shard.key)},
-                        "UpdateExpression": "SET seq = :seq, bt = bt + :db, dt = dt + :dd, lch = :lch",
-                        "ConditionExpression": "seq = :expected",
+                        "UpdateExpression": "SET seq = :seq, bt = bt + :db, dt = dt + :dd, lch = :lch"
+                        + (", ra = :seq" if self._rows_in_commit else ""),
+                        "ConditionExpression": "seq = :expected"
+                        + (" AND ra = :expected" if self._rows_in_commit else ""),
                         "ExpressionAttributeValues": {
                             ":seq": _n(head.seq),
                             ":db": _n(head.bytes_total - _previous_bytes(commit)),
@@ -347,39 +414,198 @@ class DynamoDBBufferStore:
                     }
                 }
             )
-        for write in commit.rows:
-            state = write.row.state
-            put: Item = {
-                "TableName": self._t.rows,
-                "Item": {
-                    "pk": _s(row_key(shard.gateway, state.table, state.row_id)),
-                    "s": _s(encode_row_state(state)),
-                    "v": _n(write.row.version),
-                },
-            }
-            if write.expected_version == 0:
-                put["ConditionExpression"] = "attribute_not_exists(pk)"
-            else:
-                put["ConditionExpression"] = "v = :v"
-                put["ExpressionAttributeValues"] = {":v": _n(write.expected_version)}
-            actions.append({"Put": put})
-        for entry in commit.entries:
-            item: Item = {
+        if self._rows_in_commit:
+            actions.extend({"Put": self._guarded_row_put(shard.gateway, write)} for write in commit.rows)
+        if commit.entries:
+            first, last = commit.entries[0], commit.entries[-1]
+            if len(commit.entries) > LOG_CHUNK_MAX_ENTRIES or any(
+                e.seq != first.seq + i or e.commit_hlc != first.commit_hlc + i for i, e in enumerate(commit.entries)
+            ):
+                raise ValueError("a commit holds at most 100 entries with consecutive sequences and commit HLCs")
+            chunk: Item = {
                 "shard": _s(shard.key),
-                "seq": _n(entry.seq),
-                "chlc": _n(entry.commit_hlc),
-                "d": _s(_wire_text(entry)),
-                "sz": _n(entry.size),
+                "seq": _n(first.seq),
+                "n": _n(len(commit.entries)),
+                "c": _n(first.commit_hlc),
+                "chlc": _n(last.commit_hlc),
+                "z": {"B": encode_entries(commit.entries)},
+                TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
             }
-            if entry.before is not None:
-                item["b"] = _s(_dumps(entry.before))
-            if entry.after is not None:
-                item["a"] = _s(_dumps(entry.after))
-            actions.append({"Put": {"TableName": self._t.deltas, "Item": item}})
+            actions.append({"Put": {"TableName": self._t.deltas, "Item": chunk}})
         try:
             self._db.transact_write_items(TransactItems=cast(Any, actions))
         except ClientError as exc:
-            raise _commit_error(shard, exc) from exc
+            error = _commit_error(shard, exc)
+            if self._rows_in_commit and isinstance(error, CommitConflict):
+                self._catch_up_rows(shard)
+            raise error from exc
+        if not self._rows_in_commit and (commit.entries or commit.rows):
+            try:
+                self._apply_rows(commit)
+            except (ClientError, StorageError) as exc:
+                # Committed: the rows are a cache of the log, and the next commit to the shard writes them.
+                logger.warning(
+                    "rows of %s %s..%s not written yet: %s",
+                    shard.key,
+                    commit.entries[0].seq,
+                    commit.entries[-1].seq,
+                    exc,
+                )
+
+    # -- the row index: a cache of the log -----------------------------------------------------------------------
+    def _apply_rows(self, commit: Commit) -> None:
+        """Write a committed chunk's rows (each at its version: the position of its last entry), then advance the
+        head's ``ra`` over the chunk (after every earlier chunk's)."""
+        self._put_rows(commit.shard.gateway, {(w.row.state.table, w.row.state.row_id): w.row for w in commit.rows})
+        if commit.entries:
+            self._advance_applied(commit.shard, commit.entries[0].seq - 1, commit.entries[-1].seq)
+
+    def _put_rows(self, gateway: str, rows: Mapping[tuple[str, str], StoredRow]) -> None:
+        """Write each row unless the stored one is at or past its position (``v``): never backwards."""
+        if not rows:
+            return
+        puts = list(rows.values())
+        if len(puts) == 1:
+            self._put_row(gateway, puts[0])
+            return
+        for done in [io_pool().submit(self._put_row, gateway, row) for row in puts]:
+            done.result()
+
+    def _guarded_row_put(self, gateway: str, write: RowWrite) -> Item:
+        """A row put inside the commit, guarded by the version the basis read (rows written in the commit)."""
+        put: Item = {"TableName": self._t.rows, "Item": _row_item(gateway, write.row)}
+        if write.expected_version == 0:
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            put["ConditionExpression"] = "v = :v"
+            put["ExpressionAttributeValues"] = {":v": _n(write.expected_version)}
+        return put
+
+    def _put_row(self, gateway: str, row: StoredRow) -> None:
+        item = _row_item(gateway, row)
+        try:
+            self._db.put_item(
+                TableName=self._t.rows,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR v < :v",
+                ExpressionAttributeValues={":v": _n(row.version)},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+
+    def _catch_up_rows(self, shard: ShardId) -> None:
+        """Rows written in the commit need ``ra`` at the head: write the rows of any chunk committed without them
+        (the table was written with rows after the commit) so the next attempt can commit."""
+        item = self._head_item(shard)
+        if item is None:
+            return
+        applied, seq = _rows_applied(item), int(item["seq"]["N"])
+        if applied < seq:
+            self._repair(shard, applied, seq)
+            self._set_applied(shard, applied, seq)
+
+    def _set_applied(self, shard: ShardId, expected: int, to: int) -> bool:
+        """Move the head's ``ra`` from ``expected`` to ``to``; ``False`` if it was not at ``expected``."""
+        try:
+            self._db.update_item(
+                TableName=self._t.heads,
+                Key={"shard": _s(shard.key)},
+                UpdateExpression="SET ra = :to",
+                ConditionExpression="ra = :expected",
+                ExpressionAttributeValues={":to": _n(to), ":expected": _n(expected)},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def _advance_applied(self, shard: ShardId, previous: int, last: int) -> None:
+        """Move ``ra`` from ``previous`` to ``last``. An earlier chunk whose rows are still being written is waited for
+        briefly; one whose writer stopped is repaired from the log (row writes never go backwards, so a late writer
+        of it changes nothing)."""
+        for attempt in range(_APPLIED_WAITS + 1):
+            if self._set_applied(shard, previous, last):
+                return
+            applied = _rows_applied(self._head_item(shard))
+            if applied >= last:
+                return  # another writer repaired past this chunk
+            if attempt < _APPLIED_WAITS:
+                time.sleep(0.002 * 2**attempt)
+        self._repair(shard, applied, previous)
+        self._set_applied(shard, applied, last)
+
+    def _repair(self, shard: ShardId, after_seq: int, through_seq: int) -> None:
+        """Write the rows of the entries ``after_seq + 1 .. through_seq`` from the log."""
+        entries = self._tail(shard, after_seq, through_seq)
+        by_pk = _row_keys(shard.gateway, [(e.delta.table, e.delta.row_id) for e in entries])
+        stored = _rows_from_items(by_pk, self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]))
+        changed = _fold(stored, entries, wanted=set(by_pk.values()))
+        self._put_rows(shard.gateway, {key: stored[key] for key in changed})
+
+
+def _check_rows(commit: Commit) -> None:
+    """Refuse, before anything is written, a commit whose row items DynamoDB would refuse after it: the rows are
+    written once the log holds the commit, so a row that can never be written must stop the commit itself."""
+    for write in commit.rows:
+        state = write.row.state
+        key = row_key(commit.shard.gateway, state.table, state.row_id)
+        try:
+            size = len(key.encode("utf-8")) + len(encode_row_state(state).encode("utf-8")) + 64
+        except UnicodeEncodeError:
+            raise StorageError(
+                f"DynamoDB would refuse the row item of {state.table}:{state.row_id!r}: not UTF-8"
+            ) from None
+        if size > ITEM_LIMIT_BYTES:
+            raise StorageError(
+                f"DynamoDB would refuse the row item of {state.table}:{state.row_id}: {size:,} bytes, over an item"
+            )
+
+
+_APPLIED_WAITS = 7
+"""Polls (2 ms doubling: about a quarter of a second in all) for an earlier chunk's rows before repairing them."""
+
+
+def _row_item(gateway: str, row: StoredRow) -> Item:
+    state = row.state
+    item: Item = {
+        "pk": _s(row_key(gateway, state.table, state.row_id)),
+        "s": _s(encode_row_state(state)),
+        "v": _n(row.version),
+    }
+    if row.recent:
+        item["k"] = _s("".join(row.recent))
+    return item
+
+
+def _rows_applied(head_item: Item | None) -> int:
+    """The head's ``ra``: every chunk up to it has its rows written."""
+    if head_item is None:
+        return 0
+    return int(head_item["ra"]["N"]) if "ra" in head_item else int(head_item["seq"]["N"])
+
+
+def _fold(
+    stored: dict[tuple[str, str], StoredRow], entries: Iterable[LogEntry], *, wanted: set[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """Merge the log entries a stored row does not hold yet (``seq`` past its ``v``) into it, in order, and keep
+    their dedup keys; returns the rows that changed. The effective deltas of the log fold to the states their
+    commits wrote (per-column LWW is a join)."""
+    changed: set[tuple[str, str]] = set()
+    for entry in entries:
+        delta = entry.delta
+        key = (delta.table, delta.row_id)
+        if key not in wanted:
+            continue
+        row = stored.get(key)
+        if row is not None and row.version >= entry.seq:
+            continue
+        state = merge(row.state if row is not None else None, delta).state
+        recent = (*(row.recent if row is not None else ()), recent_key(dedup_key(delta.client_id, delta.delta_id)))
+        stored[key] = StoredRow(state, entry.seq, recent[-ROW_RECENT_KEYS:])
+        changed.add(key)
+    return changed
 
 
 _CONFLICT_REASONS = frozenset({"ConditionalCheckFailed", "TransactionConflict"})
@@ -442,7 +668,12 @@ def _rows_from_items(by_pk: Mapping[str, tuple[str, str]], items: Iterable[Item]
     found = {}
     for item in items:
         table, row_id = by_pk[item["pk"]["S"]]
-        found[(table, row_id)] = StoredRow(decode_row_state(table, row_id, item["s"]["S"]), int(item["v"]["N"]))
+        recent = item["k"]["S"] if "k" in item else ""
+        found[(table, row_id)] = StoredRow(
+            decode_row_state(table, row_id, item["s"]["S"]),
+            int(item["v"]["N"]),
+            tuple(recent[i : i + ROW_RECENT_KEY_CHARS] for i in range(0, len(recent), ROW_RECENT_KEY_CHARS)),
+        )
     return found
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +35,8 @@ from lakesync.aws.clients import job_client
 from lakesync.aws.dynamodb import DESTINATION_PREFIX, REGISTRY_PREFIX, DynamoDBBufferStore, registry_shard
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.canonical import stable_stringify
-from lakesync.core.delta import RowDelta
 from lakesync.core.errors import FlushError, StorageError
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.gateway.model import LogEntry, ShardHead, ShardId
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -131,13 +130,11 @@ def _storage_error(exc: ClientError, what: str) -> StorageError:
     return StorageError(f"DynamoDB {what} failed: {_code(exc)}")
 
 
-def log_record(shard_key: str, item: Mapping[str, Any]) -> LogRecord:
-    """A stored log item as a delta-log record; column values become their canonical JSON (``stable_stringify``)."""
-    shard = ShardId.parse(shard_key)
-    delta = RowDelta.from_json(json.loads(item["d"]["S"]))
-    commit_hlc = int(item["chlc"]["N"])
+def log_record(entry: LogEntry) -> LogRecord:
+    """A log entry as a delta-log record; column values become their canonical JSON (``stable_stringify``)."""
+    delta = entry.delta
     return {
-        "gateway": shard.gateway,
+        "gateway": entry.shard.gateway,
         "tbl": delta.table,
         "row_id": delta.row_id,
         "op": delta.op.value,
@@ -145,11 +142,11 @@ def log_record(shard_key: str, item: Mapping[str, Any]) -> LogRecord:
         "hlc": delta.hlc,
         "delta_id": delta.delta_id,
         "columns": [{"name": c.column, "value": stable_stringify(c.value)} for c in delta.columns],
-        "shard": shard_key,
-        "seq": int(item["seq"]["N"]),
-        "commit_hlc": commit_hlc,
-        "commit_ms": commit_hlc >> 16,
-        "size": int(item["sz"]["N"]),
+        "shard": entry.shard.key,
+        "seq": entry.seq,
+        "commit_hlc": entry.commit_hlc,
+        "commit_ms": entry.commit_hlc >> 16,
+        "size": entry.size,
     }
 
 
@@ -248,26 +245,18 @@ class FlushStore:
         return self._buffer.get_heads(shards)
 
     # -- the log -------------------------------------------------------------------------------------------------
-    def _query_range(self, shard: str, lo: int, hi: int, projection: str | None = None) -> list[Item]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._t.deltas,
-            "ConsistentRead": True,
-            "KeyConditionExpression": "#sh = :s AND seq BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#sh": "shard"},
-            "ExpressionAttributeValues": {":s": _s(shard), ":lo": _n(lo + 1), ":hi": _n(hi)},
-        }
-        if projection:
-            kwargs["ProjectionExpression"] = projection
-        return list(self._pages(self._db.query, "Query", **kwargs))
-
-    def _complete_range(self, shard: str, lo: int, hi: int, projection: str | None = None) -> list[Item]:
+    def _complete_range(self, shard: str, lo: int, hi: int) -> list[LogEntry]:
+        shard_id = ShardId.parse(shard)
         for attempt in range(self._read_attempts):
-            items = self._query_range(shard, lo, hi, projection)
-            if [int(i["seq"]["N"]) for i in items] == list(range(lo + 1, hi + 1)):
-                return items
+            entries = self._buffer.read_log(shard_id, lo, hi - lo, images=False)
+            if len(entries) == hi - lo:
+                return entries
             # A Query is not isolated from a transaction being applied; committed entries show up within ms.
             self._sleep(min(0.5, 0.01 * 2**attempt))
-        raise FlushError(f"the log of shard {shard!r} has a gap in ({lo}, {hi}]: entries below its head are missing")
+        raise FlushError(
+            f"the log of shard {shard!r} has a gap in ({lo}, {hi}]: entries below its head are missing"
+            " (released, or expired by the log's TTL before a flush read them)"
+        )
 
     def read_records(self, shard_range: ShardRange) -> list[LogRecord]:
         """Every entry of the range as a delta-log record, in sequence order.
@@ -277,8 +266,7 @@ class FlushStore:
         """
         if shard_range.size <= 0:
             return []
-        items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi)
-        return [log_record(shard_range.shard, item) for item in items]
+        return [log_record(e) for e in self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi)]
 
     def read_stored_deltas(self, shard_range: ShardRange) -> list[tuple[str, str]]:
         """``(row_id, stored wire JSON)`` of every entry of the range, in sequence order (the payload of a
@@ -289,24 +277,22 @@ class FlushStore:
         """
         if shard_range.size <= 0:
             return []
-        items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi, projection="seq, d")
         out = []
-        for item in items:
-            text = item["d"]["S"]
-            out.append((json.loads(text)["rowId"], text))
+        for entry in self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi):
+            assert entry.wire_json is not None
+            out.append((json.loads(entry.wire_json)["rowId"], entry.wire_json))
         return out
 
     def commit_hlc_at(self, shard: ShardId, seq: int) -> int | None:
         """The commit HLC of the shard's entry ``seq``, or ``None`` when the buffer does not hold it."""
-        items = self._query_range(shard.key, seq - 1, seq, projection="seq, chlc")
-        return int(items[0]["chlc"]["N"]) if items else None
+        found = self._buffer.read_log(shard, seq - 1, 1, images=False)
+        return found[0].commit_hlc if found else None
 
     def range_bytes(self, shard_range: ShardRange) -> int:
         """Total stored size of the range's entries (to advance ``fb`` for entries flushed by a crashed run)."""
         if shard_range.size <= 0:
             return 0
-        items = self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi, projection="seq, sz")
-        return sum(int(item["sz"]["N"]) for item in items)
+        return sum(e.size for e in self._complete_range(shard_range.shard, shard_range.lo, shard_range.hi))
 
     # -- heads: flushed counters -----------------------------------------------------------------------------------
     def advance_flushed(self, shard: ShardId, expected_seq: int, seq: int, add_bytes: int, add_deltas: int) -> bool:
@@ -387,55 +373,42 @@ class FlushStore:
         """
         if up_to_seq <= 0:
             return None
+        # The last chunk that begins at or below the cutoff (the index holds each chunk's first sequence, count and
+        # first commit HLC, keyed by its last commit HLC: the chunk after the last one ending at or below the
+        # cutoff may begin below it).
+        after = self._chunk_by_commit_hlc(shard, "chlc > :c", cutoff_hlc, forward=True)
+        if after is not None and int(after["c"]["N"]) <= cutoff_hlc:
+            found = after
+        else:
+            before = self._chunk_by_commit_hlc(shard, "chlc <= :c", cutoff_hlc, forward=False)
+            if before is None:
+                return None
+            found = before
+        first, count, first_hlc = int(found["seq"]["N"]), int(found["n"]["N"]), int(found["c"]["N"])
+        seq = min(first + count - 1, first + (cutoff_hlc - first_hlc))
+        if seq <= up_to_seq:
+            return seq, first_hlc + (seq - first)
+        hlc = self.commit_hlc_at(shard, up_to_seq)
+        return (up_to_seq, hlc) if hlc is not None else None
+
+    def _chunk_by_commit_hlc(self, shard: ShardId, condition: str, hlc: int, *, forward: bool) -> Item | None:
+        """The first (``forward``) or last chunk whose last commit HLC meets ``condition`` (index ``by_commit``)."""
         try:
             out = self._db.query(
                 TableName=self._t.deltas,
                 IndexName=COMMIT_INDEX,
                 ConsistentRead=True,
-                KeyConditionExpression="#sh = :s AND chlc <= :c",
+                KeyConditionExpression=f"#sh = :s AND {condition}",
                 ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":s": _s(shard.key), ":c": _n(cutoff_hlc)},
-                ProjectionExpression="seq, chlc",
-                ScanIndexForward=False,
+                ExpressionAttributeValues={":s": _s(shard.key), ":c": _n(hlc)},
+                ProjectionExpression="seq, n, c, chlc",
+                ScanIndexForward=forward,
                 Limit=1,
             )
         except ClientError as exc:
             raise _storage_error(exc, "Query") from exc
         items = out.get("Items", [])
-        if not items:
-            return None
-        seq, hlc = int(items[0]["seq"]["N"]), int(items[0]["chlc"]["N"])
-        if seq <= up_to_seq:
-            return seq, hlc
-        try:
-            got = self._db.get_item(
-                TableName=self._t.deltas,
-                Key={"shard": _s(shard.key), "seq": _n(up_to_seq)},
-                ConsistentRead=True,
-                ProjectionExpression="chlc",
-            )
-        except ClientError as exc:
-            raise _storage_error(exc, "GetItem") from exc
-        item = got.get("Item")
-        return (up_to_seq, int(item["chlc"]["N"])) if item else None
-
-    def delete_released(self, shard: ShardId, through_seq: int) -> int:
-        """Delete the log items still present with ``seq <= through_seq``; returns how many were deleted."""
-        keys = [
-            {"shard": item["shard"], "seq": item["seq"]}
-            for item in self._pages(
-                self._db.query,
-                "Query",
-                TableName=self._t.deltas,
-                ConsistentRead=True,
-                KeyConditionExpression="#sh = :s AND seq <= :hi",
-                ProjectionExpression="#sh, seq",
-                ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":s": _s(shard.key), ":hi": _n(through_seq)},
-            )
-        ]
-        self._batch_write(self._t.deltas, [{"DeleteRequest": {"Key": key}} for key in keys])
-        return len(keys)
+        return items[0] if items else None
 
     def mark_released(self, shard: ShardId, seq: int, commit_hlc: int) -> None:
         """Record ``rs``/``rh`` on the head (only forward)."""

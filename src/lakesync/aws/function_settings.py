@@ -11,6 +11,9 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 * ``LAKESYNC_FLUSH_THRESHOLD_BYTES``, ``LAKESYNC_BACKPRESSURE_BYTES`` -- buffer limits per shard.
 * ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB).
+* ``LAKESYNC_ROW_WRITES`` -- ``after-commit`` (default: the row index written after each commit, one conditional
+  ``PutItem`` per row, half the write units) or ``in-commit`` (rows inside the commit's transaction: fewer requests,
+  what the embedded default uses, where requests cost time and write units cost nothing).
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).
 * ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
@@ -58,6 +61,8 @@ JOB_NAME_VARS: Final = {"flush": FLUSH_JOB_NAME, "compact": COMPACT_JOB_NAME, "c
 """The lake job -> the variable naming its Glue job."""
 FLUSH_PUBLISHES: Final = "LAKESYNC_FLUSH_PUBLISHES"
 CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
+ROW_WRITES: Final = "LAKESYNC_ROW_WRITES"
+ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 
 API_ENV_VARS: Final = frozenset(
     {
@@ -72,6 +77,7 @@ API_ENV_VARS: Final = frozenset(
         SUB_SHARDS,
         MAX_BODY_BYTES,
         CHECKPOINT_BUCKET,
+        ROW_WRITES,
     }
 )
 """Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
@@ -120,6 +126,7 @@ class Settings:
         sub_shards: Hash sub-shards per hot table.
         max_body_bytes: Largest request body accepted.
         checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
+        rows_in_commit: Write the row index inside each commit's transaction (``LAKESYNC_ROW_WRITES=in-commit``).
     """
 
     gateway_ids: frozenset[str]
@@ -131,6 +138,7 @@ class Settings:
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     checkpoint_bucket: str | None = None
+    rows_in_commit: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -151,6 +159,7 @@ class Settings:
             sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
             max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors),
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
+            rows_in_commit=_row_writes(env.get(ROW_WRITES, ROW_WRITE_MODES[0]), errors),
         )
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
@@ -164,6 +173,13 @@ class Settings:
             backpressure_bytes=self.backpressure_bytes,
             sub_shards=dict(self.sub_shards),
         )
+
+
+def _row_writes(raw: str, errors: list[str]) -> bool:
+    mode = raw.strip()
+    if mode not in ROW_WRITE_MODES:
+        errors.append(f"{ROW_WRITES} must be one of {', '.join(ROW_WRITE_MODES)} (got {raw!r})")
+    return mode == "in-commit"
 
 
 def _gateway_ids(raw: str, errors: list[str]) -> frozenset[str]:

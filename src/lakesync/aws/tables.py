@@ -2,7 +2,7 @@
 
 | table   | partition key            | sort key  | what                                                     |
 |---------|--------------------------|-----------|----------------------------------------------------------|
-| deltas  | ``shard`` = gw#table#sub | ``seq`` N | the commit-ordered log; LSI ``by_commit`` on ``chlc`` N  |
+| deltas  | ``shard`` = gw#table#sub | ``seq`` N | the log: an item per commit chunk; LSI ``by_commit``, TTL  |
 | rows    | ``pk`` = gw#table#rowId  | --        | per-column LWW state of every row, version ``v``         |
 | heads   | ``shard``                | --        | commit sequence and byte counters per shard              |
 | dedup   | ``pk`` = gw#deltaId      | --        | deltaIds seen, TTL ``exp``                               |
@@ -75,7 +75,8 @@ def table_specs(names: TableNames) -> list[dict[str, Any]]:
                     {"AttributeName": "shard", "KeyType": "HASH"},
                     {"AttributeName": "chlc", "KeyType": "RANGE"},
                 ],
-                "Projection": {"ProjectionType": "ALL"},
+                # A chunk's first sequence and commit HLC and its count: enough to find a position by commit HLC.
+                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["n", "c"]},
             }
         ],
     )
@@ -90,4 +91,4 @@ def table_specs(names: TableNames) -> list[dict[str, Any]]:
     ]
 
 
-TTL_TABLES = ("dedup", "actions")
+TTL_TABLES = ("deltas", "dedup", "actions")

@@ -23,7 +23,7 @@ def gateway_deps(settings: Settings) -> GatewayDeps:
     (its S3 client made on first use), and the gateway settings."""
     client = dynamodb_client()
     return GatewayDeps(
-        buffer=DynamoDBBufferStore(client, settings.tables),
+        buffer=DynamoDBBufferStore(client, settings.tables, rows_in_commit=settings.rows_in_commit),
         config=DynamoDBConfigStore(client, settings.tables),
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),

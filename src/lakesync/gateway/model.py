@@ -23,6 +23,13 @@ limit lies a little above (measured between 409 and 410 KB), so every item a pus
 PARTITION_KEY_LIMIT_BYTES = 2048
 """DynamoDB's partition-key limit, counted over the whole stored key (our prefixes included)."""
 SORT_KEY_LIMIT_BYTES = 1024
+LOG_CHUNK_MAX_ENTRIES = 100
+"""Most entries one commit stores together (one log item on DynamoDB): readers look this far back for the chunk
+holding a position, so no commit may hold more."""
+LOG_TTL_S = 14 * 24 * 3600
+"""How long the DynamoDB log keeps an entry (its item's TTL, counted from its commit). Release is a mark on the head
+(pulls behind it get 410) and TTL deletes the items for free, so the flush must run within this time: the flush
+job fails loudly on a range it cannot read whole."""
 """DynamoDB's sort-key limit, counted over the whole stored key (our prefixes included)."""
 
 
@@ -109,12 +116,28 @@ class ShardHead:
         return self.deltas_total - self.flushed_deltas
 
 
+ROW_RECENT_KEYS = 8
+"""How many dedup keys of the deltas last merged into a row the row-index item keeps (:attr:`StoredRow.recent`)."""
+ROW_RECENT_KEY_CHARS = 16
+"""Characters of a dedup key a row keeps (96 bits: the row scopes them, so a collision needs two of a row's few
+recent deltas to agree on 96 bits)."""
+
+
+def recent_key(key: str) -> str:
+    """The form of a dedup key kept in a row's :attr:`StoredRow.recent`."""
+    return key[:ROW_RECENT_KEY_CHARS]
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRow:
-    """A row of the row index: its merged per-column LWW state and an optimistic-concurrency version."""
+    """A row of the row index: its merged per-column LWW state, its version (the log position of the last entry it
+    holds), and the dedup keys (:func:`recent_key`) of the last deltas merged into it, oldest first (at most
+    :data:`ROW_RECENT_KEYS`): a re-sent delta is recognised from its row, so a delta that changes its row needs no
+    dedup record of its own."""
 
     state: RowState
     version: int
+    recent: tuple[str, ...] = ()
 
 
 class LogEntry:
@@ -202,7 +225,8 @@ class LogEntry:
 
 @dataclass(frozen=True, slots=True)
 class RowWrite:
-    """A row-index write inside a commit; ``expected_version`` 0 means the row must not exist yet."""
+    """A row-index write of a commit: the row (its ``version`` the position of its last entry) and the version the
+    commit's basis held (0: none)."""
 
     row: StoredRow
     expected_version: int
@@ -223,12 +247,17 @@ class CommitBasis:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Everything one chunk of a push writes, atomically.
+    """Everything one chunk of a push writes.
 
-    The store applies all of it or none of it, and fails with :class:`~lakesync.gateway.model.CommitConflict` if the
-    head or any row moved since it was read. The chunk's deltaIds are recorded after the commit, outside it
-    (:meth:`lakesync.ports.BufferStore.record_delta_ids`): the row versions already keep a deltaId from being applied
-    twice, since re-merging a delta into a row that holds it changes nothing and logs nothing.
+    The entries continue the head's sequence and carry consecutive commit HLCs (``entries[i].commit_hlc ==
+    entries[0].commit_hlc + i``; stores keep only the first). The log entries and the head advance are atomic and
+    guarded by the head's sequence alone: the store applies both or neither, and fails with :class:`CommitConflict`
+    if the head moved since it was read. Rows change only through commits, so a current head means the basis's rows
+    were current too. The row index is a cache of the log: a store may write the rows after the log (never going
+    back: each row's ``version`` is the position of the last entry it holds), as long as its commit basis folds in
+    the entries whose rows are not written yet. Dedup keys of deltas whose row is not written are recorded after the
+    commit (:meth:`lakesync.ports.BufferStore.record_delta_ids`); re-merging a delta into a row that holds it changes
+    nothing and logs nothing.
     """
 
     shard: ShardId

@@ -54,7 +54,9 @@ from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
+    LOG_CHUNK_MAX_ENTRIES,
     PARTITION_KEY_LIMIT_BYTES,
+    ROW_RECENT_KEYS,
     Commit,
     CommitConflict,
     LogEntry,
@@ -63,6 +65,7 @@ from lakesync.gateway.model import (
     ShardId,
     StoredRow,
     dedup_key,
+    recent_key,
     row_key,
 )
 from lakesync.gateway.since import note_push
@@ -153,10 +156,11 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
         first_index[key] = i
         shard = ShardId.for_row(gateway, delta.table, delta.row_id, settings.sub_shards.get(delta.table, 1))
         by_shard.setdefault(shard, []).append((key, delta))
+    per_chunk = min(settings.chunk_deltas, LOG_CHUNK_MAX_ENTRIES)
     chunks = [
-        (shard, pairs[start : start + settings.chunk_deltas])
+        (shard, pairs[start : start + per_chunk])
         for shard, pairs in by_shard.items()
-        for start in range(0, len(pairs), settings.chunk_deltas)
+        for start in range(0, len(pairs), per_chunk)
     ]
 
     # A single chunk checks its rows' growth against its own basis before its commit; a push of several chunks
@@ -348,20 +352,21 @@ def _check_row_key(gateway: str, delta: RowDelta, where: str) -> None:
 def _commit_chunk(
     deps: GatewayDeps, shard: ShardId, chunk: Sequence[_Keyed]
 ) -> tuple[dict[str, DeltaReceipt], list[LogEntry], list[str]]:
-    """Merge and commit one chunk; returns its receipts and its dedup keys to record (both by dedup key) and its
-    effective entries."""
+    """Merge and commit one chunk; returns its receipts (by dedup key), its effective entries and the dedup keys to
+    record: those of deltas whose row the commit does not write (a row written keeps its deltas' keys itself)."""
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
     keys = [key for key, _ in chunk]
     row_keys = list(dict.fromkeys((d.table, d.row_id) for _, d in chunk))
     for attempt in range(settings.commit_attempts):
         basis = deps.buffer.read_commit_basis(shard, keys, row_keys, now_s)
-        pending = [(key, d) for key, d in chunk if key not in basis.seen]
+        seen = _seen(basis.seen, basis.rows, chunk)
+        pending = [(key, d) for key, d in chunk if key not in seen]
         if not pending:
             return {}, [], []
-        commit, receipts, effective, size = _plan(deps, shard, basis.head, basis.rows, pending)
-        if len(pending) > 1 and size > settings.max_commit_bytes:
-            # Too big for one transaction: commit the halves one after the other (each atomic on its own).
+        commit, receipts, effective, size, log_bytes = _plan(deps, shard, basis.head, basis.rows, pending)
+        if len(pending) > 1 and (size > settings.max_commit_bytes or log_bytes > _LOG_CHUNK_BUDGET):
+            # Too big for one transaction or one log item: commit the halves one after the other (each atomic).
             half = len(pending) // 2
             first_receipts, first_effective, first_keys = _commit_chunk(deps, shard, pending[:half])
             rest_receipts, rest_effective, rest_keys = _commit_chunk(deps, shard, pending[half:])
@@ -373,7 +378,8 @@ def _commit_chunk(
                 deps.sleep(_backoff(attempt))
                 continue
             _maybe_request_flush(deps, shard, basis.head, commit.head)
-        return receipts, effective, [key for key, _ in pending]
+        written = {(w.row.state.table, w.row.state.row_id) for w in commit.rows} if commit is not None else set()
+        return receipts, effective, [key for key, d in pending if (d.table, d.row_id) not in written]
     raise CommitConflictError(
         f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
     )
@@ -465,17 +471,19 @@ def _plan(
     head: ShardHead | None,
     stored: dict[tuple[str, str], StoredRow],
     pending: Sequence[_Keyed],
-) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry], int]:
+) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry], int, int]:
     """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything.
 
-    Returns the commit, the receipts by dedup key, the effective entries and the commit's size
-    (:func:`_commit_bytes`).
+    Returns the commit, the receipts by dedup key, the effective entries, the commit's size (:func:`_commit_bytes`)
+    and its log entries' size (uncompressed: the bound the log item is checked against).
     """
     merger = _Merger(deps, shard, stored)
     touched: dict[tuple[str, str], None] = {}
     receipts: dict[str, DeltaReceipt] = {}
     changes: list[_Change] = []
+    row_deltas: dict[tuple[str, str], list[str]] = {}
     for key, delta in pending:
+        row_deltas.setdefault((delta.table, delta.row_id), []).append(recent_key(key))
         result, change = merger.merge(delta)
         receipts[key] = DeltaReceipt(
             delta.delta_id,
@@ -487,7 +495,7 @@ def _plan(
             touched[(delta.table, delta.row_id)] = None
             changes.append(change)
     if not changes:
-        return None, receipts, [], 0
+        return None, receipts, [], 0, 0
 
     base = head or ShardHead(shard)
     # Every entry gets its own commit HLC, strictly increasing with the shard's sequence whichever Lambda commits,
@@ -495,9 +503,13 @@ def _plan(
     commit_hlc = max(deps.clock.now(), base.last_commit_hlc + 1)
     entries = []
     total = 0
-    size = _ITEM_OVERHEAD * (2 + len(changes) + len(touched))
+    size = _ITEM_OVERHEAD * (3 + len(touched))
+    log_bytes = 0
+    last_entry: dict[tuple[str, str], int] = {}
     for i, change in enumerate(changes, start=1):
+        last_entry[(change.delta.table, change.delta.row_id)] = base.seq + i
         total += change.size
+        log_bytes += 8 + change.size + change.before_bytes + change.after_bytes
         size += change.size + change.before_bytes + change.after_bytes
         entries.append(
             LogEntry(
@@ -527,7 +539,9 @@ def _plan(
         assert state is not None
         previous = stored.get(row)
         expected = previous.version if previous is not None else 0
-        rows.append(RowWrite(StoredRow(state, expected + 1), expected))
+        recent = (*(previous.recent if previous is not None else ()), *row_deltas[row])[-ROW_RECENT_KEYS:]
+        # A row's version is the position of the last log entry it holds.
+        rows.append(RowWrite(StoredRow(state, last_entry[row], recent), expected))
         size += merger.value_bytes[row] + sum(len(c.client_id) + 32 for c in state.columns.values())
     commit = Commit(
         shard=shard,
@@ -537,10 +551,22 @@ def _plan(
         rows=tuple(rows),
         new_shard=head is None,
     )
-    return commit, receipts, entries, size
+    return commit, receipts, entries, size, log_bytes
 
 
 _ITEM_OVERHEAD = 200
+_LOG_CHUNK_BUDGET = ITEM_LIMIT_BYTES - 2 * _ITEM_OVERHEAD
+"""A chunk's entries (measured uncompressed) must fit one log item."""
+
+
+def _seen(recorded: frozenset[str], rows: dict[tuple[str, str], StoredRow], chunk: Sequence[_Keyed]) -> frozenset[str]:
+    """The chunk's dedup keys already applied: recorded ones, and those a row keeps among its recent deltas."""
+    hits = {
+        key
+        for key, d in chunk
+        if (row := rows.get((d.table, d.row_id))) is not None and row.recent and recent_key(key) in row.recent
+    }
+    return recorded | hits if hits else recorded
 
 
 def _commit_bytes(commit: Commit | None) -> int:

@@ -27,6 +27,7 @@ journaled; reads are never journaled.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -440,7 +441,7 @@ def capture(tables: dict[str, str], buckets: frozenset[str], generation: int) ->
     items: dict[str, list[dict[str, Any]]] = {}
     for logical, physical in tables.items():
         table = dynamodb.tables.get(physical)
-        items[logical] = [] if table is None else [item.to_json()["Attributes"] for item in table.all_items()]
+        items[logical] = [] if table is None else [_wire(item.to_json()["Attributes"]) for item in table.all_items()]
     objects: dict[str, dict[str, tuple[bytes, str]]] = {}
     s3 = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
     for name in sorted(buckets):
@@ -453,6 +454,24 @@ def capture(tables: dict[str, str], buckets: frozenset[str], generation: int) ->
             if obj is not None and not getattr(obj, "is_delete_marker", False)
         }
     return Snapshot(generation=generation, tables=items, objects=objects)
+
+
+def _wire(value: Any) -> Any:
+    """An item as moto holds it, in DynamoDB's JSON wire form: binary values (``B``/``BS``) as base64 text."""
+    if isinstance(value, dict):
+        return {
+            key: (
+                base64.b64encode(inner).decode("ascii")
+                if key == "B" and isinstance(inner, bytes | bytearray)
+                else [base64.b64encode(b).decode("ascii") if isinstance(b, bytes | bytearray) else b for b in inner]
+                if key == "BS"
+                else _wire(inner)
+            )
+            for key, inner in value.items()
+        }
+    if isinstance(value, list):
+        return [_wire(inner) for inner in value]
+    return value
 
 
 def _fsync_dir(path: Path) -> None:

@@ -144,6 +144,8 @@ class LocalStack:
             "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
             "LAKESYNC_JWT_SECRET": self.secret,
             "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
+            # Requests cost time here and write units nothing: rows go inside each commit (LAKESYNC_ROW_WRITES).
+            "LAKESYNC_ROW_WRITES": "in-commit",
             "LAKESYNC_CHECKPOINT_BUCKET": CHECKPOINT_BUCKET,
             "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET,
             "POWERTOOLS_TRACE_DISABLED": "true",

@@ -320,7 +320,7 @@ class FlushReport:
         shards: Shards with entries appended.
         heads_advanced: Heads whose flushed counters moved (including repairs of a crashed run).
         requests_cleared: Flush requests deleted.
-        released: Log items deleted from the buffer.
+        released: Log entries newly marked released (pulls behind them get 410; the items expire by TTL).
         watermarks: The committed watermarks after the run.
         published_jobs: Materialisation jobs published (ranges of this run and any left by earlier runs).
         publish_failures: Ranges that could not be published (left for the next run; alarmed).
@@ -1083,10 +1083,11 @@ def _release(
     now: int,
     steps: _Steps,
 ) -> int:
-    """Mark and delete the items that are flushed, covered by the checkpoint (position and HLC), older than the
-    retention and, when publishing is on, published (so a range can always be read again to publish it)."""
+    """Mark the entries released that are flushed, covered by the checkpoint (position and HLC), older than the
+    retention and, when publishing is on, published (so a range can always be read again to publish it); returns
+    how many entries were newly marked. The items themselves are deleted by their TTL (free, unlike a delete)."""
     retention_hlc = ((now - config.retention_ms) << 16) | 0xFFFF
-    deleted = 0
+    marked = 0
     for shard_plan in plan.shards:
         head = shard_plan.head
         released = head.released_seq
@@ -1098,9 +1099,6 @@ def _release(
             target = store.release_target(head.shard, limit, cutoff_hlc)
             if target is not None and target[0] > released:
                 store.mark_released(head.shard, *target)
-                released = target[0]
+                marked += target[0] - released
                 steps.point("during_release")
-        if released:
-            # Also deletes what a run that crashed after marking left behind.
-            deleted += store.delete_released(head.shard, released)
-    return deleted
+    return marked

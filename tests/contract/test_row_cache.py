@@ -1,0 +1,114 @@
+"""The DynamoDB row index as a cache of the log: rows written after the commit, folded from the log while they are
+not, repaired when their writer stopped, and never written backwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.hlc import HLC, encode
+from lakesync.core.merge import fold
+from lakesync.core.messages import SyncPush
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.model import Commit, ShardId, StoredRow
+from lakesync.gateway.push import PushResult, push
+
+NOW_MS = 1_700_000_000_000
+GW = "gw"
+SHARD = ShardId(GW, "todos", 0)
+
+
+class StopsAfterTheLog(DynamoDBBufferStore):
+    """A writer that stops right after its commit: the log and the head have the chunk, the rows never come."""
+
+    def _apply_rows(self, commit: Commit) -> None:
+        return None
+
+
+def _deps(buffer: DynamoDBBufferStore, client: Any, names: Any) -> GatewayDeps:
+    return GatewayDeps(
+        buffer, DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names), GatewaySettings(),
+        HLC(lambda: NOW_MS),
+    )  # fmt: skip
+
+
+def _delta(row: str, at: int, **columns: Any) -> RowDelta:
+    return make_delta("UPDATE", table="todos", row_id=row, client_id="c1", hlc=encode(NOW_MS - 1000 + at, 0),
+                      columns=columns)  # fmt: skip
+
+
+def _push(deps: GatewayDeps, *deltas: RowDelta) -> PushResult:
+    return push(deps, GW, SyncPush("c1", tuple(deltas)), client_id="c1")
+
+
+def _head(client: Any, names: Any) -> dict[str, Any]:
+    item: dict[str, Any] = client.get_item(TableName=names.heads, Key={"shard": {"S": SHARD.key}}, ConsistentRead=True)[
+        "Item"
+    ]
+    return item
+
+
+@pytest.mark.parametrize("rows_in_commit", [False, True], ids=["rows-after-commit", "rows-in-commit"])
+def test_rows_a_stopped_writer_left_are_folded_from_the_log_and_repaired(
+    dynamodb_client: Any, dynamodb_tables: Any, rows_in_commit: bool
+) -> None:
+    # Given two rows committed by a writer that stopped before writing them
+    stopped = _deps(StopsAfterTheLog(dynamodb_client, dynamodb_tables), dynamodb_client, dynamodb_tables)
+    first, other = _delta("r1", 1, title="a"), _delta("r2", 2, title="b")
+    _push(stopped, first, other)
+    head = _head(dynamodb_client, dynamodb_tables)
+    assert (head["seq"]["N"], head["ra"]["N"]) == ("2", "0")
+    assert stopped.buffer.get_rows(GW, [("todos", "r1"), ("todos", "r2")]) == {}
+
+    # When another writer (rows after the commit, or in it) changes one of them
+    store = DynamoDBBufferStore(dynamodb_client, dynamodb_tables, rows_in_commit=rows_in_commit)
+    deps = _deps(store, dynamodb_client, dynamodb_tables)
+    second = _delta("r1", 3, done=True)
+    result = _push(deps, second)
+
+    # Then it merged against the row as the log has it (its entry's image before holds the first write)
+    (entry,) = result.entries
+    assert entry.before == {"title": "a"} and entry.after == {"title": "a", "done": True}
+    # And the rows the stopped writer left are written (repaired from the log), and the head says every row is
+    head = _head(dynamodb_client, dynamodb_tables)
+    assert head["ra"]["N"] == head["seq"]["N"] == "3"
+    rows = store.get_rows(GW, [("todos", "r1"), ("todos", "r2")])
+    assert rows[("todos", "r1")].state == fold([first, second])
+    assert rows[("todos", "r2")].state == fold([other])
+    assert (rows[("todos", "r1")].version, rows[("todos", "r2")].version) == (3, 2)
+    # And a re-send of the stopped writer's deltas is known from the rows: duplicates, nothing logged
+    again = _push(deps, first, other)
+    assert [r.duplicate for r in again.receipts] == [True, True] and again.entries == ()
+
+
+def test_a_basis_read_while_rows_are_pending_folds_the_log(dynamodb_client: Any, dynamodb_tables: Any) -> None:
+    # Given a chunk whose rows are not written yet
+    stopped = StopsAfterTheLog(dynamodb_client, dynamodb_tables)
+    _push(_deps(stopped, dynamodb_client, dynamodb_tables), _delta("r1", 1, title="a", n=1))
+
+    # When a chunk's basis is read, Then the row is the log's, with the delta's key among its recent ones
+    store = DynamoDBBufferStore(dynamodb_client, dynamodb_tables)
+    basis = store.read_commit_basis(SHARD, [], [("todos", "r1"), ("todos", "r9")], NOW_MS // 1000)
+    assert set(basis.rows) == {("todos", "r1")}
+    assert basis.rows[("todos", "r1")].state.values() == {"title": "a", "n": 1}
+    assert basis.rows[("todos", "r1")].version == 1 and len(basis.rows[("todos", "r1")].recent) == 1
+    assert basis.head is not None and basis.head.seq == 1
+
+
+def test_row_writes_never_go_backwards(dynamodb_client: Any, dynamodb_tables: Any) -> None:
+    # Given a row written at position 5
+    store = DynamoDBBufferStore(dynamodb_client, dynamodb_tables)
+    newer, older = fold([_delta("r1", 5, title="new")]), fold([_delta("r1", 3, title="old")])
+    assert newer is not None and older is not None
+    store._put_row(GW, StoredRow(newer, 5))
+
+    # When a late writer writes the row as it was at position 3 (or 5 again)
+    store._put_row(GW, StoredRow(older, 3))
+    store._put_row(GW, StoredRow(older, 5))
+
+    # Then the row stays at position 5
+    row = store.get_rows(GW, [("todos", "r1")])[("todos", "r1")]
+    assert (row.version, row.state.values()) == (5, {"title": "new"})
