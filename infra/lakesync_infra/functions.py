@@ -10,7 +10,7 @@ the environment is the subset of :data:`lakesync.aws.function_settings.FUNCTION_
 with ``flush#``), and reports batch item failures. Each invocation may wait minutes for a busy flush job (see
 :mod:`lakesync.aws.flush_trigger`), so its timeout covers that wait and the mapping retries a reported batch up to
 :data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`; a batch that still fails lands (as
-metadata) in a DLQ, and the scheduled flush serves its requests anyway.
+metadata) in a DLQ, and the lake tick starts the flush for its requests anyway (they stay recorded until served).
 
 ``lake_tick`` is what the jobs' schedules invoke (:meth:`lakesync_infra.jobs.Jobs.schedule_ticks`): it reads the
 heads, the shard registry and flush requests, the commit index of the log (the release step's target) and the

@@ -14,11 +14,11 @@ Our rule when the job is busy (``ConcurrentRunsExceededException``, the flush jo
   the same way. So retries come at most once per poll interval, never in a hot loop.
 
 Why a recorded request is always flushed: it stays in the config table until a run that began after it deletes
-it, and every flush run -- triggered or scheduled -- flushes every shard. The trigger starts such a run at most one
-poll interval after the job becomes free, for as long as the event source mapping keeps retrying (its
+it, and every flush run -- triggered or started by the lake tick -- flushes every shard. The trigger starts such a
+run at most one poll interval after the job becomes free, for as long as the event source mapping keeps retrying (its
 ``MaximumRecordAgeInSeconds`` / ``MaximumRetryAttempts``); should it stop retrying, or should the run it started
-fail, the next scheduled flush that starts after the request serves it. With flush runs shorter than the schedule
-interval that is within one interval.
+fail, the lake tick (:mod:`lakesync.aws.lake_tick`) starts the flush at its next flush tick while the request is
+recorded, and that run serves it. With flush runs shorter than the flush interval that is within one interval.
 
 Only ``INSERT`` records whose sort key is a flush request are acted on; everything else on the stream (the job
 deleting requests, the flush lease, schemas, sync rules) is ignored, whatever the mapping's filter lets through --

@@ -5,16 +5,18 @@ What one tick reads, all of it small:
 * flush -- the heads of the configured gateways' shards (the shard registry in the config table, one ``Query`` per
   gateway, then ``BatchGetItem`` on the heads), their flush requests (one ``Query`` per gateway), the latest
   checkpoint of each gateway (``latest.json`` and the manifest), and for a shard the checkpoint lets release
-  something, the entry its release step would mark (the flush store's ``release_target``: one ``Query`` on the commit
-  index) and when its checkpoint became visible (``HEAD latest.json``). Only when that finds work: the flush job's
-  recent runs (``GetJobRuns``), to see whether an unfinished run serves it and whether a release is stale.
+  something, the entry its release step would mark (the flush store's ``release_target``: a ``Query`` or two on the
+  commit index, one on the log) and, when that entry is beyond the release mark, when its checkpoint became visible
+  (``HEAD latest.json``). Only when that finds work: the flush job's recent runs (``GetJobRuns``), to see whether an
+  unfinished run serves it and whether a release is stale.
 * compact / checkpoint -- the heads and the checkpoints; only when a shard lags the checkpoints, the recent runs of
   the job and of the job before it.
 
 Then, when the job has work and no unfinished run serves it, one ``StartJobRun``. A busy job or a Glue error that
 waiting may cure is reported (``deferred``) and left to the next tick, as the schedules did when they started the jobs
 directly; an idle tick makes no Glue call at all for the flush, and none for the others while the lake is
-checkpointed.
+checkpointed. :meth:`LakeTick.has_work` asks the same questions without run histories, for a pipeline that runs the
+three jobs in series (``lakesync local``).
 """
 
 from __future__ import annotations
@@ -215,8 +217,9 @@ class LakeTick:
 
     def _flush(self) -> tuple[Work, list[JobRun]]:
         decide = self._flush_decider()
-        if not decide(()).due:
-            return decide(()), []
+        work = decide(())
+        if not work.due:
+            return work, []
         runs = self.runners["flush"].runs(enough=_successes(STALE_AFTER_RUNS))
         return decide(runs), runs
 
