@@ -1189,13 +1189,16 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "billed at least a minute. Compaction and checkpoint runs carry as many flush runs' deltas as their "
             'schedules imply. "per-run requests" is what an idle run of each job asks of DynamoDB and S3.',
             "",
-            "| rows | deltas per flush run | flush runs | Glue $ | per-run requests $ | total lake $ |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| rows | deltas per flush run | flush runs | DPU-hours: flush | compact | checkpoint | Glue $ | "
+            "per-run requests $ | total lake $ |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row_bytes, lake in r["lake"].items():
             for size, figures in lake["by_run_size"].items():
+                glue = figures["glue"]
+                dpu = " | ".join(f"{glue[job]['dpu_hours']:.2f}" for job in JOBS)
                 out.append(
-                    f"| {row_bytes} B | {int(size):,} | {figures['glue']['flush']['runs']:,.0f} | "
+                    f"| {row_bytes} B | {int(size):,} | {glue['flush']['runs']:,.0f} | {dpu} | "
                     f"{_fmt(figures['glue_usd'])} | {_fmt(figures['per_run_requests_usd'], 3)} | "
                     f"{_fmt(figures['total_usd'])} |"
                 )
