@@ -645,12 +645,13 @@ def lake_workload(
         seconds, reports = _lake_round(env, lake, names, gateway, f"{tag}:{i}", batch_size)
         flushed = reports["flush"][0]["flush"]["deltas"]
         released = reports["release"][0]["flush"]["released"]
-        if flushed != deltas or released != deltas or env.meter.worker_lines == workers:
+        if flushed != deltas or env.meter.worker_lines == workers:
             raise RuntimeError(
-                f"lake round {i}: flushed {flushed}, released {released} of {deltas}; "
+                f"lake round {i}: flushed {flushed} of {deltas}; "
                 f"{env.meter.worker_lines - workers} calls counted in Spark's workers"
             )
-        measured.append({"deltas": deltas, "seconds": seconds, "jobs": reports["materialise"][0]["jobs"]})
+        jobs = reports["materialise"][0]["jobs"]
+        measured.append({"deltas": deltas, "seconds": seconds, "jobs": jobs, "released_items": released})
         progress(
             f"cost: lake {row_bytes} B rows, round of {deltas} deltas: "
             + ", ".join(f"{step} {t:.1f} s" for step, t in seconds.items())
