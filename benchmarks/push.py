@@ -47,6 +47,7 @@ from benchmarks._common import (
     timed,
 )
 from benchmarks._profile import breakdown, cumulative
+from lakesync.aws.dynamodb import chunk_span
 from lakesync.aws.log_chunks import decode_entries
 from lakesync.gateway.model import ShardId
 
@@ -75,7 +76,7 @@ def _one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items = []
     for chunk in chunks:
         shard = ShardId.parse(chunk["shard"]["S"])
-        first, first_hlc = int(chunk["seq"]["N"]), int(chunk["c"]["N"])
+        first, _, first_hlc = chunk_span(chunk)
         for entry in decode_entries(shard, first, first_hlc, chunk["z"]["B"]):
             item = {
                 "shard": chunk["shard"],

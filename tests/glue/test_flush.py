@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from lakesync.aws.checkpoints import checkpointed_gateways, read_release_bounds, release_bounds
-from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, chunk_span
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
 from lakesync.aws.log_chunks import decode_entries, encode_entries
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
@@ -159,7 +159,7 @@ def buffer_keys(deps: GatewayDeps) -> set[EntryKey]:
     return {
         (i["shard"]["S"], seq)
         for i in items
-        for seq in range(int(i["seq"]["N"]), int(i["seq"]["N"]) + int(i["n"]["N"]))
+        for seq in range(int(i["seq"]["N"]) - int(i["n"]["N"]) + 1, int(i["seq"]["N"]) + 1)
         if seq > released.get(i["shard"]["S"], 0)
     }
 
@@ -175,7 +175,7 @@ def expire_released(deps: GatewayDeps, shard: ShardId) -> None:
         ExpressionAttributeNames={"#sh": "shard"},
         ExpressionAttributeValues={":s": {"S": shard.key}},
     )["Items"]:
-        if int(item["seq"]["N"]) + int(item["n"]["N"]) - 1 <= released:
+        if int(item["seq"]["N"]) <= released:  # keyed by the chunk's last sequence
             buffer._db.delete_item(TableName=buffer._t.deltas, Key={"shard": item["shard"], "seq": item["seq"]})
 
 
@@ -190,7 +190,7 @@ def drop_entries(client: Any, table: str, shard: ShardId, seqs: range) -> None:
         ConsistentRead=True,
     )["Items"]
     for item in items:
-        first, count, first_hlc = int(item["seq"]["N"]), int(item["n"]["N"]), int(item["c"]["N"])
+        first, count, first_hlc = chunk_span(item)
         if not any(first <= seq < first + count for seq in seqs):
             continue
         client.delete_item(TableName=table, Key={"shard": item["shard"], "seq": item["seq"]})
@@ -207,7 +207,7 @@ def drop_entries(client: Any, table: str, shard: ShardId, seqs: range) -> None:
                 TableName=table,
                 Item={
                     **item,
-                    "seq": {"N": str(part[0].seq)},
+                    "seq": {"N": str(part[-1].seq)},
                     "n": {"N": str(len(part))},
                     "c": {"N": str(part[0].commit_hlc)},
                     "chlc": {"N": str(part[-1].commit_hlc)},

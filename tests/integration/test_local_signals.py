@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from lakesync.auth import mint_token
+from lakesync.aws.dynamodb import chunk_span
 from lakesync.aws.log_chunks import decode_entries
 from lakesync.client.http import SyncClient
 from lakesync.core.delta import make_delta
@@ -82,7 +83,7 @@ def _logged_delta_ids(items: list[dict[str, Any]]) -> list[str]:
     """The deltaIds a snapshot's log items hold (one item per commit, its entries compressed)."""
     ids = []
     for item in items:
-        shard, first, first_hlc = ShardId.parse(item["shard"]["S"]), int(item["seq"]["N"]), int(item["c"]["N"])
+        shard, (first, _, first_hlc) = ShardId.parse(item["shard"]["S"]), chunk_span(item)
         blob = base64.b64decode(item["z"]["B"])
         ids.extend(e.delta.delta_id for e in decode_entries(shard, first, first_hlc, blob, images=False))
     return ids

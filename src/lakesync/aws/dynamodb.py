@@ -284,7 +284,7 @@ class DynamoDBBufferStore:
     def _tail(self, shard: ShardId, after_seq: int, through_seq: int) -> list[LogEntry]:
         """Entries ``after_seq + 1 .. through_seq``, all of them (committed before the head was read)."""
         for attempt in range(8):
-            entries = self._read_chunks(shard, after_seq + 1, after_seq, through_seq - after_seq, images=False)
+            entries = self._read_chunks(shard, after_seq, through_seq - after_seq, images=False)
             entries = _contiguous(entries, after_seq + 1)
             if len(entries) == through_seq - after_seq:
                 return entries
@@ -299,17 +299,16 @@ class DynamoDBBufferStore:
         return _query_all(self._db, **kwargs)
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
-        # The chunk holding entry `after_seq + 1` starts at most LOG_CHUNK_MAX_ENTRIES - 1 before it. A Query is not
-        # isolated from a transaction being applied: it can see chunk 13 before chunk 12 lands. Sequences are
-        # contiguous, so stop at the first gap; the next read picks the rest up once it is visible.
-        entries = self._read_chunks(shard, max(1, after_seq + 2 - LOG_CHUNK_MAX_ENTRIES), after_seq, limit, images)
-        return _contiguous(entries, after_seq + 1)
+        # A chunk item is keyed by its last sequence, so `seq > after_seq` starts with the chunk holding entry
+        # `after_seq + 1`. A Query is not isolated from a transaction being applied: it can see chunk 13 before chunk
+        # 12 lands. Sequences are contiguous, so stop at the first gap; the next read picks the rest up once visible.
+        return _contiguous(self._read_chunks(shard, after_seq, limit, images), after_seq + 1)
 
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:
-        # The index holds each chunk's last commit HLC (and its first sequence, count and first commit HLC): the
-        # first chunk whose last entry is past `after_commit_hlc` holds the first entry past it.
+        # The index holds each chunk's last commit HLC (with its count and first commit HLC): the first chunk whose
+        # last entry is past `after_commit_hlc` holds the first entry past it.
         try:
             out = self._db.query(
                 TableName=self._t.deltas,
@@ -325,33 +324,31 @@ class DynamoDBBufferStore:
         found = out.get("Items", [])
         if not found:
             return []
-        first_seq, first_hlc = int(found[0]["seq"]["N"]), int(found[0]["c"]["N"])
+        first_seq, _, first_hlc = chunk_span(found[0])
         after_seq = first_seq - 1 + max(0, after_commit_hlc + 1 - first_hlc)
-        entries = self._read_chunks(shard, first_seq, after_seq, limit, images)
+        entries = self._read_chunks(shard, after_seq, limit, images)
         return _contiguous(entries, entries[0].seq if entries else 0)
 
-    def _read_chunks(self, shard: ShardId, from_seq: int, after_seq: int, limit: int, images: bool) -> list[LogEntry]:
-        """Entries ``seq > after_seq`` of the chunks keyed ``from_seq`` onwards, up to ``limit``, in order."""
+    def _read_chunks(self, shard: ShardId, after_seq: int, limit: int, images: bool) -> list[LogEntry]:
+        """Up to ``limit`` entries ``seq > after_seq``, in order, from the chunks that hold them."""
         entries: list[LogEntry] = []
         kwargs: dict[str, Any] = {
             "TableName": self._t.deltas,
-            "KeyConditionExpression": "#sh = :s AND seq >= :a",
+            "KeyConditionExpression": "#sh = :s AND seq > :a",
             "ExpressionAttributeNames": {"#sh": "shard"},
-            "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(from_seq)},
+            "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after_seq)},
             "ConsistentRead": True,
         }
         while len(entries) < limit:
-            # A chunk holds up to LOG_CHUNK_MAX_ENTRIES entries; ask for about as many chunks as the page needs.
+            # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries; ask for about as many chunks as the page needs.
             kwargs["Limit"] = min(100, 1 + (limit - len(entries)) // 8)
             try:
                 out = self._db.query(**kwargs)
             except ClientError as exc:
                 raise _client_error(exc, "Query") from exc
             for item in out.get("Items", []):
-                first = int(item["seq"]["N"])
-                if first + int(item["n"]["N"]) - 1 <= after_seq:
-                    continue
-                chunk = decode_entries(shard, first, int(item["c"]["N"]), item["z"]["B"], images=images)
+                first, _, first_hlc = chunk_span(item)
+                chunk = decode_entries(shard, first, first_hlc, item["z"]["B"], images=images)
                 entries.extend(e for e in chunk if e.seq > after_seq)
             last = out.get("LastEvaluatedKey")
             if not last:
@@ -424,7 +421,7 @@ class DynamoDBBufferStore:
                 raise ValueError("a commit holds at most 100 entries with consecutive sequences and commit HLCs")
             chunk: Item = {
                 "shard": _s(shard.key),
-                "seq": _n(first.seq),
+                "seq": _n(last.seq),
                 "n": _n(len(commit.entries)),
                 "c": _n(first.commit_hlc),
                 "chlc": _n(last.commit_hlc),
@@ -577,6 +574,12 @@ def _row_item(gateway: str, row: StoredRow) -> Item:
     if row.recent:
         item["k"] = _s("".join(row.recent))
     return item
+
+
+def chunk_span(item: Item) -> tuple[int, int, int]:
+    """``(first sequence, count, first commit HLC)`` of a log item (keyed by its last sequence)."""
+    count = int(item["n"]["N"])
+    return int(item["seq"]["N"]) - count + 1, count, int(item["c"]["N"])
 
 
 def _rows_applied(head_item: Item | None) -> int:

@@ -32,7 +32,13 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from lakesync.aws.clients import job_client
-from lakesync.aws.dynamodb import DESTINATION_PREFIX, REGISTRY_PREFIX, DynamoDBBufferStore, registry_shard
+from lakesync.aws.dynamodb import (
+    DESTINATION_PREFIX,
+    REGISTRY_PREFIX,
+    DynamoDBBufferStore,
+    chunk_span,
+    registry_shard,
+)
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.errors import FlushError, StorageError
@@ -384,7 +390,7 @@ class FlushStore:
             if before is None:
                 return None
             found = before
-        first, count, first_hlc = int(found["seq"]["N"]), int(found["n"]["N"]), int(found["c"]["N"])
+        first, count, first_hlc = chunk_span(found)
         seq = min(first + count - 1, first + (cutoff_hlc - first_hlc))
         if seq <= up_to_seq:
             return seq, first_hlc + (seq - first)

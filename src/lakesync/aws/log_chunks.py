@@ -1,7 +1,8 @@
 """The stored form of the log on DynamoDB: one item per commit chunk, its entries in one compressed attribute.
 
-A push commits a chunk of consecutive entries ``first .. first + n - 1`` of a shard at once. They are stored as one
-item keyed ``(shard, seq=first)`` rather than an item each: DynamoDB bills writes per started kilobyte of every
+A push commits a chunk of consecutive entries ``first .. last`` of a shard at once. They are stored as one item keyed
+``(shard, seq=last)`` rather than an item each (keyed by the last, a Query ``seq > p`` starts with the chunk holding
+``p + 1``): DynamoDB bills writes per started kilobyte of every
 item (twice in a transaction), so ten 300-byte entries cost 20 write units as items and 2 as one compressed item.
 
 Entry ``first + i`` has commit HLC ``c + i`` (the push gives a chunk's entries consecutive commit HLCs), so the

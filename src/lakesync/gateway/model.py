@@ -24,8 +24,7 @@ PARTITION_KEY_LIMIT_BYTES = 2048
 """DynamoDB's partition-key limit, counted over the whole stored key (our prefixes included)."""
 SORT_KEY_LIMIT_BYTES = 1024
 LOG_CHUNK_MAX_ENTRIES = 100
-"""Most entries one commit stores together (one log item on DynamoDB): readers look this far back for the chunk
-holding a position, so no commit may hold more."""
+"""Most entries one commit stores together (one log item on DynamoDB, whose size bounds it long before this)."""
 LOG_TTL_S = 14 * 24 * 3600
 """How long the DynamoDB log keeps an entry (its item's TTL, counted from its commit). Release is a mark on the head
 (pulls behind it get 410) and TTL deletes the items for free, so the flush must run within this time: the flush
