@@ -297,10 +297,13 @@ def retarget(transaction: list[dict[str, Any]], old: Any, new: Any) -> list[dict
 
 
 def retarget_request(operation: str, params: dict[str, Any], old: Any, new: Any) -> dict[str, Any]:
-    """A recorded ``TransactWriteItems`` or ``BatchWriteItem`` request with its tables moved from ``old`` to ``new``."""
+    """A recorded write request (``TransactWriteItems``, ``BatchWriteItem``, ``PutItem``, ``UpdateItem``) with its
+    tables moved from ``old`` to ``new``."""
     if operation == "TransactWriteItems":
         return {**params, "TransactItems": retarget(params["TransactItems"], old, new)}
     mapping = {old_name: new.as_dict()[kind] for kind, old_name in old.as_dict().items()}
+    if operation in ("PutItem", "UpdateItem"):
+        return {**params, "TableName": mapping[params["TableName"]]}
     return {**params, "RequestItems": {mapping[t]: writes for t, writes in params["RequestItems"].items()}}
 
 

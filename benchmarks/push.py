@@ -58,7 +58,7 @@ GOAL_RATIO = 0.7
 def _handler_run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: int) -> dict[str, Any]:
     names = env.new_tables()
     events = push_events(deltas, batch, env.token())
-    recorder = CallRecorder()
+    recorder = CallRecorder(record=frozenset({"TransactWriteItems", "BatchWriteItem", "PutItem", "UpdateItem"}))
     with recorder.attached(env.handler_client()):
         seconds = 0.0
         for event in events:
@@ -122,7 +122,12 @@ def _floor_replay(env: HandlerEnv, source: Any, recorded: list[tuple[str, dict[s
     names = env.new_tables(use_for_handlers=False)
     client = env.raw_client()
     moved = [(op, retarget_request(op, params, source, names)) for op, params in recorded]
-    calls = {"TransactWriteItems": client.transact_write_items, "BatchWriteItem": client.batch_write_item}
+    calls = {
+        "TransactWriteItems": client.transact_write_items,
+        "BatchWriteItem": client.batch_write_item,
+        "PutItem": client.put_item,
+        "UpdateItem": client.update_item,
+    }
     try:
         seconds, _ = timed(lambda: [calls[op](**params) for op, params in moved])
         items, _ = query_all(client, names.deltas, SHARD, page=1000)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import re
 import time
@@ -339,15 +340,20 @@ class DynamoDBBufferStore:
             "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after_seq)},
             "ConsistentRead": True,
         }
+        items_read = entries_read = 0
         while len(entries) < limit:
-            # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries; ask for about as many chunks as the page needs.
-            kwargs["Limit"] = min(100, 1 + (limit - len(entries)) // 8)
+            # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries: ask for as many chunks as the page needs at the
+            # entries per chunk seen so far (a push's chunk, 48, before the first answer), and one more.
+            per_item = entries_read / items_read if items_read else 48
+            kwargs["Limit"] = min(1000, 1 + math.ceil((limit - len(entries)) / per_item))
             try:
                 out = self._db.query(**kwargs)
             except ClientError as exc:
                 raise _client_error(exc, "Query") from exc
             for item in out.get("Items", []):
-                first, _, first_hlc = chunk_span(item)
+                first, count, first_hlc = chunk_span(item)
+                items_read += 1
+                entries_read += count
                 chunk = decode_entries(shard, first, first_hlc, item["z"]["B"], images=images)
                 entries.extend(e for e in chunk if e.seq > after_seq)
             last = out.get("LastEvaluatedKey")
