@@ -1,126 +1,28 @@
-"""The composition root of the Lambda functions: observability singletons, settings, stores and secrets.
+"""What the handlers share: the composition root of :mod:`lakesync.aws.lambda_runtime` (observability singletons,
+settings, stores and secrets built on first use, the per-process invocation lock)."""
 
-Nothing here touches AWS at import time. :func:`get_settings` validates the environment on first use (a bad
-configuration fails every request with a logged :class:`~lakesync.aws.function_settings.SettingsError`, never at
-import, so the module stays importable for tooling); :func:`get_deps` builds the boto3 client and the DynamoDB
-stores on first use; the JWT secret is read from the environment or from Secrets Manager
-(:class:`lakesync.aws.secrets.CachedSecrets`, re-read every :data:`SECRET_TTL_S`, so a rotation reaches warm
-functions). :func:`reset_runtime` forgets all of it (tests, the local runner).
+from lakesync.aws.lambda_runtime import (
+    get_deps,
+    get_materialise_deps,
+    get_settings,
+    jwt_secrets,
+    logger,
+    metrics,
+    one_at_a_time,
+    reset_runtime,
+    tracer,
+    use_materialise_deps,
+)
 
-:func:`one_at_a_time` serialises invocations within a process. Lambda never runs two at once in one process, and
-the handlers rely on it: the Logger's appended keys, the metric set (shared by every ``Metrics`` instance) and each
-function's router event are process-wide state. On Lambda the lock is never contended. The embedded default serves
-concurrent requests from several handler processes (:mod:`lakesync.local.workers`), one invocation at a time each,
-as Lambda does; the lock still guards in-process callers (``workers=0``, the local materialiser thread).
-"""
-
-from __future__ import annotations
-
-import functools
-import os
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
-
-from aws_lambda_powertools import Logger, Metrics
-
-from lakesync.aws.function_settings import MaterialiseSettings, Settings
-from lakesync.aws.tracing import OptionalTracer
-from lakesync.lazy import Lazy
-
-if TYPE_CHECKING:
-    from lakesync.aws.secrets import CachedSecrets
-    from lakesync.gateway.deps import GatewayDeps
-    from lakesync.gateway.materialise import MaterialiseDeps
-
-SERVICE: Final = "lakesync"
-NAMESPACE: Final = "LakeSync"
-SECRET_TTL_S: Final = 300.0
-
-logger = Logger(service=SERVICE)
-tracer = OptionalTracer(SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-_INVOCATION_LOCK = threading.Lock()
-
-
-@functools.lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """The validated settings of this process (raises ``SettingsError`` until the environment is fixed)."""
-    return Settings.from_env(os.environ)
-
-
-@functools.lru_cache(maxsize=1)
-def get_deps() -> GatewayDeps:
-    """The services' dependencies over DynamoDB and S3 (:func:`lakesync.aws.wiring.gateway_deps`), built on first
-    use."""
-    from lakesync.aws.wiring import gateway_deps
-
-    return gateway_deps(get_settings())
-
-
-def _materialise_deps() -> MaterialiseDeps:
-    from lakesync.aws.wiring import materialise_deps
-
-    return materialise_deps(MaterialiseSettings.from_env(os.environ))
-
-
-def _close_destinations(deps: MaterialiseDeps) -> None:
-    close = getattr(deps.destinations, "close", None)
-    if close is not None:
-        close()
-
-
-_materialise = Lazy(_materialise_deps, _close_destinations)
-get_materialise_deps = _materialise.get
-"""The materialise consumer's dependencies (:func:`lakesync.aws.wiring.materialise_deps`), built on first use from its
-own settings; destination connections live as long as the process."""
-use_materialise_deps = _materialise.use
-"""Make the materialise handler use other dependencies (the embedded default adds its local database)."""
-
-
-def jwt_secrets() -> tuple[str, ...]:
-    """The secrets tokens may be signed with, primary first.
-
-    Raises:
-        StorageError: Secrets Manager cannot be read and no earlier value is cached.
-    """
-    settings = get_settings()
-    if settings.jwt_secret_arn is None:
-        return settings.jwt_secrets
-    return _secret_source(settings.jwt_secret_arn).get()
-
-
-@functools.lru_cache(maxsize=4)
-def _secret_source(arn: str) -> CachedSecrets:
-    from lakesync.aws.secrets import CachedSecrets, load_jwt_secrets
-
-    def stale() -> None:
-        logger.warning("JWT secret refresh failed; keeping the cached value", exc_info=True)
-
-    return CachedSecrets(lambda: load_jwt_secrets(arn), ttl_s=SECRET_TTL_S, on_stale=stale)
-
-
-def reset_runtime() -> None:
-    """Forget settings, clients, stores and cached secrets; the next request rebuilds them from the environment."""
-    get_settings.cache_clear()
-    get_deps.cache_clear()
-    _materialise.reset()
-    _secret_source.cache_clear()
-
-
-def one_at_a_time(handler: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run ``handler`` under a process-wide lock (see the module docstring). Its metrics are cleared after it: where
-    metrics are disabled (the embedded default) Powertools keeps them, and a hundred would force a flush mid-call."""
-
-    @functools.wraps(handler)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with _INVOCATION_LOCK:
-            try:
-                return handler(*args, **kwargs)
-            finally:
-                metrics.clear_metrics()
-
-    return wrapper
+__all__ = [
+    "get_deps",
+    "get_materialise_deps",
+    "get_settings",
+    "jwt_secrets",
+    "logger",
+    "metrics",
+    "one_at_a_time",
+    "reset_runtime",
+    "tracer",
+    "use_materialise_deps",
+]

@@ -218,7 +218,7 @@ def test_secret_is_cached_and_kept_when_a_refresh_fails(api, secret_arn, monkeyp
     client.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
     # When it is read again within the TTL, and after the TTL while Secrets Manager fails
     assert jwt_secrets() == (SECRET,)
-    monkeypatch.setattr("functions._runtime.SECRET_TTL_S", -1.0)
+    monkeypatch.setattr("lakesync.aws.lambda_runtime.SECRET_TTL_S", -1.0)
     assert jwt_secrets() == (SECRET,)  # refreshes now, fails, keeps the cached value
     # Then a cold start without a cached value fails the request with a generic 500
     reset_runtime()
