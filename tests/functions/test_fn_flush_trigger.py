@@ -13,7 +13,6 @@ import copy
 import json
 import math
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,22 +29,12 @@ from lakesync.aws.function_settings import SettingsError
 from lakesync.aws.jobs import GlueJobStarter, glue_client
 from lakesync.core.errors import StorageError, ValidationError
 from lakesync.local.front import LambdaContext
+from tests.moto_api import moto_state_manager
 
 EVENTS = Path(__file__).resolve().parent.parent.parent / "events"
 SAMPLE = "flush_trigger_stream"
 SAMPLE_SEQS = ["4100000000000000000000001", "4100000000000000000000002"]
 _JOB_RUN_MODEL = "glue::job_run"
-
-
-def _moto_api(endpoint: str, action: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(
-        f"{endpoint}/moto-api/state-manager/{action}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10):
-        pass
 
 
 class Glue:
@@ -61,7 +50,7 @@ class Glue:
         return runs
 
     def finish_runs(self) -> None:
-        _moto_api(
+        moto_state_manager(
             self.endpoint, "set-transition", {"model_name": _JOB_RUN_MODEL, "transition": {"progression": "immediate"}}
         )
 
@@ -83,7 +72,7 @@ def glue(aws_env: None, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> 
         ExecutionProperty={"MaxConcurrentRuns": 1},
     )
     monkeypatch.setenv("LAKESYNC_FLUSH_JOB_NAME", name)
-    _moto_api(
+    moto_state_manager(
         moto_endpoint,
         "set-transition",
         {"model_name": _JOB_RUN_MODEL, "transition": {"progression": "manual", "times": 10**9}},
@@ -92,7 +81,7 @@ def glue(aws_env: None, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> 
     get_starter.cache_clear()
     yield Glue(moto_endpoint, client, name)
     get_starter.cache_clear()
-    _moto_api(moto_endpoint, "unset-transition", {"model_name": _JOB_RUN_MODEL})
+    moto_state_manager(moto_endpoint, "unset-transition", {"model_name": _JOB_RUN_MODEL})
 
 
 def _event(name: str = SAMPLE) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import copy
 import json
 import math
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from lakesync.core.merge import fold
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.gateway.model import ShardHead
 from lakesync.local.front import LambdaContext
+from tests.moto_api import moto_state_manager
 
 EVENTS = Path(__file__).resolve().parent.parent.parent / "events"
 SAMPLES = {"flush": "lake_tick_flush", "compact": "lake_tick_compact", "checkpoint": "lake_tick_checkpoint"}
@@ -50,17 +50,6 @@ _JOB_RUN_MODEL = "glue::job_run"
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _moto_api(endpoint: str, action: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(
-        f"{endpoint}/moto-api/state-manager/{action}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10):
-        pass
 
 
 @dataclass
@@ -178,13 +167,13 @@ def glue(lake: Lake, moto_endpoint: str) -> Iterator[Any]:
             GlueVersion="5.0",
             ExecutionProperty={"MaxConcurrentRuns": 1},
         )
-    _moto_api(
+    moto_state_manager(
         moto_endpoint,
         "set-transition",
         {"model_name": _JOB_RUN_MODEL, "transition": {"progression": "manual", "times": 10**9}},
     )
     yield client
-    _moto_api(moto_endpoint, "unset-transition", {"model_name": _JOB_RUN_MODEL})
+    moto_state_manager(moto_endpoint, "unset-transition", {"model_name": _JOB_RUN_MODEL})
 
 
 def _runs(glue: Any, lake: Lake, kind: str) -> list[dict[str, Any]]:
