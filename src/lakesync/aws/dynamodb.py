@@ -118,6 +118,11 @@ def decode_row_state(table: str, row_id: str, text: str) -> RowState:
     return state_from_json(table, row_id, json.loads(text), trusted=True)
 
 
+def _condition_failed(exc: ClientError) -> bool:
+    """Whether a single-item write failed its condition (someone else's write got there first)."""
+    return bool(exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
+
+
 def _client_error(exc: ClientError, what: str) -> StorageError:
     code = exc.response.get("Error", {}).get("Code", "Unknown")
     return StorageError(f"DynamoDB {what} failed: {code}")
@@ -233,25 +238,17 @@ class DynamoDBBufferStore:
         # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
         # chunks after `ra` are read from the log and folded in (the row index is a cache of the log).
         head_item = self._head_item(shard)
-        by_pk = _row_keys(shard.gateway, rows)
-        keys = {
-            self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
-            self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
-        }
         head = _head_from_item(head_item) if head_item is not None else None
         applied = _rows_applied(head_item)
         tail_read = None
         if head is not None and applied < head.seq:
             tail_read = io_pool().submit(self._tail, shard, applied, head.seq)
-        found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
+        by_pk = _row_keys(shard.gateway, rows)
+        found = self._basis_items(shard, delta_ids, by_pk, with_head=False)
         stored = _rows_from_items(by_pk, found.get(self._t.rows, []))
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(by_pk.values()))
-        return CommitBasis(
-            head=head,
-            rows=stored,
-            seen=frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)),
-        )
+        return CommitBasis(head, stored, frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)))
 
     def _basis_in_one_read(
         self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
@@ -260,12 +257,7 @@ class DynamoDBBufferStore:
         a row read before a commit whose head was read after it). ``None`` when the head shows rows still to be
         written (the table was written with rows after the commit)."""
         by_pk = _row_keys(shard.gateway, rows)
-        keys = {
-            self._t.heads: [{"shard": _s(shard.key)}],
-            self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
-            self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
-        }
-        found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
+        found = self._basis_items(shard, delta_ids, by_pk, with_head=True)
         heads = found.get(self._t.heads) or []
         if heads and _rows_applied(heads[0]) < int(heads[0]["seq"]["N"]):
             return None
@@ -274,6 +266,17 @@ class DynamoDBBufferStore:
             rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
             seen=frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)),
         )
+
+    def _basis_items(
+        self, shard: ShardId, delta_ids: Sequence[str], by_pk: Mapping[str, tuple[str, str]], *, with_head: bool
+    ) -> dict[str, list[Item]]:
+        """One consistent BatchGetItem of a chunk's rows and dedup records (and its head, ``with_head``)."""
+        keys = {
+            self._t.heads: [{"shard": _s(shard.key)}] if with_head else [],
+            self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
+            self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
+        }
+        return _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
@@ -459,15 +462,14 @@ class DynamoDBBufferStore:
     def _apply_rows(self, commit: Commit) -> None:
         """Write a committed chunk's rows (each at its version: the position of its last entry), then advance the
         head's ``ra`` over the chunk (after every earlier chunk's)."""
-        self._put_rows(commit.shard.gateway, {(w.row.state.table, w.row.state.row_id): w.row for w in commit.rows})
+        self._put_rows(commit.shard.gateway, [w.row for w in commit.rows])
         if commit.entries:
             self._advance_applied(commit.shard, commit.entries[0].seq - 1, commit.entries[-1].seq)
 
-    def _put_rows(self, gateway: str, rows: Mapping[tuple[str, str], StoredRow]) -> None:
+    def _put_rows(self, gateway: str, puts: Sequence[StoredRow]) -> None:
         """Write each row unless the stored one is at or past its position (``v``): never backwards."""
-        if not rows:
+        if not puts:
             return
-        puts = list(rows.values())
         if len(puts) == 1:
             self._put_row(gateway, puts[0])
             return
@@ -494,7 +496,7 @@ class DynamoDBBufferStore:
                 ExpressionAttributeValues={":v": _n(row.version)},
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if not _condition_failed(exc):
                 raise
 
     def _catch_up_rows(self, shard: ShardId) -> None:
@@ -519,7 +521,7 @@ class DynamoDBBufferStore:
                 ExpressionAttributeValues={":to": _n(to), ":expected": _n(expected)},
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if not _condition_failed(exc):
                 raise
             return False
         return True
@@ -545,7 +547,7 @@ class DynamoDBBufferStore:
         by_pk = _row_keys(shard.gateway, [(e.delta.table, e.delta.row_id) for e in entries])
         stored = _rows_from_items(by_pk, self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]))
         changed = _fold(stored, entries, wanted=set(by_pk.values()))
-        self._put_rows(shard.gateway, {key: stored[key] for key in changed})
+        self._put_rows(shard.gateway, [stored[key] for key in changed])
 
 
 def _check_rows(commit: Commit) -> None:
@@ -764,7 +766,7 @@ class DynamoDBConfigStore:
         try:
             self._db.put_item(**request)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if _condition_failed(exc):
                 raise CommitConflict() from exc
             raise _client_error(exc, "PutItem") from exc
 
@@ -818,7 +820,7 @@ class DynamoDBConfigStore:
                 ConditionExpression="attribute_not_exists(sk)",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if _condition_failed(exc):
                 raise AlreadyExistsError(f'Destination "{config.name}" already exists') from exc
             raise _client_error(exc, "PutItem") from exc
 
@@ -904,7 +906,7 @@ class DynamoDBActionStore:
                 ExpressionAttributeValues={":now": _n(now_s)},
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if _condition_failed(exc):
                 return False
             raise _client_error(exc, "PutItem") from exc
         return True
