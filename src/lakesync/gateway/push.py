@@ -561,12 +561,8 @@ _LOG_CHUNK_BUDGET = ITEM_LIMIT_BYTES - 2 * _ITEM_OVERHEAD
 
 def _seen(recorded: frozenset[str], rows: dict[tuple[str, str], StoredRow], chunk: Sequence[_Keyed]) -> frozenset[str]:
     """The chunk's dedup keys already applied: recorded ones, and those a row keeps among its recent deltas."""
-    hits = {
-        key
-        for key, d in chunk
-        if (row := rows.get((d.table, d.row_id))) is not None and row.recent and recent_key(key) in row.recent
-    }
-    return recorded | hits if hits else recorded
+    hits = {key for key, d in chunk if (row := rows.get((d.table, d.row_id))) and recent_key(key) in row.recent}
+    return recorded | hits
 
 
 def _commit_bytes(commit: Commit | None) -> int:
