@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesync.core.delta import RowDelta
 from lakesync.core.destinations import DestinationConfig
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
 from lakesync.gateway.model import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
+
+if TYPE_CHECKING:
+    from lakesync.gateway.realtime import Connection
 
 
 class BufferStore(Protocol):
@@ -209,4 +212,37 @@ class Destination(Protocol):
 
     def close(self) -> None:
         """Release the connection."""
+        ...
+
+
+class ConnectionStore(Protocol):
+    """The open WebSocket sessions (:class:`~lakesync.gateway.realtime.Connection`), by id and by gateway."""
+
+    def put_connection(self, connection: Connection) -> None:
+        """Record a session opened by an upgrade (it expires at ``connection.expires_at``)."""
+        ...
+
+    def get_connection(self, connection_id: str) -> Connection | None:
+        """The session with this id, ``None`` when unknown (an expired one is returned: the services judge expiry)."""
+        ...
+
+    def remove_connection(self, connection_id: str) -> None:
+        """Forget a session (closed or gone); forgetting an unknown one does nothing."""
+        ...
+
+    def list_connections(self, gateway: str) -> list[Connection]:
+        """The sessions of ``gateway``, expired ones included until removed (a session opened a moment ago may be
+        missing: a client pulls on connect)."""
+        ...
+
+
+class ConnectionSender(Protocol):
+    """Sends to a WebSocket session by id: API Gateway's management API on AWS, the local front's sockets locally."""
+
+    def send(self, connection_id: str, data: bytes) -> bool:
+        """Send one message; ``False`` when the session is gone (API Gateway's 410)."""
+        ...
+
+    def close(self, connection_id: str) -> None:
+        """Close the session (a gone session is not an error)."""
         ...

@@ -26,6 +26,7 @@ from lakesync.gateway.model import (
     ShardId,
     StoredRow,
 )
+from lakesync.gateway.realtime import Connection
 
 
 class InMemoryBufferStore:
@@ -226,3 +227,28 @@ class InMemoryActionStore:
     def release(self, gateway: str, key: str) -> None:
         with self._lock:
             self._records.pop((gateway, key), None)
+
+
+class InMemoryConnectionStore:
+    """WebSocket sessions in process memory; thread-safe. Sessions stay until removed (DynamoDB's TTL is lazy too);
+    the services judge expiry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: dict[str, Connection] = {}
+
+    def put_connection(self, connection: Connection) -> None:
+        with self._lock:
+            self._connections[connection.connection_id] = connection
+
+    def get_connection(self, connection_id: str) -> Connection | None:
+        with self._lock:
+            return self._connections.get(connection_id)
+
+    def remove_connection(self, connection_id: str) -> None:
+        with self._lock:
+            self._connections.pop(connection_id, None)
+
+    def list_connections(self, gateway: str) -> list[Connection]:
+        with self._lock:
+            return [c for c in self._connections.values() if c.gateway == gateway]
