@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from lakesync.aws.log_chunks import decode_entries, encode_entries
-from lakesync.aws.tables import COMMIT_INDEX, TTL_ATTRIBUTE, TTL_TABLES, TableNames, table_specs
+from lakesync.aws.tables import (
+    COMMIT_INDEX,
+    TTL_ATTRIBUTE,
+    TTL_TABLES,
+    TableNames,
+    connections_table_spec,
+    table_specs,
+)
 from lakesync.core.canonical import JsonValue
 from lakesync.core.destinations import DestinationConfig, parse_destination
 from lakesync.core.errors import AlreadyExistsError, StorageBusyError, StorageError, ValidationError
@@ -929,25 +936,33 @@ class DynamoDBActionStore:
             raise _client_error(exc, "DeleteItem") from exc
 
 
-def create_tables(client: DynamoDBClient, names: TableNames) -> None:
-    """Create every LakeSync table (idempotent) and enable TTL where records expire."""
+def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
+    """Create every LakeSync table (idempotent) and enable TTL where records expire.
+
+    Args:
+        client: The DynamoDB client.
+        names: The buffer's tables.
+        connections: The WebSocket sessions table to create as well
+            (:func:`lakesync.aws.tables.connections_table_name`), if any.
+    """
     existing = _table_names(client)
-    for spec in table_specs(names):
+    specs = table_specs(names) + ([connections_table_spec(connections)] if connections else [])
+    for spec in specs:
         if spec["TableName"] not in existing:
             client.create_table(**spec)
-    for spec in table_specs(names):
+    for spec in specs:
         client.get_waiter("table_exists").wait(TableName=spec["TableName"])
-    for logical in TTL_TABLES:
+    for name in [names.as_dict()[logical] for logical in TTL_TABLES] + ([connections] if connections else []):
         client.update_time_to_live(
-            TableName=names.as_dict()[logical],
+            TableName=name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
         )
 
 
-def drop_tables(client: DynamoDBClient, names: TableNames) -> None:
-    """Delete every LakeSync table that exists (for a fresh local start)."""
+def drop_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
+    """Delete every LakeSync table that exists (for a fresh local start), the sessions table too when named."""
     existing = _table_names(client)
-    for name in names.as_dict().values():
+    for name in [*names.as_dict().values(), *([connections] if connections else [])]:
         if name in existing:
             client.delete_table(TableName=name)
             client.get_waiter("table_not_exists").wait(TableName=name)

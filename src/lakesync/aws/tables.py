@@ -8,6 +8,15 @@
 | dedup   | ``pk`` = gw#deltaId      | --        | deltaIds seen, TTL ``exp``                               |
 | config  | ``gw``                   | ``sk`` S  | sync rules, schemas, shard registry, flush requests      |
 | actions | ``pk`` = gw#key          | --        | action results by actionId / idempotency key, TTL ``exp``|
+
+The deltas table streams new images (:data:`LOG_STREAM_VIEW`): the real-time broadcaster reads new log items from it.
+
+The WebSocket sessions live in a table of their own, outside :class:`TableNames` (it is not part of the buffer: the
+real-time construct owns it on AWS, and only the WebSocket functions are given its name):
+
+| table       | partition key       | GSI ``by_gateway``        | what                                           |
+|-------------|---------------------|---------------------------|------------------------------------------------|
+| connections | ``id`` = connection | ``gw``, ``id``; all attrs | open sessions (``aws.connections``), TTL ``exp`` |
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from typing import Any
 
 TTL_ATTRIBUTE = "exp"
 COMMIT_INDEX = "by_commit"
+LOG_STREAM_VIEW = "NEW_IMAGE"
+"""The deltas table's stream: new log items, read by the real-time broadcaster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,8 @@ def table_specs(names: TableNames) -> list[dict[str, Any]]:
                 "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["n", "c"]},
             }
         ],
+        # New log items feed the real-time broadcaster (lakesync.aws.log_stream); NEW_IMAGE carries the chunk.
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": LOG_STREAM_VIEW},
     )
     deltas["AttributeDefinitions"].append({"AttributeName": "chlc", "AttributeType": "N"})
     return [
@@ -92,3 +105,35 @@ def table_specs(names: TableNames) -> list[dict[str, Any]]:
 
 
 TTL_TABLES = ("deltas", "dedup", "actions")
+
+
+CONNECTIONS_INDEX = "by_gateway"
+"""The connections table's index by gateway (every attribute projected: a broadcast needs whole sessions)."""
+
+
+def connections_table_name(prefix: str) -> str:
+    """The connections table's name next to :meth:`TableNames.with_prefix` ``(prefix)``'s: ``{prefix}-connections``."""
+    return f"{prefix}-connections"
+
+
+def connections_table_spec(name: str) -> dict[str, Any]:
+    """The ``CreateTable`` request (on-demand billing) of the WebSocket sessions table; TTL is ``exp``."""
+    return {
+        "TableName": name,
+        "KeySchema": [{"AttributeName": "id", "KeyType": "HASH"}],
+        "AttributeDefinitions": [
+            {"AttributeName": "id", "AttributeType": "S"},
+            {"AttributeName": "gw", "AttributeType": "S"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": CONNECTIONS_INDEX,
+                "KeySchema": [
+                    {"AttributeName": "gw", "KeyType": "HASH"},
+                    {"AttributeName": "id", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    }
