@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 from lakesync.core.errors import LakeSyncError, PayloadTooLargeError, ValidationError
 from lakesync.local.events import DEFAULT_ACCOUNT_ID, http_event, response_to_http
+from lakesync.local.websocket import SocketHub, is_socket_path
 
 __all__ = ["API_GATEWAY_MAX_BODY_BYTES", "Handler", "LambdaContext", "LocalFront"]
 
@@ -118,6 +119,7 @@ class LocalFront:
         memory_limit_in_mb: int = 1024,
         timeout_seconds: float = 30.0,
         idle_timeout_seconds: float = 60.0,
+        sockets: SocketHub | None = None,
     ) -> None:
         """Configure the front; nothing listens until :meth:`start`.
 
@@ -130,6 +132,8 @@ class LocalFront:
             memory_limit_in_mb: ``context.memory_limit_in_mb``.
             timeout_seconds: The simulated function timeout behind ``get_remaining_time_in_millis``.
             idle_timeout_seconds: How long an idle keep-alive connection stays open.
+            sockets: Serves WebSocket upgrades to the real-time socket and the management API of its sessions
+                (:mod:`lakesync.local.websocket`); ``None``: those requests go to the handler like any other.
         """
         if max_body_bytes < 0:
             raise ValueError("max_body_bytes must not be negative")
@@ -140,6 +144,7 @@ class LocalFront:
         self.memory_limit_in_mb = memory_limit_in_mb
         self.timeout_seconds = timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
+        self.sockets = sockets
         self._requested_port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -180,6 +185,8 @@ class LocalFront:
         self._server = self._thread = None
         if server is None:
             return
+        if self.sockets is not None:
+            self.sockets.close_all()
         server.shutdown()
         server.close_connections()
         server.server_close()
@@ -312,6 +319,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         front = self.server.front
+        if front.sockets is not None and self._serve_sockets(front.sockets):
+            return
         transfer_encoding = self.headers.get("Transfer-Encoding")
         if transfer_encoding is not None:
             if transfer_encoding.strip().lower() != "chunked":
@@ -340,6 +349,24 @@ class _RequestHandler(BaseHTTPRequestHandler):
         target = words[1] if len(words) == 3 else self.path
         status, out_headers, payload = front.invoke(self.command, target, headers, body, str(self.client_address[0]))
         self._write(status, out_headers, payload)
+
+    def _serve_sockets(self, sockets: SocketHub) -> bool:
+        """Serve a socket upgrade or a management-API call; ``False`` when the request is neither."""
+        path, _, query = self.path.partition("?")
+        if self.headers.get("Upgrade", "").lower() == "websocket" and is_socket_path(path):
+            sockets.serve_upgrade(self, path, query)
+            return True
+        if not path.startswith("/@connections/"):
+            return False
+        length = self._declared_length()
+        if length is None or length > API_GATEWAY_MAX_BODY_BYTES:
+            self.send_error(HTTPStatus.BAD_REQUEST, "Invalid Content-Length")
+            return True
+        answer = sockets.manage(self.command, path, self.rfile.read(length) if length else b"")
+        if answer is None:
+            return False
+        self._write(*answer)
+        return True
 
     def _declared_length(self) -> int | None:
         """The Content-Length (0 when absent), or None when it is not a valid length."""
