@@ -1,0 +1,103 @@
+"""New log chunks from the deltas table's DynamoDB stream, as the real-time broadcaster gets them.
+
+A committed push writes one log item per commit chunk (:mod:`lakesync.aws.log_chunks`: ``shard``, ``seq`` = the
+chunk's last sequence, ``n``, ``c``, ``chlc``, ``z``, ``exp``). The table streams ``NEW_IMAGE``, so each chunk
+arrives once as an ``INSERT`` record carrying the whole item, its row images included: the broadcast needs no read.
+
+Only ``INSERT``\\ s of log chunk items count. ``REMOVE``\\ s (the flush's release, DynamoDB's TTL deletes) and any
+``MODIFY`` are ignored, as is an item that is not a log chunk (no ``z``): the deployed event source mapping filters
+them out before they cost an invocation, and this module does not rely on it.
+
+Records come in a Lambda event's JSON form (binary attributes base64 text, as Lambda delivers them);
+:func:`lambda_record` turns a boto3 ``dynamodbstreams`` record into that form (the local poller, the tests).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lakesync.aws.log_chunks import decode_entries
+from lakesync.gateway.model import LogEntry, ShardId
+
+__all__ = ["LogChunk", "StreamRecordError", "decode_record", "decode_stream_records", "lambda_record"]
+
+LogChunk = tuple[str, list[LogEntry]]
+"""A chunk's gateway and its entries, in sequence order."""
+
+_CHUNK_ATTRIBUTES = ("shard", "seq", "n", "c", "z")
+
+
+class StreamRecordError(ValueError):
+    """A stream record claims to be a log chunk but does not decode as one."""
+
+
+def decode_record(record: Mapping[str, Any]) -> LogChunk | None:
+    """The gateway and entries of one stream record, ``None`` for a record that is not a new log chunk.
+
+    Raises:
+        StreamRecordError: an inserted log item that does not decode.
+    """
+    if record.get("eventName") != "INSERT":
+        return None
+    image = (record.get("dynamodb") or {}).get("NewImage") or {}
+    if not all(name in image for name in _CHUNK_ATTRIBUTES):
+        return None
+    try:
+        shard = ShardId.parse(image["shard"]["S"])
+        last, count, first_hlc = int(image["seq"]["N"]), int(image["n"]["N"]), int(image["c"]["N"])
+        blob = image["z"]["B"]
+        data = base64.b64decode(blob, validate=True) if isinstance(blob, str) else bytes(blob)
+        entries = decode_entries(shard, last - count + 1, first_hlc, data)
+    except (KeyError, TypeError, ValueError, zlib.error) as exc:  # binascii.Error and JSON errors are ValueErrors
+        raise StreamRecordError(f"log item {image.get('shard')} {image.get('seq')} does not decode: {exc}") from exc
+    if len(entries) != count:
+        raise StreamRecordError(f"log item {shard.key} {last} holds {len(entries)} entries, n = {count}")
+    return shard.gateway, entries
+
+
+def decode_stream_records(records: Iterable[Mapping[str, Any]]) -> dict[str, list[LogEntry]]:
+    """The new log entries in ``records`` by gateway, in stream order (within a shard, sequence order).
+
+    Raises:
+        StreamRecordError: an inserted log item that does not decode.
+    """
+    out: dict[str, list[LogEntry]] = {}
+    for record in records:
+        chunk = decode_record(record)
+        if chunk is not None:
+            out.setdefault(chunk[0], []).extend(chunk[1])
+    return out
+
+
+def lambda_record(record: Mapping[str, Any], event_source_arn: str) -> dict[str, Any]:
+    """A boto3 ``dynamodbstreams`` ``GetRecords`` record as Lambda delivers it in a DynamoDB stream event: binary
+    attributes as base64 text, the creation time as epoch seconds, and the stream's ARN as ``eventSourceARN``."""
+    stream = dict(record.get("dynamodb") or {})
+    created = stream.get("ApproximateCreationDateTime")
+    if isinstance(created, datetime.datetime):
+        stream["ApproximateCreationDateTime"] = int(created.timestamp())
+    for name in ("Keys", "NewImage", "OldImage"):
+        if name in stream:
+            stream[name] = {k: _json_value(v) for k, v in stream[name].items()}
+    return {
+        **{k: v for k, v in record.items() if k != "dynamodb"},
+        "dynamodb": stream,
+        "eventSourceARN": event_source_arn,
+    }
+
+
+def _json_value(value: Mapping[str, Any]) -> dict[str, Any]:
+    ((kind, inner),) = value.items()
+    if kind == "B":
+        return {"B": base64.b64encode(inner).decode("ascii")}
+    if kind == "BS":
+        return {"BS": [base64.b64encode(b).decode("ascii") for b in inner]}
+    if kind == "M":
+        return {"M": {k: _json_value(v) for k, v in inner.items()}}
+    if kind == "L":
+        return {"L": [_json_value(v) for v in inner]}
+    return {kind: inner}
