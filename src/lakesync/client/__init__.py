@@ -1,1 +1,63 @@
-"""Python clients of the LakeSync HTTP API."""
+"""Python clients of the LakeSync API: the local-first store (:func:`connect`) and the HTTP client
+(:mod:`lakesync.client.http`).
+
+``lakesync.client.connect(path, url=..., gateway=..., token=..., schemas=[...])`` opens a SQLite file that the app
+reads and writes at once and that syncs with the gateway (:mod:`lakesync.client.store`). The names below load on
+first use, so importing :mod:`lakesync.client.http` stays as light as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lakesync.client.backoff import Backoff
+    from lakesync.client.store import (
+        Change,
+        Conflict,
+        LocalStore,
+        OfflineError,
+        Rejected,
+        SyncReport,
+        SyncStateError,
+        connect,
+    )
+    from lakesync.client.tables import LocalWriteError, RowExistsError, RowNotFoundError
+
+_EXPORTS = {
+    "Backoff": "lakesync.client.backoff",
+    "Change": "lakesync.client.store",
+    "Conflict": "lakesync.client.store",
+    "LocalStore": "lakesync.client.store",
+    "OfflineError": "lakesync.client.store",
+    "Rejected": "lakesync.client.store",
+    "SyncReport": "lakesync.client.store",
+    "SyncStateError": "lakesync.client.store",
+    "connect": "lakesync.client.store",
+    "LocalWriteError": "lakesync.client.tables",
+    "RowExistsError": "lakesync.client.tables",
+    "RowNotFoundError": "lakesync.client.tables",
+}
+
+__all__ = [
+    "Backoff",
+    "Change",
+    "Conflict",
+    "LocalStore",
+    "LocalWriteError",
+    "OfflineError",
+    "Rejected",
+    "RowExistsError",
+    "RowNotFoundError",
+    "SyncReport",
+    "SyncStateError",
+    "connect",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lakesync.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lakesync.core.delta import RowDelta
+
+CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
 
 
 class ApiError(Exception):
@@ -19,6 +23,29 @@ class ApiError(Exception):
         super().__init__(f"{status} {body.get('code')}: {body.get('error')}")
         self.status = status
         self.body = dict(body)
+
+    @property
+    def code(self) -> str | None:
+        """The body's ``code`` (``CURSOR_EXPIRED``, ``AUTH_ERROR``, ...)."""
+        code = self.body.get("code")
+        return code if isinstance(code, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStream:
+    """A checkpoint as served: the framed stream bytes (one entry per response fetched) and its headers.
+
+    Attributes:
+        frames: The bodies of the responses, each a checkpoint stream (``uint32`` length + SyncResponse frames).
+        cursor: ``X-Checkpoint-Cursor``: pull from it next.
+        checkpoint_id: ``X-Checkpoint-Id``.
+        server_hlc: ``X-Checkpoint-Hlc`` (0 when absent).
+    """
+
+    frames: tuple[bytes, ...]
+    cursor: str | None
+    checkpoint_id: str | None
+    server_hlc: int
 
 
 class SyncClient:
@@ -30,14 +57,57 @@ class SyncClient:
         token: A JWT minted for this client (``lakesync token``).
         client_id: The token's ``sub``.
         timeout: Seconds per request.
+        get_token: Called for a fresh token when a request is answered 401; the request is then sent once more (as
+            the original client's transport does). Thread-safe: concurrent 401s share one refresh.
     """
 
-    def __init__(self, base_url: str, gateway: str, token: str, client_id: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        gateway: str,
+        token: str,
+        client_id: str,
+        *,
+        timeout: float = 30.0,
+        get_token: Callable[[], str] | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.gateway = gateway
         self.token = token
         self.client_id = client_id
         self.timeout = timeout
+        self.get_token = get_token
+        self._refresh_lock = threading.Lock()
+
+    def refresh_token(self, stale: str) -> bool:
+        """Replace the token ``stale`` through ``get_token``; False without ``get_token``. A token another thread
+        already replaced is kept (one refresh per expiry)."""
+        if self.get_token is None:
+            return False
+        with self._refresh_lock:
+            if self.token == stale:
+                self.token = self.get_token()
+        return True
+
+    def _open(self, req: urllib.request.Request) -> tuple[bytes, Mapping[str, str]]:
+        """Send ``req`` with the current token (once more after a refresh on 401); the body and headers.
+
+        Raises:
+            urllib.error.HTTPError: a non-2xx answer (the second one, after a refresh).
+            urllib.error.URLError, OSError: the gateway is unreachable.
+        """
+        for attempt in (0, 1):
+            token = self.token
+            req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return resp.read(), resp.headers
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and attempt == 0 and self.refresh_token(token):
+                    exc.close()
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, *, body: object = None, query: Mapping[str, Any] | None = None) -> Any:
         """Send one request and return the decoded JSON body; raises :class:`ApiError` on 4xx/5xx."""
@@ -46,19 +116,13 @@ class SyncClient:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
+            raw, _ = self._open(req)
         except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                payload = json.loads(raw)
-            except ValueError:
-                payload = {"error": raw.decode(errors="replace"), "code": "UNKNOWN"}
-            raise ApiError(exc.code, payload if isinstance(payload, dict) else {"error": str(payload)}) from None
+            raise _api_error(exc) from None
+        return json.loads(raw or b"null")
 
     def push(self, deltas: Sequence[RowDelta], last_seen_hlc: int = 0) -> Any:
         """Push deltas; returns ``{serverHlc, accepted, deltas, receipts}``."""
@@ -68,6 +132,25 @@ class SyncClient:
             "lastSeenHlc": str(last_seen_hlc),
         }
         return self.request("POST", f"/v1/sync/{self.gateway}/push", body=body)
+
+    def push_wire(self, deltas: Sequence[str], last_seen_hlc: int = 0) -> Any:
+        """Push deltas given as their wire JSON texts (as a local outbox keeps them); same answer as :meth:`push`."""
+        body = (
+            '{"clientId":'
+            + json.dumps(self.client_id)
+            + ',"deltas":['
+            + ",".join(deltas)
+            + '],"lastSeenHlc":"'
+            + str(last_seen_hlc)
+            + '"}'
+        ).encode()
+        req = urllib.request.Request(f"{self.base_url}/v1/sync/{self.gateway}/push", data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        try:
+            raw, _ = self._open(req)
+        except urllib.error.HTTPError as exc:
+            raise _api_error(exc) from None
+        return json.loads(raw or b"null")
 
     def pull(self, *, cursor: str | None = None, since: int | None = None, limit: int = 1000) -> Any:
         """One pull page: from ``cursor`` (exactly once; ``None`` and no ``since``: from the beginning), or, as the
@@ -96,19 +179,86 @@ class SyncClient:
         """
         from lakesync.wire.framing import iter_checkpoint_responses
 
-        req = urllib.request.Request(f"{self.base_url}/v1/sync/{self.gateway}/checkpoint", method="GET")
-        req.add_header("Authorization", f"Bearer {self.token}")
+        stream = self.checkpoint_stream()
+        if stream is None:
+            return [], None
+        deltas = [
+            delta for body in stream.frames for response in iter_checkpoint_responses(body) for delta in response.deltas
+        ]
+        return deltas, stream.cursor
+
+    def checkpoint_stream(self) -> CheckpointStream | None:
+        """The latest checkpoint's raw stream, whole, or chunk by chunk (pinned to one checkpoint) when the gateway
+        answers 413 because it is too large to send whole. ``None`` when the gateway has no checkpoint (404).
+
+        Raises:
+            ApiError: any other non-2xx answer.
+        """
+        first = self._checkpoint_get({})
+        if first is None:
+            return None
+        body, headers = first
+        if body is not None:
+            return _stream((body,), headers)
+        # Too large to send whole: chunk 0 names the checkpoint and its chunk count; the rest are pinned to it.
+        got = self._checkpoint_get({"chunk": 0})
+        if got is None:
+            return None
+        first_chunk, headers = got
+        if first_chunk is None:
+            raise ApiError(413, {"error": "Checkpoint chunk 0 too large to serve", "code": "VALIDATION_ERROR"})
+        checkpoint_id = headers.get("X-Checkpoint-Id")
+        count = int(headers.get("X-Checkpoint-Chunks") or 1)
+        frames: list[bytes] = [first_chunk]
+        for index in range(1, count):
+            more = self._checkpoint_get({"chunk": index, "checkpoint": checkpoint_id})
+            if more is None or more[0] is None:
+                raise ApiError(
+                    404, {"error": f"Checkpoint {checkpoint_id} vanished while it was read", "code": "NOT_FOUND"}
+                )
+            frames.append(more[0])
+        return _stream(tuple(frames), headers)
+
+    def _checkpoint_get(self, query: Mapping[str, Any]) -> tuple[bytes | None, Mapping[str, str]] | None:
+        """One checkpoint request: ``(body, headers)``; ``(None, {})`` on 413; ``None`` on 404."""
+        url = f"{self.base_url}/v1/sync/{self.gateway}/checkpoint"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        req = urllib.request.Request(url, method="GET")
+        req.add_header("Accept", CHECKPOINT_MEDIA_TYPE)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                body = resp.read()
-                cursor = resp.headers.get("X-Checkpoint-Cursor")
+            body, headers = self._open(req)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
-                return [], None
-            raise ApiError(exc.code, json.loads(exc.read() or b"{}")) from None
-        deltas = [delta for response in iter_checkpoint_responses(body) for delta in response.deltas]
-        return deltas, cursor
+                exc.close()
+                return None
+            if exc.code == 413:
+                exc.close()
+                return None, {}
+            raise _api_error(exc) from None
+        return body, headers
 
     def admin(self, method: str, what: str, body: object = None) -> Any:
         """Call an admin route, e.g. ``admin("POST", "sync-rules", rules)``."""
         return self.request(method, f"/v1/admin/{what}/{self.gateway}", body=body)
+
+
+def _api_error(exc: urllib.error.HTTPError) -> ApiError:
+    """The :class:`ApiError` of an HTTP error answer (its body read and the response closed)."""
+    with exc:
+        raw = exc.read()
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        payload = {"error": raw.decode(errors="replace"), "code": "UNKNOWN"}
+    return ApiError(exc.code, payload if isinstance(payload, dict) else {"error": str(payload)})
+
+
+def _stream(frames: tuple[bytes, ...], headers: Mapping[str, str]) -> CheckpointStream:
+    hlc = headers.get("X-Checkpoint-Hlc") or "0"
+    return CheckpointStream(
+        frames=frames,
+        cursor=headers.get("X-Checkpoint-Cursor"),
+        checkpoint_id=headers.get("X-Checkpoint-Id"),
+        server_hlc=int(hlc) if hlc.isdigit() else 0,
+    )

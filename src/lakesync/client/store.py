@@ -1,0 +1,1080 @@
+"""The local-first store: a SQLite file the app reads and writes at once, synced with a gateway in the background.
+
+Layout of the file (WAL mode):
+
+* one user table per schema (:mod:`lakesync.client.tables`): ``_rowId`` + typed columns, what other tools read;
+* ``_lakesync_state``: per row the per-column LWW state (:func:`lakesync.core.merge.state_to_json`), the source of
+  truth the user row is materialised from; a deleted row keeps its tombstone, so an older write never resurrects it;
+* ``_lakesync_outbox``: the local deltas not yet acknowledged, one entry per write call (a JSON array of wire deltas)
+  with ``sent``, how many of its leading deltas the gateway acknowledged;
+* ``_lakesync_meta``: clientId, gateway, the HLC's last value (the clock never goes backwards across restarts), the
+  pull cursor and the checkpoint it came from;
+* ``_lakesync_rejected``: local deltas the gateway refused for good (400/413/422), kept for the app to inspect.
+
+Invariants:
+
+* A local write is one SQLite transaction: user row + state + outbox + clock. Bad input raises before it starts.
+* Remote deltas are merged with :func:`lakesync.core.merge.merge`, the one merge; a pulled page is applied and the
+  cursor moved in one transaction, so a crash re-pulls at most that page (merging it again changes nothing).
+* An outbox entry is removed (or its ``sent`` advanced) only after the gateway acknowledged the push that carried it;
+  a crash in between re-sends it, and the gateway deduplicates by clientId + deltaId. Nothing is lost, nothing
+  applied twice.
+* The first sync loads the latest checkpoint (into an empty store: rows written in bulk without a merge; into a store
+  with data: merged) and follows its cursor; a cursor the gateway no longer serves (410 ``CURSOR_EXPIRED``) reloads
+  the checkpoint the same way, merging it into local state and keeping pending local writes.
+
+Threads: one re-entrant lock around the SQLite connection; one sync cycle at a time. ``start()`` runs a sync thread
+(push after local writes, pull on an interval or when the real-time channel says so, backoff while offline) and a
+real-time listener (:mod:`lakesync.client.realtime`). Callbacks run on the thread that made the change, outside the
+lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import logging
+import sqlite3
+import threading
+import time
+import urllib.error
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from lakesync.client import _fast
+from lakesync.client.backoff import Backoff
+from lakesync.client.http import ApiError, SyncClient
+from lakesync.client.tables import (
+    LocalTable,
+    LocalWriteError,
+    RowExistsError,
+    RowNotFoundError,
+    load_tables,
+    quote,
+)
+from lakesync.core.canonical import JsonValue, stable_stringify
+from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.errors import ClockDriftError, LakeSyncError
+from lakesync.core.hlc import HLC, Clock, decode, system_clock
+from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
+from lakesync.core.schema import TableSchema
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+PUSH_BATCH = 1000
+"""Most deltas per push request (the gateway takes 10,000; a smaller push keeps requests well under a Lambda's
+payload limit)."""
+PUSH_BATCH_BYTES = 1_000_000
+PULL_LIMIT = 1000
+MAX_PULL_PAGES = 10_000
+"""A bound on the pages of one sync cycle (10 million deltas), so a misbehaving gateway cannot loop it forever."""
+
+Origin = Literal["local", "remote"]
+
+
+class OfflineError(LakeSyncError):
+    """The gateway could not be reached, or answered that it is unavailable (5xx, 429); sync again later."""
+
+    code = "OFFLINE"
+
+
+class SyncStateError(LakeSyncError):
+    """The file belongs to another client or gateway, or the gateway answered something the store cannot follow."""
+
+    code = "SYNC_STATE"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """Rows of one table that changed, and whether the change came from this store (``local``) or a pull or
+    broadcast (``remote``)."""
+
+    table: str
+    row_ids: frozenset[str]
+    origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A local column write that lost at the gateway to another version, and the value that replaced it.
+
+    Attributes:
+        table: The table.
+        row_id: The row.
+        column: The column.
+        local_value: What this store wrote.
+        local_hlc: The HLC of that write.
+        winner_hlc: The winning version's HLC.
+        winner_client_id: The winning version's client.
+        winner_value: The winning value as the local store now holds it; ``None`` also when the row was deleted or
+            the winner is not visible to this client.
+        deleted: The write lost to a delete of the row.
+    """
+
+    table: str
+    row_id: str
+    column: str
+    local_value: JsonValue
+    local_hlc: int
+    winner_hlc: int
+    winner_client_id: str
+    winner_value: JsonValue = None
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A local delta the gateway refused for good (moved out of the outbox into ``_lakesync_rejected``)."""
+
+    delta_id: str
+    table: str
+    row_id: str
+    status: int
+    error: str
+
+
+@dataclass
+class SyncReport:
+    """What one :meth:`LocalStore.sync` did.
+
+    Attributes:
+        pushed: Local deltas the gateway acknowledged (accepted, duplicates included).
+        duplicates: Of those, deltas it already had (a re-send after a crash).
+        pulled: Remote deltas received (checkpoint rows not included), own echoes included.
+        changed: Rows whose state changed through the pull, by table.
+        checkpoint_rows: Rows loaded from a checkpoint (a first sync or a re-bootstrap).
+        rebootstrapped: The cursor had expired and the checkpoint was loaded again.
+        conflicts: Local column writes that lost.
+        rejected: Local deltas the gateway refused for good.
+        cursor: The cursor after the cycle.
+        server_hlc: The gateway's clock at the last answer.
+    """
+
+    pushed: int = 0
+    duplicates: int = 0
+    pulled: int = 0
+    changed: dict[str, set[str]] = field(default_factory=dict)
+    checkpoint_rows: int = 0
+    rebootstrapped: bool = False
+    conflicts: list[Conflict] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    cursor: str | None = None
+    server_hlc: int = 0
+
+
+# -- the outbox (pure part) -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """One outbox row: its sequence, its deltas' wire JSON texts, how many leading ones are acknowledged."""
+
+    seq: int
+    deltas: tuple[str, ...]
+    sent: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushPlan:
+    """The next push: the deltas in outbox order and, per entry touched, its ``sent`` once they are acknowledged
+    (``len(entry.deltas)`` means: remove the entry)."""
+
+    deltas: tuple[str, ...]
+    acks: tuple[tuple[int, int, bool], ...]
+    """``(seq, new sent, entry done)``."""
+
+
+def plan_push(
+    entries: Iterable[OutboxEntry], *, limit: int = PUSH_BATCH, max_bytes: int = PUSH_BATCH_BYTES
+) -> PushPlan:
+    """Take unacknowledged deltas from the outbox in order (by ``seq``, then position) up to ``limit`` deltas and
+    about ``max_bytes`` (at least one delta)."""
+    taken: list[str] = []
+    acks: list[tuple[int, int, bool]] = []
+    size = 0
+    for entry in sorted(entries, key=lambda e: e.seq):
+        at = entry.sent
+        while (
+            at < len(entry.deltas) and len(taken) < limit and (not taken or size + len(entry.deltas[at]) <= max_bytes)
+        ):
+            size += len(entry.deltas[at]) + 1
+            taken.append(entry.deltas[at])
+            at += 1
+        if at > entry.sent:
+            acks.append((entry.seq, at, at == len(entry.deltas)))
+        if at < len(entry.deltas):
+            break
+    return PushPlan(tuple(taken), tuple(acks))
+
+
+# -- the store --------------------------------------------------------------------------------------------------------
+def token_subject(token: str) -> str:
+    """The ``sub`` claim of a JWT, read without verifying it (the gateway verifies).
+
+    Raises:
+        ValueError: the token is not a JWT with a string ``sub``.
+    """
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError) as exc:
+        raise ValueError("the token is not a JWT") from exc
+    sub = claims.get("sub") if isinstance(claims, dict) else None
+    if not isinstance(sub, str) or not sub:
+        raise ValueError("the token has no 'sub' claim")
+    return sub
+
+
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+"""Answers worth retrying later: timeouts, clock drift (our clock ahead of the gateway's; it catches up),
+throttling, backpressure, server faults."""
+_REJECT_STATUS = frozenset({400, 413, 422})
+"""Answers that refuse a push for good (validation, size, schema)."""
+
+
+def _is_offline(exc: BaseException) -> bool:
+    if isinstance(exc, ApiError):
+        return exc.status in _TRANSIENT_STATUS
+    return isinstance(exc, urllib.error.URLError | ConnectionError | TimeoutError | http.client.HTTPException | OSError)
+
+
+class LocalStore:
+    """A local SQLite database kept in sync with a LakeSync gateway. Build it with :func:`connect`.
+
+    Thread-safe. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        url: str,
+        gateway: str,
+        schemas: Iterable[TableSchema | Mapping[str, Any]],
+        token: str | None = None,
+        get_token: Callable[[], str] | None = None,
+        client_id: str | None = None,
+        ws_url: str | None = None,
+        realtime: bool = True,
+        poll_interval: float = 5.0,
+        connected_poll_interval: float = 60.0,
+        debounce: float = 0.05,
+        backoff: Backoff | None = None,
+        on_conflict: Callable[[Conflict], None] | None = None,
+        clock: Clock = system_clock,
+        timeout: float = 30.0,
+        pull_limit: int = PULL_LIMIT,
+        push_batch: int = PUSH_BATCH,
+    ) -> None:
+        if token is None and get_token is None:
+            raise ValueError("connect() needs token= or get_token=")
+        if token is None:
+            assert get_token is not None
+            token = get_token()
+        self.client_id = client_id or token_subject(token)
+        self.gateway = gateway
+        self.url = url.rstrip("/")
+        self.ws_url = ws_url
+        self.tables = load_tables(schemas)
+        self.http = SyncClient(self.url, gateway, token, self.client_id, timeout=timeout, get_token=get_token)
+        self.on_conflict = on_conflict
+        self.poll_interval = poll_interval
+        self.connected_poll_interval = connected_poll_interval
+        self.debounce = debounce
+        self.backoff = backoff or Backoff()
+        self.pull_limit = pull_limit
+        self.push_batch = push_batch
+        self.realtime = realtime
+        self.online = False
+        """Whether the last exchange with the gateway succeeded."""
+        self.last_error: BaseException | None = None
+
+        self._lock = threading.RLock()
+        self._sync_lock = threading.Lock()
+        self._subscribers: dict[str, list[Callable[[Change], None]]] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listener: Any = None
+        self._closed = False
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+        try:
+            self._open_file()
+            wall, counter = decode(int(self._meta("hlc") or "0"))
+            self._clock = HLC(clock, wall=wall, counter=counter)
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- file ------------------------------------------------------------------------------------------------------
+    def _open_file(self) -> None:
+        db = self._db
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes, atomic across power cuts
+        with self._tx():
+            db.execute("CREATE TABLE IF NOT EXISTS _lakesync_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS _lakesync_state (tbl TEXT NOT NULL, row_id TEXT NOT NULL, "
+                "state TEXT NOT NULL, PRIMARY KEY (tbl, row_id)) WITHOUT ROWID"
+            )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS _lakesync_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                "deltas TEXT NOT NULL, sent INTEGER NOT NULL DEFAULT 0)"
+            )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS _lakesync_rejected (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                "delta_id TEXT NOT NULL, delta TEXT NOT NULL, status INTEGER NOT NULL, error TEXT NOT NULL, "
+                "at_ms INTEGER NOT NULL)"
+            )
+            for key, value in (("clientId", self.client_id), ("gateway", self.gateway)):
+                stored = self._meta(key)
+                if stored is None:
+                    self._set_meta(key, value)
+                elif stored != value:
+                    raise SyncStateError(f"This file belongs to {key} {stored!r}, not {value!r}")
+            if self._meta("version") is None:
+                self._set_meta("version", str(SCHEMA_VERSION))
+            for table in self.tables.values():
+                self._ensure_table(table)
+
+    def _ensure_table(self, table: LocalTable) -> None:
+        """Create the user table, or add the columns a newer schema has; rows are then rewritten from their state."""
+        db = self._db
+        existing = [row[1] for row in db.execute(f"PRAGMA table_info({quote(table.name)})")]
+        if not existing:
+            db.execute(table.create_sql())
+        else:
+            missing = [c for c in table.columns if c.lower() not in {e.lower() for e in existing}]
+            for column in missing:
+                db.execute(table.add_column_sql(column))
+            if not missing:
+                return
+        # A new table or new columns: the state may already hold values for them (pulled before the schema was known).
+        rows = db.execute("SELECT row_id, state FROM _lakesync_state WHERE tbl = ?", (table.name,)).fetchall()
+        for row_id, text in rows:
+            self._materialise(table.name, state_from_json(table.name, row_id, json.loads(text), trusted=True))
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One SQLite transaction (``BEGIN IMMEDIATE``) under the store's lock; rolled back on any exception."""
+        with self._lock:
+            self._check_open()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SyncStateError("The store is closed")
+
+    def _meta(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM _lakesync_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO _lakesync_meta (key, value) VALUES (?, ?)", (key, value))
+
+    def _delete_meta(self, key: str) -> None:
+        self._db.execute("DELETE FROM _lakesync_meta WHERE key = ?", (key,))
+
+    def _save_clock(self) -> None:
+        wall, counter = self._clock.state
+        self._set_meta("hlc", str((wall << 16) | counter))
+
+    def _state(self, table: str, row_id: str) -> RowState | None:
+        row = self._db.execute(
+            "SELECT state FROM _lakesync_state WHERE tbl = ? AND row_id = ?", (table, row_id)
+        ).fetchone()
+        return None if row is None else state_from_json(table, row_id, json.loads(row[0]), trusted=True)
+
+    def _put_state(self, state: RowState) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)",
+            (state.table, state.row_id, _fast.encode_state(state_to_json(state))),
+        )
+        self._materialise(state.table, state)
+
+    def _materialise(self, table_name: str, state: RowState) -> None:
+        table = self.tables.get(table_name)
+        if table is None:
+            return  # no schema: kept in the state only (materialised if a schema arrives)
+        values = state.values()
+        if values is None:
+            self._db.execute(table.delete_sql(), (state.row_id,))
+        else:
+            self._db.execute(table.upsert_sql(), table.row_params(state.row_id, values))
+
+    # -- reads -----------------------------------------------------------------------------------------------------
+    def rows(self, table: str) -> dict[str, dict[str, JsonValue]]:
+        """Every live row of a user table: ``{row_id: {column: value}}`` (typed back from SQLite).
+
+        Raises:
+            LocalWriteError: an unknown table.
+        """
+        local = self._table(table)
+        with self._lock:
+            self._check_open()
+            result = self._db.execute(local.select_sql()).fetchall()
+        return {row[0]: local.from_row(row) for row in result}
+
+    def get(self, table: str, row_id: str) -> dict[str, JsonValue] | None:
+        """One live row's values, or ``None``."""
+        local = self._table(table)
+        with self._lock:
+            self._check_open()
+            row = self._db.execute(local.select_sql() + f" WHERE {quote('_rowId')} = ?", (row_id,)).fetchone()
+        return None if row is None else local.from_row(row)
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read-only SQL statement on the file (writes go through :meth:`insert`, :meth:`update`,
+        :meth:`delete`, so they are synced). Rows as tuples.
+
+        Raises:
+            sqlite3.DatabaseError: bad SQL, or a statement that would write (``not authorized``).
+        """
+        with self._lock:
+            self._check_open()
+            self._db.set_authorizer(_read_only)
+            try:
+                return [tuple(row) for row in self._db.execute(sql, params).fetchall()]
+            finally:
+                self._db.set_authorizer(None)
+
+    def state(self, table: str, row_id: str) -> RowState | None:
+        """The row's per-column LWW state (``None``: never seen)."""
+        with self._lock:
+            self._check_open()
+            return self._state(table, row_id)
+
+    def pending(self) -> int:
+        """Local deltas not yet acknowledged by the gateway."""
+        with self._lock:
+            self._check_open()
+            total = 0
+            for text, sent in self._db.execute("SELECT deltas, sent FROM _lakesync_outbox"):
+                total += len(json.loads(text)) - sent
+            return total
+
+    @property
+    def cursor(self) -> str | None:
+        """The pull cursor (``None`` before the first sync)."""
+        with self._lock:
+            self._check_open()
+            return self._meta("cursor")
+
+    def _table(self, table: str) -> LocalTable:
+        local = self.tables.get(table)
+        if local is None:
+            raise LocalWriteError(f'Unknown table "{table}" (known: {", ".join(sorted(self.tables)) or "none"})')
+        return local
+
+    # -- writes ----------------------------------------------------------------------------------------------------
+    def insert(self, table: str, row_id: str, values: Mapping[str, JsonValue]) -> None:
+        """Create a row (or bring back a deleted one) with these columns.
+
+        Raises:
+            LocalWriteError: bad input; RowExistsError: the row is live. Nothing is written then.
+        """
+        self._write([(DeltaOp.INSERT, table, row_id, values)])
+
+    def update(self, table: str, row_id: str, values: Mapping[str, JsonValue]) -> None:
+        """Set columns of a live row (only the columns whose value changes are synced).
+
+        Raises:
+            LocalWriteError: bad input; RowNotFoundError: the row is not live. Nothing is written then.
+        """
+        self._write([(DeltaOp.UPDATE, table, row_id, values)])
+
+    def delete(self, table: str, row_id: str) -> None:
+        """Delete a live row (its tombstone stays in the state, so older writes cannot bring it back).
+
+        Raises:
+            LocalWriteError: bad input; RowNotFoundError: the row is not live.
+        """
+        self._write([(DeltaOp.DELETE, table, row_id, None)])
+
+    def insert_many(self, table: str, rows: Mapping[str, Mapping[str, JsonValue]]) -> None:
+        """Insert many rows (``{row_id: values}``) in one transaction: all or nothing."""
+        self._write([(DeltaOp.INSERT, table, row_id, values) for row_id, values in rows.items()])
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[Batch]:
+        """Collect writes and apply them in one transaction when the block ends without an exception::
+
+        with store.batch() as b:
+            b.insert("todos", "t1", {"title": "a"})
+            b.update("todos", "t0", {"done": True})
+        """
+        collected = Batch()
+        yield collected
+        if collected.ops:
+            self._write(collected.ops)
+
+    def _write(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue] | None]]) -> None:
+        for _op, table, row_id, values in ops:
+            self._table(table).check_write(self.gateway, row_id, values)
+        changed: dict[str, set[str]] = {}
+        with self._tx():
+            fast = all(op is DeltaOp.INSERT for op, *_ in ops) and len({(t, r) for _, t, r, _ in ops}) == len(ops)
+            done = False
+            if fast and len(ops) > 1:
+                self._db.execute("SAVEPOINT fast_insert")
+                try:
+                    self._insert_fresh(ops)  # type: ignore[arg-type]
+                    done = True
+                    self._db.execute("RELEASE fast_insert")
+                except sqlite3.IntegrityError:
+                    # Some row already has a state (live, or deleted): the general path decides per row.
+                    self._db.execute("ROLLBACK TO fast_insert")
+                    self._db.execute("RELEASE fast_insert")
+            if not done:
+                self._write_general(ops)
+            self._save_clock()
+        for _, table, row_id, _ in ops:
+            changed.setdefault(table, set()).add(row_id)
+        self._notify(changed, "local")
+        self._wake.set()
+
+    def _insert_fresh(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue]]]) -> None:
+        """Bulk INSERTs of rows with no state at all: states, user rows and one outbox entry, built as text (see
+        :mod:`lakesync.client._fast`). Raises IntegrityError if any row has a state."""
+        hlc = self._clock.now()  # one event: every row of the batch carries this stamp (rows are distinct)
+        client_json = _fast.json_text(self.client_id)
+        states = []
+        wires = []
+        users: dict[str, list[tuple[Any, ...]]] = {}
+        for _, table, row_id, values in ops:
+            wire, _did, pairs = _fast.insert_delta("INSERT", table, row_id, self.client_id, hlc, dict(values))
+            wires.append(wire)
+            states.append((table, row_id, _fast.write_state_json(pairs, hlc, client_json)))
+            users.setdefault(table, []).append(self.tables[table].row_params(row_id, values))
+        db = self._db
+        db.executemany("INSERT INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)", states)
+        for table, params in users.items():
+            db.executemany(self.tables[table].upsert_sql(), params)
+        db.execute("INSERT INTO _lakesync_outbox (deltas) VALUES (?)", ("[" + ",".join(wires) + "]",))
+
+    def _write_general(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue] | None]]) -> None:
+        wires: list[str] = []
+        states: dict[tuple[str, str], RowState | None] = {}
+        for op, table, row_id, values in ops:
+            key = (table, row_id)
+            state = states[key] if key in states else self._state(table, row_id)
+            live = state.values() if state is not None else None
+            if op is DeltaOp.INSERT and live is not None:
+                raise RowExistsError(f"Row {table}:{row_id} exists; update it instead")
+            if op is not DeltaOp.INSERT and live is None:
+                raise RowNotFoundError(f"Row {table}:{row_id} does not exist")
+            columns: dict[str, JsonValue] = dict(values or {})
+            if op is DeltaOp.UPDATE:
+                assert live is not None
+                columns = {
+                    k: v
+                    for k, v in columns.items()
+                    if k not in live or stable_stringify(live[k]) != stable_stringify(v)
+                }
+                if not columns:
+                    continue
+            delta = make_delta(
+                op, table=table, row_id=row_id, client_id=self.client_id, hlc=self._clock.now(), columns=columns
+            )
+            result = merge(state, delta)
+            states[key] = result.state
+            if result.changed:
+                self._put_state(result.state)
+            wires.append(_fast.encode_state(delta.to_json()))
+        if wires:
+            self._db.execute("INSERT INTO _lakesync_outbox (deltas) VALUES (?)", ("[" + ",".join(wires) + "]",))
+
+    # -- subscriptions ---------------------------------------------------------------------------------------------
+    def subscribe(self, table: str, callback: Callable[[Change], None]) -> Callable[[], None]:
+        """Call ``callback(Change)`` whenever rows of ``table`` change (local writes, pulls, broadcasts); returns a
+        function that unsubscribes. Callbacks run outside the store's lock; an exception in one is logged."""
+        with self._lock:
+            self._subscribers.setdefault(table, []).append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._subscribers.get(table, []).remove(callback)
+
+        return unsubscribe
+
+    def _notify(self, changed: Mapping[str, set[str]], origin: Origin) -> None:
+        for table, row_ids in changed.items():
+            if not row_ids:
+                continue
+            with self._lock:
+                callbacks = list(self._subscribers.get(table, ()))
+            change = Change(table, frozenset(row_ids), origin)
+            for callback in callbacks:
+                try:
+                    callback(change)
+                except Exception:
+                    logger.exception("subscriber of %s failed", table)
+
+    # -- sync ------------------------------------------------------------------------------------------------------
+    def sync(self) -> SyncReport:
+        """One cycle: load the checkpoint if this store never synced, push the outbox, pull to the end.
+
+        Raises:
+            OfflineError: the gateway is unreachable or unavailable (``online`` turns False); nothing is lost.
+            ApiError: the gateway refused something this store cannot fix (401 after a token refresh, 403).
+        """
+        report = SyncReport()
+        with self._sync_lock:
+            try:
+                if self.cursor is None:
+                    self._bootstrap(report, again=False)
+                self._push(report)
+                self._pull(report)
+            except BaseException as exc:
+                self.last_error = exc
+                if _is_offline(exc):
+                    self.online = False
+                    raise OfflineError(f"The gateway is unavailable: {exc}") from exc
+                raise
+            self.online = True
+            self.last_error = None
+            report.cursor = self.cursor
+        self._resolve_conflicts(report)
+        self._notify(report.changed, "remote")
+        if self.on_conflict is not None:
+            for conflict in report.conflicts:
+                try:
+                    self.on_conflict(conflict)
+                except Exception:
+                    logger.exception("on_conflict callback failed")
+        return report
+
+    # push
+    def _outbox(self) -> list[OutboxEntry]:
+        entries = []
+        rows = self._db.execute(
+            "SELECT seq, deltas, sent FROM _lakesync_outbox ORDER BY seq LIMIT ?", (self.push_batch,)
+        )
+        for seq, text, sent in rows.fetchall():
+            entries.append(OutboxEntry(seq, tuple(_split_wire(text)), sent))
+        return entries
+
+    def _push(self, report: SyncReport) -> None:
+        while True:
+            with self._lock:
+                self._check_open()
+                plan = plan_push(self._outbox(), limit=self.push_batch)
+            if not plan.deltas:
+                return
+            try:
+                answer = self.http.push_wire(plan.deltas, self._clock.now())
+            except ApiError as exc:
+                if exc.status not in _REJECT_STATUS:
+                    raise
+                self._push_singly(plan, report)
+                continue
+            self._receive_hlc(answer.get("serverHlc"))
+            self._collect_receipts(plan.deltas, answer.get("receipts") or [], report)
+            report.pushed += int(answer.get("accepted") or 0)
+            self._ack(plan)
+
+    def _ack(self, plan: PushPlan) -> None:
+        """Drop acknowledged deltas from the outbox (only after the gateway's answer; a crash before this re-sends
+        them, harmlessly)."""
+        with self._tx() as db:
+            for seq, sent, done in plan.acks:
+                if done:
+                    db.execute("DELETE FROM _lakesync_outbox WHERE seq = ?", (seq,))
+                else:
+                    db.execute("UPDATE _lakesync_outbox SET sent = ? WHERE seq = ? AND sent < ?", (sent, seq, sent))
+            self._save_clock()
+
+    def _push_singly(self, plan: PushPlan, report: SyncReport) -> None:
+        """A push was refused for good: send its deltas one by one, and move each refused one out of the outbox."""
+        refused: set[int] = set()
+        for index, wire in enumerate(plan.deltas):
+            try:
+                answer = self.http.push_wire([wire], self._clock.now())
+            except ApiError as exc:
+                if exc.status not in _REJECT_STATUS:
+                    raise
+                refused.add(index)
+                doc = json.loads(wire)
+                report.rejected.append(Rejected(doc["deltaId"], doc["table"], doc["rowId"], exc.status, str(exc)))
+                with self._tx() as db:
+                    db.execute(
+                        "INSERT INTO _lakesync_rejected (delta_id, delta, status, error, at_ms) VALUES (?, ?, ?, ?, ?)",
+                        (doc["deltaId"], wire, exc.status, str(exc), int(time.time() * 1000)),
+                    )
+                logger.warning("the gateway refused local delta %s: %s", doc["deltaId"], exc)
+                continue
+            self._collect_receipts([wire], answer.get("receipts") or [], report)
+            report.pushed += int(answer.get("accepted") or 0)
+        self._ack(plan)
+
+    def _collect_receipts(
+        self, wires: Sequence[str], receipts: Sequence[Mapping[str, Any]], report: SyncReport
+    ) -> None:
+        lost = [
+            r for r in receipts if not r.get("duplicate") and any(not c.get("applied") for c in r.get("columns", ()))
+        ]
+        report.duplicates += sum(1 for r in receipts if r.get("duplicate"))
+        if not lost:
+            return
+        by_id = {}
+        for wire in wires:
+            doc = json.loads(wire)
+            by_id[doc["deltaId"]] = doc
+        for receipt in lost:
+            doc = by_id.get(receipt.get("deltaId", ""))
+            if doc is None:
+                continue
+            values = {c["column"]: c["value"] for c in doc["columns"]}
+            for col in receipt["columns"]:
+                if col.get("applied"):
+                    continue
+                report.conflicts.append(
+                    Conflict(
+                        table=doc["table"],
+                        row_id=doc["rowId"],
+                        column=col["column"],
+                        local_value=values.get(col["column"]),
+                        local_hlc=int(doc["hlc"]),
+                        winner_hlc=int(col["winnerHlc"]),
+                        winner_client_id=str(col["winnerClientId"]),
+                        deleted=bool(receipt.get("deleted")),
+                    )
+                )
+
+    def _resolve_conflicts(self, report: SyncReport) -> None:
+        """Fill in each conflict's winning value from the state (the pull after the push delivered it)."""
+        if not report.conflicts:
+            return
+        resolved = []
+        with self._lock:
+            for conflict in report.conflicts:
+                state = self._state(conflict.table, conflict.row_id)
+                column = None if state is None else state.columns.get(conflict.column)
+                won = column is not None and (column.hlc, column.client_id) == (
+                    conflict.winner_hlc,
+                    conflict.winner_client_id,
+                )
+                deleted = conflict.deleted or (state is not None and not state.exists)
+                resolved.append(
+                    Conflict(
+                        **{
+                            **{f: getattr(conflict, f) for f in conflict.__dataclass_fields__},
+                            "winner_value": column.value if won and column is not None else None,
+                            "deleted": deleted,
+                        }
+                    )
+                )
+        report.conflicts[:] = resolved
+
+    # pull
+    def _pull(self, report: SyncReport) -> None:
+        expired_once = False
+        for _ in range(MAX_PULL_PAGES):
+            cursor = self.cursor
+            try:
+                page = self.http.pull(cursor=cursor or "", limit=self.pull_limit)
+            except ApiError as exc:
+                if exc.status != 410 or expired_once:
+                    raise
+                expired_once = True
+                logger.warning("pull cursor expired (%s); reloading the checkpoint", exc)
+                self._bootstrap(report, again=True)
+                continue
+            deltas = [RowDelta.from_json(d) for d in page.get("deltas", [])]
+            self._apply_page(deltas, page.get("cursor"), page.get("serverHlc"), report)
+            if not page.get("hasMore"):
+                return
+        raise SyncStateError(f"The pull did not end after {MAX_PULL_PAGES} pages")
+
+    def _apply_page(self, deltas: Sequence[RowDelta], cursor: str | None, server_hlc: Any, report: SyncReport) -> None:
+        """Merge one page and move the cursor, in one transaction."""
+        if cursor is None:
+            raise SyncStateError("The gateway's pull answer has no cursor")
+        self._receive_hlc(server_hlc)
+        with self._tx():
+            changed = self._merge_remote(deltas)
+            self._set_meta("cursor", cursor)
+            self._save_clock()
+        report.pulled += len(deltas)
+        for table, rows in changed.items():
+            report.changed.setdefault(table, set()).update(rows)
+        if isinstance(server_hlc, str) and server_hlc.isdigit():
+            report.server_hlc = int(server_hlc)
+
+    def _merge_remote(self, deltas: Iterable[RowDelta]) -> dict[str, set[str]]:
+        """Merge remote deltas into the states and user rows (inside a transaction); the rows that changed."""
+        states: dict[tuple[str, str], RowState | None] = {}
+        dirty: dict[tuple[str, str], RowState] = {}
+        newest = 0
+        for delta in deltas:
+            key = (delta.table, delta.row_id)
+            state = states[key] if key in states else self._state(*key)
+            result = merge(state, delta)
+            states[key] = result.state
+            if result.changed:
+                dirty[key] = result.state
+            newest = max(newest, delta.hlc)
+        for state in dirty.values():
+            self._put_state(state)
+        if newest:
+            # Local writes must order after everything seen here (a remote clock far ahead is not followed).
+            with contextlib.suppress(ClockDriftError):
+                self._clock.recv(newest)
+        changed: dict[str, set[str]] = {}
+        for table, row_id in dirty:
+            changed.setdefault(table, set()).add(row_id)
+        return changed
+
+    def apply_broadcast(self, deltas: Sequence[RowDelta]) -> dict[str, set[str]]:
+        """Merge deltas a real-time broadcast carried (the cursor stays: the next pull delivers them again, and merging
+        them again changes nothing), notify subscribers, and return the rows that changed."""
+        with self._tx():
+            changed = self._merge_remote(deltas)
+            self._save_clock()
+        self._notify(changed, "remote")
+        return changed
+
+    def _receive_hlc(self, server_hlc: Any) -> None:
+        if isinstance(server_hlc, str) and server_hlc.isdigit():
+            with contextlib.suppress(ClockDriftError):
+                self._clock.recv(int(server_hlc))
+
+    # checkpoint
+    def _bootstrap(self, report: SyncReport, *, again: bool) -> None:
+        """Load the latest checkpoint and take its cursor; without one, pull from the beginning."""
+        stream = self.http.checkpoint_stream()
+        if stream is None:
+            with self._tx():
+                self._set_meta("cursor", "")
+            return
+        if stream.cursor is None:
+            raise SyncStateError("The checkpoint came without X-Checkpoint-Cursor")
+        rows = list(_fast.decode_checkpoint(stream.frames))
+        self._receive_hlc(str(stream.server_hlc))
+        with self._tx() as db:
+            empty = db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
+            if empty:
+                self._load_checkpoint_bulk(rows)
+            else:
+                changed = self._merge_checkpoint(rows)
+                for table, ids in changed.items():
+                    report.changed.setdefault(table, set()).update(ids)
+            self._set_meta("cursor", stream.cursor)
+            self._set_meta("checkpointId", stream.checkpoint_id or "")
+            self._save_clock()
+        report.checkpoint_rows += len(rows)
+        report.rebootstrapped = report.rebootstrapped or again
+        if empty:
+            for row in rows:
+                report.changed.setdefault(row[0][1], set()).add(row[0][2])
+
+    def _load_checkpoint_bulk(self, rows: Sequence[list[_fast.RawDelta]]) -> None:
+        """An empty store: write each row's state as the checkpoint gives it (no merge) and its user row, in bulk."""
+        states = []
+        users: dict[str, list[tuple[Any, ...]]] = {}
+        newest = 0
+        for row in rows:
+            table, row_id = row[0][1], row[0][2]
+            text, values = _fast.checkpoint_state_json(row)
+            states.append((table, row_id, text))
+            newest = max(newest, max(d[4] for d in row))
+            local = self.tables.get(table)
+            if local is not None and values is not None:
+                users.setdefault(table, []).append(local.row_params(row_id, values))
+        self._db.executemany("INSERT OR REPLACE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)", states)
+        for table, params in users.items():
+            self._db.executemany(self.tables[table].upsert_sql(), params)
+        if newest:
+            with contextlib.suppress(ClockDriftError):
+                self._clock.recv(newest)
+
+    def _merge_checkpoint(self, rows: Sequence[list[_fast.RawDelta]]) -> dict[str, set[str]]:
+        """A store with data: merge the checkpoint into it. A local row the checkpoint lacks and no pending local
+        write holds is dropped: the checkpoint is everything this client may see as of its cursor (a fresh client
+        would not have the row either), and the pull from its cursor delivers every later change."""
+        changed = self._merge_remote(_fast.to_row_delta(d) for row in rows for d in row)
+        present = {(row[0][1], row[0][2]) for row in rows}
+        pending: set[tuple[str, str]] = set()
+        for (text,) in self._db.execute("SELECT deltas FROM _lakesync_outbox").fetchall():
+            pending.update((d["table"], d["rowId"]) for d in json.loads(text))
+        for table, row_id in self._db.execute("SELECT tbl, row_id FROM _lakesync_state").fetchall():
+            if (table, row_id) in present or (table, row_id) in pending:
+                continue
+            self._db.execute("DELETE FROM _lakesync_state WHERE tbl = ? AND row_id = ?", (table, row_id))
+            local = self.tables.get(table)
+            if local is not None:
+                self._db.execute(local.delete_sql(), (row_id,))
+            changed.setdefault(table, set()).add(row_id)
+        return changed
+
+    # -- background ------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Sync in the background: after local writes, on an interval (or when the real-time channel says so), with
+        backoff while offline. Idempotent."""
+        with self._lock:
+            self._check_open()
+            if self._thread is not None:
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=f"lakesync-sync-{self.client_id}", daemon=True)
+            self._thread.start()
+            if self.realtime:
+                from lakesync.client.realtime import RealtimeListener
+
+                self._listener = RealtimeListener(self)
+                self._listener.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop background sync and the real-time listener, and wait for them."""
+        with self._lock:
+            thread, listener = self._thread, self._listener
+            self._thread = self._listener = None
+        self._stop.set()
+        self._wake.set()
+        if listener is not None:
+            listener.stop()
+        if thread is not None:
+            thread.join()
+
+    def request_sync(self) -> None:
+        """Ask the background thread for a sync cycle soon (no effect without :meth:`start`)."""
+        self._wake.set()
+
+    @property
+    def realtime_connected(self) -> bool:
+        """Whether the real-time channel is connected (then pulls follow broadcasts instead of the poll interval)."""
+        listener = self._listener
+        return bool(listener is not None and listener.connected)
+
+    def _run(self) -> None:
+        retry_at = 0.0
+        while not self._stop.is_set():
+            interval = self.connected_poll_interval if self.realtime_connected else self.poll_interval
+            now = time.monotonic()
+            if retry_at > now:
+                # Offline: local writes do not cut the backoff short, only stop does.
+                self._stop.wait(retry_at - now)
+            else:
+                self._wake.wait(interval)
+            if self._stop.is_set():
+                return
+            self._stop.wait(self.debounce)  # coalesce a burst of writes or broadcasts into one cycle
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.sync()
+            except OfflineError as exc:
+                delay = self.backoff.next_delay()
+                retry_at = time.monotonic() + delay
+                logger.info("offline (%s); retrying in %.1fs", exc, delay)
+                continue
+            except Exception:
+                delay = self.backoff.next_delay()
+                retry_at = time.monotonic() + delay
+                logger.exception("background sync failed; retrying in %.1fs", delay)
+                continue
+            self.backoff.reset()
+            retry_at = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop background sync and close the file. Idempotent."""
+        self.stop()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Batch:
+    """Writes collected by :meth:`LocalStore.batch`, applied together."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[DeltaOp, str, str, Mapping[str, JsonValue] | None]] = []
+
+    def insert(self, table: str, row_id: str, values: Mapping[str, JsonValue]) -> None:
+        """Queue an insert."""
+        self.ops.append((DeltaOp.INSERT, table, row_id, values))
+
+    def update(self, table: str, row_id: str, values: Mapping[str, JsonValue]) -> None:
+        """Queue an update."""
+        self.ops.append((DeltaOp.UPDATE, table, row_id, values))
+
+    def delete(self, table: str, row_id: str) -> None:
+        """Queue a delete."""
+        self.ops.append((DeltaOp.DELETE, table, row_id, None))
+
+
+_READ_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+
+
+def _read_only(action: int, *_args: Any) -> int:
+    return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+
+
+def _split_wire(text: str) -> list[str]:
+    """The wire JSON texts of an outbox entry's deltas (re-rendered compactly, one per delta)."""
+    return [_fast.encode_state(d) for d in json.loads(text)]
+
+
+def connect(
+    path: str | Path,
+    *,
+    url: str,
+    gateway: str,
+    schemas: Iterable[TableSchema | Mapping[str, Any]],
+    token: str | None = None,
+    get_token: Callable[[], str] | None = None,
+    client_id: str | None = None,
+    ws_url: str | None = None,
+    **options: Any,
+) -> LocalStore:
+    """Open (or create) the local database at ``path`` synced with ``gateway`` at ``url``.
+
+    Args:
+        path: The SQLite file.
+        url: The gateway's HTTP base URL, e.g. ``http://127.0.0.1:8787``.
+        gateway: The gateway id.
+        schemas: The tables to keep, as :class:`~lakesync.core.schema.TableSchema` or their JSON documents.
+        token: A JWT for this client; or ``get_token``, called for the first token and again on a 401.
+        get_token: See ``token``.
+        client_id: Defaults to the token's ``sub``.
+        ws_url: The real-time WebSocket URL; default: ``url`` with ``ws``/``wss`` + ``/v1/sync/{gateway}/ws``.
+        options: More :class:`LocalStore` options (``poll_interval``, ``realtime``, ``on_conflict``, ``backoff``...).
+
+    Raises:
+        ValueError: neither ``token`` nor ``get_token``, or a token without ``sub``.
+        SyncStateError: the file belongs to another client or gateway.
+        ValidationError: a schema the local store cannot use.
+    """
+    return LocalStore(
+        path,
+        url=url,
+        gateway=gateway,
+        schemas=schemas,
+        token=token,
+        get_token=get_token,
+        client_id=client_id,
+        ws_url=ws_url,
+        **options,
+    )

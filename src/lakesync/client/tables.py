@@ -1,0 +1,286 @@
+"""User tables of the local store: table schemas as typed SQLite tables, and the checks of what the app writes.
+
+A :class:`~lakesync.core.schema.TableSchema` becomes a plain SQLite table that any tool can read: the table is
+named after the deltas' table (``schema.delta_table``), its primary key is ``_rowId TEXT`` (the original client's
+naming, reference §16) and each schema column is a column with the affinity of its type:
+
+==========  ===========  =========================================================================================
+type        affinity     stored as
+==========  ===========  =========================================================================================
+string      TEXT         the string
+number      NUMERIC      the integer or float (NUMERIC keeps integers exact and stores ``2.0`` as ``2``)
+boolean     INTEGER      0 / 1
+json        TEXT         the value's compact JSON text (``json_extract`` works on it)
+null        (none)       NULL
+==========  ===========  =========================================================================================
+
+A value of another type than its column's (another client wrote it; the gateway never checks values against
+types) is stored as itself when SQLite can hold it (a scalar) and as JSON text otherwise; :meth:`LocalTable.from_sql`
+reads back what :meth:`LocalTable.to_sql` wrote for every value the app can write. The per-column LWW state
+(``_lakesync_state``) is the source of truth; the user table is its projection and is rewritten from it.
+
+Names: SQLite identifiers are case-insensitive, so two columns differing only in case, a column named ``_rowId``
+(any case) and tables named ``_lakesync_*`` or ``sqlite_*`` are refused when the store opens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lakesync.core.canonical import JsonValue, utf8_size
+from lakesync.core.errors import ValidationError
+from lakesync.core.schema import ColumnType, TableSchema, parse_table_schema
+
+ROW_ID = "_rowId"
+"""The primary-key column of every user table (the original client's name)."""
+META_PREFIX = "_lakesync_"
+"""Prefix of the store's own tables."""
+
+MAX_ROW_KEY_BYTES = 2048
+"""The gateway's limit on ``{gateway}#{table}#{rowId}`` (a DynamoDB partition key)."""
+MAX_DELTA_BYTES = 100_000
+"""The gateway's default limit on a delta's columns as JSON (``max_row_bytes``)."""
+
+_AFFINITY = {
+    ColumnType.STRING: "TEXT",
+    ColumnType.NUMBER: "NUMERIC",
+    ColumnType.BOOLEAN: "INTEGER",
+    ColumnType.JSON: "TEXT",
+    ColumnType.NULL: "",
+}
+
+
+class LocalWriteError(ValidationError):
+    """The app asked for a write the store refuses (unknown table or column, wrong type, bad row id); nothing was
+    written."""
+
+    code = "LOCAL_WRITE_ERROR"
+
+
+class RowExistsError(LocalWriteError):
+    """``insert`` of a row that is live in the local store."""
+
+    code = "ROW_EXISTS"
+
+
+class RowNotFoundError(LocalWriteError):
+    """``update`` or ``delete`` of a row that is not live in the local store."""
+
+    code = "ROW_NOT_FOUND"
+
+
+def quote(name: str) -> str:
+    """A SQLite identifier, quoted (names are validated identifiers; quoting keeps keywords such as ``order`` legal)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _dumps(value: JsonValue) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTable:
+    """One user table: its schema's columns (duplicates collapsed, last type wins) and how values map to SQLite."""
+
+    name: str
+    columns: tuple[str, ...]
+    types: Mapping[str, ColumnType]
+
+    @classmethod
+    def from_schema(cls, schema: TableSchema | Mapping[str, Any]) -> LocalTable:
+        """Build from a schema object or its JSON document.
+
+        Raises:
+            SchemaDefinitionError: an invalid schema document.
+            ValidationError: a name the local store cannot use (see the module docstring).
+        """
+        if not isinstance(schema, TableSchema):
+            schema = parse_table_schema(schema)
+        name = schema.delta_table
+        lowered = name.lower()
+        if lowered.startswith((META_PREFIX, "sqlite_")):
+            raise ValidationError(f'Table name "{name}" is reserved in the local store')
+        types = schema.column_types
+        seen: dict[str, str] = {}
+        for column in types:
+            key = column.lower()
+            if key == ROW_ID.lower():
+                raise ValidationError(f'Column "{column}" of table "{name}" clashes with the local key column {ROW_ID}')
+            if key in seen:
+                raise ValidationError(
+                    f'Columns "{seen[key]}" and "{column}" of table "{name}" differ only in case (SQLite would clash)'
+                )
+            seen[key] = column
+        return cls(name, tuple(types), dict(types))
+
+    # -- DDL --------------------------------------------------------------------------------------------------------
+    def create_sql(self) -> str:
+        """``CREATE TABLE IF NOT EXISTS`` with ``_rowId TEXT PRIMARY KEY`` and one typed column per schema column."""
+        cols = [f"{quote(ROW_ID)} TEXT PRIMARY KEY NOT NULL"]
+        cols += [f"{quote(c)} {_AFFINITY[self.types[c]]}".rstrip() for c in self.columns]
+        return f"CREATE TABLE IF NOT EXISTS {quote(self.name)} ({', '.join(cols)})"
+
+    def add_column_sql(self, column: str) -> str:
+        """``ALTER TABLE ... ADD COLUMN`` for a column a newer schema added."""
+        return f"ALTER TABLE {quote(self.name)} ADD COLUMN {quote(column)} {_AFFINITY[self.types[column]]}".rstrip()
+
+    def upsert_sql(self) -> str:
+        """``INSERT OR REPLACE`` of a whole row: ``_rowId`` then every column in schema order."""
+        names = ", ".join(quote(c) for c in (ROW_ID, *self.columns))
+        marks = ", ".join("?" * (len(self.columns) + 1))
+        return f"INSERT OR REPLACE INTO {quote(self.name)} ({names}) VALUES ({marks})"
+
+    def delete_sql(self) -> str:
+        """``DELETE`` of one row by ``_rowId``."""
+        return f"DELETE FROM {quote(self.name)} WHERE {quote(ROW_ID)} = ?"
+
+    def select_sql(self) -> str:
+        """``SELECT`` of every row, ``_rowId`` first, columns in schema order."""
+        names = ", ".join(quote(c) for c in (ROW_ID, *self.columns))
+        return f"SELECT {names} FROM {quote(self.name)}"
+
+    # -- values -----------------------------------------------------------------------------------------------------
+    def row_params(self, row_id: str, values: Mapping[str, JsonValue]) -> tuple[Any, ...]:
+        """The parameters of :meth:`upsert_sql` for a row's live values (columns it lacks are NULL)."""
+        types = self.types
+        return (row_id, *(to_sql(types[c], values.get(c)) for c in self.columns))
+
+    def from_row(self, row: Sequence[Any]) -> dict[str, JsonValue]:
+        """A row read with :meth:`select_sql` (without its ``_rowId``) as the app's values."""
+        types = self.types
+        return {c: from_sql(types[c], v) for c, v in zip(self.columns, row[1:], strict=True)}
+
+    def check_write(self, gateway: str, row_id: object, values: Mapping[str, Any] | None) -> None:
+        """Refuse bad input before anything is written.
+
+        Raises:
+            LocalWriteError: a bad row id, an unknown column, a value of the wrong type, a non-JSON value, or a
+                delta larger than the gateway accepts.
+        """
+        check_row_id(gateway, self.name, row_id)
+        if values is None:
+            return
+        if not isinstance(values, Mapping):
+            raise LocalWriteError(f"values for {self.name}:{row_id} must be a mapping of column to value")
+        for column, value in values.items():
+            kind = self.types.get(column) if isinstance(column, str) else None
+            if kind is None:
+                raise LocalWriteError(f'Unknown column "{column}" for table "{self.name}"')
+            _check_value(self.name, column, kind, value)
+        size = utf8_size([{"column": c, "value": v} for c, v in values.items()])
+        if size > MAX_DELTA_BYTES:
+            raise LocalWriteError(
+                f"The write to {self.name}:{row_id} is {size:,} bytes of JSON; the gateway accepts {MAX_DELTA_BYTES:,}"
+            )
+
+
+def check_row_id(gateway: str, table: str, row_id: object) -> None:
+    """A row id is a non-empty string of valid text whose row key fits the gateway's limit.
+
+    Raises:
+        LocalWriteError: otherwise.
+    """
+    if not isinstance(row_id, str) or not row_id:
+        raise LocalWriteError(f"row_id must be a non-empty string, not {row_id!r}")
+    try:
+        size = len(row_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise LocalWriteError(f"row_id {row_id!r} is not valid text (it holds a lone surrogate)") from None
+    if len(gateway) + len(table) + 2 + size > MAX_ROW_KEY_BYTES:
+        raise LocalWriteError(f"row_id is {size:,} bytes; the row key {gateway}#{table}#<rowId> must fit 2,048 bytes")
+
+
+def _check_value(table: str, column: str, kind: ColumnType, value: Any) -> None:
+    where = f"{table}.{column}"
+    if value is None:
+        return
+    ok: bool
+    if kind is ColumnType.STRING:
+        ok = isinstance(value, str)
+    elif kind is ColumnType.NUMBER:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif kind is ColumnType.BOOLEAN:
+        ok = isinstance(value, bool)
+    elif kind is ColumnType.NULL:
+        ok = False
+    else:
+        ok = True
+    if not ok:
+        raise LocalWriteError(f"{where} is a {kind.value} column; got {type(value).__name__} {value!r:.60}")
+    _check_json(value, where, 0)
+
+
+def _check_json(value: Any, where: str, depth: int) -> None:
+    if depth > 64:
+        raise LocalWriteError(f"{where} is nested too deeply (64 levels at most)")
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise LocalWriteError(f"{where} must be a finite number")
+        return
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise LocalWriteError(f"{where} is not valid text (it holds a lone surrogate)") from None
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json(item, where, depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise LocalWriteError(f"{where} has a non-string object key {key!r}")
+            _check_json(key, where, depth + 1)
+            _check_json(item, where, depth + 1)
+        return
+    raise LocalWriteError(f"{where} is not a JSON value ({type(value).__name__})")
+
+
+def to_sql(kind: ColumnType, value: JsonValue) -> Any:
+    """A JSON value as the column stores it (see the module docstring)."""
+    if value is None:
+        return None
+    if kind is ColumnType.JSON:
+        return _dumps(value)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, list | dict):
+        return _dumps(value)
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return float(value)  # SQLite integers are 64-bit; the value is a double on the wire anyway
+    return value
+
+
+def from_sql(kind: ColumnType, value: Any) -> JsonValue:
+    """Inverse of :func:`to_sql` for values of the column's type."""
+    if value is None:
+        return None
+    if kind is ColumnType.JSON:
+        parsed: JsonValue = json.loads(value)
+        return parsed
+    if kind is ColumnType.BOOLEAN and isinstance(value, int):
+        return bool(value)
+    result: JsonValue = value
+    return result
+
+
+def load_tables(schemas: Iterable[TableSchema | Mapping[str, Any]]) -> dict[str, LocalTable]:
+    """The local tables of the given schemas, by table name.
+
+    Raises:
+        ValidationError: two schemas for one table, or a name the store cannot use.
+    """
+    tables: dict[str, LocalTable] = {}
+    for schema in schemas:
+        table = LocalTable.from_schema(schema)
+        if table.name.lower() in {t.lower() for t in tables}:
+            raise ValidationError(f'Two schemas for table "{table.name}"')
+        tables[table.name] = table
+    return tables
