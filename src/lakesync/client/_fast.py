@@ -83,23 +83,37 @@ def state_json_text(value: JsonValue) -> str:
 def insert_delta(
     op: str, table: str, row_id: str, client_id: str, hlc: int, values: dict[str, JsonValue]
 ) -> tuple[str, str, list[tuple[str, str]]]:
-    """A write delta's wire JSON and deltaId, and its ``(name JSON, value JSON)`` pairs, built as text.
+    """A write delta's wire JSON and deltaId, and its ``(name JSON, value JSON for the state)`` pairs, built as text.
 
     Returns:
         ``(delta wire JSON, deltaId, pairs)``.
     """
-    pairs = [(_encode_string(name), json_text(value)) for name, value in values.items()]
-    columns = ",".join(f'{{"column":{n},"value":{v}}}' for n, v in pairs)
+    wire_pairs = []
+    state_pairs = []
+    for name, value in values.items():
+        name_json = _encode_string(name)
+        canonical = json_text(value)
+        wire_pairs.append(f'{{"column":{name_json},"value":{canonical}}}')
+        # The canonical text of a float may read back as another number (1e16 → an int); the state keeps the value.
+        kind = type(value)
+        exact = canonical if kind in _EXACT_TYPES or (kind is int and canonical.lstrip("-").isdigit()) else None
+        if exact is None or (kind is int and len(canonical) > 15):
+            exact = state_json_text(value)
+        state_pairs.append((name_json, exact))
+    columns = ",".join(wire_pairs)
     client = _encode_string(client_id)
     row = _encode_string(row_id)
     tbl = _encode_string(table)
-    canonical = f'{{"clientId":{client},"columns":[{columns}],"hlc":"{hlc}","rowId":{row},"table":{tbl}}}'
-    did = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    canonical_delta = f'{{"clientId":{client},"columns":[{columns}],"hlc":"{hlc}","rowId":{row},"table":{tbl}}}'
+    did = hashlib.sha256(canonical_delta.encode("utf-8")).hexdigest()
     wire = (
         f'{{"op":"{op}","table":{tbl},"rowId":{row},"clientId":{client},"columns":[{columns}],'
         f'"hlc":"{hlc}","deltaId":"{did}"}}'
     )
-    return wire, did, pairs
+    return wire, did, state_pairs
+
+
+_EXACT_TYPES: Final = frozenset({str, bool, type(None)})
 
 
 def write_state_json(pairs: Sequence[tuple[str, str]], hlc: int, client_json: str) -> str:
