@@ -2,8 +2,10 @@
 settings, stores and secrets built on first use, the per-process invocation lock)."""
 
 from lakesync.aws.lambda_runtime import (
+    get_broadcast_deps,
     get_deps,
     get_materialise_deps,
+    get_realtime,
     get_settings,
     jwt_secrets,
     logger,
@@ -15,8 +17,10 @@ from lakesync.aws.lambda_runtime import (
 )
 
 __all__ = [
+    "get_broadcast_deps",
     "get_deps",
     "get_materialise_deps",
+    "get_realtime",
     "get_settings",
     "jwt_secrets",
     "logger",

@@ -14,12 +14,13 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, create_tables
-from lakesync.aws.log_stream import StreamRecordError, decode_record, decode_stream_records, lambda_record
+from lakesync.aws.log_stream import StreamRecordError, decode_record, decode_stream_records
 from lakesync.aws.tables import TableNames
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.model import ShardId
+from tests.ddb_stream import Stream
 
 FAKE = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
@@ -43,23 +44,6 @@ def sync_push(client: str, deltas: list[tuple[str, str, dict[str, Any]]]) -> Syn
             ],
         }
     )
-
-
-class Stream:
-    """The deltas table's stream, read from where the previous read stopped."""
-
-    def __init__(self, endpoint: str, table_client: Any, table: str) -> None:
-        self.client = boto3.client("dynamodbstreams", endpoint_url=endpoint, **FAKE)
-        self.arn = table_client.describe_table(TableName=table)["Table"]["LatestStreamArn"]
-        shard = self.client.describe_stream(StreamArn=self.arn)["StreamDescription"]["Shards"][0]["ShardId"]
-        self.iterator = self.client.get_shard_iterator(
-            StreamArn=self.arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
-
-    def read(self) -> list[dict[str, Any]]:
-        out = self.client.get_records(ShardIterator=self.iterator)
-        self.iterator = out["NextShardIterator"]
-        return [lambda_record(r, self.arn) for r in out["Records"]]
 
 
 @pytest.fixture(scope="module")

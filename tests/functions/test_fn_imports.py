@@ -11,7 +11,20 @@ import sys
 
 import pytest
 
-HANDLERS = ["health", "push", "pull", "actions", "admin", "flush_trigger", "rotate_secret", "lake_tick"]
+HANDLERS = [
+    "health",
+    "push",
+    "pull",
+    "actions",
+    "admin",
+    "flush_trigger",
+    "rotate_secret",
+    "lake_tick",
+    "ws_connect",
+    "ws_disconnect",
+    "ws_message",
+    "ws_broadcast",
+]
 HEAVY = ("pyspark", "pyiceberg", "pyarrow", "pandas", "moto", "boto3")
 
 _PROBE = """

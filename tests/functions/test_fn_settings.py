@@ -1,8 +1,11 @@
 """lakesync.aws.function_settings.Settings.from_env: defaults, the table-name and secret alternatives, and one
-clear error listing every bad variable; the materialise consumer's and the lake tick's settings likewise.
+clear error listing every bad variable; the materialise consumer's, the lake tick's and the WebSocket functions'
+settings likewise.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -10,6 +13,7 @@ from lakesync.aws.function_settings import (
     API_ENV_VARS,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
+    CONNECTIONS_TABLE,
     FLUSH_JOB_NAME,
     FLUSH_PUBLISHES,
     FUNCTION_ENV_VARS,
@@ -17,8 +21,11 @@ from lakesync.aws.function_settings import (
     JOB_NAME_VARS,
     TABLE_PREFIX,
     TABLE_VARS,
+    WS_CALLBACK_URL,
+    BroadcastSettings,
     LakeTickSettings,
     MaterialiseSettings,
+    RealtimeSettings,
     Settings,
     SettingsError,
 )
@@ -123,15 +130,62 @@ def test_function_env_vars_cover_what_settings_read():
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
     # Then the API functions declare exactly those (and the six table names) but the job names and whether the flush
-    # publishes, which flush_trigger and lake_tick read, and the claim-check bucket, which only materialise reads;
-    # health and rotate_secret read none
+    # publishes, which flush_trigger and lake_tick read, the claim-check bucket, which only materialise reads, and the
+    # WebSocket functions' sessions table and callback URL; health and rotate_secret read none
     jobs = {*JOB_NAME_VARS.values(), FLUSH_PUBLISHES}
-    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | jobs | {CLAIM_CHECK_BUCKET}
+    realtime = {CONNECTIONS_TABLE, WS_CALLBACK_URL}
+    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | jobs | {CLAIM_CHECK_BUCKET} | realtime
     assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
     assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME}
     assert FUNCTION_ENV_VARS["lake_tick"] == {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET, *jobs}
     assert FUNCTION_ENV_VARS["materialise"] == {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
+    assert FUNCTION_ENV_VARS["ws_connect"] == API_ENV_VARS | {CONNECTIONS_TABLE}
+    assert FUNCTION_ENV_VARS["ws_message"] == API_ENV_VARS | realtime
+    assert FUNCTION_ENV_VARS["ws_disconnect"] == {TABLE_PREFIX, CONNECTIONS_TABLE}
+    assert FUNCTION_ENV_VARS["ws_broadcast"] == {TABLE_PREFIX, *TABLE_VARS.values(), *realtime}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"LAKESYNC_TABLE_PREFIX": "ls"}, RealtimeSettings("ls-connections")),
+        (
+            {"LAKESYNC_TABLE_PREFIX": "ls", "LAKESYNC_CONNECTIONS_TABLE": "stack-Conn-1", "LAKESYNC_WS_CALLBACK_URL":
+                "https://a1b2c3d4e5.execute-api.eu-west-1.amazonaws.com/prod/"},
+            RealtimeSettings("stack-Conn-1", "https://a1b2c3d4e5.execute-api.eu-west-1.amazonaws.com/prod"),
+        ),
+        ({"LAKESYNC_CONNECTIONS_TABLE": "c-1", "LAKESYNC_WS_CALLBACK_URL": "http://127.0.0.1:8787"},
+            RealtimeSettings("c-1", "http://127.0.0.1:8787")),
+    ],
+)  # fmt: skip
+def test_realtime_settings_name_the_sessions_table_and_the_callback_url(env, expected):
+    assert RealtimeSettings.from_env(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({}, "missing LAKESYNC_CONNECTIONS_TABLE (or set LAKESYNC_TABLE_PREFIX)"),
+        ({"LAKESYNC_CONNECTIONS_TABLE": "a b"}, "is not a valid DynamoDB table name"),
+        ({"LAKESYNC_TABLE_PREFIX": "ls", "LAKESYNC_WS_CALLBACK_URL": "wss://x/prod"}, "is not an http(s) URL"),
+    ],
+)
+def test_realtime_settings_invalid_environment_is_a_clear_error(env, fragment):
+    with pytest.raises(SettingsError, match=re.escape(fragment)):
+        RealtimeSettings.from_env(env)
+
+
+def test_the_broadcaster_needs_the_tables_and_the_callback_url():
+    with pytest.raises(SettingsError) as err:
+        BroadcastSettings.from_env({"LAKESYNC_CONNECTIONS_TABLE": "c-1"})
+    assert "LAKESYNC_WS_CALLBACK_URL" in str(err.value) and "LAKESYNC_TABLE_DELTAS" in str(err.value)
+    with pytest.raises(SettingsError, match="missing LAKESYNC_WS_CALLBACK_URL"):
+        RealtimeSettings.from_env({"LAKESYNC_TABLE_PREFIX": "ls"}, sends=True)
+    ok = BroadcastSettings.from_env({"LAKESYNC_TABLE_PREFIX": "ls", "LAKESYNC_WS_CALLBACK_URL": "http://h:1/s"})
+    assert ok.tables == TableNames.with_prefix("ls") and ok.realtime == RealtimeSettings(
+        "ls-connections", "http://h:1/s"
+    )
 
 
 def test_materialise_settings_need_tables_and_a_valid_claim_check_bucket():

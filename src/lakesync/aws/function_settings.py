@@ -24,6 +24,14 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 * ``LAKESYNC_FLUSH_PUBLISHES`` -- ``true`` when the flush job publishes materialisation jobs (``lake_tick`` alone:
   the flush then releases only published entries, and the tick must apply the same rule).
 
+The WebSocket functions (``ws_*``) read :class:`RealtimeSettings` besides:
+
+* ``LAKESYNC_CONNECTIONS_TABLE`` -- the sessions table (CDK generates it), or ``{LAKESYNC_TABLE_PREFIX}-connections``
+  when only the prefix is set (the local shortcut).
+* ``LAKESYNC_WS_CALLBACK_URL`` -- the WebSocket API stage's callback URL for the management API
+  (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; locally the front's), read by ``ws_message`` (to
+  close a session) and ``ws_broadcast`` (to send); ``ws_broadcast`` reads the table names too (sync rules).
+
 ``lake_tick`` reads :class:`LakeTickSettings`: the gateway ids, the table names, the checkpoint bucket (optional),
 the three job names and ``LAKESYNC_FLUSH_PUBLISHES``.
 
@@ -39,7 +47,7 @@ from dataclasses import dataclass, field, fields
 from typing import Final
 
 from lakesync.auth import MIN_SECRET_BYTES
-from lakesync.aws.tables import TableNames
+from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import MIB, GatewaySettings
 
@@ -62,6 +70,8 @@ JOB_NAME_VARS: Final = {"flush": FLUSH_JOB_NAME, "compact": COMPACT_JOB_NAME, "c
 FLUSH_PUBLISHES: Final = "LAKESYNC_FLUSH_PUBLISHES"
 CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
 ROW_WRITES: Final = "LAKESYNC_ROW_WRITES"
+CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
+WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
 ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 
 API_ENV_VARS: Final = frozenset(
@@ -81,6 +91,7 @@ API_ENV_VARS: Final = frozenset(
     }
 )
 """Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
+_BUFFER_TABLE_VARS: Final = frozenset({TABLE_PREFIX, *TABLE_VARS.values()})
 
 FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "health": frozenset(),
@@ -95,6 +106,13 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "lake_tick": frozenset(
         {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET, FLUSH_PUBLISHES, *JOB_NAME_VARS.values()}
     ),
+    # $connect authenticates (the API settings: gateways, secret) and records the session.
+    "ws_connect": API_ENV_VARS | {CONNECTIONS_TABLE},
+    "ws_disconnect": frozenset({TABLE_PREFIX, CONNECTIONS_TABLE}),
+    # $default serves frames with the gateway services and closes sessions through the management API.
+    "ws_message": API_ENV_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
+    # the broadcaster: sync rules (config table), the sessions, the management API.
+    "ws_broadcast": _BUFFER_TABLE_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
 
@@ -104,6 +122,8 @@ _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _MAX_SUB_SHARDS = 256
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_CALLBACK_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~$-]+)*/?")
+"""A stage's callback URL (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; ``http`` for local)."""
 _JOB_NAME = re.compile(r"[\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF\t]{1,255}")
 """A Glue job name (its API's pattern)."""
 
@@ -345,3 +365,84 @@ class LakeTickSettings:
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket)
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeSettings:
+    """Validated configuration of the WebSocket functions (besides the API settings ``ws_connect`` and
+    ``ws_message`` read).
+
+    Attributes:
+        connections_table: The sessions table.
+        callback_url: The WebSocket API stage's callback URL (``None`` where the function does not send).
+    """
+
+    connections_table: str
+    callback_url: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], *, sends: bool = False) -> RealtimeSettings:
+        """Read and validate the variables; ``sends``: the callback URL is required.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        table = _connections_table(env, errors)
+        url = _callback_url(env, errors, required=sends)
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return cls(table, url)
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastSettings:
+    """Validated configuration of ``ws_broadcast``.
+
+    Attributes:
+        tables: Physical DynamoDB table names (the config table holds the sync rules).
+        realtime: The sessions table and the callback URL (required).
+    """
+
+    tables: TableNames
+    realtime: RealtimeSettings
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> BroadcastSettings:
+        """Read and validate the variables.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        tables = _tables(env, errors)
+        table = _connections_table(env, errors)
+        url = _callback_url(env, errors, required=True)
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return cls(tables, RealtimeSettings(table, url))
+
+
+def _connections_table(env: Mapping[str, str], errors: list[str]) -> str:
+    name = env.get(CONNECTIONS_TABLE, "").strip()
+    prefix = env.get(TABLE_PREFIX, "").strip()
+    if not name and prefix:
+        name = connections_table_name(prefix)
+    if not name:
+        errors.append(f"missing {CONNECTIONS_TABLE} (or set {TABLE_PREFIX})")
+    elif not _TABLE_NAME.fullmatch(name):
+        errors.append(f"{CONNECTIONS_TABLE} {name!r} is not a valid DynamoDB table name")
+    return name
+
+
+def _callback_url(env: Mapping[str, str], errors: list[str], *, required: bool) -> str | None:
+    url = env.get(WS_CALLBACK_URL, "").strip()
+    if not url:
+        if required:
+            errors.append(f"missing {WS_CALLBACK_URL}")
+        return None
+    if not _CALLBACK_URL.fullmatch(url):
+        errors.append(f"{WS_CALLBACK_URL} {url!r} is not an http(s) URL of a WebSocket API stage")
+    return url.rstrip("/")

@@ -25,14 +25,16 @@ from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 
-from lakesync.aws.function_settings import MaterialiseSettings, Settings
+from lakesync.aws.function_settings import BroadcastSettings, MaterialiseSettings, RealtimeSettings, Settings
 from lakesync.aws.tracing import OptionalTracer
 from lakesync.lazy import Lazy
 
 if TYPE_CHECKING:
     from lakesync.aws.secrets import CachedSecrets
+    from lakesync.aws.wiring import Realtime
     from lakesync.gateway.deps import GatewayDeps
     from lakesync.gateway.materialise import MaterialiseDeps
+    from lakesync.gateway.realtime import BroadcastDeps
 
 SERVICE: Final = "lakesync"
 NAMESPACE: Final = "LakeSync"
@@ -82,6 +84,23 @@ use_materialise_deps = _materialise.use
 """Make the materialise handler use other dependencies (the embedded default adds its local database)."""
 
 
+@functools.lru_cache(maxsize=1)
+def get_realtime() -> Realtime:
+    """The WebSocket functions' sessions and sender (:func:`lakesync.aws.wiring.realtime`), built on first use from
+    :class:`~lakesync.aws.function_settings.RealtimeSettings` (the sender only where a callback URL is set)."""
+    from lakesync.aws.wiring import realtime
+
+    return realtime(RealtimeSettings.from_env(os.environ))
+
+
+@functools.lru_cache(maxsize=1)
+def get_broadcast_deps() -> BroadcastDeps:
+    """The broadcaster's dependencies (:func:`lakesync.aws.wiring.broadcast_deps`), built on first use."""
+    from lakesync.aws.wiring import broadcast_deps
+
+    return broadcast_deps(BroadcastSettings.from_env(os.environ))
+
+
 def jwt_secrets() -> tuple[str, ...]:
     """The secrets tokens may be signed with, primary first.
 
@@ -108,6 +127,8 @@ def reset_runtime() -> None:
     """Forget settings, clients, stores and cached secrets; the next request rebuilds them from the environment."""
     get_settings.cache_clear()
     get_deps.cache_clear()
+    get_realtime.cache_clear()
+    get_broadcast_deps.cache_clear()
     _materialise.reset()
     _secret_source.cache_clear()
 

@@ -9,13 +9,22 @@ from lakesync.aws.dynamodb import (
     DynamoDBConfigStore,
     DynamoDBPullBasisReader,
 )
-from lakesync.aws.function_settings import LakeTickSettings, MaterialiseSettings, Settings
+from lakesync.aws.function_settings import (
+    BroadcastSettings,
+    LakeTickSettings,
+    MaterialiseSettings,
+    RealtimeSettings,
+    Settings,
+    SettingsError,
+)
 from lakesync.aws.lake_tick import LakeReader, LakeTick
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.core.lake_work import JOB_KINDS
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.materialise import MaterialiseDeps
+from lakesync.gateway.realtime import BroadcastDeps
+from lakesync.ports import ConnectionSender, ConnectionStore
 
 
 def gateway_deps(settings: Settings) -> GatewayDeps:
@@ -65,3 +74,47 @@ def lake_tick(settings: LakeTickSettings) -> LakeTick:
     glue = glue_client()
     runners = {job: GlueJobStarter(glue, settings.job_names[job]) for job in JOB_KINDS}
     return LakeTick(reader, runners, publishing=settings.flush_publishes)
+
+
+class Realtime:
+    """The WebSocket functions' dependencies: the sessions table and, where the function sends, the management API
+    sender (its client made on first send).
+
+    Args:
+        connections: The session store.
+        sender: The sender, or ``None`` where the function is not configured to send.
+    """
+
+    def __init__(self, connections: ConnectionStore, sender: ConnectionSender | None = None) -> None:
+        self.connections = connections
+        self._sender = sender
+
+    @property
+    def sender(self) -> ConnectionSender:
+        """The sender.
+
+        Raises:
+            SettingsError: no callback URL is configured.
+        """
+        if self._sender is None:
+            raise SettingsError("Invalid LakeSync configuration: missing LAKESYNC_WS_CALLBACK_URL")
+        return self._sender
+
+
+def realtime(settings: RealtimeSettings) -> Realtime:
+    """The sessions over DynamoDB and, with a callback URL, a :class:`~lakesync.aws.ws_sender.ManagementApiSender`."""
+    from lakesync.aws.connections import DynamoDBConnectionStore
+    from lakesync.aws.ws_sender import ManagementApiSender
+
+    sender = ManagementApiSender(settings.callback_url) if settings.callback_url else None
+    return Realtime(DynamoDBConnectionStore(dynamodb_client(), settings.connections_table), sender)
+
+
+def broadcast_deps(settings: BroadcastSettings) -> BroadcastDeps:
+    """The broadcaster's dependencies: sync rules from the config table, the sessions, the management API."""
+    live = realtime(settings.realtime)
+    return BroadcastDeps(
+        config=DynamoDBConfigStore(dynamodb_client(), settings.tables),
+        connections=live.connections,
+        sender=live.sender,
+    )
