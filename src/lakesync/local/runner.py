@@ -28,6 +28,8 @@ from lakesync.local.front import LocalFront
 from lakesync.local.journal import DurableState
 from lakesync.local.materialiser import MAX_RECEIVE_COUNT, LocalMaterialiser
 from lakesync.local.moto import MotoServer
+from lakesync.local.streams import LocalStreamSource
+from lakesync.local.websocket import GatewaySessions, SocketHub
 
 if TYPE_CHECKING:
     from lakesync.aws.publish import PublishConfig
@@ -110,6 +112,8 @@ class LocalStack:
     queue_url: str = ""
     dead_letter_url: str = ""
     materialiser: LocalMaterialiser | None = None
+    aws_parity: bool = False
+    broadcaster: LocalStreamSource | None = None
     _moto: MotoServer | None = None
     _front: LocalFront | None = None
     _pool: WorkerPool | None = None
@@ -134,7 +138,7 @@ class LocalStack:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
         from lakesync.aws.dynamodb import create_tables, drop_tables
         from lakesync.aws.objects import create_bucket, s3_client
-        from lakesync.aws.tables import TableNames
+        from lakesync.aws.tables import TableNames, connections_table_name
 
         make_data_dir(self.data_dir)
         self.secret = load_or_create_secret(self.data_dir)
@@ -165,8 +169,8 @@ class LocalStack:
         client = self.dynamodb_client()
         names = TableNames.with_prefix(TABLE_PREFIX)
         # moto's state lives as long as the process: start from exactly the snapshot (or nothing), not leftovers.
-        drop_tables(client, names)
-        create_tables(client, names)
+        drop_tables(client, names, connections=connections_table_name(TABLE_PREFIX))
+        create_tables(client, names, connections=connections_table_name(TABLE_PREFIX))
         s3 = s3_client(**self._moto.aws().client_kwargs())
         create_bucket(s3, CHECKPOINT_BUCKET)
         _empty_bucket(s3, CHECKPOINT_BUCKET)
@@ -188,8 +192,33 @@ class LocalStack:
 
             self._pool = WorkerPool(self.workers, dict(os.environ)).start()
             handler = self._pool.invoke
-        self._front = LocalFront(handler, self.host, self.port).start()
+        self._front = LocalFront(handler, self.host, self.port, sockets=self._socket_hub()).start()
+        self._start_broadcaster(names.deltas)
         return self
+
+    def _socket_hub(self) -> SocketHub:
+        """The real-time socket on the HTTP port, served by the gateway services in this process."""
+        from functions._runtime import get_deps, get_realtime, get_settings, jwt_secrets
+
+        sessions = GatewaySessions(
+            get_deps, lambda: get_realtime().connections, jwt_secrets, lambda: get_settings().gateway_ids
+        )
+        return SocketHub(sessions, aws_parity=self.aws_parity)
+
+    def _start_broadcaster(self, deltas_table: str) -> None:
+        """The broadcaster function on the deltas table's stream, sending through the front's management API."""
+        import boto3
+
+        from functions.ws_broadcast import lambda_handler
+        from lakesync.aws.function_settings import WS_CALLBACK_URL
+
+        assert self._front is not None
+        self._saved_env.setdefault(WS_CALLBACK_URL, os.environ.get(WS_CALLBACK_URL))
+        os.environ[WS_CALLBACK_URL] = self._front.url
+        kwargs = self.aws_kwargs()
+        arn = self.dynamodb_client().describe_table(TableName=deltas_table)["Table"]["LatestStreamArn"]
+        streams = boto3.client("dynamodbstreams", **kwargs)  # type: ignore[call-overload]
+        self.broadcaster = LocalStreamSource(streams, arn, lambda_handler, region=kwargs["region_name"]).start()
 
     @property
     def materialise_target(self) -> str:
@@ -278,6 +307,9 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop serving, write a final snapshot to the data directory, stop moto."""
+        if self.broadcaster is not None:
+            self.broadcaster.stop()
+            self.broadcaster = None
         if self._front is not None:
             self._front.stop()
             self._front = None

@@ -14,9 +14,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
+from lakesync.aws.log_stream import lambda_record
 from lakesync.local.front import LambdaContext
 
 __all__ = ["LocalStreamSource", "stream_event"]
@@ -28,23 +28,7 @@ RecordFilter = Callable[[dict[str, Any]], bool]
 
 def stream_event(records: Sequence[dict[str, Any]], stream_arn: str, region: str) -> dict[str, Any]:
     """A DynamoDB stream event as the Lambda service delivers it, from ``GetRecords`` results."""
-    return {"Records": [_lambda_record(r, stream_arn, region) for r in records]}
-
-
-def _lambda_record(record: dict[str, Any], stream_arn: str, region: str) -> dict[str, Any]:
-    dynamodb = dict(record["dynamodb"])
-    created = dynamodb.get("ApproximateCreationDateTime")
-    if isinstance(created, datetime):
-        dynamodb["ApproximateCreationDateTime"] = int(created.timestamp())
-    return {
-        "eventID": record["eventID"],
-        "eventName": record["eventName"],
-        "eventVersion": record.get("eventVersion", "1.1"),
-        "eventSource": "aws:dynamodb",
-        "awsRegion": region,
-        "dynamodb": dynamodb,
-        "eventSourceARN": stream_arn,
-    }
+    return {"Records": [{**lambda_record(r, stream_arn), "awsRegion": region} for r in records]}
 
 
 class LocalStreamSource:

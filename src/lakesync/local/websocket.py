@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request
@@ -133,6 +133,7 @@ def is_socket_path(path: str) -> bool:
 class _Session:
     connection: Connection
     socket: Socket
+    handshake: bytes
     source_ip: str
     user_agent: str
     opened: float = field(default_factory=time.monotonic)
@@ -149,6 +150,8 @@ class SocketHub:
         max_connections: Open sessions at most (the original's 1,000); more are refused with 503.
         rate_limit: Messages per session per second at most (the original's 50).
         ping_interval: Seconds between server pings (``None``: none).
+        idle_timeout_s: With ``aws_parity``, a session with no client message for this long is closed (1001).
+        max_session_s: With ``aws_parity``, a session is closed this long after it opened (1001).
     """
 
     def __init__(
@@ -159,21 +162,26 @@ class SocketHub:
         max_connections: int = 1000,
         rate_limit: int = 50,
         ping_interval: float | None = 20.0,
+        idle_timeout_s: float = AWS_IDLE_S,
+        max_session_s: float = AWS_MAX_SESSION_S,
     ) -> None:
         self.backend = backend
         self.aws_parity = aws_parity
         self.max_connections = max_connections
         self.rate_limit = rate_limit
         self.ping_interval = ping_interval
+        self.idle_timeout_s = idle_timeout_s
+        self.max_session_s = max_session_s
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
+        self._opening = 0
         self._closing = False
 
     @property
     def open_sessions(self) -> int:
-        """How many sessions are open."""
+        """How many sessions are open or opening."""
         with self._lock:
-            return len(self._sessions)
+            return len(self._sessions) + self._opening
 
     # --- the upgrade and the session loop -------------------------------------------------------------------------
 
@@ -188,40 +196,64 @@ class SocketHub:
         gateway = match.group(1) if match else params.get("gateway")
         protocol = ServerProtocol(max_size=AWS_MESSAGE_LIMIT if self.aws_parity else MAX_FRAME_BYTES)
         sid = _connection_id()
-        try:
-            with self._lock:
-                full = self._closing or len(self._sessions) >= self.max_connections
-            if full:
-                _reply(request, 503, None)
-                return
-            connection = self.backend.open(gateway, headers, params, sid)
-        except LakeSyncError as exc:
-            _reply(request, exc.status, exc.to_body())
-            return
-        # The front has read the request already: hand its bytes to the protocol, which parses the handshake.
-        protocol.receive_data(_request_bytes(request))
-        ws_request = next(e for e in protocol.events_received() if isinstance(e, Request))
-        response = protocol.accept(ws_request)
-        protocol.send_response(response)
-        sock = request.connection
-        sock.settimeout(None)
-        sock.sendall(b"".join(protocol.data_to_send()))
-        if protocol.state is not State.OPEN:
-            self.backend.closed(connection)
-            return
-        ws = Socket(sock, protocol, ping_interval=self.ping_interval, ping_timeout=self.ping_interval)
-        session = _Session(connection, ws, str(request.client_address[0]), headers.get("user-agent", ""))
         with self._lock:
-            self._sessions[sid] = session
+            full = self._closing or len(self._sessions) + self._opening >= self.max_connections
+            self._opening += not full
+        if full:
+            _reply(request, 503, None)
+            return
+        session: _Session | None = None
+        try:
+            session = self._open(request, protocol, gateway, headers, params, sid)
+        finally:
+            with self._lock:
+                self._opening -= 1
+                if session is not None:
+                    self._sessions[sid] = session
+        if session is None:
+            return
+        # The 101 goes out once the session can be found: a client may be sent a broadcast as soon as it sees it.
+        request.connection.sendall(session.handshake)
+        session.socket.start_keepalive()
         try:
             self._serve(session)
         finally:
             with self._lock:
                 self._sessions.pop(sid, None)
-            self.backend.closed(connection)
+            self.backend.closed(session.connection)
             with contextlib.suppress(Exception):
-                ws.close()
+                session.socket.close()
             request.close_connection = True
+
+    def _open(
+        self,
+        request: BaseHTTPRequestHandler,
+        protocol: ServerProtocol,
+        gateway: str | None,
+        headers: Mapping[str, str],
+        params: Mapping[str, str],
+        sid: str,
+    ) -> _Session | None:
+        """Authenticate and accept the handshake (its answer in ``handshake``, still to send); ``None`` when the upgrade
+        was answered otherwise."""
+        try:
+            connection = self.backend.open(gateway, headers, params, sid)
+        except LakeSyncError as exc:
+            _reply(request, exc.status, exc.to_body())
+            return None
+        # The front has read the request already: hand its bytes to the protocol, which parses the handshake.
+        protocol.receive_data(_request_bytes(request))
+        ws_request = next(e for e in protocol.events_received() if isinstance(e, Request))
+        protocol.send_response(protocol.accept(ws_request))
+        if protocol.state is not State.OPEN:
+            request.connection.sendall(b"".join(protocol.data_to_send()))
+            self.backend.closed(connection)
+            return None
+        handshake = b"".join(protocol.data_to_send())
+        sock = request.connection
+        sock.settimeout(None)
+        ws = Socket(sock, protocol, ping_interval=self.ping_interval, ping_timeout=self.ping_interval)
+        return _Session(connection, ws, handshake, str(request.client_address[0]), headers.get("user-agent", ""))
 
     def _serve(self, session: _Session) -> None:
         ws = session.socket
@@ -254,8 +286,8 @@ class SocketHub:
     def _wait(self, session: _Session) -> float | None:
         if not self.aws_parity:
             return None
-        left = AWS_MAX_SESSION_S - (time.monotonic() - session.opened)
-        return max(0.0, min(AWS_IDLE_S, left))
+        left = self.max_session_s - (time.monotonic() - session.opened)
+        return max(0.0, min(self.idle_timeout_s, left))
 
     def _check_rate(self, session: _Session) -> None:
         now = time.monotonic()
@@ -303,7 +335,7 @@ class SocketHub:
         match = MANAGEMENT_PATH.match(path)
         if match is None:
             return None
-        connection_id = match.group(1)
+        connection_id = unquote(match.group(1))
         if method == "POST":
             if len(body) > AWS_MESSAGE_LIMIT:
                 return _management_error(413, "PayloadTooLargeException", "Message too long")
