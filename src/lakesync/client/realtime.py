@@ -136,7 +136,7 @@ class RealtimeListener:
 
         http = self.store.http
         url = websocket_url(self.store.url, self.store.gateway, http.token, self.store.ws_url)
-        sock = connect(
+        with connect(
             url,
             additional_headers={"Authorization": f"Bearer {http.token}"},
             open_timeout=self.open_timeout,
@@ -144,29 +144,29 @@ class RealtimeListener:
             ping_timeout=PING_INTERVAL / 2,
             close_timeout=2,
             max_size=16 * 1024 * 1024,
-        )
-        with self._lock:
-            self._socket = sock
-        try:
-            if self._stop.is_set():
-                return
-            self.connected = True
-            self.unavailable = False
-            self.backoff.reset()
-            self.store.request_sync()  # broadcasts sent while away are lost: pull on every (re)connect
-            while not self._stop.is_set():
-                try:
-                    message = sock.recv()
-                except ConnectionClosed:
-                    return
-                self._handle(message)
-        finally:
-            self.connected = False
+        ) as sock:
             with self._lock:
-                self._socket = None
-            sock.close()
-            if not self._stop.is_set():
-                self.store.request_sync()  # back to polling: pull now rather than after a whole interval
+                self._socket = sock
+            try:
+                if self._stop.is_set():
+                    return
+                self.connected = True
+                self.unavailable = False
+                self.backoff.reset()
+                self.store.request_sync()  # broadcasts sent while away are lost: pull on every (re)connect
+                while not self._stop.is_set():
+                    try:
+                        message = sock.recv()
+                    except ConnectionClosed as exc:
+                        logger.info("real-time channel closed: %s", exc)
+                        return
+                    self._handle(message)
+            finally:
+                self.connected = False
+                with self._lock:
+                    self._socket = None
+                if not self._stop.is_set():
+                    self.store.request_sync()  # back to polling: pull now rather than after a whole interval
 
     def _handle(self, message: str | bytes) -> None:
         try:
