@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK := cd infra && PATH="$(abspath $(VENV))/bin:$$PATH" npx --yes aws-cdk@$(CDK_VERSION)
 CDK_CTX := -c lakesync:environments=$(ENV)
 
-.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-cost bench-durability fmt clean synth bootstrap diff deploy destroy test-infra
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-cost bench-durability bench-realtime fmt clean synth bootstrap diff deploy destroy test-infra
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -65,8 +65,9 @@ typecheck: $(VENV)/.synced ## mypy strict on src/ and functions/
 proto: $(VENV)/.synced ## regenerate the protobuf code from proto/
 	$(RUN) python scripts/gen_proto.py
 
-bench: setup ## run the gateway benchmarks (push, pull, imports); results go to benchmarks/results/latest.*
+bench: setup ## run the gateway benchmarks (push, pull, imports, real-time freshness); results go to benchmarks/results/{latest,realtime}.*
 	$(RUN) python -m benchmarks
+	$(RUN) python -m benchmarks.realtime
 
 bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~15 min); results go to benchmarks/results/lake.*
 	$(RUN) python -m benchmarks --only lake
@@ -77,6 +78,9 @@ bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL,
 
 bench-cost: setup ## what workloads cost on AWS (requests counted, handlers timed, Glue jobs on local Spark, idle month from the synth; ~10 min); results in benchmarks/results/cost.*
 	$(RUN) python -m benchmarks.cost
+
+bench-realtime: setup ## local freshness push -> other clients' sockets, 1 and 25 listeners (~1 min); results in benchmarks/results/realtime.*
+	$(RUN) python -m benchmarks.realtime
 
 bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*
 	$(RUN) python -m benchmarks.durability

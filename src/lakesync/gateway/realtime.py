@@ -40,6 +40,7 @@ from lakesync.core.rules import SyncRules, change_visible, rules_apply
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import LogEntry
 from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
@@ -350,13 +351,15 @@ def _varint_len(n: int) -> int:
 def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) -> BroadcastReport:
     """Send ``gateway``'s committed ``entries`` to each of its open sessions, filtered for it.
 
-    A session the transport reports gone is forgotten; an expired one is closed and forgotten.
+    A session the transport reports gone is forgotten; an expired one is closed and forgotten. The recipients are
+    sent to concurrently (the shared I/O pool); each recipient's messages go in order.
     """
     report = BroadcastReport()
     if not entries:
         return report
     rules = deps.config.get_sync_rules(gateway)
     now = deps.now_s()
+    sends = []
     for connection in deps.connections.list_connections(gateway):
         if connection.expired(now):
             deps.sender.close(connection.connection_id)
@@ -364,9 +367,12 @@ def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) ->
             report.gone += 1
             continue
         visible = visible_to(connection, rules, entries)
-        if not visible:
-            continue
-        report.add(_send_to(deps, connection, visible))
+        if visible:
+            # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one
+            # request, not for every one before it.
+            sends.append(io_pool().submit(_send_to, deps, connection, visible))
+    for sent in sends:
+        report.add(sent.result())
     return report
 
 
