@@ -23,6 +23,9 @@ def test_demo_http_half_merges_concurrent_column_edits_and_respects_sync_rules()
     assert "t2" not in red  # alice's delete reached every red client
     assert list(tables["dave"]) == ["b1"]  # blue sees only blue
     assert any("lost to alice" in line for line in lines)  # the late offline edit's receipt names the winner
+    # Both concurrent edits reached carol's socket as broadcasts; blue dave's socket got nothing of red t1
+    assert tables["carol_socket"] == {"t1": {"title": "Buy milk and eggs", "done": True, "prio": 3}}
+    assert "   dave's socket (team blue) received 0 delta(s): t1 is not in his bucket" in lines
 
 
 @pytest.mark.spark

@@ -80,6 +80,48 @@ class DemoClient:
         return out
 
 
+class SocketWatcher:
+    """A client's real-time socket (base64 text frames, as on AWS): records each broadcast delta and when it came."""
+
+    def __init__(self, stack: LocalStack, name: str, team: str) -> None:
+        from websockets.sync.client import connect
+
+        token = mint_token(name, "default", stack.secret, claims={"team": team})
+        url = stack.url.replace("http://", "ws://") + "/v1/sync/default/ws?encoding=base64"
+        self.received: list[tuple[float, RowDelta]] = []
+        self._arrived = threading.Condition()
+        self._ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+        self._thread = threading.Thread(target=self._run, name=f"socket-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import base64
+
+        from websockets.exceptions import ConnectionClosed
+
+        from lakesync.wire.framing import decode_broadcast_frame
+
+        while True:
+            try:
+                message = self._ws.recv()
+            except ConnectionClosed:
+                return
+            frame = base64.b64decode(message) if isinstance(message, str) else message
+            with self._arrived:
+                self.received.extend((time.perf_counter(), d) for d in decode_broadcast_frame(frame).deltas)
+                self._arrived.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 5.0) -> list[tuple[float, RowDelta]]:
+        """The first ``count`` deltas received (fewer if the time runs out)."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: len(self.received) >= count, timeout_s)
+            return list(self.received[:count])
+
+    def close(self) -> None:
+        self._ws.close()
+        self._thread.join()
+
+
 def _show(say: Callable[[str], None], who: str, rows: dict[str, dict[str, object]]) -> None:
     say(f"  {who:<6} sees {len(rows)} row(s)")
     for row_id, values in rows.items():
@@ -125,21 +167,26 @@ def run(
             say("2. alice created t1, t2 (team red); dave created b1 (team blue); bob synced")
 
             say("3. alice and bob edit different columns of t1 at the same moment:")
+            carol_socket, dave_socket = SocketWatcher(stack, "carol", "red"), SocketWatcher(stack, "dave", "blue")
             responses: dict[str, dict[str, object]] = {}
+            acked: dict[str, float] = {}
             edits = {
                 "alice": (alice, alice.write("UPDATE", "t1", {"title": "Buy milk and eggs"})),
                 "bob": (bob, bob.write("UPDATE", "t1", {"done": True, "prio": 3})),
             }
-            threads = [
-                threading.Thread(target=lambda n=n, c=c, d=d: responses.__setitem__(n, c.push(d)))
-                for n, (c, d) in edits.items()
-            ]
+
+            def push(name: str, client: DemoClient, delta: RowDelta) -> None:
+                responses[name] = client.push(delta)
+                acked[name] = time.perf_counter()
+
+            threads = [threading.Thread(target=push, args=(n, c, d)) for n, (c, d) in edits.items()]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
             for name in ("alice", "bob"):
                 _receipts(say, name, responses[name])
+            live = _realtime(say, carol_socket, dave_socket, acked)
 
             say("4. bob's offline edit of t1.title (written before alice's) arrives late and loses:")
             _receipts(say, "bob", bob.push(stale_title))
@@ -156,10 +203,30 @@ def run(
                 _show(say, name, rows)
             agree = tables["alice"] == tables["bob"] == tables["carol"]
             say(f"   red clients agree: {agree}; both concurrent edits survived: {tables['carol'].get('t1')}")
+            tables["carol_socket"] = live
             if lake:
                 tables.update(_lake_half(stack, directory, alice, say))
             say(f"done in {time.perf_counter() - started:.1f}s")
             return tables
+
+
+def _realtime(
+    say: Callable[[str], None], carol: SocketWatcher, dave: SocketWatcher, acked: dict[str, float]
+) -> dict[str, dict[str, object]]:
+    """Show what the two sockets received of step 3; returns carol's received columns by row."""
+    arrived = carol.wait_for(2)
+    dave_got = dave.wait_for(1, timeout_s=0.5)
+    carol.close()
+    dave.close()
+    say("   real time: carol's socket (team red) received both edits of t1 as they were committed:")
+    columns: dict[str, dict[str, object]] = {}
+    for at, delta in arrived:
+        after = (at - acked[delta.client_id]) * 1000
+        values = {c.column: c.value for c in delta.columns}
+        columns.setdefault(delta.row_id, {}).update(values)
+        say(f"     {delta.client_id:<6} {delta.row_id} {values}  ({after:+.0f} ms after the push was acknowledged)")
+    say(f"   dave's socket (team blue) received {len(dave_got)} delta(s): t1 is not in his bucket")
+    return columns
 
 
 def _lake_half(
