@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import random
 import statistics
@@ -40,7 +41,8 @@ class Listener:
         from websockets.sync.client import connect
 
         self.arrived: dict[str, float] = {}
-        self._ws = connect(url)
+        self._exit = contextlib.ExitStack()
+        self._ws = self._exit.enter_context(connect(url))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -60,7 +62,7 @@ class Listener:
                 self.arrived.setdefault(delta.row_id, at)
 
     def close(self) -> None:
-        self._ws.close()
+        self._exit.close()
         self._thread.join()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 import time
@@ -90,7 +91,8 @@ class SocketWatcher:
         url = stack.url.replace("http://", "ws://") + "/v1/sync/default/ws?encoding=base64"
         self.received: list[tuple[float, RowDelta]] = []
         self._arrived = threading.Condition()
-        self._ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+        self._exit = contextlib.ExitStack()
+        self._ws = self._exit.enter_context(connect(url, additional_headers={"Authorization": f"Bearer {token}"}))
         self._thread = threading.Thread(target=self._run, name=f"socket-{name}", daemon=True)
         self._thread.start()
 
@@ -118,7 +120,7 @@ class SocketWatcher:
             return list(self.received[:count])
 
     def close(self) -> None:
-        self._ws.close()
+        self._exit.close()
         self._thread.join()
 
 
