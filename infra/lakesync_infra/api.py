@@ -7,8 +7,8 @@ the configuration) and writes JSON access logs to a log group with retention.
 
 Authentication is the functions' own: every sync and admin handler verifies the HS256 JWT (``sub``, ``gw``,
 ``role``, ``exp``) exactly as the original gateway does, so no API Gateway authorizer sits in front (see the
-acknowledgments in :mod:`lakesync_infra.stack`). A WebSocket API for realtime sync will get its own stage here when
-that capability lands.
+acknowledgments in :mod:`lakesync_infra.stack`). The WebSocket API for real-time sync is its own construct,
+:mod:`lakesync_infra.realtime`.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Api(Construct):
             throttle=apigwv2.ThrottleSettings(
                 rate_limit=config.api_throttle_rate, burst_limit=config.api_throttle_burst
             ),
-            access_log_settings=_AccessLogs(access_logs),
+            access_log_settings=AccessLogs(access_logs),
         )
         integration_of: dict[str, integrations.HttpLambdaIntegration] = {}
         for route in ROUTES:
@@ -116,11 +116,12 @@ class Api(Construct):
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)
-class _AccessLogs:
-    """The stage's access log settings: JSON lines into ``group``."""
+class AccessLogs:
+    """A stage's access log settings: JSON lines (``log_format``) into ``group``."""
 
-    def __init__(self, group: logs.ILogGroup) -> None:
+    def __init__(self, group: logs.ILogGroup, log_format: str = ACCESS_LOG_FORMAT) -> None:
         self._destination = apigwv2.LogGroupLogDestination(group)
+        self._format = log_format
 
     @property
     def destination(self) -> apigwv2.IAccessLogDestination:
@@ -128,4 +129,4 @@ class _AccessLogs:
 
     @property
     def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.custom(ACCESS_LOG_FORMAT)
+        return apigw.AccessLogFormat.custom(self._format)

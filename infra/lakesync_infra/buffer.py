@@ -3,7 +3,9 @@
 The key schemas, the ``by_commit`` index and the TTL attribute come from the same specs the adapters and the local
 runner use, so there is no second copy of a key name here. Every table is on-demand, encrypted with the stack's
 customer-managed key, has point-in-time recovery, and (unless the environment is throwaway) deletion protection.
-The ``config`` table streams new images: the flush trigger consumes its flush requests.
+The ``config`` table streams new images: the flush trigger consumes its flush requests. The ``deltas`` table streams
+new images as its spec says (:data:`lakesync.aws.tables.LOG_STREAM_VIEW`): the real-time broadcaster consumes new log
+items (:mod:`lakesync_infra.realtime`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,17 @@ def _attribute(spec: Mapping[str, Any], name: str) -> dynamodb.Attribute:
     return dynamodb.Attribute(name=name, type=_TYPES[kinds[name]])
 
 
-def _key(spec: Mapping[str, Any], schema: list[dict[str, str]], kind: str) -> dynamodb.Attribute | None:
+def key_attribute(spec: Mapping[str, Any], schema: list[dict[str, str]], kind: str) -> dynamodb.Attribute | None:
+    """The ``HASH`` or ``RANGE`` (``kind``) attribute of a key ``schema`` of the ``CreateTable`` request ``spec``."""
     names = [k["AttributeName"] for k in schema if k["KeyType"] == kind]
     return _attribute(spec, names[0]) if names else None
+
+
+def _stream(spec: Mapping[str, Any], kind: str) -> dynamodb.StreamViewType | None:
+    view = spec.get("StreamSpecification", {}).get("StreamViewType")
+    if view is None and kind == STREAM_TABLE:
+        view = "NEW_IMAGE"
+    return dynamodb.StreamViewType(view) if view else None
 
 
 class Buffer(Construct):
@@ -53,13 +63,13 @@ class Buffer(Construct):
             kind = by_name[spec["TableName"]]
             if spec.get("BillingMode") != "PAY_PER_REQUEST":
                 raise ValueError(f"table {kind}: only on-demand billing is deployed")
-            partition_key = _key(spec, spec["KeySchema"], "HASH")
+            partition_key = key_attribute(spec, spec["KeySchema"], "HASH")
             assert partition_key is not None
             table = dynamodb.Table(
                 self,
                 kind.capitalize(),
                 partition_key=partition_key,
-                sort_key=_key(spec, spec["KeySchema"], "RANGE"),
+                sort_key=key_attribute(spec, spec["KeySchema"], "RANGE"),
                 billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
                 encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED,
                 encryption_key=key,
@@ -68,11 +78,11 @@ class Buffer(Construct):
                 ),
                 deletion_protection=config.removal_policy == "retain",
                 time_to_live_attribute=TTL_ATTRIBUTE if kind in TTL_TABLES else None,
-                stream=dynamodb.StreamViewType.NEW_IMAGE if kind == STREAM_TABLE else None,
+                stream=_stream(spec, kind),
                 removal_policy=removal_policy(config),
             )
             for index in spec.get("LocalSecondaryIndexes", []):
-                sort_key = _key(spec, index["KeySchema"], "RANGE")
+                sort_key = key_attribute(spec, index["KeySchema"], "RANGE")
                 assert sort_key is not None
                 projection = index["Projection"]
                 table.add_local_secondary_index(

@@ -28,7 +28,9 @@ ENV_KEY_PREFIX: Final = "lakesync:env:"
 
 EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret", "lake_tick")
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
-ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS)
+REALTIME_FUNCTIONS: Final = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
+"""The WebSocket API's route functions and the broadcaster (:mod:`lakesync_infra.realtime` wires them)."""
+ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS, *REALTIME_FUNCTIONS)
 
 # CloudWatch Logs accepts only these retention periods.
 LOG_RETENTION_DAYS: Final = frozenset(

@@ -12,6 +12,11 @@ with ``flush#``), and reports batch item failures. Each invocation may wait minu
 :data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`; a batch that still fails lands (as
 metadata) in a DLQ, and the lake tick starts the flush for its requests anyway (they stay recorded until served).
 
+``ws_connect``, ``ws_disconnect``, ``ws_message`` and ``ws_broadcast`` are the WebSocket API's routes and the
+broadcaster on the ``deltas`` table's stream; their access here is what they touch of the buffer (``ws_message``
+serves pushes and pulls: the union of ``push``'s and ``pull``'s), the rest -- the sessions table, the management API,
+the stream mapping, their sessions table and callback URL variables -- is :mod:`lakesync_infra.realtime`'s.
+
 ``lake_tick`` is what the jobs' schedules invoke (:meth:`lakesync_infra.jobs.Jobs.schedule_ticks`): it reads the
 heads, the shard registry and flush requests, the commit index of the log (the release step's target) and the
 checkpoints, and may list and start runs of the three Glue jobs -- nothing else (:mod:`lakesync.aws.lake_tick`).
@@ -84,6 +89,9 @@ LAKE_TICK_TIMEOUT_S: Final = 60
 STREAM_RETRY_ATTEMPTS: Final = 30
 STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
 MATERIALISE: Final = "materialise"
+BROADCAST: Final = "ws_broadcast"
+BROADCAST_TIMEOUT_S: Final = 60
+"""A batch of at most 100 chunks: one Query of the sessions and one PostToConnection per recipient and message."""
 MATERIALISE_BATCH_SIZE: Final = 10
 ENI_ACTIONS: Final = (
     "ec2:CreateNetworkInterface",
@@ -115,7 +123,7 @@ class FunctionAccess:
     timeout_s: int | None = None
 
 
-ACCESS: Final[Mapping[str, FunctionAccess]] = {
+_ACCESS: Final[Mapping[str, FunctionAccess]] = {
     "health": FunctionAccess(api=False),
     # push: the basis (head by GetItem, then rows and deltaIds by BatchGetItem, log entries whose rows are pending by
     # Query), a transaction putting the log item and the head (put/update) and the shard registry, then the rows
@@ -175,6 +183,29 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
 }
 
 
+def _union(*accesses: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for access in accesses:
+        for table, actions in access.items():
+            out[table] = tuple(sorted({*out.get(table, ()), *actions}))
+    return out
+
+
+# The WebSocket functions: the sessions table, the management API and the WebSocket API itself are granted by
+# lakesync_infra.realtime; here only what they touch of the buffer. $default serves pushes and pulls.
+ACCESS: Final[Mapping[str, FunctionAccess]] = {
+    **_ACCESS,
+    "ws_connect": FunctionAccess(),
+    "ws_disconnect": FunctionAccess(api=False),
+    "ws_message": FunctionAccess(
+        tables=_union(_ACCESS["push"].tables, _ACCESS["pull"].tables),
+        index_actions=_union(_ACCESS["push"].index_actions, _ACCESS["pull"].index_actions),
+    ),
+    # the broadcaster: each gateway's sync rules (GetItem), once per batch.
+    BROADCAST: FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, api=False, timeout_s=BROADCAST_TIMEOUT_S),
+}
+
+
 def handler(name: str) -> str:
     """The handler string of function ``name``."""
     return f"functions.{name}.lambda_handler"
@@ -226,6 +257,8 @@ class Functions(Construct):
                 env[FLUSH_JOB_NAME] = job_names["flush"]
             if name == LAKE_TICK:
                 env.update(_lake_tick_environment(config, buffer, job_names))
+            if name == BROADCAST:
+                env.update({var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()})
             in_vpc = name == MATERIALISE and network is not None
             if name == MATERIALISE:
                 env.update(_materialise_environment(config, buffer, queues))
@@ -263,7 +296,7 @@ class Functions(Construct):
                     XRAY_REASON + " CDK's rotation schedule also grants secretsmanager:GetRandomPassword, which has no"
                     " resource (our rotation generates the key itself and does not call it)."
                 )
-            if name == "flush_trigger":
+            if name in ("flush_trigger", BROADCAST):
                 wildcards["Resource::*"] = (
                     XRAY_REASON + " The stream event source also needs dynamodb:ListStreams, which has no resource."
                 )
@@ -387,7 +420,7 @@ def _materialise_environment(config: LakeSyncConfig, buffer: Buffer, queues: Que
 def _memory(config: LakeSyncConfig, name: str, access: FunctionAccess) -> int:
     if name == MATERIALISE:
         return config.materialise_memory_mb
-    return config.lambda_memory_mb if access.api else 256
+    return config.lambda_memory_mb if access.api or name == BROADCAST else 256
 
 
 def destination_secrets_arn(scope: Construct, config: LakeSyncConfig) -> str:

@@ -7,7 +7,10 @@ month, so each watches something no other alarm sees:
 * API 5xx responses: an API function that raises, times out or is throttled answers 5xx, so this one alarm covers
   the API functions (their errors and throttles are on the dashboard, per function);
 * any error (an unhandled exception or timeout) of the functions no client waits for: the flush trigger, the
-  materialise consumer, the secret rotation and the lake tick (if it fails, no lake job starts);
+  materialise consumer, the secret rotation, the lake tick (if it fails, no lake job starts) and the real-time
+  broadcaster;
+* the broadcaster falling behind the ``deltas`` stream: its ``IteratorAge`` above :data:`BROADCAST_AGE_LIMIT` (it
+  fails and retries a batch, or cannot keep up); its exhausted batches land in ``BroadcastFailures`` (a DLQ above);
 * materialisation: a range the flush could not publish after its retries (metric ``MaterialisePublishFailures`` of
   namespace ``LakeSync``, dimension ``service=flush``, emitted by the flush job), and a materialisation message
   older than :data:`QUEUE_AGE_LIMIT` (the consumer is failing or cannot keep up; messages are kept 14 days);
@@ -40,7 +43,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from lakesync_infra.config import EXTRA_FUNCTIONS, LakeSyncConfig
+from lakesync_infra.config import EXTRA_FUNCTIONS, REALTIME_FUNCTIONS, LakeSyncConfig
 from lakesync_infra.jobs import METRIC_NAMESPACE
 
 FAILED_STATES = ("FAILED", "TIMEOUT", "ERROR")
@@ -48,10 +51,16 @@ PERIOD = cdk.Duration.minutes(5)
 PUBLISH_FAILURES = "MaterialisePublishFailures"
 """The flush job's metric (``lakesync.aws.publish.FAILURE_METRIC``), dimension ``service=flush``."""
 QUEUE_AGE_LIMIT = cdk.Duration.hours(1)
-ERROR_ALARMED = EXTRA_FUNCTIONS
-"""Functions with an error alarm: those outside the API (an API function's failure is a 5xx answer)."""
-QUIET_FUNCTIONS = ("health", "rotate_secret")
-"""Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed)."""
+BROADCASTER = "ws_broadcast"
+BROADCAST_AGE_LIMIT = cdk.Duration.minutes(1)
+ERROR_ALARMED = (*EXTRA_FUNCTIONS, BROADCASTER)
+"""Functions with an error alarm: those no client waits for (an API function's failure is a 5xx answer; a WebSocket
+route's failure is a refused upgrade or a closed socket, which the client sees and retries)."""
+QUIET_FUNCTIONS = ("health", "rotate_secret", *(f for f in REALTIME_FUNCTIONS if f != BROADCASTER))
+"""Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed); the
+WebSocket routes are here so the dashboard stays within :data:`DASHBOARD_METRICS`."""
+UNGRAPHED = ("ws_disconnect",)
+"""Functions left off the dashboard entirely (a ``DeleteItem`` per closed socket; the dashboard has no room)."""
 OWN_ROW = "materialise"
 """The function with its own dashboard row (left out of the per-function graphs)."""
 DASHBOARD_METRICS = 50
@@ -139,6 +148,16 @@ class Monitoring(Construct):
             period=PERIOD,
         )
         alarm("Api5xx", api_5xx, "The API answered 5xx: a function raised, timed out or was throttled (its log says)")
+        if BROADCASTER in functions:
+            alarm(
+                "BroadcastIteratorAge",
+                functions[BROADCASTER].metric(
+                    "IteratorAge", statistic="Maximum", period=PERIOD, unit=cloudwatch.Unit.MILLISECONDS
+                ),
+                f"The broadcaster is more than {BROADCAST_AGE_LIMIT.to_human_string()} behind the deltas stream: it "
+                "fails and retries batches or cannot keep up (its errors and log say which)",
+                threshold=BROADCAST_AGE_LIMIT.to_milliseconds(),
+            )
 
         self.glue_failures = events.Rule(
             self,
@@ -229,7 +248,7 @@ class Monitoring(Construct):
                 width=12,
             ),
         )
-        graphed = {name: fn for name, fn in functions.items() if name != OWN_ROW}
+        graphed = {name: fn for name, fn in functions.items() if name != OWN_ROW and name not in UNGRAPHED}
         busy = {name: fn for name, fn in graphed.items() if name not in QUIET_FUNCTIONS}
         dashboard.add_widgets(
             cloudwatch.GraphWidget(

@@ -9,6 +9,7 @@ Wiring (the only cross-construct dependencies)::
     Queues ──> Jobs (the flush publishes), Functions (materialise consumes), Monitoring
     MaterialiseNetwork (with materialiseVpc) ──> Functions (materialise)
     Functions ──> Api, Secrets (rotation), Monitoring          Jobs, Api ──> Monitoring
+    Functions (ws_*), Buffer (the deltas stream), DataKey ──> Realtime ──> Monitoring (its DLQ)
 
 ``build_app`` is what ``infra/app.py`` and the tests call: it adds cdk-nag's AwsSolutions checks to the app, so a
 synth fails on any finding that is not acknowledged (with a reason, where the construct is made).
@@ -29,7 +30,7 @@ from constructs import Construct
 from lakesync_infra.api import Api
 from lakesync_infra.buffer import Buffer
 from lakesync_infra.common import acknowledge, removal_policy
-from lakesync_infra.config import LakeSyncConfig, environments
+from lakesync_infra.config import REALTIME_FUNCTIONS, LakeSyncConfig, environments
 from lakesync_infra.functions import Functions
 from lakesync_infra.jobs import Jobs
 from lakesync_infra.lake import Lake
@@ -37,6 +38,7 @@ from lakesync_infra.monitoring import Monitoring
 from lakesync_infra.network import MaterialiseNetwork
 from lakesync_infra.packaging import GlueBundle
 from lakesync_infra.queues import Queues
+from lakesync_infra.realtime import Realtime
 from lakesync_infra.secrets import Secrets
 
 
@@ -112,6 +114,14 @@ class LakeSyncStack(cdk.Stack):
         self.jobs.schedule_ticks(self.functions.functions["lake_tick"])
         self.secrets.enable_rotation(self.functions.functions["rotate_secret"])
         self.api = Api(self, "Api", config=config, functions=self.functions.functions)
+        self.realtime = Realtime(
+            self,
+            "Realtime",
+            config=config,
+            key=self.data_key,
+            buffer=self.buffer,
+            functions={name: self.functions.functions[name] for name in REALTIME_FUNCTIONS},
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -120,6 +130,7 @@ class LakeSyncStack(cdk.Stack):
             dead_letter_queues={
                 "MaterialiseDeadLetters": self.queues.dead_letter_queue,
                 "FlushTriggerFailures": self.functions.stream_failures,
+                "BroadcastFailures": self.realtime.failures,
             },
             job_names={kind: job.ref for kind, job in self.jobs.jobs.items()},
             http_api=self.api.http_api,
@@ -128,6 +139,12 @@ class LakeSyncStack(cdk.Stack):
             materialise=self.functions.functions["materialise"],
         )
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL of the sync gateway")
+        cdk.CfnOutput(
+            self,
+            "WebSocketUrl",
+            value=self.realtime.url,
+            description="Real-time socket: connect with ?gateway=<id>&encoding=base64 and a Bearer token",
+        )
         cdk.CfnOutput(self, "JwtSecretArn", value=self.secrets.jwt_secret.secret_arn, description="JWT signing key")
         cdk.CfnOutput(self, "LakeBucket", value=self.lake.bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)

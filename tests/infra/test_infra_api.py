@@ -10,8 +10,15 @@ import pytest
 from lakesync.api_routes import ROUTES
 
 
+def _http_api(cfn) -> str:
+    """The HTTP API's logical id (the WebSocket API is tests/infra/test_infra_realtime.py's)."""
+    (http_api,) = [k for k, p in cfn.of_type("AWS::ApiGatewayV2::Api").items() if p["ProtocolType"] == "HTTP"]
+    return http_api
+
+
 def _routes(cfn) -> dict[str, dict]:
-    return {r["RouteKey"]: r for r in cfn.of_type("AWS::ApiGatewayV2::Route").values()}
+    routes = cfn.of_type("AWS::ApiGatewayV2::Route").values()
+    return {r["RouteKey"]: r for r in routes if r["ApiId"] == {"Ref": _http_api(cfn)}}
 
 
 def test_template_routes_are_exactly_the_route_table(cfn):
@@ -55,7 +62,7 @@ def test_api_may_invoke_the_routes_function_for_that_route_path_only(cfn, route)
 
 def test_stage_auto_deploys_throttles_and_logs_access_as_json(cfn, options):
     # Given the API's only stage
-    (stage,) = cfn.of_type("AWS::ApiGatewayV2::Stage").values()
+    (stage,) = [s for s in cfn.of_type("AWS::ApiGatewayV2::Stage").values() if s["ApiId"] == {"Ref": _http_api(cfn)}]
     # Then it is the auto-deployed $default stage with the configured throttling
     assert stage["StageName"] == "$default"
     assert stage["AutoDeploy"] is True
@@ -69,7 +76,7 @@ def test_stage_auto_deploys_throttles_and_logs_access_as_json(cfn, options):
 
 def test_cors_preflight_allows_the_configured_origins(cfn, options):
     # Given the API
-    (api,) = cfn.of_type("AWS::ApiGatewayV2::Api").values()
+    api = cfn.resources[_http_api(cfn)]["Properties"]
     # Then CORS preflight answers for the configured origins, methods and the headers clients send and read
     cors = api["CorsConfiguration"]
     assert cors["AllowOrigins"] == options["corsOrigins"]

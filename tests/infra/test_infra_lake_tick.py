@@ -141,6 +141,9 @@ EXPECTED_ALARMS = {
     "LakeTickErrors",
     "MaterialisePublishFailures",
     "MaterialiseQueueAge",
+    "BroadcastFailuresDepth",
+    "WsBroadcastErrors",
+    "BroadcastIteratorAge",
 }
 
 
@@ -148,8 +151,8 @@ def test_alarms_are_the_ones_no_other_alarm_covers_and_all_notify(cfn, ids):
     # Given the stack's alarms
     alarms = cfn.of_type("AWS::CloudWatch::Alarm")
     names = {logical.removeprefix("Monitoring")[:-8] for logical in alarms}
-    # Then they are exactly: the DLQs, API 5xx, the errors of the functions outside the API (the tick's among them),
-    # and the two materialisation ones -- at $0.10 a month each
+    # Then they are exactly: the DLQs, API 5xx, the errors of the functions outside the API (the tick's and the
+    # broadcaster's among them), the two materialisation ones and the broadcaster's lag -- at $0.10 a month each
     assert names == EXPECTED_ALARMS
     # And every one notifies the alarm topic
     assert all(a["AlarmActions"] == [{"Ref": ids["topic:alarms"]}] for a in alarms.values())
@@ -193,7 +196,8 @@ def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
         )
         for i, name in enumerate(ALL_FUNCTIONS)
     }
-    queues = {name: sqs.Queue(stack, name) for name in ("Queue", "MaterialiseDeadLetters", "FlushTriggerFailures")}
+    dlqs = ("MaterialiseDeadLetters", "FlushTriggerFailures", "BroadcastFailures")
+    queues = {name: sqs.Queue(stack, name) for name in ("Queue", *dlqs)}
     config = LakeSyncConfig.from_settings("dev", {"dashboard": dashboard})
     Monitoring(
         stack,

@@ -47,9 +47,9 @@ def test_every_bucket_is_private_encrypted_versioned_and_tls_only(cfn, ids):
 
 
 def test_every_table_is_kms_encrypted_with_point_in_time_recovery(cfn, ids):
-    # Given the buffer's tables
+    # Given the buffer's tables and the WebSocket sessions table
     tables = cfn.of_type("AWS::DynamoDB::Table")
-    assert len(tables) == 6
+    assert len(tables) == 7
     for logical, table in tables.items():
         # Then each is encrypted with the data key and recoverable to any point in time
         assert table["SSESpecification"] == {
@@ -69,9 +69,9 @@ def test_every_queue_is_encrypted_and_tls_only(cfn, ids):
         for p in cfn.of_type("AWS::SQS::QueuePolicy").values()
         for q in p["Queues"]
     }
-    assert len(queues) == 3
+    assert len(queues) == 4
     for logical, queue in queues.items():
-        # Then each is encrypted (KMS, or SQS-managed for the stream-failure metadata) and refuses plain HTTP
+        # Then each is encrypted (KMS, or SQS-managed for the two streams' failure metadata) and refuses plain HTTP
         assert queue.get("KmsMasterKeyId") or queue.get("SqsManagedSseEnabled"), logical
         assert _denies_insecure_transport(policies[logical]), logical
     # And the materialisation queue hands poison messages to its DLQ
@@ -146,5 +146,6 @@ def test_only_the_api_functions_read_the_jwt_secret(cfn, ids):
         for action, resource in cfn.allowed(cfn.role_of(fn)):
             if action == "secretsmanager:GetSecretValue" and resource == f"<{ids['secret:jwt']}>":
                 readers.add(name)
-    # Then it is the API functions that verify tokens, and the rotation function
-    assert readers == {"push", "pull", "actions", "admin", "checkpoint", "rotate_secret"}
+    # Then it is the API functions that verify tokens (the WebSocket upgrade's and messages' too), and the rotation
+    # function
+    assert readers == {"push", "pull", "actions", "admin", "checkpoint", "ws_connect", "ws_message", "rotate_secret"}

@@ -39,8 +39,8 @@ def test_acknowledgments_name_specific_rules_with_real_reasons(synth):
 def test_auth_acknowledgment_is_scoped_to_the_api(synth):
     # Given the API Gateway authorization finding (the functions verify JWTs themselves)
     paths = [path for path, rules in synth.acknowledgments.items() if any("APIG4" in r for r in rules)]
-    # Then it is acknowledged on the API construct only, not stack-wide
-    assert paths == [f"/{synth.stack.stack_name}/Api"]
+    # Then it is acknowledged on the two APIs' constructs only, not stack-wide
+    assert sorted(paths) == [f"/{synth.stack.stack_name}/Api", f"/{synth.stack.stack_name}/Realtime/WebSocketApi"]
 
 
 def test_template_passes_cfn_lint(synth):

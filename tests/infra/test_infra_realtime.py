@@ -1,0 +1,203 @@
+"""Real-time delivery in the template (lakesync_infra.realtime): the deltas stream and the broadcaster's mapping
+(filtered to inserted log items, partial batch failures, bounded retries, a failure queue), the WebSocket API's
+routes and stage, the sessions table, what each WebSocket function may do, their configuration, alarms and the
+output clients connect to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from lakesync_infra.realtime import CONNECT_RATE, STAGE
+
+from lakesync.aws import function_settings as settings
+from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
+
+WS_FUNCTIONS = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
+
+
+def _lid(synth: Any, construct: Any) -> str:
+    import aws_cdk as cdk
+
+    resource = construct if isinstance(construct, cdk.CfnElement) else construct.node.default_child
+    return str(synth.stack.get_logical_id(resource))
+
+
+@pytest.fixture(scope="module")
+def rt(synth: Any) -> dict[str, str]:
+    """Logical ids of the real-time resources."""
+    realtime = synth.stack.realtime
+    return {
+        "api": _lid(synth, realtime.api),
+        "stage": _lid(synth, realtime.stage),
+        "table": _lid(synth, realtime.connections),
+        "failures": _lid(synth, realtime.failures),
+    }
+
+
+def _mapping(cfn: Any, function: str) -> dict[str, Any]:
+    fn = cfn.functions()[function]
+    (mapping,) = [
+        m
+        for m in cfn.of_type("AWS::Lambda::EventSourceMapping").values()
+        if m["FunctionName"] == {"Ref": fn["logical"]}
+    ]
+    return mapping
+
+
+def test_the_deltas_table_streams_new_images_to_the_broadcaster(cfn, ids):
+    # Given the deltas table and the broadcaster's event source mapping
+    deltas = cfn.resources[ids["table:deltas"]]["Properties"]
+    mapping = _mapping(cfn, "ws_broadcast")
+    # Then the table streams whole new items, and the broadcaster reads that stream from its tip
+    assert deltas["StreamSpecification"] == {"StreamViewType": "NEW_IMAGE"}
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [ids["table:deltas"], "StreamArn"]}
+    assert mapping["StartingPosition"] == "LATEST"
+
+
+def test_only_inserted_log_items_invoke_the_broadcaster(cfn):
+    # Given the mapping's filter
+    (flt,) = _mapping(cfn, "ws_broadcast")["FilterCriteria"]["Filters"]
+    # Then only INSERTs of items carrying a log chunk's entries (z) pass: releases, TTL deletes cost no invocation
+    assert json.loads(flt["Pattern"]) == {
+        "eventName": ["INSERT"],
+        "dynamodb": {"NewImage": {"z": {"B": [{"exists": True}]}}},
+    }
+
+
+def test_broadcaster_reports_partial_failures_bisects_retries_boundedly_and_keeps_what_fails(cfn, rt):
+    mapping = _mapping(cfn, "ws_broadcast")
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["BisectBatchOnFunctionError"] is True
+    assert 0 < mapping["MaximumRetryAttempts"] <= 10
+    assert 60 <= mapping["MaximumRecordAgeInSeconds"] <= 900
+    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": [rt["failures"], "Arn"]}
+
+
+def test_websocket_routes_reach_their_functions_and_default_answers(cfn, rt):
+    # Given the WebSocket API's routes
+    api = cfn.resources[rt["api"]]["Properties"]
+    assert api["ProtocolType"] == "WEBSOCKET"
+    routes = {
+        r["RouteKey"]: r for r in cfn.of_type("AWS::ApiGatewayV2::Route").values() if r["ApiId"] == {"Ref": rt["api"]}
+    }
+    # Then they are $connect, $disconnect and $default, each a Lambda proxy integration of its function
+    expected = {"$connect": "ws_connect", "$disconnect": "ws_disconnect", "$default": "ws_message"}
+    assert set(routes) == set(expected)
+    functions = cfn.functions()
+    for key, name in expected.items():
+        integration = cfn.resources[routes[key]["Target"]["Fn::Join"][1][1]["Ref"]]["Properties"]
+        assert integration["IntegrationType"] == "AWS_PROXY"
+        assert {"Fn::GetAtt": [functions[name]["logical"], "Arn"]} in integration["IntegrationUri"]["Fn::Join"][1]
+    # And $default is two-way: its route response returns the function's reply to the client
+    responses = [
+        r for r in cfn.of_type("AWS::ApiGatewayV2::RouteResponse").values() if r["ApiId"] == {"Ref": rt["api"]}
+    ]
+    assert [(r["RouteResponseKey"], r["RouteId"]) for r in responses] == [("$default", {"Ref": _route_id(cfn, rt)})]
+    assert routes["$default"]["RouteResponseSelectionExpression"] == "$default"
+
+
+def _route_id(cfn: Any, rt: dict[str, str]) -> str:
+    return next(
+        k
+        for k, r in cfn.of_type("AWS::ApiGatewayV2::Route").items()
+        if r["ApiId"] == {"Ref": rt["api"]} and r["RouteKey"] == "$default"
+    )
+
+
+def test_stage_throttles_its_routes_and_logs_access(cfn, rt, options):
+    stage = cfn.resources[rt["stage"]]["Properties"]
+    assert stage["StageName"] == STAGE and stage["AutoDeploy"] is True
+    # API Gateway throttles all clients together: the HTTP API's budget for messages, connections at most 500/s
+    assert stage["DefaultRouteSettings"] == {"ThrottlingBurstLimit": 400, "ThrottlingRateLimit": 200}
+    rate = min(CONNECT_RATE, 200)
+    assert stage["RouteSettings"] == {"$connect": {"ThrottlingRateLimit": rate, "ThrottlingBurstLimit": 2 * rate}}
+    fields = json.loads(stage["AccessLogSettings"]["Format"])
+    assert {"connectionId", "eventType", "routeKey", "status"} <= set(fields)
+    group = stage["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0]
+    assert cfn.resources[group]["Properties"]["RetentionInDays"] == options["logRetentionDays"]
+
+
+def test_sessions_table_is_on_demand_encrypted_with_ttl_and_a_gateway_index(cfn, rt, ids):
+    table = cfn.resources[rt["table"]]["Properties"]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["SSESpecification"]["KMSMasterKeyId"] == {"Fn::GetAtt": [ids["key:data"], "Arn"]}
+    assert table["TimeToLiveSpecification"] == {"AttributeName": TTL_ATTRIBUTE, "Enabled": True}
+    assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    (index,) = table["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == CONNECTIONS_INDEX and index["Projection"] == {"ProjectionType": "ALL"}
+
+
+def _manage(cfn: Any, name: str) -> set[str]:
+    fn = cfn.functions()[name]
+    return {r for a, r in cfn.allowed(cfn.role_of(fn)) if a == "execute-api:ManageConnections"}
+
+
+def test_only_the_senders_manage_connections_and_only_on_this_stage(cfn, rt):
+    # Given who may call the management API
+    base = f"arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<{rt['api']}>/{STAGE}"
+    # Then the broadcaster may send and close, $default may close, both only on this API's stage's @connections
+    assert _manage(cfn, "ws_broadcast") == {f"{base}/POST/@connections/*", f"{base}/DELETE/@connections/*"}
+    assert _manage(cfn, "ws_message") == {f"{base}/DELETE/@connections/*"}
+    # And no other function may
+    assert [n for n in cfn.functions() if n not in ("ws_broadcast", "ws_message") and _manage(cfn, n)] == []
+
+
+def test_each_websocket_function_gets_exactly_its_session_calls(cfn, rt):
+    table = f"<{rt['table']}.Arn>"
+    expected = {
+        "ws_connect": {"dynamodb:PutItem"},
+        "ws_disconnect": {"dynamodb:DeleteItem"},
+        "ws_message": {"dynamodb:GetItem", "dynamodb:DeleteItem"},
+        "ws_broadcast": {"dynamodb:DeleteItem"},
+    }
+    for name, fn in cfn.functions().items():
+        granted = {(a, r) for a, r in cfn.allowed(cfn.role_of(fn)) if r.startswith(table)}
+        assert {a for a, r in granted if r == table} == expected.get(name, set()), name
+        index = {a for a, r in granted if r == f"{table}/index/{CONNECTIONS_INDEX}"}
+        assert index == ({"dynamodb:Query"} if name == "ws_broadcast" else set()), name
+
+
+@pytest.mark.parametrize("name", WS_FUNCTIONS)
+def test_websocket_function_configuration_is_valid_for_its_code(cfn, rt, name):
+    # Given the function's environment, tokens rendered as stand-ins
+    variables = cfn.functions()[name]["Environment"]["Variables"]
+    env = {k: cfn.render(v, lambda logical: f"tok-{logical.lower()}") for k, v in variables.items()}
+    # Then the senders get the stage's callback URL
+    sends = name in ("ws_message", "ws_broadcast")
+    expected = f"https://tok-{rt['api'].lower()}.execute-api.<AWS::Region>.<AWS::URLSuffix>/{STAGE}"
+    assert env.get(settings.WS_CALLBACK_URL) == (expected if sends else None)
+    if sends:  # (pseudo parameters rendered as a deployment would)
+        env[settings.WS_CALLBACK_URL] = expected.replace("<AWS::Region>", "eu-west-1").replace(
+            "<AWS::URLSuffix>", "amazonaws.com"
+        )
+    # And each names the sessions table, in a configuration its own settings parser accepts
+    parsed = settings.RealtimeSettings.from_env(env, sends=sends)
+    assert parsed.connections_table == f"tok-{rt['table'].lower()}"
+    if name == "ws_broadcast":
+        assert settings.BroadcastSettings.from_env(env).tables.deltas.startswith("tok-")
+    if name in ("ws_connect", "ws_message"):
+        assert settings.Settings.from_env(env).jwt_secret_arn
+
+
+def test_broadcaster_is_alarmed_on_errors_lag_and_exhausted_batches(cfn, rt):
+    alarms = {k.removeprefix("Monitoring")[:-8]: a for k, a in cfn.of_type("AWS::CloudWatch::Alarm").items()}
+    broadcaster = {"Ref": cfn.functions()["ws_broadcast"]["logical"]}
+    assert alarms["WsBroadcastErrors"]["Dimensions"] == [{"Name": "FunctionName", "Value": broadcaster}]
+    age = alarms["BroadcastIteratorAge"]
+    assert (age["MetricName"], age["Statistic"], age["Dimensions"][0]["Value"]) == (
+        "IteratorAge",
+        "Maximum",
+        broadcaster,
+    )
+    assert 0 < age["Threshold"] <= 5 * 60_000
+    depth = alarms["BroadcastFailuresDepth"]
+    assert depth["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [rt["failures"], "QueueName"]}}]
+
+
+def test_stack_outputs_the_socket_url(synth, rt):
+    output = synth.cfn.template["Outputs"]["WebSocketUrl"]
+    assert (
+        synth.cfn.render(output["Value"]) == f"wss://<{rt['api']}>.execute-api.<AWS::Region>.<AWS::URLSuffix>/{STAGE}"
+    )
