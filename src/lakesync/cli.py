@@ -30,11 +30,13 @@ def _cmd_local(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
     data_dir = Path(args.data_dir)
-    stack_options = {"host": args.host, "port": args.port, "moto_port": args.moto_port}
+    stack_options = {"host": args.host, "port": args.port, "moto_port": args.moto_port, "aws_parity": args.aws_parity}
     with LocalStack(
         data_dir, materialise_url=args.materialise, workers=args.workers, fsync=not args.no_fsync, **stack_options
     ) as stack:
         print(f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint})", flush=True)
+        socket_url = stack.url.replace("http://", "ws://") + "/v1/sync/default/ws"
+        print(f"real-time socket: {socket_url}{'  (AWS parity)' if args.aws_parity else ''}", flush=True)
         if stack.recovery is not None and (stack.recovery.snapshot_items or stack.recovery.replayed):
             print(
                 f"recovered {stack.recovery.snapshot_items} items from the snapshot and"
@@ -199,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="database the flushed rows are materialised into: postgresql://..., mysql://..., sqlite:///FILE"
         " (default: sqlite:///<data-dir>/materialised.db); destinations added with the admin routes get them too",
+    )
+    local.add_argument(
+        "--aws-parity",
+        action="store_true",
+        help="serve the real-time socket with API Gateway's limits (text frames only, 128 KB messages, 10 min idle,"
+        " 2 h sessions) instead of the original's, so what works locally works on AWS",
     )
     local.set_defaults(func=_cmd_local)
 
