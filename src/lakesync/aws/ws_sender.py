@@ -15,6 +15,7 @@ frames of 32 KB): :mod:`lakesync.gateway.realtime` sizes broadcasts for it.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -65,12 +66,16 @@ class ManagementApiSender:
         self._client = client
         self._attempts = attempts
         self._sleep = sleep
+        self._lock = threading.Lock()
 
     @property
     def client(self) -> Any:
-        """The management API client, made on first use."""
+        """The management API client, made on first use (a broadcast sends from several threads at once, and
+        making a boto3 client is not thread-safe, so it is made under a lock; using it is)."""
         if self._client is None:
-            self._client = management_api_client(self.endpoint_url)
+            with self._lock:
+                if self._client is None:
+                    self._client = management_api_client(self.endpoint_url)
         return self._client
 
     def send(self, connection_id: str, data: bytes) -> bool:
