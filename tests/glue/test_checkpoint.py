@@ -51,7 +51,8 @@ pytestmark = pytest.mark.spark
 CATALOG = "lake"
 T0 = 1_700_000_000_000
 GW, OTHER_GW = "gw1", "gw2"
-SUB_SHARDS = {"todos": 2, "notes": 1}
+# "Notes" has capitals: its state table has a Glue-safe hashed name the checkpoint job must map back.
+SUB_SHARDS = {"todos": 2, "Notes": 1}
 
 ROW_ID = STATE_SYSTEM_COLUMNS[1]
 
@@ -263,7 +264,7 @@ def test_checkpoint_job_loads_the_core_fold_and_checkpoint_plus_tail_is_full_rep
     assert decode_cursor(headers["X-Checkpoint-Cursor"], GW) == gw_marks
     last_covered = {e.shard: e.commit_hlc for e in covered if e.seq == watermarks[e.shard]}
     assert manifest.server_hlc == min(last_covered[s] for s in gw_marks)
-    assert manifest.tables == ("notes", "todos")
+    assert manifest.tables == ("Notes", "todos")
     assert len(manifest.chunks) > 1 and all(c.bytes <= 700 for c in manifest.chunks)
     assert len(list(group_rows(deltas))) == manifest.rows == len({(d.table, d.row_id) for d in deltas})
 

@@ -5,6 +5,9 @@ Pure definitions (names, Spark DDL, property keys); nothing here opens a catalog
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from lakesync.core.schema import ColumnType, TableSchema
 
 NAMESPACE = "lakesync"
@@ -27,9 +30,20 @@ def qualified(catalog: str, table: str, namespace: str = NAMESPACE) -> str:
     return f"{catalog}.{namespace}.{table}"
 
 
+GLUE_NAME = re.compile(r"^[a-z0-9_]{1,255}$")
+"""The names AWS Glue (and Iceberg's GlueCatalog) accept for databases and tables: Glue stores names in lower case."""
+
+
 def state_table(table: str) -> str:
-    """The current-state table of a synced table."""
-    return f"{STATE_PREFIX}{table}"
+    """The current-state table of a synced table: a Glue-safe name, the same for every job and the query CLI.
+
+    A lower-case table name maps to ``state_<table>``. A name with capitals maps to ``state_<lower>_<hash>``, the hash
+    being 8 hex digits of the SHA-256 of the name as written, so ``Todos`` and ``todos`` get two tables.
+    """
+    if table == table.lower():
+        return f"{STATE_PREFIX}{table}"
+    digest = hashlib.sha256(table.encode("utf-8")).hexdigest()[:8]
+    return f"{STATE_PREFIX}{table.lower()}_{digest}"
 
 
 def delta_log_ddl(catalog: str, namespace: str = NAMESPACE) -> str:

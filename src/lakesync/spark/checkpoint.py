@@ -59,6 +59,7 @@ from lakesync.lake.tables import (
     STATE_PREFIX,
     STATE_SYSTEM_COLUMNS,
     qualified,
+    state_table,
 )
 from lakesync.ports import ObjectStore
 
@@ -164,10 +165,15 @@ def state_snapshots(spark: SparkSession, catalog: str, namespace: str) -> Iterat
     for name in names:
         if not name.startswith(STATE_PREFIX):
             continue
-        table = name[len(STATE_PREFIX) :]
         found = _latest_compaction(spark, qualified(catalog, name, namespace))
-        if found is not None:
-            snapshot_id, watermarks = found
+        if found is None:
+            continue
+        snapshot_id, watermarks = found
+        # The synced table is the one whose shards this table's compaction covered and that maps to this name
+        # (names are Glue-safe, so a table with capitals has a hashed name: the name alone does not say it).
+        tables = {_shard_table(s) for s in watermarks} - {None}
+        table = next((t for t in sorted(t for t in tables if t is not None) if state_table(t) == name), None)
+        if table is not None:
             # Keep only this table's shards: the positions of the rows this table holds.
             own = {s: seq for s, seq in watermarks.items() if _shard_table(s) == table}
             yield StateSnapshot(table, snapshot_id, own)
@@ -237,7 +243,7 @@ def _state_rows(
 ) -> Iterator[tuple[str, bytes, int]]:
     frames: list[DataFrame] = []
     for snap in snapshots:
-        name = qualified(config.catalog, STATE_PREFIX + snap.table, config.namespace)
+        name = qualified(config.catalog, state_table(snap.table), config.namespace)
         frame = spark.sql(f"SELECT * FROM {name} VERSION AS OF {snap.snapshot_id}").where(F.col(_GATEWAY) == gateway)
         if not config.include_deleted:
             frame = frame.where(F.col(_EXISTS))
