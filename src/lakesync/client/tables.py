@@ -82,6 +82,12 @@ _AS_IS: dict[ColumnType, tuple[type, ...]] = {
 }
 """Python types a column stores unchanged (``type(True)`` is ``bool``, never ``int``: booleans are converted)."""
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INLINE_TYPES: dict[type, tuple[ColumnType, ...]] = {
+    bool: (ColumnType.BOOLEAN, ColumnType.JSON),
+    int: (ColumnType.NUMBER, ColumnType.JSON),
+    float: (ColumnType.NUMBER, ColumnType.JSON),
+}
+"""Scalar types accepted inline per column type (``type(True)`` is ``bool``, so a bool never passes as a number)."""
 
 
 def quote(name: str) -> str:
@@ -188,12 +194,26 @@ class LocalTable:
             return
         if not isinstance(values, Mapping):
             raise LocalWriteError(f"values for {self.name}:{row_id} must be a mapping of column to value")
+        types = self.types
+        bound = 2
         for column, value in values.items():
-            kind = self.types.get(column) if isinstance(column, str) else None
+            kind = types.get(column) if isinstance(column, str) else None
             if kind is None:
                 raise LocalWriteError(f'Unknown column "{column}" for table "{self.name}"')
-            _check_value(self.name, column, kind, value)
-        if _size_bound(values) <= MAX_DELTA_BYTES:
+            # Scalars of the column's own type are checked inline (the common case); the rest in full.
+            value_type = type(value)
+            if value_type is str and (kind is ColumnType.STRING or kind is ColumnType.JSON):
+                if not value.isascii():
+                    _check_json(value, f"{self.name}.{column}", 0)
+                bound += 6 * len(value) + 26 + 6 * len(column)
+            elif value is None or (
+                kind in _INLINE_TYPES.get(value_type, ()) and (value_type is not float or math.isfinite(value))
+            ):
+                bound += 56 + 6 * len(column)
+            else:
+                _check_value(self.name, column, kind, value)
+                bound += _size_bound({column: value})
+        if bound <= MAX_DELTA_BYTES:
             return  # the common case: a cheap upper bound suffices
         size = utf8_size([{"column": c, "value": v} for c, v in values.items()])
         if size > MAX_DELTA_BYTES:
