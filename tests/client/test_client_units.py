@@ -29,6 +29,7 @@ from lakesync.core.schema import ColumnType
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.wire import _json
 from lakesync.wire.codec import decode_sync_response
+from lakesync.wire.fast_checkpoint import decode_checkpoint
 from lakesync.wire.framing import encode_broadcast, iter_checkpoint
 
 SCHEMA = {
@@ -264,7 +265,7 @@ def test_checkpoint_rows_load_as_the_state_fold_gives(history: list[tuple[str, i
     frames = [body for key, body in sorted(objects.data.items()) if key.endswith(".bin")]
 
     # When the fast decoder reads it and the row's state is written as is
-    rows = list(_fast.decode_checkpoint(frames))
+    rows = list(decode_checkpoint(frames))
     generic = [d for body in frames for payload in iter_checkpoint(body) for d in decode_sync_response(payload).deltas]
     assert [_fast.to_row_delta(d) for row in rows for d in row] == generic
     assert [d.delta_id for d in generic] == [d.delta_id for d in row_deltas(state)]

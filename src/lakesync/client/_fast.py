@@ -8,12 +8,11 @@
 * :func:`write_state_json` is the JSON of ``merge(None, delta).state`` for a write delta with distinct columns: every
   column at the delta's version, no tombstone, written = the version (the state :func:`~lakesync.core.merge.merge`
   derives, in :func:`~lakesync.core.merge.state_to_json`'s encoding).
-* :func:`decode_checkpoint` reads checkpoint frames straight from the protobuf messages and parses every value of a
-  frame in one strict JSON parse; :func:`checkpoint_state_json` writes a checkpoint row's state without a merge when
-  the row is a single delta (the common case: a row written once). The generic codec builds a ``RowDelta`` and parses
-  each value on its own: 1.2 s per 100,000 rows against 0.5 s here.
+* :func:`checkpoint_state_json` writes a checkpoint row's state (rows as
+  :func:`lakesync.wire.fast_checkpoint.decode_checkpoint` yields them) without a merge when the row is a single delta
+  (the common case: a row written once).
 
-Tests (tests/client/test_fast_paths.py) check each against the generic code on generated inputs.
+Tests (tests/client/test_client_units.py) check each against the generic code on generated inputs.
 """
 
 from __future__ import annotations
@@ -21,27 +20,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from lakesync.core.canonical import JsonValue, stable_stringify
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.core.merge import fold, state_to_json
-from lakesync.wire import _json
-from lakesync.wire._pb import lakesync_pb2 as _pb  # private to lakesync.wire; read-only use, see the docstring
-from lakesync.wire.codec import decode_sync_response
-from lakesync.wire.framing import iter_checkpoint
+from lakesync.wire.fast_checkpoint import RawDelta
 
 _SAFE_INT: Final = 2**53
 _encode_string = json.encoder.encode_basestring
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-_LOADS = json.JSONDecoder(parse_constant=_json._reject_constant).decode
-_OPS: Final = {
-    _pb.DELTA_OP_INSERT: DeltaOp.INSERT,
-    _pb.DELTA_OP_UPDATE: DeltaOp.UPDATE,
-    _pb.DELTA_OP_DELETE: DeltaOp.DELETE,
-}
 
 
 def json_text(value: JsonValue) -> str:
@@ -125,85 +114,6 @@ def write_state_json(pairs: Sequence[tuple[str, str]], hlc: int, client_json: st
     version = f'"{hlc}",{client_json}'
     columns = ",".join(f"{n}:[{v},{version}]" for n, v in pairs)
     return f'{{"c":{{{columns}}},"t":null,"w":[{version}]}}'
-
-
-# -- checkpoints ------------------------------------------------------------------------------------------------------
-RawDelta = tuple[DeltaOp, str, str, str, int, str, tuple[str, ...], list[JsonValue]]
-"""``(op, table, row_id, client_id, hlc, delta_id, column names, values)``."""
-
-
-def decode_checkpoint(frames: Iterable[bytes]) -> Iterator[list[RawDelta]]:
-    """Every row of a checkpoint (its bodies as served) as its deltas, in stream order; a row's deltas are
-    consecutive (:func:`~lakesync.core.checkpoint.group_rows`).
-
-    Raises:
-        CodecError: a truncated stream or an undecodable frame.
-    """
-    row: list[RawDelta] = []
-    for body in frames:
-        for payload in iter_checkpoint(body):
-            for delta in _decode_frame(payload):
-                if row and (row[-1][1] != delta[1] or row[-1][2] != delta[2]):
-                    yield row
-                    row = []
-                row.append(delta)
-    if row:
-        yield row
-
-
-def _decode_frame(payload: bytes) -> list[RawDelta]:
-    try:
-        msg = _pb.SyncResponse.FromString(payload)
-        shapes: list[tuple[DeltaOp, str, str, str, int, str, tuple[str, ...]]] = []
-        raw_values: list[bytes] = []
-        for d in msg.deltas:
-            column_names: list[str] = []
-            for c in d.columns:
-                column_names.append(c.column)
-                raw_values.append(c.value)
-            shapes.append((_OPS[d.op], d.table, d.row_id, d.client_id, d.hlc, d.delta_id, tuple(column_names)))
-        # One C parse of every value of the frame, then the strict codec's number rules (doubles, finite) applied in
-        # one pass instead of a walk per value.
-        values = _LOADS((b"[" + b",".join(raw_values) + b"]").decode("utf-8")) if raw_values else []
-        _as_doubles(values)
-        if not isinstance(values, list) or len(values) != len(raw_values):
-            raise ValueError("value count")
-    except Exception:  # any oddity (a BOM, depth at the limit, a bad op): the generic, strict codec
-        return [_raw(d) for d in decode_sync_response(payload).deltas]
-    out: list[RawDelta] = []
-    at = 0
-    for op, table, row_id, client_id, hlc, delta_id, names in shapes:
-        n = len(names)
-        out.append((op, table, row_id, client_id, hlc, delta_id, names, values[at : at + n]))
-        at += n
-    return out
-
-
-def _as_doubles(values: list[Any]) -> None:
-    """Numbers as ``JSON.parse`` reads them (big ints rounded to doubles; non-finite refused), in place."""
-    for index, value in enumerate(values):
-        kind = type(value)
-        if kind is int:
-            if not -_SAFE_INT <= value <= _SAFE_INT:
-                values[index] = _json._number(value)
-        elif kind is float:
-            if not math.isfinite(value):
-                raise ValueError("number is out of range for a double")
-        elif kind is dict or kind is list:
-            _json._normalise(value, _json.MAX_DEPTH - 1)
-
-
-def _raw(d: RowDelta) -> RawDelta:
-    return (
-        d.op,
-        d.table,
-        d.row_id,
-        d.client_id,
-        d.hlc,
-        d.delta_id,
-        tuple(c.column for c in d.columns),
-        [c.value for c in d.columns],
-    )
 
 
 def to_row_delta(raw: RawDelta) -> RowDelta:

@@ -62,6 +62,7 @@ from lakesync.core.errors import ClockDriftError, LakeSyncError
 from lakesync.core.hlc import HLC, Clock, decode, system_clock
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.schema import TableSchema
+from lakesync.wire.fast_checkpoint import RawDelta, decode_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -858,7 +859,7 @@ class LocalStore:
             return
         if stream.cursor is None:
             raise SyncStateError("The checkpoint came without X-Checkpoint-Cursor")
-        rows = list(_fast.decode_checkpoint(stream.frames))
+        rows = list(decode_checkpoint(stream.frames))
         self._receive_hlc(str(stream.server_hlc))
         with self._tx() as db:
             empty = db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
@@ -877,7 +878,7 @@ class LocalStore:
             for row in rows:
                 report.changed.setdefault(row[0][1], set()).add(row[0][2])
 
-    def _load_checkpoint_bulk(self, rows: Sequence[list[_fast.RawDelta]]) -> None:
+    def _load_checkpoint_bulk(self, rows: Sequence[list[RawDelta]]) -> None:
         """An empty store: write each row's state as the checkpoint gives it (no merge) and its user row, in bulk."""
         states = []
         users: dict[str, list[tuple[Any, ...]]] = {}
@@ -897,7 +898,7 @@ class LocalStore:
             with contextlib.suppress(ClockDriftError):
                 self._clock.recv(newest)
 
-    def _merge_checkpoint(self, rows: Sequence[list[_fast.RawDelta]]) -> dict[str, set[str]]:
+    def _merge_checkpoint(self, rows: Sequence[list[RawDelta]]) -> dict[str, set[str]]:
         """A store with data: merge the checkpoint into it. A local row the checkpoint lacks and no pending local
         write holds is dropped: the checkpoint is everything this client may see as of its cursor (a fresh client
         would not have the row either), and the pull from its cursor delivers every later change."""
