@@ -11,13 +11,10 @@ pusher had read its own response. Results: ``benchmarks/results/realtime.json`` 
 from __future__ import annotations
 
 import argparse
-import base64
-import contextlib
 import json
 import random
 import statistics
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,44 +31,13 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-class Listener:
-    """A socket that records when each row id first arrives."""
-
-    def __init__(self, url: str) -> None:
-        from websockets.sync.client import connect
-
-        self.arrived: dict[str, float] = {}
-        self._exit = contextlib.ExitStack()
-        self._ws = self._exit.enter_context(connect(url))
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from websockets.exceptions import ConnectionClosed
-
-        from lakesync.wire.framing import decode_broadcast_frame
-
-        while True:
-            try:
-                message = self._ws.recv()
-            except ConnectionClosed:
-                return
-            at = time.perf_counter()
-            frame = base64.b64decode(message) if isinstance(message, str) else message
-            for delta in decode_broadcast_frame(frame).deltas:
-                self.arrived.setdefault(delta.row_id, at)
-
-    def close(self) -> None:
-        self._exit.close()
-        self._thread.join()
-
-
 def measure(samples: int, listeners: int, seed: int = 7) -> dict[str, Any]:
     """Push ``samples`` deltas one at a time; milliseconds from each acknowledgement to each listener's receive."""
     from lakesync.auth import mint_token
     from lakesync.client.http import SyncClient
     from lakesync.core.delta import make_delta
     from lakesync.core.hlc import HLC
+    from lakesync.local.demo import SocketWatcher
     from lakesync.local.runner import LocalStack
 
     rng = random.Random(seed)
@@ -81,8 +47,7 @@ def measure(samples: int, listeners: int, seed: int = 7) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="lakesync-rt-") as tmp,
         LocalStack(Path(tmp), port=0, persist=False, materialise=False) as stack,
     ):
-        base = stack.url.replace("http://", "ws://") + "/v1/sync/default/ws?encoding=base64&token="
-        sockets = [Listener(base + mint_token(f"listener-{i}", "default", stack.secret)) for i in range(listeners)]
+        sockets = [SocketWatcher(stack, f"listener-{i}", "any") for i in range(listeners)]
         writer = SyncClient(stack.url, "default", mint_token("writer", "default", stack.secret), "writer")
         clock = HLC()
         acked: dict[str, float] = {}
@@ -102,9 +67,12 @@ def measure(samples: int, listeners: int, seed: int = 7) -> dict[str, Any]:
             for socket in sockets:
                 socket.close()
         for socket in sockets:
-            for row_id, at in acked.items():
-                if row_id in socket.arrived:
-                    latencies.append((socket.arrived[row_id] - at) * 1000)
+            arrived: dict[str, float] = {}
+            for at, delta in socket.received:
+                arrived.setdefault(delta.row_id, at)
+            for row_id, acked_at in acked.items():
+                if row_id in arrived:
+                    latencies.append((arrived[row_id] - acked_at) * 1000)
                 else:
                     missing += 1
     return {

@@ -16,7 +16,6 @@ optimisation (clients pull), so nothing is lost for good.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,10 +24,7 @@ from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import get_broadcast_deps, logger, metrics, one_at_a_time, tracer
-from lakesync.aws.log_stream import StreamRecordError, decode_record
-from lakesync.core.errors import LakeSyncError
-from lakesync.gateway import realtime
-from lakesync.gateway.model import LogEntry
+from lakesync.aws.log_stream import StreamBroadcast, broadcast_records
 
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False)
 
@@ -37,47 +33,18 @@ class BroadcastFailedError(Exception):
     """A record whose chunk could not be decoded or whose gateway's broadcast failed."""
 
 
-def _sequence(record: Mapping[str, Any]) -> str:
-    return str((record.get("dynamodb") or {}).get("SequenceNumber"))
-
-
-def broadcast_batch(records: list[dict[str, Any]]) -> dict[str, str]:
-    """Broadcast a batch's new chunks per gateway; returns the failed records (sequence number -> why)."""
-    failed: dict[str, str] = {}
-    by_gateway: dict[str, list[LogEntry]] = {}
-    sequences: dict[str, list[str]] = {}
-    for record in records:
-        try:
-            chunk = decode_record(record)
-        except StreamRecordError as exc:
-            logger.error("log chunk does not decode", extra={"sequence": _sequence(record), "error": str(exc)})
-            failed[_sequence(record)] = str(exc)
-            continue
-        if chunk is not None:
-            by_gateway.setdefault(chunk[0], []).extend(chunk[1])
-            sequences.setdefault(chunk[0], []).append(_sequence(record))
-    if not by_gateway:
-        return failed
-    deps = get_broadcast_deps()
-    total = realtime.BroadcastReport()
-    for gateway, entries in by_gateway.items():
-        try:
-            report = realtime.broadcast(deps, gateway, entries)
-        except LakeSyncError as exc:
-            logger.warning("broadcast failed", extra={"gateway": gateway, "code": exc.api_code, "error": exc.message})
-            metrics.add_metric(name="BroadcastFailures", unit=MetricUnit.Count, value=1)
-            failed.update(dict.fromkeys(sequences[gateway], f"{gateway}: {exc.message}"))
-            continue
-        total.add(report)
-        logger.info(
-            "broadcast",
-            extra={"gateway": gateway, "entries": len(entries), "messages": report.messages, "gone": report.gone},
-        )
-    metrics.add_metric(name="BroadcastMessages", unit=MetricUnit.Count, value=total.messages)
-    metrics.add_metric(name="BroadcastRecipients", unit=MetricUnit.Count, value=total.recipients)
-    metrics.add_metric(name="GoneConnections", unit=MetricUnit.Count, value=total.gone)
-    metrics.add_metric(name="PullNotices", unit=MetricUnit.Count, value=total.pull_notices)
-    return failed
+def _observe(result: StreamBroadcast) -> None:
+    for sequence, why in result.undecodable.items():
+        logger.error("log chunk does not decode", extra={"sequence": sequence, "error": why})
+    for gateway, exc in result.errors.items():
+        logger.warning("broadcast failed", extra={"gateway": gateway, "code": exc.api_code, "error": exc.message})
+    for gateway, report in result.gateways.items():
+        logger.info("broadcast", extra={"gateway": gateway, "messages": report.messages, "gone": report.gone})
+    metrics.add_metric(name="BroadcastFailures", unit=MetricUnit.Count, value=len(result.errors))
+    metrics.add_metric(name="BroadcastMessages", unit=MetricUnit.Count, value=result.total.messages)
+    metrics.add_metric(name="BroadcastRecipients", unit=MetricUnit.Count, value=result.total.recipients)
+    metrics.add_metric(name="GoneConnections", unit=MetricUnit.Count, value=result.total.gone)
+    metrics.add_metric(name="PullNotices", unit=MetricUnit.Count, value=result.total.pull_notices)
 
 
 @one_at_a_time
@@ -87,7 +54,9 @@ def broadcast_batch(records: list[dict[str, Any]]) -> dict[str, str]:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The Lambda entry point: ``{"batchItemFailures": [{"itemIdentifier": <SequenceNumber>}, ...]}``."""
     metrics.add_metric(name="BroadcastBatches", unit=MetricUnit.Count, value=1)
-    failed = broadcast_batch(list(event.get("Records") or []))
+    result = broadcast_records(get_broadcast_deps, event.get("Records") or [])
+    _observe(result)
+    failed = result.failed
 
     def record_handler(record: DynamoDBRecord) -> None:
         why = failed.get(str(record.dynamodb.sequence_number if record.dynamodb else None))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,13 +63,19 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     headers = {k: str(v) for k, v in (event.get("headers") or {}).items()}
     gateway = gateway_of(event)
     try:
-        claims = realtime.authenticate(gateway, headers, query, jwt_secrets(), get_settings().gateway_ids)
-        session = realtime.open_session(claims, connection_id, query, time.time())
+        session = realtime.connect(
+            get_realtime().connections,
+            connection_id,
+            gateway,
+            headers,
+            query,
+            jwt_secrets(),
+            get_settings().gateway_ids,
+        )
     except LakeSyncError as exc:
         if exc.status >= 500:
             raise
         return _refused(exc)
-    get_realtime().connections.put_connection(session)
     logger.append_keys(gateway=session.gateway, client_id=session.client_id, connection_id=connection_id)
     logger.info("session opened", extra={"encoding": session.encoding.value, "expires_at": session.expires_at})
     metrics.add_metric(name="ConnectionsOpened", unit=MetricUnit.Count, value=1)

@@ -11,16 +11,15 @@ socket with 1000 and runs ``$disconnect``), forgets the session, logs the code a
 answers 200 with no body. Clients see a closed socket and reconnect as they would after a close code.
 
 **Sizes.** API Gateway sends at most 128 KB in one message (frames of 32 KB), the route response too. Pulls over the
-socket are therefore served in pages of :data:`SOCKET_PAGE_BYTES` stored bytes (``hasMore`` says to pull again); a
-reply still over the limit (one row larger than that) closes the session with a logged 1009 -- such a row is pulled
-over HTTP. Client messages over 128 KB never arrive: API Gateway closes the socket with 1009 itself.
+socket are therefore served in pages of ``realtime.SOCKET_PAGE_BYTES`` stored bytes (``hasMore`` says to pull
+again); a reply still over the limit (one row larger than that) closes the session with a logged 1009 -- such a row
+is pulled over HTTP. Client messages over 128 KB never arrive: API Gateway closes the socket with 1009 itself.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 from typing import Any, Final
 
 from aws_lambda_powertools.logging import correlation_paths
@@ -29,7 +28,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import get_deps, get_realtime, logger, metrics, one_at_a_time, tracer
 from lakesync.gateway import realtime
-from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.realtime import (
     CLOSE_INVALID_PAYLOAD,
     CLOSE_MESSAGE_TOO_BIG,
@@ -39,15 +37,6 @@ from lakesync.gateway.realtime import (
 
 MESSAGE_LIMIT_BYTES: Final = 128 * 1024
 """The largest message API Gateway sends to a client (and accepts from one)."""
-SOCKET_PAGE_BYTES: Final = 64 * 1024
-"""Stored bytes of a pull page served over the socket: its protobuf, base64-encoded, stays within one message."""
-
-
-def _socket_deps() -> GatewayDeps:
-    deps = get_deps()
-    if deps.settings.max_page_bytes <= SOCKET_PAGE_BYTES:
-        return deps
-    return dataclasses.replace(deps, settings=dataclasses.replace(deps.settings, max_page_bytes=SOCKET_PAGE_BYTES))
 
 
 def _message_data(event: dict[str, Any]) -> bytes | str:
@@ -92,8 +81,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     logger.append_keys(gateway=connection.gateway, client_id=connection.client_id)
     metrics.add_metric(name="SocketMessages", unit=MetricUnit.Count, value=1)
     try:
-        frame = realtime.decode_client_message(connection, _message_data(event))
-        reply = realtime.handle_frame(_socket_deps(), connection, frame)
-        return _reply(realtime.encode_message(connection, reply))
+        return _reply(realtime.serve_message(get_deps(), connection, _message_data(event)))
     except SessionClose as close:
         return _close(connection_id, close)

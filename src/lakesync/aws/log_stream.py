@@ -17,13 +17,24 @@ from __future__ import annotations
 import base64
 import datetime
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from lakesync.aws.log_chunks import decode_entries
+from lakesync.core.errors import LakeSyncError
+from lakesync.gateway import realtime
 from lakesync.gateway.model import LogEntry, ShardId
 
-__all__ = ["LogChunk", "StreamRecordError", "decode_record", "decode_stream_records", "lambda_record"]
+__all__ = [
+    "LogChunk",
+    "StreamBroadcast",
+    "StreamRecordError",
+    "broadcast_records",
+    "decode_record",
+    "decode_stream_records",
+    "lambda_record",
+]
 
 LogChunk = tuple[str, list[LogEntry]]
 """A chunk's gateway and its entries, in sequence order."""
@@ -101,3 +112,71 @@ def _json_value(value: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "L":
         return {"L": [_json_value(v) for v in inner]}
     return {kind: inner}
+
+
+@dataclass(slots=True)
+class StreamBroadcast:
+    """What broadcasting one stream batch did.
+
+    Attributes:
+        undecodable: Sequence number -> why, for each inserted log item that does not decode.
+        errors: Gateway -> the error that failed its broadcast (the sessions or sync rules could not be read, API
+            Gateway kept throttling), with the sequence numbers of its records in ``error_records``.
+        error_records: Gateway -> the sequence numbers of its records, for each gateway in ``errors``.
+        gateways: Gateway -> its broadcast's report, for each gateway that was broadcast to.
+        total: The reports summed.
+    """
+
+    undecodable: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, LakeSyncError] = field(default_factory=dict)
+    error_records: dict[str, list[str]] = field(default_factory=dict)
+    gateways: dict[str, realtime.BroadcastReport] = field(default_factory=dict)
+    total: realtime.BroadcastReport = field(default_factory=realtime.BroadcastReport)
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Sequence number -> why, for each record to report failed (Lambda retries the batch from the lowest)."""
+        out = dict(self.undecodable)
+        for gateway, exc in self.errors.items():
+            out.update(dict.fromkeys(self.error_records[gateway], f"{gateway}: {exc.message}"))
+        return out
+
+
+def sequence_number(record: Mapping[str, Any]) -> str:
+    """A stream record's ``SequenceNumber`` (its item identifier in a partial batch failure report)."""
+    return str((record.get("dynamodb") or {}).get("SequenceNumber"))
+
+
+def broadcast_records(
+    deps: Callable[[], realtime.BroadcastDeps], records: Iterable[Mapping[str, Any]]
+) -> StreamBroadcast:
+    """Broadcast a stream batch's new log chunks, one :func:`lakesync.gateway.realtime.broadcast` per gateway.
+
+    A failure fails only its own gateway's records: the other gateways are still broadcast to. ``deps`` is called
+    only when the batch holds a log chunk.
+    """
+    out = StreamBroadcast()
+    by_gateway: dict[str, list[LogEntry]] = {}
+    sequences: dict[str, list[str]] = {}
+    for record in records:
+        try:
+            chunk = decode_record(record)
+        except StreamRecordError as exc:
+            out.undecodable[sequence_number(record)] = str(exc)
+            continue
+        if chunk is not None:
+            by_gateway.setdefault(chunk[0], []).extend(chunk[1])
+            sequences.setdefault(chunk[0], []).append(sequence_number(record))
+    if not by_gateway:
+        return out
+    live = deps()
+    for gateway, entries in by_gateway.items():
+        try:
+            report = realtime.broadcast(live, gateway, entries)
+        except LakeSyncError as exc:
+            out.errors[gateway] = exc
+            out.error_records[gateway] = sequences[gateway]
+            continue
+        out.gateways[gateway] = report
+        out.total.add(report)
+    return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import enum
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,10 +57,12 @@ __all__ = [
     "authenticate",
     "broadcast",
     "broadcast_messages",
+    "connect",
     "decode_client_message",
     "encode_message",
     "handle_frame",
     "open_session",
+    "serve_message",
 ]
 
 CLOSE_NORMAL: Final = 1000
@@ -74,6 +77,9 @@ MAX_FRAME_BYTES: Final = 1024 * 1024
 """The largest client frame served (the original's 1 MiB push payload limit)."""
 MESSAGE_LIMIT_BYTES: Final = 32 * 1024
 """The largest message sent to a client, as it goes on the wire (after base64): API Gateway's WebSocket frame size."""
+SOCKET_PAGE_BYTES: Final = 64 * 1024
+"""Stored bytes of a pull page served over a socket: its protobuf, base64-encoded, fits one API Gateway message
+(128 KB)."""
 MAX_SESSION_S: Final = 2 * 3600
 """API Gateway closes a WebSocket connection after two hours; a session record lives no longer."""
 MAX_PULL_DELTAS: Final = 10_000
@@ -172,6 +178,41 @@ def open_session(claims: AuthClaims, connection_id: str, query: Mapping[str, str
         expires_at=min(int(claims.expires_at), now + MAX_SESSION_S),
         connected_at=now,
     )
+
+
+def connect(
+    connections: ConnectionStore,
+    connection_id: str,
+    gateway: str | None,
+    headers: Mapping[str, str],
+    query: Mapping[str, str],
+    secrets: Sequence[str],
+    served: Iterable[str],
+    *,
+    now_s: float | None = None,
+) -> Connection:
+    """Authenticate an upgrade (:func:`authenticate`), open its session and record it.
+
+    Raises:
+        LakeSyncError: the upgrade is refused with the error's status (401, 403, 404, or 400 for a bad encoding).
+    """
+    claims = authenticate(gateway, headers, query, secrets, served)
+    connection = open_session(claims, connection_id, query, time.time() if now_s is None else now_s)
+    connections.put_connection(connection)
+    return connection
+
+
+def serve_message(deps: GatewayDeps, connection: Connection, data: bytes | str) -> bytes | str:
+    """The reply to one client message, both in the session's encoding (:func:`decode_client_message`,
+    :func:`handle_frame` with pull pages of at most :data:`SOCKET_PAGE_BYTES` stored bytes, :func:`encode_message`).
+
+    Raises:
+        SessionClose: the session must close.
+    """
+    if deps.settings.max_page_bytes > SOCKET_PAGE_BYTES:
+        deps = dataclasses.replace(deps, settings=dataclasses.replace(deps.settings, max_page_bytes=SOCKET_PAGE_BYTES))
+    frame = decode_client_message(connection, data)
+    return encode_message(connection, handle_frame(deps, connection, frame))
 
 
 def decode_client_message(connection: Connection, data: bytes | str) -> bytes:

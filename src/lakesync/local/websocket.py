@@ -111,14 +111,10 @@ class GatewaySessions:
         self._served = served
 
     def open(self, gateway: str | None, headers: Mapping[str, str], query: Mapping[str, str], sid: str) -> Connection:
-        claims = realtime.authenticate(gateway, headers, query, self._secrets(), self._served())
-        connection = realtime.open_session(claims, sid, query, time.time())
-        self._connections().put_connection(connection)
-        return connection
+        return realtime.connect(self._connections(), sid, gateway, headers, query, self._secrets(), self._served())
 
     def message(self, connection: Connection, data: bytes | str) -> bytes | str:
-        frame = realtime.decode_client_message(connection, data)
-        return realtime.encode_message(connection, realtime.handle_frame(self._deps(), connection, frame))
+        return realtime.serve_message(self._deps(), connection, data)
 
     def closed(self, connection: Connection) -> None:
         self._connections().remove_connection(connection.connection_id)
