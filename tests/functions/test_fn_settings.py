@@ -14,11 +14,14 @@ from lakesync.aws.function_settings import (
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
     CONNECTIONS_TABLE,
+    EVENT_OVERHEAD_BYTES,
     FLUSH_JOB_NAME,
     FLUSH_PUBLISHES,
     FUNCTION_ENV_VARS,
     GATEWAY_IDS,
     JOB_NAME_VARS,
+    LAMBDA_PAYLOAD_BYTES,
+    MAX_BODY_BYTES_LIMIT,
     TABLE_PREFIX,
     TABLE_VARS,
     WS_CALLBACK_URL,
@@ -112,6 +115,25 @@ def test_settings_invalid_environment_is_a_clear_error(env, fragment):
     with pytest.raises(SettingsError) as err:
         Settings.from_env(env)
     assert fragment in str(err.value)
+
+
+def test_max_body_is_the_largest_whose_base64_event_fits_lambdas_payload():
+    # Given the largest body the settings accept, and one byte more
+    def event_bytes(body: int) -> int:
+        # HTTP API base64-encodes a binary body; the rest of the event is bounded by EVENT_OVERHEAD_BYTES
+        return 4 * -(-body // 3) + EVENT_OVERHEAD_BYTES
+
+    # Then its event is smaller than Lambda's 6,291,456-byte limit and a bigger body's would not be
+    assert LAMBDA_PAYLOAD_BYTES == 6_291_456
+    assert event_bytes(MAX_BODY_BYTES_LIMIT) < LAMBDA_PAYLOAD_BYTES <= event_bytes(MAX_BODY_BYTES_LIMIT + 1)
+    assert MAX_BODY_BYTES_LIMIT == 4_669_437  # the figure docs/deployment.md quotes (4.45 MiB)
+    # And the settings take it but refuse one byte more, naming the bound
+    assert (
+        Settings.from_env(_env(LAKESYNC_MAX_BODY_BYTES=str(MAX_BODY_BYTES_LIMIT))).max_body_bytes
+        == MAX_BODY_BYTES_LIMIT
+    )
+    with pytest.raises(SettingsError, match="LAKESYNC_MAX_BODY_BYTES must be at most 4,669,437 bytes"):
+        Settings.from_env(_env(LAKESYNC_MAX_BODY_BYTES=str(MAX_BODY_BYTES_LIMIT + 1)))
 
 
 def test_settings_report_every_problem_at_once():

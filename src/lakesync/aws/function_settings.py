@@ -10,7 +10,8 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
   ``LAKESYNC_JWT_SECRET_ARN`` (Secrets Manager; the ``AWSCURRENT`` and ``AWSPREVIOUS`` versions are both accepted).
 * ``LAKESYNC_FLUSH_THRESHOLD_BYTES``, ``LAKESYNC_BACKPRESSURE_BYTES`` -- buffer limits per shard.
 * ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
-* ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB).
+* ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB, at most :data:`MAX_BODY_BYTES_LIMIT`: a
+  protobuf body arrives base64-encoded inside the API Gateway event, which must fit Lambda's invocation payload).
 * ``LAKESYNC_ROW_WRITES`` -- ``after-commit`` (default: the row index written after each commit, one conditional
   ``PutItem`` per row, half the write units) or ``in-commit`` (rows inside the commit's transaction: fewer requests,
   what the embedded default uses, where requests cost time and write units cost nothing).
@@ -117,6 +118,18 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
 
 DEFAULT_MAX_BODY_BYTES: Final = MIB
+LAMBDA_PAYLOAD_BYTES: Final = 6 * MIB
+"""Lambda's synchronous invocation payload quota ("6 MB"): Invoke refuses a request that is not smaller than
+6,291,456 bytes (``RequestEntityTooLargeException``); a response may be up to 6,291,556 bytes."""
+EVENT_OVERHEAD_BYTES: Final = 64 * 1024
+"""What an HTTP API (payload 2.0) event may hold besides the body: the request line and header values are at most
+10,240 bytes (an HTTP API quota) and appear in the event up to three times (``rawPath``/``requestContext.http.path``/
+``pathParameters``, ``rawQueryString``/``queryStringParameters``, the ``user-agent`` header/``http.userAgent``), each
+at most doubled by JSON escaping (``"`` and ``\\``): 61,440 bytes, plus 4,096 for the fixed fields."""
+MAX_BODY_BYTES_LIMIT: Final = 3 * ((LAMBDA_PAYLOAD_BYTES - 1 - EVENT_OVERHEAD_BYTES) // 4)
+"""The largest ``LAKESYNC_MAX_BODY_BYTES``: 4,669,437 bytes (4.45 MiB). HTTP API base64-encodes a binary (protobuf)
+body, ``4 * ceil(n / 3)`` characters, and that plus :data:`EVENT_OVERHEAD_BYTES` stays smaller than
+:data:`LAMBDA_PAYLOAD_BYTES` -- a bigger body would be refused by Lambda before the function could answer 413."""
 _DEFAULTS: Final = GatewaySettings()
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
@@ -177,7 +190,7 @@ class Settings:
             flush_threshold_bytes=_int(env, FLUSH_THRESHOLD_BYTES, _DEFAULTS.flush_threshold_bytes, 1, errors),
             backpressure_bytes=_optional_int(env, BACKPRESSURE_BYTES, 0, errors),
             sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
-            max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors),
+            max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors, maximum=MAX_BODY_BYTES_LIMIT),
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
             rows_in_commit=_row_writes(env.get(ROW_WRITES, ROW_WRITE_MODES[0]), errors),
         )
@@ -244,8 +257,13 @@ def _secrets(env: Mapping[str, str], errors: list[str]) -> tuple[str, ...]:
     return secrets
 
 
-def _int(env: Mapping[str, str], var: str, default: int, minimum: int, errors: list[str]) -> int:
+def _int(
+    env: Mapping[str, str], var: str, default: int, minimum: int, errors: list[str], *, maximum: int | None = None
+) -> int:
     value = _optional_int(env, var, minimum, errors)
+    if value is not None and maximum is not None and value > maximum:
+        errors.append(f"{var} must be at most {maximum:,} bytes, got {value:,}")
+        return default
     return default if value is None else value
 
 
