@@ -1,10 +1,11 @@
 """The Glue 5.1 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
 
-Artifacts: the three ``glue_jobs/*.py`` scripts and the ``lakesync`` wheel are deployed together (a
-``BucketDeployment``) to ``s3://<artifacts>/glue/<content hash>/``. The wheel keeps its real file name there --
-pip rejects a CDK asset key such as ``<hash>.whl`` -- and a new build gets a new prefix, so a job never mixes a
-new script with an old wheel. ``--additional-python-modules`` names that exact object; Glue installs it (and the
-wheel's own requirements, protobuf and PyJWT, from PyPI) when a run starts.
+Artifacts: the three ``glue_jobs/*.py`` scripts and the zip of wheels (``lakesync-<version>.gluewheels.zip``: the
+``lakesync`` wheel and its pinned requirements, protobuf and PyJWT; :func:`lakesync_infra.packaging.build_glue_bundle`)
+are deployed together (a ``BucketDeployment``) to ``s3://<artifacts>/glue/<content hash>/``, each under its real file
+name, and a new build gets a new prefix, so a job never mixes a new script with old wheels.
+``--additional-python-modules`` names the zip and ``--python-modules-installer-option --no-index`` keeps pip off PyPI:
+a run installs exactly the bundled wheels and needs no internet (:func:`glue_arguments`).
 
 Runtime: Glue 5.1 (:data:`GLUE_VERSION`) = Spark 3.5.6, Python 3.11, Iceberg 1.10.0 (:data:`GLUE_RUNTIMES`), the
 versions the local tests run (pyspark pinned to 3.5.6, the Iceberg 1.10 runtime jar; a test compares them).
@@ -108,6 +109,7 @@ GLUE_ARGUMENTS: Final = frozenset(
         "--datalake-formats",
         "--conf",
         "--additional-python-modules",
+        "--python-modules-installer-option",
         "--job-language",
         "--TempDir",
         "--enable-metrics",
@@ -192,11 +194,27 @@ def spark_conf(region: str) -> str:
     return f"{ICEBERG_EXTENSIONS} --conf {S3A_REGION}={region}"
 
 
+def glue_arguments(*, region: str, modules_uri: str, log_prefix: str) -> dict[str, str]:
+    """The DefaultArguments Glue itself reads (:data:`GLUE_ARGUMENTS`), the same for every job."""
+    return {
+        "--datalake-formats": "iceberg",
+        "--conf": spark_conf(region),
+        "--additional-python-modules": modules_uri,
+        "--python-modules-installer-option": "--no-index",
+        "--job-language": "python",
+        "--enable-metrics": "true",
+        "--enable-observability-metrics": "true",
+        "--custom-logGroup-prefix": log_prefix,
+        "--job-bookmark-option": "job-bookmark-disable",
+    }
+
+
 def script_arguments(
     kind: str,
     *,
     config: LakeSyncConfig,
     warehouse: str,
+    namespace: str,
     tables_json: str,
     region: str,
     checkpoint_bucket: str,
@@ -205,7 +223,7 @@ def script_arguments(
 ) -> dict[str, str]:
     """The job script's own options (``--name value``; names as in the script's ``JOB_OPTIONS``)."""
     gateways = ",".join(config.gateway_ids)
-    lake = {"--warehouse": warehouse, "--catalog": "glue"}
+    lake = {"--warehouse": warehouse, "--catalog": "glue", "--namespace": namespace}
     if kind == "flush":
         return {
             **lake,
@@ -238,7 +256,7 @@ class Jobs(Construct):
         artifacts: The bucket holding scripts, the wheel and Glue's temporary files.
         jobs: ``flush`` / ``compact`` / ``checkpoint`` -> job (``ref`` is the job name).
         roles: The jobs' roles, by job.
-        wheel_uri: ``s3://`` URI of the deployed wheel.
+        modules_uri: ``s3://`` URI of the deployed zip of wheels.
         script_uris: ``s3://`` URI of each job's script.
         schedules: The EventBridge schedules invoking the lake tick, by job (after :meth:`schedule_ticks`).
         log_groups: The jobs' log groups (``--custom-logGroup-prefix``: ``/output`` and ``/error``).
@@ -273,7 +291,7 @@ class Jobs(Construct):
             memory_limit=256,
         )
         _acknowledge_deployment(self, deploy_role)
-        self.wheel_uri = f"s3://{self.artifacts.bucket_name}/{prefix}/{bundle.wheel_name}"
+        self.modules_uri = f"s3://{self.artifacts.bucket_name}/{prefix}/{bundle.modules_name}"
         self.script_uris = {kind: f"s3://{self.artifacts.bucket_name}/{prefix}/{kind}.py" for kind in JOB_KINDS}
 
         log_prefix = f"/aws-glue/{config.stack_name}"
@@ -301,16 +319,7 @@ class Jobs(Construct):
             ),
         )
         tables_json = stack.to_json_string(buffer.names.as_dict())
-        common_arguments = {
-            "--datalake-formats": "iceberg",
-            "--conf": spark_conf(stack.region),
-            "--additional-python-modules": self.wheel_uri,
-            "--job-language": "python",
-            "--enable-metrics": "true",
-            "--enable-observability-metrics": "true",
-            "--custom-logGroup-prefix": log_prefix,
-            "--job-bookmark-option": "job-bookmark-disable",
-        }
+        common_arguments = glue_arguments(region=stack.region, modules_uri=self.modules_uri, log_prefix=log_prefix)
         self.jobs: dict[str, glue.CfnJob] = {}
         self.roles: dict[str, iam.Role] = {}
         self.schedules: dict[str, scheduler.Schedule] = {}
@@ -341,6 +350,7 @@ class Jobs(Construct):
                         kind,
                         config=config,
                         warehouse=lake.warehouse,
+                        namespace=lake.database_name,
                         tables_json=tables_json,
                         region=stack.region,
                         checkpoint_bucket=lake.checkpoints.bucket_name,
@@ -410,7 +420,7 @@ class Jobs(Construct):
     def _acknowledge_role(self, kind: str, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str) -> None:
         artifacts = arn_token(self.artifacts)
         findings = {
-            f"Resource::{artifacts}/{prefix}/*": "Reads its script and the lakesync wheel: exactly the files of this "
+            f"Resource::{artifacts}/{prefix}/*": "Reads its script and the zip of wheels: exactly the files of this "
             "deployment's content-addressed bundle prefix.",
             f"Resource::{artifacts}/{temp}/*": "Glue's temporary directory for this job; Glue names the objects.",
             f"Resource::{arn_token(lake.bucket)}/{WAREHOUSE_PREFIX}/*": "Iceberg data and metadata files under the "

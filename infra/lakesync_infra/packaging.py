@@ -22,8 +22,14 @@ Amazon Linux 2 (glibc 2.26) does not have, while its ``manylinux2014_x86_64`` wh
 (glibc 2.17) -- the newest manylinux tag uv targets that AL2 satisfies; a ``manylinux_2_28`` wheel would install here
 and fail to load there.
 
-**Glue bundle**: the three ``glue_jobs/*.py`` scripts and the ``lakesync`` wheel (``uv build --wheel``), deployed
-together under a content-addressed prefix so ``--additional-python-modules`` names a real wheel file name.
+**Glue bundle**: the three ``glue_jobs/*.py`` scripts and a *zip of wheels* (Glue 5.0+:
+``lakesync-<version>.gluewheels.zip`` holding ``wheels/requirements.txt`` and the wheels), deployed together under a
+content-addressed prefix. The zip holds the ``lakesync`` wheel (``uv build --wheel``) and its runtime requirements
+(the base install: protobuf, PyJWT) at the versions ``uv.lock`` pins, downloaded once from the URLs the lock records
+and checked against its SHA-256 hashes (cached under ``build/wheels/``). The job installs it with
+``--python-modules-installer-option --no-index``, so a run reads nothing from PyPI and always gets the same bytes.
+protobuf comes twice: the ``manylinux2014_x86_64`` wheel (Glue's workers; pip prefers it) and the pure-Python one (any
+other platform still installs, slower). Glue's own protobuf is replaced (the generated code needs protobuf 7).
 
 Both are cached under ``build/`` by a hash of everything they are made of (``uv.lock``, ``pyproject.toml``, the
 sources, the target platform); a repeated synth reuses them. A directory is published by an atomic rename, so a
@@ -38,6 +44,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
+import urllib.request
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +69,11 @@ RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer", "urllib3
 LAMBDA_EXCLUDED: Final = ("spark", "lake", "local", "client", "cli.py")
 """Parts of ``src/lakesync`` left out of the Lambda asset (a test proves the handlers never import them)."""
 GLUE_SCRIPTS: Final = ("flush.py", "compact.py", "checkpoint.py")
+GLUE_WHEEL_TAGS: Final = frozenset(
+    {"py3-none-any", "cp310-abi3-manylinux2014_x86_64", "cp311-abi3-manylinux2014_x86_64"}
+)
+"""Wheels of a pinned requirement that go into the Glue zip of wheels: pure Python, or built for Glue's x86_64
+workers (manylinux2014: glibc 2.17, below Glue 5.x's Amazon Linux 2023) for CPython 3.11."""
 LAMBDA_EXTRAS: Final = ("aws",)
 MATERIALISE_EXTRAS: Final = ("aws", "sql")
 
@@ -78,12 +92,15 @@ class GlueBundle:
     Attributes:
         directory: Holds the scripts and the wheel.
         digest: Content hash (the S3 prefix the bundle is deployed under).
-        wheel_name: The wheel's file name (``lakesync-<version>-py3-none-any.whl``).
+        wheel_name: The ``lakesync`` wheel's file name (``lakesync-<version>-py3-none-any.whl``), inside the zip.
+        modules_name: The zip of wheels' file name (``lakesync-<version>.gluewheels.zip``), the value of
+            ``--additional-python-modules``.
     """
 
     directory: Path
     digest: str
     wheel_name: str
+    modules_name: str
 
 
 def lambda_requirements(root: Path = ROOT, extras: tuple[str, ...] = LAMBDA_EXTRAS) -> list[str]:
@@ -165,27 +182,96 @@ def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) ->
     )
 
 
+def glue_requirements(root: Path = ROOT) -> list[str]:
+    """The pinned runtime requirements of the ``lakesync`` wheel on Glue (``name==version``; the base install)."""
+    out = _run([str(uv(root)), "export", "--frozen", "--no-dev", "--no-hashes", "--no-emit-project", "--no-header",
+                "--no-annotate"], cwd=root)  # fmt: skip
+    return [line.strip() for line in out.splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
+
+
 def build_glue_bundle(root: Path = ROOT, build_dir: Path | None = None) -> GlueBundle:
-    """The Glue scripts and the ``lakesync`` wheel (built once per content hash under ``build/``).
+    """The Glue scripts and the zip of wheels (built once per content hash under ``build/``).
 
     Raises:
-        PackagingError: uv is missing or the wheel build failed.
+        PackagingError: uv is missing, the wheel build failed, or a pinned wheel cannot be had.
     """
     build_dir = build_dir or root / "build"
     scripts = [root / "glue_jobs" / name for name in GLUE_SCRIPTS]
     wheel_sources = [*_tree(root / "src" / "lakesync"), *_tree(root / "functions"), root / "pyproject.toml"]
-    digest = _digest([*scripts, *wheel_sources, root / "README.md"], root)
+    requirements = glue_requirements(root)
+    digest = _digest(
+        [*scripts, *wheel_sources, root / "README.md"], root, extra=[*requirements, *sorted(GLUE_WHEEL_TAGS)]
+    )
     target = build_dir / f"glue-{digest}"
     if not (target / _COMPLETE).exists():
+        locked = _locked_wheels(root, requirements)
         with _Staging(build_dir, target) as stage:
-            _run([str(uv(root)), "build", "--wheel", "--quiet", "--out-dir", str(stage), "--python", sys.executable],
+            wheels = stage / "wheels"
+            _run([str(uv(root)), "build", "--wheel", "--quiet", "--out-dir", str(wheels), "--python", sys.executable],
                  cwd=root)  # fmt: skip
+            (project,) = wheels.glob("lakesync-*-py3-none-any.whl")
+            version = project.name.split("-")[1]
+            for url, sha256 in locked:
+                shutil.copy2(_fetch(url, sha256, build_dir / "wheels"), wheels / url.rsplit("/", 1)[1])
+            pins = [f"lakesync=={version}", *requirements]
+            (wheels / "requirements.txt").write_text("\n".join(pins) + "\n", encoding="utf-8")
+            with zipfile.ZipFile(stage / f"lakesync-{version}.gluewheels.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+                for path in sorted(wheels.iterdir()):
+                    if path.name.startswith("."):  # uv build leaves a .gitignore in its output directory
+                        continue
+                    archive.write(path, f"wheels/{path.name}")
+            shutil.rmtree(wheels)
             for script in scripts:
                 shutil.copy2(script, stage / script.name)
-    wheels = sorted(target.glob("lakesync-*-py3-none-any.whl"))
-    if len(wheels) != 1:
-        raise PackagingError(f"expected one lakesync wheel in {target}, found {[w.name for w in wheels]}")
-    return GlueBundle(target, digest, wheels[0].name)
+    zips = sorted(target.glob("lakesync-*.gluewheels.zip"))
+    if len(zips) != 1:
+        raise PackagingError(f"expected one zip of wheels in {target}, found {[z.name for z in zips]}")
+    with zipfile.ZipFile(zips[0]) as archive:
+        wheel_names = [n.removeprefix("wheels/") for n in archive.namelist() if n.startswith("wheels/lakesync-")]
+    if len(wheel_names) != 1:
+        raise PackagingError(f"expected one lakesync wheel in {zips[0]}, found {wheel_names}")
+    return GlueBundle(target, digest, wheel_names[0], zips[0].name)
+
+
+def _locked_wheels(root: Path, requirements: Iterable[str]) -> list[tuple[str, str]]:
+    """``(url, sha256)`` of the wheels ``uv.lock`` records for each ``name==version`` with a tag in
+    :data:`GLUE_WHEEL_TAGS`."""
+    lock = tomllib.loads((root / "uv.lock").read_text(encoding="utf-8"))
+    packages = {(p["name"], p.get("version")): p for p in lock["package"]}
+    out = []
+    for requirement in requirements:
+        name, _, version = requirement.split(";")[0].strip().partition("==")
+        package = packages.get((name.lower().replace("_", "-"), version))
+        if package is None:
+            raise PackagingError(f"{requirement} is not in uv.lock")
+        chosen = [
+            (w["url"], w["hash"].removeprefix("sha256:"))
+            for w in package.get("wheels", [])
+            if any(w["url"].endswith(f"-{tag}.whl") for tag in GLUE_WHEEL_TAGS)
+        ]
+        if not chosen:
+            raise PackagingError(f"uv.lock has no wheel of {requirement} for Glue (tags {sorted(GLUE_WHEEL_TAGS)})")
+        out.extend(chosen)
+    return out
+
+
+def _fetch(url: str, sha256: str, cache: Path) -> Path:
+    """The file at ``url``, downloaded once into ``cache/<sha256>/`` and checked against ``sha256``."""
+    path = cache / sha256 / url.rsplit("/", 1)[1]
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha256:
+        return path
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:  # the https URL uv.lock records
+            data = response.read()
+    except OSError as exc:
+        raise PackagingError(f"cannot download {url}: {exc}") from exc
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise PackagingError(f"{url} does not match the SHA-256 uv.lock records ({sha256})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+    partial.write_bytes(data)
+    partial.replace(path)
+    return path
 
 
 def directory_size(path: Path) -> int:

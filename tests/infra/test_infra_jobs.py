@@ -1,6 +1,6 @@
-"""The Glue jobs in the template: Glue 5.1 with Iceberg, the deployed wheel under its real file name, arguments the
-job scripts accept and parse into the Glue-catalog configuration, and the log groups (the schedules, which invoke the
-lake tick: test_infra_lake_tick)."""
+"""The Glue jobs in the template: Glue 5.1 with Iceberg, the deployed zip of wheels installed without PyPI, arguments
+the job scripts accept and parse into the Glue-catalog configuration, and the log groups (the schedules, which invoke
+the lake tick: test_infra_lake_tick)."""
 
 from __future__ import annotations
 
@@ -68,24 +68,30 @@ def test_job_is_glue_5_1_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)
-def test_job_installs_the_deployed_wheel_by_its_real_file_name(cfn, ids, synth, kind):
+def test_job_installs_the_deployed_zip_of_wheels_without_pypi(cfn, ids, synth, kind):
     # Given the job's script location and python modules, and the bundle deployment
     job = _job(cfn, ids, kind)
     prefix, staged = _bundle(cfn, synth)
     artifacts = f"s3://<{ids['bucket:artifacts']}>/{prefix}"
-    wheel_name = synth.artifacts.glue.wheel_name
-    # Then both point into the bundle's prefix in the artifacts bucket
+    modules_name, wheel_name = synth.artifacts.glue.modules_name, synth.artifacts.glue.wheel_name
+    # Then both point into the bundle's prefix in the artifacts bucket, and pip may not use an index (PyPI)
     assert cfn.render(job["Command"]["ScriptLocation"]) == f"{artifacts}{kind}.py"
-    assert cfn.render(job["DefaultArguments"]["--additional-python-modules"]) == f"{artifacts}{wheel_name}"
-    # And the staged bundle holds exactly the scripts and the wheel under those names (the object keys)
-    assert sorted(p.name for p in staged.iterdir()) == sorted([*(f"{k}.py" for k in JOB_KINDS), wheel_name])
-    # And the wheel's file name is one pip accepts, matching the wheel's own metadata
+    assert cfn.render(job["DefaultArguments"]["--additional-python-modules"]) == f"{artifacts}{modules_name}"
+    assert job["DefaultArguments"]["--python-modules-installer-option"] == "--no-index"
+    assert modules_name.endswith(".gluewheels.zip")
+    # And the staged bundle holds exactly the scripts and the zip under those names (the object keys)
+    assert sorted(p.name for p in staged.iterdir()) == sorted([*(f"{k}.py" for k in JOB_KINDS), modules_name])
+    # And the zip holds the lakesync wheel, under a file name pip accepts, matching the wheel's own metadata
     name, version, _build, tags = parse_wheel_filename(wheel_name)
     assert name == "lakesync" and {str(t) for t in tags} == {"py3-none-any"}
-    with zipfile.ZipFile(staged / wheel_name) as wheel:
+    with (
+        zipfile.ZipFile(staged / modules_name) as bundle,
+        zipfile.ZipFile(bundle.open(f"wheels/{wheel_name}")) as wheel,
+    ):
         metadata = wheel.read(f"lakesync-{version}.dist-info/METADATA").decode()
         assert "lakesync/spark/flush.py" in wheel.namelist()
     assert f"Version: {version}" in metadata.splitlines()
+    # (tests/unit/test_glue_wheels.py installs the zip offline into a clean Python 3.11)
     # And the job starts only once the bundle is deployed
     deployment = next(iter(cfn.of_type("Custom::CDKBucketDeployment")))
     assert deployment in cfn.resources[ids[f"job:{kind}"]]["DependsOn"]
