@@ -4,10 +4,11 @@ Job parameters (``JOB_OPTIONS``; Glue's own, such as ``--JOB_NAME``, are ignored
 ``--catalog_uri``)::
 
     --bucket B --gateways a,b --warehouse W [--catalog glue|local] [--catalog_name lake] [--catalog_uri U]
-    [--namespace N] [--chunk_bytes N] [--include_deleted true|false]
+    [--namespace N] [--chunk_bytes N] [--include_deleted true|false] [--region R] [--s3_endpoint URL]
 
-On Glue: ``--catalog glue --warehouse s3://...`` (the default catalog is ``glue``). Locally: ``--catalog local
---warehouse DIR --catalog_uri FILE.db`` (S3 reached through ``AWS_ENDPOINT_URL``, e.g. the moto server).
+On Glue: ``--catalog glue --warehouse s3://... --region R`` (the default catalog is ``glue``; without ``--region`` the
+S3 client takes the environment's). Locally: ``--catalog local --warehouse DIR --catalog_uri FILE.db`` and
+``--s3_endpoint`` (or ``AWS_ENDPOINT_URL``), e.g. the moto server.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from lakesync.aws.objects import S3ObjectStore, s3_client
 from lakesync.core.checkpoint import DEFAULT_CHUNK_BYTES
 from lakesync.lake.tables import NAMESPACE
 from lakesync.spark.checkpoint import CheckpointConfig, run
@@ -33,6 +35,8 @@ JOB_OPTIONS = (
     "namespace",
     "chunk_bytes",
     "include_deleted",
+    "region",
+    "s3_endpoint",
 )
 """The job's options; ``bucket``, ``gateways`` and ``warehouse`` are required."""
 
@@ -65,7 +69,10 @@ def parse(options: Mapping[str, str]) -> tuple[CheckpointConfig, str, Literal["l
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job; prints one JSON line per gateway."""
-    config, warehouse, kind, catalog_uri = parse(resolved_options(JOB_OPTIONS, argv))
+    options = resolved_options(JOB_OPTIONS, argv)
+    config, warehouse, kind, catalog_uri = parse(options)
+    client = {"region": "region_name", "s3_endpoint": "endpoint_url"}
+    objects = S3ObjectStore(config.bucket, s3_client(**{client[k]: v for k, v in options.items() if k in client}))
     spark = build_session(
         app_name="lakesync-checkpoint",
         warehouse=warehouse,
@@ -73,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         catalog=kind,
         catalog_uri=catalog_uri,
     )
-    report = run(spark, config)
+    report = run(spark, config, objects=objects)
     for outcome in report.gateways:
         manifest = outcome.manifest
         line: dict[str, object] = {"gateway": outcome.gateway, "skipped": outcome.skipped}

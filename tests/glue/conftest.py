@@ -7,6 +7,7 @@ first use. Tests get their own namespace through ``lake_namespace`` so they neve
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,11 @@ def spark(lake_paths: LakePaths) -> Iterator[SparkSession]:
     with pytest.MonkeyPatch.context() as mp:
         # Without it Spark warns that the hostname resolves to loopback and binds to another interface.
         mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        # The JVM, and the Python workers it starts, keep the environment it is launched with: fake credentials, as
+        # a Glue job's role gives its executors, so job code that builds its own boto3 clients on the executors (the
+        # flush job's reads of the buffer) reaches the moto server when a test runs an entry script's main().
+        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+            mp.setenv(key, os.environ.get(key, value))
         session = build_session(
             app_name="lakesync-tests",
             warehouse=str(lake_paths.warehouse),

@@ -212,6 +212,7 @@ JOB_OPTIONS = (
     "catalog",
     "catalog_name",
     "catalog_uri",
+    "namespace",
     "gateways",
     "retention_ms",
     "max_deltas_per_run",
@@ -282,6 +283,7 @@ class FlushJobArgs:
         config = FlushConfig(
             dynamodb=DynamoConfig(tables, endpoint_url=options.get("dynamodb_endpoint"), region=options.get("region")),
             catalog=options.get("catalog_name", "lake"),
+            namespace=options.get("namespace", NAMESPACE),
             gateways=tuple(g for g in gateways.split(",") if g) if gateways else None,
             retention_ms=int(options.get("retention_ms", DAY_MS)),
             max_deltas_per_run=int(options["max_deltas_per_run"]) if "max_deltas_per_run" in options else None,
