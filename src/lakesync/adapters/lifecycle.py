@@ -10,9 +10,10 @@ plus cold's rows whose id has no state in hot (a row deleted in hot stays delete
 older live copy: "hot first"). How the invariant is kept:
 
 * :meth:`LifecycleDestination.apply` writes to hot. For rows of the batch that cold holds, it first reads their cold
-  states and applies them to hot *in the same call* (one hot transaction: the row is promoted back to hot, complete).
-  It then reads those cold states once more and promotes any that changed meanwhile (a sweep in another process
-  moved the row between the two reads), so a concurrent sweep cannot leave a partial row in hot.
+  states and applies them to hot (the row is *promoted*: hot now holds its whole fold; a promotion alone always
+  keeps the invariant, so it is its own call and the batch stays one atomic hot transaction with its own stats).
+  After the batch it reads those cold states once more and promotes any that changed meanwhile (a sweep in another
+  process moved the row between the reads), so a concurrent sweep cannot leave a partial row in hot.
 * :meth:`LifecycleDestination.sweep` pages through hot's states; for old rows it **copies** their states to cold
   (``cold.apply`` of :func:`~lakesync.adapters.state.state_deltas`: a join, so repeating it changes nothing), then
   **deletes** them from hot with a compare-and-delete (:meth:`~lakesync.adapters.state.StatefulDestination.purge`):
@@ -26,7 +27,6 @@ overwrites it with the join). Unique constraints (``externalIdColumn``) hold per
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -102,19 +102,23 @@ class LifecycleDestination:
         """Apply to hot, promoting the batch's rows that cold holds (see the module docstring).
 
         Returns:
-            Hot's stats, with ``deltas`` the number of deltas given (promotion deltas are not counted).
+            Hot's stats of the batch (promotion is a call of its own before it: its rows do not count).
         """
         batch = list(deltas)
         ids = sorted({d.row_id for d in batch})
         with self._lock:
+            if not ids:  # nothing to write: make sure both tiers have the table and its columns
+                self.cold.apply(schema, [])
             before = self.cold.states_of(schema, ids) if ids else {}
-            stats = self.hot.apply(schema, [*batch, *deltas_of(before.values())])
+            if before:
+                self.hot.apply(schema, deltas_of(before.values()))  # promote: hot now holds these rows' whole fold
+            stats = self.hot.apply(schema, batch)
             if before or ids:
                 after = self.cold.states_of(schema, ids) if ids else {}
                 moved = [s for rid, s in after.items() if before.get(rid) != s]
-                if moved:
+                if moved:  # a sweep elsewhere moved a row between the reads: promote it too
                     self.hot.apply(schema, deltas_of(moved))
-        return dataclasses.replace(stats, deltas=len(batch))
+        return stats
 
     def rows(self, schema: TableSchema) -> dict[str, dict[str, Any]]:
         """Hot's live rows, then cold's rows of ids hot has no state for."""

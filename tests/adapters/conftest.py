@@ -1,0 +1,77 @@
+"""Fixtures of the composition tests: SQL destinations on throwaway SQLite files and PostgreSQL/MariaDB servers."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesync.adapters import SqlStateDestination
+from lakesync.core.delta import make_delta
+from lakesync.core.schema import TableSchema, parse_table_schema
+from lakesync.sql import connect
+from tests.sql.servers import Server, mariadb_server, postgres_server
+
+__all__ = ["mariadb_server", "postgres_server"]
+
+KINDS = ("sqlite", "postgres", "mariadb")
+
+
+def H(ms: int, counter: int = 0) -> int:
+    return (ms << 16) | counter
+
+
+def schema_of(table: str, columns: dict[str, str] | None = None, **options: Any) -> TableSchema:
+    columns = columns or {"title": "string", "done": "boolean", "n": "number"}
+    doc: dict[str, Any] = {"table": table, "columns": [{"name": k, "type": v} for k, v in columns.items()]}
+    doc.update(options)
+    return parse_table_schema(doc)
+
+
+def ins(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> Any:
+    return make_delta("INSERT", table=table, row_id=row, client_id=client, hlc=hlc, columns=cols)
+
+
+def upd(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> Any:
+    return make_delta("UPDATE", table=table, row_id=row, client_id=client, hlc=hlc, columns=cols)
+
+
+def dele(table: str, row: str, hlc: int, client: str = "a") -> Any:
+    return make_delta("DELETE", table=table, row_id=row, client_id=client, hlc=hlc)
+
+
+@pytest.fixture
+def table() -> str:
+    """A table name unique to the test (the server databases are shared by the session)."""
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def url_of(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str, str], str]:
+    """``url_of(kind, database)``: a URL of that database on SQLite (a file), PostgreSQL or MariaDB."""
+
+    def url(kind: str, database: str) -> str:
+        if kind == "sqlite":
+            return f"sqlite:///{tmp_path / (database + '.db')}"
+        server: Server = request.getfixturevalue("postgres_server" if kind == "postgres" else "mariadb_server")
+        return server.url(database)
+
+    return url
+
+
+@pytest.fixture
+def open_state(url_of: Callable[[str, str], str]) -> Iterator[Callable[[str, str], SqlStateDestination]]:
+    """``open_state(kind, database)``: a state-readable SQL destination (closed after the test)."""
+    opened: list[SqlStateDestination] = []
+
+    def make(kind: str, database: str) -> SqlStateDestination:
+        dest = SqlStateDestination(connect(url_of(kind, database), name=f"{kind}-{database}"))
+        opened.append(dest)
+        return dest
+
+    yield make
+    for dest in opened:
+        dest.close()
