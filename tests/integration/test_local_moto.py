@@ -197,3 +197,77 @@ def test_moto_fast_transactions_are_installed_by_the_server(moto_server):
 
     assert install_fast_transactions() is True
     assert models.DynamoDBBackend.transact_write_items.__module__ == "lakesync.local.moto_fast"
+
+
+def test_moto_server_cancelled_transaction_leaves_no_stream_record_and_the_stream_goes_on(moto_server):
+    # Given a streamed table (as the deltas table is: the broadcaster reads it) read from its end
+    client = boto3.client("dynamodb", **moto_server.aws().client_kwargs())
+    streams = boto3.client("dynamodbstreams", **moto_server.aws().client_kwargs())
+    table, arn = _streamed_table(client)
+    client.put_item(TableName=table, Item={"k": {"S": "taken"}})
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+
+    # When a transaction puts an item, then fails its condition (a push losing its commit race)
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": {"k": {"S": "phantom"}}}},
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": {"k": {"S": "taken"}},
+                        "ConditionExpression": "attribute_not_exists(k)",
+                    }
+                },
+            ]
+        )
+    # and a later write commits
+    client.put_item(TableName=table, Item={"k": {"S": "committed"}})
+
+    # Then the stream carries the committed write only, to the iterator taken before the cancelled transaction
+    page = streams.get_records(ShardIterator=iterator)
+    keys = [r["dynamodb"]["Keys"]["k"]["S"] for r in page["Records"]]
+    assert keys == ["committed"]
+
+
+def _streamed_table(client: Any) -> tuple[str, str]:
+    table = f"streamed-{uuid.uuid4().hex[:8]}"
+    arn = client.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
+    )["TableDescription"]["LatestStreamArn"]
+    return table, arn
+
+
+def test_moto_server_stream_keeps_bounded_records_and_iterators(moto_server, monkeypatch):
+    from moto.dynamodbstreams.models import dynamodbstreams_backends
+
+    from lakesync.local import moto_fast
+    from lakesync.local.events import DEFAULT_ACCOUNT_ID
+
+    # Given a streamed table whose stream keeps only the last 40 records (20,000 in use), and a reader at its start
+    monkeypatch.setattr(moto_fast, "STREAM_RECORDS_KEPT", 40)
+    client = boto3.client("dynamodb", **moto_server.aws().client_kwargs())
+    streams = boto3.client("dynamodbstreams", **moto_server.aws().client_kwargs())
+    table, arn = _streamed_table(client)
+    shard = streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    behind = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
+    backend = dynamodbstreams_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+
+    # When 100 items are written and the stream is polled 50 times from the end
+    for i in range(100):
+        client.put_item(TableName=table, Item={"k": {"S": f"i{i:03d}"}})
+    iterator = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="LATEST")["ShardIterator"]
+    before = len(backend.shard_iterators)
+    for _ in range(50):
+        iterator = streams.get_records(ShardIterator=iterator)["NextShardIterator"]
+
+    # Then polling leaves no iterators behind, and the reader that fell behind skips to the records still kept
+    assert len(backend.shard_iterators) <= before
+    page = streams.get_records(ShardIterator=behind["ShardIterator"], Limit=1000)
+    keys = [r["dynamodb"]["Keys"]["k"]["S"] for r in page["Records"]]
+    assert 40 <= len(keys) < 100 and keys == sorted(keys) and keys[-1] == "i099"

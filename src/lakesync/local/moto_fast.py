@@ -5,8 +5,9 @@ the transaction -- so one commit costs O(items in the transaction x items in the
 with every push before it (DynamoDB's own cost does not depend on table size). :func:`install_fast_transactions`
 makes moto back each touched table up once per transaction instead: the table's item index is copied (the items are
 shared: a Put or Delete replaces or drops an item, it never changes one) and only the items an ``Update`` may change
-in place are deep-copied. A cancelled transaction still restores exactly the state before it (the buffer contract
-tests and a dedicated test check this on the moto server).
+in place are deep-copied. A cancelled transaction still restores exactly the state before it, stream records
+included (a cancelled commit must not reach the broadcaster), and open stream iterators keep working (the buffer
+contract tests and dedicated tests check this on the moto server).
 
 The patch is process-wide (moto keeps its backends in module globals) and idempotent. It applies to the moto line
 the project pins (5.x); if moto's internals are not the ones it expects, it leaves moto alone and says so.
@@ -52,12 +53,14 @@ def install_fast_transactions() -> bool:
         if getattr(models, "copy", None) is not copy or not hasattr(models.DynamoDBBackend, "transact_write_items"):
             logger.warning("moto's DynamoDB internals changed; transactions stay on stock moto (slower)")
             return False
-        _patch(models, DynamoType, Table)
+        from moto.dynamodb.models import table as table_module
+
+        _patch(models, DynamoType, Table, table_module)
         _installed = True
         return True
 
 
-def _patch(models: Any, dynamo_type: Any, table_class: Any) -> None:
+def _patch(models: Any, dynamo_type: Any, table_class: Any, table_module: Any) -> None:
     stock_deepcopy = copy.deepcopy
     stock_transact = models.DynamoDBBackend.transact_write_items
 
@@ -102,11 +105,65 @@ def _patch(models: Any, dynamo_type: Any, table_class: Any) -> None:
             for op_type, op in entry.items():
                 if op_type == "Update":
                     updates.setdefault(op["TableName"], []).append(op["Key"])
+        # A cancelled transaction restores each table's items from its backup, but the stream shard is shared with
+        # the backup (and must stay the same object: open shard iterators hold it): drop the records its writes added.
+        shards = {name: table.stream_shard for name, table in self.tables.items() if table.stream_shard is not None}
+        stream_lengths = {name: len(shard.items) for name, shard in shards.items()}
         token = _ACTIVE.set(_Transaction(updates))
         try:
             return stock_transact(self, transact_items)
+        except BaseException:
+            for name, shard in shards.items():
+                del shard.items[stream_lengths[name] :]
+            raise
         finally:
             _ACTIVE.reset(token)
 
     models.copy = _Copy()
     models.DynamoDBBackend.transact_write_items = transact_write_items
+    from moto.dynamodbstreams import models as streams_module
+
+    _bound_streams(table_module, streams_module)
+
+
+STREAM_RECORDS_KEPT = 20_000
+"""Stream records moto keeps per table; older ones are dropped (DynamoDB keeps 24 hours of them)."""
+
+
+def _bound_streams(table_module: Any, streams_module: Any) -> None:
+    """moto keeps every stream record of a table for ever (its sequence numbers are list positions), so a long-running
+    ``lakesync local`` would grow by every item written. Keep the positions, drop the records: a record older than
+    the last :data:`STREAM_RECORDS_KEPT` becomes ``None`` and reads skip it, as reads past DynamoDB's retention find
+    nothing."""
+    shard_class = table_module.StreamShard
+    stock_add = shard_class.add
+
+    def add(self: Any, old: Any, new: Any) -> None:
+        stock_add(self, old, new)
+        kept_from = len(self.items) - STREAM_RECORDS_KEPT
+        dropped = getattr(self, "_lakesync_dropped", 0)
+        if kept_from - dropped >= STREAM_RECORDS_KEPT // 10:  # in steps, not one record at a time
+            for index in range(dropped, kept_from):
+                self.items[index] = None
+            self._lakesync_dropped = kept_from
+
+    def get(self: Any, start: int, quantity: int) -> list[dict[str, Any]]:
+        start -= self.starting_sequence_number
+        assert start >= 0
+        start = max(start, getattr(self, "_lakesync_dropped", 0))  # a reader behind the kept records skips ahead
+        return [record.to_json() for record in self.items[start : start + quantity]]
+
+    shard_class.add = add
+    shard_class.get = get
+
+    # Every GetRecords makes a new shard iterator and moto keeps them all; a poller reading every few milliseconds
+    # would fill memory. An iterator a read has consumed is forgotten (its reader goes on with the one it was given).
+    iterator_class = streams_module.ShardIterator
+    stock_iterator_get = iterator_class.get
+
+    def iterator_get(self: Any, limit: int = 1000) -> dict[str, Any]:
+        page: dict[str, Any] = stock_iterator_get(self, limit)
+        self.streams_backend.shard_iterators.pop(self.arn, None)
+        return page
+
+    iterator_class.get = iterator_get
