@@ -11,7 +11,9 @@ is routed to (the default serves every table without a route; without a default 
 ``query_deltas_since`` merges them in HLC order. Ties are broken by ``(table, row_id, client_id, delta_id)``, so the
 order never depends on which source answered first. It asks each source for ``limit`` deltas (more pages when a
 source's first page is mostly other tables' deltas), so the first ``limit`` of the merge are the first ``limit`` of
-the union: a source that returned a full page holds nothing older than what it returned.
+the union: a source that returned a full page holds nothing older than what it returned. A page never ends inside
+one HLC when it can avoid it (deltas of one HLC from two sources are a tie, and ``since_hlc`` cannot express a
+position inside an HLC): the tie moves to the next page, unless one HLC alone has more than ``limit`` deltas.
 """
 
 from __future__ import annotations
@@ -139,7 +141,18 @@ class CompositeSource:
         routed = [self.routes[t] for t in sorted(self.routes)]
         sources = _distinct([*routed, *([self.default] if self.default is not None else [])])
         pages = [sorted(self._routed_page(source, since_hlc, limit), key=_order) for source in sources]
-        return list(heapq.merge(*pages, key=_order))[:limit]
+        merged = list(heapq.merge(*pages, key=_order))
+        if len(merged) <= limit:
+            return merged
+        page = merged[:limit]
+        cut = merged[limit].hlc
+        if page[-1].hlc == cut:
+            # The page would end inside one HLC: a caller continuing from ``since = page[-1].hlc`` would skip the
+            # rest of it. Leave that HLC for the next page, unless it fills the whole page.
+            whole = [d for d in page if d.hlc != cut]
+            if whole:
+                return whole
+        return page
 
     def _routed_page(self, source: SourceAdapter, since_hlc: int, limit: int) -> list[RowDelta]:
         """At least ``limit`` of the source's deltas for its routed tables, or all of them."""
