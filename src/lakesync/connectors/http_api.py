@@ -207,6 +207,10 @@ class VendorRules:
         """Whether re-authenticating may cure the response."""
         return False
 
+    def retry_in_call(self, response: HttpResponse) -> bool:
+        """Whether a throttled response may clear within seconds (``False``: a daily quota is used up)."""
+        return True
+
     def error_detail(self, response: HttpResponse) -> tuple[str | None, str]:
         """The vendor's error code (if any) and message from an error response body."""
         doc = response.json()
@@ -337,7 +341,11 @@ class HttpApiClient:
     jitter: Callable[[], float] = random.random
 
     def __post_init__(self) -> None:
-        self.base_url = self.base_url.rstrip("/")
+        self.set_base_url(self.base_url)
+
+    def set_base_url(self, base_url: str) -> None:
+        """Send later requests to ``base_url`` (Salesforce names the instance to use in its token response)."""
+        self.base_url = base_url.rstrip("/")
         self._origin = urllib.parse.urlsplit(self.base_url)[:2]
 
     # -- public ---------------------------------------------------------------------------------------------------
@@ -356,6 +364,7 @@ class HttpApiClient:
         form: Mapping[str, str] | None = None,
         authenticate: bool = True,
         idempotent: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> HttpResponse:
         """Send a request with retries; a 2xx response or an :class:`ApiError`.
 
@@ -366,6 +375,7 @@ class HttpApiClient:
             json_body: A JSON body (sent as ``application/json``).
             form: A form body (``application/x-www-form-urlencoded``), e.g. for an OAuth token request.
             authenticate: Send the authenticator's headers (token requests do not).
+            headers: More request headers (e.g. Salesforce's ``Sforce-Query-Options``).
             idempotent: Whether sending the request twice is harmless (default: every method but ``POST``). A
                 non-idempotent request is retried only when it surely was not applied (throttled, connection
                 refused); otherwise it fails with :class:`ApiOutcomeUnknownError`.
@@ -378,14 +388,14 @@ class HttpApiClient:
         """
         url = self._url(path, params)
         where = f"{method} {urllib.parse.urlsplit(url).path}"
-        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        base_headers = {"Accept": "application/json", "User-Agent": _USER_AGENT, **(headers or {})}
         body: bytes | None = None
         if json_body is not None:
             body = json.dumps(json_body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-            headers["Content-Type"] = "application/json"
+            base_headers["Content-Type"] = "application/json"
         elif form is not None:
             body = urllib.parse.urlencode(form).encode("ascii")
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            base_headers["Content-Type"] = "application/x-www-form-urlencoded"
 
         if idempotent is None:
             idempotent = method != "POST"
@@ -394,7 +404,7 @@ class HttpApiClient:
         refreshed = False
         while True:
             attempt += 1
-            send_headers = dict(headers)
+            send_headers = dict(base_headers)
             if authenticate:
                 send_headers.update(self.auth.headers())
             try:
@@ -427,6 +437,8 @@ class HttpApiClient:
             described = self._describe(where, response.status, code, detail)
             if self.rules.is_throttled(response):
                 asked = _retry_after_seconds(response.header("retry-after"), self.wall_clock())
+                if not self.rules.retry_in_call(response):
+                    raise ApiThrottledError(described, **self._fields(response, code, asked))
                 if asked is not None and asked > self.retry.max_retry_after:
                     raise ApiThrottledError(
                         f"{described}; asked to retry after {asked:g}s", **self._fields(response, code, asked)

@@ -105,11 +105,27 @@ def _fail(message: str) -> ConnectorValidationError:
     return ConnectorValidationError(message)
 
 
+SALESFORCE_AUTH_FLOWS: dict[str, tuple[str, ...]] = {
+    "password": ("instanceUrl", "clientId", "clientSecret", "username", "password"),
+    "client_credentials": ("instanceUrl", "clientId", "clientSecret"),
+    "jwt_bearer": ("instanceUrl", "clientId", "username", "privateKey"),
+}
+"""Salesforce OAuth flows and the settings each requires. Without ``authFlow`` a config is validated as the
+original's (the username-password flow, which Salesforce deprecates); ``client_credentials`` authenticates against
+the org's My Domain URL (``instanceUrl``) and ``jwt_bearer`` signs an assertion with ``privateKey``."""
+
+
 def _validate_settings(doc: object, connector_type: str) -> None:
     label, required = _REQUIRED_SETTINGS[connector_type]
     settings = _get(doc, connector_type)
     if not _is_object(settings):
         raise _fail(f'Connector type "{connector_type}" requires a {connector_type} config object')
+    if connector_type == "salesforce":
+        flow = _get(settings, "authFlow")
+        if flow is not _MISSING:
+            if not isinstance(flow, str) or flow not in SALESFORCE_AUTH_FLOWS:
+                raise _fail('Salesforce authFlow must be "password", "client_credentials" or "jwt_bearer"')
+            required = SALESFORCE_AUTH_FLOWS[flow]
     for key in required:
         if not _non_empty_str(_get(settings, key)):
             raise _fail(f"{label} connector requires a non-empty {key}")
