@@ -13,6 +13,7 @@ a typo must not silently deploy a default.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -20,7 +21,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from lakesync.api_routes import FUNCTIONS
+from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT
 from lakesync.core.schema import is_valid_identifier
+from lakesync.lake.tables import GLUE_NAME, NAMESPACE
 
 ENVIRONMENTS_KEY: Final = "lakesync:environments"
 DEFAULTS_KEY: Final = "lakesync:defaults"
@@ -50,6 +53,13 @@ _AWS_IDS: Final = {
     "securityGroupIds": re.compile(r"sg-[0-9a-f]{8}(?:[0-9a-f]{9})?"),
 }
 _AZ = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d[a-z]|[a-z]{3}\d-az\d+")
+UNRESERVED_MINIMUM: Final = 100
+"""Lambda refuses a reservation that leaves fewer unreserved concurrent executions than this in the account and
+region (AWS Lambda developer guide, "Configuring reserved concurrency")."""
+DEFAULT_ACCOUNT_CONCURRENCY: Final = 1000
+"""Lambda's default quota of concurrent executions per account and region. New accounts often start far lower (some
+at 10) and AWS raises the quota with use: state the account's real quota (``accountConcurrency``; the Service Quotas
+console, "Concurrent executions") when reserving concurrency."""
 _MAX_SUBNETS = 16  # Lambda's limits on a function's VPC configuration
 _MAX_SECURITY_GROUPS = 5
 
@@ -151,7 +161,11 @@ class LakeSyncConfig:
         flush_threshold_bytes: Unflushed bytes per shard that request a flush (``None``: the code's default).
         backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: the code's default).
         max_body_bytes: Largest request body (``None``: the code's default).
-        reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved).
+        reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved). Their sum must
+            leave :data:`UNRESERVED_MINIMUM` of ``account_concurrency`` unreserved, as Lambda requires.
+        account_concurrency: The account's Lambda quota of concurrent executions in the region, which the
+            reservations are checked against (default :data:`DEFAULT_ACCOUNT_CONCURRENCY`, the standard quota; a
+            new account may have far less, and with 100 or less nothing can be reserved).
         lambda_memory_mb: Memory of the API functions (CPU scales with it).
         api_timeout_seconds: Timeout of the API functions (API Gateway gives up after 30 s).
         api_throttle_rate: Steady-state requests per second of the API stage.
@@ -194,6 +208,7 @@ class LakeSyncConfig:
     backpressure_bytes: int | None = None
     max_body_bytes: int | None = None
     reserved_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
+    account_concurrency: int = DEFAULT_ACCOUNT_CONCURRENCY
     lambda_memory_mb: int = 1024
     api_timeout_seconds: int = 20
     api_throttle_rate: int = 200
@@ -221,6 +236,11 @@ class LakeSyncConfig:
     def stack_name(self) -> str:
         """The environment's stack name."""
         return f"LakeSync-{self.name}"
+
+    @property
+    def database_name(self) -> str:
+        """The environment's Glue database (the jobs' Iceberg namespace): :func:`glue_database` of its name."""
+        return glue_database(self.name)
 
     @property
     def destination_secrets(self) -> str:
@@ -271,14 +291,7 @@ class LakeSyncConfig:
             value = getattr(self, key)
             if not isinstance(value, str) or not _SCHEDULE.fullmatch(value):
                 out.append(f"{_camel(key)} must be an EventBridge Scheduler rate(...) or cron(...) expression")
-        if not isinstance(self.reserved_concurrency, Mapping):
-            out.append("reservedConcurrency must be an object {function: n}")
-        else:
-            for fn, n in self.reserved_concurrency.items():
-                if fn not in ALL_FUNCTIONS:
-                    out.append(f"reservedConcurrency: unknown function {fn!r} (known: {list(ALL_FUNCTIONS)})")
-                elif not _is_int(n) or n < 0:
-                    out.append(f"reservedConcurrency: {fn} must be an integer >= 0")
+        out.extend(_check_reserved_concurrency(self.reserved_concurrency, self.account_concurrency))
         if not _is_tuple_of(self.cors_origins, str):
             out.append("corsOrigins must be a list of strings")
         if self.log_retention_days not in LOG_RETENTION_DAYS:
@@ -315,7 +328,9 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "flush_interval_minutes": (1, 24 * 60, False),
     "flush_threshold_bytes": (1, 2**40, True),
     "backpressure_bytes": (0, 2**40, True),
-    "max_body_bytes": (1, 6 * 1024 * 1024, True),  # Lambda's synchronous payload limit
+    # a base64-encoded (protobuf) body must fit Lambda's invocation payload with the rest of the event
+    "max_body_bytes": (1, MAX_BODY_BYTES_LIMIT, True),
+    "account_concurrency": (1, 10_000_000, False),
     "lambda_memory_mb": (128, 10240, False),
     "api_timeout_seconds": (1, 29, False),
     "api_throttle_rate": (1, 1_000_000, False),
@@ -340,6 +355,47 @@ def _check_ints(config: LakeSyncConfig) -> list[str]:
         if not _is_int(value) or not lo <= value <= hi:
             out.append(f"{_camel(key)} must be an integer in {lo}..{hi}")
     return out
+
+
+def _check_reserved_concurrency(reserved: object, quota: object) -> list[str]:
+    if not isinstance(reserved, Mapping):
+        return ["reservedConcurrency must be an object {function: n}"]
+    out = []
+    for fn, n in reserved.items():
+        if fn not in ALL_FUNCTIONS:
+            out.append(f"reservedConcurrency: unknown function {fn!r} (known: {list(ALL_FUNCTIONS)})")
+        elif not _is_int(n) or n < 0:
+            out.append(f"reservedConcurrency: {fn} must be an integer >= 0")
+    if out or not _is_int(quota):
+        return out
+    total = sum(reserved.values())
+    assert isinstance(quota, int)
+    if total > max(quota - UNRESERVED_MINIMUM, 0):
+        out.append(
+            f"reservedConcurrency reserves {total} concurrent executions, but Lambda keeps {UNRESERVED_MINIMUM} of "
+            f"the account's {quota} (accountConcurrency) unreserved, so at most {max(quota - UNRESERVED_MINIMUM, 0)} "
+            "can be reserved; new accounts often have a far lower quota than the standard 1000 -- check the "
+            "account's Lambda 'Concurrent executions' quota and set accountConcurrency to it"
+        )
+    return out
+
+
+def glue_database(environment: str) -> str:
+    """The Glue database (Iceberg namespace) of an environment: ``lakesync_<env>``, Glue-safe and distinct per name.
+
+    Glue keeps names in lower case and accepts only ``[a-z0-9_]``: ``-`` becomes ``_`` (environment names have no
+    ``_``, so no two collide through it), and a name with capitals gets 8 hex digits of its SHA-256 appended, so
+    ``Dev`` and ``dev`` (two stacks) get two databases.
+
+    Raises:
+        ValueError: the result is not a Glue name (only for names that are not valid environment names).
+    """
+    name = f"{NAMESPACE}_{environment.lower().replace('-', '_')}"
+    if environment != environment.lower():
+        name += "_" + hashlib.sha256(environment.encode("utf-8")).hexdigest()[:8]
+    if not GLUE_NAME.fullmatch(name):
+        raise ValueError(f"environment {environment!r} gives no valid Glue database name ({name!r})")
+    return name
 
 
 def _check_sub_shards(sub_shards: object) -> list[str]:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import functions.push as push_fn
+from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT
 from lakesync.core.delta import ColumnDelta, make_delta
 from lakesync.core.hlc import encode
 from lakesync.core.messages import SyncPush
@@ -227,14 +228,14 @@ def test_push_10001_deltas_is_400_before_any_delta_is_parsed(api):
 
 
 def test_push_10001_real_deltas_is_400(api, monkeypatch):
-    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", str(8 * 1024 * 1024))
+    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", str(MAX_BODY_BYTES_LIMIT))  # the most a Lambda event carries
     deltas = [_delta(f"r{i}") for i in range(10_001)]
     _rejected(api, api.event("push_json", body=_body(*deltas)), 400, "Too many deltas in a single push (max 10,000)")
 
 
 def test_push_10000_deltas_is_within_the_limit(api, monkeypatch):
     # Given exactly 10,000 (duplicate) deltas, When pushed, Then they pass the count check
-    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", str(8 * 1024 * 1024))
+    monkeypatch.setenv("LAKESYNC_MAX_BODY_BYTES", str(MAX_BODY_BYTES_LIMIT))  # the most a Lambda event carries
     reply = api.call(push_fn, api.event("push_json", body=_body(*[_delta()] * 10_000)))
     assert reply.status == 200
     assert reply.json()["accepted"] == 10_000

@@ -14,7 +14,11 @@ from lakesync_infra.config import (
     ConfigError,
     LakeSyncConfig,
     environments,
+    glue_database,
 )
+
+from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT
+from lakesync.lake.tables import DELTA_LOG, GLUE_NAME, state_table
 
 CDK_JSON = Path(__file__).resolve().parents[2] / "infra" / "cdk.json"
 VPC = {
@@ -166,3 +170,54 @@ def test_config_environment_list_must_name_valid_distinct_environments(context):
     # Then a clear error says so
     with pytest.raises(ConfigError):
         environments(context)
+
+
+@pytest.mark.parametrize("name", ["dev", "prod", "a", "Dev", "DEV", "eu-west-1", "Prod-Blue-2", "x" * 24])
+def test_glue_database_names_are_glue_safe_and_distinct(name):
+    # Given an environment name (letters, digits, '-'; capitals allowed)
+    database = LakeSyncConfig.from_settings(name, {}).database_name
+    # Then its database name is one Glue accepts, also with the stack id's 8 hex digits the stack appends
+    assert GLUE_NAME.fullmatch(database) and GLUE_NAME.fullmatch(f"{database}_0123abcd")
+    assert database.startswith(f"lakesync_{name.lower().replace('-', '_')}")
+    # And names differing only in case (two stacks) get two databases
+    assert glue_database(name) != glue_database(name.swapcase()) or name == name.swapcase()
+
+
+def test_glue_table_names_are_glue_safe():
+    # Given the lake's tables: the delta log and state tables of synced tables of any valid name
+    for table in ("todos", "Todos", "TODOS", "_x", "a" * 64):
+        # Then every one matches Glue's pattern
+        assert GLUE_NAME.fullmatch(state_table(table)), table
+    assert GLUE_NAME.fullmatch(DELTA_LOG)
+
+
+def test_reserved_concurrency_leaves_lambdas_unreserved_minimum():
+    # Given the standard quota (1000) and a new account's (say 150)
+    # Then 900 may be reserved on the first, but not 901, and only 50 on the second
+    assert LakeSyncConfig.from_settings("p", {"reservedConcurrency": {"push": 500, "pull": 400}}).problems() == []
+    with pytest.raises(ConfigError, match="at most 900 can be reserved"):
+        LakeSyncConfig.from_settings("p", {"reservedConcurrency": {"push": 501, "pull": 400}})
+    small = {"accountConcurrency": 150}
+    assert LakeSyncConfig.from_settings("p", {**small, "reservedConcurrency": {"push": 50}}).problems() == []
+    with pytest.raises(ConfigError, match="Lambda keeps 100 of the account's 150"):
+        LakeSyncConfig.from_settings("p", {**small, "reservedConcurrency": {"push": 51}})
+    # And an account at 100 or below (new accounts start as low as 10) can reserve nothing
+    with pytest.raises(ConfigError, match="at most 0 can be reserved"):
+        LakeSyncConfig.from_settings("p", {"accountConcurrency": 10, "reservedConcurrency": {"push": 1}})
+
+
+def test_shipped_environments_deploy_on_a_new_account():
+    # Given infra/cdk.json's environments on an account with a new account's Lambda quota (10)
+    context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
+    for name in ("dev", "prod"):
+        settings = {**context[DEFAULTS_KEY], **context.get(ENV_KEY_PREFIX + name, {}), "accountConcurrency": 10}
+        # Then they pass the check: they reserve nothing
+        assert LakeSyncConfig.from_settings(name, settings).problems() == []
+
+
+def test_max_body_bytes_is_capped_where_a_base64_body_fits_lambdas_payload():
+    # Given the largest body whose base64 event fits Lambda's 6 MB (lakesync.aws.function_settings)
+    assert LakeSyncConfig.from_settings("p", {"maxBodyBytes": MAX_BODY_BYTES_LIMIT}).max_body_bytes == 4_669_437
+    # Then one byte more is refused by the config check, before anything is deployed
+    with pytest.raises(ConfigError, match=r"maxBodyBytes must be an integer in 1\.\.4669437"):
+        LakeSyncConfig.from_settings("p", {"maxBodyBytes": MAX_BODY_BYTES_LIMIT + 1})
