@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -67,12 +68,21 @@ XRAY_REASON: Final = (
 )
 
 
-def log_group(scope: Construct, construct_id: str, config: LakeSyncConfig, *, name: str | None = None) -> logs.LogGroup:
-    """A log group with the environment's retention (removed with the stack: logs are not the data)."""
+def log_group(
+    scope: Construct,
+    construct_id: str,
+    config: LakeSyncConfig,
+    *,
+    name: str | None = None,
+    key: kms.IKey | None = None,
+) -> logs.LogGroup:
+    """A log group with the environment's retention (removed with the stack: logs are not the data), encrypted with
+    ``key`` when given (the key's policy must let CloudWatch Logs use it for the group)."""
     return logs.LogGroup(
         scope,
         construct_id,
         log_group_name=name,
+        encryption_key=key,
         retention=logs.RetentionDays[_retention_name(config.log_retention_days)],
         removal_policy=cdk.RemovalPolicy.DESTROY,
     )
@@ -124,6 +134,34 @@ def secure_bucket(
 def allow(role: iam.IRole, actions: Sequence[str], resources: Sequence[str], sid: str | None = None) -> None:
     """Add one ``Allow`` statement to ``role``'s policy."""
     role.add_to_principal_policy(iam.PolicyStatement(sid=sid, actions=list(actions), resources=list(resources)))
+
+
+def via(service: str) -> str:
+    """The ``kms:ViaService`` value of ``service`` in the stack's region (``dynamodb.<region>.amazonaws.com``)."""
+    return f"{service}.{cdk.Aws.REGION}.amazonaws.com"
+
+
+def allow_key(
+    role: iam.IRole, key: kms.IKey, actions: Sequence[str], services: Sequence[str], sid: str | None = None
+) -> None:
+    """Allow ``actions`` on ``key`` only through ``services`` (``kms:ViaService``): the role can use the data key
+    to read and write what those services store with it, never call KMS with it directly."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid=sid,
+            actions=list(actions),
+            resources=[key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": sorted({via(s) for s in services})}},
+        )
+    )
+
+
+def stream_source(scope: Construct, construct_id: str, table: dynamodb.ITable) -> dynamodb.ITable:
+    """``table`` as a stream event source sees it, without its key: CDK's stream grant would add ``kms:Decrypt`` on
+    the key with no condition, so the caller grants it through DynamoDB instead (:func:`allow_key`)."""
+    return dynamodb.Table.from_table_attributes(
+        scope, construct_id, table_arn=table.table_arn, table_stream_arn=table.table_stream_arn
+    )
 
 
 def lambda_role(scope: Construct, construct_id: str, group: logs.ILogGroup) -> iam.Role:

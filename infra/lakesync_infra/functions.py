@@ -71,9 +71,12 @@ from lakesync_infra.common import (
     acknowledge,
     acknowledge_wildcards,
     allow,
+    allow_key,
     arn_token,
     lambda_role,
     log_group,
+    stream_source,
+    via,
 )
 from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
 from lakesync_infra.network import MaterialiseNetwork
@@ -314,14 +317,14 @@ class Functions(Construct):
                         sid="JwtSecretKey",
                         actions=["kms:Decrypt"],
                         resources=[key.key_arn],
-                        conditions={"StringEquals": {"kms:ViaService": _via("secretsmanager")}},
+                        conditions={"StringEquals": {"kms:ViaService": via("secretsmanager")}},
                     )
                 )
             if access.checkpoints:
                 # ListBucket makes a missing object a 404 (no checkpoint yet) instead of a 403.
                 allow(role, ["s3:ListBucket"], [checkpoints.bucket_arn], sid="ListCheckpoints")
                 allow(role, ["s3:GetObject"], [checkpoints.arn_for_objects("*")], sid="ReadCheckpoints")
-                allow(role, ["kms:Decrypt"], [key.key_arn], sid="CheckpointKey")
+                allow_key(role, key, ["kms:Decrypt"], ["s3"], sid="CheckpointKey")
 
         materialise = self.functions[MATERIALISE]
         self.materialise_source = queues.attach_consumer(
@@ -353,7 +356,7 @@ class Functions(Construct):
             "This queue is itself a dead-letter destination: the stream event source mapping's on-failure queue.",
         )
         self.flush_trigger_source = sources.DynamoEventSource(
-            buffer.tables[STREAM_TABLE],
+            stream_source(self, "ConfigStream", buffer.tables[STREAM_TABLE]),
             starting_position=lambda_.StartingPosition.LATEST,
             batch_size=100,
             max_batching_window=cdk.Duration.seconds(1),
@@ -371,7 +374,8 @@ class Functions(Construct):
             bisect_batch_on_error=False,
             on_failure=sources.SqsDlq(self.stream_failures),
         )
-        trigger.add_event_source(self.flush_trigger_source)  # CDK grants the stream reads and kms:Decrypt
+        trigger.add_event_source(self.flush_trigger_source)  # CDK grants the stream reads
+        allow_key(trigger.role, key, ["kms:Decrypt"], ["dynamodb"], sid="StreamKey")  # type: ignore[arg-type]
 
     def _grant_tables(self, role: iam.Role, access: FunctionAccess, buffer: Buffer, key: kms.IKey) -> None:
         buffer.grant(role, access.tables, access.index_actions)
@@ -380,7 +384,7 @@ class Functions(Construct):
             kms_actions = ["kms:Decrypt", "kms:DescribeKey"]
             if writes:
                 kms_actions += ["kms:Encrypt", "kms:GenerateDataKey"]
-            allow(role, kms_actions, [key.key_arn], sid="TableKey")
+            allow_key(role, key, kms_actions, ["dynamodb"], sid="TableKey")
 
 
 def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secretsmanager.ISecret) -> dict[str, str]:
@@ -448,10 +452,6 @@ def _materialise_wildcards(config: LakeSyncConfig, queues: Queues, *, in_vpc: bo
             "ids are not known before Lambda creates them (the actions of AWSLambdaVPCAccessExecutionRole)."
         )
     return out
-
-
-def _via(service: str) -> str:
-    return f"{service}.{cdk.Aws.REGION}.amazonaws.com"
 
 
 def _pascal(name: str) -> str:

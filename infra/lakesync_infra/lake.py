@@ -1,6 +1,6 @@
 """The lake: S3 buckets (Iceberg warehouse, checkpoints, server access logs) and the Glue database.
 
-* ``lake`` holds the Iceberg warehouse under ``warehouse/`` (tables of the Glue database ``lakesync``).
+* ``lake`` holds the Iceberg warehouse under ``warehouse/`` (tables of the environment's Glue database).
 * ``checkpoints`` holds the checkpoint chunks, manifests and ``latest.json`` per gateway.
 * ``access_logs`` receives the S3 server access logs of every other bucket.
 
@@ -8,12 +8,18 @@ Lifecycle: only *noncurrent* versions expire (after ``lakeNoncurrentDays``). Cur
 Iceberg removes its own files through maintenance, and a gateway's latest checkpoint may legitimately be old (an
 unchanged gateway is skipped), so an age rule could delete data still referenced.
 
-The Glue database name is the namespace the jobs use (:data:`lakesync.lake.tables.NAMESPACE`). Database names are
-per account and region, so one account+region hosts one LakeSync environment (use one account per environment).
+The Glue database is the stack's own: ``lakesync_<env>_<stack>`` -- :func:`lakesync_infra.config.glue_database` of the
+environment, then the first 8 hex digits of the stack id's UUID (the jobs get it as ``--namespace``; output
+``GlueDatabase``). Database names are unique per account and region, so a fixed name made a second environment in the
+same account and region fail with AlreadyExists, and so did a redeploy after deleting a stack whose database was
+retained. The stack id is new whenever a stack is created, like the generated names of the retained tables and
+buckets: a re-created stack starts a new lake beside the retained one instead of colliding with it (and instead of
+reusing catalog entries that point into the old stack's warehouse bucket).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Final
 
 import aws_cdk as cdk
@@ -22,7 +28,6 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from lakesync.lake.tables import NAMESPACE
 from lakesync_infra.common import acknowledge, removal_policy, secure_bucket
 from lakesync_infra.config import LakeSyncConfig
 
@@ -36,7 +41,8 @@ class Lake(Construct):
         access_logs: The S3 server access log bucket (other constructs log their buckets here too).
         bucket: The Iceberg warehouse bucket.
         checkpoints: The checkpoint bucket.
-        database_name: The Glue database (Iceberg namespace).
+        database_name: The Glue database (Iceberg namespace; a token: it ends with the stack id's first group).
+        database_nag: The database name as cdk-nag spells it in a finding (the token as CloudFormation JSON).
         warehouse: ``s3://<bucket>/warehouse`` for the jobs' ``--warehouse``.
     """
 
@@ -77,13 +83,17 @@ class Lake(Construct):
         self.checkpoints = secure_bucket(
             self, "Checkpoints", config, access_logs=self.access_logs, key=key, lifecycle_rules=[noncurrent]
         )
-        self.database_name = NAMESPACE
+        stack = cdk.Stack.of(self)
+        # arn:...:stack/<name>/<uuid>: the UUID's first group, 8 lower-case hex digits, differs per stack creation
+        created = cdk.Fn.select(0, cdk.Fn.split("-", cdk.Fn.select(2, cdk.Fn.split("/", stack.stack_id))))
+        self.database_name = f"{config.database_name}_{created}"
+        self.database_nag = f"{config.database_name}_{json.dumps(stack.resolve(created), separators=(',', ':'))}"
         self.database = glue.CfnDatabase(
             self,
             "Database",
-            catalog_id=cdk.Stack.of(self).account,
+            catalog_id=stack.account,
             database_input=glue.CfnDatabase.DatabaseInputProperty(
-                name=NAMESPACE,
+                name=self.database_name,
                 description=f"LakeSync {config.name}: the Iceberg delta log and current-state tables",
             ),
         )

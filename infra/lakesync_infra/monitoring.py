@@ -14,6 +14,12 @@ month, so each watches something no other alarm sees:
 * materialisation: a range the flush could not publish after its retries (metric ``MaterialisePublishFailures`` of
   namespace ``LakeSync``, dimension ``service=flush``, emitted by the flush job), and a materialisation message
   older than :data:`QUEUE_AGE_LIMIT` (the consumer is failing or cannot keep up; messages are kept 14 days);
+* a stale checkpoint: metric :data:`CHECKPOINT_AGE` (namespace ``LakeSync``, dimension ``service=lake_tick``), the
+  seconds since the newest checkpoint of a gateway whose flushed data it does not cover, above
+  :data:`CHECKPOINT_AGE_LIMIT`. The buffer is released only behind a checkpoint, so a stalled checkpoint job lets a
+  hot shard's log grow toward the deltas table's 10 GB item-collection limit (its local secondary index), where
+  pushes to it fail; this alarm says so long before. The lake tick's checkpoint ticks are to emit it (0 when every
+  shard is covered, so an idle deployment never alarms); until they do, the alarm has no data and stays OK;
 * a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our three jobs
   sends the event itself to the topic (the message says which job and run); the rule's ``TriggeredRules`` metric
   is on the dashboard (no alarm: the rule already notifies).
@@ -51,6 +57,11 @@ PERIOD = cdk.Duration.minutes(5)
 PUBLISH_FAILURES = "MaterialisePublishFailures"
 """The flush job's metric (``lakesync.aws.publish.FAILURE_METRIC``), dimension ``service=flush``."""
 QUEUE_AGE_LIMIT = cdk.Duration.hours(1)
+CHECKPOINT_AGE = "CheckpointAgeSeconds"
+"""The lake tick's metric: seconds since the newest checkpoint of the gateway that lags it most (0: none lags)."""
+CHECKPOINT_AGE_LIMIT = cdk.Duration.hours(24)
+"""Beyond the longest default checkpoint schedule (1 day in dev) by the time a few failed runs take to notice; the
+buffer's log items expire 14 days after their commit, so a day leaves time to act."""
 BROADCASTER = "ws_broadcast"
 BROADCAST_AGE_LIMIT = cdk.Duration.minutes(1)
 ERROR_ALARMED = (*EXTRA_FUNCTIONS, BROADCASTER)
@@ -190,6 +201,22 @@ class Monitoring(Construct):
             publish_failures,
             "The flush could not publish materialisation ranges after retries (its log says why); the next flush "
             "retries them",
+        )
+        checkpoint_age = cloudwatch.Metric(
+            namespace=METRIC_NAMESPACE,
+            metric_name=CHECKPOINT_AGE,
+            dimensions_map={"service": "lake_tick"},
+            statistic="Maximum",
+            period=cdk.Duration.hours(1),
+            unit=cloudwatch.Unit.SECONDS,
+        )
+        alarm(
+            "CheckpointAge",
+            checkpoint_age,
+            f"The newest checkpoint is more than {CHECKPOINT_AGE_LIMIT.to_human_string()} behind flushed data: the "
+            "checkpoint job fails or does not run (see its Glue runs and the lake tick's log). The buffer is not "
+            "released meanwhile, and a hot shard's log grows toward the deltas table's 10 GB item-collection limit",
+            threshold=CHECKPOINT_AGE_LIMIT.to_seconds(),
         )
         queue_age = materialise_queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum")
         alarm(

@@ -24,7 +24,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from lakesync.core.materialise import PAYLOAD_PREFIX
-from lakesync_infra.common import allow, secure_bucket
+from lakesync_infra.common import allow, allow_key, secure_bucket
 from lakesync_infra.config import LakeSyncConfig
 
 MAX_RECEIVE_COUNT: Final = 5
@@ -112,17 +112,23 @@ class Queues(Construct):
         timeout = function.timeout
         if timeout is None or timeout.to_seconds() > CONSUMER_TIMEOUT.to_seconds():
             raise ValueError(f"a consumer's timeout must be set and at most {CONSUMER_TIMEOUT.to_seconds()} s")
+        # The queue without its key: CDK's consume grant would add kms:Decrypt with no condition; the Lambda service
+        # receives with the function's role, and SQS decrypts, so the key is granted through SQS below.
+        queue = sqs.Queue.from_queue_attributes(
+            self, "ConsumedQueue", queue_arn=self.queue.queue_arn, queue_url=self.queue.queue_url
+        )
         source = sources.SqsEventSource(
-            self.queue,
+            queue,
             batch_size=batch_size,
             max_batching_window=max_batching_window,
             report_batch_item_failures=True,
             max_concurrency=max_concurrency,
         )
-        function.add_event_source(source)  # grants ReceiveMessage/DeleteMessage/... and kms:Decrypt on the queue
+        function.add_event_source(source)  # grants ReceiveMessage/DeleteMessage/ChangeMessageVisibility/...
         allow(function.role, ["s3:GetObject"], [self.claim_check.arn_for_objects(PAYLOADS)], sid="ClaimCheckPayloads")  # type: ignore[arg-type]
         # ListBucket makes a missing payload (expired before a late redrive) a 404 the consumer reports as such,
         # instead of a 403.
         allow(function.role, ["s3:ListBucket"], [self.claim_check.bucket_arn], sid="ClaimCheckList")  # type: ignore[arg-type]
-        allow(function.role, ["kms:Decrypt"], [self._key.key_arn], sid="ClaimCheckKey")  # type: ignore[arg-type]
+        allow_key(function.role, self._key, ["kms:Decrypt"], ["s3"], sid="ClaimCheckKey")  # type: ignore[arg-type]
+        allow_key(function.role, self._key, ["kms:Decrypt"], ["sqs"], sid="QueueKey")  # type: ignore[arg-type]
         return source

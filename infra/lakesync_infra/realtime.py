@@ -41,7 +41,7 @@ from lakesync.aws.function_settings import CONNECTIONS_TABLE, WS_CALLBACK_URL
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE, connections_table_spec
 from lakesync_infra.api import AccessLogs
 from lakesync_infra.buffer import Buffer, key_attribute
-from lakesync_infra.common import acknowledge, acknowledge_wildcards, allow, log_group
+from lakesync_infra.common import acknowledge, acknowledge_wildcards, allow, allow_key, log_group, stream_source
 from lakesync_infra.config import LakeSyncConfig
 
 STAGE: Final = "prod"
@@ -170,7 +170,7 @@ class Realtime(Construct):
             "on-failure queue.",
         )
         self.broadcast_source = sources.DynamoEventSource(
-            buffer.tables[LOG_TABLE],
+            stream_source(self, "DeltasStream", buffer.tables[LOG_TABLE]),
             starting_position=lambda_.StartingPosition.LATEST,
             batch_size=BROADCAST_BATCH_SIZE,
             filters=[lambda_.FilterCriteria.filter(LOG_ITEM_FILTER)],
@@ -181,6 +181,7 @@ class Realtime(Construct):
             on_failure=sources.SqsDlq(self.failures),
         )
         functions["ws_broadcast"].add_event_source(self.broadcast_source)  # CDK grants the stream reads
+        allow_key(functions["ws_broadcast"].role, key, ["kms:Decrypt"], ["dynamodb"], sid="StreamKey")  # type: ignore[arg-type]
 
     def _sessions_table(self, key: kms.IKey) -> dynamodb.Table:
         spec = connections_table_spec("connections")
@@ -219,7 +220,7 @@ class Realtime(Construct):
             allow(role, ["dynamodb:Query"], [f"{table.table_arn}/index/{CONNECTIONS_INDEX}"], sid="SessionsByGateway")
         writes = any(not a.endswith(("GetItem", "Query")) for a in SESSION_ACTIONS[name])
         kms_actions = ["kms:Decrypt", "kms:DescribeKey", *(["kms:Encrypt", "kms:GenerateDataKey"] if writes else [])]
-        allow(role, kms_actions, [key.key_arn], sid="SessionsKey")
+        allow_key(role, key, kms_actions, ["dynamodb"], sid="SessionsKey")
         methods = MANAGE_METHODS.get(name, ())
         if methods:
             resources = [

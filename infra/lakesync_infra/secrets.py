@@ -44,10 +44,26 @@ class Secrets(Construct):
         )
 
     def enable_rotation(self, function: lambda_.IFunction) -> secretsmanager.RotationSchedule:
-        """Rotate the secret with ``function`` every ``secretRotationDays`` days (CDK grants it the secret)."""
-        return self.jwt_secret.add_rotation_schedule(
+        """Rotate the secret with ``function`` every ``secretRotationDays`` days (CDK grants it the secret).
+
+        CDK lets Secrets Manager invoke the function with no condition, so any secret of any account's rotation could
+        name it; the permission is narrowed to this secret (``SourceArn``), as AWS recommends for rotation functions.
+
+        Raises:
+            ValueError: CDK added no invoke permission for Secrets Manager (its construct changed).
+        """
+        schedule = self.jwt_secret.add_rotation_schedule(
             "Rotation",
             rotation_lambda=function,
             automatically_after=cdk.Duration.days(self._config.secret_rotation_days),
             rotate_immediately_on_update=False,
         )
+        permissions = [
+            child
+            for child in function.node.children
+            if isinstance(child, lambda_.CfnPermission) and child.principal == "secretsmanager.amazonaws.com"
+        ]
+        if len(permissions) != 1:
+            raise ValueError(f"expected one Secrets Manager invoke permission on the rotation function: {permissions}")
+        permissions[0].source_arn = self.jwt_secret.secret_arn
+        return schedule

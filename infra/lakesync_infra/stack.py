@@ -149,6 +149,12 @@ class LakeSyncStack(cdk.Stack):
         cdk.CfnOutput(self, "LakeBucket", value=self.lake.bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)
         cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
+        cdk.CfnOutput(
+            self,
+            "GlueDatabase",
+            value=self.lake.database_name,
+            description="The lake's Glue database (Iceberg namespace): query its tables with Athena",
+        )
         cdk.CfnOutput(self, "MaterialiseDeadLetterQueue", value=self.queues.dead_letter_queue.queue_url)
         cdk.CfnOutput(
             self,

@@ -7,7 +7,7 @@ does not stop the session (the nag test reports it), the template is read from t
 
 ``Cfn`` wraps the template with the few queries the tests need. CloudFormation expressions are rendered the way
 cdk-nag spells them: ``{"Ref": "X"}`` -> ``<X>``, ``{"Fn::GetAtt": ["X", "Arn"]}`` -> ``<X.Arn>``, ``Fn::Join``
-concatenated.
+concatenated, ``Fn::Select`` as its JSON.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def _render(value: Any, ref: Callable[[str], str] | None = None) -> str:
             return sep.join(_render(p, ref) for p in parts)
         if fn == "Fn::Sub":
             return arg if isinstance(arg, str) else arg[0]
+        if fn == "Fn::Select":  # as cdk-nag spells it: the expression's JSON (the Glue database's stack-id part)
+            return json.dumps(value, separators=(",", ":"))
     raise AssertionError(f"cannot render {value!r}")
 
 

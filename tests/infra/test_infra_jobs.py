@@ -14,8 +14,11 @@ from lakesync_infra.jobs import GLUE_ARGUMENTS, JOB_KINDS
 from packaging.utils import parse_wheel_filename
 
 from lakesync.lake.tables import NAMESPACE
+from tests.infra.conftest import ENV
 
 ROOT = Path(__file__).resolve().parents[2]
+STACK_CREATED = '{"Fn::Select":[0,{"Fn::Split":["-",{"Fn::Select":[2,{"Fn::Split":["/",{"Ref":"AWS::StackId"}]}]}]}]}'
+"""The Glue database's last part, rendered: the first group of the stack id's UUID (8 lower-case hex digits)."""
 
 
 def _script(kind: str) -> ModuleType:
@@ -127,9 +130,8 @@ def test_job_arguments_resolve_to_the_glue_catalog_and_the_stack_warehouse(cfn, 
     # Then the job uses the Glue Data Catalog, the stack's warehouse and the database the stack creates
     assert (catalog_kind, catalog_uri) == ("glue", None)
     assert warehouse == f"s3://{_placeholder(ids['bucket:warehouse'])}/warehouse"
-    assert namespace == NAMESPACE
-    database = cfn.resources[ids["database"]]["Properties"]["DatabaseInput"]["Name"]
-    assert database == NAMESPACE
+    database = cfn.render(cfn.resources[ids["database"]]["Properties"]["DatabaseInput"]["Name"])
+    assert namespace == database == f"{NAMESPACE}_{ENV}_{STACK_CREATED}"
     # And the session it builds is Iceberg's GlueCatalog over S3 on that warehouse
     conf = session_conf(app_name=kind, warehouse=warehouse, catalog_name=catalog_name, catalog=catalog_kind)
     assert conf[f"spark.sql.catalog.{catalog_name}.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
@@ -163,11 +165,36 @@ def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, 
     assert function["LAKESYNC_CHECKPOINT_BUCKET"] == {"Ref": ids["bucket:checkpoints"]}
 
 
-def test_jobs_log_to_stack_log_groups_with_retention(cfn, options, ids):
-    # Given the jobs' custom log group prefix
+def test_jobs_log_groups_are_where_glue_writes_with_the_security_configuration(cfn, options, ids):
+    # Given the jobs' custom log group prefix, their security configuration and the stack's log groups
     prefixes = {_job(cfn, ids, kind)["DefaultArguments"]["--custom-logGroup-prefix"] for kind in JOB_KINDS}
     (prefix,) = prefixes
-    groups = {g.get("LogGroupName"): g for g in cfn.of_type("AWS::Logs::LogGroup").values()}
-    # Then the stack owns Glue's output and error groups under it, with the environment's retention
-    for stream in ("output", "error"):
-        assert groups[f"{prefix}/{stream}"]["RetentionInDays"] == options["logRetentionDays"]
+    (security_id, security), *more = cfn.of_type("AWS::Glue::SecurityConfiguration").items()
+    assert not more and security["EncryptionConfiguration"]["CloudWatchEncryption"]["CloudWatchEncryptionMode"]
+    named = {
+        cfn.render(g["LogGroupName"]): k for k, g in cfn.of_type("AWS::Logs::LogGroup").items() if "LogGroupName" in g
+    }
+    for kind in JOB_KINDS:
+        job = _job(cfn, ids, kind)
+        role = job["Role"]["Fn::GetAtt"][0]
+        assert job["SecurityConfiguration"] == {"Ref": security_id}
+        own = []
+        for stream in ("output", "error"):
+            # Then the stack owns <prefix>/<security configuration>-role/<job role name>/<stream>, the group Glue 5.x
+            # writes to with a security configuration that encrypts CloudWatch logs (Glue developer guide)
+            name = f"{prefix}/{security['Name']}-role/<{role}>/{stream}"
+            assert name in named, sorted(named)
+            group = cfn.resources[named[name]]["Properties"]
+            # With the environment's retention and the data key
+            assert group["RetentionInDays"] == options["logRetentionDays"]
+            assert group["KmsKeyId"] == {"Fn::GetAtt": [ids["key:data"], "Arn"]}
+            own.append(named[name])
+        # And the role may create, associate the key with and write to its own two groups only (group and streams)
+        logs = sorted((a, r) for a, r in cfn.allowed(role) if a.startswith("logs:"))
+        resources = {f"<{g}.Arn>" for g in own} | {
+            f"arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:<{g}>" for g in own
+        }
+        actions = ("logs:AssociateKmsKey", "logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents")
+        assert logs == sorted((a, r) for a in actions for r in resources)
+    # And no group sits where Glue does not write with the security configuration
+    assert f"{prefix}/output" not in named and f"{prefix}/error" not in named

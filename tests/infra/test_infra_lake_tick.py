@@ -144,6 +144,7 @@ EXPECTED_ALARMS = {
     "BroadcastFailuresDepth",
     "WsBroadcastErrors",
     "BroadcastIteratorAge",
+    "CheckpointAge",
 }
 
 
@@ -159,6 +160,19 @@ def test_alarms_are_the_ones_no_other_alarm_covers_and_all_notify(cfn, ids):
     # And the tick's errors alarm watches the tick
     (tick_alarm,) = [a for k, a in alarms.items() if k.startswith("MonitoringLakeTickErrors")]
     assert tick_alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": ids[f"function:{TICK}"]}}]
+
+
+def test_checkpoint_age_alarm_watches_the_lake_ticks_metric_beyond_a_day(cfn):
+    # Given the checkpoint-age alarm (issue 12.7: a stalled checkpoint keeps the buffer from being released)
+    (alarm,) = [a for k, a in cfn.of_type("AWS::CloudWatch::Alarm").items() if k.startswith("MonitoringCheckpointAge")]
+    # Then it watches the lake tick's CheckpointAgeSeconds in the LakeSync namespace, the hourly maximum
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("LakeSync", "CheckpointAgeSeconds")
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "lake_tick"}]
+    assert (alarm["Statistic"], alarm["Period"], alarm["Unit"]) == ("Maximum", 3600, "Seconds")
+    # And fires once the newest checkpoint lags flushed data by a day; no data (an idle or quiet tick) is not an alarm
+    assert alarm["Threshold"] == 24 * 3600
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def test_failed_glue_runs_notify_the_topic_through_the_rule(cfn, ids):

@@ -149,3 +149,47 @@ def test_only_the_api_functions_read_the_jwt_secret(cfn, ids):
     # Then it is the API functions that verify tokens (the WebSocket upgrade's and messages' too), and the rotation
     # function
     assert readers == {"push", "pull", "actions", "admin", "checkpoint", "ws_connect", "ws_message", "rotate_secret"}
+
+
+def _data_key_statements(cfn, ids):
+    key = {"Fn::GetAtt": [ids["key:data"], "Arn"]}
+    for props in cfn.of_type("AWS::IAM::Policy").values():
+        roles = [r["Ref"] for r in props["Roles"]]
+        for st in props["PolicyDocument"]["Statement"]:
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            if any(a.startswith("kms:") for a in actions):
+                yield roles, actions, resources, st.get("Condition"), key
+
+
+def test_every_data_key_grant_goes_through_the_services_that_use_it(cfn, ids):
+    # Given every role statement allowing KMS actions
+    granted = set()
+    for roles, actions, resources, condition, key in _data_key_statements(cfn, ids):
+        # Then it is on the data key alone, and only through AWS services (kms:ViaService), never direct KMS calls
+        assert resources == [key], (roles, actions)
+        assert condition is not None and set(condition) == {"StringEquals"}, (roles, actions)
+        (via,) = condition["StringEquals"].values()
+        assert list(condition["StringEquals"]) == ["kms:ViaService"], (roles, condition)
+        services = {cfn.render(v) for v in (via if isinstance(via, list) else [via])}
+        assert services and all(s.endswith(".<AWS::Region>.amazonaws.com") for s in services), services
+        granted |= {(role, s.split(".")[0]) for role in roles for s in services}
+    # And the services are the ones holding data with the key: tables, buckets, queues, the secret
+    assert {s for _, s in granted} == {"dynamodb", "s3", "sqs", "secretsmanager"}
+    by_role = {}
+    for role, service in granted:
+        by_role.setdefault(role, set()).add(service)
+    assert by_role[next(r for r in by_role if r.startswith("JobsFlushRole"))] == {"dynamodb", "s3", "sqs"}
+    assert by_role[next(r for r in by_role if r.startswith("JobsCheckpointRole"))] == {"s3"}
+    assert by_role[next(r for r in by_role if r.startswith("FunctionsMaterialiseRole"))] == {"dynamodb", "s3", "sqs"}
+
+
+def test_only_this_secret_may_invoke_the_rotation_function(cfn, ids):
+    # Given the permission letting Secrets Manager invoke the rotation function
+    rotate = cfn.functions()["rotate_secret"]["logical"]
+    (permission,) = [
+        p for p in cfn.of_type("AWS::Lambda::Permission").values() if p["Principal"] == "secretsmanager.amazonaws.com"
+    ]
+    # Then it is for that function and only when the JWT secret's rotation calls (SourceArn)
+    assert permission["FunctionName"] == {"Fn::GetAtt": [rotate, "Arn"]}
+    assert permission["SourceArn"] == {"Ref": ids["secret:jwt"]}
