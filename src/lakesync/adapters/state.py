@@ -23,13 +23,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import DestinationError
 from lakesync.core.merge import RowState, state_from_json, state_to_json
 from lakesync.core.schema import TableSchema
 from lakesync.ports import ApplyStats, Destination
+
+if TYPE_CHECKING:
+    from lakesync.sql.destination import SqlDestination
 
 __all__ = [
     "SqlStateDestination",
@@ -134,7 +137,7 @@ class SqlStateDestination:
             SQLite; not BigQuery).
     """
 
-    def __init__(self, destination: Any) -> None:
+    def __init__(self, destination: SqlDestination) -> None:
         from lakesync.sql.dialect import META_TABLE, STATE_TABLE
 
         if destination.dialect.name == "bigquery":
