@@ -2,8 +2,11 @@
 
 Each job's schedule invokes this function with ``{"job": "flush" | "compact" | "checkpoint"}``. The settings
 (:class:`~lakesync.aws.function_settings.LakeTickSettings`) are read and the clients made on the first invocation.
-Each tick writes one log line (the decision, its reasons, the run) and no custom metric: CloudWatch bills a custom
-metric for every hour it is written, and the job runs themselves are in Glue's history.
+Each tick writes one log line (the decision, its reasons, the run). While the checkpoints lag flushed data, the
+checkpoint tick also writes the one custom metric, ``LakeSync/CheckpointAgeSeconds`` (dimension
+``service=lake_tick``; :meth:`LakeTick.checkpoint_age_s`), which the ``CheckpointAge`` alarm watches (no data reads
+as OK). CloudWatch bills a custom metric for every hour it is written, so nothing else is written and an idle
+deployment writes nothing (the job runs themselves are in Glue's history).
 """
 
 from __future__ import annotations
@@ -13,12 +16,17 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import logger, one_at_a_time, tracer
 from lakesync.aws.function_settings import LakeTickSettings
+from lakesync.aws.lambda_runtime import NAMESPACE
 from lakesync.core.errors import ValidationError
 from lakesync.core.lake_work import JOB_KINDS, JobKind
+
+CHECKPOINT_AGE_METRIC = "CheckpointAgeSeconds"
+"""The checkpoint tick's metric (the monitoring construct's ``CHECKPOINT_AGE`` alarm)."""
 
 if TYPE_CHECKING:
     from lakesync.aws.lake_tick import LakeTick
@@ -50,8 +58,20 @@ def get_tick() -> LakeTick:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The Lambda entry point: what the tick decided and did (also its log line)."""
     job = job_of(event)
-    report = get_tick().tick(job)
+    tick = get_tick()
+    report = tick.tick(job)
     out = report.report()
+    if job == "checkpoint":
+        out["checkpoint_age_s"] = age = tick.checkpoint_age_s()
+    if job == "checkpoint" and age > 0:
+        with single_metric(
+            name=CHECKPOINT_AGE_METRIC,
+            unit=MetricUnit.Seconds,
+            value=age,
+            namespace=NAMESPACE,
+            default_dimensions={"service": "lake_tick"},
+        ):
+            pass
     log = logger.warning if report.outcome == "deferred" or report.work.stale else logger.info
     log(f"Lake tick {job}: {report.outcome}", extra=out)
     return out

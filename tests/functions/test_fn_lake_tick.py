@@ -373,3 +373,42 @@ def test_lake_tick_without_its_settings_fails_before_any_call(lake, monkeypatch,
     lake_tick.get_tick.cache_clear()
     with pytest.raises(SettingsError, match=missing):
         lake.invoke("flush")
+
+
+def _checkpoint_age_metrics(out: str) -> list[tuple[float, dict[str, Any]]]:
+    """The ``CheckpointAgeSeconds`` EMF records in ``out``: (value, dimensions)."""
+    found = []
+    for line in out.splitlines():
+        if '"CheckpointAgeSeconds"' not in line:
+            continue
+        record = json.loads(line)
+        (directive,) = record["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == "LakeSync" and directive["Dimensions"] == [["service"]]
+        (value,) = record["CheckpointAgeSeconds"]
+        found.append((value, {"service": record["service"]}))
+    return found
+
+
+def test_lake_tick_checkpoint_tick_reports_how_far_the_checkpoints_lag(lake, capsys):
+    # Given flushed deltas covered by a checkpoint
+    lake.fake_jobs()
+    lake.push("row-1")
+    lake.flushed()
+    ((key, head),) = lake.heads().items()
+    lake.checkpoint({key: head.flushed_seq}, encode(_now_ms(), 0))
+    capsys.readouterr()
+    # When the checkpoint schedule ticks: nothing lags, the age is 0 and no metric is written (no data is OK)
+    assert lake.invoke("checkpoint")["checkpoint_age_s"] == 0
+    assert _checkpoint_age_metrics(capsys.readouterr().out) == []
+    # When a newer delta is flushed and the checkpoint is not cut for a day and a half
+    lake.push("row-2")
+    lake.flushed()
+    lake_tick.get_tick().now_ms = lambda: _now_ms() + 36 * 3600 * 1000
+    result = lake.invoke("checkpoint")
+    # Then the tick reports the age of the lagging gateway's checkpoint, above the alarm's 24 hours
+    ((age, dims),) = _checkpoint_age_metrics(capsys.readouterr().out)
+    assert result["checkpoint_age_s"] == age and 36 * 3600 - 60 <= age <= 36 * 3600 + 60
+    assert dims == {"service": "lake_tick"}
+    # And the other ticks write no metric
+    lake.invoke("compact")
+    assert _checkpoint_age_metrics(capsys.readouterr().out) == []

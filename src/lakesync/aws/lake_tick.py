@@ -203,6 +203,20 @@ class LakeTick:
         decide = compact_work if job == "compact" else checkpoint_work
         return decide(heads, positions, upstream, runs), runs
 
+    def checkpoint_age_s(self) -> int:
+        """How far the checkpoints lag flushed data: the seconds since the latest checkpoint of the gateway whose
+        checkpoint is oldest among those with flushed entries it does not cover; 0 when none lags (an idle deployment
+        never reads as late), and a lagging gateway that has no checkpoint yet counts 0 (its first run is pending).
+
+        Raises:
+            StorageError: a read failed.
+        """
+        lagging = lagging_shards(self.reader.heads(), self.reader.bounds().positions)
+        times = self.reader.checkpoint_times(ShardId.parse(key).gateway for key in lagging)
+        if not times:
+            return 0
+        return max(0, (self.now_ms() - min(times.values())) // 1000)
+
     def has_work(self) -> bool:
         """Whether any job has work as far as the buffer and the checkpoints tell, without run histories: the flush
         has work, or a shard lags the checkpoints. For a pipeline that runs the three jobs in series (the embedded
