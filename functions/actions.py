@@ -38,7 +38,7 @@ def action(gw: str) -> Response:
 def discover(gw: str) -> Response:
     """200 ``{connectors: {name: [ActionDescriptor]}}``."""
     http.authorize(app, gw)
-    return http.json_response(service.describe(get_deps()))
+    return http.json_response(service.describe(get_deps(), gw))
 
 
 @one_at_a_time

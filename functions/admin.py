@@ -1,5 +1,5 @@
-"""Admin routes (role ``admin``): sync rules, table schemas, flush requests, buffer metrics and materialisation
-destinations per gateway."""
+"""Admin routes (role ``admin``): sync rules, table schemas, flush requests, buffer metrics, materialisation
+destinations and connectors per gateway; and the public connector type catalogue."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from functions import _http as http
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync import edge
 from lakesync.gateway import admin as service
+from lakesync.gateway import connectors
 from lakesync.router import Response
 
 app = http.new_app()
@@ -81,6 +82,35 @@ def unregister_destination(gw: str, name: str) -> Response:
     """Remove a destination; 200 ``{"unregistered": true, "name"}``, 404 unknown."""
     http.authorize(app, gw, admin=True)
     return http.json_response(service.unregister_destination(get_deps(), gw, name))
+
+
+@app.post("/v1/admin/connectors/{gw}")
+def register_connector(gw: str) -> Response:
+    """Validate, check and register a connector; 200 ``{"registered": true, "name"}``, 400 invalid, 409 name taken,
+    502 source unreachable."""
+    http.authorize(app, gw, admin=True)
+    document = edge.parse_json(http.read_body(app))
+    return http.json_response(connectors.register_connector(get_deps(), gw, document))
+
+
+@app.get("/v1/admin/connectors/{gw}")
+def list_connectors(gw: str) -> Response:
+    """200 ``[{name, type, hasIngest, isPolling}]``."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(connectors.list_connectors(get_deps(), gw))
+
+
+@app.delete("/v1/admin/connectors/{gw}/{name}")
+def unregister_connector(gw: str, name: str) -> Response:
+    """Remove a connector; 200 ``{"unregistered": true, "name"}``, 404 unknown."""
+    http.authorize(app, gw, admin=True)
+    return http.json_response(connectors.unregister_connector(get_deps(), gw, name))
+
+
+@app.get("/v1/connectors/types")
+def connector_types() -> Response:
+    """200: the connector type descriptors, sorted by type (no authentication, as the original)."""
+    return http.json_response(connectors.connector_types())
 
 
 @one_at_a_time

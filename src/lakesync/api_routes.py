@@ -73,6 +73,10 @@ ROUTES = (
     Route("GET", "/v1/admin/materialise/{gw}", FUNCTIONS["admin"]),
     Route("POST", "/v1/admin/materialise/{gw}", FUNCTIONS["admin"]),
     Route("DELETE", "/v1/admin/materialise/{gw}/{name}", FUNCTIONS["admin"]),
+    Route("POST", "/v1/admin/connectors/{gw}", FUNCTIONS["admin"]),
+    Route("GET", "/v1/admin/connectors/{gw}", FUNCTIONS["admin"]),
+    Route("DELETE", "/v1/admin/connectors/{gw}/{name}", FUNCTIONS["admin"]),
+    Route("GET", "/v1/connectors/types", FUNCTIONS["admin"]),
 )
 
 

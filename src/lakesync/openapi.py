@@ -757,11 +757,101 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         },
         errors=(*_AUTH_ERRORS, 500),
     ),
+    "POST /v1/admin/connectors/{gw}": Operation(
+        "registerConnector",
+        "Register a connector",
+        "Validates the config (reference §14.2), moves plaintext credentials into Secrets Manager (the config keeps "
+        "`secret://` references), checks the source (502 when unreachable), stores the config and schedules its "
+        'poller. 409 `Connector "{name}" already exists` when the name is taken. See docs/connectors.md.',
+        "admin",
+        "admin",
+        body={JSON: {"type": "object", "required": ["name", "type"]}},
+        body_example={
+            "name": "crm",
+            "type": "postgres",
+            "postgres": {
+                "connectionString": "secret://arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-AbCdEf"
+            },
+            "ingest": {
+                "intervalMs": 60000,
+                "tables": [
+                    {
+                        "table": "customers",
+                        "query": "SELECT id, name, updated_at FROM customers",
+                        "strategy": {"type": "cursor", "cursorColumn": "updated_at"},
+                    }
+                ],
+            },
+        },
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["registered", "name"],
+                    "properties": {"registered": {"const": True}, "name": {"type": "string"}},
+                },
+                "Registered.",
+            )
+        },
+        errors=(400, *_AUTH_ERRORS, 409, 413, 500, 502),
+    ),
+    "GET /v1/admin/connectors/{gw}": Operation(
+        "listConnectors",
+        "The registered connectors",
+        "Names and types only: no config, no credentials.",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "type", "hasIngest", "isPolling"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "type": {"type": "string"},
+                            "hasIngest": {"type": "boolean"},
+                            "isPolling": {"type": "boolean"},
+                        },
+                    },
+                },
+                "The connectors, by name.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "DELETE /v1/admin/connectors/{gw}/{name}": Operation(
+        "unregisterConnector",
+        "Remove a connector",
+        "Removes its schedule, its position and the secrets its registration created. 404 when unknown.",
+        "admin",
+        "admin",
+        responses={
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["unregistered", "name"],
+                    "properties": {"unregistered": {"const": True}, "name": {"type": "string"}},
+                },
+                "Removed.",
+            )
+        },
+        errors=(*_AUTH_ERRORS, 500),
+    ),
+    "GET /v1/connectors/types": Operation(
+        "connectorTypes",
+        "The connector types",
+        "Descriptors (config and ingest JSON schemas, credential fields), sorted by type. No auth.",
+        "meta",
+        "none",
+        responses={"200": _json({"type": "array", "items": {"type": "object"}}, "The types.")},
+    ),
 }
 
 _PATH_PARAMETERS: Final = {
     "gw": "The gateway id; the token's `gw` claim must name it.",
-    "name": "The destination's name.",
+    "name": "The destination's or connector's name.",
 }
 
 _RESPONSE_HEADERS: Final = {

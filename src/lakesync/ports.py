@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.delta import RowDelta
 from lakesync.core.destinations import DestinationConfig
 from lakesync.core.rules import SyncRules
@@ -123,6 +124,26 @@ class ConfigStore(Protocol):
 
     def remove_destination(self, gateway: str, name: str) -> bool:
         """Drop the destination ``name``; ``False`` when the gateway has none of that name."""
+        ...
+
+    def list_connectors(self, gateway: str) -> list[ConnectorConfig]:
+        """The gateway's registered connectors (stored configs: credentials are references), sorted by name."""
+        ...
+
+    def get_connector(self, gateway: str, name: str) -> ConnectorConfig | None:
+        """The connector ``name``, or ``None``."""
+        ...
+
+    def add_connector(self, gateway: str, config: ConnectorConfig) -> None:
+        """Register a connector; atomic, so of two concurrent adds of one name exactly one wins.
+
+        Raises:
+            AlreadyExistsError: the gateway already has a connector named ``config.name`` (nothing changes).
+        """
+        ...
+
+    def remove_connector(self, gateway: str, name: str) -> bool:
+        """Drop the connector ``name``; ``False`` when the gateway has none of that name."""
         ...
 
 
@@ -245,4 +266,64 @@ class ConnectionSender(Protocol):
 
     def close(self, connection_id: str) -> None:
         """Close the session (a gone session is not an error)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPosition:
+    """A connector's stored poll position.
+
+    Attributes:
+        position: Where the next poll resumes (``{}``: the beginning).
+        version: Incremented by every committed poll (0: never polled); part of each polled delta's id.
+        lease: The token of the poller holding the connector, if any.
+        lease_until_ms: When that lease expires (epoch ms).
+    """
+
+    position: Mapping[str, Any]
+    version: int = 0
+    lease: str | None = None
+    lease_until_ms: int = 0
+
+
+class ConnectorPositionStore(Protocol):
+    """Connector poll positions with a lease: one poller at a time per connector, and a position only moves forward
+    from the version its poller started from."""
+
+    def read_position(self, gateway: str, name: str) -> StoredPosition:
+        """The stored position (consistent read); ``StoredPosition({})`` when the connector was never polled."""
+        ...
+
+    def acquire(self, gateway: str, name: str, version: int, token: str, until_ms: int, now_ms: int) -> bool:
+        """Take the lease with ``token`` until ``until_ms`` if the stored version is still ``version`` and no other
+        lease is live at ``now_ms``; ``False`` otherwise (another poller holds it, or has moved the position)."""
+        ...
+
+    def commit(self, gateway: str, name: str, token: str, version: int, position: Mapping[str, Any]) -> bool:
+        """Store ``position`` as version ``version + 1`` and drop the lease, if the stored version is ``version`` and
+        the lease is still ``token``'s; ``False`` (nothing changes) otherwise."""
+        ...
+
+    def release(self, gateway: str, name: str, token: str) -> None:
+        """Drop ``token``'s lease (a failed poll) so the next poll need not wait for it to expire."""
+        ...
+
+    def delete_position(self, gateway: str, name: str) -> None:
+        """Forget the connector's position (it was unregistered)."""
+        ...
+
+
+class ConnectorScheduler(Protocol):
+    """Runs a connector's poller periodically: EventBridge Scheduler on AWS, the local poll loop locally."""
+
+    def schedule(self, gateway: str, name: str, interval_ms: int) -> None:
+        """Create or update the connector's schedule.
+
+        Raises:
+            AdapterError: the scheduler refused.
+        """
+        ...
+
+    def unschedule(self, gateway: str, name: str) -> None:
+        """Remove the connector's schedule (a missing one is not an error)."""
         ...

@@ -59,7 +59,7 @@ def test_every_path_parameter_is_declared(key):
 
 def test_public_operations_are_exactly_health_and_the_document():
     public = sorted(key for key, op in _operations() if not op["security"])
-    assert public == ["GET /health", f"GET {openapi.OPENAPI_PATH}"]
+    assert public == ["GET /health", "GET /v1/connectors/types", f"GET {openapi.OPENAPI_PATH}"]
 
 
 def test_authenticated_operations_document_the_token_errors():

@@ -35,6 +35,7 @@ from lakesync.aws.tables import (
     table_specs,
 )
 from lakesync.core.canonical import JsonValue
+from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig, parse_destination
 from lakesync.core.errors import AlreadyExistsError, StorageBusyError, StorageError, ValidationError
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
@@ -100,6 +101,11 @@ def registry_shard(key: str) -> ShardId:
 DESTINATION_PREFIX = "dest#"
 """Sort-key prefix of the materialisation destinations in the config table (``dest#{name}``); it sorts before
 ``rules``, so destinations stay outside the pull's ``rules``..``shard$`` range."""
+
+
+CONNECTOR_PREFIX = "conn#"
+"""Sort-key prefix of the registered connectors in the config table (``conn#{name}``); it sorts before ``rules``.
+Their poll positions are ``cpos#{name}`` (and ``cposd#…`` chunks, :mod:`lakesync.aws.connector_positions`)."""
 
 
 def destination_key(name: str) -> str:
@@ -841,6 +847,54 @@ class DynamoDBConfigStore:
         except ClientError as exc:
             raise _client_error(exc, "DeleteItem") from exc
         return bool(out.get("Attributes"))
+
+    def list_connectors(self, gateway: str) -> list[ConnectorConfig]:
+        configs = []
+        for item in _query_all(
+            self._db,
+            TableName=self._t.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(CONNECTOR_PREFIX)},
+            ConsistentRead=True,
+        ):
+            configs.append(_connector(item))
+        return sorted(configs, key=lambda c: c.name)
+
+    def get_connector(self, gateway: str, name: str) -> ConnectorConfig | None:
+        item = self._get(gateway, CONNECTOR_PREFIX + name)
+        return _connector(item) if item else None
+
+    def add_connector(self, gateway: str, config: ConnectorConfig) -> None:
+        try:
+            self._db.put_item(
+                TableName=self._t.config,
+                Item={
+                    "gw": _s(gateway),
+                    "sk": _s(CONNECTOR_PREFIX + config.name),
+                    "doc": _s(_dumps(config.to_json())),
+                },
+                ConditionExpression="attribute_not_exists(sk)",
+            )
+        except ClientError as exc:
+            if _condition_failed(exc):
+                raise AlreadyExistsError(f'Connector "{config.name}" already exists') from exc
+            raise _client_error(exc, "PutItem") from exc
+
+    def remove_connector(self, gateway: str, name: str) -> bool:
+        try:
+            out = self._db.delete_item(
+                TableName=self._t.config,
+                Key={"gw": _s(gateway), "sk": _s(CONNECTOR_PREFIX + name)},
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            raise _client_error(exc, "DeleteItem") from exc
+        return bool(out.get("Attributes"))
+
+
+def _connector(item: Item) -> ConnectorConfig:
+    doc = json.loads(item["doc"]["S"])
+    return ConnectorConfig(str(doc["name"]), str(doc["type"]), doc)
 
 
 class DynamoDBPullBasisReader:

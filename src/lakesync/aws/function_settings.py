@@ -75,6 +75,24 @@ CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
 WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
 ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 
+CONNECTOR_SCHEDULER: Final = "LAKESYNC_CONNECTOR_SCHEDULER"
+CONNECTOR_SCHEDULE_GROUP: Final = "LAKESYNC_CONNECTOR_SCHEDULE_GROUP"
+CONNECTOR_POLL_FUNCTION_ARN: Final = "LAKESYNC_CONNECTOR_POLL_FUNCTION_ARN"
+CONNECTOR_SCHEDULER_ROLE_ARN: Final = "LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN"
+CONNECTOR_SECRETS_DIR: Final = "LAKESYNC_CONNECTOR_SECRETS_DIR"
+CONNECTOR_SECRET_PREFIX: Final = "LAKESYNC_CONNECTOR_SECRET_PREFIX"
+CONNECTOR_ENV_VARS: Final = frozenset(
+    {
+        CONNECTOR_SCHEDULER,
+        CONNECTOR_SCHEDULE_GROUP,
+        CONNECTOR_POLL_FUNCTION_ARN,
+        CONNECTOR_SCHEDULER_ROLE_ARN,
+        CONNECTOR_SECRETS_DIR,
+        CONNECTOR_SECRET_PREFIX,
+    }
+)
+"""Read by the functions that open connectors (:class:`ConnectorSettings`), all optional."""
+
 API_ENV_VARS: Final = frozenset(
     {
         GATEWAY_IDS,
@@ -89,10 +107,13 @@ API_ENV_VARS: Final = frozenset(
         MAX_BODY_BYTES,
         CHECKPOINT_BUCKET,
         ROW_WRITES,
+        # every API function builds its deps with the registered connectors (all optional)
+        *CONNECTOR_ENV_VARS,
     }
 )
 """Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
 _BUFFER_TABLE_VARS: Final = frozenset({TABLE_PREFIX, *TABLE_VARS.values()})
+
 
 FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "health": frozenset(),
@@ -114,6 +135,8 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "ws_message": API_ENV_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
     # the broadcaster: sync rules (config table), the sessions, the management API.
     "ws_broadcast": _BUFFER_TABLE_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
+    # connectors: the API functions that open them, and the scheduled poller.
+    "connector_poll": API_ENV_VARS,
 }
 """Handler module (``functions.<name>``) -> the LakeSync variables it reads; CDK sets a subset of these."""
 
@@ -464,3 +487,53 @@ def _callback_url(env: Mapping[str, str], errors: list[str], *, required: bool) 
     if not _CALLBACK_URL.fullmatch(url):
         errors.append(f"{WS_CALLBACK_URL} {url!r} is not an http(s) URL of a WebSocket API stage")
     return url.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorSettings:
+    """Where connectors keep their secrets and how their pollers are scheduled (all optional variables).
+
+    * ``LAKESYNC_CONNECTOR_SCHEDULER`` -- ``eventbridge`` (needs ``LAKESYNC_CONNECTOR_SCHEDULE_GROUP``,
+      ``LAKESYNC_CONNECTOR_POLL_FUNCTION_ARN`` and ``LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN``; the default when those
+      are set), ``local`` (the embedded default's poll loop finds connectors in the config table), or unset: no
+      scheduler, so registering a connector with ``ingest`` fails.
+    * ``LAKESYNC_CONNECTOR_SECRETS_DIR`` -- keep connector secrets as 0600 files there (the embedded default);
+      unset: AWS Secrets Manager.
+    * ``LAKESYNC_CONNECTOR_SECRET_PREFIX`` -- name prefix of the secrets registration creates (``lakesync/connectors``).
+    """
+
+    scheduler: str | None = None
+    schedule_group: str | None = None
+    poll_function_arn: str | None = None
+    scheduler_role_arn: str | None = None
+    secrets_dir: str | None = None
+    secret_prefix: str = "lakesync/connectors"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ConnectorSettings:
+        """Read and validate the variables.
+
+        Raises:
+            SettingsError: an unknown scheduler, or ``eventbridge`` without its three variables.
+        """
+        env = {k: v.strip() for k, v in environ.items() if k.startswith("LAKESYNC_CONNECTOR") and v.strip()}
+        targets = (CONNECTOR_SCHEDULE_GROUP, CONNECTOR_POLL_FUNCTION_ARN, CONNECTOR_SCHEDULER_ROLE_ARN)
+        scheduler = env.get(CONNECTOR_SCHEDULER) or ("eventbridge" if any(t in env for t in targets) else None)
+        errors = []
+        if scheduler not in (None, "eventbridge", "local"):
+            errors.append(f"{CONNECTOR_SCHEDULER} must be eventbridge or local")
+        if scheduler == "eventbridge":
+            errors.extend(f"missing {t}" for t in targets if t not in env)
+        prefix = env.get(CONNECTOR_SECRET_PREFIX, "lakesync/connectors")
+        if not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,256}", prefix):
+            errors.append(f"{CONNECTOR_SECRET_PREFIX} is not a valid secret name prefix")
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return cls(
+            scheduler=scheduler,
+            schedule_group=env.get(CONNECTOR_SCHEDULE_GROUP),
+            poll_function_arn=env.get(CONNECTOR_POLL_FUNCTION_ARN),
+            scheduler_role_arn=env.get(CONNECTOR_SCHEDULER_ROLE_ARN),
+            secrets_dir=env.get(CONNECTOR_SECRETS_DIR),
+            secret_prefix=prefix.rstrip("/"),
+        )

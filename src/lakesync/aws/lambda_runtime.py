@@ -59,9 +59,10 @@ def get_settings() -> Settings:
 def get_deps() -> GatewayDeps:
     """The services' dependencies over DynamoDB and S3 (:func:`lakesync.aws.wiring.gateway_deps`), built on first
     use."""
+    from lakesync.aws.function_settings import ConnectorSettings
     from lakesync.aws.wiring import gateway_deps
 
-    return gateway_deps(get_settings())
+    return gateway_deps(get_settings(), ConnectorSettings.from_env(os.environ))
 
 
 def _materialise_deps() -> MaterialiseDeps:

@@ -11,6 +11,7 @@ from lakesync.aws.dynamodb import (
 )
 from lakesync.aws.function_settings import (
     BroadcastSettings,
+    ConnectorSettings,
     LakeTickSettings,
     MaterialiseSettings,
     RealtimeSettings,
@@ -27,19 +28,59 @@ from lakesync.gateway.realtime import BroadcastDeps
 from lakesync.ports import ConnectionSender, ConnectionStore
 
 
-def gateway_deps(settings: Settings) -> GatewayDeps:
+def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None) -> GatewayDeps:
     """Stores over one DynamoDB client (boto3 honours ``AWS_ENDPOINT_URL``), the checkpoint bucket when configured
-    (its S3 client made on first use), and the gateway settings."""
+    (its S3 client made on first use), the gateway settings, and the registered connectors (:func:`connector_parts`)."""
     client = dynamodb_client()
-    return GatewayDeps(
+    config = DynamoDBConfigStore(client, settings.tables)
+    deps = GatewayDeps(
         buffer=DynamoDBBufferStore(client, settings.tables, rows_in_commit=settings.rows_in_commit),
-        config=DynamoDBConfigStore(client, settings.tables),
+        config=config,
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),
         objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
         pull_basis=DynamoDBPullBasisReader(client, settings.tables),
         since_sessions=DynamoDBSinceSessions(client, settings.tables),
     )
+    if connectors is not None:
+        connector_parts(deps, client, settings, connectors)
+    return deps
+
+
+def connector_parts(deps: GatewayDeps, client: object, settings: Settings, connectors: ConnectorSettings) -> None:
+    """Give ``deps`` the connector runtime (secrets in Secrets Manager, or files in ``secrets_dir``), the position
+    store and the scheduler (EventBridge Scheduler, the local poll loop's, or none)."""
+    from pathlib import Path
+
+    from lakesync.aws.connector_positions import DynamoDBPositionStore
+    from lakesync.connectors.runtime import ConnectorRuntime
+    from lakesync.connectors.secrets import FileSecretStore, SecretStore
+
+    secrets: SecretStore
+    if connectors.secrets_dir:
+        secrets = FileSecretStore(Path(connectors.secrets_dir))
+    else:
+        from lakesync.aws.connector_secrets import SecretsManagerSecretStore
+        from lakesync.aws.secrets import secretsmanager_client
+
+        secrets = SecretsManagerSecretStore(secretsmanager_client)
+    deps.connectors = ConnectorRuntime(deps.config, secrets)
+    deps.positions = DynamoDBPositionStore(client, settings.tables)  # type: ignore[arg-type]
+    deps.connector_secret_prefix = connectors.secret_prefix
+    if connectors.scheduler == "eventbridge":
+        from lakesync.aws.connector_scheduler import EventBridgeConnectorScheduler, scheduler_client
+
+        assert connectors.schedule_group and connectors.poll_function_arn and connectors.scheduler_role_arn
+        deps.connector_scheduler = EventBridgeConnectorScheduler(
+            scheduler_client,
+            group=connectors.schedule_group,
+            target_arn=connectors.poll_function_arn,
+            role_arn=connectors.scheduler_role_arn,
+        )
+    elif connectors.scheduler == "local":
+        from lakesync.gateway.memory import RecordingScheduler
+
+        deps.connector_scheduler = RecordingScheduler()
 
 
 def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:

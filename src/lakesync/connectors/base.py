@@ -95,6 +95,9 @@ class ConnectorTypeDescriptor:
     config_schema: Mapping[str, JsonValue]
     ingest_schema: Mapping[str, JsonValue]
     output_tables: Sequence[Mapping[str, JsonValue]] = ()
+    secret_fields: Sequence[str] = ()
+    """The fields of the type's settings object (``config[type]``) that hold credentials: registration stores them in
+    the secret store and keeps only a ``secret://`` reference (:mod:`lakesync.connectors.secrets`)."""
 
     def to_json(self) -> dict[str, JsonValue]:
         """The wire JSON shape."""
@@ -106,6 +109,7 @@ class ConnectorTypeDescriptor:
             "configSchema": dict(self.config_schema),
             "ingestSchema": dict(self.ingest_schema),
             "outputTables": [dict(t) for t in self.output_tables],
+            "secretFields": list(self.secret_fields),
         }
 
 
@@ -122,3 +126,6 @@ class Connector:
         """Release the parts' connections."""
         if self.ingest is not None:
             self.ingest.close()
+        close = getattr(self.source, "close", None)
+        if close is not None and close is not getattr(self.ingest, "close", None):
+            close()

@@ -6,6 +6,16 @@ actionId and, when present, ``idem:{idempotencyKey}`` for ``action_ttl_s``; a re
 client's retry runs the action again. Two concurrent requests for the same action -- or for two actions sharing an
 idempotency key -- cannot both run it: the first claims the actionId and the key, the second gets a retryable
 ``ACTION_IN_PROGRESS`` result.
+
+A handler raising any :class:`~lakesync.core.errors.ActionError` (``ActionNotSupportedError``,
+``ActionExecutionError``, ...) produces that error's result: its code, its message and its ``retryable`` (``false``
+unless the error says otherwise), cached when not retryable, as the original reports them (reference §10.4). Any
+other exception is a handler bug: a retryable ``ACTION_EXECUTION_ERROR`` "Action handler failed", logged.
+
+Handlers are the static ``deps.action_handlers`` and the gateway's registered connectors that execute actions
+(``deps.connectors``). Every action a handler ran to a final result is recorded in the gateway table
+``_lakesync_provenance`` (row ``action:{actionId}``, client id ``action:{connector}``): who asked, what, with which
+parameters, and what came back -- so an agent's effects on external systems can be audited from the lake.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from lakesync.core.actions import (
     Action,
     ActionContext,
     ActionErrorResult,
+    ActionHandler,
     ActionResponse,
     ActionResult,
     AnyActionResult,
@@ -28,7 +39,9 @@ from lakesync.core.actions import (
     supports,
     unsupported_action_result,
 )
-from lakesync.core.errors import ActionExecutionError, ForbiddenError
+from lakesync.core.errors import ActionError, ForbiddenError, LakeSyncError
+from lakesync.core.messages import SyncPush
+from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
 
 logger = logging.getLogger(__name__)
@@ -49,16 +62,28 @@ def dispatch(
         if action.client_id != client_id:
             raise ForbiddenError("Client ID mismatch: action clientId does not match authenticated identity")
     context = ActionContext(claims=dict(claims))
-    results = [_dispatch_one(deps, gateway, action, context) for action in actions]
+    found = handlers(deps, gateway)
+    results = [_dispatch_one(deps, gateway, action, context, found) for action in actions]
     return ActionResponse(tuple(results), deps.clock.now())
 
 
-def describe(deps: GatewayDeps) -> dict[str, Any]:
-    """The discovery document: every registered connector and its action types."""
-    return discovery_json(deps.action_handlers.values())
+def handlers(deps: GatewayDeps, gateway: str | None) -> dict[str, ActionHandler]:
+    """The action handlers of ``gateway``: the static ones, then its registered connectors' (by name)."""
+    found: dict[str, ActionHandler] = dict(deps.action_handlers)
+    if deps.connectors is not None and gateway is not None:
+        for name, handler in deps.connectors.action_handlers(gateway).items():
+            found.setdefault(name, handler)
+    return found
 
 
-def _dispatch_one(deps: GatewayDeps, gateway: str, action: Action, context: ActionContext) -> AnyActionResult:
+def describe(deps: GatewayDeps, gateway: str | None = None) -> dict[str, Any]:
+    """The discovery document: every connector of ``gateway`` that executes actions and its action types."""
+    return discovery_json(handlers(deps, gateway).values())
+
+
+def _dispatch_one(
+    deps: GatewayDeps, gateway: str, action: Action, context: ActionContext, found: dict[str, ActionHandler]
+) -> AnyActionResult:
     now_s = deps.wall_ms() // 1000
     keys = [action.action_id]
     if action.idempotency_cache_key:
@@ -81,26 +106,54 @@ def _dispatch_one(deps: GatewayDeps, gateway: str, action: Action, context: Acti
                 deps.actions.release(gateway, done)
             return ActionErrorResult(action.action_id, IN_PROGRESS, "The action is already being executed", True)
         claimed.append(key)
-    result = _execute(deps, action, context)
+    result, executed = _execute(found, action, context)
     if is_cacheable(result):
         deps.actions.put(gateway, keys, {"status": "done", "result": result.to_json()}, expires_at)
+        if executed:
+            _record(deps, gateway, action, result)
     else:
         for key in claimed:
             deps.actions.release(gateway, key)
     return result
 
 
-def _execute(deps: GatewayDeps, action: Action, context: ActionContext) -> AnyActionResult:
-    handler = deps.action_handlers.get(action.connector)
+def _execute(found: dict[str, ActionHandler], action: Action, context: ActionContext) -> tuple[AnyActionResult, bool]:
+    """The action's result, and whether a handler ran it."""
+    handler = found.get(action.connector)
     if handler is None:
-        return no_handler_result(action)
+        return no_handler_result(action), False
     if not supports(handler, action.action_type):
-        return unsupported_action_result(action)
+        return unsupported_action_result(action), False
     try:
         result: ActionResult = handler.execute(action, context)
-    except ActionExecutionError as exc:
-        return ActionErrorResult(action.action_id, exc.code, exc.message, exc.retryable)
+    except ActionError as exc:
+        return ActionErrorResult(action.action_id, exc.code, exc.message, bool(getattr(exc, "retryable", False))), True
     except Exception:  # a handler bug must not become a 500 for the whole batch
         logger.exception("action handler %s failed on %s", action.connector, action.action_type)
-        return ActionErrorResult(action.action_id, "ACTION_EXECUTION_ERROR", "Action handler failed", True)
-    return result
+        return ActionErrorResult(action.action_id, "ACTION_EXECUTION_ERROR", "Action handler failed", True), True
+    return result, True
+
+
+def _record(deps: GatewayDeps, gateway: str, action: Action, result: AnyActionResult) -> None:
+    """Write the action's provenance row; a failure is logged, never returned (the action has run)."""
+    from lakesync.connectors.poller import provenance_delta
+
+    client_id = f"action:{action.connector}"
+    outcome: dict[str, Any] = result.to_json()
+    fields: dict[str, Any] = {
+        "kind": "action",
+        "connector": action.connector,
+        "actionType": action.action_type,
+        "actionId": action.action_id,
+        "requestedBy": action.client_id,
+        "params": dict(action.params),
+        "idempotencyKey": action.idempotency_key,
+        "code": outcome.get("code", "OK"),
+        "result": outcome,
+        "at": deps.wall_ms(),
+    }
+    delta = provenance_delta(client_id, f"action:{action.action_id}", fields, deps.clock.now(), salt="action")
+    try:
+        push_service.push(deps, gateway, SyncPush(client_id, (delta,)), client_id=client_id)
+    except LakeSyncError:
+        logger.exception("could not record the provenance of action %s", action.action_id)

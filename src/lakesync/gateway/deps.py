@@ -5,11 +5,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from lakesync.core.actions import ActionHandler
 from lakesync.core.hlc import HLC, system_clock
 from lakesync.gateway.since import SinceSessionStore
-from lakesync.ports import ActionStore, BufferStore, ConfigStore, ObjectStore, PullBasisReader, SourceAdapter
+from lakesync.ports import (
+    ActionStore,
+    BufferStore,
+    ConfigStore,
+    ConnectorPositionStore,
+    ConnectorScheduler,
+    ObjectStore,
+    PullBasisReader,
+    SourceAdapter,
+)
+
+if TYPE_CHECKING:
+    from lakesync.connectors.runtime import ConnectorRuntime
 
 MIB = 1024 * 1024
 
@@ -72,6 +85,9 @@ class GatewayDeps:
     (:mod:`lakesync.gateway.since`); ``None`` serves ``since`` pulls at least once, from commit HLCs.
     ``pull_basis`` reads a pull's sync rules and shard registry together; ``None`` reads them from ``config`` and
     ``buffer`` (two requests, sent at once).
+    ``connectors`` opens each gateway's registered connectors (``source=`` pulls, action handlers, pollers; ``None``:
+    only the static ``sources`` and ``action_handlers``); ``positions`` stores their poll positions and
+    ``connector_scheduler`` runs their pollers; ``connector_secret_prefix`` names the secrets registration creates.
     """
 
     buffer: BufferStore
@@ -86,3 +102,7 @@ class GatewayDeps:
     objects: ObjectStore | None = None
     since_sessions: SinceSessionStore | None = None
     pull_basis: PullBasisReader | None = None
+    connectors: ConnectorRuntime | None = None
+    positions: ConnectorPositionStore | None = None
+    connector_scheduler: ConnectorScheduler | None = None
+    connector_secret_prefix: str = "lakesync/connectors"

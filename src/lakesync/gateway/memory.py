@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig
 from lakesync.core.errors import AlreadyExistsError
 from lakesync.core.rules import SyncRules
@@ -27,6 +28,7 @@ from lakesync.gateway.model import (
     StoredRow,
 )
 from lakesync.gateway.realtime import Connection
+from lakesync.ports import StoredPosition
 
 
 class InMemoryBufferStore:
@@ -149,6 +151,7 @@ class InMemoryConfigStore:
         self._schemas: dict[str, dict[str, tuple[TableSchema, int]]] = {}
         self._flush_requests: dict[str, list[dict[str, Any]]] = {}
         self._destinations: dict[str, dict[str, DestinationConfig]] = {}
+        self._connectors: dict[str, dict[str, ConnectorConfig]] = {}
 
     def get_sync_rules(self, gateway: str) -> SyncRules | None:
         with self._lock:
@@ -193,6 +196,81 @@ class InMemoryConfigStore:
     def remove_destination(self, gateway: str, name: str) -> bool:
         with self._lock:
             return self._destinations.get(gateway, {}).pop(name, None) is not None
+
+    def list_connectors(self, gateway: str) -> list[ConnectorConfig]:
+        with self._lock:
+            found = self._connectors.get(gateway, {})
+            return [found[name] for name in sorted(found)]
+
+    def get_connector(self, gateway: str, name: str) -> ConnectorConfig | None:
+        with self._lock:
+            return self._connectors.get(gateway, {}).get(name)
+
+    def add_connector(self, gateway: str, config: ConnectorConfig) -> None:
+        with self._lock:
+            found = self._connectors.setdefault(gateway, {})
+            if config.name in found:
+                raise AlreadyExistsError(f'Connector "{config.name}" already exists')
+            found[config.name] = config
+
+    def remove_connector(self, gateway: str, name: str) -> bool:
+        with self._lock:
+            return self._connectors.get(gateway, {}).pop(name, None) is not None
+
+
+class InMemoryPositionStore:
+    """Connector poll positions with leases, in process memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._positions: dict[tuple[str, str], StoredPosition] = {}
+
+    def read_position(self, gateway: str, name: str) -> StoredPosition:
+        with self._lock:
+            return self._positions.get((gateway, name), StoredPosition({}))
+
+    def acquire(self, gateway: str, name: str, version: int, token: str, until_ms: int, now_ms: int) -> bool:
+        with self._lock:
+            current = self._positions.get((gateway, name), StoredPosition({}))
+            if current.version != version or (current.lease is not None and current.lease_until_ms > now_ms):
+                return False
+            self._positions[(gateway, name)] = replace(current, lease=token, lease_until_ms=until_ms)
+            return True
+
+    def commit(self, gateway: str, name: str, token: str, version: int, position: Mapping[str, Any]) -> bool:
+        with self._lock:
+            current = self._positions.get((gateway, name), StoredPosition({}))
+            if current.version != version or current.lease != token:
+                return False
+            self._positions[(gateway, name)] = StoredPosition(dict(position), version + 1)
+            return True
+
+    def release(self, gateway: str, name: str, token: str) -> None:
+        with self._lock:
+            current = self._positions.get((gateway, name))
+            if current is not None and current.lease == token:
+                self._positions[(gateway, name)] = replace(current, lease=None, lease_until_ms=0)
+
+    def delete_position(self, gateway: str, name: str) -> None:
+        with self._lock:
+            self._positions.pop((gateway, name), None)
+
+
+class RecordingScheduler:
+    """A :class:`~lakesync.ports.ConnectorScheduler` that only records the schedules (tests, and the embedded
+    default, whose poll loop finds connectors in the config store itself)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.schedules: dict[tuple[str, str], int] = {}
+
+    def schedule(self, gateway: str, name: str, interval_ms: int) -> None:
+        with self._lock:
+            self.schedules[(gateway, name)] = interval_ms
+
+    def unschedule(self, gateway: str, name: str) -> None:
+        with self._lock:
+            self.schedules.pop((gateway, name), None)
 
 
 class InMemoryActionStore:

@@ -579,6 +579,8 @@ def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:
 
 def _pull_from_source(deps: GatewayDeps, gateway: str, name: str, since: int, limit: int, claims: Claims) -> PullResult:
     adapter = deps.sources.get(name)
+    if adapter is None and deps.connectors is not None:
+        adapter = deps.connectors.source(gateway, name)
     if adapter is None:
         raise AdapterNotFoundError(f'Source adapter "{name}" not found')
     rules = deps.config.get_sync_rules(gateway)

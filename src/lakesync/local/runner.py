@@ -33,6 +33,7 @@ from lakesync.local.websocket import GatewaySessions, SocketHub
 
 if TYPE_CHECKING:
     from lakesync.aws.publish import PublishConfig
+    from lakesync.connectors.local_scheduler import LocalConnectorScheduler
     from lakesync.local.journal import RecoveryReport
     from lakesync.local.workers import WorkerPool
 
@@ -46,6 +47,7 @@ CLAIM_CHECK_BUCKET = "lakesync-claim-check"
 MATERIALISE_QUEUE = "lakesync-materialise"
 MATERIALISE_DLQ = "lakesync-materialise-dlq"
 MATERIALISED_DB = "materialised.db"
+CONNECTOR_SECRETS_DIR = "connector-secrets"
 
 
 def load_or_create_secret(data_dir: Path) -> str:
@@ -114,6 +116,8 @@ class LocalStack:
     materialiser: LocalMaterialiser | None = None
     aws_parity: bool = False
     broadcaster: LocalStreamSource | None = None
+    connector_poller: LocalConnectorScheduler | None = None
+    connector_tick_s: float = 1.0
     _moto: MotoServer | None = None
     _front: LocalFront | None = None
     _pool: WorkerPool | None = None
@@ -152,6 +156,9 @@ class LocalStack:
             "LAKESYNC_ROW_WRITES": "in-commit",
             "LAKESYNC_CHECKPOINT_BUCKET": CHECKPOINT_BUCKET,
             "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET,
+            # Connectors: secrets as 0600 files beside the journal, pollers on the local loop (connector_poller).
+            "LAKESYNC_CONNECTOR_SECRETS_DIR": str(self.data_dir / CONNECTOR_SECRETS_DIR),
+            "LAKESYNC_CONNECTOR_SCHEDULER": "local",
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "lakesync",
             "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
@@ -194,7 +201,21 @@ class LocalStack:
             handler = self._pool.invoke
         self._front = LocalFront(handler, self.host, self.port, sockets=self._socket_hub()).start()
         self._start_broadcaster(names.deltas)
+        self._start_connector_poller()
         return self
+
+    def _start_connector_poller(self) -> None:
+        """Run registered connectors' pollers on the local loop (what EventBridge Scheduler does on AWS)."""
+        from functions._runtime import get_deps
+        from functions.connector_poll import lambda_handler
+        from lakesync.connectors.local_scheduler import LocalConnectorScheduler
+
+        self.connector_poller = LocalConnectorScheduler(
+            lambda: get_deps().config,
+            self.gateway_ids,
+            lambda event: lambda_handler(event, _PollContext()),
+            tick_s=self.connector_tick_s,
+        ).start()
 
     def _socket_hub(self) -> SocketHub:
         """The real-time socket on the HTTP port, served by the gateway services in this process."""
@@ -307,6 +328,9 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop serving, write a final snapshot to the data directory, stop moto."""
+        if self.connector_poller is not None:
+            self.connector_poller.stop()
+            self.connector_poller = None
         if self.broadcaster is not None:
             self.broadcaster.stop()
             self.broadcaster = None
@@ -360,3 +384,18 @@ def _forget_published_positions(client: Any, heads_table: str) -> None:
         for item in page.get("Items", []):
             if "ps" in item:
                 client.update_item(TableName=heads_table, Key={"shard": item["shard"]}, UpdateExpression="REMOVE ps")
+
+
+class _PollContext:
+    """The Lambda context the local poll loop passes (the fields Powertools reads)."""
+
+    function_name = "connector_poll"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:connector_poll"
+    memory_limit_in_mb = 512
+    aws_request_id = "local"
+    log_group_name = "local"
+    log_stream_name = "local"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000

@@ -1,0 +1,271 @@
+"""Connector credentials: kept in a secret store, referenced from the config as ``secret://...``.
+
+A connector type names its credential fields (:attr:`~lakesync.connectors.base.ConnectorTypeDescriptor.
+secret_fields`: ``connectionString`` for ``postgres``/``mysql``, ``apiToken`` for ``jira``, ...). In the stored config
+each of them is a **reference**, a string::
+
+    secret://<secret id>            the secret's whole SecretString
+    secret://<secret id>#<key>      one key of a JSON SecretString (e.g. an RDS-managed secret's "password")
+
+where the secret id is a Secrets Manager ARN or name (locally, the embedded default's secret-file name).
+
+At registration (:func:`externalise`) a credential field may be given either way:
+
+* as a reference: kept as it is (the secret must exist and be readable: registration resolves it before storing);
+* in plain text (what the original's clients send): stored into the secret store under
+  ``{prefix}/{gateway}/{connector}/{field}`` and replaced by its reference, so the config table, the listing, the
+  logs and every response only ever hold the reference.
+
+Resolution (:func:`resolve`) happens only where a connector is opened (poller, ``source=`` pull, action), and the
+resolved values never leave the :class:`~lakesync.connectors.base.Connector` built from them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from lakesync.core.connectors import ConnectorConfig
+from lakesync.core.errors import AdapterError, ValidationError
+
+__all__ = [
+    "REFERENCE_PREFIX",
+    "FileSecretStore",
+    "InMemorySecretStore",
+    "SecretRef",
+    "SecretStore",
+    "externalise",
+    "is_reference",
+    "parse_reference",
+    "resolve",
+    "secret_name",
+    "stored_secret_ids",
+]
+
+REFERENCE_PREFIX: Final = "secret://"
+_SECRET_ID_RE: Final = re.compile(r"\A[A-Za-z0-9/_+=.@:-]{1,2048}\Z")
+_KEY_RE: Final = re.compile(r"\A[A-Za-z0-9_.-]{1,128}\Z")
+
+
+class SecretStore(Protocol):
+    """Where connector credentials live (Secrets Manager on AWS, a 0600 file per secret in the embedded default)."""
+
+    def put_secret(self, name: str, value: str) -> str:
+        """Create or overwrite the secret ``name``; returns its id (the ARN on AWS) for references."""
+        ...
+
+    def get_secret(self, secret_id: str) -> str:
+        """The secret's current string value.
+
+        Raises:
+            AdapterError: it does not exist or cannot be read.
+        """
+        ...
+
+    def delete_secret(self, secret_id: str) -> None:
+        """Delete the secret (a missing one is not an error)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A parsed ``secret://id#key`` reference."""
+
+    secret_id: str
+    key: str | None = None
+
+    def __str__(self) -> str:
+        return REFERENCE_PREFIX + self.secret_id + (f"#{self.key}" if self.key else "")
+
+
+def is_reference(value: object) -> bool:
+    """Whether ``value`` is a ``secret://`` reference string."""
+    return isinstance(value, str) and value.startswith(REFERENCE_PREFIX)
+
+
+def parse_reference(value: str, *, where: str = "secret") -> SecretRef:
+    """Parse ``secret://id`` or ``secret://id#key``.
+
+    Raises:
+        ValidationError: a malformed reference (400).
+    """
+    body = value[len(REFERENCE_PREFIX) :]
+    secret_id, _, key = body.partition("#")
+    if not _SECRET_ID_RE.match(secret_id) or (key and not _KEY_RE.match(key)):
+        raise ValidationError(f"{where} is not a valid secret reference (secret://<secret id or ARN>[#<json key>])")
+    return SecretRef(secret_id, key or None)
+
+
+def secret_name(prefix: str, gateway: str, connector: str, field: str) -> str:
+    """The name a plaintext credential is stored under: ``{prefix}/{gateway}/{connector}/{field}``."""
+    return f"{prefix}/{gateway}/{connector}/{field}"
+
+
+def _settings(document: Mapping[str, Any], connector_type: str) -> dict[str, Any] | None:
+    value = document.get(connector_type)
+    return value if isinstance(value, dict) else None
+
+
+def externalise(
+    config: ConnectorConfig,
+    secret_fields: Sequence[str],
+    store: SecretStore,
+    *,
+    gateway: str,
+    prefix: str,
+) -> tuple[ConnectorConfig, list[str]]:
+    """The config with every credential field a ``secret://`` reference, and the ids of the secrets it created.
+
+    Plaintext values are stored (``secret_name``); references are checked for form and readability. On failure the
+    secrets created so far are deleted again.
+
+    Raises:
+        ValidationError: a credential field is neither a string nor a well-formed reference (400).
+        AdapterError: the secret store refused, or a referenced secret cannot be read (502).
+    """
+    document = copy.deepcopy(dict(config.document))
+    settings = _settings(document, config.type)
+    created: list[str] = []
+    if settings is None:
+        return config, created
+    try:
+        for field in secret_fields:
+            if field not in settings or settings[field] is None:
+                continue
+            value = settings[field]
+            where = f"{config.type}.{field}"
+            if not isinstance(value, str):
+                raise ValidationError(f"{where} must be a string")
+            if is_reference(value):
+                ref = parse_reference(value, where=where)
+                _read(store, ref, where)
+                continue
+            secret_id = store.put_secret(secret_name(prefix, gateway, config.name, field), value)
+            created.append(secret_id)
+            settings[field] = str(SecretRef(secret_id))
+    except Exception:
+        for secret_id in created:
+            store.delete_secret(secret_id)
+        raise
+    return ConnectorConfig(config.name, config.type, document), created
+
+
+def stored_secret_ids(config: ConnectorConfig, secret_fields: Iterable[str], *, gateway: str, prefix: str) -> list[str]:
+    """The ids of the secrets registration created for ``config`` (those named under ``prefix``), to delete with it."""
+    settings = _settings(dict(config.document), config.type) or {}
+    owned = secret_name(prefix, gateway, config.name, "")
+    ids = []
+    for field in secret_fields:
+        value = settings.get(field)
+        if isinstance(value, str) and is_reference(value):
+            ref = parse_reference(value)
+            # An ARN ends with the name plus a 6-character suffix; a local id is the name itself.
+            name = ref.secret_id.split(":secret:", 1)[-1]
+            if name.startswith(owned):
+                ids.append(ref.secret_id)
+    return ids
+
+
+def _read(store: SecretStore, ref: SecretRef, where: str) -> str:
+    raw = store.get_secret(ref.secret_id)
+    if ref.key is None:
+        return raw
+    try:
+        value = json.loads(raw)[ref.key]
+    except (ValueError, KeyError, TypeError):
+        raise AdapterError(f"{where}: the referenced secret has no JSON key {ref.key!r}") from None
+    if not isinstance(value, str | int):
+        raise AdapterError(f"{where}: the referenced secret's key {ref.key!r} is not a string")
+    return str(value)
+
+
+def resolve(
+    config: ConnectorConfig, secret_fields: Sequence[str], store: SecretStore
+) -> tuple[ConnectorConfig, dict[str, str]]:
+    """The config with its references replaced by the secret values, and those values by field.
+
+    A plaintext credential (a config stored before externalisation, or a test's) is passed through.
+
+    Raises:
+        AdapterError: a referenced secret cannot be read (502).
+    """
+    document = copy.deepcopy(dict(config.document))
+    settings = _settings(document, config.type)
+    resolved: dict[str, str] = {}
+    if settings is None:
+        return config, resolved
+    for field in secret_fields:
+        value = settings.get(field)
+        if not isinstance(value, str):
+            continue
+        if is_reference(value):
+            where = f"{config.type}.{field}"
+            value = _read(store, parse_reference(value, where=where), where)
+            settings[field] = value
+        resolved[field] = value
+    return ConnectorConfig(config.name, config.type, document), resolved
+
+
+class InMemorySecretStore:
+    """Secrets in a dict (tests); ids are the names."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.secrets: dict[str, str] = {}
+
+    def put_secret(self, name: str, value: str) -> str:
+        with self._lock:
+            self.secrets[name] = value
+        return name
+
+    def get_secret(self, secret_id: str) -> str:
+        with self._lock:
+            try:
+                return self.secrets[secret_id]
+            except KeyError:
+                raise AdapterError(f"Secret {secret_id!r} not found") from None
+
+    def delete_secret(self, secret_id: str) -> None:
+        with self._lock:
+            self.secrets.pop(secret_id, None)
+
+
+class FileSecretStore:
+    """Secrets as files in a 0700 directory, one 0600 file each (the embedded default: they survive restarts as the
+    journaled tables do). Ids are the names; the file name is the name with ``/`` replaced by ``__``."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+
+    def _path(self, secret_id: str) -> Path:
+        if not _SECRET_ID_RE.match(secret_id) or ".." in secret_id:
+            raise AdapterError("Invalid local secret id")
+        return self._dir / secret_id.replace("/", "__").replace(":", "_")
+
+    def put_secret(self, name: str, value: str) -> str:
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = self._path(name)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(value)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return name
+
+    def get_secret(self, secret_id: str) -> str:
+        try:
+            return self._path(secret_id).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise AdapterError(f"Secret {secret_id!r} not found") from None
+
+    def delete_secret(self, secret_id: str) -> None:
+        self._path(secret_id).unlink(missing_ok=True)
