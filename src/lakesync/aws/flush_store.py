@@ -9,11 +9,10 @@ Invariants:
   range.
 * The flushed counters of a head only move forward, under the condition ``fs = <the value the job planned from>``;
   pushes never touch ``fs``/``fb``/``fd``, so only a second flush can fail that condition.
-* Release records ``rs``/``rh`` on the head first and then deletes the items up to ``rs``; pulls behind the marks
-  are refused from that moment, and since only items at or below ``rs`` are ever deleted, the item a new mark
-  points at is always still there to read its commit HLC from. Each run deletes whatever is left at or below
-  ``rs``, so a crash between marking and deleting is repaired by the next run. Only items that are flushed,
-  covered by the checkpoint and older than the retention are ever marked.
+* Release only records ``rs``/``rh`` on the head (forward only); pulls behind the marks are refused from that
+  moment. No item is deleted: every log item carries ``exp`` (its commit + 14 days) and DynamoDB's TTL deletes it
+  for free (docs/architecture.md, "The buffer on DynamoDB"). Only items that are flushed, covered by the checkpoint
+  and older than the retention are ever marked.
 * Only one flush runs at a time: the lease is one config item, taken with a conditional put (free, expired or
   already ours) and renewed under the condition that it is still ours and unexpired.
 * Executors build their own client from :class:`DynamoConfig` (plain strings; picklable); no boto3 object crosses
