@@ -56,7 +56,7 @@ class DynamoDBPositionStore:
                 raise _client_error(exc, "GetItem") from exc
             if item is None:
                 return StoredPosition({})
-            version = int(item["ver"]["N"])
+            version = int(item["ver"]["N"]) if "ver" in item else 0
             lease = item["ls"]["S"] if "ls" in item else None
             lease_until = int(item["lu"]["N"]) if "lu" in item else 0
             if "z" in item:
