@@ -21,7 +21,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 CDK := cd infra && PATH="$(abspath $(VENV))/bin:$$PATH" npx --yes aws-cdk@$(CDK_VERSION)
 CDK_CTX := -c lakesync:environments=$(ENV)
 
-.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-cost bench-durability bench-realtime fmt clean synth bootstrap diff deploy destroy test-infra bench-client
+.PHONY: help setup sysdeps demo test lint typecheck unit proto bench bench-lake bench-materialise bench-cost bench-durability bench-realtime fmt clean synth bootstrap diff deploy destroy test-infra bench-client bench-connectors
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -105,6 +105,9 @@ test-infra: $(VENV)/.synced ## only the CDK tests (synth, cdk-nag, cfn-lint, lea
 
 clean: ## remove the venvs and caches
 	rm -rf .tools $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+bench-connectors: setup ## the database connector: diff poll of a 100k-row table and cursor poll of 10k changes vs raw SELECT on a throwaway PostgreSQL (~1 min); results in benchmarks/results/connectors.*
+	$(RUN) python -m benchmarks.connectors
 
 bench-client: setup ## the local-first client SDK: initial sync of 100k rows from a checkpoint vs replay through pull, insert_many vs raw sqlite3 (~1 min); results in benchmarks/results/client.*
 	$(RUN) python -m benchmarks.client

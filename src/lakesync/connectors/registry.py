@@ -15,6 +15,7 @@ test's), :func:`descriptors` lists them for ``GET /v1/connectors/types`` sorted 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import threading
@@ -47,10 +48,14 @@ BUILTIN_TYPES: dict[str, ConnectorType] = {
     MYSQL.type: ConnectorType(MYSQL, open_sql_connector),
     BIGQUERY.type: ConnectorType(BIGQUERY, open_bigquery_connector),
 }
-"""The built-in types. API connectors add themselves through :data:`OPTIONAL_MODULES` (imported on first use)."""
+"""The built-in types. The API connectors of :data:`API_MODULES` join on first use."""
 
-OPTIONAL_MODULES: tuple[str, ...] = ("lakesync.connectors.jira", "lakesync.connectors.salesforce")
-"""Modules that register more types when imported (``register(...)`` at module level); a missing one is skipped."""
+API_MODULES: dict[str, tuple[str, ...]] = {
+    "lakesync.connectors.jira": ("apiToken",),
+    "lakesync.connectors.salesforce": ("clientSecret", "password", "privateKey"),
+}
+"""The API connector modules (each with ``DESCRIPTOR`` and ``create(config, secrets)``), registered on first use with
+their credential fields (a missing module is skipped)."""
 
 _lock = threading.Lock()
 _loaded = False
@@ -62,13 +67,21 @@ def _load_optional() -> None:
         if _loaded:
             return
         _loaded = True
-    for module in OPTIONAL_MODULES:
+    for module, secret_fields in API_MODULES.items():
         try:
-            importlib.import_module(module)
+            loaded = importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
             logger.debug("connector module %s is not installed", module)
+            continue
+        descriptor = getattr(loaded, "DESCRIPTOR", None)
+        factory = getattr(loaded, "create", None)
+        if isinstance(descriptor, ConnectorTypeDescriptor) and callable(factory):
+            if not descriptor.secret_fields:
+                descriptor = dataclasses.replace(descriptor, secret_fields=secret_fields)
+            with _lock:
+                BUILTIN_TYPES.setdefault(descriptor.type, ConnectorType(descriptor, factory))
 
 
 def register(descriptor: ConnectorTypeDescriptor, factory: ConnectorFactory) -> None:
