@@ -155,8 +155,13 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         },
         index_actions={"deltas": ("dynamodb:Query",)},
     ),
+    # actions: the idempotency records, and the gateway's registered connectors (config Query of conn#...), whose
+    # action handlers it runs.
     "actions": FunctionAccess(
-        tables={"actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")},
+        tables={
+            "actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+            "config": ("dynamodb:Query",),
+        },
     ),
     # admin: sync rules and schemas read/written, flush requests, metrics from heads and the shard registry,
     # materialisation destinations added (conditional Put) and removed (DeleteItem).
