@@ -25,11 +25,18 @@ app = http.new_app()
 
 @app.get("/v1/sync/{gw}/pull")
 def pull(gw: str) -> Response:
-    """One page of deltas; 200 ``{deltas, serverHlc, hasMore, cursor?}``, filtered by the token's claims."""
+    """One page of deltas; 200 ``{deltas, serverHlc, hasMore, cursor?}``, filtered by the token's claims.
+
+    A JSON page holds at most :func:`~lakesync.gateway.pull.json_page_bytes` stored bytes, so the response stays
+    within Lambda's limit however the runtime escapes it; a protobuf page the settings' ``max_page_bytes``."""
     claims = http.authorize(app, gw)
     params = parse_pull_params(app.current_event.query_string_parameters)
+    protobuf = edge.wants_protobuf(app.current_event)
+    deps = get_deps()
+    if not protobuf:
+        deps = service.with_page_bytes(deps, service.json_page_bytes(deps.settings))
     result = service.pull(
-        get_deps(),
+        deps,
         gw,
         limit=params.limit,
         claims=claims.custom_claims,
@@ -40,7 +47,7 @@ def pull(gw: str) -> Response:
         client_id=params.client_id if params.client_id == claims.client_id else None,
     )
     metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.items))
-    if edge.wants_protobuf(app.current_event):
+    if protobuf:
         data = encode_sync_response(SyncResponse(result.deltas, result.server_hlc, result.has_more))
         return http.protobuf_response(data, {CURSOR_HEADER: result.cursor} if result.cursor else None)
     return http.json_response(result.to_json())

@@ -342,3 +342,36 @@ def test_pull_json_is_exactly_the_rendering_of_the_pushed_deltas_for_tricky_valu
     body = reply.body.decode("utf-8")
     assert all(js_stringify(delta.to_json()) in body for delta in deltas)
     assert reply.json()["deltas"] == [json.loads(js_stringify(d.to_json())) for d in deltas]
+
+
+def test_pull_json_pages_fit_the_lambda_response_limit_as_the_runtime_escapes_them(api):
+    # Given 40 rows of 45,000 "é" each (90 KB stored apiece, 3.6 MB in all): the Lambda runtime (Python 3.11)
+    # serialises a response with non-ASCII escaped, 6 bytes per "é"
+    rows = [
+        make_delta(
+            "INSERT",
+            table="todos",
+            row_id=f"wide-{i:02d}",
+            client_id="client-a",
+            hlc=encode(1_763_000_000_000 + i, 0),
+            columns={"title": "é" * 45_000},
+        ).to_json()
+        for i in range(40)
+    ]
+    for start in range(0, len(rows), 8):
+        body = {"clientId": "client-a", "deltas": rows[start : start + 8]}
+        assert api.call(push_fn, api.event("push_json", body=body)).status == 200
+    # When they are pulled as JSON by cursor
+    seen: list[str] = []
+    cursor = ""
+    for _ in range(40):
+        reply = api.call(pull_fn, api.event("pull", query={"clientId": "client-a", "limit": "1000", "cursor": cursor}))
+        # Then every response, as the runtime would send it, is within Lambda's 6 MB response limit
+        assert len(json.dumps(reply.raw)) < 6_291_556
+        page = reply.json()
+        seen += [d["rowId"] for d in page["deltas"]]
+        cursor = page["cursor"]
+        if not page["hasMore"]:
+            break
+    # And every row arrives exactly once
+    assert sorted(seen) == [f"wide-{i:02d}" for i in range(40)]

@@ -40,6 +40,7 @@ import heapq
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
@@ -51,7 +52,7 @@ from lakesync.core.errors import (
     ValidationError,
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
-from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.since import (
@@ -68,6 +69,30 @@ from lakesync.ports import BufferStore, ConfigStore
 
 _CURSOR_VERSION = 1
 _PAGE = 1000
+
+
+LAMBDA_RESPONSE_BYTES: Final = 6_291_556
+"""The largest response a synchronously invoked Lambda function may return (its "6 MB" quota)."""
+_RESPONSE_ENVELOPE_BYTES: Final = 64 * 1024
+
+
+def json_page_bytes(settings: GatewaySettings) -> int:
+    """The largest JSON pull page (stored bytes of its deltas) whose response Lambda still returns: 1,971,244 with the
+    default ``max_row_bytes``.
+
+    The Lambda runtime serialises the response with non-ASCII characters escaped, so a stored character of 2 or 4
+    UTF-8 bytes becomes 6 or 12 (``\\uXXXX``), and a quote or backslash 2: at most 3 times the stored size. A page is
+    cut once it holds the limit, so it may pass it by one delta (at most a row: ``max_row_bytes``, plus its ids);
+    64 KiB cover the envelope and headers.
+    """
+    return (LAMBDA_RESPONSE_BYTES - _RESPONSE_ENVELOPE_BYTES) // 3 - settings.max_row_bytes - 4096
+
+
+def with_page_bytes(deps: GatewayDeps, page_bytes: int) -> GatewayDeps:
+    """``deps`` with pull pages of at most ``page_bytes`` stored bytes (unchanged when already smaller)."""
+    if deps.settings.max_page_bytes <= page_bytes:
+        return deps
+    return replace(deps, settings=replace(deps.settings, max_page_bytes=page_bytes))
 
 
 def _page_size(limit: int) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import enum
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -209,10 +208,10 @@ def serve_message(deps: GatewayDeps, connection: Connection, data: bytes | str) 
     Raises:
         SessionClose: the session must close.
     """
-    if deps.settings.max_page_bytes > SOCKET_PAGE_BYTES:
-        deps = dataclasses.replace(deps, settings=dataclasses.replace(deps.settings, max_page_bytes=SOCKET_PAGE_BYTES))
     frame = decode_client_message(connection, data)
-    return encode_message(connection, handle_frame(deps, connection, frame))
+    return encode_message(
+        connection, handle_frame(pull_service.with_page_bytes(deps, SOCKET_PAGE_BYTES), connection, frame)
+    )
 
 
 def decode_client_message(connection: Connection, data: bytes | str) -> bytes:
