@@ -37,7 +37,13 @@ from lakesync.aws.tables import (
 from lakesync.core.canonical import JsonValue
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig, parse_destination
-from lakesync.core.errors import AlreadyExistsError, StorageBusyError, StorageError, ValidationError
+from lakesync.core.errors import (
+    AlreadyExistsError,
+    BackpressureError,
+    StorageBusyError,
+    StorageError,
+    ValidationError,
+)
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -647,6 +653,8 @@ def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
     """
     error = exc.response.get("Error", {})
     code = error.get("Code", "Unknown")
+    if code == "ItemCollectionSizeLimitExceededException":
+        return _collection_full(shard)
     if code != "TransactionCanceledException":
         if code in _BUSY_REASONS or code == "ProvisionedThroughputExceededException":
             return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r} ({code}); retry later")
@@ -656,6 +664,8 @@ def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
         for r in cast(list[dict[str, Any]], exc.response.get("CancellationReasons") or [])
     ]
     failed = [(reason, message) for reason, message in reasons if reason != "None"]
+    if any(reason == "ItemCollectionSizeLimitExceeded" for reason, _ in failed):
+        return _collection_full(shard)
     if failed and all(reason in _CONFLICT_REASONS for reason, _ in failed):
         return CommitConflict()
     if failed and all(reason in _CONFLICT_REASONS | _BUSY_REASONS for reason, _ in failed):
@@ -665,6 +675,16 @@ def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
     )
     return StorageError(
         f"DynamoDB cancelled the commit to table {shard.table!r}: {named or error.get('Message', 'no reason given')}"
+    )
+
+
+def _collection_full(shard: ShardId) -> BackpressureError:
+    """A shard's log reached DynamoDB's 10 GB per partition key of a table with a local secondary index: its items
+    leave only as TTL deletes them, 14 days after their commit, so the shard takes no more until then."""
+    return BackpressureError(
+        f"Shard {shard.key!r} holds DynamoDB's 10 GB item-collection limit of log written in the last 14 days; "
+        f"pushes to it resume as the oldest entries expire. Give table {shard.table!r} more sub-shards "
+        "(LAKESYNC_SUB_SHARDS) to spread its writes"
     )
 
 
