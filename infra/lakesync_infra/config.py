@@ -29,7 +29,7 @@ ENVIRONMENTS_KEY: Final = "lakesync:environments"
 DEFAULTS_KEY: Final = "lakesync:defaults"
 ENV_KEY_PREFIX: Final = "lakesync:env:"
 
-EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret", "lake_tick")
+EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret", "lake_tick", "connector_poll")
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
 REALTIME_FUNCTIONS: Final = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
 """The WebSocket API's route functions and the broadcaster (:mod:`lakesync_infra.realtime` wires them)."""
@@ -60,6 +60,9 @@ DEFAULT_ACCOUNT_CONCURRENCY: Final = 1000
 """Lambda's default quota of concurrent executions per account and region. New accounts often start far lower (some
 at 10) and AWS raises the quota with use: state the account's real quota (``accountConcurrency``; the Service Quotas
 console, "Concurrent executions") when reserving concurrency."""
+CONNECTOR_FUNCTIONS: Final = ("connector_poll", "pull", "actions")
+"""The functions that open connectors (the poller, ``source=`` pulls, action handlers): ``materialiseVpc`` may place
+them in its VPC too (``connectorFunctions``), so they reach private databases."""
 _MAX_SUBNETS = 16  # Lambda's limits on a function's VPC configuration
 _MAX_SECURITY_GROUPS = 5
 
@@ -84,6 +87,9 @@ class MaterialiseVpc:
             endpoints are added; required when ``create_endpoints``.
         create_endpoints: Whether the stack creates the VPC endpoints the function needs to reach AWS (gateway:
             S3, DynamoDB; interface: Secrets Manager, KMS). ``False``: the VPC provides them, or a NAT gateway.
+        connector_functions: Connector functions (of :data:`CONNECTOR_FUNCTIONS`) placed in the same subnets and
+            security groups, to reach connector sources in the VPC. The endpoints serve them too; a connector of an
+            internet API (Jira, Salesforce) then needs a NAT gateway in the VPC.
     """
 
     vpc_id: str
@@ -92,6 +98,12 @@ class MaterialiseVpc:
     security_group_ids: tuple[str, ...]
     private_subnet_route_table_ids: tuple[str, ...] = ()
     create_endpoints: bool = True
+    connector_functions: tuple[str, ...] = ()
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """Every function placed in the VPC: ``materialise`` and the configured connector functions."""
+        return ("materialise", *self.connector_functions)
 
     @classmethod
     def parse(cls, raw: object, errors: list[str]) -> MaterialiseVpc | None:
@@ -139,9 +151,14 @@ class MaterialiseVpc:
                 f"{key}.privateSubnetRouteTableIds is required when createEndpoints is true (the S3 and DynamoDB "
                 "gateway endpoints are routes in them)"
             )
+        connectors = raw.get("connectorFunctions", [])
+        if not isinstance(connectors, list) or not all(c in CONNECTOR_FUNCTIONS for c in connectors):
+            errors.append(f"{key}.connectorFunctions must be a list of {list(CONNECTOR_FUNCTIONS)}")
+        elif len(set(connectors)) != len(connectors):
+            errors.append(f"{key}.connectorFunctions lists a function twice")
         if len(errors) > before:
             return None
-        return cls(str(vpc_id), zones, subnets, groups, tables, bool(create))
+        return cls(str(vpc_id), zones, subnets, groups, tables, bool(create), tuple(connectors))
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +263,13 @@ class LakeSyncConfig:
     def destination_secrets(self) -> str:
         """The name prefix of the destinations' secrets (configured, or ``lakesync/<name>/destinations/``)."""
         return self.destination_secret_prefix or f"lakesync/{self.name}/destinations/"
+
+    @property
+    def connector_secrets(self) -> str:
+        """The name prefix of the connectors' secrets, ``lakesync/<name>/connectors`` (registration creates
+        ``<prefix>/<gateway>/<connector>/<field>``): per environment, so two environments in one account, whose
+        gateways and connectors may share names, never write or read each other's credentials."""
+        return f"lakesync/{self.name}/connectors"
 
     @classmethod
     def from_settings(cls, name: str, settings: Mapping[str, Any]) -> LakeSyncConfig:

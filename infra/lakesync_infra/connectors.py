@@ -10,8 +10,10 @@ updates and deletes them (registration moves plaintext credentials there); the f
 poller, ``source=`` pulls, actions) read them. Every such function gets the connector variables of
 :class:`lakesync.aws.function_settings.ConnectorSettings`.
 
-Not wired into the stack by this module: the stack passes the functions once ``connector_poll`` is one of them. Only
-the admin function gets the scheduler variables (the poll function naming its own ARN would be a dependency cycle).
+:class:`lakesync_infra.stack.LakeSyncStack` wires it with the stack's functions (``connector_poll``, ``admin``, and
+``pull`` and ``actions`` as readers) and a per-environment secret prefix. Only the admin function gets the scheduler
+variables (the poll function naming its own ARN would be a dependency cycle). The two resource wildcards -- the
+group's schedules and the prefix's secrets -- are acknowledged for cdk-nag here, on each role they are granted to.
 """
 
 from __future__ import annotations
@@ -30,8 +32,17 @@ from lakesync.aws.function_settings import (
     CONNECTOR_SCHEDULER_ROLE_ARN,
     CONNECTOR_SECRET_PREFIX,
 )
+from lakesync_infra.common import acknowledge_wildcards
 
 DEFAULT_SECRET_PREFIX = "lakesync/connectors"
+SCHEDULES_REASON = (
+    "Connectors are registered at run time through the admin API, each with its own schedule: the admin function may "
+    "create, update and delete schedules only in the deployment's connector schedule group."
+)
+SECRETS_REASON = (
+    "Connector credentials are stored at registration time under {prefix}/<gateway>/<connector>/<field> (Secrets "
+    "Manager appends a random suffix): the function may use only secrets under the deployment's connector prefix."
+)
 
 
 class ConnectorSchedules(Construct):
@@ -124,3 +135,23 @@ class ConnectorSchedules(Construct):
                     sid="ConnectorSecretsRead", actions=["secretsmanager:GetSecretValue"], resources=[secrets]
                 )
             )
+        secrets_finding = f"Resource::{_nag_arn(stack, 'secretsmanager', f'secret:{secret_prefix}/*')}"
+        for fn in (poll, admin, *readers):
+            if fn.role is not None:
+                acknowledge_wildcards(fn.role, {secrets_finding: SECRETS_REASON.format(prefix=secret_prefix)})
+        if admin.role is not None:
+            schedules_finding = f"Resource::{_nag_arn(stack, 'scheduler', f'schedule/{self.group.name}/*')}"
+            acknowledge_wildcards(admin.role, {schedules_finding: SCHEDULES_REASON})
+
+
+def _nag_arn(stack: cdk.Stack, service: str, resource: str) -> str:
+    """An ARN of ``stack`` as cdk-nag spells it in a finding: pseudo parameters as ``<AWS::...>``, an environment's
+    concrete account and region as they are."""
+
+    def part(value: str, pseudo: str) -> str:
+        return f"<AWS::{pseudo}>" if cdk.Token.is_unresolved(value) else value
+
+    return (
+        f"arn:{part(stack.partition, 'Partition')}:{service}:{part(stack.region, 'Region')}:"
+        f"{part(stack.account, 'AccountId')}:{resource}"
+    )

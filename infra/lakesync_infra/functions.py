@@ -27,6 +27,15 @@ API functions' plus the SQL drivers, so the API functions stay small. It reads t
 schemas (config table Query), the claim-check payloads, and the destinations' secrets -- created at run time, so it
 may read any secret named under ``destinationSecretPrefix``. With ``materialiseVpc`` it runs in those subnets
 (:mod:`lakesync_infra.network`) and may manage its network interfaces.
+
+``connector_poll`` is what the connectors' EventBridge Scheduler schedules invoke (:mod:`lakesync_infra.connectors`
+grants the schedules and the connector secrets): it reads and leases the connector's position in the config table
+and pushes what it polled through the push service, so its access is ``push``'s plus the position's calls. It ships
+with ``materialise``'s asset (the SQL drivers its PostgreSQL/MySQL sources need) on x86_64, runs up to 15 minutes
+(the position lease outlives it) and is not retried by Lambda: the schedule's next tick is the retry. The
+``actions`` function writes each action's provenance row through the push service as well, so it holds ``push``'s
+access besides its own. With ``materialiseVpc.connectorFunctions`` the named connector functions run in the
+materialise function's subnets too.
 """
 
 from __future__ import annotations
@@ -92,6 +101,11 @@ LAKE_TICK_TIMEOUT_S: Final = 60
 STREAM_RETRY_ATTEMPTS: Final = 30
 STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
 MATERIALISE: Final = "materialise"
+CONNECTOR_POLL: Final = "connector_poll"
+CONNECTOR_POLL_TIMEOUT_S: Final = 900
+"""Lambda's maximum: a poll may read up to 10 rounds of 10,000 rows; its lease (15 minutes) outlives it."""
+DRIVER_FUNCTIONS: Final = (MATERIALISE, CONNECTOR_POLL)
+"""The functions deployed from the asset with the SQL drivers (on :data:`MATERIALISE_ARCHITECTURE`)."""
 BROADCAST: Final = "ws_broadcast"
 BROADCAST_TIMEOUT_S: Final = 60
 """A batch of at most 100 chunks: one Query of the sessions and one PostToConnection per recipient and message."""
@@ -105,6 +119,11 @@ ENI_ACTIONS: Final = (
     "ec2:UnassignPrivateIpAddresses",
 )
 """What a function in a VPC needs to manage its network interfaces (AWS's ``AWSLambdaVPCAccessExecutionRole``)."""
+ENI_REASON: Final = (
+    XRAY_REASON + " In a VPC, Lambda manages the function's network interfaces with its role: "
+    "ec2:DescribeNetworkInterfaces/DescribeSubnets have no resource-level permissions and the interfaces' "
+    "ids are not known before Lambda creates them (the actions of AWSLambdaVPCAccessExecutionRole)."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +136,8 @@ class FunctionAccess:
         api: Whether it is an API function (gateway, tables, JWT secret and limits in its environment).
         checkpoints: Whether it reads the checkpoint bucket.
         timeout_s: Timeout (API functions use the configured one).
+        verifies_tokens: Whether it reads the JWT secret (an API function that is not an HTTP route, the
+            connector poller, has the API settings, whose parser requires the secret's ARN, but never reads it).
     """
 
     tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -124,6 +145,7 @@ class FunctionAccess:
     api: bool = True
     checkpoints: bool = False
     timeout_s: int | None = None
+    verifies_tokens: bool = True
 
 
 _ACCESS: Final[Mapping[str, FunctionAccess]] = {
@@ -155,20 +177,19 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         },
         index_actions={"deltas": ("dynamodb:Query",)},
     ),
-    # actions: the idempotency records, and the gateway's registered connectors (config Query of conn#...), whose
-    # action handlers it runs.
-    "actions": FunctionAccess(
-        tables={
-            "actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
-            "config": ("dynamodb:Query",),
-        },
-    ),
     # admin: sync rules and schemas read/written, flush requests, metrics from heads and the shard registry,
-    # materialisation destinations added (conditional Put) and removed (DeleteItem).
+    # materialisation destinations and connectors added (conditional Put) and removed (DeleteItem); an unregistered
+    # connector's position deleted (its head read by GetItem, a large position's chunks by BatchGetItem).
     "admin": FunctionAccess(
         tables={
             "heads": ("dynamodb:BatchGetItem",),
-            "config": ("dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+            "config": (
+                "dynamodb:Query",
+                "dynamodb:GetItem",
+                "dynamodb:BatchGetItem",
+                "dynamodb:PutItem",
+                "dynamodb:DeleteItem",
+            ),
         }
     ),
     # checkpoint: sync rules (to filter) and the checkpoint objects.
@@ -191,6 +212,34 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
 }
 
 
+# actions: the idempotency records, the gateway's registered connectors (config Query of conn#...), whose action
+# handlers it runs, and each executed action's provenance row pushed through the push service (push's access).
+_ACTIONS: Final = FunctionAccess(
+    tables={
+        "actions": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+        "config": ("dynamodb:Query",),
+    },
+)
+# connector_poll: the connector's config (config Query of conn#...), its position (lakesync.aws.connector_positions:
+# the head by GetItem, a large position's chunks by BatchGetItem, written by PutItem and the superseded ones deleted,
+# lease, commit and release by conditional UpdateItem), and the polled rows with their provenance pushed through
+# the push service (push's access).
+_CONNECTOR_POLL: Final = FunctionAccess(
+    tables={
+        "config": (
+            "dynamodb:Query",
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
+        ),
+    },
+    timeout_s=CONNECTOR_POLL_TIMEOUT_S,
+    verifies_tokens=False,
+)
+
+
 def _union(*accesses: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for access in accesses:
@@ -203,6 +252,16 @@ def _union(*accesses: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...
 # lakesync_infra.realtime; here only what they touch of the buffer. $default serves pushes and pulls.
 ACCESS: Final[Mapping[str, FunctionAccess]] = {
     **_ACCESS,
+    "actions": FunctionAccess(
+        tables=_union(_ACCESS["push"].tables, _ACTIONS.tables),
+        index_actions=_union(_ACCESS["push"].index_actions, _ACTIONS.index_actions),
+    ),
+    CONNECTOR_POLL: FunctionAccess(
+        tables=_union(_ACCESS["push"].tables, _CONNECTOR_POLL.tables),
+        index_actions=_union(_ACCESS["push"].index_actions, _CONNECTOR_POLL.index_actions),
+        timeout_s=_CONNECTOR_POLL.timeout_s,
+        verifies_tokens=_CONNECTOR_POLL.verifies_tokens,
+    ),
     "ws_connect": FunctionAccess(),
     "ws_disconnect": FunctionAccess(api=False),
     "ws_message": FunctionAccess(
@@ -249,7 +308,8 @@ class Functions(Construct):
         if set(ACCESS) != set(ALL_FUNCTIONS):
             raise ValueError(f"ACCESS must describe exactly {sorted(ALL_FUNCTIONS)}")
         code = lambda_.Code.from_asset(str(asset), exclude=[".complete"])
-        codes = {MATERIALISE: lambda_.Code.from_asset(str(materialise_asset), exclude=[".complete"])}
+        drivers = lambda_.Code.from_asset(str(materialise_asset), exclude=[".complete"])
+        in_vpc_names = set(network.functions) if network is not None else set()
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups = {}
         for name in ALL_FUNCTIONS:
@@ -267,21 +327,20 @@ class Functions(Construct):
                 env.update(_lake_tick_environment(config, buffer, job_names))
             if name == BROADCAST:
                 env.update({var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()})
-            in_vpc = name == MATERIALISE and network is not None
+            in_vpc = name in in_vpc_names
             if name == MATERIALISE:
                 env.update(_materialise_environment(config, buffer, queues))
-                if in_vpc:
-                    allow(
-                        role, ENI_ACTIONS, ["*"], sid="NetworkInterfaces"
-                    )  # Lambda checks them when it creates the function
+            if in_vpc:
+                # Lambda checks them when it creates the function
+                allow(role, ENI_ACTIONS, ["*"], sid="NetworkInterfaces")
             fn = lambda_.Function(
                 self,
                 _pascal(name),
                 description=f"LakeSync {config.name}: functions.{name}",
-                code=codes.get(name, code),
+                code=drivers if name in DRIVER_FUNCTIONS else code,
                 handler=handler(name),
                 runtime=LAMBDA_RUNTIME,
-                architecture=MATERIALISE_ARCHITECTURE if name == MATERIALISE else LAMBDA_ARCHITECTURE,
+                architecture=MATERIALISE_ARCHITECTURE if name in DRIVER_FUNCTIONS else LAMBDA_ARCHITECTURE,
                 memory_size=_memory(config, name, access),
                 vpc=network.vpc if in_vpc and network else None,
                 vpc_subnets=network.subnets if in_vpc and network else None,
@@ -293,6 +352,8 @@ class Functions(Construct):
                 tracing=lambda_.Tracing.ACTIVE,
                 reserved_concurrent_executions=config.reserved_concurrency.get(name),
                 recursive_loop=lambda_.RecursiveLoop.TERMINATE,
+                # a schedule's asynchronous invocation: its next tick is the retry (a poll is idempotent)
+                retry_attempts=0 if name == CONNECTOR_POLL else None,
             )
             acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
             self.functions[name] = fn
@@ -313,9 +374,11 @@ class Functions(Construct):
                     "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
                 )
             if name == MATERIALISE:
-                wildcards.update(_materialise_wildcards(config, queues, in_vpc=in_vpc))
+                wildcards.update(_materialise_wildcards(config, queues))
+            if in_vpc:
+                wildcards["Resource::*"] = ENI_REASON
             acknowledge_wildcards(role, wildcards)
-            if access.api and name != "health":
+            if access.api and access.verifies_tokens and name != "health":
                 allow(role, ["secretsmanager:GetSecretValue"], [jwt_secret.secret_arn], sid="JwtSecret")
                 role.add_to_principal_policy(
                     iam.PolicyStatement(
@@ -442,21 +505,14 @@ def destination_secrets_arn(scope: Construct, config: LakeSyncConfig) -> str:
     )
 
 
-def _materialise_wildcards(config: LakeSyncConfig, queues: Queues, *, in_vpc: bool) -> dict[str, str]:
-    out = {
+def _materialise_wildcards(config: LakeSyncConfig, queues: Queues) -> dict[str, str]:
+    return {
         f"Resource::{arn_token(queues.claim_check)}/{PAYLOADS}": "Reads claim-check payloads: the flush job names "
         "one object per published range under the materialise/ prefix, at run time.",
         "Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:"
         f"{config.destination_secrets}*": "Destinations (and their secrets) are configured at run time through the "
         "admin API; the function may read only secrets named under the environment's destination prefix.",
     }
-    if in_vpc:
-        out["Resource::*"] = (
-            XRAY_REASON + " In a VPC, Lambda manages the function's network interfaces with its role: "
-            "ec2:DescribeNetworkInterfaces/DescribeSubnets have no resource-level permissions and the interfaces' "
-            "ids are not known before Lambda creates them (the actions of AWSLambdaVPCAccessExecutionRole)."
-        )
-    return out
 
 
 def _pascal(name: str) -> str:

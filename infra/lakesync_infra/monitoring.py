@@ -7,8 +7,9 @@ month, so each watches something no other alarm sees:
 * API 5xx responses: an API function that raises, times out or is throttled answers 5xx, so this one alarm covers
   the API functions (their errors and throttles are on the dashboard, per function);
 * any error (an unhandled exception or timeout) of the functions no client waits for: the flush trigger, the
-  materialise consumer, the secret rotation, the lake tick (if it fails, no lake job starts) and the real-time
-  broadcaster;
+  materialise consumer, the secret rotation, the lake tick (if it fails, no lake job starts), the connector poller
+  (a source that fails or refuses, a push refused: the connector's position does not move, and its schedule's next
+  tick polls again -- one alarm for every connector, the log names which) and the real-time broadcaster;
 * the broadcaster falling behind the ``deltas`` stream: its ``IteratorAge`` above :data:`BROADCAST_AGE_LIMIT` (it
   fails and retries a batch, or cannot keep up); its exhausted batches land in ``BroadcastFailures`` (a DLQ above);
 * materialisation: a range the flush could not publish after its retries (metric ``MaterialisePublishFailures`` of
@@ -67,11 +68,13 @@ BROADCAST_AGE_LIMIT = cdk.Duration.minutes(1)
 ERROR_ALARMED = (*EXTRA_FUNCTIONS, BROADCASTER)
 """Functions with an error alarm: those no client waits for (an API function's failure is a 5xx answer; a WebSocket
 route's failure is a refused upgrade or a closed socket, which the client sees and retries)."""
-QUIET_FUNCTIONS = ("health", "rotate_secret", *(f for f in REALTIME_FUNCTIONS if f != BROADCASTER))
+QUIET_FUNCTIONS = ("rotate_secret", "connector_poll", *(f for f in REALTIME_FUNCTIONS if f != BROADCASTER))
 """Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed); the
-WebSocket routes are here so the dashboard stays within :data:`DASHBOARD_METRICS`."""
-UNGRAPHED = ("ws_disconnect",)
-"""Functions left off the dashboard entirely (a ``DeleteItem`` per closed socket; the dashboard has no room)."""
+WebSocket routes and the connector poller (one invocation per connector and schedule tick; its errors alarm) are here
+so the dashboard stays within :data:`DASHBOARD_METRICS`."""
+UNGRAPHED = ("health", "ws_disconnect")
+"""Functions left off the dashboard entirely (the dashboard has no room): ``health`` does no I/O, a failure of it is
+an API 5xx (graphed and alarmed); ``ws_disconnect`` is a ``DeleteItem`` per closed socket."""
 OWN_ROW = "materialise"
 """The function with its own dashboard row (left out of the per-function graphs)."""
 DASHBOARD_METRICS = 50

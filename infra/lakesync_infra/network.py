@@ -15,6 +15,12 @@ never looked up: the synth stays offline. A function in private subnets has no i
   metrics are log lines (EMF); X-Ray -- the function's SDK sends segments over UDP to the daemon Lambda runs beside
   it, which the Lambda service connects, like the logs. Tracing therefore stays active in the VPC.
 
+**Connector functions** (``connectorFunctions``: ``connector_poll``, ``pull``, ``actions``) may join it, in the same
+subnets and security groups, to reach connector sources inside the VPC (RDS, Aurora, a database on EC2). They call
+the same services -- DynamoDB, S3 (``pull``'s checkpoints), Secrets Manager (connector secrets, the JWT secret) --
+so the endpoints serve them too; EventBridge Scheduler invokes the poller from outside (no endpoint). A connector of
+an internet API (Jira, Salesforce) in a function placed here needs a NAT gateway in the VPC: the stack creates none.
+
 With ``createEndpoints: false`` nothing is created: the VPC must already route those four services (endpoints or a
 NAT gateway). Create them here only if the VPC has none: a second S3 or DynamoDB gateway endpoint on the same
 route table, or a second private-DNS interface endpoint for the same service in the VPC, fails the deployment.
@@ -41,9 +47,11 @@ HTTPS: Final = 443
 
 
 class MaterialiseNetwork(Construct):
-    """The imported VPC of the materialise function and the endpoints it needs.
+    """The imported VPC of the materialise function (and of the configured connector functions) and the endpoints
+    they need.
 
     Attributes:
+        functions: The functions placed in the VPC (``materialise`` first).
         vpc: The imported VPC.
         subnets: The function's subnets.
         security_groups: The function's (imported) security groups.
@@ -53,6 +61,7 @@ class MaterialiseNetwork(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: MaterialiseVpc) -> None:
         super().__init__(scope, construct_id)
+        self.functions = settings.functions
         self.vpc = ec2.Vpc.from_vpc_attributes(
             self,
             "Vpc",

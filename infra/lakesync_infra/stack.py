@@ -7,7 +7,8 @@ Wiring (the only cross-construct dependencies)::
     Buffer ──> Jobs, Functions          Jobs ──> Functions (the jobs the flush trigger and the lake tick start)
     Functions ──> Jobs (the schedules invoke the lake tick)
     Queues ──> Jobs (the flush publishes), Functions (materialise consumes), Monitoring
-    MaterialiseNetwork (with materialiseVpc) ──> Functions (materialise)
+    MaterialiseNetwork (with materialiseVpc) ──> Functions (materialise, the configured connector functions)
+    Functions (connector_poll, admin, pull, actions) ──> ConnectorSchedules (schedules, connector secrets)
     Functions ──> Api, Secrets (rotation), Monitoring          Jobs, Api ──> Monitoring
     Functions (ws_*), Buffer (the deltas stream), DataKey ──> Realtime ──> Monitoring (its DLQ)
 
@@ -31,6 +32,7 @@ from lakesync_infra.api import Api
 from lakesync_infra.buffer import Buffer
 from lakesync_infra.common import acknowledge, removal_policy
 from lakesync_infra.config import REALTIME_FUNCTIONS, LakeSyncConfig, environments
+from lakesync_infra.connectors import ConnectorSchedules
 from lakesync_infra.functions import Functions
 from lakesync_infra.jobs import Jobs
 from lakesync_infra.lake import Lake
@@ -113,6 +115,15 @@ class LakeSyncStack(cdk.Stack):
         )
         self.jobs.schedule_ticks(self.functions.functions["lake_tick"])
         self.secrets.enable_rotation(self.functions.functions["rotate_secret"])
+        functions = self.functions.functions
+        self.connectors = ConnectorSchedules(
+            self,
+            "Connectors",
+            poll=functions["connector_poll"],
+            admin=functions["admin"],
+            readers=[functions["pull"], functions["actions"]],
+            secret_prefix=config.connector_secrets,
+        )
         self.api = Api(self, "Api", config=config, functions=self.functions.functions)
         self.realtime = Realtime(
             self,
@@ -163,6 +174,24 @@ class LakeSyncStack(cdk.Stack):
             description="Create the destinations' secrets under this name prefix",
         )
         cdk.CfnOutput(self, "AlarmTopic", value=self.monitoring.topic.topic_arn)
+        cdk.CfnOutput(
+            self,
+            "ConnectorPollFunction",
+            value=functions["connector_poll"].function_name,
+            description="Polls one connector per invocation ({gateway, connector}); each schedule invokes it",
+        )
+        cdk.CfnOutput(
+            self,
+            "ConnectorScheduleGroup",
+            value=self.connectors.group.ref,
+            description="EventBridge Scheduler group of the connectors' poll schedules (one per ingest connector)",
+        )
+        cdk.CfnOutput(
+            self,
+            "ConnectorSecretPrefix",
+            value=config.connector_secrets,
+            description="Registration stores plaintext connector credentials under this name prefix",
+        )
         cdk.Tags.of(self).add("lakesync:environment", config.name)
         _acknowledge(self)
 

@@ -219,6 +219,7 @@ def _logical_ids(stack: Any) -> dict[str, str]:
         "key:data": lid(stack.data_key),
         "database": lid(stack.lake.database),
         "topic:alarms": lid(stack.monitoring.topic),
+        "role:connector_schedules": lid(stack.connectors.role),
     }
     return ids
 

@@ -84,12 +84,24 @@ def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, dynamodb_tables: Ta
     monkeypatch.setenv("LAKESYNC_BACKPRESSURE_BYTES", str(2**40))
     monkeypatch.setenv("LAKESYNC_CHECKPOINT_BUCKET", bucket)
     reset_runtime()
-    yield {"tables": dynamodb_tables, "secret_arn": arn, "bucket": bucket, "endpoint": moto_endpoint}
+    yield {
+        "tables": dynamodb_tables,
+        "secret_arn": arn,
+        "bucket": bucket,
+        "endpoint": moto_endpoint,
+        "monkeypatch": monkeypatch,
+    }
     reset_runtime()
 
 
 def _invoke(
-    name: str, event_name: str, *, role: str = "client", body: Any = None, query: dict[str, str] | None = None
+    name: str,
+    event_name: str,
+    *,
+    role: str = "client",
+    body: Any = None,
+    query: dict[str, str] | None = None,
+    path: dict[str, str] | None = None,
 ) -> int:
     import importlib
 
@@ -103,6 +115,11 @@ def _invoke(
     if query is not None:
         event["queryStringParameters"] = query
         event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
+    for param, value in (path or {}).items():
+        old = event["pathParameters"][param]
+        event["pathParameters"][param] = value
+        event["rawPath"] = event["rawPath"].removesuffix(f"/{old}") + f"/{value}"
+        event["requestContext"]["http"]["path"] = event["rawPath"]
     if body is not None:
         text = json.dumps(body)
         event["body"], event["isBase64Encoded"] = text, False
@@ -200,7 +217,20 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
         action = {"HeadObject": "GetObject"}.get(op, op)
         return [(f"s3:{action}", f"{bucket}/{params['Key']}")]
     if service == "secretsmanager":
-        return [(f"secretsmanager:{op}", names[params["SecretId"]])]
+        if op == "CreateSecret":  # tagging at creation needs TagResource too
+            secret = _secret_arn(params["Name"], names)
+            return [("secretsmanager:CreateSecret", secret)] + (
+                [("secretsmanager:TagResource", secret)] if params.get("Tags") else []
+            )
+        return [(f"secretsmanager:{op}", _secret_arn(params["SecretId"], names))]
+    if service == "scheduler":
+        schedule = (
+            f"{ARN_PREFIX}scheduler:<AWS::Region>:<AWS::AccountId>:schedule/{params['GroupName']}/{params['Name']}"
+        )
+        required = [(f"scheduler:{op}", schedule)]
+        if "Target" in params:  # the schedule's role is passed to EventBridge Scheduler
+            required.append(("iam:PassRole", names[params["Target"]["RoleArn"]]))
+        return required
     if service == "sqs":
         return [(f"sqs:{op}", names[params["QueueUrl"]])]
     if service == "glue":
@@ -208,6 +238,20 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
     if service == "cloudwatch" and op == "PutMetricData":  # no resource-level permissions (namespace: a condition)
         return [("cloudwatch:PutMetricData", "*")]
     raise AssertionError(f"unmapped call {service}.{op}")
+
+
+ARN_PREFIX = "arn:<AWS::Partition>:"
+
+
+def _secret_arn(secret_id: str, names: dict[str, str]) -> str:
+    """A secret's ARN as the template spells it: the JWT secret by its logical id, others (a connector's, by name or
+    by moto's ARN) under the account's ``secret:`` prefix (a name gets the random suffix Secrets Manager appends)."""
+    if secret_id in names:
+        return names[secret_id]
+    prefix = f"{ARN_PREFIX}secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:"
+    if secret_id.startswith("arn:"):
+        return prefix + secret_id.split(":secret:", 1)[1]
+    return f"{prefix}{secret_id}-AbCdEf"
 
 
 def _allows(granted: list[tuple[str, str]], action: str, resource: str) -> bool:
@@ -266,10 +310,153 @@ def _pulled_since(env: dict[str, Any]) -> None:
     assert _invoke("pull", "pull") < 300
 
 
+# -- connectors: a test type with an ingest source and actions, registered through the admin route ----------------
+
+CONNECTOR = "tix"
+SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/lakesync-connector-schedules"
+POLL_FUNCTION_ARN = f"arn:aws:lambda:{REGION}:123456789012:function:lakesync-connector_poll"
+SCHEDULER_VARS = (
+    "LAKESYNC_CONNECTOR_SCHEDULE_GROUP",
+    "LAKESYNC_CONNECTOR_POLL_FUNCTION_ARN",
+    "LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN",
+)
+
+
+class _Feed:
+    """An ingest source: one new row per poll, and a position too large for one item at the test's chunk size (so
+    the position's chunk reads, writes and deletes all happen)."""
+
+    name = CONNECTOR
+
+    def poll(self, position: Any, limit: int) -> Any:
+        from lakesync.connectors.base import ChangedRow, PollBatch
+
+        n = int(position.get("n", 0))
+        row = ChangedRow("todos", f"feed-{n}", {"title": f"ticket {n}", "done": False}, str(n), {"n": n})
+        return PollBatch([row], {"n": n + 1, "pad": os.urandom(160).hex()})
+
+    def close(self) -> None:
+        pass
+
+
+class _Tickets:
+    """An action handler: creates a ticket."""
+
+    name = CONNECTOR
+
+    def __init__(self) -> None:
+        from lakesync.core.actions import ActionDescriptor
+
+        self.supported_actions = (ActionDescriptor("create", "Create a ticket"),)
+
+    def execute(self, action: Any, context: Any) -> Any:
+        from lakesync.core.actions import ActionResult
+
+        return ActionResult(action.action_id, {"id": 1}, 7)
+
+
+@pytest.fixture
+def connector_type(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The test connector type (its token a credential field), and position chunks of 64 bytes."""
+    from lakesync.aws import connector_positions
+    from lakesync.connectors import registry
+    from lakesync.connectors.base import Connector, ConnectorTypeDescriptor
+
+    descriptor = ConnectorTypeDescriptor(
+        type=CONNECTOR,
+        display_name="Tickets (test)",
+        description="A test connector with an ingest source and actions",
+        category="api",
+        config_schema={"type": "object"},
+        ingest_schema={"type": "object"},
+        secret_fields=("apiToken",),
+    )
+    registry.register(descriptor, lambda config, secrets: Connector(config.name, ingest=_Feed(), actions=_Tickets()))
+    monkeypatch.setattr(connector_positions, "CHUNK_BYTES", 64)
+    yield
+    registry.unregister(CONNECTOR)
+
+
+def _connector_body() -> dict[str, Any]:
+    return {
+        "name": CONNECTOR,
+        "type": CONNECTOR,
+        CONNECTOR: {"apiToken": "plaintext-token-0123456789"},
+        "ingest": {
+            "intervalMs": 60_000,
+            "tables": [{"table": "todos", "query": "tickets", "strategy": {"type": "diff"}}],
+        },
+    }
+
+
+def _schedule_group(cfn: Any) -> str:
+    (group,) = cfn.of_type("AWS::Scheduler::ScheduleGroup").values()
+    return str(group["Name"])
+
+
+def _admin_schedules(env: dict[str, Any]) -> None:
+    """The admin function's connector variables, as the stack sets them (the group exists, as the stack makes it)."""
+    from botocore.exceptions import ClientError
+
+    group = env["schedule_group"]
+    for var, value in zip(SCHEDULER_VARS, (group, POLL_FUNCTION_ARN, SCHEDULER_ROLE_ARN), strict=True):
+        env["monkeypatch"].setenv(var, value)
+    env["monkeypatch"].setenv("LAKESYNC_CONNECTOR_SECRET_PREFIX", env["secret_prefix"])
+    try:
+        boto3.client("scheduler", endpoint_url=env["endpoint"], **FAKE).create_schedule_group(Name=group)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConflictException":
+            raise
+
+
+def _poll(env: dict[str, Any]) -> int:
+    """One scheduled poll of the test connector: 200 when it polled and the gateway applied its row."""
+    import functions.connector_poll as connector_poll
+    from lakesync.local.front import LambdaContext
+
+    context = LambdaContext(function_name="p", aws_request_id=str(uuid.uuid4()), invoked_function_arn=POLL_FUNCTION_ARN)
+    result = connector_poll.lambda_handler({"gateway": GW, "connector": CONNECTOR}, context)
+    return 200 if result["status"] == "polled" and result["applied"] == 1 else 500
+
+
+def _registered(env: dict[str, Any]) -> None:
+    """The test connector registered through the admin route (its token moved into Secrets Manager, its schedule
+    created) and polled once (its position, in chunks, at version 1)."""
+    from functions._runtime import reset_runtime
+
+    _admin_schedules(env)
+    reset_runtime()
+    _invoke("admin", "admin_connectors_delete", role="admin", path={"name": CONNECTOR})  # left by an earlier test
+    assert _invoke("admin", "admin_connectors_post", role="admin", body=_connector_body()) < 300
+    assert _poll(env) == 200
+
+
+def _registered_for_poll(env: dict[str, Any]) -> None:
+    """Registered and polled; then the poll function's own environment (no scheduler variables: only admin's)."""
+    _registered(env)
+    for var in SCHEDULER_VARS:
+        env["monkeypatch"].delenv(var)
+
+
+def _registered_with_idempotency_key(env: dict[str, Any]) -> None:
+    _registered_for_poll(env)
+    _claim_idempotency_key(env)
+
+
+def _ticket_action() -> dict[str, Any]:
+    """An action of the registered connector that its handler runs (and whose provenance row it pushes)."""
+    from lakesync.core.actions import make_action
+
+    action = make_action("client-a", 1_763_000_000_000 << 16, CONNECTOR, "create", {"title": "Bug"})
+    return {"clientId": "client-a", "actions": [action.to_json()]}
+
+
 SETUP: dict[str, Callable[[dict[str, Any]], None]] = {
-    "actions": _claim_idempotency_key,
+    "actions": _registered_with_idempotency_key,
     "pull": _since_session,
     "push": _pulled_since,
+    "admin": _registered,
+    "connector_poll": _registered_for_poll,
 }
 
 _MATERIALISE_ADMIN = tuple(
@@ -296,32 +483,69 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
         _invoke("pull", "pull", query={"since": "1", "clientId": "another-device", "limit": "100"}),
         _invoke("pull", "pull_cursor"),
     ],
-    "actions": lambda env: [_invoke("actions", "action"), _invoke("actions", "actions")],
-    "admin": lambda env: [
-        _invoke("admin", name, role="admin")
-        for name in (
-            "admin_sync_rules_post",
-            "admin_sync_rules_get",
-            "admin_schema_post",
-            "admin_schema_get",
-            "admin_flush",
-            "admin_metrics",
-            *_MATERIALISE_ADMIN,
-        )
+    # the sample action (no handler for it) and discovery, then an action the registered connector runs (its
+    # provenance row pushed through the push service)
+    "actions": lambda env: [
+        _invoke("actions", "action"),
+        _invoke("actions", "actions"),
+        _invoke("actions", "action", body=_ticket_action()),
     ],
+    # a poll from a position in chunks: the chunks read, the lease taken, the row and its provenance pushed, the new
+    # position's chunks written, the head committed, the old chunks deleted
+    "connector_poll": lambda env: [_poll(env)],
+    "admin": lambda env: (
+        [
+            _invoke("admin", name, role="admin")
+            for name in (
+                "admin_sync_rules_post",
+                "admin_sync_rules_get",
+                "admin_schema_post",
+                "admin_schema_get",
+                "admin_flush",
+                "admin_metrics",
+                *_MATERIALISE_ADMIN,
+                "admin_connectors_get",
+                "connector_types",
+            )
+        ]
+        # the registered connector removed (its schedule, its position in chunks, its secret), then registered again
+        + [
+            _invoke("admin", "admin_connectors_delete", role="admin", path={"name": CONNECTOR}),
+            _invoke("admin", "admin_connectors_post", role="admin", body=_connector_body()),
+        ]
+    ),
     "checkpoint": lambda env: [_invoke("checkpoint", "checkpoint"), _invoke("checkpoint", "checkpoint_chunk")],
 }
 """Per function: the requests that exercise every store call it makes (after a first push seeded the buffer)."""
 
 
+CONNECTOR_CALLS = {
+    "admin": {
+        ("secretsmanager", "CreateSecret"),
+        ("secretsmanager", "GetSecretValue"),
+        ("secretsmanager", "DeleteSecret"),
+        ("scheduler", "CreateSchedule"),
+        ("scheduler", "DeleteSchedule"),
+    },
+    "actions": {("secretsmanager", "GetSecretValue")},
+    "connector_poll": {("secretsmanager", "GetSecretValue")},
+}
+"""The connector calls each scenario must make (so the grants above are exercised, not just allowed)."""
+PUSHES_THROUGH_PUSH = ("actions", "connector_poll")
+"""Functions that push through the push service (action provenance; polled rows and their provenance): they hold
+push's table grants, whose every one the push scenario proves needed."""
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_function_role_allows_exactly_what_its_handler_calls(cfn, ids, aws, recorder, name):
+def test_function_role_allows_exactly_what_its_handler_calls(cfn, ids, aws, recorder, connector_type, name):
     # Given table schemas, a seeded buffer (one push; not for the push function, which starts a shard itself) and
     # a checkpoint in the bucket
     assert _invoke("admin", "admin_schema_post", role="admin") < 300
     if name != "push":
         assert _invoke("push", "push_json") < 300
     _write_checkpoint(aws["bucket"], aws["endpoint"])
+    aws["schedule_group"] = _schedule_group(cfn)
+    aws["secret_prefix"] = _env_var(cfn, "connector_poll", "LAKESYNC_CONNECTOR_SECRET_PREFIX")
     SETUP.get(name, lambda env: None)(aws)
     from functions._runtime import reset_runtime
 
@@ -329,16 +553,27 @@ def test_function_role_allows_exactly_what_its_handler_calls(cfn, ids, aws, reco
     recorder.calls.clear()
     # When the function serves its requests, every AWS call recorded
     statuses = SCENARIOS[name](aws)
-    # Then the requests succeeded
+    # Then the requests succeeded, and made the connector calls the scenario is for
     assert all(status < 300 for status in statuses), statuses
+    assert CONNECTOR_CALLS.get(name, set()) <= {(service, op) for service, op, _ in recorder.calls}
     # And the function's role allows every call it made
     role = cfn.role_of(cfn.functions()[name])
-    required, missing = _check(cfn, role, recorder.calls, _names(aws, ids))
+    names = _names(aws, ids) | {SCHEDULER_ROLE_ARN: f"<{ids['role:connector_schedules']}.Arn>"}
+    required, missing = _check(cfn, role, recorder.calls, names)
     assert not missing, f"used but not granted: {missing}"
-    # And every DynamoDB permission of the role was needed by some call
+    # And every DynamoDB permission of the role was needed by some call (push's grants, of a function pushing
+    # through the push service, by the push scenario)
     used = {pair for pair in required if pair[0].startswith("dynamodb:")}
     unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *pair) for pair in used))
+    if name in PUSHES_THROUGH_PUSH:
+        # the push really happened (action provenance failures are only logged)
+        assert any(op == "TransactWriteItems" for _, op, _ in recorder.calls)
+        unused = sorted(set(unused) - _dynamodb_grants(cfn, cfn.role_of(cfn.functions()["push"])))
     assert not unused, f"granted but never used: {unused}"
+
+
+def _env_var(cfn: Any, function: str, var: str) -> str:
+    return str(cfn.functions()[function]["Environment"]["Variables"][var])
 
 
 def test_health_calls_nothing_and_may_do_nothing_but_log_and_trace(cfn, aws, recorder):

@@ -61,6 +61,12 @@ def test_config_materialisation_defaults_and_vpc():
     settings = {k: v for k, v in VPC.items() if k != "privateSubnetRouteTableIds"}
     own = LakeSyncConfig.from_settings("dev", {"materialiseVpc": {**settings, "createEndpoints": False}})
     assert own.materialise_vpc is not None and own.materialise_vpc.create_endpoints is False
+    # And by default only the materialise function joins it; connectorFunctions adds connector functions
+    assert vpc.functions == ("materialise",)
+    both = LakeSyncConfig.from_settings("dev", {"materialiseVpc": {**VPC, "connectorFunctions": ["connector_poll"]}})
+    assert both.materialise_vpc is not None and both.materialise_vpc.functions == ("materialise", "connector_poll")
+    # And connector secrets live under a per-environment prefix
+    assert plain.connector_secrets == "lakesync/prod/connectors"
 
 
 def test_config_cdk_json_environments_parse():
@@ -150,6 +156,8 @@ def test_config_reports_every_problem_at_once():
         ({"materialiseVpc": {**VPC, "privateSubnetRouteTableIds": []}}, "required when createEndpoints"),
         ({"materialiseVpc": {**VPC, "securityGroupIds": []}}, "securityGroupIds"),
         ({"materialiseVpc": {**VPC, "natGateway": True}}, "unknown keys"),
+        ({"materialiseVpc": {**VPC, "connectorFunctions": ["push"]}}, "connectorFunctions must be a list of"),
+        ({"materialiseVpc": {**VPC, "connectorFunctions": ["pull", "pull"]}}, "connectorFunctions lists"),
     ],
 )
 def test_config_rejects_an_invalid_value(settings, fragment):

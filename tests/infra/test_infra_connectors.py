@@ -1,7 +1,9 @@
 """The connector schedules construct (lakesync_infra.connectors) in a small stack of its own: the schedule group, a
 role only EventBridge Scheduler of this account may assume and that may only invoke the poll function, the admin
 function's schedule and PassRole grants (that role, to that service, schedules of that group), connector secrets
-managed by admin and only read by the others, and the connector variables on every function."""
+managed by admin and only read by the others, and the connector variables on every function. Then the same wired
+into the LakeSync stack (the session's synth): the poll function, its environment, timeout and retries, its errors
+alarm, and who may do what with schedules and connector secrets."""
 
 from __future__ import annotations
 
@@ -84,3 +86,119 @@ def test_readers_only_read_connector_secrets_and_all_get_the_variables(template:
         "LAKESYNC_CONNECTOR_POLL_FUNCTION_ARN",
         "LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN",
     } <= set(admin["Properties"]["Environment"]["Variables"])
+
+
+# -- wired into the LakeSync stack --------------------------------------------------------------------------------
+
+SCHEDULER_VARS = {
+    "LAKESYNC_CONNECTOR_SCHEDULE_GROUP",
+    "LAKESYNC_CONNECTOR_POLL_FUNCTION_ARN",
+    "LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN",
+}
+READERS = ("connector_poll", "pull", "actions")
+
+
+def _stack_role(cfn: Any) -> str:
+    (role,) = [k for k in cfn.of_type("AWS::IAM::Role") if k.startswith("ConnectorsScheduleRole")]
+    return role
+
+
+def test_stack_deploys_the_poll_function_with_the_connector_environment(cfn: Any, ids: dict[str, str]) -> None:
+    # Given the stack's poll function
+    fn = cfn.functions()["connector_poll"]
+    env = fn["Environment"]["Variables"]
+    # Then it runs functions.connector_poll for up to 15 minutes (its position lease outlives it), on the drivers'
+    # asset (x86_64, as materialise)
+    assert fn["Handler"] == "functions.connector_poll.lambda_handler"
+    assert fn["Timeout"] == 900
+    assert fn["Architectures"] == ["x86_64"]
+    assert fn["Code"]["S3Key"] == cfn.functions()["materialise"]["Code"]["S3Key"]
+    # And has the gateway settings and the environment's connector secret prefix, but no scheduler variables (only
+    # admin schedules)
+    assert env["LAKESYNC_CONNECTOR_SECRET_PREFIX"] == "lakesync/dev/connectors"
+    assert env["LAKESYNC_GATEWAY_IDS"] == "default,other"
+    assert not SCHEDULER_VARS & set(env)
+    # And Lambda does not retry a failed poll (the schedule's next tick does)
+    (config,) = [
+        c for c in cfn.of_type("AWS::Lambda::EventInvokeConfig").values() if c["FunctionName"] == {"Ref": fn["logical"]}
+    ]
+    assert config["MaximumRetryAttempts"] == 0
+
+
+def test_stack_admin_schedules_the_poll_function_through_the_schedule_role(cfn: Any) -> None:
+    # Given the admin function's environment and the schedule group
+    admin = cfn.functions()["admin"]
+    env = admin["Environment"]["Variables"]
+    poll = cfn.functions()["connector_poll"]["logical"]
+    (group,) = cfn.of_type("AWS::Scheduler::ScheduleGroup").values()
+    # Then admin creates schedules in the group, invoking the poll function through the schedule role
+    assert env["LAKESYNC_CONNECTOR_SCHEDULE_GROUP"] == group["Name"] == "LakeSync-dev-connectors"
+    assert env["LAKESYNC_CONNECTOR_POLL_FUNCTION_ARN"] == {"Fn::GetAtt": [poll, "Arn"]}
+    assert env["LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN"] == {"Fn::GetAtt": [_stack_role(cfn), "Arn"]}
+    assert env["LAKESYNC_CONNECTOR_SECRET_PREFIX"] == "lakesync/dev/connectors"
+
+
+def test_stack_schedule_role_may_only_invoke_the_poll_function(cfn: Any) -> None:
+    # Given the schedule role
+    role = _stack_role(cfn)
+    trust = cfn.resources[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    # Then only EventBridge Scheduler of this account may assume it
+    assert [(t["Principal"], t["Condition"]) for t in trust] == [
+        ({"Service": "scheduler.amazonaws.com"}, {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}})
+    ]
+    # And it may invoke the poll function and nothing else
+    poll = cfn.functions()["connector_poll"]["logical"]
+    assert cfn.allowed(role) == [("lambda:InvokeFunction", f"<{poll}.Arn>")]
+
+
+def test_stack_only_admin_passes_the_schedule_role_to_the_scheduler_only(cfn: Any) -> None:
+    # Given every function role's iam:PassRole and scheduler grants
+    role = _stack_role(cfn)
+    passing, scheduling = {}, {}
+    for name, fn in cfn.functions().items():
+        for st in cfn.role_statements(cfn.role_of(fn)):
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            if "iam:PassRole" in actions:
+                passing[name] = st
+            if any(a.startswith("scheduler:") for a in actions):
+                scheduling[name] = st
+    # Then admin alone may pass a role: the schedule role, to EventBridge Scheduler only
+    assert set(passing) == {"admin"}
+    assert passing["admin"]["Resource"] == {"Fn::GetAtt": [role, "Arn"]}
+    assert passing["admin"]["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
+    # And admin alone manages schedules, of the connector group only
+    assert set(scheduling) == {"admin"}
+    assert cfn.render(scheduling["admin"]["Resource"]) == (
+        "arn:<AWS::Partition>:scheduler:<AWS::Region>:<AWS::AccountId>:schedule/LakeSync-dev-connectors/*"
+    )
+
+
+def test_stack_connector_secrets_are_managed_by_admin_and_read_by_the_readers_only(cfn: Any) -> None:
+    # Given every function role's grants on connector secrets
+    secrets = "arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:lakesync/dev/connectors/*"
+    grants: dict[str, set[str]] = {}
+    for name, fn in cfn.functions().items():
+        for action, resource in cfn.allowed(cfn.role_of(fn)):
+            if "connectors" in resource and action.startswith("secretsmanager:"):
+                assert resource == secrets, (name, resource)
+                grants.setdefault(name, set()).add(action)
+    # Then the poller, pull and actions may only read them, and admin manages them
+    assert {name: grants[name] for name in READERS} == {name: {"secretsmanager:GetSecretValue"} for name in READERS}
+    assert grants["admin"] == {
+        "secretsmanager:CreateSecret",
+        "secretsmanager:PutSecretValue",
+        "secretsmanager:DeleteSecret",
+        "secretsmanager:TagResource",
+        "secretsmanager:GetSecretValue",
+    }
+    assert set(grants) == {*READERS, "admin"}
+
+
+def test_stack_alarms_on_poll_errors(cfn: Any) -> None:
+    # Given the poll function's errors alarm
+    (alarm,) = [a for k, a in cfn.of_type("AWS::CloudWatch::Alarm").items() if k.startswith("MonitoringConnectorPoll")]
+    poll = cfn.functions()["connector_poll"]["logical"]
+    # Then it watches the function's errors and notifies the alarm topic
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "Errors")
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": poll}}]
+    assert alarm["Threshold"] == 1 and alarm["TreatMissingData"] == "notBreaching"

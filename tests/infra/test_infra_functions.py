@@ -8,6 +8,7 @@ import json
 
 import pytest
 from lakesync_infra.config import ALL_FUNCTIONS
+from lakesync_infra.functions import DRIVER_FUNCTIONS
 from lakesync_infra.packaging import LAMBDA_PYTHON
 
 from lakesync.api_routes import ROUTES
@@ -57,10 +58,10 @@ def test_route_handlers_are_the_functions_handlers(cfn):
 def test_function_runs_python_on_its_assets_architecture_traced_with_retained_logs(cfn, options, name):
     # Given a function
     fn = cfn.functions()[name]
-    # Then it runs the runtime its asset was built for, on Graviton (materialise on x86_64: its PostgreSQL driver has
-    # no ARM64 wheel for the runtime's Amazon Linux 2), with active tracing
+    # Then it runs the runtime its asset was built for, on Graviton (materialise and the connector poller on x86_64:
+    # their PostgreSQL driver has no ARM64 wheel for the runtime's Amazon Linux 2), with active tracing
     assert fn["Runtime"] == f"python{LAMBDA_PYTHON}"
-    assert fn["Architectures"] == (["x86_64"] if name == "materialise" else ["arm64"])
+    assert fn["Architectures"] == (["x86_64"] if name in DRIVER_FUNCTIONS else ["arm64"])
     assert fn["TracingConfig"] == {"Mode": "Active"}
     # And logs to its own log group, which has the environment's retention
     group = fn["LoggingConfig"]["LogGroup"]["Ref"]

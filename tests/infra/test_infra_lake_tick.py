@@ -144,6 +144,7 @@ EXPECTED_ALARMS = {
     "BroadcastFailuresDepth",
     "WsBroadcastErrors",
     "BroadcastIteratorAge",
+    "ConnectorPollErrors",
     "CheckpointAge",
 }
 

@@ -28,6 +28,10 @@ VPC = {
 }
 
 
+VPC_CONNECTOR_FUNCTIONS = ("connector_poll",)
+"""The connector functions the VPC variant places in the VPC too (``materialiseVpc.connectorFunctions``)."""
+
+
 def _mapping(cfn: Cfn) -> dict[str, Any]:
     fn = cfn.functions()[MATERIALISE]
     (mapping,) = [
@@ -341,7 +345,10 @@ def vpc_synth(synth: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Cfn
 
     outdir = tmp_path_factory.mktemp("cdk.out.vpc")
     context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
-    post = {"lakesync:environments": ENV, f"lakesync:env:{ENV}": {"materialiseVpc": VPC}}
+    post = {
+        "lakesync:environments": ENV,
+        f"lakesync:env:{ENV}": {"materialiseVpc": {**VPC, "connectorFunctions": list(VPC_CONNECTOR_FUNCTIONS)}},
+    }
     app, (stack,) = build_app(context, synth.artifacts, outdir=str(outdir), post_cli_context=post)
     violations: list[dict[str, Any]] = []
     try:
@@ -360,19 +367,26 @@ def test_vpc_variant_runs_the_consumer_in_the_configured_subnets_and_groups(vpc_
     # Given the template with materialiseVpc set
     cfn, _, _ = vpc_synth
     functions = cfn.functions()
-    # Then the materialise function runs in those subnets with those security groups, and no other function does
-    assert functions[MATERIALISE]["VpcConfig"] == {
-        "SubnetIds": VPC["privateSubnetIds"],
-        "SecurityGroupIds": VPC["securityGroupIds"],
-    }
-    assert [n for n, fn in functions.items() if "VpcConfig" in fn] == [MATERIALISE]
-    # And its role may manage the network interfaces Lambda creates for it (before the function is created)
-    role = cfn.role_of(functions[MATERIALISE])
-    granted = cfn.allowed(role)
-    for action in ("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DeleteNetworkInterface"):
-        assert (action, "*") in granted
-    policies = [k for k, p in cfn.of_type("AWS::IAM::Policy").items() if {"Ref": role} in p["Roles"]]
-    assert set(policies) <= set(cfn.resources[functions[MATERIALISE]["logical"]]["DependsOn"])
+    # Then the materialise function and the named connector functions run in those subnets with those security
+    # groups, and no other function does
+    in_vpc = (MATERIALISE, *VPC_CONNECTOR_FUNCTIONS)
+    for name in in_vpc:
+        assert functions[name]["VpcConfig"] == {
+            "SubnetIds": VPC["privateSubnetIds"],
+            "SecurityGroupIds": VPC["securityGroupIds"],
+        }
+    assert sorted(n for n, fn in functions.items() if "VpcConfig" in fn) == sorted(in_vpc)
+    # And their roles may manage the network interfaces Lambda creates for them (before the function is created);
+    # the others' may not
+    for name, fn in functions.items():
+        role = cfn.role_of(fn)
+        granted = cfn.allowed(role)
+        eni = ("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DeleteNetworkInterface")
+        assert all((action, "*") in granted for action in eni) == (name in in_vpc), name
+        assert not any(a.startswith("ec2:") for a, _ in granted) or name in in_vpc, name
+        if name in in_vpc:
+            policies = [k for k, p in cfn.of_type("AWS::IAM::Policy").items() if {"Ref": role} in p["Roles"]]
+            assert set(policies) <= set(cfn.resources[fn["logical"]]["DependsOn"])
 
 
 def test_vpc_variant_creates_the_endpoints_the_consumer_needs(vpc_synth):

@@ -1,8 +1,9 @@
 """The Lambda assets as deployed (the staged copies in the cloud assembly): the API functions' asset and the
-materialise function's own (the same plus the SQL drivers). Each is self-sufficient with only the runtime's AWS SDK
-beside it, every lakesync/functions import inside it resolvable, built for its function's architecture (ARM64;
-x86_64 for materialise) and the runtime's Python, with no wheel needing a newer glibc than the runtime's Amazon
-Linux 2, free of the Spark/Iceberg stack; the API asset stays small; plus the pins they were built from."""
+materialise function's, which the connector poller shares (the same plus the SQL drivers). Each is self-sufficient
+with only the runtime's AWS SDK beside it, every lakesync/functions import inside it resolvable, built for its
+functions' architecture (ARM64; x86_64 for the drivers' asset) and the runtime's Python, with no wheel needing a
+newer glibc than the runtime's Amazon Linux 2, free of the Spark/Iceberg stack; the API asset stays small; plus the
+pins they were built from."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lakesync_infra.functions import DRIVER_FUNCTIONS
 from lakesync_infra.packaging import (
     LAMBDA_GLIBC,
     LAMBDA_PYTHON,
@@ -40,6 +42,7 @@ print(json.dumps({"modules": sorted(sys.modules), "files": sorted(
 
 
 MATERIALISE = "materialise"
+"""The asset with the SQL drivers (named after its first function; :data:`DRIVER_FUNCTIONS` all use it)."""
 ASSETS = ("api", MATERIALISE)
 MACHINE = {"api": "aarch64", MATERIALISE: "x86_64"}
 """The CPU each asset is built for (the functions' ``Architectures``: arm64, x86_64 for materialise)."""
@@ -56,10 +59,10 @@ def _staged(cfn, synth, names) -> Path:
 
 @pytest.fixture(scope="module")
 def assets(cfn, synth) -> dict[str, Path]:
-    """The staged asset directories: ``api`` (every function but materialise, one shared asset) and
-    ``materialise``."""
-    others = set(cfn.functions()) - {MATERIALISE}
-    return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, {MATERIALISE})}
+    """The staged asset directories: ``api`` (every function but those with the drivers, one shared asset) and
+    ``materialise`` (materialise and the connector poller)."""
+    others = set(cfn.functions()) - set(DRIVER_FUNCTIONS)
+    return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, set(DRIVER_FUNCTIONS))}
 
 
 @pytest.fixture(scope="module", params=ASSETS)
@@ -69,7 +72,11 @@ def asset(request, assets) -> Path:
 
 def _handlers(cfn, asset_name: str) -> list[str]:
     return sorted(
-        {fn["Handler"] for name, fn in cfn.functions().items() if (name == MATERIALISE) == (asset_name == MATERIALISE)}
+        {
+            fn["Handler"]
+            for name, fn in cfn.functions().items()
+            if (name in DRIVER_FUNCTIONS) == (asset_name == MATERIALISE)
+        }
     )
 
 

@@ -122,13 +122,23 @@ def test_no_policy_grants_a_whole_service_or_passes_roles(cfn, kind):
             statements += props["AssumeRolePolicyDocument"]["Statement"]
             for policy in props.get("Policies", []):
                 statements += policy["PolicyDocument"]["Statement"]
-    # Then none allows every action of a service, uses NotAction/NotResource, or passes a role
+    # Then none allows every action of a service, uses NotAction/NotResource, or passes a role -- but the admin
+    # function's one statement passing the connector schedules' role, to EventBridge Scheduler only
+    # (tests/infra/test_infra_connectors.py checks it in the stack)
     for st in statements:
         actions = st.get("Action", [])
         actions = actions if isinstance(actions, list) else [actions]
         assert not any(a == "*" or a.endswith(":*") for a in actions), st
         assert "NotAction" not in st and "NotResource" not in st, st
-        assert "iam:PassRole" not in actions, st
+        if "iam:PassRole" in actions:
+            assert st.get("Sid") == "PassScheduleRole" and actions == ["iam:PassRole"], st
+            assert st["Resource"] == {"Fn::GetAtt": [_schedule_role(cfn), "Arn"]}, st
+            assert st["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}, st
+
+
+def _schedule_role(cfn) -> str:
+    (role,) = [k for k in cfn.of_type("AWS::IAM::Role") if k.startswith("ConnectorsScheduleRole")]
+    return role
 
 
 def test_our_roles_use_no_managed_policies(cfn):
