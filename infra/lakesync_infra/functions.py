@@ -31,7 +31,8 @@ may read any secret named under ``destinationSecretPrefix``. With ``materialiseV
 ``connector_poll`` is what the connectors' EventBridge Scheduler schedules invoke (:mod:`lakesync_infra.connectors`
 grants the schedules and the connector secrets): it reads and leases the connector's position in the config table
 and pushes what it polled through the push service, so its access is ``push``'s plus the position's calls. It ships
-with ``materialise``'s asset (the SQL drivers its PostgreSQL/MySQL sources need) on x86_64, runs up to 15 minutes
+with ``materialise``'s asset (the SQL drivers its PostgreSQL/MySQL sources need) on x86_64 -- as does ``admin``,
+which checks a database connector's source at registration -- runs up to 15 minutes
 (the position lease outlives it) and is not retried by Lambda: the schedule's next tick is the retry. The
 ``actions`` function writes each action's provenance row through the push service as well, so it holds ``push``'s
 access besides its own. With ``materialiseVpc.connectorFunctions`` the named connector functions run in the
@@ -104,8 +105,10 @@ MATERIALISE: Final = "materialise"
 CONNECTOR_POLL: Final = "connector_poll"
 CONNECTOR_POLL_TIMEOUT_S: Final = 900
 """Lambda's maximum: a poll may read up to 10 rounds of 10,000 rows; its lease (15 minutes) outlives it."""
-DRIVER_FUNCTIONS: Final = (MATERIALISE, CONNECTOR_POLL)
-"""The functions deployed from the asset with the SQL drivers (on :data:`MATERIALISE_ARCHITECTURE`)."""
+DRIVER_FUNCTIONS: Final = (MATERIALISE, CONNECTOR_POLL, "admin")
+"""The functions deployed from the asset with the SQL drivers (on :data:`MATERIALISE_ARCHITECTURE`): the consumer's
+destinations, the poller's PostgreSQL/MySQL sources, and ``admin``, which connects to a database connector's source
+to check it at registration (an operator's rare call: the larger asset costs it nothing that matters)."""
 BROADCAST: Final = "ws_broadcast"
 BROADCAST_TIMEOUT_S: Final = 60
 """A batch of at most 100 chunks: one Query of the sessions and one PostToConnection per recipient and message."""

@@ -113,6 +113,8 @@ def test_stack_deploys_the_poll_function_with_the_connector_environment(cfn: Any
     assert fn["Timeout"] == 900
     assert fn["Architectures"] == ["x86_64"]
     assert fn["Code"]["S3Key"] == cfn.functions()["materialise"]["Code"]["S3Key"]
+    # And admin, which connects to a database connector's source at registration, has the drivers too
+    assert cfn.functions()["admin"]["Code"]["S3Key"] == fn["Code"]["S3Key"]
     # And has the gateway settings and the environment's connector secret prefix, but no scheduler variables (only
     # admin schedules)
     assert env["LAKESYNC_CONNECTOR_SECRET_PREFIX"] == "lakesync/dev/connectors"

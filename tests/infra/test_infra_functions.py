@@ -58,8 +58,9 @@ def test_route_handlers_are_the_functions_handlers(cfn):
 def test_function_runs_python_on_its_assets_architecture_traced_with_retained_logs(cfn, options, name):
     # Given a function
     fn = cfn.functions()[name]
-    # Then it runs the runtime its asset was built for, on Graviton (materialise and the connector poller on x86_64:
-    # their PostgreSQL driver has no ARM64 wheel for the runtime's Amazon Linux 2), with active tracing
+    # Then it runs the runtime its asset was built for, on Graviton (the functions with the SQL drivers -- materialise,
+    # the connector poller, admin -- on x86_64: the PostgreSQL driver has no ARM64 wheel for the runtime's Amazon
+    # Linux 2), with active tracing
     assert fn["Runtime"] == f"python{LAMBDA_PYTHON}"
     assert fn["Architectures"] == (["x86_64"] if name in DRIVER_FUNCTIONS else ["arm64"])
     assert fn["TracingConfig"] == {"Mode": "Active"}

@@ -1,9 +1,9 @@
 """The Lambda assets as deployed (the staged copies in the cloud assembly): the API functions' asset and the
-materialise function's, which the connector poller shares (the same plus the SQL drivers). Each is self-sufficient
-with only the runtime's AWS SDK beside it, every lakesync/functions import inside it resolvable, built for its
-functions' architecture (ARM64; x86_64 for the drivers' asset) and the runtime's Python, with no wheel needing a
-newer glibc than the runtime's Amazon Linux 2, free of the Spark/Iceberg stack; the API asset stays small; plus the
-pins they were built from."""
+materialise function's, which the connector poller and admin share (the same plus the SQL drivers). Each is
+self-sufficient with only the runtime's AWS SDK beside it, every lakesync/functions import inside it resolvable,
+built for its functions' architecture (ARM64; x86_64 for the drivers' asset) and the runtime's Python, with no wheel
+needing a newer glibc than the runtime's Amazon Linux 2, free of the Spark/Iceberg stack; the API asset stays small;
+plus the pins they were built from."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _staged(cfn, synth, names) -> Path:
 @pytest.fixture(scope="module")
 def assets(cfn, synth) -> dict[str, Path]:
     """The staged asset directories: ``api`` (every function but those with the drivers, one shared asset) and
-    ``materialise`` (materialise and the connector poller)."""
+    ``materialise`` (materialise, the connector poller and admin)."""
     others = set(cfn.functions()) - set(DRIVER_FUNCTIONS)
     return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, set(DRIVER_FUNCTIONS))}
 
