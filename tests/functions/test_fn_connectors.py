@@ -163,14 +163,14 @@ def test_bad_configs_are_400_or_409_and_store_nothing(connectors_api: Any, pg_ur
     assert client.status == 403
 
 
-def test_unreachable_source_or_missing_secret_is_502_and_stores_nothing(connectors_api: Any) -> None:
+def test_missing_secret_is_400_unreachable_source_502_and_neither_stores_anything(connectors_api: Any) -> None:
     api = connectors_api
     token = api.admin_token()
     before = api.items()
-    # The sample event references a secret that does not exist
+    # The sample event references a secret that does not exist: the request's mistake, a 400
     missing = api.call(admin_fn, api.event("admin_connectors_post", token=token))
-    assert missing.status == 502 and missing.json()["code"] == "ADAPTER_ERROR"
-    assert "cannot be read" in missing.json()["error"]
+    assert missing.status == 400 and missing.json()["code"] == "VALIDATION_ERROR"
+    assert "references a secret that does not exist" in missing.json()["error"]
     dead = api.call(
         admin_fn,
         api.event("admin_connectors_post", token=token, body=_body("postgresql://u:pw-x9@127.0.0.1:1/db", "dead")),

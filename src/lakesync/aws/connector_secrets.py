@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from lakesync.connectors.secrets import SecretNotFoundError
 from lakesync.core.errors import AdapterError
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class SecretsManagerSecretStore:
         try:
             out = self._sm().get_secret_value(SecretId=secret_id)
         except ClientError as exc:
+            if _code(exc) == "ResourceNotFoundException":
+                raise SecretNotFoundError(f"Secret {secret_id!r} not found") from exc
             raise AdapterError(f"Secret {secret_id!r} cannot be read: {_code(exc)}") from exc
         value = out.get("SecretString")
         if value is None:

@@ -54,6 +54,10 @@ _SECRET_ID_RE: Final = re.compile(r"\A[A-Za-z0-9/_+=.@:-]{1,2048}\Z")
 _KEY_RE: Final = re.compile(r"\A[A-Za-z0-9_.-]{1,128}\Z")
 
 
+class SecretNotFoundError(AdapterError):
+    """A secret store has no secret by that id (a reference to a secret that does not exist, or no longer does)."""
+
+
 class SecretStore(Protocol):
     """Where connector credentials live (Secrets Manager on AWS, a 0600 file per secret in the embedded default)."""
 
@@ -127,7 +131,8 @@ def externalise(
     secrets created so far are deleted again.
 
     Raises:
-        ValidationError: a credential field is neither a string nor a well-formed reference (400).
+        ValidationError: a credential field is neither a string nor a well-formed reference, or references a secret
+            that does not exist (400).
         AdapterError: the secret store refused, or a referenced secret cannot be read (502).
     """
     document = copy.deepcopy(dict(config.document))
@@ -145,7 +150,11 @@ def externalise(
                 raise ValidationError(f"{where} must be a string")
             if is_reference(value):
                 ref = parse_reference(value, where=where)
-                _read(store, ref, where)
+                try:
+                    _read(store, ref, where)
+                except SecretNotFoundError:
+                    # The client named a secret that does not exist: its mistake, not the store's.
+                    raise ValidationError(f"{where} references a secret that does not exist") from None
                 continue
             secret_id = store.put_secret(secret_name(prefix, gateway, config.name, field), value)
             created.append(secret_id)
@@ -230,7 +239,7 @@ class InMemorySecretStore:
             try:
                 return self.secrets[secret_id]
             except KeyError:
-                raise AdapterError(f"Secret {secret_id!r} not found") from None
+                raise SecretNotFoundError(f"Secret {secret_id!r} not found") from None
 
     def delete_secret(self, secret_id: str) -> None:
         with self._lock:
@@ -265,7 +274,7 @@ class FileSecretStore:
         try:
             return self._path(secret_id).read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise AdapterError(f"Secret {secret_id!r} not found") from None
+            raise SecretNotFoundError(f"Secret {secret_id!r} not found") from None
 
     def delete_secret(self, secret_id: str) -> None:
         self._path(secret_id).unlink(missing_ok=True)
