@@ -41,6 +41,7 @@ import base64
 import datetime as dt
 import decimal
 import hashlib
+import importlib
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -124,8 +125,7 @@ class PostgresRunner:
         return unquote(password) if password else None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
-        import psycopg
-
+        psycopg = _driver("psycopg", self._name, "PostgreSQL")
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(
@@ -146,6 +146,18 @@ class PostgresRunner:
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _driver(module: str, connector: str, database: str) -> Any:
+    """The driver module, or a clear 502 where this function was deployed without it (the API functions' small asset
+    carries no SQL drivers)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise AdapterError(
+            f'Connector "{connector}": this function has no {database} driver ({module}); deploy it with the SQL '
+            "drivers (the materialise asset) to use this connector here"
+        ) from None
 
 
 class MySQLRunner:
@@ -172,8 +184,7 @@ class MySQLRunner:
         self._conn: Any = None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
-        import pymysql
-
+        pymysql = _driver("pymysql", self._name, "MySQL")
         try:
             if self._conn is None or not self._conn.open:
                 self._conn = pymysql.connect(**self._params)
