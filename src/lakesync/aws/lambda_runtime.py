@@ -125,7 +125,12 @@ def _secret_source(arn: str) -> CachedSecrets:
 
 
 def reset_runtime() -> None:
-    """Forget settings, clients, stores and cached secrets; the next request rebuilds them from the environment."""
+    """Forget settings, clients, stores and cached secrets (closing the connectors' and destinations' connections);
+    the next request rebuilds them from the environment."""
+    if get_deps.cache_info().currsize:
+        close = getattr(get_deps().connectors, "close", None)
+        if close is not None:
+            close()
     get_settings.cache_clear()
     get_deps.cache_clear()
     get_realtime.cache_clear()

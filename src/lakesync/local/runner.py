@@ -343,9 +343,9 @@ class LocalStack:
         if self.materialiser is not None:
             self.materialiser.stop()
             self.materialiser = None
-            from functions._runtime import reset_runtime
+        from functions._runtime import reset_runtime
 
-            reset_runtime()  # closes the destinations
+        reset_runtime()  # closes the destinations' and connectors' connections
         if self._moto is not None:
             if self.durable is not None:
                 self.durable.stop(self._moto)
