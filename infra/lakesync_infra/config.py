@@ -198,6 +198,9 @@ class LakeSyncConfig:
         glue_workers: Glue workers per job run (at least 2).
         glue_timeout_minutes: Timeout of one job run.
         compact_maintain: Whether compaction runs Iceberg maintenance after compacting.
+        sql_source_pulls: Whether ``pull`` is deployed with the SQL drivers (the ``materialise`` asset, x86_64), so
+            that ``?source=`` pulls of PostgreSQL/MySQL connectors work; off, the pull function stays on the small
+            ARM64 asset (the hot read path: a smaller package starts faster) and such pulls answer 502.
         dashboard: Whether to create the CloudWatch dashboard. It is free as one of the account's first three
             dashboards (it shows at most 50 metrics) and costs $3 a month beyond them, more than the rest of an idle
             deployment, so it is opt-in; the alarms do not depend on it.
@@ -242,6 +245,7 @@ class LakeSyncConfig:
     glue_timeout_minutes: int = 60
     compact_maintain: bool = True
     dashboard: bool = False
+    sql_source_pulls: bool = False
     removal_policy: Literal["retain", "destroy"] = "retain"
     alarm_email: str | None = None
     materialise_concurrency: int = 5
@@ -328,6 +332,8 @@ class LakeSyncConfig:
             out.append("compactMaintain must be true or false")
         if not isinstance(self.dashboard, bool):
             out.append("dashboard must be true or false")
+        if not isinstance(self.sql_source_pulls, bool):
+            out.append("sqlSourcePulls must be true or false")
         if self.removal_policy not in ("retain", "destroy"):
             out.append("removalPolicy must be 'retain' or 'destroy'")
         email = self.alarm_email

@@ -109,6 +109,14 @@ DRIVER_FUNCTIONS: Final = (MATERIALISE, CONNECTOR_POLL, "admin")
 """The functions deployed from the asset with the SQL drivers (on :data:`MATERIALISE_ARCHITECTURE`): the consumer's
 destinations, the poller's PostgreSQL/MySQL sources, and ``admin``, which connects to a database connector's source
 to check it at registration (an operator's rare call: the larger asset costs it nothing that matters)."""
+
+
+def driver_functions(config: LakeSyncConfig) -> frozenset[str]:
+    """The functions an environment deploys from the SQL-driver asset: :data:`DRIVER_FUNCTIONS`, and ``pull`` with
+    ``sqlSourcePulls``."""
+    return frozenset(DRIVER_FUNCTIONS) | ({"pull"} if config.sql_source_pulls else frozenset())
+
+
 BROADCAST: Final = "ws_broadcast"
 BROADCAST_TIMEOUT_S: Final = 60
 """A batch of at most 100 chunks: one Query of the sessions and one PostToConnection per recipient and message."""
@@ -313,6 +321,7 @@ class Functions(Construct):
         code = lambda_.Code.from_asset(str(asset), exclude=[".complete"])
         drivers = lambda_.Code.from_asset(str(materialise_asset), exclude=[".complete"])
         in_vpc_names = set(network.functions) if network is not None else set()
+        with_drivers = driver_functions(config)
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups = {}
         for name in ALL_FUNCTIONS:
@@ -340,10 +349,10 @@ class Functions(Construct):
                 self,
                 _pascal(name),
                 description=f"LakeSync {config.name}: functions.{name}",
-                code=drivers if name in DRIVER_FUNCTIONS else code,
+                code=drivers if name in with_drivers else code,
                 handler=handler(name),
                 runtime=LAMBDA_RUNTIME,
-                architecture=MATERIALISE_ARCHITECTURE if name in DRIVER_FUNCTIONS else LAMBDA_ARCHITECTURE,
+                architecture=MATERIALISE_ARCHITECTURE if name in with_drivers else LAMBDA_ARCHITECTURE,
                 memory_size=_memory(config, name, access),
                 vpc=network.vpc if in_vpc and network else None,
                 vpc_subnets=network.subnets if in_vpc and network else None,

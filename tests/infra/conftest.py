@@ -39,6 +39,7 @@ OPTIONS = {
     "gatewayIds": ["default", "other"],
     "logRetentionDays": 14,
     "dashboard": True,
+    "sqlSourcePulls": True,
 }
 """Settings layered over cdk.json's ``dev`` environment for the test synth."""
 

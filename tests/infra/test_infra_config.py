@@ -148,6 +148,7 @@ def test_config_reports_every_problem_at_once():
         ({"alarmEmail": "ops"}, "alarmEmail"),
         ({"compactMaintain": "yes"}, "compactMaintain"),
         ({"dashboard": "yes"}, "dashboard"),
+        ({"sqlSourcePulls": "yes"}, "sqlSourcePulls"),
         ({"gatewayIds": []}, "gatewayIds"),
         ({"materialiseConcurrency": 1}, "materialiseConcurrency"),
         ({"destinationSecretPrefix": "lakesync/dev"}, "destinationSecretPrefix"),
@@ -229,3 +230,15 @@ def test_max_body_bytes_is_capped_where_a_base64_body_fits_lambdas_payload():
     # Then one byte more is refused by the config check, before anything is deployed
     with pytest.raises(ConfigError, match=r"maxBodyBytes must be an integer in 1\.\.4669437"):
         LakeSyncConfig.from_settings("p", {"maxBodyBytes": MAX_BODY_BYTES_LIMIT + 1})
+
+
+def test_pull_gets_the_sql_drivers_only_when_the_environment_asks_for_source_pulls() -> None:
+    from lakesync_infra.functions import DRIVER_FUNCTIONS, driver_functions
+
+    # The hot read path stays on the small asset by default; sqlSourcePulls adds it to the driver asset's functions
+    assert driver_functions(LakeSyncConfig.from_settings("dev", {})) == frozenset(DRIVER_FUNCTIONS)
+    assert "pull" not in DRIVER_FUNCTIONS
+    assert driver_functions(LakeSyncConfig.from_settings("dev", {"sqlSourcePulls": True})) == {
+        *DRIVER_FUNCTIONS,
+        "pull",
+    }

@@ -7,12 +7,16 @@ import importlib
 import json
 
 import pytest
-from lakesync_infra.config import ALL_FUNCTIONS
-from lakesync_infra.functions import DRIVER_FUNCTIONS
+from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
+from lakesync_infra.functions import driver_functions
 from lakesync_infra.packaging import LAMBDA_PYTHON
 
 from lakesync.api_routes import ROUTES
 from lakesync.aws import function_settings as settings
+from tests.infra.conftest import OPTIONS
+
+WITH_DRIVERS = driver_functions(LakeSyncConfig.from_settings("dev", {"sqlSourcePulls": OPTIONS["sqlSourcePulls"]}))
+"""The functions the test environment deploys with the SQL drivers (``sqlSourcePulls`` adds ``pull``)."""
 
 
 def _powertools_variables() -> set[str]:
@@ -62,7 +66,7 @@ def test_function_runs_python_on_its_assets_architecture_traced_with_retained_lo
     # the connector poller, admin -- on x86_64: the PostgreSQL driver has no ARM64 wheel for the runtime's Amazon
     # Linux 2), with active tracing
     assert fn["Runtime"] == f"python{LAMBDA_PYTHON}"
-    assert fn["Architectures"] == (["x86_64"] if name in DRIVER_FUNCTIONS else ["arm64"])
+    assert fn["Architectures"] == (["x86_64"] if name in WITH_DRIVERS else ["arm64"])
     assert fn["TracingConfig"] == {"Mode": "Active"}
     # And logs to its own log group, which has the environment's retention
     group = fn["LoggingConfig"]["LogGroup"]["Ref"]

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from lakesync_infra.functions import DRIVER_FUNCTIONS
+from lakesync_infra.config import LakeSyncConfig
+from lakesync_infra.functions import driver_functions
 from lakesync_infra.packaging import (
     LAMBDA_GLIBC,
     LAMBDA_PYTHON,
@@ -24,6 +25,8 @@ from lakesync_infra.packaging import (
     lambda_requirements,
 )
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
+
+from tests.infra.conftest import OPTIONS
 
 HEAVY = ("pyspark", "pyiceberg", "pyarrow", "pandas", "moto", "boto3", "botocore")
 # What the Lambda runtime puts on sys.path besides the function's code: the AWS SDK and its dependencies.
@@ -40,9 +43,12 @@ print(json.dumps({"modules": sorted(sys.modules), "files": sorted(
     getattr(m, "__file__", None) or "" for m in list(sys.modules.values()))}))
 """
 
+WITH_DRIVERS = driver_functions(LakeSyncConfig.from_settings("dev", {"sqlSourcePulls": OPTIONS["sqlSourcePulls"]}))
+"""The functions the test environment deploys with the SQL drivers (``sqlSourcePulls`` adds ``pull``)."""
+
 
 MATERIALISE = "materialise"
-"""The asset with the SQL drivers (named after its first function; :data:`DRIVER_FUNCTIONS` all use it)."""
+"""The asset with the SQL drivers (named after its first function; :data:`WITH_DRIVERS` all use it)."""
 ASSETS = ("api", MATERIALISE)
 MACHINE = {"api": "aarch64", MATERIALISE: "x86_64"}
 """The CPU each asset is built for (the functions' ``Architectures``: arm64, x86_64 for materialise)."""
@@ -61,8 +67,8 @@ def _staged(cfn, synth, names) -> Path:
 def assets(cfn, synth) -> dict[str, Path]:
     """The staged asset directories: ``api`` (every function but those with the drivers, one shared asset) and
     ``materialise`` (materialise, the connector poller and admin)."""
-    others = set(cfn.functions()) - set(DRIVER_FUNCTIONS)
-    return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, set(DRIVER_FUNCTIONS))}
+    others = set(cfn.functions()) - set(WITH_DRIVERS)
+    return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, set(WITH_DRIVERS))}
 
 
 @pytest.fixture(scope="module", params=ASSETS)
@@ -72,11 +78,7 @@ def asset(request, assets) -> Path:
 
 def _handlers(cfn, asset_name: str) -> list[str]:
     return sorted(
-        {
-            fn["Handler"]
-            for name, fn in cfn.functions().items()
-            if (name in DRIVER_FUNCTIONS) == (asset_name == MATERIALISE)
-        }
+        {fn["Handler"] for name, fn in cfn.functions().items() if (name in WITH_DRIVERS) == (asset_name == MATERIALISE)}
     )
 
 
