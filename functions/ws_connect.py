@@ -13,9 +13,6 @@ with its expiry (the token's, at most two hours: API Gateway's own limit).
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
@@ -23,33 +20,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import get_realtime, get_settings, jwt_secrets, logger, metrics, one_at_a_time, tracer
+from lakesync.aws import ws_events
 from lakesync.core.errors import LakeSyncError
 from lakesync.gateway import realtime
-
-_SOCKET_PATH = re.compile(r"^/v1/sync/([^/]+)/ws$")
-
-
-def gateway_of(event: Mapping[str, Any]) -> str | None:
-    """The gateway an upgrade is for: ``?gateway=``, else the original's path if the event has one."""
-    query = event.get("queryStringParameters") or {}
-    if query.get("gateway"):
-        return str(query["gateway"])
-    context = event.get("requestContext") or {}
-    for path in (event.get("rawPath"), event.get("path"), context.get("path")):
-        match = _SOCKET_PATH.match(path) if isinstance(path, str) else None
-        if match:
-            return match.group(1)
-    return None
-
-
-def _refused(exc: LakeSyncError) -> dict[str, Any]:
-    logger.info("upgrade refused", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
-    metrics.add_metric(name="ConnectionsRefused", unit=MetricUnit.Count, value=1)
-    return {
-        "statusCode": exc.status,
-        "headers": {"Content-Type": "application/json"},
-        "body": json.dumps(exc.to_body(), separators=(",", ":")),
-    }
 
 
 @one_at_a_time
@@ -61,21 +34,17 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     connection_id = event["requestContext"]["connectionId"]
     query = {k: str(v) for k, v in (event.get("queryStringParameters") or {}).items()}
     headers = {k: str(v) for k, v in (event.get("headers") or {}).items()}
-    gateway = gateway_of(event)
+    sessions, served = get_realtime().connections, get_settings().gateway_ids
     try:
         session = realtime.connect(
-            get_realtime().connections,
-            connection_id,
-            gateway,
-            headers,
-            query,
-            jwt_secrets(),
-            get_settings().gateway_ids,
+            sessions, connection_id, ws_events.gateway_of(event), headers, query, jwt_secrets(), served
         )
     except LakeSyncError as exc:
         if exc.status >= 500:
             raise
-        return _refused(exc)
+        logger.info("upgrade refused", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
+        metrics.add_metric(name="ConnectionsRefused", unit=MetricUnit.Count, value=1)
+        return ws_events.refusal(exc)
     logger.append_keys(gateway=session.gateway, client_id=session.client_id, connection_id=connection_id)
     logger.info("session opened", extra={"encoding": session.encoding.value, "expires_at": session.expires_at})
     metrics.add_metric(name="ConnectionsOpened", unit=MetricUnit.Count, value=1)

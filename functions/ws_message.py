@@ -18,53 +18,16 @@ is pulled over HTTP. Client messages over 128 KB never arrive: API Gateway close
 
 from __future__ import annotations
 
-import base64
-import binascii
-from typing import Any, Final
+from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import get_deps, get_realtime, logger, metrics, one_at_a_time, tracer
+from lakesync.aws import ws_events
 from lakesync.gateway import realtime
-from lakesync.gateway.realtime import (
-    CLOSE_INVALID_PAYLOAD,
-    CLOSE_MESSAGE_TOO_BIG,
-    CLOSE_POLICY_VIOLATION,
-    SessionClose,
-)
-
-MESSAGE_LIMIT_BYTES: Final = 128 * 1024
-"""The largest message API Gateway sends to a client (and accepts from one)."""
-
-
-def _message_data(event: dict[str, Any]) -> bytes | str:
-    body = event.get("body") or ""
-    if not event.get("isBase64Encoded"):
-        return str(body)
-    try:
-        return base64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError):
-        raise SessionClose(CLOSE_INVALID_PAYLOAD, "Invalid message encoding") from None
-
-
-def _close(connection_id: str, close: SessionClose) -> dict[str, Any]:
-    """Close the session the only way a Lambda can (``DeleteConnection``) and forget it."""
-    live = get_realtime()
-    live.sender.close(connection_id)
-    live.connections.remove_connection(connection_id)
-    logger.info("session closed by the server", extra={"close_code": close.code, "close_reason": close.reason})
-    metrics.add_metric(name="SessionsClosed", unit=MetricUnit.Count, value=1)
-    return {"statusCode": 200}
-
-
-def _reply(data: bytes | str) -> dict[str, Any]:
-    if len(data) > MESSAGE_LIMIT_BYTES:
-        raise SessionClose(CLOSE_MESSAGE_TOO_BIG, "Reply too large for one message: pull over HTTP")
-    if isinstance(data, str):
-        return {"statusCode": 200, "body": data}
-    return {"statusCode": 200, "body": base64.b64encode(data).decode("ascii"), "isBase64Encoded": True}
+from lakesync.gateway.realtime import CLOSE_POLICY_VIOLATION, SessionClose
 
 
 @one_at_a_time
@@ -75,12 +38,19 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     """The Lambda entry point: the reply as the route response, or a closed session and no body."""
     connection_id = event["requestContext"]["connectionId"]
     logger.append_keys(connection_id=connection_id)
-    connection = get_realtime().connections.get_connection(connection_id)
-    if connection is None:
-        return _close(connection_id, SessionClose(CLOSE_POLICY_VIOLATION, "Unknown session"))
-    logger.append_keys(gateway=connection.gateway, client_id=connection.client_id)
-    metrics.add_metric(name="SocketMessages", unit=MetricUnit.Count, value=1)
+    live = get_realtime()
     try:
-        return _reply(realtime.serve_message(get_deps(), connection, _message_data(event)))
+        connection = live.connections.get_connection(connection_id)
+        if connection is None:
+            raise SessionClose(CLOSE_POLICY_VIOLATION, "Unknown session")
+        logger.append_keys(gateway=connection.gateway, client_id=connection.client_id)
+        metrics.add_metric(name="SocketMessages", unit=MetricUnit.Count, value=1)
+        reply = realtime.serve_message(get_deps(), connection, ws_events.message_data(event))
+        return ws_events.route_response(reply)
     except SessionClose as close:
-        return _close(connection_id, close)
+        # A Lambda cannot send a close code: DeleteConnection closes the socket, and the session is forgotten.
+        live.sender.close(connection_id)
+        live.connections.remove_connection(connection_id)
+        logger.info("session closed by the server", extra={"close_code": close.code, "close_reason": close.reason})
+        metrics.add_metric(name="SessionsClosed", unit=MetricUnit.Count, value=1)
+        return {"statusCode": 200}

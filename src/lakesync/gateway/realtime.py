@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,10 @@ CLOSE_INTERNAL_ERROR: Final = 1011
 
 MAX_FRAME_BYTES: Final = 1024 * 1024
 """The largest client frame served (the original's 1 MiB push payload limit)."""
+SOCKET_PATH: Final = re.compile(r"^/v1/sync/([^/]+)/ws$")
+"""The socket's path, as the original serves it (the gateway in the path)."""
+API_GATEWAY_MESSAGE_BYTES: Final = 128 * 1024
+"""The largest message API Gateway carries to or from a client (a route response too)."""
 MESSAGE_LIMIT_BYTES: Final = 32 * 1024
 """The largest message sent to a client, as it goes on the wire (after base64): API Gateway's WebSocket frame size."""
 SOCKET_PAGE_BYTES: Final = 64 * 1024

@@ -43,9 +43,11 @@ from websockets.sync.connection import Connection as Socket
 from lakesync.core.errors import LakeSyncError
 from lakesync.gateway import realtime
 from lakesync.gateway.realtime import (
+    API_GATEWAY_MESSAGE_BYTES,
     CLOSE_POLICY_VIOLATION,
     CLOSE_UNSUPPORTED_DATA,
     MAX_FRAME_BYTES,
+    SOCKET_PATH,
     Connection,
     Encoding,
     SessionClose,
@@ -61,10 +63,8 @@ __all__ = ["GatewaySessions", "SessionBackend", "SocketHub", "is_socket_path"]
 
 logger = logging.getLogger(__name__)
 
-SOCKET_PATH: Final = re.compile(r"^/v1/sync/([^/]+)/ws$")
 AWS_SOCKET_PATH: Final = "/ws"
 MANAGEMENT_PATH: Final = re.compile(r"^/@connections/([^/]+)$")
-AWS_MESSAGE_LIMIT: Final = 128 * 1024
 AWS_IDLE_S: Final = 600.0
 AWS_MAX_SESSION_S: Final = 7200.0
 CLOSE_GOING_AWAY: Final = 1001
@@ -190,7 +190,7 @@ class SocketHub:
         headers = {k.lower(): v for k, v in request.headers.items()}
         match = SOCKET_PATH.match(path)
         gateway = match.group(1) if match else params.get("gateway")
-        protocol = ServerProtocol(max_size=AWS_MESSAGE_LIMIT if self.aws_parity else MAX_FRAME_BYTES)
+        protocol = ServerProtocol(max_size=API_GATEWAY_MESSAGE_BYTES if self.aws_parity else MAX_FRAME_BYTES)
         sid = _connection_id()
         with self._lock:
             full = self._closing or len(self._sessions) + self._opening >= self.max_connections
@@ -333,7 +333,7 @@ class SocketHub:
             return None
         connection_id = unquote(match.group(1))
         if method == "POST":
-            if len(body) > AWS_MESSAGE_LIMIT:
+            if len(body) > API_GATEWAY_MESSAGE_BYTES:
                 return _management_error(413, "PayloadTooLargeException", "Message too long")
             return (200, [], b"") if self.send(connection_id, body) else _gone()
         if method == "DELETE":
