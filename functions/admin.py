@@ -13,39 +13,45 @@ from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync import edge
 from lakesync.gateway import admin as service
 from lakesync.gateway import connectors
+from lakesync.gateway.deps import GatewayDeps
 from lakesync.router import Response
 
 app = http.new_app()
 
 
+def _admin(gw: str) -> GatewayDeps:
+    """The services' dependencies, once the caller is known to be the gateway's admin (401/403 otherwise)."""
+    http.authorize(app, gw, admin=True)
+    return get_deps()
+
+
+def _document() -> object:
+    """The request's JSON document (400 when it is not JSON, 413 over the size limit)."""
+    return edge.parse_json(http.read_body(app))
+
+
 @app.post("/v1/admin/sync-rules/{gw}")
 def save_sync_rules(gw: str) -> Response:
     """Validate and store the sync rules; 200 ``{"saved": true}``."""
-    http.authorize(app, gw, admin=True)
-    document = edge.parse_json(http.read_body(app))
-    return http.json_response(service.save_sync_rules(get_deps(), gw, document))
+    return http.json_response(service.save_sync_rules(_admin(gw), gw, _document()))
 
 
 @app.get("/v1/admin/sync-rules/{gw}")
 def get_sync_rules(gw: str) -> Response:
     """The stored sync rules (an empty rule set when none)."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(service.get_sync_rules(get_deps(), gw))
+    return http.json_response(service.get_sync_rules(_admin(gw), gw))
 
 
 @app.post("/v1/admin/schema/{gw}")
 def save_schema(gw: str) -> Response:
     """Store a table schema (safe evolution only); 200 ``{"saved": true, "table", "version"}``."""
-    http.authorize(app, gw, admin=True)
-    document = edge.parse_json(http.read_body(app))
-    return http.json_response(service.save_schema(get_deps(), gw, document))
+    return http.json_response(service.save_schema(_admin(gw), gw, _document()))
 
 
 @app.get("/v1/admin/schema/{gw}")
 def list_schemas(gw: str) -> Response:
     """Every table schema with its version."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(service.list_schemas(get_deps(), gw))
+    return http.json_response(service.list_schemas(_admin(gw), gw))
 
 
 @app.post("/v1/admin/flush/{gw}")
@@ -58,53 +64,44 @@ def flush(gw: str) -> Response:
 @app.get("/v1/admin/metrics/{gw}")
 def buffer_metrics(gw: str) -> Response:
     """Buffer figures, in total and per table."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(service.metrics(get_deps(), gw))
+    return http.json_response(service.metrics(_admin(gw), gw))
 
 
 @app.get("/v1/admin/materialise/{gw}")
 def list_destinations(gw: str) -> Response:
     """The materialisation destinations, by name: 200 ``{"destinations": [...]}``."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(service.list_destinations(get_deps(), gw))
+    return http.json_response(service.list_destinations(_admin(gw), gw))
 
 
 @app.post("/v1/admin/materialise/{gw}")
 def register_destination(gw: str) -> Response:
     """Validate and register a destination; 200 ``{"registered": true, "name"}``, 400 invalid, 409 name taken."""
-    http.authorize(app, gw, admin=True)
-    document = edge.parse_json(http.read_body(app))
-    return http.json_response(service.register_destination(get_deps(), gw, document))
+    return http.json_response(service.register_destination(_admin(gw), gw, _document()))
 
 
 @app.delete("/v1/admin/materialise/{gw}/{name}")
 def unregister_destination(gw: str, name: str) -> Response:
     """Remove a destination; 200 ``{"unregistered": true, "name"}``, 404 unknown."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(service.unregister_destination(get_deps(), gw, name))
+    return http.json_response(service.unregister_destination(_admin(gw), gw, name))
 
 
 @app.post("/v1/admin/connectors/{gw}")
 def register_connector(gw: str) -> Response:
     """Validate, check and register a connector; 200 ``{"registered": true, "name"}``, 400 invalid, 409 name taken,
     502 source unreachable."""
-    http.authorize(app, gw, admin=True)
-    document = edge.parse_json(http.read_body(app))
-    return http.json_response(connectors.register_connector(get_deps(), gw, document))
+    return http.json_response(connectors.register_connector(_admin(gw), gw, _document()))
 
 
 @app.get("/v1/admin/connectors/{gw}")
 def list_connectors(gw: str) -> Response:
     """200 ``[{name, type, hasIngest, isPolling}]``."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(connectors.list_connectors(get_deps(), gw))
+    return http.json_response(connectors.list_connectors(_admin(gw), gw))
 
 
 @app.delete("/v1/admin/connectors/{gw}/{name}")
 def unregister_connector(gw: str, name: str) -> Response:
     """Remove a connector; 200 ``{"unregistered": true, "name"}``, 404 unknown."""
-    http.authorize(app, gw, admin=True)
-    return http.json_response(connectors.unregister_connector(get_deps(), gw, name))
+    return http.json_response(connectors.unregister_connector(_admin(gw), gw, name))
 
 
 @app.get("/v1/connectors/types")
