@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from lakesync.adapters import SqlStateDestination
-from lakesync.core.delta import make_delta
 from lakesync.core.schema import TableSchema, parse_table_schema
 from lakesync.sql import connect
 from tests.sql.servers import Server, mariadb_server, postgres_server
+from tests.sql.test_destination_contract import dele, ins, upd
 
-__all__ = ["mariadb_server", "postgres_server"]
+__all__ = ["dele", "ins", "mariadb_server", "postgres_server", "upd"]
 
 KINDS = ("sqlite", "postgres", "mariadb")
 
@@ -29,18 +29,6 @@ def schema_of(table: str, columns: dict[str, str] | None = None, **options: Any)
     doc: dict[str, Any] = {"table": table, "columns": [{"name": k, "type": v} for k, v in columns.items()]}
     doc.update(options)
     return parse_table_schema(doc)
-
-
-def ins(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> Any:
-    return make_delta("INSERT", table=table, row_id=row, client_id=client, hlc=hlc, columns=cols)
-
-
-def upd(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> Any:
-    return make_delta("UPDATE", table=table, row_id=row, client_id=client, hlc=hlc, columns=cols)
-
-
-def dele(table: str, row: str, hlc: int, client: str = "a") -> Any:
-    return make_delta("DELETE", table=table, row_id=row, client_id=client, hlc=hlc)
 
 
 @pytest.fixture
