@@ -46,6 +46,7 @@ from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
 from lakesync.core.merge import merge
 from lakesync.gateway.checkpoint import MAX_SERVE_BYTES, encode_row, write_checkpoint
+from lakesync.gateway.memory import InMemoryObjectStore
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GATEWAY = "default"
@@ -66,20 +67,6 @@ GOAL_VS_REPLAY = 10.0
 GOAL_WRITE_RATIO = 0.3
 
 
-class _Objects:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes, content_type: str = "") -> None:
-        self.data[key] = data
-
-    def get(self, key: str) -> bytes | None:
-        return self.data.get(key)
-
-    def list_keys(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.data if k.startswith(prefix))
-
-
 class Fixture:
     """The served bytes: checkpoint chunks and pull pages of the same rows."""
 
@@ -95,7 +82,7 @@ class Fixture:
             )
             for i in range(rows)
         ]
-        objects = _Objects()
+        objects = InMemoryObjectStore()
         self.manifest = write_checkpoint(
             objects,
             gateway=GATEWAY,
@@ -106,7 +93,7 @@ class Fixture:
             tables=[TABLE],
             rows=(encode_row(merge(None, d).state) for d in deltas),
         )
-        self.chunks = [objects.data[c.key] for c in self.manifest.chunks]
+        self.chunks = [objects.objects[c.key] for c in self.manifest.chunks]
         self.pages: list[bytes] = []
         for start in range(0, rows, PAGE):
             body = {

@@ -18,7 +18,12 @@ from lakesync.core.hlc import HLC
 from lakesync.core.materialise import MaterialiseJob, encode_payload, payload_key
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.materialise import MaterialiseDeps, materialise_job
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+from lakesync.gateway.memory import (
+    InMemoryActionStore,
+    InMemoryBufferStore,
+    InMemoryConfigStore,
+    InMemoryObjectStore,
+)
 from lakesync.gateway.pull import pull
 from tests.adapters.conftest import H, ins, schema_of, upd
 
@@ -131,21 +136,7 @@ def test_composite_source_serves_a_gateway_source_pull_with_sync_rules_and_has_m
     assert [d.hlc >> 16 for d in rest.deltas] == [5, 6] and not rest.has_more
 
 
-class Objects:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
-        self.data[key] = data
-
-    def get(self, key: str) -> bytes | None:
-        return self.data.get(key)
-
-    def list_keys(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.data if k.startswith(prefix))
-
-
-def _job(objects: Objects, table: str, deltas: list[RowDelta], lo: int) -> str:
+def _job(objects: InMemoryObjectStore, table: str, deltas: list[RowDelta], lo: int) -> str:
     hi = lo + len(deltas)
     payload = encode_payload(
         "gw", table, f"gw#{table}#0", lo, hi, [(d.row_id, json.dumps(d.to_json())) for d in deltas]
@@ -173,7 +164,7 @@ def test_the_materialise_consumer_writes_through_a_composite_of_a_fanout(open_st
     pg, maria, lite = open_state("postgres", "mat"), open_state("mariadb", "mat"), open_state("sqlite", "mat")
     # todos: PostgreSQL, mirrored best effort to SQLite; everything else: MariaDB.
     composed = CompositeDestination("composed", {"todos": FanOutDestination("todos", pg, [lite])}, default=maria)
-    config, objects = InMemoryConfigStore(), Objects()
+    config, objects = InMemoryConfigStore(), InMemoryObjectStore()
     todos, notes = schema_of("todos"), schema_of("notes")
     config.put_schema("gw", todos, 1, 0)
     config.put_schema("gw", notes, 1, 0)

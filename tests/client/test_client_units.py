@@ -27,6 +27,7 @@ from lakesync.core.merge import fold, merge, state_to_json
 from lakesync.core.messages import SyncResponse
 from lakesync.core.schema import ColumnType
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
+from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.wire import _json
 from lakesync.wire.codec import decode_sync_response
 from lakesync.wire.fast_checkpoint import decode_checkpoint
@@ -251,7 +252,7 @@ def test_checkpoint_rows_load_as_the_state_fold_gives(history: list[tuple[str, i
     ]
     state = fold(deltas)
     assert state is not None
-    objects = _Objects()
+    objects = InMemoryObjectStore()
     write_checkpoint(
         objects,
         gateway="default",
@@ -262,7 +263,7 @@ def test_checkpoint_rows_load_as_the_state_fold_gives(history: list[tuple[str, i
         tables=["todos"],
         rows=[encode_row(state)],
     )
-    frames = [body for key, body in sorted(objects.data.items()) if key.endswith(".bin")]
+    frames = [body for key, body in sorted(objects.objects.items()) if key.endswith(".bin")]
 
     # When the fast decoder reads it and the row's state is written as is
     rows = list(decode_checkpoint(frames))
@@ -276,17 +277,3 @@ def test_checkpoint_rows_load_as_the_state_fold_gives(history: list[tuple[str, i
     assert served is not None
     assert json.loads(text) == json.loads(json.dumps(state_to_json(served)))
     assert values == served.values()
-
-
-class _Objects:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes, content_type: str = "") -> None:
-        self.data[key] = data
-
-    def get(self, key: str) -> bytes | None:
-        return self.data.get(key)
-
-    def list_keys(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.data if k.startswith(prefix))

@@ -330,3 +330,23 @@ class InMemoryConnectionStore:
     def list_connections(self, gateway: str) -> list[Connection]:
         with self._lock:
             return [c for c in self._connections.values() if c.gateway == gateway]
+
+
+class InMemoryObjectStore:
+    """The :class:`~lakesync.ports.ObjectStore` as a dict (``objects``), for tests and benchmarks; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.objects: dict[str, bytes] = {}
+
+    def put(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+        with self._lock:
+            self.objects[key] = bytes(data)
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            return self.objects.get(key)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        with self._lock:
+            return sorted(k for k in self.objects if k.startswith(prefix))
