@@ -4,7 +4,7 @@ Each job's schedule invokes this function with ``{"job": "flush" | "compact" | "
 (:class:`~lakesync.aws.function_settings.LakeTickSettings`) are read and the clients made on the first invocation.
 Each tick writes one log line (the decision, its reasons, the run). While the checkpoints lag flushed data, the
 checkpoint tick also writes the one custom metric, ``LakeSync/CheckpointAgeSeconds`` (dimension
-``service=lake_tick``; :meth:`LakeTick.checkpoint_age_s`), which the ``CheckpointAge`` alarm watches (no data reads
+``service=lake_tick``; :attr:`TickReport.checkpoint_age_s`), which the ``CheckpointAge`` alarm watches (no data reads
 as OK). CloudWatch bills a custom metric for every hour it is written, so nothing else is written and an idle
 deployment writes nothing (the job runs themselves are in Glue's history).
 """
@@ -58,16 +58,13 @@ def get_tick() -> LakeTick:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The Lambda entry point: what the tick decided and did (also its log line)."""
     job = job_of(event)
-    tick = get_tick()
-    report = tick.tick(job)
+    report = get_tick().tick(job)
     out = report.report()
-    if job == "checkpoint":
-        out["checkpoint_age_s"] = age = tick.checkpoint_age_s()
-    if job == "checkpoint" and age > 0:
+    if report.checkpoint_age_s:
         with single_metric(
             name=CHECKPOINT_AGE_METRIC,
             unit=MetricUnit.Seconds,
-            value=age,
+            value=report.checkpoint_age_s,
             namespace=NAMESPACE,
             default_dimensions={"service": "lake_tick"},
         ):

@@ -134,16 +134,24 @@ class TickReport:
             was busy or Glue could not answer; the next tick tries again).
         run_id: The started or covering run.
         reason: For ``deferred``: ``busy`` or Glue's error code.
+        checkpoint_age_s: For the checkpoint job: how far the checkpoints lag flushed data, in seconds (the seconds
+            since the latest checkpoint of the gateway whose checkpoint is oldest among those with flushed entries it
+            does not cover); 0 when none lags, so an idle deployment never reads as late, and a lagging gateway with
+            no checkpoint yet counts 0 (its first run is pending).
     """
 
     work: Work
     outcome: Outcome
     run_id: str | None = None
     reason: str = ""
+    checkpoint_age_s: int | None = None
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready account (the handler's log line and return value)."""
-        return {**self.work.report(), "outcome": self.outcome, "run_id": self.run_id, "reason": self.reason}
+        out = {**self.work.report(), "outcome": self.outcome, "run_id": self.run_id, "reason": self.reason}
+        if self.checkpoint_age_s is not None:
+            out["checkpoint_age_s"] = self.checkpoint_age_s
+        return out
 
 
 class LakeTick:
@@ -178,23 +186,33 @@ class LakeTick:
         Raises:
             StorageError: a read failed, or Glue refused for a reason waiting cannot fix.
         """
-        work, runs = self.work(job)
+        age: int | None = None
+        if job == "flush":
+            work, runs = self._flush()
+        else:
+            heads, positions = self.reader.heads(), self.reader.bounds().positions
+            work, runs = self._downstream(job, heads, positions)
+            if job == "checkpoint":
+                age = self._checkpoint_age_s(heads, positions)
         if not work.due:
-            return TickReport(work, "idle")
+            return TickReport(work, "idle", checkpoint_age_s=age)
         covering = work.covering(runs)
         if covering is not None:
-            return TickReport(work, "covered", covering.run_id)
+            return TickReport(work, "covered", covering.run_id, checkpoint_age_s=age)
         run_id, why = self.runners[job].try_start()
         if run_id is None:
-            return TickReport(work, "deferred", reason=why)
-        return TickReport(work, "started", run_id)
+            return TickReport(work, "deferred", reason=why, checkpoint_age_s=age)
+        return TickReport(work, "started", run_id, checkpoint_age_s=age)
 
     def work(self, job: JobKind) -> tuple[Work, list[JobRun]]:
         """``job``'s work and the job's recent runs (read only when there is work)."""
         if job == "flush":
             return self._flush()
-        heads = self.reader.heads()
-        positions = self.reader.bounds().positions
+        return self._downstream(job, self.reader.heads(), self.reader.bounds().positions)
+
+    def _downstream(
+        self, job: JobKind, heads: Mapping[str, ShardHead], positions: Mapping[str, int]
+    ) -> tuple[Work, list[JobRun]]:
         if not lagging_shards(heads, positions):
             return Work(job), []
         upstream_kind: JobKind = "flush" if job == "compact" else "compact"
@@ -203,15 +221,8 @@ class LakeTick:
         decide = compact_work if job == "compact" else checkpoint_work
         return decide(heads, positions, upstream, runs), runs
 
-    def checkpoint_age_s(self) -> int:
-        """How far the checkpoints lag flushed data: the seconds since the latest checkpoint of the gateway whose
-        checkpoint is oldest among those with flushed entries it does not cover; 0 when none lags (an idle deployment
-        never reads as late), and a lagging gateway that has no checkpoint yet counts 0 (its first run is pending).
-
-        Raises:
-            StorageError: a read failed.
-        """
-        lagging = lagging_shards(self.reader.heads(), self.reader.bounds().positions)
+    def _checkpoint_age_s(self, heads: Mapping[str, ShardHead], positions: Mapping[str, int]) -> int:
+        lagging = lagging_shards(heads, positions)
         times = self.reader.checkpoint_times(ShardId.parse(key).gateway for key in lagging)
         if not times:
             return 0
