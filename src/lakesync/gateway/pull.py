@@ -291,7 +291,8 @@ class StoresPullBasis:
         return PullBasis(rules_read.result(), shards)
 
 
-def _visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
+def entry_visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
+    """Whether a client with ``claims`` receives ``entry``: its row is visible before or after the change."""
     if not rules_apply(rules):
         return True
     assert rules is not None
@@ -329,7 +330,7 @@ def _collect(
     settings = deps.settings
     for _reader, entry in _merged(readers):
         scanned += 1
-        if _visible(entry, rules, claims):
+        if entry_visible(entry, rules, claims):
             collected.append(entry)
             size += entry.size
         if len(collected) >= limit or size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:

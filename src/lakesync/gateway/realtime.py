@@ -37,7 +37,7 @@ from lakesync.core.errors import (
     ValidationError,
 )
 from lakesync.core.messages import SyncResponse
-from lakesync.core.rules import SyncRules, change_visible, rules_apply
+from lakesync.core.rules import SyncRules
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
@@ -338,12 +338,10 @@ class BroadcastReport:
 
 def visible_to(connection: Connection, rules: SyncRules | None, entries: Iterable[LogEntry]) -> list[LogEntry]:
     """The entries ``connection`` receives: not its own, and visible under its claims before or after the change."""
-    filtering = rules_apply(rules)
     return [
         e
         for e in entries
-        if e.delta.client_id != connection.client_id
-        and (not filtering or change_visible(rules, connection.claims, e.shard.table, e.before, e.after))
+        if e.delta.client_id != connection.client_id and pull_service.entry_visible(e, rules, connection.claims)
     ]
 
 
