@@ -29,10 +29,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from zoneinfo import ZoneInfo
+
+from tests.connectors.vendor_http import StateServer, serving
 
 
 def jira_time(value: datetime, zone: ZoneInfo) -> str:
@@ -292,7 +294,7 @@ class JiraState:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: StateServer[JiraState]
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -471,24 +473,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(201, comment)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, state: JiraState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.state = state
-
-
 @contextmanager
 def running(state: JiraState) -> Iterator[str]:
     """Serve ``state`` on a free local port; yields the base URL."""
-    server = _Server(state)
-    state.base_url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield state.base_url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+
+    def remember(url: str) -> None:
+        state.base_url = url
+
+    with serving(_Handler, state, remember) as url:
+        yield url

@@ -29,11 +29,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jwt
+
+from tests.connectors.vendor_http import StateServer, serving
 
 SYSTEM = ["Id", "IsDeleted", "SystemModstamp", "CreatedDate", "LastModifiedDate", "OwnerId"]
 SCHEMA = {
@@ -252,7 +254,7 @@ def run_soql(state: SalesforceState, soql: str, include_deleted: bool) -> list[d
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: StateServer[SalesforceState]
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -445,24 +447,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(204, None, self._limit_headers())
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, state: SalesforceState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.state = state
-
-
 @contextmanager
 def running(state: SalesforceState) -> Iterator[str]:
     """Serve ``state`` on a free local port; yields the base URL (My Domain, login and instance URL at once)."""
-    server = _Server(state)
-    state.base_url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield state.base_url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+
+    def remember(url: str) -> None:
+        state.base_url = url
+
+    with serving(_Handler, state, remember) as url:
+        yield url
