@@ -311,3 +311,18 @@ def test_state_is_hidden_from_the_user_table(dest: SqlDestination, db: Db, table
 def test_empty_batch_creates_the_table(dest: SqlDestination, db: Db, table: str) -> None:
     stats = dest.apply(schema_of(table), [])
     assert stats.deltas == 0 and "row_id" in db.columns(table)
+
+
+def test_two_consumers_interleaving_on_the_same_rows_see_each_others_states(
+    make_dest: Callable[[], SqlDestination], table: str
+) -> None:
+    # Each destination keeps the states it committed; a state another consumer changed since must be read again.
+    first, second = make_dest(), make_dest()
+    schema = schema_of(table)
+    first.apply(schema, [ins(table, "r", H(1), "a", title="t1", n=1)])
+    second.apply(schema, [upd(table, "r", H(3), "b", title="t3")])
+    first.apply(schema, [upd(table, "r", H(2), "c", title="t2-older", done=True)])
+    second.apply(schema, [dele(table, "gone", H(1))])
+    first.apply(schema, [upd(table, "r", H(4), "a", n=4)])
+    assert first.rows(schema) == {"r": {**EMPTY, "title": "t3", "done": True, "n": 4.0}}
+    assert second.rows(schema) == first.rows(schema)

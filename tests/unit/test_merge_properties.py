@@ -5,6 +5,7 @@ and fold equals a closed form computed here independently from the set."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from lakesync.core.canonical import JsonValue, stable_stringify
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
 from lakesync.core.hlc import encode
-from lakesync.core.merge import RowState, fold, join, merge
+from lakesync.core.merge import RowState, fold, join, merge, state_from_json, state_json_text, state_to_json
 
 SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -253,3 +254,25 @@ def test_effective_deltas_fold_into_a_cached_state_that_is_behind_or_ahead(
 
     # Then it is the replica's final state
     assert snapshot(state) == snapshot(states[-1])
+
+
+@SETTINGS
+@given(st.lists(DELTAS, min_size=1, max_size=8), st.floats(allow_nan=False, allow_infinity=False))
+def test_state_json_text_reusing_earlier_entries_encodes_what_state_to_json_says(
+    deltas: list[RowDelta], number: float
+) -> None:
+    # Every intermediate state is encoded reusing the previous call's entries, as the materialiser does.
+    deltas.append(
+        make_delta("UPDATE", table="todos", row_id="row-1", client_id="a", hlc=HLCS[-1] + 1, columns={"n": number})
+    )
+    state: RowState | None = None
+    parts = None
+    for delta in deltas:
+        state = merge(state, delta).state
+        text, parts = state_json_text(state, parts)
+        assert json.loads(text) == state_to_json(state)
+        decoded = state_from_json("todos", "row-1", json.loads(text))
+        assert decoded == state
+        assert all(
+            type(v) is type(c.value) for v, c in ((decoded.columns[n].value, c) for n, c in state.columns.items())
+        )

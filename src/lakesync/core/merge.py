@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,16 +186,22 @@ def _derived(
 ) -> RowState:
     """A state the merge itself derived from a valid one: it holds the invariants by construction, so the checks of
     ``RowState.__post_init__`` (a third of a merge's time) are skipped."""
-    state = object.__new__(RowState)
-    for name, value in (
-        ("table", table),
-        ("row_id", row_id),
-        ("columns", columns),
-        ("tombstone", tombstone),
-        ("written", written),
-    ):
-        object.__setattr__(state, name, value)
+    state = _new_state(RowState)
+    _set_table(state, table)
+    _set_row_id(state, row_id)
+    _set_columns(state, columns)
+    _set_tombstone(state, tombstone)
+    _set_written(state, written)
     return state
+
+
+# The slots' own setters: a frozen dataclass refuses attribute assignment, its member descriptors do not.
+_new_state = object.__new__
+_set_table = RowState.__dict__["table"].__set__
+_set_row_id = RowState.__dict__["row_id"].__set__
+_set_columns = RowState.__dict__["columns"].__set__
+_set_tombstone = RowState.__dict__["tombstone"].__set__
+_set_written = RowState.__dict__["written"].__set__
 
 
 def _mismatch(left: RowState, table: str, row_id: str) -> ConflictError:
@@ -374,6 +381,42 @@ def state_to_json(state: RowState) -> dict[str, Any]:
         "t": _version_json(state.tombstone),
         "w": _version_json(state.written),
     }
+
+
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode_str = json.encoder.encode_basestring_ascii  # what ``_encode`` does to a str, without its dispatch
+
+StateParts = dict[str, tuple[ColumnState, str]]
+"""Each column's encoded entry in a state's JSON text, with the :class:`ColumnState` it encodes."""
+
+
+def state_json_text(state: RowState, reuse: StateParts | None = None) -> tuple[str, StateParts]:
+    """:func:`state_to_json` as compact JSON text, and the encoded column entries for the next call.
+
+    ``reuse``: the entries returned for an earlier state of the row; an entry is reused when its column still holds
+    the very same :class:`ColumnState` object (a merge keeps the objects of columns it did not write), so only the
+    columns a merge wrote are encoded again.
+    """
+    parts: StateParts = {}
+    for name, col in state.columns.items():
+        known = reuse.get(name) if reuse is not None else None
+        if known is not None and known[0] is col:
+            parts[name] = known
+        else:
+            value = col.value
+            kind = type(value)
+            if kind is str:
+                text = _encode_str(value)
+            elif kind is float:
+                text = float.__repr__(value)  # JSON's own rendering of a finite float
+            else:
+                text = _encode(value)
+            parts[name] = (col, f'{_encode_str(name)}:[{text},"{col.hlc}",{_encode_str(col.client_id)}]')
+    body = ",".join(entry for _, entry in parts.values())
+    tomb, written = state.tombstone, state.written
+    t = "null" if tomb is None else f'["{tomb.hlc}",{_encode_str(tomb.client_id)}]'
+    w = "null" if written is None else f'["{written.hlc}",{_encode_str(written.client_id)}]'
+    return f'{{"c":{{{body}}},"t":{t},"w":{w}}}', parts
 
 
 def state_from_json(table: str, row_id: str, data: Mapping[str, Any], *, trusted: bool = False) -> RowState:

@@ -74,9 +74,12 @@ def _json_ok(value: Any, allow_nul: bool, depth: int = 0) -> bool:
     return value is None or isinstance(value, bool | int)
 
 
+_json_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def json_text(value: JsonValue) -> str:
     """The JSON text stored for a json column (compact, non-ASCII kept as is)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _json_text(value)
 
 
 def coerce_value(value: JsonValue, column_type: ColumnType, *, allow_nul: bool = True) -> Coerced:

@@ -15,8 +15,11 @@ One ``apply`` is one database transaction:
 2. ``BEGIN`` (SQLite: ``BEGIN IMMEDIATE``); read the table's materialised columns under a shared lock of its
    metadata row (so a concurrent back-fill and a batch never interleave); if the schema has columns not yet
    materialised, roll back and do step 1 again;
-3. create the batch's missing state rows, then lock them all (``SELECT ... FOR UPDATE`` in ``row_id`` order);
-4. fold each row's deltas into its stored state; rows whose state did not change are left alone;
+3. lock the batch's state rows (``SELECT ... FOR UPDATE`` in ``row_id`` order), then create and lock the rows seen for
+   the first time;
+4. fold each row's deltas into its stored state; rows whose state did not change are left alone. A stored state
+   whose text equals what this process last committed for the row is taken from memory instead of decoded (the
+   text comparison makes a stale entry harmless); only columns a merge wrote are encoded and coerced again;
 5. write the changed states; upsert the live rows with every column (``deleted_at = NULL`` un-deletes); delete or
    soft-delete rows that existed and no longer do (a late older write cannot resurrect them: the tombstone in the
    state keeps it out);
@@ -30,22 +33,24 @@ the call is written. Rows whose primary key columns would be NULL cannot be stor
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError
-from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
+from lakesync.core.merge import RowState, StateParts, merge, state_from_json, state_json_text
 from lakesync.core.schema import TableSchema
 from lakesync.ports import ApplyStats
-from lakesync.sql.coerce import coerce_value, decode_value
+from lakesync.sql.coerce import Coerced, coerce_value, decode_value
 from lakesync.sql.dialect import (
     LayoutError,
     TableLayout,
@@ -65,6 +70,8 @@ MAX_ATTEMPTS: Final = 8
 """Tries of one call before a retryable error is raised."""
 _BACKOFF_S: Final = 0.02
 _BACKOFF_CAP_S: Final = 1.0
+STATE_CACHE_BYTES: Final = 16 * 1024 * 1024
+"""Stored state text kept decoded per table and process; a stored state equal to the kept text is not decoded again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,17 @@ class SqlApplyStats(ApplyStats):
     nulled: int = 0
     skipped: int = 0
     attempts: int = 1
+
+
+@dataclass(slots=True)
+class _Known:
+    """A row's committed state as stored (``text``), decoded, with its encoded columns and its last projection."""
+
+    text: str
+    state: RowState
+    parts: StateParts | None = None
+    layout: TableLayout | None = None
+    coerced: tuple[Coerced, ...] | None = None
 
 
 class _SchemaBehind(Exception):
@@ -103,6 +121,9 @@ class SqlDestination:
         self._lock = threading.Lock()
         self._system_ready = False
         self._ensured: set[TableLayout] = set()
+        self._known: dict[tuple[str, str], dict[str, _Known]] = {}
+        self._known_bytes: dict[tuple[str, str], int] = {}
+        self._layouts: dict[TableLayout, TableLayout] = {}
 
     def __repr__(self) -> str:
         return f"SqlDestination({self.name!r}, {self.dialect.name}, {self.executor.location})"
@@ -129,7 +150,7 @@ class SqlDestination:
                     retryable=False,
                 )
             groups.setdefault(delta.row_id, []).append(delta)
-        with self._lock:
+        with self._lock, _collector_paused():
             return self._with_retries(lambda attempt: self._apply_once(layout, source, groups, len(deltas), attempt))
 
     def rows(self, schema: TableSchema) -> dict[str, dict[str, Any]]:
@@ -246,20 +267,20 @@ class SqlDestination:
         self._ensure(wanted)
         dialect = self.dialect
         row_ids = sorted(groups)
+        cache_key = (wanted.table, source)
+        known = self._known.setdefault(cache_key, {})
+        learned: dict[str, _Known] = {}
         with self.executor.transaction() as run:
             meta = _meta_columns(run(dialect.read_meta(wanted.table, exclusive=False)))
-            known = {name for name, _ in meta}
-            if any(name not in known for name in wanted.column_names):
+            names = {name for name, _ in meta}
+            if any(name not in names for name in wanted.column_names):
                 raise _SchemaBehind
             # Project onto every materialised column, including ones a newer schema added: the row stays the fold.
             layout = wanted.with_columns(meta)
+            layout = self._layouts.setdefault(layout, layout)  # one object per layout: projections compare by identity
             if not row_ids:
                 return SqlApplyStats(deltas=count, attempts=attempt)
-            for stmt in dialect.ensure_states(layout.table, row_ids):
-                run(stmt)
-            stored: dict[str, str | None] = {}
-            for stmt in dialect.lock_states(layout.table, row_ids):
-                stored.update((str(rid), text) for rid, text in run(stmt))
+            stored = self._lock_states(run, layout.table, row_ids)
 
             new_states: list[tuple[str, str]] = []
             live: list[tuple[Any, ...]] = []
@@ -270,7 +291,14 @@ class SqlDestination:
             keyed = layout.primary_key != ("row_id",)
             for row_id in row_ids:
                 text = stored.get(row_id)
-                old = state_from_json(source, row_id, json.loads(text), trusted=True) if text is not None else None
+                before = known.get(row_id)
+                if text is None:
+                    before = None
+                elif before is None or before.text != text:
+                    state_json = json.loads(text)
+                    before = _Known(text, state_from_json(source, row_id, state_json, trusted=True))
+                    learned[row_id] = before
+                old = before.state if before is not None else None
                 state = old
                 changed = False
                 for delta in groups[row_id]:
@@ -280,7 +308,10 @@ class SqlDestination:
                 if not changed or state is None:
                     unchanged += 1
                     continue
-                new_states.append((row_id, json.dumps(state_to_json(state), separators=(",", ":"))))
+                new_text, parts = state_json_text(state, before.parts if before is not None else None)
+                new_states.append((row_id, new_text))
+                after = _Known(new_text, state, parts)
+                learned[row_id] = after
                 was_live = old is not None and old.exists
                 if not state.exists:
                     if was_live:
@@ -288,7 +319,7 @@ class SqlDestination:
                     else:
                         unchanged += 1
                     continue
-                row = self._project(layout, row_id, state, nulled)
+                row = self._project(layout, row_id, after, before, nulled)
                 if keyed and was_live and old is not None:
                     old_key = self._key_of(layout, row_id, old)
                     if old_key is not None and old_key != self._key_of(layout, row_id, state):
@@ -313,6 +344,7 @@ class SqlDestination:
                 run(stmt)
             for stmt in dialect.delete_rows(layout, dead):
                 run(stmt)
+        self._remember(cache_key, learned)
         if nulled:
             logger.warning(
                 "destination %s: %d value(s) not representable in %s written as NULL: %s",
@@ -331,21 +363,72 @@ class SqlDestination:
             attempts=attempt,
         )
 
+    def _lock_states(self, run: Run, table: str, row_ids: list[str]) -> dict[str, str | None]:
+        """Lock the state rows of ``row_ids`` (creating the missing ones) and return their stored states.
+
+        The rows that exist are locked first, in one statement; only rows seen for the first time are created and
+        then locked (a row another consumer created meanwhile comes back with its state).
+        """
+        dialect = self.dialect
+        stored: dict[str, str | None] = {}
+        for stmt in dialect.lock_states(table, row_ids):
+            stored.update((str(rid), text) for rid, text in run(stmt))
+        missing = [rid for rid in row_ids if rid not in stored]
+        if missing:
+            for stmt in dialect.ensure_states(table, missing):
+                run(stmt)
+            for stmt in dialect.lock_states(table, missing):
+                stored.update((str(rid), text) for rid, text in run(stmt))
+        return stored
+
+    def _remember(self, cache_key: tuple[str, str], learned: dict[str, _Known]) -> None:
+        """Keep the committed states (bounded by their text size; the whole table's cache is dropped when full)."""
+        known = self._known[cache_key]
+        size = self._known_bytes.get(cache_key, 0)
+        for row_id, entry in learned.items():
+            previous = known.get(row_id)
+            size += len(entry.text) - (len(previous.text) if previous is not None else 0)
+            known[row_id] = entry
+        if size > STATE_CACHE_BYTES:
+            known.clear()
+            size = 0
+        self._known_bytes[cache_key] = size
+
     def _project(
-        self, layout: TableLayout, row_id: str, state: RowState, nulled: Counter[str]
+        self,
+        layout: TableLayout,
+        row_id: str,
+        after: _Known,
+        before: _Known | None,
+        nulled: Counter[str],
     ) -> tuple[Any, ...] | None:
-        values = state.values() or {}
-        out: list[Any] = [row_id]
+        """The row to write (``None`` if a primary-key column would be NULL); ``after`` keeps it for the next call.
+
+        A column whose :class:`ColumnState` did not change since ``before`` was projected under the same layout keeps
+        its coerced value.
+        """
+        state = after.state
+        reuse = before is not None and before.layout is layout and before.coerced is not None
+        old_columns = before.state.columns if before is not None else {}
+        columns = state.columns
         allow_nul = self.dialect.allow_nul
-        for name, ctype in layout.columns:
-            coerced = coerce_value(values.get(name), ctype, allow_nul=allow_nul)
+        coerced_row: list[Coerced] = []
+        for i, (name, ctype) in enumerate(layout.columns):
+            col = columns.get(name)
+            if reuse and old_columns.get(name) is col:
+                assert before is not None and before.coerced is not None
+                coerced = before.coerced[i]
+            else:
+                coerced = coerce_value(None if col is None else col.value, ctype, allow_nul=allow_nul)
             if coerced.dropped:
                 nulled[name] += 1
-            out.append(coerced.value)
+            coerced_row.append(coerced)
+        after.layout, after.coerced = layout, tuple(coerced_row)
+        out = (row_id, *(c.value for c in coerced_row))
         for key in layout.primary_key:
             if key != "row_id" and out[1 + layout.column_names.index(key)] is None:
                 return None
-        return tuple(out)
+        return out
 
     def _key_of(self, layout: TableLayout, row_id: str, state: RowState) -> tuple[Any, ...] | None:
         values = state.values()
@@ -356,6 +439,35 @@ class SqlDestination:
             row_id if key == "row_id" else coerce_value(values.get(key), layout.types[key], allow_nul=allow_nul).value
             for key in layout.primary_key
         )
+
+
+_collector_lock = threading.Lock()
+_collector_holders = 0
+_collector_was_enabled = False
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the duration of an ``apply``.
+
+    A call allocates a few objects per delta and column, all freed by reference counting (states, tuples and JSON
+    values hold no cycles), while the kept states (``_Known``) make every full collection walk tens of thousands of
+    objects: measured, the collector's passes cost more than the merge itself. Threads nest: the last one out
+    restores the collector if it was on.
+    """
+    global _collector_holders, _collector_was_enabled
+    with _collector_lock:
+        if _collector_holders == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_holders += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_holders -= 1
+            if _collector_holders == 0 and _collector_was_enabled:
+                gc.enable()
 
 
 def _stmt(sql: str) -> Any:
