@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,7 +11,10 @@ from typing import Any
 import pytest
 
 from lakesync.adapters import SqlStateDestination
+from lakesync.core.delta import RowDelta
+from lakesync.core.materialise import MaterialiseJob, encode_payload, payload_key
 from lakesync.core.schema import TableSchema, parse_table_schema
+from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.sql import connect
 from tests.sql.servers import Server, mariadb_server, postgres_server
 from tests.sql.test_destination_contract import dele, ins, upd
@@ -63,3 +67,28 @@ def open_state(url_of: Callable[[str, str], str]) -> Iterator[Callable[[str, str
     yield make
     for dest in opened:
         dest.close()
+
+
+def job_message(objects: InMemoryObjectStore, table: str, deltas: list[RowDelta], lo: int) -> str:
+    """A materialise job message for ``deltas`` of ``table`` (gateway ``gw``), its payload stored in ``objects``."""
+    hi = lo + len(deltas)
+    payload = encode_payload(
+        "gw", table, f"gw#{table}#0", lo, hi, [(d.row_id, json.dumps(d.to_json())) for d in deltas]
+    )
+    key = payload_key("gw", table, 0, lo, hi)
+    objects.put(key, payload.data)
+    job = MaterialiseJob(
+        gateway="gw",
+        table=table,
+        shard=f"gw#{table}#0",
+        lo=lo,
+        hi=hi,
+        deltas=payload.deltas,
+        rows=payload.rows,
+        bytes=len(payload.data),
+        sha256=payload.sha256,
+        bucket="claims",
+        key=key,
+        run_id="run",
+    )
+    return job.to_message()

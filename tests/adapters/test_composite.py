@@ -3,7 +3,6 @@ the gateway's ``?source=`` pull and the materialise consumer)."""
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +14,6 @@ from lakesync.aws.destinations import ConfiguredDestinations
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError
 from lakesync.core.hlc import HLC
-from lakesync.core.materialise import MaterialiseJob, encode_payload, payload_key
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.materialise import MaterialiseDeps, materialise_job
 from lakesync.gateway.memory import (
@@ -25,7 +23,7 @@ from lakesync.gateway.memory import (
     InMemoryObjectStore,
 )
 from lakesync.gateway.pull import pull
-from tests.adapters.conftest import H, ins, schema_of, upd
+from tests.adapters.conftest import H, ins, job_message, schema_of, upd
 
 pytestmark = pytest.mark.integration
 
@@ -136,30 +134,6 @@ def test_composite_source_serves_a_gateway_source_pull_with_sync_rules_and_has_m
     assert [d.hlc >> 16 for d in rest.deltas] == [5, 6] and not rest.has_more
 
 
-def _job(objects: InMemoryObjectStore, table: str, deltas: list[RowDelta], lo: int) -> str:
-    hi = lo + len(deltas)
-    payload = encode_payload(
-        "gw", table, f"gw#{table}#0", lo, hi, [(d.row_id, json.dumps(d.to_json())) for d in deltas]
-    )
-    key = payload_key("gw", table, 0, lo, hi)
-    objects.put(key, payload.data)
-    job = MaterialiseJob(
-        gateway="gw",
-        table=table,
-        shard=f"gw#{table}#0",
-        lo=lo,
-        hi=hi,
-        deltas=payload.deltas,
-        rows=payload.rows,
-        bytes=len(payload.data),
-        sha256=payload.sha256,
-        bucket="claims",
-        key=key,
-        run_id="run",
-    )
-    return job.to_message()
-
-
 def test_the_materialise_consumer_writes_through_a_composite_of_a_fanout(open_state: Open) -> None:
     pg, maria, lite = open_state("postgres", "mat"), open_state("mariadb", "mat"), open_state("sqlite", "mat")
     # todos: PostgreSQL, mirrored best effort to SQLite; everything else: MariaDB.
@@ -172,10 +146,10 @@ def test_the_materialise_consumer_writes_through_a_composite_of_a_fanout(open_st
 
     rng = random.Random(7)
     todo_deltas = [upd("todos", f"r{rng.randrange(5)}", H(i), "c", title=f"t{i}") for i in range(1, 40)]
-    outcome = materialise_job(deps, _job(objects, "todos", todo_deltas, 0))
-    materialise_job(deps, _job(objects, "notes", [ins("notes", "n", H(1), title="note")], 0))
+    outcome = materialise_job(deps, job_message(objects, "todos", todo_deltas, 0))
+    materialise_job(deps, job_message(objects, "notes", [ins("notes", "n", H(1), title="note")], 0))
     # A redelivery changes nothing anywhere.
-    materialise_job(deps, _job(objects, "todos", todo_deltas, 0))
+    materialise_job(deps, job_message(objects, "todos", todo_deltas, 0))
 
     assert outcome.applied["composed/todos"].stats.deltas == len(todo_deltas)
     from lakesync.core.merge import fold

@@ -6,6 +6,7 @@ configured for the gateway and table, with each table schema whose delta table i
 isolated: one failing does not stop the others, and the job then fails as a whole (:class:`MaterialiseFailed`) so
 the queue redelivers it. A redelivery re-applies the job everywhere; destinations that already hold it change
 nothing (each row is the per-column LWW fold of its deltas), and the one that failed catches up.
+:func:`materialise_batch` does the same for a queue batch, applying the jobs of one gateway and table together.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError, LakeSyncError
 from lakesync.core.materialise import MaterialiseJob, PayloadError, decode_payload
 from lakesync.core.schema import TableSchema
@@ -78,11 +80,14 @@ class JobOutcome:
         job: The job.
         applied: Per ``destination/table``, its outcome.
         skipped: Why nothing was applied (no schema for the table, no destination), or None.
+        together: The range ids of the jobs applied in the same transactions, this one included (empty when it was
+            applied alone). Only the first of them carries the group's figures in ``applied``.
     """
 
     job: MaterialiseJob
     applied: Mapping[str, DestinationOutcome] = field(default_factory=dict)
     skipped: str | None = None
+    together: tuple[str, ...] = ()
 
 
 class MaterialiseFailed(LakeSyncError):
@@ -109,16 +114,80 @@ def materialise_job(deps: MaterialiseDeps, body: str) -> JobOutcome:
         PayloadError: the message or its payload is missing, malformed or corrupt (nothing was written).
         MaterialiseFailed: at least one destination failed (the others applied the job).
     """
+    job, deltas = _fetch(deps, body)
+    return _raise_failures(_apply(deps, (job,), deltas)[0])
+
+
+def materialise_batch(deps: MaterialiseDeps, bodies: Sequence[str]) -> list[JobOutcome | LakeSyncError]:
+    """Apply the jobs of one queue batch: per message, its outcome or why it failed.
+
+    Jobs of the same gateway and table are applied together, in one ``apply`` per destination and schema: the result
+    is the same fold (a destination row is the LWW fold of every delta applied to it, in any grouping), while rows
+    that several jobs touch are read, merged and written once. If that combined apply fails anywhere, each job of the
+    group is applied again on its own, so a failure is reported for the job that causes it and the other jobs
+    succeed (re-applying to a destination that took the combined apply changes nothing). A message whose job or
+    payload is bad fails alone, before anything is applied.
+
+    Returns:
+        Per message, in order: its :class:`JobOutcome` (for a job applied together with others, ``together`` names
+        them and the figures are on the group's first job), a :class:`PayloadError` or a :class:`MaterialiseFailed`.
+    """
+    results: list[JobOutcome | LakeSyncError | None] = [None] * len(bodies)
+    groups: dict[tuple[str, str], list[tuple[int, MaterialiseJob, list[RowDelta]]]] = {}
+    for index, body in enumerate(bodies):
+        try:
+            job, deltas = _fetch(deps, body)
+        except PayloadError as exc:
+            results[index] = exc
+            continue
+        groups.setdefault((job.gateway, job.table), []).append((index, job, deltas))
+    for members in groups.values():
+        jobs = tuple(job for _, job, _ in members)
+        outcomes = _apply(deps, jobs, [d for _, _, deltas in members for d in deltas])
+        if len(members) > 1 and any(isinstance(o, MaterialiseFailed) for o in outcomes):
+            outcomes = [_apply(deps, (job,), deltas)[0] for _, job, deltas in members]
+        for (index, _, _), outcome in zip(members, outcomes, strict=True):
+            results[index] = outcome
+    return [r for r in results if r is not None]
+
+
+def _fetch(deps: MaterialiseDeps, body: str) -> tuple[MaterialiseJob, list[RowDelta]]:
     job = MaterialiseJob.from_message(body)
     if job.bucket != deps.bucket:
         raise PayloadError(f"Materialise job {job.range_id} points at bucket {job.bucket!r}, not {deps.bucket!r}")
-    deltas = decode_payload(job, deps.payloads.get(job.key))
-    schemas = _schemas_of(deps.config.get_schemas(job.gateway), job.table)
+    return job, decode_payload(job, deps.payloads.get(job.key))
+
+
+def _raise_failures(outcome: JobOutcome | LakeSyncError) -> JobOutcome:
+    if isinstance(outcome, LakeSyncError):
+        raise outcome
+    return outcome
+
+
+def _apply(
+    deps: MaterialiseDeps, jobs: tuple[MaterialiseJob, ...], deltas: list[RowDelta]
+) -> list[JobOutcome | LakeSyncError]:
+    """Apply ``deltas`` (the payloads of ``jobs``, all of one gateway and table) to every destination of the table."""
+    first = jobs[0]
+
+    def each(applied: Mapping[str, DestinationOutcome] | None = None, skipped: str | None = None) -> list[JobOutcome]:
+        others = tuple(j.range_id for j in jobs)
+        return [
+            JobOutcome(
+                job,
+                applied if (applied is not None and i == 0) else {},
+                skipped,
+                together=others if len(jobs) > 1 else (),
+            )
+            for i, job in enumerate(jobs)
+        ]
+
+    schemas = _schemas_of(deps.config.get_schemas(first.gateway), first.table)
     if not schemas:
-        return JobOutcome(job, skipped=f"no schema for table {job.table!r}")
-    resolved = deps.destinations.destinations(job.gateway, job.table)
+        return list(each(skipped=f"no schema for table {first.table!r}"))
+    resolved = deps.destinations.destinations(first.gateway, first.table)
     if not resolved.opened and not resolved.failures:
-        return JobOutcome(job, skipped=f"no destination for table {job.table!r}")
+        return list(each(skipped=f"no destination for table {first.table!r}"))
     applied: dict[str, DestinationOutcome] = {}
     failures: dict[str, LakeSyncError] = dict(resolved.failures)
     for destination in resolved.opened:
@@ -136,10 +205,10 @@ def materialise_job(deps: MaterialiseDeps, body: str) -> JobOutcome:
                 deps.destinations.discard(destination)
                 break
             applied[label] = DestinationOutcome(stats, time.perf_counter() - started)
-    outcome = JobOutcome(job, applied)
+    outcomes = each(applied)
     if failures:
-        raise MaterialiseFailed(outcome, failures)
-    return outcome
+        return [MaterialiseFailed(outcome, failures) for outcome in outcomes]
+    return list(outcomes)
 
 
 def _schemas_of(schemas: Mapping[str, tuple[TableSchema, int]], table: str) -> list[TableSchema]:
@@ -155,6 +224,7 @@ __all__ = [
     "MaterialiseDeps",
     "MaterialiseFailed",
     "ResolvedDestinations",
+    "materialise_batch",
     "materialise_job",
     "report_failure",
     "report_outcome",
@@ -194,6 +264,8 @@ def report_outcome(outcome: JobOutcome) -> JobReport:
         "deltas": job.deltas,
         "destinations": destinations,
     }
+    if outcome.together:
+        fields["together"] = list(outcome.together)
     counts = {"MaterialiseJobs": 1, "MaterialisedDeltas": job.deltas, **_row_counts(outcome.applied)}
     return JobReport("info", "Materialise job applied", fields, counts)
 
