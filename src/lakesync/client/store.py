@@ -4,9 +4,16 @@ Layout of the file (WAL mode):
 
 * one user table per schema (:mod:`lakesync.client.tables`): ``_rowId`` + typed columns, what other tools read;
 * ``_lakesync_state``: per row the per-column LWW state (:func:`lakesync.core.merge.state_to_json`), the source of
-  truth the user row is materialised from; a deleted row keeps its tombstone, so an older write never resurrects it;
-* ``_lakesync_outbox``: the local deltas not yet acknowledged, one entry per write call (a JSON array of wire deltas)
-  with ``sent``, how many of its leading deltas the gateway acknowledged;
+  truth the user row is materialised from; a deleted row keeps its tombstone, so an older write never resurrects it.
+  A row written by one write delta whose values all read back exactly from their typed columns
+  (:func:`lakesync.client.tables.exact_types`: a fresh bulk insert, a checkpoint row) keeps a *compact* state instead,
+  ``[hlc, clientId, [columns], kinds]`` (every listed column and ``written`` at that version, no tombstone): the values
+  are the user row's, read when the state is (:meth:`LocalStore._decode_state`); the first merge into the row writes
+  its full state;
+* ``_lakesync_outbox``: the local deltas not yet acknowledged, one entry per write call with ``sent``, how many of its
+  leading deltas the gateway acknowledged. An entry is a JSON array of wire deltas, or for a bulk insert
+  ``{"op", "hlc", "rows": [[table, rowId, values]...]}``, rendered to wire deltas at push time: the deltaId is a pure
+  function of the stored rows, HLC and clientId, so a re-send after a crash carries the same deltaIds;
 * ``_lakesync_meta``: clientId, gateway, the HLC's last value (the clock never goes backwards across restarts), the
   pull cursor and the checkpoint it came from;
 * ``_lakesync_rejected``: local deltas the gateway refused for good (400/413/422), kept for the app to inspect.
@@ -34,8 +41,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import itertools
 import json
 import logging
+import operator
 import sqlite3
 import threading
 import time
@@ -49,10 +58,15 @@ from lakesync.client import _fast
 from lakesync.client.backoff import Backoff
 from lakesync.client.http import ApiError, SyncClient
 from lakesync.client.tables import (
+    KIND_CODES,
+    KINDS_BY_CODE,
+    ROW_ID,
     LocalTable,
     LocalWriteError,
     RowExistsError,
     RowNotFoundError,
+    bind_column,
+    from_sql,
     load_tables,
     quote,
 )
@@ -62,7 +76,7 @@ from lakesync.core.errors import ClockDriftError, LakeSyncError
 from lakesync.core.hlc import HLC, Clock, decode, system_clock
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.schema import TableSchema
-from lakesync.wire.fast_checkpoint import RawDelta, decode_checkpoint
+from lakesync.wire.fast_checkpoint import CheckpointDeltas, RawDelta, decode_checkpoint_deltas
 
 logger = logging.getLogger(__name__)
 
@@ -301,6 +315,8 @@ class LocalStore:
         self._thread: threading.Thread | None = None
         self._listener: Any = None
         self._closed = False
+        self._shapes: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._wires: dict[int, tuple[str, ...]] = {}
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
             self._open_file()
@@ -356,7 +372,7 @@ class LocalStore:
         # A new table or new columns: the state may already hold values for them (pulled before the schema was known).
         rows = db.execute("SELECT row_id, state FROM _lakesync_state WHERE tbl = ?", (table.name,)).fetchall()
         for row_id, text in rows:
-            self._materialise(table.name, state_from_json(table.name, row_id, json.loads(text), trusted=True))
+            self._materialise(table.name, self._decode_state(table.name, row_id, text))
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -393,7 +409,29 @@ class LocalStore:
         row = self._db.execute(
             "SELECT state FROM _lakesync_state WHERE tbl = ? AND row_id = ?", (table, row_id)
         ).fetchone()
-        return None if row is None else state_from_json(table, row_id, json.loads(row[0]), trusted=True)
+        return None if row is None else self._decode_state(table, row_id, row[0])
+
+    def _decode_state(self, table: str, row_id: str, text: str) -> RowState:
+        """A stored state: the full JSON, or a compact state completed with the values of the user row."""
+        data = json.loads(text)
+        if isinstance(data, dict):
+            return state_from_json(table, row_id, data, trusted=True)
+        hlc, client_id, names, kinds = data
+        values: Sequence[Any] = ()
+        if names:
+            select = ", ".join(quote(n) for n in names)
+            got = self._db.execute(
+                f"SELECT {select} FROM {quote(table)} WHERE {quote(ROW_ID)} = ?", (row_id,)
+            ).fetchone()
+            if got is None:
+                raise SyncStateError(f"Row {table}:{row_id} has a compact state but no row in its table")
+            values = got
+        version = [hlc, client_id]
+        columns = {
+            name: [from_sql(KINDS_BY_CODE[code], value), hlc, client_id]
+            for name, code, value in zip(names, kinds, values, strict=True)
+        }
+        return state_from_json(table, row_id, {"c": columns, "t": None, "w": version}, trusted=True)
 
     def _put_state(self, state: RowState) -> None:
         self._db.execute(
@@ -460,7 +498,7 @@ class LocalStore:
             self._check_open()
             total = 0
             for text, sent in self._db.execute("SELECT deltas, sent FROM _lakesync_outbox"):
-                total += len(json.loads(text)) - sent
+                total += len(_entry_keys(text)) - sent
             return total
 
     @property
@@ -502,8 +540,19 @@ class LocalStore:
         self._write([(DeltaOp.DELETE, table, row_id, None)])
 
     def insert_many(self, table: str, rows: Mapping[str, Mapping[str, JsonValue]]) -> None:
-        """Insert many rows (``{row_id: values}``) in one transaction: all or nothing."""
-        self._write([(DeltaOp.INSERT, table, row_id, values) for row_id, values in rows.items()])
+        """Insert many rows (``{row_id: values}``) in one transaction: all or nothing.
+
+        Raises:
+            LocalWriteError: bad input; RowExistsError: a row is live. Nothing is written then.
+        """
+        if len(rows) < 2:
+            self._write([(DeltaOp.INSERT, table, row_id, values) for row_id, values in rows.items()])
+            return
+        local = self._table(table)
+        gateway = self.gateway
+        prepared = [local.prepare_insert(gateway, row_id, values or {}) for row_id, values in rows.items()]
+        items = list(zip(itertools.repeat(table), rows.keys(), rows.values(), strict=False))
+        self._write_fresh(items, prepared, {table: set(rows)})
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Batch]:
@@ -519,48 +568,89 @@ class LocalStore:
             self._write(collected.ops)
 
     def _write(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue] | None]]) -> None:
+        if (
+            len(ops) > 1
+            and all(op is DeltaOp.INSERT for op, *_ in ops)
+            and len({(t, r) for _, t, r, _ in ops}) == len(ops)
+        ):
+            # Checked and bound in one pass per row (the rows are kept for the bulk insert).
+            prepared = [self._table(t).prepare_insert(self.gateway, r, v or {}) for _, t, r, v in ops]
+            changed: dict[str, set[str]] = {}
+            for _, table, row_id, _ in ops:
+                changed.setdefault(table, set()).add(row_id)
+            self._write_fresh([(t, r, v or {}) for _, t, r, v in ops], prepared, changed)
+            return
         for _op, table, row_id, values in ops:
             self._table(table).check_write(self.gateway, row_id, values)
-        changed: dict[str, set[str]] = {}
         with self._tx():
-            fast = all(op is DeltaOp.INSERT for op, *_ in ops) and len({(t, r) for _, t, r, _ in ops}) == len(ops)
-            done = False
-            if fast and len(ops) > 1:
-                self._db.execute("SAVEPOINT fast_insert")
-                try:
-                    self._insert_fresh(ops)  # type: ignore[arg-type]
-                    done = True
-                    self._db.execute("RELEASE fast_insert")
-                except sqlite3.IntegrityError:
-                    # Some row already has a state (live, or deleted): the general path decides per row.
-                    self._db.execute("ROLLBACK TO fast_insert")
-                    self._db.execute("RELEASE fast_insert")
-            if not done:
-                self._write_general(ops)
+            self._write_general(ops)
             self._save_clock()
+        changed = {}
         for _, table, row_id, _ in ops:
             changed.setdefault(table, set()).add(row_id)
         self._notify(changed, "local")
         self._wake.set()
 
-    def _insert_fresh(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue]]]) -> None:
-        """Bulk INSERTs of rows with no state at all: states, user rows and one outbox entry, built as text (see
-        :mod:`lakesync.client._fast`). Raises IntegrityError if any row has a state."""
+    def _write_fresh(
+        self,
+        items: Sequence[tuple[str, str, Mapping[str, JsonValue]]],
+        prepared: Sequence[tuple[tuple[Any, ...], int]],
+        changed: dict[str, set[str]],
+    ) -> None:
+        """Checked INSERTs of distinct rows: in bulk when none has a state, else through the general path."""
+        with self._tx():
+            self._db.execute("SAVEPOINT fast_insert")
+            try:
+                self._insert_fresh(items, prepared)
+                self._db.execute("RELEASE fast_insert")
+            except sqlite3.IntegrityError:
+                # Some row already has a state (live, or deleted): the general path decides per row.
+                self._db.execute("ROLLBACK TO fast_insert")
+                self._db.execute("RELEASE fast_insert")
+                self._write_general([(DeltaOp.INSERT, t, r, v) for t, r, v in items])
+            self._save_clock()
+        self._notify(changed, "local")
+        self._wake.set()
+
+    def _insert_fresh(
+        self,
+        items: Sequence[tuple[str, str, Mapping[str, JsonValue]]],
+        prepared: Sequence[tuple[tuple[Any, ...], int]],
+    ) -> None:
+        """Bulk INSERTs of rows with no state at all: states, user rows and one outbox entry. Raises IntegrityError if
+        any row has a state.
+
+        A row whose values are exact gets a compact state (its values are the user row's, see :meth:`_decode_state`);
+        the outbox entry keeps the rows (``{"op", "hlc", "rows": [[table, rowId, values]...]}``) and their wire JSON
+        and deltaIds are derived from it at push time (:func:`lakesync.client._fast.insert_delta`, deterministic: a
+        re-send carries the same deltaIds)."""
         hlc = self._clock.now()  # one event: every row of the batch carries this stamp (rows are distinct)
         client_json = _fast.json_text(self.client_id)
         states = []
-        wires = []
         users: dict[str, list[tuple[Any, ...]]] = {}
-        for _, table, row_id, values in ops:
-            wire, _did, pairs = _fast.insert_delta("INSERT", table, row_id, self.client_id, hlc, dict(values))
-            wires.append(wire)
-            states.append((table, row_id, _fast.write_state_json(pairs, hlc, client_json)))
-            users.setdefault(table, []).append(self.tables[table].row_params(row_id, values))
+        texts: dict[tuple[str, int], str] = {}
+        for (table, row_id, values), (params, shape) in zip(items, prepared, strict=True):
+            if shape >= 0:
+                text = texts.get((table, shape))
+                if text is None:
+                    local = self.tables[table]
+                    compact = self._shape_json(local, local.shape_columns(shape))
+                    text = texts[(table, shape)] = f'["{hlc}",{client_json},{compact}]'
+            else:
+                given = dict(values or {})
+                _wire, _did, pairs = _fast.insert_delta("INSERT", table, row_id, self.client_id, hlc, given)
+                text = _fast.write_state_json(pairs, hlc, client_json)
+            states.append((table, row_id, text))
+            rows = users.get(table)
+            if rows is None:
+                rows = users[table] = []
+            rows.append(params)
         db = self._db
         db.executemany("INSERT INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)", states)
-        for table, params in users.items():
-            db.executemany(self.tables[table].upsert_sql(), params)
-        db.execute("INSERT INTO _lakesync_outbox (deltas) VALUES (?)", ("[" + ",".join(wires) + "]",))
+        for table, table_rows in users.items():
+            db.executemany(self.tables[table].upsert_sql(), table_rows)
+        outbox = _encode_entry({"op": "INSERT", "hlc": str(hlc), "rows": items})
+        db.execute("INSERT INTO _lakesync_outbox (deltas) VALUES (?)", (outbox,))
 
     def _write_general(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue] | None]]) -> None:
         wires: list[str] = []
@@ -656,15 +746,27 @@ class LocalStore:
 
     # push
     def _outbox(self) -> list[OutboxEntry]:
+        """The first outbox entries with their deltas' wire JSON (rendered once per entry and cached by ``seq``: an
+        entry never changes once written, and ``seq`` is never reused)."""
         entries = []
         rows = self._db.execute(
             "SELECT seq, deltas, sent FROM _lakesync_outbox ORDER BY seq LIMIT ?", (self.push_batch,)
         )
         for seq, text, sent in rows.fetchall():
-            entries.append(OutboxEntry(seq, tuple(_split_wire(text)), sent))
+            wires = self._wires.get(seq)
+            if wires is None:
+                wires = self._wires[seq] = tuple(_entry_wires(text, self.client_id))
+            entries.append(OutboxEntry(seq, wires, sent))
         return entries
 
     def _push(self, report: SyncReport) -> None:
+        try:
+            self._push_all(report)
+        finally:
+            with self._lock:
+                self._wires.clear()
+
+    def _push_all(self, report: SyncReport) -> None:
         while True:
             with self._lock:
                 self._check_open()
@@ -859,44 +961,120 @@ class LocalStore:
             return
         if stream.cursor is None:
             raise SyncStateError("The checkpoint came without X-Checkpoint-Cursor")
-        rows = list(decode_checkpoint(stream.frames))
+        deltas = decode_checkpoint_deltas(stream.frames)
         self._receive_hlc(str(stream.server_hlc))
         with self._tx() as db:
             empty = db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
             if empty:
-                self._load_checkpoint_bulk(rows)
+                changed = self._load_checkpoint_bulk(deltas)
             else:
-                changed = self._merge_checkpoint(rows)
-                for table, ids in changed.items():
-                    report.changed.setdefault(table, set()).update(ids)
+                changed = self._merge_checkpoint(list(deltas.rows()))
             self._set_meta("cursor", stream.cursor)
             self._set_meta("checkpointId", stream.checkpoint_id or "")
             self._save_clock()
-        report.checkpoint_rows += len(rows)
+        for table, ids in changed.items():
+            report.changed.setdefault(table, set()).update(ids)
+        report.checkpoint_rows += deltas.row_count()
         report.rebootstrapped = report.rebootstrapped or again
-        if empty:
-            for row in rows:
-                report.changed.setdefault(row[0][1], set()).add(row[0][2])
 
-    def _load_checkpoint_bulk(self, rows: Sequence[list[RawDelta]]) -> None:
-        """An empty store: write each row's state as the checkpoint gives it (no merge) and its user row, in bulk."""
+    def _load_checkpoint_bulk(self, deltas: CheckpointDeltas) -> dict[str, set[str]]:
+        """An empty store: write each row's state as the checkpoint gives it (no merge) and its user row, in bulk.
+
+        A run of rows that are each one write delta of the same table and columns, with a schema, and whose values
+        are exact (:func:`lakesync.client.tables.exact_types`), is written column-wise: user rows bound straight from
+        the decoded columns and compact states (``[hlc, clientId, names, kinds]``: the values are the user row's).
+        Any other row goes through :func:`lakesync.client._fast.checkpoint_state_json` (the full state)."""
+        count = len(deltas)
+        changed: dict[str, set[str]] = {}
+        if not count:
+            return changed
+        tables, row_ids, ops, names = deltas.tables, deltas.row_ids, deltas.ops, deltas.names
+        keys = list(zip(tables, row_ids, strict=True))
+        same = list(map(operator.eq, keys[1:], keys[:-1]))  # same[i]: delta i + 1 continues delta i's row
+        alone = [True, *map(operator.not_, same)]
+        alone = list(map(operator.and_, alone, [*alone[1:], True]))
+        runs = [
+            (table, cols) if single and op is not DeltaOp.DELETE and table in self.tables else None
+            for table, cols, single, op in zip(tables, names, alone, ops, strict=True)
+        ]
+        at = 0
+        for run, group in itertools.groupby(runs):
+            end = at + sum(1 for _ in group)
+            if run is None or not self._load_run(deltas, at, end, *run):
+                self._load_rows(deltas.rows(at, end))
+            if run is not None:
+                changed.setdefault(run[0], set()).update(row_ids[at:end])
+            else:
+                for table, row_id in keys[at:end]:
+                    changed.setdefault(table, set()).add(row_id)
+            at = end
+        newest = max(deltas.hlcs)
+        if newest:
+            with contextlib.suppress(ClockDriftError):
+                self._clock.recv(newest)
+        return changed
+
+    def _load_run(self, deltas: CheckpointDeltas, start: int, end: int, table: str, names: tuple[str, ...]) -> bool:
+        """Rows ``start..end``, each one write delta of ``table`` with columns ``names``, written column-wise with
+        compact states; False (nothing written) when a column is unknown to the schema, repeated, or has a value that
+        is not exact."""
+        local = self.tables[table]
+        width = len(names)
+        if len(set(names)) != width or any(n not in local.types for n in names):
+            return False
+        values = deltas.values[deltas.starts[start] : deltas.starts[end]]
+        given = {name: values[i::width] for i, name in enumerate(names)}
+        bound: list[Any] = []
+        for column, kind, _ in local.plan:
+            if column not in given:
+                bound.append(itertools.repeat(None))
+                continue
+            column_values, exact = bind_column(kind, given[column])
+            if not exact:
+                return False
+            bound.append(column_values)
+        row_ids = deltas.row_ids[start:end]
+        shape = self._shape_json(local, names)
+        clients = deltas.client_ids[start:end]
+        hlcs = deltas.hlcs[start:end]
+        if len(set(clients)) == 1:
+            client = _fast.json_text(clients[0])
+            texts = [f'["{hlc}",{client},{shape}]' for hlc in hlcs]
+        else:
+            texts = [f'["{hlc}",{_fast.json_text(c)},{shape}]' for hlc, c in zip(hlcs, clients, strict=True)]
+        db = self._db
+        db.executemany(
+            "INSERT OR REPLACE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)",
+            zip(itertools.repeat(table), row_ids, texts),
+        )
+        db.executemany(local.upsert_sql(), zip(row_ids, *bound, strict=False))  # absent columns: repeat(None)
+        return True
+
+    def _shape_json(self, local: LocalTable, names: Sequence[str]) -> str:
+        """The ``names, kinds`` part of a compact state (see :meth:`_decode_state`)."""
+        key = (local.name, tuple(names))
+        shape = self._shapes.get(key)
+        if shape is None:
+            kinds = "".join(KIND_CODES[local.types[n]] for n in names)
+            shape = self._shapes[key] = (
+                f'{json.dumps(list(names), ensure_ascii=False, separators=(",", ":"))},"{kinds}"'
+            )
+        return shape
+
+    def _load_rows(self, rows: Iterable[list[RawDelta]]) -> None:
+        """Rows of a checkpoint with their full states (no merge: the store is empty)."""
         states = []
         users: dict[str, list[tuple[Any, ...]]] = {}
-        newest = 0
         for row in rows:
             table, row_id = row[0][1], row[0][2]
             text, values = _fast.checkpoint_state_json(row)
             states.append((table, row_id, text))
-            newest = max(newest, max(d[4] for d in row))
             local = self.tables.get(table)
             if local is not None and values is not None:
                 users.setdefault(table, []).append(local.row_params(row_id, values))
         self._db.executemany("INSERT OR REPLACE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)", states)
         for table, params in users.items():
             self._db.executemany(self.tables[table].upsert_sql(), params)
-        if newest:
-            with contextlib.suppress(ClockDriftError):
-                self._clock.recv(newest)
 
     def _merge_checkpoint(self, rows: Sequence[list[RawDelta]]) -> dict[str, set[str]]:
         """A store with data: merge the checkpoint into it. A local row the checkpoint lacks and no pending local
@@ -906,7 +1084,7 @@ class LocalStore:
         present = {(row[0][1], row[0][2]) for row in rows}
         pending: set[tuple[str, str]] = set()
         for (text,) in self._db.execute("SELECT deltas FROM _lakesync_outbox").fetchall():
-            pending.update((d["table"], d["rowId"]) for d in json.loads(text))
+            pending.update(_entry_keys(text))
         for table, row_id in self._db.execute("SELECT tbl, row_id FROM _lakesync_state").fetchall():
             if (table, row_id) in present or (table, row_id) in pending:
                 continue
@@ -1033,9 +1211,34 @@ def _read_only(action: int, *_args: Any) -> int:
     return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
 
 
-def _split_wire(text: str) -> list[str]:
-    """The wire JSON texts of an outbox entry's deltas (re-rendered compactly, one per delta)."""
-    return [_fast.encode_state(d) for d in json.loads(text)]
+def _mapping_as_dict(value: object) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_encode_entry = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_mapping_as_dict
+).encode
+"""An outbox entry's JSON (the app's values may be any Mapping)."""
+
+
+def _entry_wires(text: str, client_id: str) -> list[str]:
+    """The wire JSON texts of an outbox entry's deltas: a JSON array of wire deltas (re-rendered compactly), or a
+    bulk insert's rows (rendered, deltaIds included, by :func:`lakesync.client._fast.insert_delta`)."""
+    doc = json.loads(text)
+    if isinstance(doc, list):
+        return [_fast.encode_state(d) for d in doc]
+    op, hlc = doc["op"], int(doc["hlc"])
+    return [_fast.insert_delta(op, t, r, client_id, hlc, values or {})[0] for t, r, values in doc["rows"]]
+
+
+def _entry_keys(text: str) -> list[tuple[str, str]]:
+    """``(table, rowId)`` of each delta of an outbox entry, in order."""
+    doc = json.loads(text)
+    if isinstance(doc, list):
+        return [(d["table"], d["rowId"]) for d in doc]
+    return [(t, r) for t, r, _ in doc["rows"]]
 
 
 def connect(

@@ -19,6 +19,12 @@ types) is stored as itself when SQLite can hold it (a scalar) and as JSON text o
 reads back what :meth:`LocalTable.to_sql` wrote for every value the app can write. The per-column LWW state
 (``_lakesync_state``) is the source of truth; the user table is its projection and is rewritten from it.
 
+Exact values: a value whose trip through its column (:func:`to_sql`, the column's affinity, :func:`from_sql`) gives it
+back is *exact* (:func:`exact_types`): a string in a string column, a boolean in a boolean column, an int (64-bit) or
+float in a number column (an integral float reads back as an int: the same JSON number), anything in a json column.
+A row whose written values are all exact needs no copy of them in its state (the store's compact state, see
+:mod:`lakesync.client.store`).
+
 Names: SQLite identifiers are case-insensitive, so two columns differing only in case, a column named ``_rowId``
 (any case) and tables named ``_lakesync_*`` or ``sqlite_*`` are refused when the store opens.
 """
@@ -28,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lakesync.core.canonical import JsonValue, utf8_size
@@ -90,6 +96,52 @@ _INLINE_TYPES: dict[type, tuple[ColumnType, ...]] = {
 """Scalar types accepted inline per column type (``type(True)`` is ``bool``, so a bool never passes as a number)."""
 
 
+KIND_CODES: dict[ColumnType, str] = {
+    ColumnType.STRING: "s",
+    ColumnType.NUMBER: "n",
+    ColumnType.BOOLEAN: "b",
+    ColumnType.JSON: "j",
+    ColumnType.NULL: "z",
+}
+"""One letter per column type, as compact states record the types their values were written with."""
+KINDS_BY_CODE: dict[str, ColumnType] = {code: kind for kind, code in KIND_CODES.items()}
+
+_EXACT: dict[ColumnType, frozenset[type]] = {
+    ColumnType.STRING: frozenset({str, type(None)}),
+    ColumnType.NUMBER: frozenset({int, float, type(None)}),
+    ColumnType.BOOLEAN: frozenset({bool, type(None)}),
+    ColumnType.NULL: frozenset({str, int, float, type(None)}),
+}
+"""Per column type, the Python types whose values read back as themselves (ints only within 64 bits; a json column
+reads back every JSON value)."""
+_BIND_AS_IS: dict[ColumnType, frozenset[type]] = {
+    ColumnType.STRING: frozenset({str, int, float, bool, type(None)}),
+    ColumnType.NUMBER: frozenset({int, float, bool, str, type(None)}),
+    ColumnType.BOOLEAN: frozenset({bool, int, float, str, type(None)}),
+    ColumnType.NULL: frozenset({str, int, float, bool, type(None)}),
+}
+"""Per column type, the Python types ``sqlite3`` binds as :func:`to_sql` would convert them (a bool binds as 0/1; ints
+only within 64 bits)."""
+
+
+def exact_types(kind: ColumnType) -> frozenset[type] | None:
+    """The Python types whose values read back as themselves from a column of ``kind`` (ints: within 64 bits);
+    ``None``: every JSON value does (a json column)."""
+    return _EXACT.get(kind)
+
+
+def bind_column(kind: ColumnType, values: list[Any]) -> tuple[Sequence[Any], bool]:
+    """One column of many rows as :meth:`LocalTable.row_params` binds it, and whether every value is exact."""
+    if kind is ColumnType.JSON:
+        return [None if v is None else _dumps(v) for v in values], True
+    types = set(map(type, values))
+    in_range = int not in types or all(_INT64_MIN <= v <= _INT64_MAX for v in values if type(v) is int)
+    exact = in_range and types <= _EXACT[kind]
+    if in_range and types <= _BIND_AS_IS[kind]:
+        return values, exact
+    return [to_sql(kind, v) for v in values], exact
+
+
 def quote(name: str) -> str:
     """A SQLite identifier, quoted (names are validated identifiers; quoting keeps keywords such as ``order`` legal)."""
     return '"' + name.replace('"', '""') + '"'
@@ -108,6 +160,8 @@ class LocalTable:
     types: Mapping[str, ColumnType]
     plan: tuple[tuple[str, ColumnType, tuple[type, ...]], ...] = ()
     """Per column: name, type, and the Python types stored unchanged."""
+    positions: Mapping[str, tuple[int, ColumnType]] = field(default_factory=dict)
+    """Per column: its place among the columns and its type."""
 
     @classmethod
     def from_schema(cls, schema: TableSchema | Mapping[str, Any]) -> LocalTable:
@@ -134,7 +188,13 @@ class LocalTable:
                     f'Columns "{seen[key]}" and "{column}" of table "{name}" differ only in case (SQLite would clash)'
                 )
             seen[key] = column
-        return cls(name, tuple(types), dict(types), tuple((c, t, _AS_IS[t]) for c, t in types.items()))
+        return cls(
+            name,
+            tuple(types),
+            dict(types),
+            tuple((c, t, _AS_IS[t]) for c, t in types.items()),
+            {c: (i, t) for i, (c, t) in enumerate(types.items())},
+        )
 
     # -- DDL --------------------------------------------------------------------------------------------------------
     def create_sql(self) -> str:
@@ -176,6 +236,84 @@ class LocalTable:
             else:
                 out.append(to_sql(kind, value))
         return tuple(out)
+
+    def fresh_params(self, row_id: str, values: Mapping[str, JsonValue]) -> tuple[tuple[Any, ...], bool]:
+        """:meth:`row_params`, and whether every value of ``values`` is exact (see the module docstring)."""
+        out: list[Any] = [row_id]
+        get = values.get
+        exact = True
+        for column, kind, as_is in self.plan:
+            value = get(column)
+            kind_of = type(value)
+            if value is None or (kind_of in as_is and (kind_of is not int or _INT64_MIN <= value <= _INT64_MAX)):
+                out.append(value)
+                if value is not None and kind_of not in _EXACT[kind]:
+                    exact = False
+            else:
+                out.append(to_sql(kind, value))
+                if kind is not ColumnType.JSON and (kind is not ColumnType.BOOLEAN or kind_of is not bool):
+                    exact = False
+        return tuple(out), exact
+
+    def prepare_insert(self, gateway: str, row_id: object, values: Mapping[str, Any]) -> tuple[tuple[Any, ...], int]:
+        """:meth:`check_write` then :meth:`fresh_params` in one pass for the common row (an ASCII row id, ASCII
+        strings, booleans, finite numbers and nulls in columns of their own type); any other row takes those two
+        calls. Returns the parameters of :meth:`upsert_sql` and the row's *shape*: bit ``i`` set for each column
+        ``i`` it gives, when all its values are exact; else -1.
+
+        Raises:
+            LocalWriteError: as :meth:`check_write`.
+        """
+        if (
+            type(row_id) is str
+            and row_id
+            and row_id.isascii()
+            and len(gateway) + len(self.name) + 2 + len(row_id) <= MAX_ROW_KEY_BYTES
+            and type(values) is dict
+        ):
+            slots: list[Any] = [None] * len(self.columns)
+            positions = self.positions
+            bound = 2
+            shape = 0
+            for column, value in values.items():
+                place = positions.get(column)
+                if place is None:
+                    break
+                at, kind = place
+                kind_of = type(value)
+                if kind_of is str:
+                    if kind is not ColumnType.STRING or not value.isascii():
+                        break
+                    bound += 6 * len(value) + 26 + 6 * len(column)
+                elif kind_of is bool:
+                    if kind is not ColumnType.BOOLEAN:
+                        break
+                    bound += 56 + 6 * len(column)
+                elif kind_of is int:
+                    if kind is not ColumnType.NUMBER or not _INT64_MIN <= value <= _INT64_MAX:
+                        break
+                    bound += 56 + 6 * len(column)
+                elif kind_of is float:
+                    if kind is not ColumnType.NUMBER or not math.isfinite(value):
+                        break
+                    bound += 56 + 6 * len(column)
+                elif value is not None:
+                    break
+                else:
+                    bound += 56 + 6 * len(column)
+                slots[at] = value
+                shape |= 1 << at
+            else:
+                if bound <= MAX_DELTA_BYTES:
+                    return (row_id, *slots), shape
+        self.check_write(gateway, row_id, values)
+        assert isinstance(row_id, str)
+        params, exact = self.fresh_params(row_id, values)
+        return params, sum(1 << self.positions[c][0] for c in values) if exact else -1
+
+    def shape_columns(self, shape: int) -> tuple[str, ...]:
+        """The columns of a row shape (see :meth:`prepare_insert`), in schema order."""
+        return tuple(c for i, c in enumerate(self.columns) if shape >> i & 1)
 
     def from_row(self, row: Sequence[Any]) -> dict[str, JsonValue]:
         """A row read with :meth:`select_sql` (without its ``_rowId``) as the app's values."""
