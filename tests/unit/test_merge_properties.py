@@ -14,7 +14,16 @@ from hypothesis import strategies as st
 from lakesync.core.canonical import JsonValue, stable_stringify
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
 from lakesync.core.hlc import encode
-from lakesync.core.merge import RowState, fold, join, merge, state_from_json, state_json_text, state_to_json
+from lakesync.core.merge import (
+    RowState,
+    fold,
+    join,
+    merge,
+    merge_all,
+    state_from_json,
+    state_json_text,
+    state_to_json,
+)
 
 SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -276,3 +285,22 @@ def test_state_json_text_reusing_earlier_entries_encodes_what_state_to_json_says
         assert all(
             type(v) is type(c.value) for v, c in ((decoded.columns[n].value, c) for n, c in state.columns.items())
         )
+
+
+@SETTINGS
+@given(before=DELTA_LISTS, batch=DELTA_LISTS, start_empty=st.booleans())
+def test_merge_all_is_repeated_merge(before: list[RowDelta], batch: list[RowDelta], start_empty: bool) -> None:
+    start = None if start_empty else fold(before)
+    expected, changed = start, False
+    for delta in batch:
+        result = merge(expected, delta)
+        expected, changed = result.state, changed or result.changed
+
+    state, merged_changed = merge_all(start, batch)
+
+    assert snapshot(state) == snapshot(expected)
+    assert merged_changed == changed
+    if start is not None and state is not None:
+        # Columns no delta wrote keep their objects (the materialiser re-encodes only the others).
+        written = {c.column for d in batch for c in d.columns}
+        assert all(state.columns[n] is c for n, c in start.columns.items() if n not in written and n in state.columns)

@@ -344,10 +344,74 @@ def fold(deltas: Iterable[RowDelta]) -> RowState | None:
     Raises:
         ConflictError: if the deltas name more than one row.
     """
-    state: RowState | None = None
+    return merge_all(None, deltas)[0]
+
+
+def merge_all(state: RowState | None, deltas: Iterable[RowDelta]) -> tuple[RowState | None, bool]:
+    """Merge every delta into ``state``: the state :func:`merge` gives delta after delta, and whether it changed.
+
+    For stores that keep states only (the materialiser, folds): no receipts, no effective deltas and no intermediate
+    states are built. Columns no delta wrote keep their very :class:`ColumnState` objects. A property test proves it
+    equal to repeated :func:`merge`.
+
+    Raises:
+        ConflictError: if a delta names another row than ``state`` (or than the first delta).
+    """
+    if state is not None:
+        table: str | None = state.table
+        row_id = state.row_id
+        columns: Mapping[str, ColumnState] = state.columns
+        tomb, written = state.tombstone, state.written
+    else:
+        table, row_id, columns, tomb, written = None, "", {}, None, None
+    own: dict[str, ColumnState] | None = None  # ``columns`` once copied
+    changed = False
     for delta in deltas:
-        state = merge(state, delta).state
-    return state
+        if table is None:
+            table, row_id = delta.table, delta.row_id
+        elif delta.table != table or delta.row_id != row_id:
+            raise ConflictError(
+                f"Cannot resolve conflict: mismatched table/rowId ({table}:{row_id} vs {delta.table}:{delta.row_id})"
+            )
+        hlc, client_id = delta.hlc, delta.client_id
+        if tomb is not None and not _newer(hlc, client_id, tomb):
+            continue  # a delete or write at or below the tombstone changes nothing
+        if delta.op is DeltaOp.DELETE:
+            version = Version(hlc, client_id)
+            own = {name: col for name, col in columns.items() if _newer(col.hlc, col.client_id, version)}
+            columns = own
+            if written is not None and not _newer(written.hlc, written.client_id, version):
+                written = None
+            tomb, changed = version, True
+            continue
+        for name, value in delta.values().items():
+            current = columns.get(name)
+            if current is not None:
+                if hlc != current.hlc:
+                    if hlc < current.hlc:
+                        continue
+                elif client_id != current.client_id:
+                    if _client_key(client_id) < _client_key(current.client_id):
+                        continue
+                elif _value_key(value) <= _value_key(current.value):
+                    continue
+            if own is None:
+                own = dict(columns)
+                columns = own
+            own[name] = ColumnState(value, hlc, client_id)
+            changed = True
+        if written is None or _newer(hlc, client_id, written):
+            written, changed = Version(hlc, client_id), True
+    if not changed or table is None:
+        return state, False
+    return _derived(table, row_id, dict(columns) if own is None else own, tomb, written), True
+
+
+def _newer(hlc: int, client_id: str, than: Version) -> bool:
+    """Whether version ``(hlc, client_id)`` is greater than ``than``."""
+    if hlc != than.hlc:
+        return hlc > than.hlc
+    return client_id != than.client_id and _client_key(client_id) > _client_key(than.client_id)
 
 
 __all__ = [
@@ -359,6 +423,7 @@ __all__ = [
     "fold",
     "join",
     "merge",
+    "merge_all",
 ]
 
 

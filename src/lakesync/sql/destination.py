@@ -5,7 +5,7 @@ redeliveries -- each destination row equals the per-column LWW fold of every del
 projected onto the table's columns (missing → NULL, values coerced by :mod:`lakesync.sql.coerce`); the row is
 absent (hard delete) or has ``deleted_at`` set (soft delete) iff the fold says the row does not exist. No merge is
 written in SQL: the per-column state is kept beside the row in the hidden ``_lakesync_state`` table and folded in
-Python with :func:`lakesync.core.merge.merge`.
+Python with :func:`lakesync.core.merge.merge_all` (repeated :func:`~lakesync.core.merge.merge`).
 
 One ``apply`` is one database transaction:
 
@@ -47,7 +47,7 @@ from typing import Any, Final, TypeVar
 
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError
-from lakesync.core.merge import RowState, StateParts, merge, state_from_json, state_json_text
+from lakesync.core.merge import RowState, StateParts, merge_all, state_from_json, state_json_text
 from lakesync.core.schema import TableSchema
 from lakesync.ports import ApplyStats
 from lakesync.sql.coerce import Coerced, coerce_value, decode_value
@@ -299,12 +299,7 @@ class SqlDestination:
                     before = _Known(text, state_from_json(source, row_id, state_json, trusted=True))
                     learned[row_id] = before
                 old = before.state if before is not None else None
-                state = old
-                changed = False
-                for delta in groups[row_id]:
-                    result = merge(state, delta)
-                    if result.changed:
-                        state, changed = result.state, True
+                state, changed = merge_all(old, groups[row_id])
                 if not changed or state is None:
                     unchanged += 1
                     continue
