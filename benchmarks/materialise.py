@@ -2,18 +2,21 @@
 and compare with raw writes of the same rows in the same run. Writes ``benchmarks/results/materialise.{json,md}``.
 
 Workload: 20,000 rows; each gets an INSERT (4 columns) and on average 4 UPDATEs of 1-2 columns from 3 clients,
-about 1% of the rows are deleted; 100,000 deltas in HLC order, delivered in messages of 5,000 deltas (the consumer's
-batch size), each message one ``apply`` call on a throwaway PostgreSQL server (fsync off, as for the floors).
+about 1% of the rows are deleted; 100,000 deltas in HLC order, published in jobs of 5,000 deltas (the flush's
+``publish_range_size``) and consumed as the materialise function consumes them: SQS batches of 10 messages, the jobs
+of one table in a batch applied together (``materialise_batch``), so one ``apply`` call per batch, on a throwaway
+PostgreSQL server (fsync off, as for the floors).
 
 Figures (best of ``--repetitions`` runs, each on fresh tables; same server, same run):
 
 * **ours**: time of all ``apply`` calls. Rates: deltas/s (input rows) and row writes/s (destination rows upserted
-  or deleted, summed over calls).
+  or deleted, summed over calls). Also, as a second figure, one ``apply`` per message (a consumer invoked with
+  single messages, as when jobs trickle in).
 * **executemany of the final rows (the goal's reference)**: the rows the destination ends with, written by a plain
   psycopg ``executemany`` ``INSERT`` into a table with a primary key, in transactions of one message size.
   Goal: ours (deltas/s) ≥ 0.5× this (rows/s).
 * **COPY of the final rows**: the same rows by ``COPY`` (bulk load of the end result).
-* **raw upsert of the same row writes (stricter)**: the very row writes ``apply`` made, per message, as
+* **raw upsert of the same row writes (stricter)**: the very row writes ``apply`` made, per consumer batch, as
   ``executemany`` of ``INSERT ... ON CONFLICT (row_id) DO UPDATE`` (pipeline mode) plus the soft deletes: what any
   materialiser of these messages must write, without merge, state or coercion. **raw COPY of the same row writes**:
   those rows by ``COPY`` into a table without keys.
@@ -39,6 +42,9 @@ from lakesync.sql import connect
 from lakesync.sql.coerce import coerce_value
 
 RESULTS = Path(__file__).resolve().parent / "results"
+CONSUMER_BATCH = 10
+"""Messages per invocation of the materialise function (its SQS batch size, ``MATERIALISE_BATCH_SIZE`` in infra):
+``materialise_batch`` applies the jobs of one table in a batch together."""
 _STARTED = time.monotonic()
 
 
@@ -55,10 +61,11 @@ class Sizes:
     deltas: int
     batch: int
     repetitions: int
+    messages_per_apply: int = CONSUMER_BATCH
 
 
 FULL = Sizes(rows=20_000, deltas=100_000, batch=5_000, repetitions=3)
-QUICK = Sizes(rows=1_000, deltas=5_000, batch=1_000, repetitions=1)
+QUICK = Sizes(rows=1_000, deltas=5_000, batch=1_000, repetitions=1, messages_per_apply=2)
 
 
 def schema_for(table: str) -> TableSchema:
@@ -153,8 +160,13 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
     load_start = _load()
     deltas = workload(sizes)
     batches = [deltas[i : i + sizes.batch] for i in range(0, len(deltas), sizes.batch)]
-    progress(f"workload: {len(deltas)} deltas, {sizes.rows} rows, {len(batches)} messages of {sizes.batch}")
-    writes = row_writes(batches)
+    group = sizes.messages_per_apply
+    applies = [[d for batch in batches[i : i + group] for d in batch] for i in range(0, len(batches), group)]
+    progress(
+        f"workload: {len(deltas)} deltas, {sizes.rows} rows, {len(batches)} messages of {sizes.batch}, "
+        f"{len(applies)} consumer batches of up to {group} messages"
+    )
+    writes = row_writes(applies)
     n_writes = sum(len(u) + len(d) for u, d in writes)
     final = (
         [
@@ -166,6 +178,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
         else None
     )
     ours_s: list[float] = []
+    per_message_s: list[float] = []
     raw_upsert_s: list[float] = []
     raw_copy_s: list[float] = []
     copy_final_s: list[float] = []
@@ -181,8 +194,8 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
             dest.apply(schema, [])  # create the table (once per process in real use)
             totals = {"upserted": 0, "deleted": 0, "unchanged": 0, "nulled": 0, "attempts": 0}
             t0 = time.perf_counter()
-            for batch in batches:
-                s = dest.apply(schema, batch)
+            for deltas_of_batch in applies:
+                s = dest.apply(schema, deltas_of_batch)
                 for k in totals:
                     totals[k] += getattr(s, k)
             ours_s.append(time.perf_counter() - t0)
@@ -191,6 +204,18 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
             materialised = dest.rows(schema)
             dest.close()
             progress(f"rep {rep + 1}: ours {ours_s[-1]:.2f}s ({totals}); {len(materialised)} live rows")
+
+            # The same messages one apply each (a consumer that gets one message per invocation).
+            single = connect(url, name="bench")
+            single_schema = schema_for(f"m1_{rep}")
+            single.apply(single_schema, [])
+            t0 = time.perf_counter()
+            for batch in batches:
+                single.apply(single_schema, batch)
+            per_message_s.append(time.perf_counter() - t0)
+            assert single.rows(single_schema) == materialised
+            single.close()
+            progress(f"rep {rep + 1}: ours, one message per apply {per_message_s[-1]:.2f}s")
 
             raw = f"raw_{rep}"
             conn.execute(
@@ -272,12 +297,19 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
     results: dict[str, Any] = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": quick,
-        "sizes": {"rows": sizes.rows, "deltas": sizes.deltas, "batch": sizes.batch, "repetitions": sizes.repetitions},
+        "sizes": {
+            "rows": sizes.rows,
+            "deltas": sizes.deltas,
+            "batch": sizes.batch,
+            "messages_per_apply": sizes.messages_per_apply,
+            "repetitions": sizes.repetitions,
+        },
         "row_writes": n_writes,
         "final_rows": final_count,
         "apply_totals": stats_total,
         "seconds": {
             "ours": [round(x, 3) for x in ours_s],
+            "ours_one_message_per_apply": [round(x, 3) for x in per_message_s],
             "raw_upsert": [round(x, 3) for x in raw_upsert_s],
             "raw_copy": [round(x, 3) for x in raw_copy_s],
             "copy_final_rows": [round(x, 4) for x in copy_final_s],
@@ -286,6 +318,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
         "rates": {
             "ours_deltas_per_s": round(sizes.deltas / best["ours"]),
             "ours_row_writes_per_s": round(n_writes / best["ours"]),
+            "ours_one_message_per_apply_deltas_per_s": round(sizes.deltas / min(per_message_s)),
             "raw_upsert_row_writes_per_s": round(n_writes / best["raw_upsert"]),
             "raw_copy_row_writes_per_s": round(n_writes / best["raw_copy"]),
             "copy_final_rows_per_s": round(final_count / min(copy_final_s)),
@@ -296,6 +329,9 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
             # the final rows into a plain table.
             "ours_deltas_vs_executemany_final_rows": round(
                 (sizes.deltas / best["ours"]) / (final_count / min(insert_final_s)), 3
+            ),
+            "ours_one_message_per_apply_vs_executemany_final_rows": round(
+                (sizes.deltas / min(per_message_s)) / (final_count / min(insert_final_s)), 3
             ),
             "ours_deltas_vs_copy_final_rows": round(
                 (sizes.deltas / best["ours"]) / (final_count / min(copy_final_s)), 3
@@ -345,13 +381,16 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         f"{r['timestamp']}{' (quick)' if r['quick'] else ''}: "
         f"{r['sizes']['deltas']} deltas on {r['sizes']['rows']} rows, "
-        f"messages of {r['sizes']['batch']}, best of {r['sizes']['repetitions']}; {r['row_writes']} row writes, "
+        f"messages of {r['sizes']['batch']} applied {r['sizes']['messages_per_apply']} at a time (the consumer's "
+        f"batch), best of {r['sizes']['repetitions']}; {r['row_writes']} row writes, "
         f"{r['final_rows']} live rows at the end.",
         "",
         "| side | seconds (runs) | rate |",
         "|---|---|---|",
-        f"| ours: `apply` per message | {', '.join(map(str, sec['ours']))} | {rates['ours_deltas_per_s']:,} deltas/s "
-        f"({rates['ours_row_writes_per_s']:,} row writes/s) |",
+        f"| ours: `apply` per consumer batch | {', '.join(map(str, sec['ours']))} | "
+        f"{rates['ours_deltas_per_s']:,} deltas/s ({rates['ours_row_writes_per_s']:,} row writes/s) |",
+        f"| ours: `apply` per message | {', '.join(map(str, sec['ours_one_message_per_apply']))} | "
+        f"{rates['ours_one_message_per_apply_deltas_per_s']:,} deltas/s |",
         f"| executemany INSERT of the final rows | {', '.join(map(str, sec['executemany_final_rows']))} | "
         f"{rates['executemany_final_rows_per_s']:,} rows/s |",
         f"| COPY of the final rows | {', '.join(map(str, sec['copy_final_rows']))} | "
@@ -363,7 +402,8 @@ def _markdown(r: dict[str, Any]) -> str:
         "",
         f"**Goal: ours (deltas/s) / executemany of the final rows (rows/s) = "
         f"{ratios['ours_deltas_vs_executemany_final_rows']}x** (≥ 0.5x: {'met' if r['goal']['met'] else 'missed'}); "
-        f"vs COPY of the final rows {ratios['ours_deltas_vs_copy_final_rows']}x.",
+        f"vs COPY of the final rows {ratios['ours_deltas_vs_copy_final_rows']}x. One message per apply (a consumer "
+        f"invoked with single messages): {ratios['ours_one_message_per_apply_vs_executemany_final_rows']}x.",
         "",
         f"Stricter, the same row writes with and without merge/state/coercion: ours / raw upsert = "
         f"{ratios['ours_vs_raw_upsert_same_writes']}x, ours / raw COPY = {ratios['ours_vs_raw_copy_same_writes']}x.",
