@@ -55,8 +55,8 @@ from lakesync.core.errors import (
 from lakesync.core.merge import RowState, fold
 from lakesync.core.messages import SyncResponse
 from lakesync.core.rules import Claims, SyncRules, row_matches, rules_apply
+from lakesync.gateway.cursor import encode_cursor
 from lakesync.gateway.deps import MIB, GatewayDeps
-from lakesync.gateway.pull import encode_cursor
 from lakesync.ports import ObjectStore
 from lakesync.wire.codec import encode_sync_response
 from lakesync.wire.framing import frame_checkpoint_chunk, iter_checkpoint_responses
@@ -242,14 +242,32 @@ def serve(
     return CheckpointPayload(body, manifest, chunk)
 
 
-def _chunk_stream(
-    objects: ObjectStore, info: ChunkInfo, server_hlc: int, rules: SyncRules | None, claims: Claims
-) -> bytes:
+def _chunk_data(objects: ObjectStore, info: ChunkInfo) -> bytes:
     data = objects.get(info.key)
     if data is None:
         raise StorageError(f"Checkpoint chunk {info.key} is missing")
     if len(data) != info.bytes:
         raise StorageError(f"Checkpoint chunk {info.key} has {len(data)} bytes, the manifest says {info.bytes}")
+    return data
+
+
+def chunk_rows(objects: ObjectStore, info: ChunkInfo) -> list[list[RowDelta]]:
+    """The rows of one chunk, each as its deltas, in stored order (unfiltered).
+
+    Raises:
+        StorageError: the chunk is missing, of the wrong size or undecodable.
+    """
+    data = _chunk_data(objects, info)
+    try:
+        return list(group_rows(d for response in iter_checkpoint_responses(data) for d in response.deltas))
+    except CodecError as exc:
+        raise StorageError(f"Corrupt checkpoint chunk {info.key}") from exc
+
+
+def _chunk_stream(
+    objects: ObjectStore, info: ChunkInfo, server_hlc: int, rules: SyncRules | None, claims: Claims
+) -> bytes:
+    data = _chunk_data(objects, info)
     if not rules_apply(rules):
         return data
     frames: list[bytes] = []
@@ -292,6 +310,7 @@ __all__ = [
     "NO_CHECKPOINT",
     "CheckpointPayload",
     "EncodedRow",
+    "chunk_rows",
     "encode_row",
     "load_manifest",
     "serve",

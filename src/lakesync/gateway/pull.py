@@ -15,7 +15,8 @@ Every page carries a cursor, holds at most ``limit`` deltas and ``max_page_bytes
 The flush job may release (delete) the oldest part of a shard's log once it is in the lake and covered by a
 checkpoint; a pull whose position is behind the released part (cursor sequence below ``released_seq``, ``since``
 below ``released_hlc``, or no position at all) fails with :class:`CursorExpiredError` instead of silently skipping
-it, and the client reloads the checkpoint.
+it, and the client reloads the checkpoint. The original client does not handle that, so a ``since`` pull of a client
+with a session is answered with a resync from the checkpoint instead (:mod:`lakesync.gateway.resync`).
 
 What a pull reads: the sync rules with the shard registry (one request on DynamoDB, :class:`PullBasisReader`), then
 every shard's log. A cursor pull reads the release marks (the shard heads) only of shards whose log read came back
@@ -34,10 +35,7 @@ move a row out of a bucket reach the clients that held the row.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -49,15 +47,18 @@ from lakesync.core.errors import (
     CommitConflictError,
     CursorExpiredError,
     LakeSyncError,
-    ValidationError,
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
+from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
+from lakesync.gateway.resync import covering_checkpoint, resync_page
 from lakesync.gateway.since import (
     SESSION_TTL_S,
     Handout,
+    Positions,
+    ResyncMark,
     RowKey,
     SinceSession,
     SinceSessionStore,
@@ -67,7 +68,6 @@ from lakesync.gateway.since import (
 )
 from lakesync.ports import BufferStore, ConfigStore
 
-_CURSOR_VERSION = 1
 _PAGE = 1000
 
 
@@ -132,51 +132,6 @@ class PullResult:
 
 def _delta_json(item: LogEntry | RowDelta) -> object:
     return item.to_json() if isinstance(item, RowDelta) else item.wire_value()
-
-
-def encode_cursor(positions: Mapping[str, int], marks: Mapping[str, int] | None = None) -> str:
-    """Opaque cursor text for per-shard positions, with the commit HLC of the entry at each position (``marks``)
-    where known, so a later pull can tell the log it resumes is the log it left."""
-    doc: dict[str, object] = {"v": _CURSOR_VERSION, "p": dict(sorted(positions.items()))}
-    if marks:
-        doc["h"] = {k: marks[k] for k in sorted(marks) if k in positions}
-    raw = json.dumps(doc, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def cursor_marks(cursor: str) -> dict[str, int]:
-    """The commit HLC of the entry at each position of a cursor decoded by :func:`decode_cursor` (cursors from
-    checkpoints and older cursors carry none)."""
-    data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    marks = data.get("h") if isinstance(data, dict) else None
-    if not isinstance(marks, dict):
-        return {}
-    if any(not isinstance(k, str) or type(v) is not int or v < 0 for k, v in marks.items()):
-        raise ValidationError("Invalid 'cursor' parameter")
-    return dict(marks)
-
-
-def decode_cursor(cursor: str, gateway: str) -> dict[str, int]:
-    """Per-shard positions from a cursor; rejects malformed cursors and cursors of another gateway."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        data = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise ValidationError("Invalid 'cursor' parameter") from None
-    if not isinstance(data, dict) or data.get("v") != _CURSOR_VERSION or not isinstance(data.get("p"), dict):
-        raise ValidationError("Invalid 'cursor' parameter")
-    positions: dict[str, int] = {}
-    for key, value in data["p"].items():
-        if not isinstance(key, str) or type(value) is not int or value < 0:
-            raise ValidationError("Invalid 'cursor' parameter")
-        try:
-            shard = ShardId.parse(key)
-        except ValueError:
-            raise ValidationError("Invalid 'cursor' parameter") from None
-        if shard.gateway != gateway:
-            raise ValidationError("The cursor belongs to another gateway")
-        positions[key] = value
-    return positions
 
 
 @dataclass
@@ -383,6 +338,14 @@ def _pull_by_cursor(
     return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks))
 
 
+class _Released(Exception):
+    """A ``since`` position is behind a release of ``head``'s shard."""
+
+    def __init__(self, head: ShardHead) -> None:
+        super().__init__(head.shard.key)
+        self.head = head
+
+
 def _pull_since(
     deps: GatewayDeps,
     gateway: str,
@@ -396,19 +359,146 @@ def _pull_since(
     """A ``since`` page for the original client (:mod:`lakesync.gateway.since`): from the exact positions handed out
     with ``since``; for a client whose session does not know ``since`` (it restarted), from the positions it last
     confirmed with everything uncertain; for a client without a session, from the first entries committed after
-    ``since`` (the re-read window before a recent ``since`` uncertain)."""
+    ``since`` (the re-read window before a recent ``since`` uncertain). A client whose position is behind a release
+    is resynced from the latest checkpoint (:mod:`lakesync.gateway.resync`); without a session store, or without a
+    checkpoint covering the release, it gets 410."""
     store = deps.since_sessions if client_id else None
     session = store.get(gateway, client_id) if store is not None and client_id else None
-    heads = deps.buffer.get_heads(shards)
     handout = session.handout(since) if session is not None else None
+    if store is not None and client_id:
+        if handout is not None and handout.resync is not None:
+            resume = _Resume(handout.resync, handout.positions, handout.uncertain or {})
+            return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, handout)
+        if handout is None and session is not None and session.resync is not None and session.confirmed is not None:
+            # Restarted mid-resync: resume it where the client last confirmed it stood, with the log uncertain.
+            heads = deps.buffer.get_heads(shards)
+            resume = _Resume(session.resync, session.confirmed, {s.key: h.seq for s, h in heads.items()})
+            confirmed = Handout(since, session.confirmed, None, session.resync)
+            return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, confirmed)
+    try:
+        return _pull_since_log(deps, gateway, shards, since, limit, rules, claims, client_id, session, handout)
+    except _Released as exc:
+        if store is None or not client_id:
+            raise _expired(gateway, exc.head) from None
+        heads = deps.buffer.get_heads(shards)
+        manifest = covering_checkpoint(deps, gateway, heads)
+        if manifest is None:
+            raise _expired(gateway, exc.head) from None
+        if handout is not None:
+            confirmed = handout
+        elif session is not None and session.confirmed is not None:
+            confirmed = Handout(since, session.confirmed)
+        else:
+            confirmed = Handout(since, {})  # nothing confirmed: a push before the next pull starts over
+        # Log entries past the checkpoint the client may hold already go out in row form.
+        if session is None or handout is None:
+            uncertain = {s.key: h.seq for s, h in heads.items()}
+        else:
+            uncertain = _furthest(confirmed.positions, *_reach(session.handouts))
+        resume = _Resume(ResyncMark(manifest.checkpoint_id), manifest.positions, uncertain)
+        return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, confirmed)
+
+
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Where a resync resumes: the checkpoint mark, the log positions after it, and the log the client may hold."""
+
+    mark: ResyncMark
+    positions: Positions
+    uncertain: Positions
+
+
+def _reach(handouts: Sequence[Handout]) -> list[Positions]:
+    return [p for h in handouts for p in (h.positions, h.uncertain or {})]
+
+
+def _furthest(*maps: Positions) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for positions in maps:
+        for key, seq in positions.items():
+            out[key] = max(out.get(key, 0), seq)
+    return out
+
+
+def _resync(
+    deps: GatewayDeps,
+    gateway: str,
+    shards: list[ShardId],
+    since: int,
+    limit: int,
+    rules: SyncRules | None,
+    claims: Claims,
+    client_id: str,
+    session: SinceSession | None,
+    resume: _Resume,
+    confirmed: Handout,
+) -> PullResult:
+    """A resync page (:mod:`lakesync.gateway.resync`); ``confirmed`` is what the ``since`` the client sent stands
+    for (it applied everything up to there)."""
+    store = deps.since_sessions
+    assert store is not None
+    known = set(session.pushed) | set(session.redeliver) if session is not None else set()
+    page = resync_page(deps, gateway, resume.mark, limit, rules, claims, client_id, known)
+    if page is None:
+        # The checkpoint being served is gone (a newer one replaced it): start over from the latest.
+        manifest = covering_checkpoint(deps, gateway, deps.buffer.get_heads(shards))
+        if manifest is None:
+            raise _expired_any(gateway)
+        resume = _Resume(ResyncMark(manifest.checkpoint_id), manifest.positions, resume.uncertain)
+        page = resync_page(deps, gateway, resume.mark, limit, rules, claims, client_id, known)
+        if page is None:
+            raise _expired_any(gateway)
+    uncertain = resume.uncertain
+    if page.next is None:
+        # The resync row of a row the client pushed meanwhile (it pushes between pulls) sent the checkpoint's state,
+        # older than its own write, and its echo in the log could not be a plain UPDATE (the row may be gone): the
+        # log up to now goes out in row form.
+        uncertain = _furthest(uncertain, {s.key: h.seq for s, h in deps.buffer.get_heads(shards).items()})
+    still_uncertain = {k: v for k, v in uncertain.items() if v > resume.positions.get(k, 0)}
+    if page.deltas:
+        server_hlc = deps.clock.now()
+        handed = Handout(server_hlc, dict(resume.positions), still_uncertain or None, page.next)
+        _save_session(deps, store, gateway, client_id, handed, confirmed, (), resynced=True)
+        cursor = None if page.next is not None else encode_cursor(resume.positions)
+        return PullResult(page.deltas, server_hlc, True, cursor)
+    # Nothing for this client in what was read: the original client keeps `since` after an empty page, so `since`
+    # itself now stands for where the resync goes on.
+    handed = Handout(since, dict(resume.positions), still_uncertain or None, page.next)
+    _save_session(deps, store, gateway, client_id, handed, confirmed, (), resynced=True)
+    if page.next is None:
+        return _pull_since(deps, gateway, shards, since, limit, rules, claims, client_id)
+    return PullResult((), since, True, None)
+
+
+def _pull_since_log(
+    deps: GatewayDeps,
+    gateway: str,
+    shards: list[ShardId],
+    since: int,
+    limit: int,
+    rules: SyncRules | None,
+    claims: Claims,
+    client_id: str | None,
+    session: SinceSession | None,
+    handout: Handout | None,
+) -> PullResult:
+    """A ``since`` page from the log.
+
+    Raises:
+        _Released: the position is behind a release.
+    """
+    store = deps.since_sessions if client_id else None
+    heads = deps.buffer.get_heads(shards)
     if handout is not None:
         positions, uncertain = dict(handout.positions), dict(handout.uncertain or {})
+        confirmed = handout
     elif session is not None and session.confirmed is not None:
         positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
+        confirmed = Handout(since, positions)
     else:
         for head in heads.values():
             if since < head.released_hlc:
-                raise _expired(gateway, head)
+                raise _Released(head)
         positions, uncertain = _positions_after(deps, shards, heads, since)
         if since > 0:
             # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client may
@@ -417,10 +507,11 @@ def _pull_since(
         # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
         for head in deps.buffer.get_heads(shards).values():
             if since < head.released_hlc:
-                raise _expired(gateway, head)
+                raise _Released(head)
+        confirmed = Handout(since, positions)
     for head in heads.values():
         if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _expired(gateway, head)
+            raise _Released(head)
     readers = [_ShardReader(deps, s, _page_size(limit), after_seq=positions.get(s.key, 0)) for s in shards]
     if len(readers) > 1:
         for read in [io_pool().submit(reader.peek) for reader in readers]:
@@ -429,7 +520,7 @@ def _pull_since(
     idle = [reader.shard for reader in readers if reader.peek() is None]
     for head in deps.buffer.get_heads(idle).values() if idle else ():
         if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _expired(gateway, head)
+            raise _Released(head)
     redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
     stateless = store is None or not client_id
     deltas, has_more, last = _since_page(
@@ -454,7 +545,7 @@ def _pull_since(
     if store is not None and client_id:
         still_uncertain = {k: v for k, v in uncertain.items() if v > new_positions.get(k, 0)}
         handed = Handout(server_hlc, new_positions, still_uncertain or None)
-        _save_session(deps, store, gateway, client_id, handed, positions, redeliver)
+        _save_session(deps, store, gateway, client_id, handed, confirmed, redeliver)
     return PullResult(tuple(deltas), server_hlc, has_more, encode_cursor(new_positions))
 
 
@@ -509,6 +600,7 @@ def _since_page(
     redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
     wrote = set(session.pushed) if session is not None else set()
     stamp = 0 if session is not None else None
+    resynced = session is not None and session.resynced
     if redeliver:
         stored = deps.buffer.get_rows(gateway, list(redeliver))
         for key in redeliver:
@@ -538,8 +630,9 @@ def _since_page(
             had = True  # it holds what it wrote
         else:
             had = visible_values(rules, claims, key[0], entry.before) is not None
-            # A row it wrote recently may be at the client whatever the server saw before this change.
-            unsure = unsure or key in wrote
+            # A row it wrote recently may be at the client whatever the server saw before this change; so may any
+            # row after a resync (one deleted or moved out of its buckets while it was behind, never named to it).
+            unsure = unsure or key in wrote or (resynced and not had)
         if unsure:
             replay = row_form(key[0], key[1], delta.client_id, after, held=had or after is not None)
             out.extend(replay)
@@ -568,18 +661,23 @@ def _save_session(
     gateway: str,
     client_id: str,
     handed: Handout,
-    confirmed: Mapping[str, int],
+    confirmed: Handout,
     consumed: Sequence[RowKey],
+    *,
+    resynced: bool = False,
 ) -> None:
-    """Record the handout and the confirmed positions, and drop the rows just redelivered (re-read on a race)."""
+    """Record the handout and what the client confirmed (the positions and resync mark of the ``since`` it sent),
+    and drop the rows just redelivered (re-read on a race). ``resynced`` marks the session as resynced for good."""
     expires_at = deps.wall_ms() // 1000 + SESSION_TTL_S
     done = set(consumed)
     for _ in range(5):
         current = store.get(gateway, client_id) or SinceSession()
         updated = replace(
             current.handed(handed),
-            confirmed=dict(confirmed),
+            confirmed=dict(confirmed.positions),
+            resync=confirmed.resync,
             redeliver=tuple(r for r in current.redeliver if r not in done),
+            resynced=current.resynced or resynced,
         )
         try:
             store.put(gateway, client_id, updated, expires_at)
@@ -593,6 +691,13 @@ def _regressed(gateway: str, shard: ShardId) -> CursorExpiredError:
     return CursorExpiredError(
         f"The log of table {shard.table!r} no longer matches this cursor (the buffer was restored or recreated"
         f" behind it); load the checkpoint (GET /v1/sync/{gateway}/checkpoint) and pull from its cursor"
+    )
+
+
+def _expired_any(gateway: str) -> CursorExpiredError:
+    return CursorExpiredError(
+        f"The buffer was released past this pull position; load the checkpoint (GET /v1/sync/{gateway}/checkpoint)"
+        " and pull from its cursor"
     )
 
 

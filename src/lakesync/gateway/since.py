@@ -30,6 +30,10 @@ What the server does about each of those:
   with a row the server does not have, and no commit would ever send it back: the push records the row in the
   pusher's session (:func:`note_push`) and the next pull sends its current state in row form.
 
+* **Resync behind a release.** A client whose position is behind a release of the log is sent the latest
+  checkpoint's rows in row form, then the log from the checkpoint's positions (:mod:`lakesync.gateway.resync`); its
+  handouts carry a :class:`ResyncMark`, and the session stays marked ``resynced`` (no plain ``INSERT`` any more).
+
 A client without a session (the first pull) is served like the original gateway serves it: full rows from the first
 entry after ``since`` (and the re-read window before a recent ``since`` in row form). Cursor pulls are unchanged.
 """
@@ -65,21 +69,52 @@ Positions = Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
+class ResyncMark:
+    """Where a resync from a checkpoint stands (:mod:`lakesync.gateway.resync`): the checkpoint, and the next row to
+    serve -- row ``row`` (0-based, in stored order) of chunk ``chunk``."""
+
+    checkpoint_id: str
+    chunk: int = 0
+    row: int = 0
+
+    def to_json(self) -> list[Any]:
+        """``["checkpointId", chunk, row]``."""
+        return [self.checkpoint_id, self.chunk, self.row]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any] | None) -> ResyncMark | None:
+        """Inverse of :meth:`to_json` (``None`` for ``None``)."""
+        return None if raw is None else cls(str(raw[0]), int(raw[1]), int(raw[2]))
+
+
+@dataclass(frozen=True, slots=True)
 class Handout:
-    """A ``serverHlc`` handed to a client: where it resumes, and up to where entries may already be at the client."""
+    """A ``serverHlc`` handed to a client: where it resumes, and up to where entries may already be at the client.
+
+    With ``resync``, the client is being resynced from a checkpoint: it resumes with the checkpoint's rows from that
+    mark, then with the log from ``positions`` (the checkpoint's)."""
 
     server_hlc: int
     positions: Positions
     uncertain: Positions | None = None
+    resync: ResyncMark | None = None
 
     def to_json(self) -> list[Any]:
-        """``["hlc", positions, uncertain]``."""
-        return [str(self.server_hlc), dict(self.positions), None if self.uncertain is None else dict(self.uncertain)]
+        """``["hlc", positions, uncertain]``, plus the resync mark when there is one."""
+        out: list[Any] = [
+            str(self.server_hlc),
+            dict(self.positions),
+            None if self.uncertain is None else dict(self.uncertain),
+        ]
+        if self.resync is not None:
+            out.append(self.resync.to_json())
+        return out
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Handout:
         """Inverse of :meth:`to_json`."""
-        return cls(int(raw[0]), dict(raw[1]), None if len(raw) < 3 or raw[2] is None else dict(raw[2]))
+        uncertain = None if len(raw) < 3 or raw[2] is None else dict(raw[2])
+        return cls(int(raw[0]), dict(raw[1]), uncertain, ResyncMark.from_json(raw[3] if len(raw) > 3 else None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +126,11 @@ class SinceSession:
         confirmed: The positions of the latest known ``since`` the client sent (it applied everything before them).
         redeliver: Rows whose current state the client must be sent.
         pushed: Rows the client wrote most recently (it holds them locally).
+        resync: The resync mark of the latest known ``since`` the client sent (with ``confirmed``: where it stands
+            in a resync), or ``None``.
+        resynced: The client was resynced from a checkpoint, so it may hold rows the server cannot name (deleted or
+            moved out of its buckets while it was behind): a row it cannot see before a change may still be there,
+            so such rows always go out in row form, never as a plain ``INSERT``.
         version: The stored version (optimistic concurrency).
     """
 
@@ -98,6 +138,8 @@ class SinceSession:
     confirmed: Positions | None = None
     redeliver: tuple[RowKey, ...] = ()
     pushed: tuple[RowKey, ...] = ()
+    resync: ResyncMark | None = None
+    resynced: bool = False
     version: int = 0
 
     def handout(self, since: int) -> Handout | None:
@@ -108,17 +150,24 @@ class SinceSession:
         return None
 
     def handed(self, handout: Handout) -> SinceSession:
-        """This session with one more handout (the oldest forgotten beyond :data:`HANDOUTS_KEPT`)."""
-        return replace(self, handouts=(*self.handouts, handout)[-HANDOUTS_KEPT:])
+        """This session with one more handout (replacing one of the same ``serverHlc``; the oldest forgotten beyond
+        :data:`HANDOUTS_KEPT`)."""
+        kept = tuple(h for h in self.handouts if h.server_hlc != handout.server_hlc)
+        return replace(self, handouts=(*kept, handout)[-HANDOUTS_KEPT:])
 
     def to_json(self) -> dict[str, Any]:
         """The stored JSON shape (HLCs as decimal strings)."""
-        return {
+        out: dict[str, Any] = {
             "h": [h.to_json() for h in self.handouts],
             "c": None if self.confirmed is None else dict(self.confirmed),
             "r": [list(row) for row in self.redeliver],
             "p": [list(row) for row in self.pushed],
         }
+        if self.resync is not None:
+            out["m"] = self.resync.to_json()
+        if self.resynced:
+            out["x"] = 1
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], version: int) -> SinceSession:
@@ -128,6 +177,8 @@ class SinceSession:
             confirmed=None if doc.get("c") is None else dict(doc["c"]),
             redeliver=tuple((str(t), str(r)) for t, r in doc.get("r", [])),
             pushed=tuple((str(t), str(r)) for t, r in doc.get("p", [])),
+            resync=ResyncMark.from_json(doc.get("m")),
+            resynced=bool(doc.get("x")),
             version=version,
         )
 
@@ -273,8 +324,9 @@ def note_push(
         latest = session.handouts[-1] if session.handouts else None
         base = session.confirmed if session.confirmed is not None else (latest.positions if latest else {})
         uncertain = _furthest(latest.positions, latest.uncertain) if latest is not None else None
+        # Mid-resync, the push's serverHlc resumes the resync where the client last confirmed it stood.
         updated = replace(
-            session.handed(Handout(server_hlc, dict(base), uncertain)),
+            session.handed(Handout(server_hlc, dict(base), uncertain, session.resync)),
             redeliver=merge_redeliver(session.redeliver, lost)[-MAX_REDELIVER:],
             pushed=merge_redeliver(session.pushed, ((d.table, d.row_id) for d in deltas))[-MAX_PUSHED:],
         )
@@ -301,6 +353,7 @@ __all__ = [
     "Handout",
     "InMemorySinceSessions",
     "Positions",
+    "ResyncMark",
     "RowKey",
     "SinceSession",
     "SinceSessionStore",
