@@ -8,7 +8,7 @@ import pytest
 
 from lakesync.aws.since_sessions import DynamoDBSinceSessions, session_key
 from lakesync.gateway.model import CommitConflict
-from lakesync.gateway.since import Handout, InMemorySinceSessions, SinceSession, SinceSessionStore
+from lakesync.gateway.since import Handout, InMemorySinceSessions, ResyncMark, SinceSession, SinceSessionStore
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
@@ -37,6 +37,26 @@ def test_a_missing_session_is_none_and_a_stored_one_round_trips(store: SinceSess
     assert got.handout(10) == Handout(10, {"gw#todos#0": 1}, {"gw#todos#0": 3}) and got.handout(11) is None
     # And sessions are per gateway and client
     assert store.get("gw", "c2") is None and store.get("other", "c1") is None
+
+
+def test_a_session_in_a_resync_round_trips(store: SinceSessionStore) -> None:
+    # A client being resynced from a checkpoint: its handouts and confirmed place carry resync marks
+    mark = ResyncMark("1700000000000-00c0ffee", 3, 17)
+    resyncing = SinceSession(
+        handouts=(Handout(10, {"gw#todos#0": 5}), Handout(20, {"gw#todos#0": 9}, {"gw#todos#0": 12}, mark)),
+        confirmed={"gw#todos#0": 9},
+        resync=ResyncMark("1700000000000-00c0ffee", 2, 0),
+        resynced=True,
+    )
+    store.put("gw", "c1", resyncing, expires_at=2_000_000_000)
+    got = store.get("gw", "c1")
+    assert got is not None and got.to_json() == resyncing.to_json()
+    assert got.handout(20) == Handout(20, {"gw#todos#0": 9}, {"gw#todos#0": 12}, mark)
+    assert got.handout(10) == Handout(10, {"gw#todos#0": 5}) and got.resync == resyncing.resync and got.resynced
+    # and one handed out again under the same serverHlc replaces the old one
+    assert got.handed(Handout(10, {"gw#todos#0": 9}, None, mark)).handout(10) == Handout(
+        10, {"gw#todos#0": 9}, None, mark
+    )
 
 
 def test_a_put_from_a_stale_read_conflicts_and_a_fresh_one_succeeds(store: SinceSessionStore) -> None:

@@ -6,6 +6,11 @@ in-memory adapters (the same schedules run on DynamoDB in tests/integration/test
 Converged means: every original client's table equals the server's row state (the per-column LWW fold of every
 delta, as a cursor client folds it), after the clients have synced until they have nothing left to push. Never stuck
 means: no page ever failed to apply.
+
+Releases: the world can cut a checkpoint of its rows (as the checkpoint job does) and release the log it covers (as
+the flush job's release does); an original client positioned behind the release is resynced from the checkpoint
+(lakesync.gateway.resync) instead of getting the 410 it cannot handle, and cursor clients beside it reload the
+checkpoint on 410, as our SDK does.
 """
 
 from __future__ import annotations
@@ -18,16 +23,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lakesync.core.checkpoint import Manifest, checkpoint_id
 from lakesync.core.delta import RowDelta
+from lakesync.core.errors import CursorExpiredError, NotFoundError
 from lakesync.core.hlc import HLC
-from lakesync.core.merge import fold
+from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules
+from lakesync.gateway.checkpoint import HEADER_CURSOR, encode_row, serve, write_checkpoint
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.pull import pull
+from lakesync.gateway.memory import (
+    InMemoryActionStore,
+    InMemoryBufferStore,
+    InMemoryConfigStore,
+    InMemoryObjectStore,
+)
+from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
 from lakesync.gateway.since import InMemorySinceSessions
+from lakesync.wire.framing import iter_checkpoint_responses
 from tests.original_client import OriginalClient
 
 GW = "default"
@@ -42,8 +56,14 @@ class World:
     rules: Any = None
     now: list[int] = field(default_factory=lambda: [T0])
     clients: dict[str, OriginalClient] = field(default_factory=dict)
+    cursor_clients: dict[str, CursorClient] = field(default_factory=dict)
+    keys: set[tuple[str, str]] = field(default_factory=set)
+    """Every row ever pushed (the server's rows are read from the row index: the log may be released)."""
+    released: int = 0
+    """Log entries released so far."""
 
     def __post_init__(self) -> None:
+        self.objects = InMemoryObjectStore()
         self.deps = GatewayDeps(
             buffer=InMemoryBufferStore(),
             config=InMemoryConfigStore(),
@@ -52,6 +72,7 @@ class World:
             clock=HLC(lambda: self.now[0]),
             wall_ms=lambda: self.now[0],
             since_sessions=InMemorySinceSessions(),
+            objects=self.objects,
         )
         if self.rules is not None:
             self.deps.config.put_sync_rules(GW, parse_sync_rules(self.rules))
@@ -66,6 +87,7 @@ class World:
         class Transport:
             def push(self, client_id: str, deltas: list[RowDelta], last_seen: int) -> dict[str, Any] | None:
                 world.tick()
+                world.keys.update((d.table, d.row_id) for d in deltas)
                 wire = [RowDelta.from_json(d.to_json()) for d in deltas]
                 result = push(world.deps, GW, SyncPush(client_id, tuple(wire), last_seen), client_id=client_id)
                 return result.to_json()
@@ -87,14 +109,54 @@ class World:
         for shard in self.deps.buffer.list_shards(GW):
             for entry in self.deps.buffer.read_log(shard, 0, 1_000_000):
                 by_row.setdefault(entry.delta.row_id, []).append(entry.delta)
+        states = {row_id: fold(deltas) for row_id, deltas in by_row.items()}
+        if self.released:
+            # The log's head is gone: the row index holds every row's fold of the whole log.
+            stored = self.deps.buffer.get_rows(GW, sorted(self.keys))
+            states = {key[1]: row.state for key, row in stored.items()}
         out = {}
-        for row_id, deltas in by_row.items():
-            state = fold(deltas)
+        for row_id, state in states.items():
             values = None if state is None else state.values()
             if values is not None and visible(values):
                 # A column holding null is NULL in the client's SQL table, as an absent one is.
                 out[row_id] = {k: v for k, v in values.items() if v is not None}
         return out
+
+    def cut_checkpoint(self, *, include_deleted: bool = True) -> Manifest:
+        """What the checkpoint job writes, from the row index at the current heads (with tombstones by default)."""
+        buffer = self.deps.buffer
+        heads = buffer.get_heads(buffer.list_shards(GW))
+        stored = buffer.get_rows(GW, sorted(self.keys))
+        self.tick()
+        return write_checkpoint(
+            self.objects,
+            gateway=GW,
+            checkpoint_id=checkpoint_id(self.now[0], "00c0ffee"),
+            created_at_ms=self.now[0],
+            positions={s.key: h.seq for s, h in heads.items()},
+            server_hlc=min((h.last_commit_hlc for h in heads.values()), default=0),
+            tables=sorted({k[0] for k in stored}),
+            rows=(encode_row(stored[k].state) for k in sorted(stored) if include_deleted or stored[k].state.exists),
+            chunk_bytes=300,  # a few rows per chunk: resyncs span several chunks
+        )
+
+    def release(self, manifest: Manifest) -> int:
+        """What the flush job's release does: drop every log entry the checkpoint covers (by position and by
+        ``serverHlc``, ``Manifest.releasable``). Returns how many went."""
+        gone = 0
+        for shard in self.deps.buffer.list_shards(GW):
+            entries = self.deps.buffer.read_log(shard, 0, 1_000_000)
+            covered = [e for e in entries if manifest.releasable(shard.key, e.seq, e.commit_hlc)]
+            if covered:
+                self.deps.buffer.release_log(shard, covered[-1].seq)
+                gone += len(covered)
+        self.released += gone
+        return gone
+
+    def cursor_client(self, name: str, *, team: str = "red") -> CursorClient:
+        made = CursorClient(self, {"team": team, "sub": name})
+        self.cursor_clients[name] = made
+        return made
 
     def settle(self, rounds: int = 8) -> None:
         """Every client syncs until nothing is left to push, then everyone pulls once more."""
@@ -107,6 +169,59 @@ class World:
         for _ in range(2):
             for client in self.clients.values():
                 client.sync_once()
+        for cursor in self.cursor_clients.values():
+            cursor.sync()
+
+
+@dataclass
+class CursorClient:
+    """Our SDK's way, reduced to its rule: load the checkpoint, fold every pulled delta with per-column LWW, and on
+    410 reload the checkpoint (its rows replace everything held) and pull from its cursor."""
+
+    world: World
+    claims: dict[str, Any]
+    states: dict[tuple[str, str], RowState] = field(default_factory=dict)
+    cursor: str | None = None
+    reloads: int = 0
+
+    def sync(self) -> None:
+        deps = self.world.deps
+        if self.cursor is None:
+            self.load_checkpoint()
+        while True:
+            try:
+                page = pull(deps, GW, limit=1000, claims=self.claims, cursor=self.cursor)
+            except CursorExpiredError:
+                self.reloads += 1
+                self.load_checkpoint()
+                continue
+            for delta in page.deltas:
+                key = (delta.table, delta.row_id)
+                self.states[key] = merge(self.states.get(key), delta).state
+            self.cursor = page.cursor
+            if not page.has_more:
+                return
+
+    def load_checkpoint(self) -> None:
+        try:
+            payload = serve(self.world.deps, GW, self.claims)
+        except NotFoundError:
+            self.states, self.cursor = {}, encode_cursor({})
+            return
+        rows: dict[tuple[str, str], list[RowDelta]] = {}
+        for response in iter_checkpoint_responses(payload.body):
+            for delta in response.deltas:
+                rows.setdefault((delta.table, delta.row_id), []).append(delta)
+        self.states = {key: state for key, deltas in rows.items() if (state := fold(deltas)) is not None}
+        self.cursor = payload.headers[HEADER_CURSOR]
+
+    def rows(self, table: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for (tbl, row_id), state in self.states.items():
+            values = state.values()
+            if tbl == table and values is not None:
+                out[row_id] = {k: v for k, v in values.items() if v is not None}
+        return out
 
 
 def assert_converged(world: World, visible: Callable[[str, dict[str, Any]], bool] | None = None) -> None:
@@ -116,6 +231,9 @@ def assert_converged(world: World, visible: Callable[[str, dict[str, Any]], bool
         assert client.rows("todos") == expected, name
         assert client.apply_failures == 0, f"{name} failed to apply {client.apply_failures} page(s)"
         assert client.queue == [], name
+    for name, cursor in world.cursor_clients.items():
+        expected = {r: v for r, v in server.items() if visible is None or visible(name, v)}
+        assert cursor.rows("todos") == expected, name
 
 
 # -- scripted cases ------------------------------------------------------------------------------------------------
@@ -238,9 +356,167 @@ def test_sync_rules_deliver_rows_moving_in_and_out_of_a_clients_buckets() -> Non
     assert blue.rows("todos") == {"t1": {"title": "milk", "team": "blue"}}
 
 
+# -- behind a release: resynced from the checkpoint instead of 410 ---------------------------------------------------
+
+
+def _behind_a_release(world: World, client: OriginalClient) -> bool:
+    """Whether ``client``'s position is behind a release: its next since pull, served as before resyncs existed
+    (no checkpoint to resync from), is 410."""
+    objects, world.deps.objects = world.deps.objects, None
+    try:
+        pull(world.deps, GW, limit=1000, claims={"sub": client.client_id}, since=client.last_synced, client_id="probe")
+    except CursorExpiredError:
+        return True
+    finally:
+        world.deps.objects = objects
+    return False
+
+
+def test_a_client_behind_a_release_is_resynced_from_the_checkpoint_and_converges() -> None:
+    # Given two original clients and a cursor client in step, then b offline while a edits, deletes and creates
+    world = World()
+    a, b = world.client("a"), world.client("b")
+    cursor = world.cursor_client("sdk")
+    for i in range(1, 7):
+        a.insert("todos", f"t{i}", {"title": f"todo {i}", "done": False})
+    a.sync_once()
+    b.sync_once()
+    cursor.sync()
+    assert b.rows("todos") == a.rows("todos")
+    a.update("todos", "t1", {"done": True})
+    a.delete("todos", "t2")  # deleted while b is behind: b holds it
+    a.insert("todos", "t7", {"title": "new"})
+    a.sync_once()
+    # and the checkpoint job cuts a checkpoint, more changes follow, and the flush job releases what it covers
+    manifest = world.cut_checkpoint()
+    a.update("todos", "t3", {"title": "after the checkpoint"})
+    a.delete("todos", "t4")
+    a.sync_once()
+    assert world.release(manifest) > 0
+    assert _behind_a_release(world, b)  # the 410 the original client would stay stuck on
+    # and b edits offline meanwhile (kept and pushed: resync rows carry HLC 0)
+    b.update("todos", "t5", {"done": True})
+
+    # When everyone syncs
+    world.settle()
+
+    # Then b (resynced over several pages, never a failed one) and the cursor client (which reloaded the
+    # checkpoint on 410) hold exactly the server's rows
+    assert_converged(world)
+    assert b.applied_pages >= 3 and cursor.reloads == 1
+    assert "t2" not in b.rows("todos") and "t4" not in b.rows("todos")
+    assert b.rows("todos")["t5"] == {"title": "todo 5", "done": True}
+
+
+def test_a_new_client_behind_a_release_without_a_checkpoint_of_its_own_is_resynced() -> None:
+    # Given a history whose head is released, and an original client that never synced (since 0, no checkpoint)
+    world = World()
+    a = world.client("a")
+    for i in range(5):
+        a.insert("todos", f"t{i}", {"title": str(i)})
+        a.sync_once()
+    a.delete("todos", "t0")
+    a.sync_once()
+    world.release(world.cut_checkpoint())
+    late = world.client("late")
+    assert _behind_a_release(world, late)
+    # When it syncs, Then it gets the checkpoint's rows and converges
+    world.settle()
+    assert_converged(world)
+
+
+def test_a_client_restarting_in_the_middle_of_a_resync_resumes_it() -> None:
+    world = World()
+    a, b = world.client("a"), world.client("b")
+    for i in range(12):
+        a.insert("todos", f"t{i:02}", {"title": str(i)})
+    a.sync_once()
+    b.sync_once()
+    a.delete("todos", "t11")
+    a.sync_once()
+    world.release(world.cut_checkpoint())
+    b.pull()  # one resync page
+    b.restart()  # forgets lastSyncedHlc mid-resync
+    world.settle()
+    assert_converged(world)
+
+
+RULES = {
+    "version": 1,
+    "buckets": [
+        {"name": "team", "tables": ["todos"], "filters": [{"column": "team", "op": "eq", "value": "jwt:team"}]}
+    ],
+}
+TEAMS = {"red": "red", "blue": "blue", "red2": "red"}
+
+
+def test_a_client_behind_a_release_with_sync_rules_converges() -> None:
+    # Given sync rules by team, a red client that falls behind while rows move between teams and rows it wrote are
+    # deleted by a teammate
+    world = World(rules=RULES)
+    red, blue, red2 = world.client("red", team="red"), world.client("blue", team="blue"), world.client("red2")
+    red.insert("todos", "r1", {"title": "stays red", "team": "red"})
+    red.insert("todos", "r2", {"title": "goes blue", "team": "red"})
+    red.insert("todos", "r3", {"title": "deleted", "team": "red"})
+    blue.insert("todos", "b1", {"title": "comes red", "team": "blue"})
+    blue.insert("todos", "b2", {"title": "stays blue", "team": "blue"})
+    for client in (red, blue, red2):
+        client.sync_once()
+    red.sync_once()
+    red2.update("todos", "r2", {"team": "blue"})
+    red2.delete("todos", "r3")
+    blue.update("todos", "b1", {"team": "red"})
+    red2.sync_once()
+    blue.sync_once()
+    world.release(world.cut_checkpoint())
+    red2.insert("todos", "r4", {"title": "after", "team": "red"})
+    red2.sync_once()
+    assert _behind_a_release(world, red)
+
+    # When everyone syncs, Then each client holds exactly the server's rows of its team
+    world.settle()
+    assert_converged(world, visible=lambda name, row: row.get("team") == TEAMS[name])
+    assert sorted(red.rows("todos")) == ["b1", "r1", "r4"]
+    assert sorted(blue.rows("todos")) == ["b2", "r2"]
+
+
+def test_behind_a_release_with_sync_rules_a_row_the_client_cannot_be_told_about_never_gets_it_stuck() -> None:
+    # The documented limit: under filtered buckets, a row deleted (or moved out of the client's buckets) while the
+    # client was behind, which the client did not write itself, cannot be named to it without disclosing rows
+    # outside its buckets, so it stays at the client. It never makes a page fail, and the row is put right as soon
+    # as it changes visibly again (even re-created under the same id).
+    world = World(rules=RULES)
+    red, red2 = world.client("red", team="red"), world.client("red2")
+    red2.insert("todos", "x", {"title": "x", "team": "red"})
+    red2.sync_once()
+    red.sync_once()
+    red2.delete("todos", "x")
+    red2.sync_once()
+    world.release(world.cut_checkpoint())
+    world.settle()
+    assert "x" in red.rows("todos") and "x" not in world.server_rows()  # the limit
+    red2.insert("todos", "x", {"title": "again", "team": "red"})
+    world.settle()
+    assert_converged(world, visible=lambda name, row: row.get("team") == TEAMS[name])
+
+
+def test_without_a_checkpoint_covering_the_release_a_since_pull_is_still_410() -> None:
+    world = World()
+    a = world.client("a")
+    a.insert("todos", "t1", {"title": "x"})
+    a.sync_once()
+    a.insert("todos", "t2", {"title": "y"})
+    a.sync_once()
+    shard = world.deps.buffer.list_shards(GW)[0]
+    world.deps.buffer.release_log(shard, 1)  # a release no checkpoint covers (there is none)
+    with pytest.raises(CursorExpiredError):
+        pull(world.deps, GW, limit=100, claims={}, since=1, client_id="new")
+
+
 # -- generated schedules -------------------------------------------------------------------------------------------
 
 ROWS = ["r1", "r2", "r3"]
+MORE_ROWS = [f"m{i}" for i in range(8)]
 COLUMNS = ["title", "done"]
 
 step = st.one_of(
@@ -293,6 +569,73 @@ def test_generated_schedules_converge_and_never_get_stuck(
     RESULTS["schedules"] += 1
     assert_converged(world)
     RESULTS["converged"] += 1
+
+
+release_step = st.one_of(
+    step,
+    st.tuples(
+        st.just("write"), st.integers(0, 2), st.sampled_from(MORE_ROWS), st.sampled_from(COLUMNS), st.integers(0, 9)
+    ),
+    st.tuples(st.just("delete"), st.integers(0, 2), st.sampled_from(MORE_ROWS)),
+    st.tuples(st.just("release"), st.booleans()),
+)
+
+RELEASE_RESULTS: dict[str, int] = {"schedules": 0, "converged": 0, "releases": 0, "behind": 0, "resynced": 0}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=st.lists(release_step, min_size=5, max_size=40), skews=st.tuples(*[st.integers(-2000, 2000)] * 3))
+def test_generated_schedules_with_releases_converge_and_never_get_stuck(
+    schedule: list[tuple[Any, ...]], skews: tuple[int, ...]
+) -> None:
+    # Schedules as above, plus "release": the checkpoint job cuts a checkpoint (with tombstones) and the flush job
+    # releases the log it covers, so clients fall behind releases at any point, mid-resync too; a cursor client
+    # (reloading the checkpoint on 410) syncs beside them.
+    world = World()
+    clients = [world.client(f"c{i}", skew_ms=skews[i]) for i in range(3)]
+    sdk = world.cursor_client("sdk")
+    for client in clients:
+        client.sync_once()
+    behind = False
+    for action in schedule:
+        world.tick(3)
+        kind = action[0]
+        if kind == "release":
+            world.release(world.cut_checkpoint())
+            RELEASE_RESULTS["releases"] += 1
+            behind = behind or any(_behind_a_release(world, c) for c in clients)
+            if action[1]:
+                sdk.sync()
+            continue
+        if kind == "wait":
+            world.tick(action[1])
+            continue
+        client = clients[action[1]]
+        if kind == "write":
+            _, _, row, column, value = action
+            if client.holds("todos", row):
+                client.update("todos", row, {column: value})
+            else:
+                client.insert("todos", row, {column: value})
+        elif kind == "delete":
+            if client.holds("todos", action[2]):
+                client.delete("todos", action[2])
+        elif kind == "sync":
+            client.sync_once()
+        elif kind == "pull":
+            client.pull()
+        elif kind == "push":
+            client.push()
+        else:
+            client.restart()
+    world.settle()
+    RELEASE_RESULTS["schedules"] += 1
+    RELEASE_RESULTS["behind"] += behind
+    sessions = world.deps.since_sessions
+    assert sessions is not None
+    RELEASE_RESULTS["resynced"] += any((x := sessions.get(GW, c.client_id)) and x.resynced for c in clients)
+    assert_converged(world)
+    RELEASE_RESULTS["converged"] += 1
 
 
 def test_concurrent_creation_of_one_row_by_two_synced_clients_gets_neither_stuck() -> None:
