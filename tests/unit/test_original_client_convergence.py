@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakesync.core.checkpoint import Manifest, checkpoint_id
-from lakesync.core.delta import RowDelta
+from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.errors import CursorExpiredError, NotFoundError
 from lakesync.core.hlc import HLC
 from lakesync.core.merge import RowState, fold, merge
@@ -664,3 +664,34 @@ def test_a_row_created_before_a_clients_first_sync_and_already_on_the_server_cos
     server = world.server_rows()
     assert a.rows("todos") == b.rows("todos") == server
     assert b.apply_failures <= 1 and a.apply_failures == 0
+
+
+@pytest.mark.parametrize("created_by_other", [True, False], ids=["created-by-another", "created-by-itself"])
+def test_a_row_the_client_wrote_is_never_sent_as_insert_after_a_change_that_sent_it_nothing(
+    created_by_other: bool,
+) -> None:
+    # The flake of tests/integration/test_original_client_http.py: another client deleted a row that did not exist
+    # (a log entry that sends this client nothing), then maybe created it; this client created the same row later and
+    # pushed it before pulling. Its next page read those entries: the delete sent nothing but recorded the row as not
+    # held in the page, so the creation after it (the other's, or the client's own) went out as a plain INSERT of a
+    # row the client holds, and the page failed (and failed again on every pull until the client pushed again).
+    world = World()
+    a = world.client("a")
+    a.sync_once()
+    world.tick()
+    other = [make_delta("DELETE", table="todos", row_id="t1", client_id="b", hlc=world.deps.clock.now())]
+    if created_by_other:
+        other.append(
+            make_delta(
+                "INSERT", table="todos", row_id="t1", client_id="b", hlc=world.deps.clock.now(), columns={"done": 1}
+            )
+        )
+    push(world.deps, GW, SyncPush("b", tuple(other), 0), client_id="b")
+    world.tick(50)
+    a.insert("todos", "t1", {"title": "a's"})
+    a.push()
+    a.sync_once()
+    assert a.apply_failures == 0
+    world.settle()
+    assert_converged(world)
+    assert a.rows("todos") == {"t1": {"title": "a's", "done": 1} if created_by_other else {"title": "a's"}}

@@ -625,7 +625,7 @@ def _since_page(
         after = visible_values(rules, claims, key[0], entry.after)
         unsure = entry.seq <= uncertain.get(entry.shard.key, 0)
         if key in held:
-            had = held[key]  # what this page has left the client holding
+            had = held[key]  # what this page's deltas have left the client holding
         elif delta.client_id == client_id:
             had = True  # it holds what it wrote
         else:
@@ -638,12 +638,19 @@ def _since_page(
             out.extend(replay)
             if count_unsure or entry.seq > uncertain.get(entry.shard.key, 0):
                 counted += len(replay)
+            sent = bool(replay)
         else:
             changed = full_row(delta, after, held=had, before=entry.before, hlc=stamp)
             if changed is not None:
                 out.append(changed)
                 counted += 1
-        held[key] = after is not None
+            sent = changed is not None
+        if sent:
+            # Only a delta sent decides what the client holds. A change that sent nothing (a row gone or invisible
+            # before and after it: a delete of a deleted row) leaves the client as it was, which the server may not
+            # know: a row it wrote, or any row after a resync, may still be there, so the row's next change in this
+            # page is judged as a first one (in row form) rather than as a plain INSERT of a row "not held".
+            held[key] = after is not None
         if size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:
             break
         # Without a session the next page resumes by commit HLC, so a page must not end inside one commit HLC.
