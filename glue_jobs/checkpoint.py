@@ -4,7 +4,11 @@ Job parameters (``JOB_OPTIONS``; Glue's own, such as ``--JOB_NAME``, are ignored
 ``--catalog_uri``)::
 
     --bucket B --gateways a,b --warehouse W [--catalog glue|local] [--catalog_name lake] [--catalog_uri U]
-    [--namespace N] [--chunk_bytes N] [--include_deleted true|false] [--region R] [--s3_endpoint URL]
+    [--namespace N] [--chunk_bytes N] [--include_deleted true|false] [--deleted_within_hours H] [--region R]
+    [--s3_endpoint URL]
+
+Deleted rows are kept (as their DELETE) unless ``--include_deleted false``; ``--deleted_within_hours H`` keeps only
+those deleted in the last ``H`` hours (lakesync.spark.checkpoint: what they are for and what they cost).
 
 On Glue: ``--catalog glue --warehouse s3://... --region R`` (the default catalog is ``glue``; without ``--region`` the
 S3 client takes the environment's). Locally: ``--catalog local --warehouse DIR --catalog_uri FILE.db`` and
@@ -35,6 +39,7 @@ JOB_OPTIONS = (
     "namespace",
     "chunk_bytes",
     "include_deleted",
+    "deleted_within_hours",
     "region",
     "s3_endpoint",
 )
@@ -53,9 +58,11 @@ def parse(options: Mapping[str, str]) -> tuple[CheckpointConfig, str, Literal["l
     kind = options.get("catalog", "glue")
     if kind not in ("local", "glue"):
         raise ValueError(f"--catalog must be local or glue, got {kind!r}")
-    include_deleted = options.get("include_deleted", "false").lower()
+    include_deleted = options.get("include_deleted", "true").lower()
     if include_deleted not in ("true", "false"):
         raise ValueError(f"--include_deleted must be true or false, got {include_deleted!r}")
+    within = options.get("deleted_within_hours")
+    deleted_within_hours = None if within is None else _hours(within)
     config = CheckpointConfig(
         bucket=options["bucket"],
         gateways=tuple(g.strip() for g in options["gateways"].split(",") if g.strip()),
@@ -63,8 +70,19 @@ def parse(options: Mapping[str, str]) -> tuple[CheckpointConfig, str, Literal["l
         namespace=options.get("namespace", NAMESPACE),
         chunk_bytes=int(options.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
         include_deleted=include_deleted == "true",
+        deleted_within_hours=deleted_within_hours,
     )
     return config, options["warehouse"], "local" if kind == "local" else "glue", options.get("catalog_uri")
+
+
+def _hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = -1.0
+    if not 0 <= hours < float("inf"):
+        raise ValueError(f"--deleted_within_hours must be a number of hours >= 0, got {text!r}")
+    return hours
 
 
 def main(argv: Sequence[str] | None = None) -> int:

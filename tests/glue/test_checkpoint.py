@@ -231,12 +231,26 @@ def _of(gateway: str, states: dict[tuple[str, str, str], RowState]) -> dict[tupl
 # -- tests -----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("include_deleted", [False, True], ids=["deleted-omitted", "deleted-kept"])
+# The recent-deletes case keeps the tombstones of the last 98.5 s before the run (T0 + 99 s): those from T0 + 500 ms.
+RECENT_HOURS = 98_500 / 3_600_000
+RECENT_SINCE = encode(T0 + 500, 0)
+
+
+@pytest.mark.parametrize(
+    ("include_deleted", "within_hours", "seed"),
+    [(False, None, 5), (True, None, 11), (True, RECENT_HOURS, 19)],
+    ids=["deleted-omitted", "deleted-kept", "deleted-recent"],
+)
 def test_checkpoint_job_loads_the_core_fold_and_checkpoint_plus_tail_is_full_replay(
-    spark_py: SparkSession, lake_namespace: str, store: S3ObjectStore, include_deleted: bool
+    spark_py: SparkSession,
+    lake_namespace: str,
+    store: S3ObjectStore,
+    include_deleted: bool,
+    within_hours: float | None,
+    seed: int,
 ) -> None:
     # Given a sharded history of two gateways, compacted up to a prefix of each shard (delta log and state tables)
-    rnd = random.Random(11 if include_deleted else 5)
+    rnd = random.Random(seed)
     log = _log(rnd, 160)
     watermarks = _cut(rnd, log)
     covered = [e for e in log if e.seq <= watermarks[e.shard]]
@@ -250,7 +264,12 @@ def test_checkpoint_job_loads_the_core_fold_and_checkpoint_plus_tail_is_full_rep
 
     # When the job cuts a checkpoint of gw1 (small chunks) and a client loads it
     config = CheckpointConfig(
-        bucket=store.bucket, gateways=(GW,), namespace=lake_namespace, chunk_bytes=700, include_deleted=include_deleted
+        bucket=store.bucket,
+        gateways=(GW,),
+        namespace=lake_namespace,
+        chunk_bytes=700,
+        include_deleted=include_deleted,
+        deleted_within_hours=within_hours,
     )
     report = run(spark_py, config, objects=store, now_ms=lambda: T0 + 99_000)
     (outcome,) = report.gateways
@@ -268,11 +287,20 @@ def test_checkpoint_job_loads_the_core_fold_and_checkpoint_plus_tail_is_full_rep
     assert len(manifest.chunks) > 1 and all(c.bytes <= 700 for c in manifest.chunks)
     assert len(list(group_rows(deltas))) == manifest.rows == len({(d.table, d.row_id) for d in deltas})
 
-    # And the client holds exactly the core fold of gw1's covered history (deleted rows only when kept)
+    # And the client holds exactly the core fold of gw1's covered history (deleted rows only when kept: all of them,
+    # or those deleted recently enough)
     expected = _of(GW, _states(covered))
     assert any(not state.exists for state in expected.values())  # the history deletes rows
     if not include_deleted:
         expected = {key: state for key, state in expected.items() if state.exists}
+    elif within_hours is not None:
+        tombs = [s.tombstone.hlc for s in expected.values() if not s.exists and s.tombstone is not None]
+        assert min(tombs) < RECENT_SINCE <= max(tombs)  # some deletes are older than the bound, some are not
+        expected = {
+            key: state
+            for key, state in expected.items()
+            if state.exists or (state.tombstone is not None and state.tombstone.hlc >= RECENT_SINCE)
+        }
     assert _snap(_client(deltas)) == _snap(expected)
     assert ("todos", "ghost") not in _client(deltas)
 
@@ -282,7 +310,7 @@ def test_checkpoint_job_loads_the_core_fold_and_checkpoint_plus_tail_is_full_rep
     full = _of(GW, _states(log))
     resumed = _client([*deltas, *gw_tail])
     assert _live(resumed) == _live(full)
-    if include_deleted:
+    if include_deleted and within_hours is None:
         assert _snap(resumed) == _snap(full)
 
 
@@ -354,3 +382,25 @@ def test_state_table_ddl_is_readable_by_spark(spark: SparkSession, lake_namespac
 
     # When Spark reads it back, Then the row is there
     assert spark.sql(f"SELECT {ROW_ID} FROM {name}").collect()[0][0] == "r"
+
+
+def test_glue_script_keeps_deleted_rows_unless_told_otherwise() -> None:
+    # Given the Glue script's option parser
+    path = Path(__file__).resolve().parents[2] / "glue_jobs" / "checkpoint.py"
+    spec = importlib.util.spec_from_file_location("glue_checkpoint_options", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    required = {"bucket": "b", "gateways": GW, "warehouse": "w"}
+
+    def config(**options: str) -> CheckpointConfig:
+        parsed: CheckpointConfig = script.parse({**required, **options})[0]
+        return parsed
+
+    # Then by default every deleted row is kept (the original clients' resync needs them), and both bounds parse
+    assert (config().include_deleted, config().deleted_within_hours) == (True, None)
+    assert config(include_deleted="false").include_deleted is False
+    assert config(deleted_within_hours="720").deleted_within_hours == 720.0
+    for bad in ({"include_deleted": "yes"}, {"deleted_within_hours": "-1"}, {"deleted_within_hours": "x"}):
+        with pytest.raises(ValueError, match="--"):
+            config(**bad)

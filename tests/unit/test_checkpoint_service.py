@@ -42,6 +42,8 @@ from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
 from lakesync.gateway.pull import decode_cursor, pull
 from lakesync.gateway.push import push
+from lakesync.gateway.resync import resync_page
+from lakesync.gateway.since import ResyncMark
 from lakesync.wire import decode_sync_response
 from lakesync.wire.framing import iter_checkpoint, iter_checkpoint_responses
 
@@ -265,6 +267,63 @@ def test_serve_deleted_rows_reach_only_buckets_without_filters() -> None:
     assert serve(deps, GW, {"sub": "u1"}).body == b""
     deps.config.put_sync_rules(GW, SyncRules(1, (Bucket("all", ("todos",)),)))
     assert [d.op for d in _deltas(serve(deps, GW, {"sub": "u1"}).body)] == [DeltaOp.DELETE]
+
+
+RULE_SETS: dict[str, SyncRules | None] = {
+    "no rules": None,
+    "filtered buckets only": user_scoped_rules(["todos", "notes"]),
+    "a bucket without filters": SyncRules(1, (Bucket("all", ("todos", "notes")),)),
+    "filters on todos, none on notes": SyncRules(
+        1, (*user_scoped_rules(["todos"]).buckets, Bucket("all_notes", ("notes",)))
+    ),
+}
+
+
+@pytest.mark.parametrize("rule_set", list(RULE_SETS))
+def test_tombstones_reach_a_resynced_since_client_exactly_as_the_checkpoint_route_serves_them(rule_set: str) -> None:
+    # Given a checkpoint holding live rows and deleted rows (kept as their DELETE, as the checkpoint job does) of two
+    # tables, and sync rules
+    def deleted(table: str, row: str, user: str) -> RowState:
+        return _state(
+            table,
+            row,
+            make_delta("INSERT", table=table, row_id=row, client_id="c1", hlc=t(1), columns={"user_id": user}),
+            make_delta("DELETE", table=table, row_id=row, client_id="c1", hlc=t(2)),
+        )
+
+    states = [
+        deleted("notes", "n-gone", "u1"),
+        _row("notes", "n-u2", "u2", 0),
+        deleted("todos", "t-gone", "u1"),
+        deleted("todos", "t-gone-u2", "u2"),
+        _row("todos", "t-u1", "u1", 0),
+    ]
+    objects = MemoryObjects()
+    manifest = _write(objects, states)
+    deps = _deps(objects)
+    rules = RULE_SETS[rule_set]
+    if rules is not None:
+        deps.config.put_sync_rules(GW, rules)
+    claims = {"sub": "u1"}
+
+    # When u1 fetches the checkpoint, and when u1 is resynced from it as an original client behind a release that
+    # never named any row (a session without pushed or redelivered rows)
+    served = {(d.table, d.row_id, d.op) for d in _deltas(serve(deps, GW, claims).body)}
+    page = resync_page(deps, GW, ResyncMark(manifest.checkpoint_id), 1000, rules, claims, "u1", frozenset())
+    assert page is not None and page.next is None
+    resynced = {(d.table, d.row_id, d.op) for d in page.deltas}
+
+    # Then both name exactly the same tombstones (none outside what the rules give the client: a tombstone has no
+    # values, so only a bucket without filters serves it)
+    tombstones = {(table, row) for table, row, op in served if op is DeltaOp.DELETE}
+    assert tombstones == {(table, row) for table, row, op in resynced if (table, row, DeltaOp.INSERT) not in resynced}
+    expected = {
+        "no rules": {("notes", "n-gone"), ("todos", "t-gone"), ("todos", "t-gone-u2")},
+        "filtered buckets only": set(),
+        "a bucket without filters": {("notes", "n-gone"), ("todos", "t-gone"), ("todos", "t-gone-u2")},
+        "filters on todos, none on notes": {("notes", "n-gone")},
+    }
+    assert tombstones == expected[rule_set]
 
 
 def test_serve_one_chunk_and_a_pinned_checkpoint() -> None:

@@ -12,9 +12,9 @@ Per checkpoint row (:func:`resync_row`), judged on the row's values with the cal
 serving judges them:
 
 * a live row the client may see: ``DELETE`` + ``INSERT`` of its values (HLC 0);
-* a deleted row (a tombstone; checkpoints carry them when cut with ``include_deleted``) the checkpoint route would
-  serve to the client -- every tombstone without sync rules, or under a bucket without filters: ``DELETE`` (a no-op
-  for a row it does not hold);
+* a deleted row (a tombstone; the checkpoint job keeps them by default, ``include_deleted``) the checkpoint route
+  would serve to the client -- every tombstone without sync rules, or under a bucket without filters: ``DELETE`` (a
+  no-op for a row it does not hold);
 * a row it may not see, or a tombstone whose last values are gone (so the rules cannot say whether it saw the row):
   ``DELETE`` only when the client itself named the row (it pushed it recently, or it is queued for redelivery);
   otherwise nothing, since naming rows outside its buckets would disclose them.

@@ -15,14 +15,24 @@ One run:
    (harmless under LWW) and misses none of the covered shards. If any of them cannot be found, it is 0. The buffer
    may release an entry only below both bounds (:meth:`~lakesync.core.checkpoint.Manifest.releasable`).
 
-**Deleted rows are omitted (our semantics; ``include_deleted`` keeps them).** A client starting from a checkpoint
-never held a deleted row, so its tombstone only matters if the tail pulled from the cursor could carry a write older
-than that tombstone. It cannot: the tail of a shard is the entries committed after the covered ones, every row lives
-in one shard, and an entry is logged only if it changed the row index -- whose state already included the tombstone
--- so a tail write of that row is newer than the tombstone. The one exception is a change of a table's sub-shard
-count, which moves rows between shards: an older write still unflushed in the old shard could then follow a covered
-delete in the new one. Run with ``include_deleted=True`` around such a change (tombstones then travel as DELETEs).
+**Deleted rows are kept, as their DELETE (``include_deleted``, the default).** A client starting from a checkpoint
+never held a deleted row, so for it a tombstone only matters if the tail pulled from the cursor could carry a write
+older than that tombstone. It cannot: the tail of a shard is the entries committed after the covered ones, every row
+lives in one shard, and an entry is logged only if it changed the row index -- whose state already included the
+tombstone -- so a tail write of that row is newer than the tombstone. (The one exception is a change of a table's
+sub-shard count, which moves rows between shards: an older write still unflushed in the old shard could then follow a
+covered delete in the new one; the tombstone settles it.) The tombstones are there for the clients that *did* hold
+the row: an original (``since``) client behind a release is resynced from the checkpoint
+(:mod:`lakesync.gateway.resync`), and a row deleted while it was behind reaches it only as the checkpoint's DELETE.
 Rows that exist keep their DELETE either way: ``row_deltas`` always reproduces the whole state.
+
+**Their cost.** Compaction never drops a tombstone (a deleted row stays in its state table with ``_exists`` false, so
+older deltas cannot resurrect it), so every row ever deleted is one DELETE in every checkpoint (a row id, clientId,
+deltaId and HLC: ~100-150 bytes): a table with heavy churn of row ids grows its checkpoints without bound.
+``deleted_within_hours`` bounds that: only tombstones at most that old (by their HLC, against the run's clock) are
+kept, so an original client behind a release by more than that keeps the rows deleted earlier (docs/architecture.md,
+"What cannot converge"); ``include_deleted=False`` omits them all (enough for our SDK's clients, which replace
+everything they hold with the checkpoint). Around a change of a table's sub-shard count, run with neither.
 
 A gateway with no compacted shards gets no checkpoint; one whose positions equal its latest checkpoint's is skipped
 (``skip_unchanged``).
@@ -48,6 +58,7 @@ from lakesync.core.checkpoint import (
     positions_of_gateway,
 )
 from lakesync.core.errors import StorageError
+from lakesync.core.hlc import encode as encode_hlc
 from lakesync.core.hlc import system_clock
 from lakesync.core.merge import state_from_json
 from lakesync.gateway.checkpoint import EncodedRow, encode_row, load_manifest, write_checkpoint
@@ -69,7 +80,15 @@ if TYPE_CHECKING:
 # The state tables' key, existence and state columns, by position in the DDL's system columns.
 _GATEWAY, _ROW_ID, _EXISTS, _STATE, _HLC, _VALUES, _UPDATED_AT = STATE_SYSTEM_COLUMNS
 
-__all__ = ["CheckpointConfig", "CheckpointReport", "GatewayCheckpoint", "StateSnapshot", "encode_rows", "run"]
+__all__ = [
+    "CheckpointConfig",
+    "CheckpointReport",
+    "GatewayCheckpoint",
+    "StateSnapshot",
+    "deleted_since_hlc",
+    "encode_rows",
+    "run",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +102,8 @@ class CheckpointConfig:
         namespace: The lake namespace (``lakesync``; tests use their own).
         chunk_bytes: Byte budget of one chunk object.
         include_deleted: Also write deleted rows (as their DELETE); see the module docstring.
+        deleted_within_hours: With ``include_deleted``, only the deleted rows whose delete is at most this many hours
+            old (``None``: all of them); see the module docstring.
         skip_unchanged: Write nothing for a gateway whose positions equal its latest checkpoint's.
     """
 
@@ -91,7 +112,8 @@ class CheckpointConfig:
     catalog: str = "lake"
     namespace: str = NAMESPACE
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    include_deleted: bool = False
+    include_deleted: bool = True
+    deleted_within_hours: float | None = None
     skip_unchanged: bool = True
 
 
@@ -223,7 +245,7 @@ def _checkpoint_gateway(
         if latest is not None and dict(latest.positions) == positions:
             return GatewayCheckpoint(gateway, None, "unchanged")
     created = now_ms()
-    rows = _state_rows(spark, config, covered, gateway)
+    rows = _state_rows(spark, config, covered, gateway, deleted_since_hlc(config, created))
     manifest = write_checkpoint(
         objects,
         gateway=gateway,
@@ -238,15 +260,31 @@ def _checkpoint_gateway(
     return GatewayCheckpoint(gateway, manifest)
 
 
+def deleted_since_hlc(config: CheckpointConfig, now_ms: int) -> int | None:
+    """The oldest HLC of a tombstone the checkpoint keeps: 0 for all of them, ``None`` for none."""
+    if not config.include_deleted:
+        return None
+    if config.deleted_within_hours is None:
+        return 0
+    return encode_hlc(max(0, now_ms - round(config.deleted_within_hours * 3_600_000)), 0)
+
+
 def _state_rows(
-    spark: SparkSession, config: CheckpointConfig, snapshots: list[StateSnapshot], gateway: str
+    spark: SparkSession,
+    config: CheckpointConfig,
+    snapshots: list[StateSnapshot],
+    gateway: str,
+    deleted_since: int | None,
 ) -> Iterator[tuple[str, bytes, int]]:
     frames: list[DataFrame] = []
     for snap in snapshots:
         name = qualified(config.catalog, state_table(snap.table), config.namespace)
         frame = spark.sql(f"SELECT * FROM {name} VERSION AS OF {snap.snapshot_id}").where(F.col(_GATEWAY) == gateway)
-        if not config.include_deleted:
+        if deleted_since is None:
             frame = frame.where(F.col(_EXISTS))
+        elif deleted_since > 0:
+            # A deleted row's `_hlc` is its tombstone's.
+            frame = frame.where(F.col(_EXISTS) | (F.col(_HLC) >= F.lit(deleted_since)))
         frames.append(frame.select(F.lit(snap.table).alias("tbl"), F.col(_ROW_ID).alias("rid"), F.col(_STATE)))
     combined = reduce(lambda a, b: a.unionByName(b), frames)
     ordered = combined.orderBy("tbl", "rid")
