@@ -326,3 +326,12 @@ def test_two_consumers_interleaving_on_the_same_rows_see_each_others_states(
     first.apply(schema, [upd(table, "r", H(4), "a", n=4)])
     assert first.rows(schema) == {"r": {**EMPTY, "title": "t3", "done": True, "n": 4.0}}
     assert second.rows(schema) == first.rows(schema)
+
+
+def test_numbers_round_trip_exactly(dest: SqlDestination, table: str) -> None:
+    schema = schema_of(table)
+    numbers = [0.1, -0.0, 5e-324, 1.7976931348623157e308, 2.0**53 + 2, 1e-7, 123456789.123456789, -1.5e300]
+    dest.apply(schema, [ins(table, f"r{i}", H(1), n=v, done=i % 2 == 0) for i, v in enumerate(numbers)])
+    rows = dest.rows(schema)
+    assert [rows[f"r{i}"]["n"] for i in range(len(numbers))] == numbers
+    assert [rows[f"r{i}"]["done"] for i in range(len(numbers))] == [i % 2 == 0 for i in range(len(numbers))]

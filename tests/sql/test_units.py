@@ -129,8 +129,10 @@ def test_generated_sql_quotes_identifiers_and_binds_values() -> None:
     assert '"title" TEXT' in create and "props JSONB NOT NULL DEFAULT '{}'" in create
     assert 'UNIQUE ("title")' in create and "deleted_at TIMESTAMPTZ" in create
     (insert,) = pg.upsert_rows(layout, [("r1", "t", 1.0, '{"a":1}')])
-    assert "unnest(%b::text[], %b::text[], %b::float8[], %b::text[]::jsonb[])" in insert.sql
-    assert 'ON CONFLICT ("title")' in insert.sql and insert.params == [["r1"], ["t"], [1.0], ['{"a":1}']]
+    assert '(e->>1) AS "title", (e->>2)::float8 AS "n", (e->>3)::jsonb AS "meta"' in insert.sql
+    assert "FROM json_array_elements(%s::json)" in insert.sql
+    # The values travel as one JSON text of row arrays; the json column's value is its JSON text, as a string.
+    assert 'ON CONFLICT ("title")' in insert.sql and insert.params == ['[["r1","t",1.0,"{\\"a\\":1}"]]']
     by_key = pg.update_by_key(layout, [("r1", "t", 1.0, None)])
     assert by_key is not None and 'WHERE t."row_id" = v."row_id"' in by_key.sql and by_key.returns
 

@@ -70,6 +70,8 @@ MAX_ATTEMPTS: Final = 8
 """Tries of one call before a retryable error is raised."""
 _BACKOFF_S: Final = 0.02
 _BACKOFF_CAP_S: Final = 1.0
+WRITE_CHUNK_ROWS: Final = 2500
+"""Rows merged and written per chunk of a call (one transaction either way)."""
 STATE_CACHE_BYTES: Final = 16 * 1024 * 1024
 """Stored state text kept decoded per table and process; a stored state equal to the kept text is not decoded again."""
 
@@ -282,63 +284,56 @@ class SqlDestination:
                 return SqlApplyStats(deltas=count, attempts=attempt)
             stored = self._lock_states(run, layout.table, row_ids)
 
-            new_states: list[tuple[str, str]] = []
-            live: list[tuple[Any, ...]] = []
-            dead: list[str] = []
-            moved: list[str] = []
-            unchanged = skipped = 0
+            upserted = deleted = unchanged = skipped = 0
             nulled: Counter[str] = Counter()
             keyed = layout.primary_key != ("row_id",)
-            for row_id in row_ids:
-                text = stored.get(row_id)
-                before = known.get(row_id)
-                if text is None:
-                    before = None
-                elif before is None or before.text != text:
-                    state_json = json.loads(text)
-                    before = _Known(text, state_from_json(source, row_id, state_json, trusted=True))
-                    learned[row_id] = before
-                old = before.state if before is not None else None
-                state, changed = merge_all(old, groups[row_id])
-                if not changed or state is None:
-                    unchanged += 1
-                    continue
-                new_text, parts = state_json_text(state, before.parts if before is not None else None)
-                new_states.append((row_id, new_text))
-                after = _Known(new_text, state, parts)
-                learned[row_id] = after
-                was_live = old is not None and old.exists
-                if not state.exists:
-                    if was_live:
-                        dead.append(row_id)
-                    else:
+            # Rows go in chunks, each written as soon as it is merged: a driver that pipelines (PostgreSQL) lets the
+            # database write one chunk while the next is merged. Only rows keyed by row_id alone are independent of
+            # each other; with a primary key or an external id of columns, a row may take over the key another row
+            # leaves in the same call, so all key moves must come before all upserts: one chunk.
+            chunk = WRITE_CHUNK_ROWS if not keyed and layout.external_id is None else len(row_ids)
+            for start in range(0, len(row_ids), chunk):
+                new_states: list[tuple[str, str]] = []
+                live: list[tuple[Any, ...]] = []
+                dead: list[str] = []
+                moved: list[str] = []
+                for row_id in row_ids[start : start + chunk]:
+                    text = stored.get(row_id)
+                    before = known.get(row_id)
+                    if text is None:
+                        before = None
+                    elif before is None or before.text != text:
+                        state_json = json.loads(text)
+                        before = _Known(text, state_from_json(source, row_id, state_json, trusted=True))
+                        learned[row_id] = before
+                    old = before.state if before is not None else None
+                    state, changed = merge_all(old, groups[row_id])
+                    if not changed or state is None:
                         unchanged += 1
-                    continue
-                row = self._project(layout, row_id, after, before, nulled)
-                if keyed and was_live and old is not None:
-                    old_key = self._key_of(layout, row_id, old)
-                    if old_key is not None and old_key != self._key_of(layout, row_id, state):
-                        moved.append(row_id)
-                if row is None:
-                    skipped += 1
-                    continue
-                live.append(row)
-
-            for stmt in dialect.write_states(layout.table, new_states):
-                run(stmt)
-            if moved:
-                hard = TableLayout(layout.table, layout.columns, layout.primary_key, layout.external_id, False)
-                for stmt in dialect.delete_rows(hard, moved):
-                    run(stmt)
-            rest = live
-            by_key = dialect.update_by_key(layout, live)
-            if by_key is not None:
-                matched = {str(r[0]) for r in run(by_key)}
-                rest = [r for r in live if r[0] not in matched]
-            for stmt in dialect.upsert_rows(layout, rest):
-                run(stmt)
-            for stmt in dialect.delete_rows(layout, dead):
-                run(stmt)
+                        continue
+                    new_text, parts = state_json_text(state, before.parts if before is not None else None)
+                    new_states.append((row_id, new_text))
+                    after = _Known(new_text, state, parts)
+                    learned[row_id] = after
+                    was_live = old is not None and old.exists
+                    if not state.exists:
+                        if was_live:
+                            dead.append(row_id)
+                        else:
+                            unchanged += 1
+                        continue
+                    row = self._project(layout, row_id, after, before, nulled)
+                    if keyed and was_live and old is not None:
+                        old_key = self._key_of(layout, row_id, old)
+                        if old_key is not None and old_key != self._key_of(layout, row_id, state):
+                            moved.append(row_id)
+                    if row is None:
+                        skipped += 1
+                        continue
+                    live.append(row)
+                self._write(run, layout, new_states, live, dead, moved)
+                upserted += len(live)
+                deleted += len(dead)
         self._remember(cache_key, learned)
         if nulled:
             logger.warning(
@@ -350,13 +345,40 @@ class SqlDestination:
             )
         return SqlApplyStats(
             deltas=count,
-            upserted=len(live),
-            deleted=len(dead),
+            upserted=upserted,
+            deleted=deleted,
             unchanged=unchanged,
             nulled=sum(nulled.values()),
             skipped=skipped,
             attempts=attempt,
         )
+
+    def _write(
+        self,
+        run: Run,
+        layout: TableLayout,
+        new_states: list[tuple[str, str]],
+        live: list[tuple[Any, ...]],
+        dead: list[str],
+        moved: list[str],
+    ) -> None:
+        """Write one chunk: states, then rows whose key moved out of the way, the live rows, the deleted ones."""
+        dialect = self.dialect
+        for stmt in dialect.write_states(layout.table, new_states):
+            run(stmt)
+        if moved:
+            hard = TableLayout(layout.table, layout.columns, layout.primary_key, layout.external_id, False)
+            for stmt in dialect.delete_rows(hard, moved):
+                run(stmt)
+        rest = live
+        by_key = dialect.update_by_key(layout, live)
+        if by_key is not None:
+            matched = {str(r[0]) for r in run(by_key)}
+            rest = [r for r in live if r[0] not in matched]
+        for stmt in dialect.upsert_rows(layout, rest):
+            run(stmt)
+        for stmt in dialect.delete_rows(layout, dead):
+            run(stmt)
 
     def _lock_states(self, run: Run, table: str, row_ids: list[str]) -> dict[str, str | None]:
         """Lock the state rows of ``row_ids`` (creating the missing ones) and return their stored states.

@@ -173,6 +173,9 @@ def columns_from_json(text: str) -> tuple[tuple[str, ColumnType], ...]:
     return tuple((str(name), ColumnType(ctype)) for name, ctype in json.loads(text))
 
 
+_rows_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 def _chunks(items: Sequence[Any], size: int = _IN_CHUNK) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -392,12 +395,12 @@ class PostgresDialect(Dialect):
         ColumnType.BOOLEAN: "BOOLEAN",
         ColumnType.JSON: "JSONB",
     }
-    _ARRAYS: Final = {
-        ColumnType.STRING: "text[]",
-        ColumnType.NULL: "text[]",
-        ColumnType.NUMBER: "float8[]",
-        ColumnType.BOOLEAN: "bool[]",
-        ColumnType.JSON: "text[]::jsonb[]",
+    _CASTS: Final = {
+        ColumnType.STRING: "",
+        ColumnType.NULL: "",
+        ColumnType.NUMBER: "::float8",
+        ColumnType.BOOLEAN: "::boolean",
+        ColumnType.JSON: "::jsonb",
     }
 
     def column_type(self, ctype: ColumnType) -> str:
@@ -462,18 +465,25 @@ class PostgresDialect(Dialect):
         return [
             Statement(
                 f"UPDATE {STATE_TABLE} AS s SET state = v.state "
-                "FROM unnest(%b::text[], %b::text[]) AS v(row_id, state) WHERE s.tbl = %s AND s.row_id = v.row_id",
-                ([r for r, _ in states], [s for _, s in states], table),
+                "FROM (SELECT e->>0 AS row_id, e->>1 AS state FROM json_array_elements(%s::json) AS e) AS v "
+                "WHERE s.tbl = %s AND s.row_id = v.row_id",
+                (_rows_json(states), table),
             )
         ]
 
     def _unnest(
         self, layout: TableLayout, names: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> tuple[str, list[Any]]:
-        arrays = ", ".join(["%b::text[]", *(f"%b::{self._ARRAYS[layout.types[n]]}" for n in names)])
-        alias = ", ".join(["row_id", *(self.quote(n) for n in names)])
-        params = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(len(names) + 1)]
-        return f"unnest({arrays}) AS v({alias})", params
+        # One JSON text of the rows, each an array, expanded and cast by the server: psycopg binds it as one string,
+        # where typed arrays would be dumped value by value in Python. Values are already coerced: text, finite
+        # doubles, booleans, JSON text (json columns) or NULL.
+        fields = ", ".join(
+            [
+                "e->>0 AS row_id",
+                *(f"(e->>{i}){self._CASTS[layout.types[n]]} AS {self.quote(n)}" for i, n in enumerate(names, 1)),
+            ]
+        )
+        return f"(SELECT {fields} FROM json_array_elements(%s::json) AS e) AS v", [_rows_json(rows)]
 
     def upsert_rows(self, layout: TableLayout, rows: Sequence[Sequence[Any]]) -> list[Statement]:
         if not rows:

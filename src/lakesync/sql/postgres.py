@@ -60,7 +60,10 @@ class PostgresExecutor(Executor):
     @contextlib.contextmanager
     def transaction(self, *, ddl: bool = False) -> Iterator[Run]:
         conn = self._connection()
-        with conn.transaction(), conn.cursor() as cur:
+        # Pipeline mode: a statement whose results are not read is sent without waiting for its answer, so the server
+        # executes it while the caller prepares the next (errors surface at the next read or at COMMIT).
+        pipeline = contextlib.nullcontext() if ddl else conn.pipeline()
+        with pipeline, conn.transaction(), conn.cursor() as cur:
 
             def run(stmt: Statement) -> list[tuple[Any, ...]]:
                 if stmt.many:
