@@ -5,7 +5,8 @@ Workload: 20,000 rows; each gets an INSERT (4 columns) and on average 4 UPDATEs 
 about 1% of the rows are deleted; 100,000 deltas in HLC order, published in jobs of 5,000 deltas (the flush's
 ``publish_range_size``) and consumed as the materialise function consumes them: SQS batches of 10 messages, the jobs
 of one table in a batch applied together (``materialise_batch``), so one ``apply`` call per batch, on a throwaway
-PostgreSQL server (fsync off, as for the floors).
+PostgreSQL server (fsync off, autovacuum off and a ``CHECKPOINT`` before each timed
+section, so that no side pays for another's background work).
 
 Figures (best of ``--repetitions`` runs, each on fresh tables; same server, same run):
 
@@ -187,12 +188,20 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
     with running_postgres() as server:
         url = server.url("bench")
         conn = psycopg.connect(url, autocommit=True)
+        # No background vacuum: one side's leftover work must not land in another side's timing.
+        conn.execute("ALTER SYSTEM SET autovacuum = off")
+        conn.execute("SELECT pg_reload_conf()")
+
+        def settle() -> None:
+            conn.execute("CHECKPOINT")
+
         for rep in range(sizes.repetitions):
             table = f"m_{rep}"
             dest = connect(url, name="bench")
             schema = schema_for(table)
             dest.apply(schema, [])  # create the table (once per process in real use)
             totals = {"upserted": 0, "deleted": 0, "unchanged": 0, "nulled": 0, "attempts": 0}
+            settle()
             t0 = time.perf_counter()
             for deltas_of_batch in applies:
                 s = dest.apply(schema, deltas_of_batch)
@@ -209,6 +218,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
             single = connect(url, name="bench")
             single_schema = schema_for(f"m1_{rep}")
             single.apply(single_schema, [])
+            settle()
             t0 = time.perf_counter()
             for batch in batches:
                 single.apply(single_schema, batch)
@@ -228,6 +238,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
                 "ON CONFLICT (row_id) DO UPDATE SET title = EXCLUDED.title, amount = EXCLUDED.amount, "
                 "done = EXCLUDED.done, meta = EXCLUDED.meta, deleted_at = NULL, synced_at = now()"
             )
+            settle()
             t0 = time.perf_counter()
             for upserts, deletes in writes:
                 with conn.transaction(), conn.cursor() as cur:
@@ -243,6 +254,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
             conn.execute(
                 f"CREATE TABLE {plain} (row_id TEXT, title TEXT, amount DOUBLE PRECISION, done BOOLEAN, meta JSONB)"
             )
+            settle()
             t0 = time.perf_counter()
             for upserts, deletes in writes:
                 with conn.transaction(), conn.cursor() as cur:
@@ -264,6 +276,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
                 f"CREATE TABLE {final_table} "
                 "(row_id TEXT, title TEXT, amount DOUBLE PRECISION, done BOOLEAN, meta JSONB)"
             )
+            settle()
             t0 = time.perf_counter()
             with conn.transaction(), conn.cursor() as cur:
                 with cur.copy(f"COPY {final_table} (row_id, title, amount, done, meta) FROM STDIN") as copy:
@@ -275,6 +288,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
                 f"CREATE TABLE {final_pk} (row_id TEXT PRIMARY KEY, title TEXT, amount DOUBLE PRECISION, done BOOLEAN, "
                 "meta JSONB, props JSONB NOT NULL DEFAULT '{}', synced_at TIMESTAMPTZ NOT NULL DEFAULT now())"
             )
+            settle()
             t0 = time.perf_counter()
             for i in range(0, len(final_rows), sizes.batch):
                 with conn.transaction(), conn.cursor() as cur:
