@@ -532,6 +532,28 @@ step = st.one_of(
 RESULTS: dict[str, int] = {"schedules": 0, "converged": 0}
 
 
+def _run_client_step(client: OriginalClient, action: tuple[Any, ...]) -> None:
+    """One generated step of an original client: write, delete, sync, pull, push or restart."""
+    kind = action[0]
+    if kind == "write":
+        _, _, row, column, value = action
+        if client.holds("todos", row):
+            client.update("todos", row, {column: value})
+        else:
+            client.insert("todos", row, {column: value})
+    elif kind == "delete":
+        if client.holds("todos", action[2]):
+            client.delete("todos", action[2])
+    elif kind == "sync":
+        client.sync_once()
+    elif kind == "pull":
+        client.pull()
+    elif kind == "push":
+        client.push()
+    else:
+        client.restart()
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schedule=st.lists(step, min_size=5, max_size=40), skews=st.tuples(*[st.integers(-2000, 2000)] * 3))
 def test_generated_schedules_converge_and_never_get_stuck(
@@ -547,24 +569,7 @@ def test_generated_schedules_converge_and_never_get_stuck(
         if kind == "wait":
             world.tick(action[1])
             continue
-        client = clients[action[1]]
-        if kind == "write":
-            _, _, row, column, value = action
-            if client.holds("todos", row):
-                client.update("todos", row, {column: value})
-            else:
-                client.insert("todos", row, {column: value})
-        elif kind == "delete":
-            if client.holds("todos", action[2]):
-                client.delete("todos", action[2])
-        elif kind == "sync":
-            client.sync_once()
-        elif kind == "pull":
-            client.pull()
-        elif kind == "push":
-            client.push()
-        else:
-            client.restart()
+        _run_client_step(clients[action[1]], action)
     world.settle()
     RESULTS["schedules"] += 1
     assert_converged(world)
@@ -610,24 +615,7 @@ def test_generated_schedules_with_releases_converge_and_never_get_stuck(
         if kind == "wait":
             world.tick(action[1])
             continue
-        client = clients[action[1]]
-        if kind == "write":
-            _, _, row, column, value = action
-            if client.holds("todos", row):
-                client.update("todos", row, {column: value})
-            else:
-                client.insert("todos", row, {column: value})
-        elif kind == "delete":
-            if client.holds("todos", action[2]):
-                client.delete("todos", action[2])
-        elif kind == "sync":
-            client.sync_once()
-        elif kind == "pull":
-            client.pull()
-        elif kind == "push":
-            client.push()
-        else:
-            client.restart()
+        _run_client_step(clients[action[1]], action)
     world.settle()
     RELEASE_RESULTS["schedules"] += 1
     RELEASE_RESULTS["behind"] += behind
