@@ -186,7 +186,7 @@ def _derived(
 ) -> RowState:
     """A state the merge itself derived from a valid one: it holds the invariants by construction, so the checks of
     ``RowState.__post_init__`` (a third of a merge's time) are skipped."""
-    state = _new_state(RowState)
+    state = _new(RowState)
     _set_table(state, table)
     _set_row_id(state, row_id)
     _set_columns(state, columns)
@@ -195,13 +195,26 @@ def _derived(
     return state
 
 
-# The slots' own setters: a frozen dataclass refuses attribute assignment, its member descriptors do not.
-_new_state = object.__new__
+# The slots' own setters: a frozen dataclass refuses attribute assignment, its member descriptors do not. Building
+# through them skips the frozen ``__init__`` (a third of a fold's time goes to constructing these small objects).
+_new = object.__new__
 _set_table = RowState.__dict__["table"].__set__
 _set_row_id = RowState.__dict__["row_id"].__set__
 _set_columns = RowState.__dict__["columns"].__set__
 _set_tombstone = RowState.__dict__["tombstone"].__set__
 _set_written = RowState.__dict__["written"].__set__
+_set_value = ColumnState.__dict__["value"].__set__
+_set_hlc = ColumnState.__dict__["hlc"].__set__
+_set_client = ColumnState.__dict__["client_id"].__set__
+_set_version_hlc = Version.__dict__["hlc"].__set__
+_set_version_client = Version.__dict__["client_id"].__set__
+
+
+def _version(hlc: int, client_id: str) -> Version:
+    version = _new(Version)
+    _set_version_hlc(version, hlc)
+    _set_version_client(version, client_id)
+    return version
 
 
 def _mismatch(left: RowState, table: str, row_id: str) -> ConflictError:
@@ -377,7 +390,7 @@ def merge_all(state: RowState | None, deltas: Iterable[RowDelta]) -> tuple[RowSt
         if tomb is not None and not _newer(hlc, client_id, tomb):
             continue  # a delete or write at or below the tombstone changes nothing
         if delta.op is DeltaOp.DELETE:
-            version = Version(hlc, client_id)
+            version = _version(hlc, client_id)
             own = {name: col for name, col in columns.items() if _newer(col.hlc, col.client_id, version)}
             columns = own
             if written is not None and not _newer(written.hlc, written.client_id, version):
@@ -398,10 +411,13 @@ def merge_all(state: RowState | None, deltas: Iterable[RowDelta]) -> tuple[RowSt
             if own is None:
                 own = dict(columns)
                 columns = own
-            own[name] = ColumnState(value, hlc, client_id)
+            own[name] = column = _new(ColumnState)
+            _set_value(column, value)
+            _set_hlc(column, hlc)
+            _set_client(column, client_id)
             changed = True
         if written is None or _newer(hlc, client_id, written):
-            written, changed = Version(hlc, client_id), True
+            written, changed = _version(hlc, client_id), True
     if not changed or table is None:
         return state, False
     return _derived(table, row_id, dict(columns) if own is None else own, tomb, written), True
@@ -463,8 +479,9 @@ def state_json_text(state: RowState, reuse: StateParts | None = None) -> tuple[s
     columns a merge wrote are encoded again.
     """
     parts: StateParts = {}
+    earlier = reuse if reuse is not None else {}
     for name, col in state.columns.items():
-        known = reuse.get(name) if reuse is not None else None
+        known = earlier.get(name)
         if known is not None and known[0] is col:
             parts[name] = known
         else:
@@ -477,7 +494,7 @@ def state_json_text(state: RowState, reuse: StateParts | None = None) -> tuple[s
             else:
                 text = _encode(value)
             parts[name] = (col, f'{_encode_str(name)}:[{text},"{col.hlc}",{_encode_str(col.client_id)}]')
-    body = ",".join(entry for _, entry in parts.values())
+    body = ",".join([entry for _, entry in parts.values()])
     tomb, written = state.tombstone, state.written
     t = "null" if tomb is None else f'["{tomb.hlc}",{_encode_str(tomb.client_id)}]'
     w = "null" if written is None else f'["{written.hlc}",{_encode_str(written.client_id)}]'

@@ -176,8 +176,10 @@ class SqlDestination:
             return self._with_retries(read)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection and drop the kept states."""
         self.executor.close()
+        self._known.clear()
+        self._known_bytes.clear()
 
     # -- the call ------------------------------------------------------------------------------------------------
 
@@ -427,25 +429,26 @@ class SqlDestination:
         state = after.state
         reuse = before is not None and before.layout is layout and before.coerced is not None
         old_columns = before.state.columns if before is not None else {}
+        old_coerced = before.coerced if reuse and before is not None else None
         columns = state.columns
         allow_nul = self.dialect.allow_nul
         coerced_row: list[Coerced] = []
+        out: list[Any] = [row_id]
         for i, (name, ctype) in enumerate(layout.columns):
             col = columns.get(name)
-            if reuse and old_columns.get(name) is col:
-                assert before is not None and before.coerced is not None
-                coerced = before.coerced[i]
+            if old_coerced is not None and old_columns.get(name) is col:
+                coerced = old_coerced[i]
             else:
                 coerced = coerce_value(None if col is None else col.value, ctype, allow_nul=allow_nul)
             if coerced.dropped:
                 nulled[name] += 1
             coerced_row.append(coerced)
+            out.append(coerced.value)
         after.layout, after.coerced = layout, tuple(coerced_row)
-        out = (row_id, *(c.value for c in coerced_row))
         for key in layout.primary_key:
             if key != "row_id" and out[1 + layout.column_names.index(key)] is None:
                 return None
-        return out
+        return tuple(out)
 
     def _key_of(self, layout: TableLayout, row_id: str, state: RowState) -> tuple[Any, ...] | None:
         values = state.values()
