@@ -144,15 +144,20 @@ class SqlDestination:
         """
         layout = self._layout(schema)
         source = schema.delta_table
-        groups: dict[str, list[RowDelta]] = {}
-        for delta in deltas:
-            if delta.table != source:
-                raise DestinationError(
-                    f"destination {self.name}: a delta of table {delta.table!r} in a batch for {source!r}",
-                    retryable=False,
-                )
-            groups.setdefault(delta.row_id, []).append(delta)
+        others = {delta.table for delta in deltas} - {source}
+        if others:
+            raise DestinationError(
+                f"destination {self.name}: a delta of table {min(others)!r} in a batch for {source!r}",
+                retryable=False,
+            )
         with self._lock, _collector_paused():
+            groups: dict[str, list[RowDelta]] = {}
+            for delta in deltas:
+                row = groups.get(delta.row_id)
+                if row is None:
+                    groups[delta.row_id] = [delta]
+                else:
+                    row.append(delta)
             return self._with_retries(lambda attempt: self._apply_once(layout, source, groups, len(deltas), attempt))
 
     def rows(self, schema: TableSchema) -> dict[str, dict[str, Any]]:
