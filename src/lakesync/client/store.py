@@ -70,6 +70,7 @@ from lakesync.client.tables import (
     load_tables,
     quote,
 )
+from lakesync.collector import collector_paused
 from lakesync.core.canonical import JsonValue, stable_stringify
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import ClockDriftError, LakeSyncError
@@ -550,9 +551,10 @@ class LocalStore:
             return
         local = self._table(table)
         gateway = self.gateway
-        prepared = [local.prepare_insert(gateway, row_id, values or {}) for row_id, values in rows.items()]
-        items = list(zip(itertools.repeat(table), rows.keys(), rows.values(), strict=False))
-        self._write_fresh(items, prepared, {table: set(rows)})
+        with collector_paused():
+            prepared = [local.prepare_insert(gateway, row_id, values or {}) for row_id, values in rows.items()]
+            items = list(zip(itertools.repeat(table), rows.keys(), rows.values(), strict=False))
+            self._write_fresh(items, prepared, {table: set(rows)})
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Batch]:
@@ -961,9 +963,10 @@ class LocalStore:
             return
         if stream.cursor is None:
             raise SyncStateError("The checkpoint came without X-Checkpoint-Cursor")
-        deltas = decode_checkpoint_deltas(stream.frames)
+        with collector_paused():
+            deltas = decode_checkpoint_deltas(stream.frames)
         self._receive_hlc(str(stream.server_hlc))
-        with self._tx() as db:
+        with self._tx() as db, collector_paused():
             empty = db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
             if empty:
                 changed = self._load_checkpoint_bulk(deltas)

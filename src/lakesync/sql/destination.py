@@ -33,18 +33,17 @@ the call is written. Rows whose primary key columns would be NULL cannot be stor
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import logging
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from lakesync.collector import collector_paused
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError
 from lakesync.core.merge import RowState, StateParts, merge_all, state_from_json, state_json_text
@@ -150,7 +149,7 @@ class SqlDestination:
                 f"destination {self.name}: a delta of table {min(others)!r} in a batch for {source!r}",
                 retryable=False,
             )
-        with self._lock, _collector_paused():
+        with self._lock, collector_paused():
             groups: dict[str, list[RowDelta]] = {}
             for delta in deltas:
                 row = groups.get(delta.row_id)
@@ -464,35 +463,6 @@ class SqlDestination:
             row_id if key == "row_id" else coerce_value(values.get(key), layout.types[key], allow_nul=allow_nul).value
             for key in layout.primary_key
         )
-
-
-_collector_lock = threading.Lock()
-_collector_holders = 0
-_collector_was_enabled = False
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of an ``apply``.
-
-    A call allocates a few objects per delta and column, all freed by reference counting (states, tuples and JSON
-    values hold no cycles), while the kept states (``_Known``) make every full collection walk tens of thousands of
-    objects: measured, the collector's passes cost more than the merge itself. Threads nest: the last one out
-    restores the collector if it was on.
-    """
-    global _collector_holders, _collector_was_enabled
-    with _collector_lock:
-        if _collector_holders == 0:
-            _collector_was_enabled = gc.isenabled()
-            gc.disable()
-        _collector_holders += 1
-    try:
-        yield
-    finally:
-        with _collector_lock:
-            _collector_holders -= 1
-            if _collector_holders == 0 and _collector_was_enabled:
-                gc.enable()
 
 
 def _stmt(sql: str) -> Any:
