@@ -114,8 +114,10 @@ def materialise_job(deps: MaterialiseDeps, body: str) -> JobOutcome:
         PayloadError: the message or its payload is missing, malformed or corrupt (nothing was written).
         MaterialiseFailed: at least one destination failed (the others applied the job).
     """
-    job, deltas = _fetch(deps, body)
-    return _raise_failures(_apply(deps, (job,), deltas)[0])
+    (result,) = materialise_batch(deps, [body])
+    if isinstance(result, LakeSyncError):
+        raise result
+    return result
 
 
 def materialise_batch(deps: MaterialiseDeps, bodies: Sequence[str]) -> list[JobOutcome | LakeSyncError]:
@@ -156,12 +158,6 @@ def _fetch(deps: MaterialiseDeps, body: str) -> tuple[MaterialiseJob, list[RowDe
     if job.bucket != deps.bucket:
         raise PayloadError(f"Materialise job {job.range_id} points at bucket {job.bucket!r}, not {deps.bucket!r}")
     return job, decode_payload(job, deps.payloads.get(job.key))
-
-
-def _raise_failures(outcome: JobOutcome | LakeSyncError) -> JobOutcome:
-    if isinstance(outcome, LakeSyncError):
-        raise outcome
-    return outcome
 
 
 def _apply(
