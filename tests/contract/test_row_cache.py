@@ -112,3 +112,38 @@ def test_row_writes_never_go_backwards(dynamodb_client: Any, dynamodb_tables: An
     # Then the row stays at position 5
     row = store.get_rows(GW, [("todos", "r1")])[("todos", "r1")]
     assert (row.version, row.state.values()) == (5, {"title": "new"})
+
+
+def test_dedup_records_are_read_eventually_and_a_missed_record_changes_nothing(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    reads: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        reads.append({table: spec.get("ConsistentRead") for table, spec in params["RequestItems"].items()})
+
+    dynamodb_client.meta.events.register("provide-client-params.dynamodb.BatchGetItem", record)
+    store = DynamoDBBufferStore(dynamodb_client, dynamodb_tables)
+    deps = _deps(store, dynamodb_client, dynamodb_tables)
+    # Given a row whose title a later write holds, and an older write that changed nothing (so it has a record)
+    _push(deps, _delta("r1", 5, title="new"))
+    stale = _delta("r1", 1, title="old")
+    first = _push(deps, stale)
+    assert first.entries == () and not first.receipts[0].duplicate
+    # Then the basis reads the rows and heads consistently and the dedup records eventually consistently
+    assert any(dynamodb_tables.dedup in r for r in reads)
+    for read in reads:
+        assert all(read[t] is True for t in (dynamodb_tables.rows, dynamodb_tables.heads) if t in read)
+        assert read.get(dynamodb_tables.dedup, False) is False
+    # And a re-send the read finds is a duplicate
+    assert _push(deps, stale).receipts[0].duplicate
+    # When a read misses the record (deleted here: as a read of a replica that has not seen it yet would)
+    for item in dynamodb_client.scan(TableName=dynamodb_tables.dedup, ConsistentRead=True)["Items"]:
+        dynamodb_client.delete_item(TableName=dynamodb_tables.dedup, Key={"pk": item["pk"]})
+    seq_before = _head(dynamodb_client, dynamodb_tables)["seq"]["N"]
+    again = _push(deps, stale)
+    # Then the delta is merged again and changes nothing: no log entry, its original receipt, the row unchanged
+    assert again.entries == () and not again.receipts[0].duplicate
+    assert again.receipts[0].to_json() == first.receipts[0].to_json()
+    assert _head(dynamodb_client, dynamodb_tables)["seq"]["N"] == seq_before
+    assert store.get_rows(GW, [("todos", "r1")])[("todos", "r1")].state == fold([_delta("r1", 5, title="new")])

@@ -152,14 +152,17 @@ def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Ite
     return _batch_get_tables(db, {table: keys})[table]
 
 
-def _batch_get_tables(db: DynamoDBClient, keys: Mapping[str, list[Item]]) -> dict[str, list[Item]]:
-    """Consistent BatchGetItem of keys of several tables (100 keys per request), following UnprocessedKeys."""
+def _batch_get_tables(
+    db: DynamoDBClient, keys: Mapping[str, list[Item]], *, eventual: frozenset[str] = frozenset()
+) -> dict[str, list[Item]]:
+    """BatchGetItem of keys of several tables (100 keys per request), following UnprocessedKeys; consistent reads
+    except of the tables in ``eventual`` (half the read units)."""
     found: dict[str, list[Item]] = {table: [] for table in keys}
     flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
     for start in range(0, len(flat), 100):
         request: dict[str, Any] = {}
         for table, key in flat[start : start + 100]:
-            request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
+            request.setdefault(table, {"Keys": [], "ConsistentRead": table not in eventual})["Keys"].append(key)
         while request:
             try:
                 out = db.batch_get_item(RequestItems=request)
@@ -289,13 +292,22 @@ class DynamoDBBufferStore:
     def _basis_items(
         self, shard: ShardId, delta_ids: Sequence[str], by_pk: Mapping[str, tuple[str, str]], *, with_head: bool
     ) -> dict[str, list[Item]]:
-        """One consistent BatchGetItem of a chunk's rows and dedup records (and its head, ``with_head``)."""
+        """One BatchGetItem of a chunk's rows and dedup records (and its head, ``with_head``).
+
+        The rows and the head are read consistently (the commit's basis). The dedup records are read eventually
+        consistently, at half the read units: a record is only a shortcut to the ``duplicate`` receipt, and a delta
+        whose fresh record the read misses is merged again, which changes nothing (per-column LWW is idempotent).
+        """
         keys = {
             self._t.heads: [{"shard": _s(shard.key)}] if with_head else [],
             self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
             self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
         }
-        return _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
+        return _batch_get_tables(
+            self._db,
+            {table: table_keys for table, table_keys in keys.items() if table_keys},
+            eventual=frozenset({self._t.dedup}),
+        )
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
