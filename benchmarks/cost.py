@@ -857,6 +857,7 @@ def lake_figures(
     functions: Mapping[str, Any],
     dpus: Mapping[str, float],
     ratios: Mapping[str, float],
+    glue_prices: Mapping[str, str],
 ) -> dict[str, Any]:
     """Per-delta and per-run figures of one lake workload, and its cost per million deltas at several run sizes.
 
@@ -894,7 +895,9 @@ def lake_figures(
     lines = {job: fit_line(points[job], floor=idle_s[f"{job}-idle"]) for job in JOBS}
     by_size = {}
     for run_deltas in RUN_SIZES:
-        glue = {job: glue_per_million(*lines[job], run_deltas * ratios[job], dpus[job]) for job in JOBS}
+        glue = {
+            job: glue_per_million(*lines[job], run_deltas * ratios[job], dpus[job], glue_prices[job]) for job in JOBS
+        }
         fixed = sum(fixed_usd[job] * glue[job]["runs"] for job in JOBS)
         glue_usd = sum(g["usd"] for g in glue.values())
         by_size[str(run_deltas)] = {
@@ -1021,7 +1024,7 @@ def run(sizes: Sizes, *, spark: bool, template: dict[str, dict[str, Any]] | None
         for row_bytes, measured in lakes.items():
             results["lake"][str(row_bytes)] = {
                 **measured,
-                **lake_figures(env, measured, functions, glue["dpus"], glue["ratios"]),
+                **lake_figures(env, measured, functions, glue["dpus"], glue["ratios"], glue["prices"]),
             }
         for (row_bytes, batch), got in runs.items():
             lake_result = results["lake"].get(str(row_bytes))
@@ -1088,14 +1091,16 @@ def _sqs_batch_size(template: Mapping[str, Mapping[str, Any]] | None) -> int:
 
 
 def _glue_setup(template: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """DPUs per job and how many flush runs' worth of deltas a compaction or checkpoint run carries."""
+    """DPUs and DPU-hour price per job, and how many flush runs' worth of deltas a compaction or checkpoint run
+    carries."""
     from benchmarks.cost_report import schedules_of
 
     if template:
         schedules = {e["job_kind"]: e for e in schedules_of(template["prod"]) if "dpus" in e}
         runs = {job: e["runs"] for job, e in schedules.items()}
         dpus = {job: e["dpus"] for job, e in schedules.items()}
-    else:  # the config defaults: flush every 15 minutes, compact hourly, checkpoint every 6 hours, 2 G.1X workers
+        prices = {job: e["glue_price"] for job, e in schedules.items()}
+    else:  # the config defaults: flush every 15 minutes, compact hourly, checkpoint every 6 hours, 2 G.1X workers, Flex
         from benchmarks.cost_model import runs_per_month
 
         runs = {
@@ -1104,7 +1109,13 @@ def _glue_setup(template: Mapping[str, Mapping[str, Any]] | None) -> dict[str, A
             "checkpoint": runs_per_month("rate(6 hours)"),
         }
         dpus = dict.fromkeys(runs, 2.0)
-    return {"dpus": dpus, "runs_per_month": runs, "ratios": {job: runs["flush"] / runs[job] for job in runs}}
+        prices = dict.fromkeys(runs, "glue.dpu_hour.flex")
+    return {
+        "dpus": dpus,
+        "prices": prices,
+        "runs_per_month": runs,
+        "ratios": {job: runs["flush"] / runs[job] for job in runs},
+    }
 
 
 # -- results ----------------------------------------------------------------------------------------------------------

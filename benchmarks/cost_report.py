@@ -159,9 +159,11 @@ def fit_line(points: Sequence[tuple[float, float]], *, floor: float) -> tuple[fl
     return max(floor, mean_t - slope * mean_n), slope
 
 
-def glue_per_million(intercept: float, slope: float, run_deltas: float, dpus: float) -> dict[str, float]:
+def glue_per_million(
+    intercept: float, slope: float, run_deltas: float, dpus: float, price_key: str = "glue.dpu_hour"
+) -> dict[str, float]:
     """Glue for a million deltas carried by runs of ``run_deltas`` each (run seconds ``intercept + slope * n``):
-    runs, seconds and billed DPU-seconds per run, DPU-hours and dollars."""
+    runs, seconds and billed DPU-seconds per run, DPU-hours and dollars (at the price ``price_key``)."""
     runs = 1e6 / run_deltas
     seconds = intercept + slope * run_deltas
     dpu_hours = glue_dpu_hours(seconds, dpus)
@@ -171,7 +173,7 @@ def glue_per_million(intercept: float, slope: float, run_deltas: float, dpus: fl
         "run_seconds": seconds,
         "billed_dpu_seconds_per_run": dpu_hours * 3600,
         "dpu_hours": runs * dpu_hours,
-        "usd": runs * dpu_hours * price("glue.dpu_hour"),
+        "usd": runs * dpu_hours * price(price_key),
     }
 
 
@@ -214,6 +216,11 @@ def functions_of(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def glue_price_key(job: Mapping[str, Any]) -> str:
+    """The price of a Glue job's DPU-hours: its execution class's (CloudFormation ``ExecutionClass``)."""
+    return "glue.dpu_hour.flex" if job.get("ExecutionClass") == "FLEX" else "glue.dpu_hour"
+
+
 def schedules_of(template: Mapping[str, Any], *, days: float = 30.0) -> list[dict[str, Any]]:
     """Each EventBridge schedule: expression, runs a month, and what it starts: a Glue job (``job``: its kind, and
     ``dpus``) or a Lambda function (``function``: its handler module's name; ``input``: the event it is sent)."""
@@ -252,6 +259,7 @@ def schedules_of(template: Mapping[str, Any], *, days: float = 30.0) -> list[dic
         glue = next((j for j in jobs.values() if job_kind(j) == kind), None)
         if kind and glue is not None:
             entry["job_kind"] = kind
+            entry["glue_price"] = glue_price_key(glue)
             entry["dpus"] = (
                 glue_dpus(str(glue["WorkerType"]), int(glue["NumberOfWorkers"]))
                 if "WorkerType" in glue
@@ -350,8 +358,9 @@ def idle_month(
             f"Glue {kind} job: {glue_runs:.0f} runs x {entry['dpus']:g} DPU x {billed * 3600 / entry['dpus']:.0f} s",
             glue_runs * billed,
             "DPU-hours",
-            glue_runs * billed * price("glue.dpu_hour"),
-            f"{how}; Glue bills at least 1 minute per run",
+            glue_runs * billed * price(entry.get("glue_price", "glue.dpu_hour")),
+            f"{how}; Glue bills at least 1 minute per run"
+            + ("; Flex execution class" if entry.get("glue_price") == "glue.dpu_hour.flex" else ""),
         )
         usage = (job_usage or {}).get(kind)
         if usage:

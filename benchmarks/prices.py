@@ -71,6 +71,12 @@ PRICES: dict[str, Price] = {
     "glue.dpu_hour": Price(
         0.44, "DPU-hour (Spark job)", _GLUE, note="billed per second, 1-minute minimum (Glue 2.0 and later)"
     ),
+    "glue.dpu_hour.flex": Price(
+        0.29,
+        "DPU-hour (Spark job, Flex execution class)",
+        _GLUE,
+        note="spare capacity: starts may wait; billed per second, 1-minute minimum (Glue 3.0 and later, G.1X/G.2X)",
+    ),
     "scheduler.invocation": Price(
         1.00 / 1e6, "EventBridge Scheduler invocation", _EVENTS, note="first 14 million per month free"
     ),

@@ -42,10 +42,12 @@ def flush_job_name(environ: Mapping[str, str]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def get_starter() -> GlueJobStarter:
-    """The flush job's starter, built on first use (boto3 honours ``AWS_ENDPOINT_URL``)."""
+    """The flush job's starter, built on first use (boto3 honours ``AWS_ENDPOINT_URL``). Its runs are ``STANDARD``
+    whatever the job's class: a shard over its flush threshold is on its way to backpressure, so its flush must not
+    wait for Flex capacity."""
     from lakesync.aws.jobs import GlueJobStarter, glue_client
 
-    return GlueJobStarter(glue_client(), flush_job_name(os.environ))
+    return GlueJobStarter(glue_client(), flush_job_name(os.environ), execution_class="STANDARD")
 
 
 @one_at_a_time

@@ -195,6 +195,10 @@ class LakeSyncConfig:
         access_log_days: Days S3 server access logs are kept.
         secret_rotation_days: Days between rotations of the JWT secret.
         glue_worker_type: Glue worker type of the jobs.
+        glue_execution_class: ``FLEX`` (default): the jobs run on Glue's spare capacity at $0.29 instead of $0.44 a
+            DPU-hour, and a run may wait for capacity to start (G.1X or G.2X workers only). The flush trigger (a shard
+            over its flush threshold, or ``POST /v1/admin/flush``) always asks for a ``STANDARD`` run, so a buffer
+            near backpressure is flushed without that wait. ``STANDARD``: every run starts at once.
         glue_workers: Glue workers per job run (at least 2).
         glue_timeout_minutes: Timeout of one job run.
         compact_maintain: Whether compaction runs Iceberg maintenance after compacting.
@@ -241,6 +245,7 @@ class LakeSyncConfig:
     access_log_days: int = 90
     secret_rotation_days: int = 30
     glue_worker_type: str = "G.1X"
+    glue_execution_class: Literal["STANDARD", "FLEX"] = "FLEX"
     glue_workers: int = 2
     glue_timeout_minutes: int = 60
     compact_maintain: bool = True
@@ -328,6 +333,10 @@ class LakeSyncConfig:
             out.append("logLevel must be DEBUG, INFO, WARNING or ERROR")
         if self.glue_worker_type not in GLUE_WORKER_TYPES:
             out.append(f"glueWorkerType must be one of {sorted(GLUE_WORKER_TYPES)}")
+        if self.glue_execution_class not in ("STANDARD", "FLEX"):
+            out.append("glueExecutionClass must be STANDARD or FLEX")
+        elif self.glue_execution_class == "FLEX" and self.glue_worker_type not in ("G.1X", "G.2X"):
+            out.append("glueExecutionClass FLEX runs only G.1X or G.2X workers (set glueExecutionClass to STANDARD)")
         if not isinstance(self.compact_maintain, bool):
             out.append("compactMaintain must be true or false")
         if not isinstance(self.dashboard, bool):

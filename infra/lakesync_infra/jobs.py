@@ -363,6 +363,7 @@ class Jobs(Construct):
                 ),
                 glue_version=GLUE_VERSION,
                 worker_type=config.glue_worker_type,
+                execution_class=config.glue_execution_class,
                 number_of_workers=config.glue_workers,
                 timeout=config.glue_timeout_minutes,
                 max_retries=0,

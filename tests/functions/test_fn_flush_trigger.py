@@ -57,7 +57,8 @@ class Glue:
 
 @pytest.fixture
 def glue(aws_env: None, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A flush job allowed one run at a time; its runs stay unfinished until ``finish_runs``."""
+    """A flush job allowed one run at a time, on the Flex execution class as deployed; its runs stay unfinished until
+    ``finish_runs``."""
     client = glue_client()
     name = f"lakesync-flush-{uuid.uuid4().hex[:8]}"
     client.create_job(
@@ -69,6 +70,9 @@ def glue(aws_env: None, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> 
             "PythonVersion": "3",
         },
         GlueVersion="5.0",
+        WorkerType="G.1X",
+        NumberOfWorkers=2,
+        ExecutionClass="FLEX",
         ExecutionProperty={"MaxConcurrentRuns": 1},
     )
     monkeypatch.setenv("LAKESYNC_FLUSH_JOB_NAME", name)
@@ -261,3 +265,17 @@ def test_flush_job_name_is_validated(value, fragment):
 
 def test_flush_job_name_reads_the_variable():
     assert flush_trigger.flush_job_name({"LAKESYNC_FLUSH_JOB_NAME": " lakesync-dev-flush "}) == "lakesync-dev-flush"
+
+
+def test_flush_trigger_starts_standard_runs_of_a_flex_job(glue):
+    # Given a flush job on the Flex execution class (the deployment default: the tick's runs wait for spare capacity)
+    assert glue.client.get_job(JobName=glue.job_name)["Job"]["ExecutionClass"] == "FLEX"
+    starts: list[dict[str, Any]] = []
+    flush_trigger.get_starter().client.meta.events.register(
+        "provide-client-params.glue.StartJobRun", lambda params, **_: starts.append(dict(params))
+    )
+    # When a request over the threshold arrives
+    response = _invoke(_recorded_at(_event(), _now_ms(), _now_ms() + 1))
+    # Then the run it starts is a STANDARD one (a shard near backpressure does not wait for Flex capacity)
+    assert response == {"batchItemFailures": []}
+    assert [(s["JobName"], s.get("ExecutionClass")) for s in starts] == [(glue.job_name, "STANDARD")]

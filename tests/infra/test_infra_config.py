@@ -144,6 +144,8 @@ def test_config_reports_every_problem_at_once():
         ({"apiTimeoutSeconds": 30}, "apiTimeoutSeconds"),
         ({"glueWorkers": 1}, "glueWorkers"),
         ({"glueWorkerType": "Standard"}, "glueWorkerType"),
+        ({"glueExecutionClass": "SPOT"}, "glueExecutionClass must be STANDARD or FLEX"),
+        ({"glueWorkerType": "G.4X"}, "FLEX runs only G.1X or G.2X"),
         ({"claimCheckDays": 7}, "claimCheckDays"),
         ({"alarmEmail": "ops"}, "alarmEmail"),
         ({"compactMaintain": "yes"}, "compactMaintain"),

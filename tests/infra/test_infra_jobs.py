@@ -68,6 +68,9 @@ def test_job_is_glue_5_1_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
     assert args["--job-bookmark-option"] == "job-bookmark-disable"
     # And it runs with the security configuration (KMS for S3 writes, logs and bookmarks)
     assert job["SecurityConfiguration"] == {"Ref": next(iter(cfn.of_type("AWS::Glue::SecurityConfiguration")))}
+    # And it runs on the Flex execution class (spare capacity, $0.29 a DPU-hour) with workers Flex can run
+    assert job["ExecutionClass"] == "FLEX"
+    assert job["WorkerType"] in ("G.1X", "G.2X")
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)

@@ -104,13 +104,18 @@ class _Transient(Exception):
 
 
 class GlueJobStarter:
-    """Starts one Glue job; the client, the clock and the sleep are injected."""
+    """Starts one Glue job; the client, the clock and the sleep are injected.
+
+    ``execution_class`` (``STANDARD`` or ``FLEX``) overrides the job's own for the runs this starter starts
+    (``None``: the job's).
+    """
 
     def __init__(
         self,
         client: GlueClient,
         job_name: str,
         *,
+        execution_class: Literal["STANDARD", "FLEX"] | None = None,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -119,6 +124,7 @@ class GlueJobStarter:
             raise ValueError("poll_interval_s must be positive")
         self.client = client
         self.job_name = job_name
+        self._run_options: dict[str, Any] = {"ExecutionClass": execution_class} if execution_class else {}
         self.poll_interval_s = poll_interval_s
         self._monotonic = monotonic
         self._sleep = sleep
@@ -163,7 +169,7 @@ class GlueJobStarter:
             StorageError: Glue refused for a reason waiting cannot fix.
         """
         try:
-            response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name)
+            response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name, **self._run_options)
         except _Transient as exc:
             return None, "busy" if exc.code == _BUSY else exc.code
         return str(response["JobRunId"]), ""
@@ -175,7 +181,7 @@ class GlueJobStarter:
             StorageError: Glue refused for a reason waiting cannot fix.
         """
         try:
-            response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name)
+            response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name, **self._run_options)
         except _Transient as exc:
             if exc.code == _BUSY:
                 return None
