@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -23,7 +24,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.rules import user_scoped_rules
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import LogEntry, ShardHead, ShardId
+from lakesync.gateway.model import LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.pull import PullResult, decode_cursor, encode_cursor, pull
 from lakesync.gateway.push import push
 
@@ -678,6 +679,69 @@ def test_pull_cursor_reads_release_marks_only_for_shards_that_read_empty() -> No
     page = env.pull(cursor=encode_cursor({by_table["notes"].key: 1}))
     assert [x.table for x in page.deltas] == ["todos"]
     assert buffer.head_reads == [[by_table["notes"]]]
+
+
+class HidingRegistry:
+    """A buffer whose registry does not list ``hidden`` (its log is there); records the shards whose log is read."""
+
+    def __init__(self, inner: InMemoryBufferStore, hidden: ShardId) -> None:
+        self.inner = inner
+        self.hidden = hidden
+        self.log_reads: list[ShardId] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def list_shards(self, gateway: str) -> list[ShardId]:
+        return [s for s in self.inner.list_shards(gateway) if s != self.hidden]
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
+        self.log_reads.append(shard)
+        return self.inner.read_log(shard, after_seq, limit, images=images)
+
+
+def test_pull_cursor_serves_only_the_shards_the_registry_holds() -> None:
+    # Given two tables with entries, and a registry that does not list one of them
+    env = Env()
+    env.push(d("INSERT", row="a", hlc=t(1), v=1, table="todos"), d("INSERT", row="b", hlc=t(2), v=2, table="notes"))
+    env.push(d("INSERT", row="c", hlc=t(3), v=3, table="notes"))
+    by_table = {e.shard.table: e.shard for e in env.log()}
+    buffer = HidingRegistry(env.buffer, hidden=by_table["notes"])
+    env.deps = replace(env.deps, buffer=buffer)
+    # When a client whose cursor names the unlisted shard pulls (its log is read ahead of the registry)
+    page = env.pull(cursor=encode_cursor({by_table["notes"].key: 1}))
+    # Then only the listed shard's entries are served, and the cursor keeps the other's position as it was
+    assert [x.table for x in page.deltas] == ["todos"]
+    assert decode_cursor(page.cursor or "", GW)[by_table["notes"].key] == 1
+    assert by_table["notes"] in buffer.log_reads
+
+
+def test_pull_cursor_reads_its_shards_while_the_rules_and_registry_are_read() -> None:
+    # Given a client with a cursor, and a basis reader that answers only once the cursor's shard is being read
+    env = Env()
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(3)))
+    shard = env.log()[0].shard
+    log_read = threading.Event()
+    inner_buffer = env.buffer
+
+    class SignallingBuffer(HidingRegistry):
+        def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
+            log_read.set()
+            return super().read_log(shard, after_seq, limit, images=images)
+
+    class WaitingBasis:
+        def read_pull_basis(self, gateway: str) -> PullBasis:
+            overlapped.append(log_read.wait(timeout=10))
+            return PullBasis(env.config.get_sync_rules(gateway), tuple(inner_buffer.list_shards(gateway)))
+
+    overlapped: list[bool] = []
+    buffer = SignallingBuffer(inner_buffer, hidden=ShardId(GW, "none", 0))
+    env.deps = replace(env.deps, buffer=buffer, pull_basis=WaitingBasis())
+    # When it pulls
+    page = env.pull(cursor=encode_cursor({shard.key: 1}))
+    # Then its shard's log read was under way before the basis answered, and the page is the entries after it
+    assert overlapped == [True]
+    assert [x.row_id for x in page.deltas] == ["r1", "r2"]
 
 
 # -- a log that regressed behind a cursor (a crash of a non-durable buffer, a restore) -------------------------------

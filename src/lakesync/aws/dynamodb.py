@@ -377,9 +377,11 @@ class DynamoDBBufferStore:
         items_read = entries_read = 0
         while len(entries) < limit:
             # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries: ask for as many chunks as the page needs at the
-            # entries per chunk seen so far (a push's chunk, 48, before the first answer), and one more.
+            # entries per chunk seen so far (a push's chunk, 48, before the first answer), a tenth more (chunks vary:
+            # a push's last chunk is smaller), and two more (the first chunk holds entries before the position), so
+            # that one request usually fills the page; a few surplus chunks cost less than a second round trip.
             per_item = entries_read / items_read if items_read else 48
-            kwargs["Limit"] = min(1000, 1 + math.ceil((limit - len(entries)) / per_item))
+            kwargs["Limit"] = min(1000, 2 + math.ceil(1.1 * (limit - len(entries)) / per_item))
             try:
                 out = self._db.query(**kwargs)
             except ClientError as exc:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -66,9 +67,10 @@ from lakesync.gateway.since import (
     row_form,
     visible_values,
 )
-from lakesync.ports import BufferStore, ConfigStore
+from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
 
 _PAGE = 1000
+_EARLY_SHARDS: Final = 64
 
 
 LAMBDA_RESPONSE_BYTES: Final = 6_291_556
@@ -225,11 +227,11 @@ def pull(
         return _pull_from_source(deps, gateway, source, since or 0, limit, claims)
     positions = decode_cursor(cursor, gateway) if cursor else {}
     marks = cursor_marks(cursor) if cursor else {}
-    basis = (deps.pull_basis or StoresPullBasis(deps.config, deps.buffer)).read_pull_basis(gateway)
-    rules, shards = basis.rules, list(basis.shards)
+    basis_reader = deps.pull_basis or StoresPullBasis(deps.config, deps.buffer)
     if cursor is not None or since is None:
-        return _pull_by_cursor(deps, gateway, shards, positions, limit, rules, claims, marks)
-    return _pull_since(deps, gateway, shards, since, limit, rules, claims, client_id)
+        return _pull_by_cursor(deps, gateway, basis_reader, positions, limit, claims, marks)
+    basis = basis_reader.read_pull_basis(gateway)
+    return _pull_since(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id)
 
 
 class StoresPullBasis:
@@ -297,23 +299,35 @@ def _collect(
 def _pull_by_cursor(
     deps: GatewayDeps,
     gateway: str,
-    shards: list[ShardId],
+    basis_reader: PullBasisReader,
     positions: dict[str, int],
     limit: int,
-    rules: SyncRules | None,
     claims: Claims,
     marks: Mapping[str, int],
 ) -> PullResult:
     page = _page_size(limit)
-    images = rules_apply(rules)  # the row images only serve the sync rules
-    readers = [
-        _ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), images=images, verify_hlc=marks.get(s.key))
-        for s in shards
-    ]
+
+    def new_reader(shard: ShardId, images: bool) -> _ShardReader:
+        after = positions.get(shard.key, 0)
+        return _ShardReader(deps, shard, page, after_seq=after, images=images, verify_hlc=marks.get(shard.key))
+
+    # The shards the cursor names are read while the rules and the registry are (with the row images, which only
+    # the rules need: they are not known yet); the log read does not depend on them. Only the shards the registry
+    # holds are served; a cursor naming more shards than a deployment plausibly has is not read ahead (a forged one
+    # would make the pull read shards that do not exist).
+    early = {key: new_reader(ShardId.parse(key), True) for key in positions} if len(positions) <= _EARLY_SHARDS else {}
+    early_reads = {key: io_pool().submit(r.peek) for key, r in early.items()}
     try:
-        if len(readers) > 1:
-            for read in [io_pool().submit(reader.peek) for reader in readers]:
-                read.result()
+        basis = basis_reader.read_pull_basis(gateway)
+    finally:
+        wait(early_reads.values())
+    rules = basis.rules
+    images = rules_apply(rules)  # the row images only serve the sync rules
+    readers = [early.get(s.key) or new_reader(s, images) for s in basis.shards]
+    try:
+        reads = [early_reads.get(r.shard.key) or io_pool().submit(r.peek) for r in readers]
+        for read in reads:
+            read.result()
         # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
         # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
         idle = [reader.shard for reader in readers if reader.peek() is None]
