@@ -87,16 +87,19 @@ COMMON_METHOD = [
 ]
 PUSH_METHOD = [
     "* **handler**: `functions.push.lambda_handler` per request: routing, JWT verification, JSON parsing, "
-    "whole-batch validation, then per chunk of 48 deltas: one `BatchGetItem` of its basis (shard head, rows, deltaId "
-    "records), one `TransactWriteItems` with a log item and a row item (conditional on the row version) per delta "
-    "plus the head update (conditional on its sequence), and `BatchWriteItem` of the chunk's deltaId records.",
-    "* **floor C (the goal's reference: the same items)**: `BatchWriteItem` (25 items per request) of every item the "
-    "handler run stored -- log, row, deltaId, head and shard-registry items, read back from its tables -- "
-    "unconditional, no reads.",
-    "* **floor A (the strictest view)**: `BatchWriteItem` of the log items alone, one item per delta.",
-    "* **floor B**: the very write requests the handler run sent (`TransactWriteItems` and `BatchWriteItem`), "
-    "recorded on its client and replayed in order on fresh tables: the storage work of a push without its reads and "
-    "without our code.",
+    "whole-batch validation, then per chunk of 48 deltas: the shard head (`GetItem`), one `BatchGetItem` of its rows "
+    "(consistent) and deltaId records (eventually consistent), one `TransactWriteItems` of the chunk's log item and "
+    "the head update (conditional on its sequence), then one conditional `PutItem` per row (only forward) and the "
+    "head's rows-applied mark (`UpdateItem`), and `BatchWriteItem` of the deltaId records of deltas that changed "
+    "nothing (none here).",
+    "* **floor A (issue 15's reference)**: `BatchWriteItem` of one log item per delta (the log as it was before it was "
+    "chunked: the delta with its row images).",
+    "* **floor C (the same items)**: `BatchWriteItem` (25 items per request) of every item the handler run stored -- "
+    "log chunks, rows, deltaId records, head and shard-registry items, read back from its tables -- unconditional, "
+    "no reads.",
+    "* **floor B**: the very write requests the handler run sent (`TransactWriteItems`, `PutItem`, `UpdateItem`, "
+    "`BatchWriteItem`), recorded on its client and replayed in order on fresh tables: the storage work of a push "
+    "without its reads and without our code.",
 ]
 PULL_METHOD = [
     "* Setup (not timed): the deltas go through the real push service over in-memory stores whose commits are "

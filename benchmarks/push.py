@@ -53,6 +53,7 @@ from lakesync.gateway.model import ShardId
 
 SHARD = f"{GATEWAY}#{TABLE}#0"
 GOAL_RATIO = 0.7
+"""Issue 15: the handler at least 0.7x floor A (raw ``BatchWriteItem`` of one log item per delta)."""
 
 
 def _handler_run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: int) -> dict[str, Any]:
@@ -224,7 +225,7 @@ def run(
         "ratio_vs_all_items": ratio_c,
         "ratio_vs_log_writes": ratio_a,
         "ratio_vs_replay": ratio_b,
-        "goal": {"ratio_vs_all_items_at_least": GOAL_RATIO, "met": ratio_c["median"] >= GOAL_RATIO},
+        "goal": {"ratio_vs_log_writes_at_least": GOAL_RATIO, "met": ratio_a["median"] >= GOAL_RATIO},
         "dynamodb_calls": {
             "handler": first["calls"],
             "handler_total": sum(first["calls"].values()),

@@ -75,9 +75,9 @@ def markdown(r: dict[str, Any]) -> str:
     push, pull, imports = r.get("push"), r.get("pull"), r.get("imports")
     if push:
         lines.append(
-            f"| push: handler rate / raw `BatchWriteItem` rate of the same items | "
-            f"≥ {push['goal']['ratio_vs_all_items_at_least']} | "
-            f"{push['ratio_vs_all_items']['median']:.3f}× | {_verdict(push['goal']['met'])} |"
+            f"| push: handler rate / raw `BatchWriteItem` rate of one log item per delta (floor A) | "
+            f"≥ {push['goal']['ratio_vs_log_writes_at_least']} | "
+            f"{push['ratio_vs_log_writes']['median']:.3f}× | {_verdict(push['goal']['met'])} |"
         )
     if pull:
         lines.append(
@@ -132,8 +132,8 @@ def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
         f"| floor A: raw `BatchWriteItem` of the log items alone | {_range(push['floor_log_writes_deltas_per_s'])} |",
         f"| floor B: raw replay of the handler's write requests | {_range(push['floor_replay_deltas_per_s'])} |",
         "",
-        f"Ratios (per repetition, then median): handler / floor C = {_range(push['ratio_vs_all_items'], '{:.3f}')} "
-        f"(the goal); handler / floor A = {_range(push['ratio_vs_log_writes'], '{:.3f}')}; "
+        f"Ratios (per repetition, then median): handler / floor C = {_range(push['ratio_vs_all_items'], '{:.3f}')}; "
+        f"handler / floor A = {_range(push['ratio_vs_log_writes'], '{:.3f}')} (the goal); "
         f"handler / floor B = {_range(push['ratio_vs_replay'], '{:.3f}')}.",
         "",
         f"DynamoDB requests of one handler repetition: {_calls(calls['handler'])} = {calls['handler_total']} "
