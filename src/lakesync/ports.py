@@ -40,11 +40,9 @@ class BufferStore(Protocol):
         """The deltaIds already recorded and not yet expired."""
         ...
 
-    def read_commit_basis(
-        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
-    ) -> CommitBasis:
+    def read_commit_basis(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis:
         """Consistent read, in one round trip where the store allows, of what a push chunk plans against: the
-        shard's head, the row-index entries of ``rows`` and which of ``delta_ids`` are recorded and unexpired."""
+        shard's head and the row-index entries of ``rows``."""
         ...
 
     def commit(self, commit: Commit) -> None:

@@ -185,31 +185,22 @@ def test_buffer_full_chunk_of_48_deltas_commits_and_records_at_once(store: Buffe
     assert len(store.seen_delta_ids(shard.gateway, list(ids_of(commit)), NOW)) == 48
 
 
-def test_buffer_commit_basis_reads_head_rows_and_live_ids_together(store: BufferStore, shard: ShardId) -> None:
-    # Given a shard with 48 rows, some ids recorded live and one recorded but expired
-    writer = Writer(store, shard)
-    first = writer.commit({f"r{i}": i for i in range(48)})
-    store.record_delta_ids(shard.gateway, ["old"], NOW - 1)
-    ids = [*ids_of(first)[:40], "old", "never", *(f"new-{i}" for i in range(6))]
+def test_buffer_commit_basis_reads_head_and_rows_together(store: BufferStore, shard: ShardId) -> None:
+    # Given a shard with 48 rows
+    Writer(store, shard).commit({f"r{i}": i for i in range(48)})
     rows = [("todos", f"r{i}") for i in range(40, 50)] + [("todos", "r41")]
 
-    # When a chunk reads its basis: 48 deltaIds and 11 row keys (two missing, one repeated) in one call
-    basis = store.read_commit_basis(shard, ids, rows, NOW)
+    # When a chunk reads its basis: 11 row keys (two missing, one repeated) in one call
+    basis = store.read_commit_basis(shard, rows)
 
     # Then it equals what the separate reads give
-    assert basis == CommitBasis(
-        head=store.get_heads([shard])[shard],
-        rows=store.get_rows(shard.gateway, rows),
-        seen=frozenset(store.seen_delta_ids(shard.gateway, ids, NOW)),
-    )
-    assert basis.seen == frozenset(ids_of(first)[:40])
+    assert basis == CommitBasis(head=store.get_heads([shard])[shard], rows=store.get_rows(shard.gateway, rows))
     assert set(basis.rows) == {("todos", f"r{i}") for i in range(40, 48)}
 
 
 def test_buffer_commit_basis_of_an_unknown_shard_is_empty(store: BufferStore, shard: ShardId) -> None:
-    basis = store.read_commit_basis(shard, ["a", "b"], [("todos", "r1")], NOW)
-    assert basis == CommitBasis(head=None, rows={}, seen=frozenset())
-    assert store.read_commit_basis(shard, [], [], NOW) == CommitBasis(head=None, rows={}, seen=frozenset())
+    assert store.read_commit_basis(shard, [("todos", "r1")]) == CommitBasis(head=None, rows={})
+    assert store.read_commit_basis(shard, []) == CommitBasis(head=None, rows={})
 
 
 STALE = {
@@ -294,7 +285,6 @@ def test_buffer_dedup_records_are_per_client(store: BufferStore, shard: ShardId)
     # Then only b's delta counts as recorded: a's delta of that deltaId is not, and cannot vanish as a duplicate
     keys = [dedup_key("a", "delta-1"), dedup_key("b", "delta-1")]
     assert store.seen_delta_ids(shard.gateway, keys, NOW) == {dedup_key("b", "delta-1")}
-    assert store.read_commit_basis(shard, keys, [], NOW).seen == frozenset({dedup_key("b", "delta-1")})
 
 
 @pytest.mark.parametrize(
@@ -609,5 +599,5 @@ def test_buffer_rows_keep_the_recent_dedup_keys_they_were_written_with(store: Bu
 
     # When the row is read back, alone and as a chunk's basis, it has them in order
     assert store.get_rows(shard.gateway, [("todos", "r1")])[("todos", "r1")].recent == keys
-    basis = store.read_commit_basis(shard, [], [("todos", "r1")], NOW)
+    basis = store.read_commit_basis(shard, [("todos", "r1")])
     assert basis.rows[("todos", "r1")].recent == keys

@@ -152,17 +152,14 @@ def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Ite
     return _batch_get_tables(db, {table: keys})[table]
 
 
-def _batch_get_tables(
-    db: DynamoDBClient, keys: Mapping[str, list[Item]], *, eventual: frozenset[str] = frozenset()
-) -> dict[str, list[Item]]:
-    """BatchGetItem of keys of several tables (100 keys per request), following UnprocessedKeys; consistent reads
-    except of the tables in ``eventual`` (half the read units)."""
+def _batch_get_tables(db: DynamoDBClient, keys: Mapping[str, list[Item]]) -> dict[str, list[Item]]:
+    """Consistent BatchGetItem of keys of several tables (100 keys per request), following UnprocessedKeys."""
     found: dict[str, list[Item]] = {table: [] for table in keys}
     flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
     for start in range(0, len(flat), 100):
         request: dict[str, Any] = {}
         for table, key in flat[start : start + 100]:
-            request.setdefault(table, {"Keys": [], "ConsistentRead": table not in eventual})["Keys"].append(key)
+            request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
         while request:
             try:
                 out = db.batch_get_item(RequestItems=request)
@@ -250,11 +247,9 @@ class DynamoDBBufferStore:
         items = self._batch_get(self._t.dedup, [{"pk": _s(f"{gateway}#{d}")} for d in ids])
         return _live_delta_ids(gateway, items, now_s)
 
-    def read_commit_basis(
-        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
-    ) -> CommitBasis:
+    def read_commit_basis(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis:
         if self._rows_in_commit:
-            basis = self._basis_in_one_read(shard, delta_ids, rows, now_s)
+            basis = self._basis_in_one_read(shard, rows)
             if basis is not None:
                 return basis
         # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
@@ -266,48 +261,34 @@ class DynamoDBBufferStore:
         if head is not None and applied < head.seq:
             tail_read = io_pool().submit(self._tail, shard, applied, head.seq)
         by_pk = _row_keys(shard.gateway, rows)
-        found = self._basis_items(shard, delta_ids, by_pk, with_head=False)
-        stored = _rows_from_items(by_pk, found.get(self._t.rows, []))
+        stored = _rows_from_items(by_pk, self._basis_items(shard, by_pk, with_head=False).get(self._t.rows, []))
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(by_pk.values()))
-        return CommitBasis(head, stored, frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)))
+        return CommitBasis(head, stored)
 
-    def _basis_in_one_read(
-        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
-    ) -> CommitBasis | None:
-        """Rows written in the commit: head, rows and dedup records in one BatchGetItem (the commit's row guards catch
-        a row read before a commit whose head was read after it). ``None`` when the head shows rows still to be
-        written (the table was written with rows after the commit)."""
+    def _basis_in_one_read(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis | None:
+        """Rows written in the commit: head and rows in one BatchGetItem (the commit's row guards catch a row read
+        before a commit whose head was read after it). ``None`` when the head shows rows still to be written (the
+        table was written with rows after the commit)."""
         by_pk = _row_keys(shard.gateway, rows)
-        found = self._basis_items(shard, delta_ids, by_pk, with_head=True)
+        found = self._basis_items(shard, by_pk, with_head=True)
         heads = found.get(self._t.heads) or []
         if heads and _rows_applied(heads[0]) < int(heads[0]["seq"]["N"]):
             return None
         return CommitBasis(
             head=_head_from_item(heads[0]) if heads else None,
             rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
-            seen=frozenset(_live_delta_ids(shard.gateway, found.get(self._t.dedup, []), now_s)),
         )
 
     def _basis_items(
-        self, shard: ShardId, delta_ids: Sequence[str], by_pk: Mapping[str, tuple[str, str]], *, with_head: bool
+        self, shard: ShardId, by_pk: Mapping[str, tuple[str, str]], *, with_head: bool
     ) -> dict[str, list[Item]]:
-        """One BatchGetItem of a chunk's rows and dedup records (and its head, ``with_head``).
-
-        The rows and the head are read consistently (the commit's basis). The dedup records are read eventually
-        consistently, at half the read units: a record is only a shortcut to the ``duplicate`` receipt, and a delta
-        whose fresh record the read misses is merged again, which changes nothing (per-column LWW is idempotent).
-        """
+        """One consistent BatchGetItem of a chunk's rows (and its head, ``with_head``): the commit's basis."""
         keys = {
             self._t.heads: [{"shard": _s(shard.key)}] if with_head else [],
             self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
-            self._t.dedup: [{"pk": _s(f"{shard.gateway}#{d}")} for d in dict.fromkeys(delta_ids)],
         }
-        return _batch_get_tables(
-            self._db,
-            {table: table_keys for table, table_keys in keys.items() if table_keys},
-            eventual=frozenset({self._t.dedup}),
-        )
+        return _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:

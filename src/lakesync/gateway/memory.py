@@ -66,9 +66,7 @@ class InMemoryBufferStore:
         with self._lock:
             return {d for d in delta_ids if self._dedup.get((gateway, d), 0) > now_s}
 
-    def read_commit_basis(
-        self, shard: ShardId, delta_ids: Sequence[str], rows: Sequence[tuple[str, str]], now_s: int
-    ) -> CommitBasis:
+    def read_commit_basis(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis:
         with self._lock:
             return CommitBasis(
                 head=self._heads.get(shard),
@@ -77,7 +75,6 @@ class InMemoryBufferStore:
                     for table, row_id in rows
                     if (row := self._rows.get((shard.gateway, table, row_id))) is not None
                 },
-                seen=frozenset(d for d in delta_ids if self._dedup.get((shard.gateway, d), 0) > now_s),
             )
 
     def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:

@@ -235,13 +235,11 @@ class RowWrite:
 class CommitBasis:
     """What a push chunk is planned against, read in one consistent round trip.
 
-    ``head`` is ``None`` for a shard never committed to; ``rows`` holds the row-index entries that exist; ``seen`` the
-    chunk's dedup keys (:func:`dedup_key`) already recorded and not yet expired.
+    ``head`` is ``None`` for a shard never committed to; ``rows`` holds the row-index entries that exist.
     """
 
     head: ShardHead | None
     rows: dict[tuple[str, str], StoredRow]
-    seen: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

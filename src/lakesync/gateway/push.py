@@ -9,7 +9,7 @@ Guarantees:
   it touches, planned against the rows read before the first commit: every row image and row state the push would
   store stays within ``max_row_bytes`` and DynamoDB's 400 KB item limit. (Only a concurrent writer growing the same
   row between that read and a later chunk's commit can still stop that chunk; the chunks before it stay.)
-* Each chunk of one shard (``settings.chunk_deltas`` deltas) reads its basis (head, rows, recorded dedup keys) in one
+* Each chunk of one shard (``settings.chunk_deltas`` deltas) reads its basis (head, rows) in one
   round trip and commits its log entries, row-index updates and the shard-head advance in one atomic commit guarded
   by the head's sequence and every row's version. Concurrent pushes that touch the same shard retry on conflict with
   jittered backoff, re-reading the basis.
@@ -18,8 +18,9 @@ Guarantees:
 * Deltas are deduplicated by clientId + deltaId (:func:`~lakesync.gateway.model.dedup_key`), never by deltaId alone,
   so no client can make another client's delta vanish by sending its deltaId first. The chunk's dedup keys are
   recorded after its commit, for the dedup window, while the next chunk proceeds; the push returns only once every
-  record is written (a failed record fails the push). A delta recorded there is acknowledged as a duplicate
-  (counted in ``accepted``, receipt ``duplicate: true``) without being merged. If the function stops between a
+  record is written (a failed record fails the push). Records are looked up only for the deltas a chunk's merge
+  found changing nothing (one that changes something was never applied); a delta recorded there is acknowledged as a
+  duplicate (counted in ``accepted``, receipt ``duplicate: true``). If the function stops between a
   commit and that record, a re-sent delta is merged again, changes nothing and logs nothing; its receipt is then the
   original one (its columns won) rather than ``duplicate``.
 * A push spanning several shards or chunks is not atomic as a whole: if a commit fails part-way (lost races, storage
@@ -356,15 +357,14 @@ def _commit_chunk(
     record: those of deltas whose row the commit does not write (a row written keeps its deltas' keys itself)."""
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
-    keys = [key for key, _ in chunk]
     row_keys = list(dict.fromkeys((d.table, d.row_id) for _, d in chunk))
     for attempt in range(settings.commit_attempts):
-        basis = deps.buffer.read_commit_basis(shard, keys, row_keys, now_s)
-        seen = _seen(basis.seen, basis.rows, chunk)
-        pending = [(key, d) for key, d in chunk if key not in seen]
+        basis = deps.buffer.read_commit_basis(shard, row_keys)
+        kept = _kept(basis.rows, chunk)
+        pending = [(key, d) for key, d in chunk if key not in kept]
         if not pending:
             return {}, [], []
-        commit, receipts, effective, size, log_bytes = _plan(deps, shard, basis.head, basis.rows, pending)
+        commit, receipts, effective, size, log_bytes, unchanged = _plan(deps, shard, basis.head, basis.rows, pending)
         if len(pending) > 1 and (size > settings.max_commit_bytes or log_bytes > _LOG_CHUNK_BUDGET):
             # Too big for one transaction or one log item: commit the halves one after the other (each atomic).
             half = len(pending) // 2
@@ -378,8 +378,17 @@ def _commit_chunk(
                 deps.sleep(_backoff(attempt))
                 continue
             _maybe_request_flush(deps, shard, basis.head, commit.head)
+        # Merging a delta its row already holds changes nothing (per-column LWW), so a delta that changed something
+        # was never applied: only the deltas that changed nothing are looked up among the dedup records.
+        recorded = deps.buffer.seen_delta_ids(shard.gateway, unchanged, now_s) if unchanged else set()
+        for key in recorded:
+            del receipts[key]  # answered as a duplicate
         written = {(w.row.state.table, w.row.state.row_id) for w in commit.rows} if commit is not None else set()
-        return receipts, effective, [key for key, d in pending if (d.table, d.row_id) not in written]
+        return (
+            receipts,
+            effective,
+            [key for key, d in pending if (d.table, d.row_id) not in written and key not in recorded],
+        )
     raise CommitConflictError(
         f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
     )
@@ -471,16 +480,18 @@ def _plan(
     head: ShardHead | None,
     stored: dict[tuple[str, str], StoredRow],
     pending: Sequence[_Keyed],
-) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry], int, int]:
+) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry], int, int, list[str]]:
     """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything.
 
-    Returns the commit, the receipts by dedup key, the effective entries, the commit's size (:func:`_commit_bytes`)
-    and its log entries' size (uncompressed: the bound the log item is checked against).
+    Returns the commit, the receipts by dedup key, the effective entries, the commit's size (:func:`_commit_bytes`),
+    its log entries' size (uncompressed: the bound the log item is checked against) and the dedup keys of the deltas
+    that changed nothing.
     """
     merger = _Merger(deps, shard, stored)
     touched: dict[tuple[str, str], None] = {}
     receipts: dict[str, DeltaReceipt] = {}
     changes: list[_Change] = []
+    unchanged: list[str] = []
     row_deltas: dict[tuple[str, str], list[str]] = {}
     for key, delta in pending:
         row_deltas.setdefault((delta.table, delta.row_id), []).append(recent_key(key))
@@ -494,8 +505,10 @@ def _plan(
         if change is not None:
             touched[(delta.table, delta.row_id)] = None
             changes.append(change)
+        else:
+            unchanged.append(key)
     if not changes:
-        return None, receipts, [], 0, 0
+        return None, receipts, [], 0, 0, unchanged
 
     base = head or ShardHead(shard)
     # Every entry gets its own commit HLC, strictly increasing with the shard's sequence whichever Lambda commits,
@@ -551,7 +564,7 @@ def _plan(
         rows=tuple(rows),
         new_shard=head is None,
     )
-    return commit, receipts, entries, size, log_bytes
+    return commit, receipts, entries, size, log_bytes, unchanged
 
 
 _ITEM_OVERHEAD = 200
@@ -559,10 +572,11 @@ _LOG_CHUNK_BUDGET = ITEM_LIMIT_BYTES - 2 * _ITEM_OVERHEAD
 """A chunk's entries (measured uncompressed) must fit one log item."""
 
 
-def _seen(recorded: frozenset[str], rows: dict[tuple[str, str], StoredRow], chunk: Sequence[_Keyed]) -> frozenset[str]:
-    """The chunk's dedup keys already applied: recorded ones, and those a row keeps among its recent deltas."""
-    hits = {key for key, d in chunk if (row := rows.get((d.table, d.row_id))) and recent_key(key) in row.recent}
-    return recorded | hits
+def _kept(rows: dict[tuple[str, str], StoredRow], chunk: Sequence[_Keyed]) -> frozenset[str]:
+    """The chunk's dedup keys that a row keeps among its recent deltas: applied, so duplicates."""
+    return frozenset(
+        key for key, d in chunk if (row := rows.get((d.table, d.row_id))) and recent_key(key) in row.recent
+    )
 
 
 def _commit_bytes(commit: Commit | None) -> int:
