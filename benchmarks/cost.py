@@ -28,6 +28,7 @@ Options: ``--quick`` (tiny workloads, no Spark, no synth: a smoke run), ``--no-s
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import importlib.util
 import io
@@ -139,6 +140,11 @@ def _wire(delta: Any) -> str:
     return json.dumps(delta.to_json(), separators=(",", ":"))
 
 
+GZIP = "gzip, deflate"
+"""The ``Accept-Encoding`` the clients send (browsers' ``fetch``, the Python SDK, requests): answers over a kilobyte
+come back gzipped."""
+
+
 def push_event(gateway: str, token: str, deltas: Sequence[Any]) -> dict[str, Any]:
     """``POST /v1/sync/{gw}/push`` with a JSON body, as the client sends it."""
     from lakesync.local.events import http_event
@@ -149,7 +155,7 @@ def push_event(gateway: str, token: str, deltas: Sequence[Any]) -> dict[str, Any
     return http_event(
         "POST",
         f"/v1/sync/{gateway}/push",
-        headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
+        headers={"authorization": f"Bearer {token}", "content-type": "application/json", "accept-encoding": GZIP},
         body=body,
         route_key="POST /v1/sync/{gw}/push",
     )
@@ -163,7 +169,7 @@ def pull_event(gateway: str, token: str, client_id: str, cursor: str) -> dict[st
         "GET",
         f"/v1/sync/{gateway}/pull",
         query={"clientId": client_id, "limit": "1000", "cursor": cursor},
-        headers={"authorization": f"Bearer {token}", "accept": "application/json"},
+        headers={"authorization": f"Bearer {token}", "accept": "application/json", "accept-encoding": GZIP},
         route_key="GET /v1/sync/{gw}/pull",
     )
 
@@ -339,7 +345,8 @@ class CostEnv:
             }
             if api:
                 request = len(str(event.get("body") or "").encode("utf-8"))
-                response = len(str(result.get("body") or "").encode("utf-8"))
+                sent = str(result.get("body") or "")
+                response = len(base64.b64decode(sent) if result.get("isBase64Encoded") else sent.encode("utf-8"))
                 figures.update(
                     api_requests=float(http_api_requests(request, response)),
                     request_bytes=float(request),

@@ -7,6 +7,9 @@ tracing stay with Powertools.
 
 Every response carries the router's fixed ``headers`` and ``X-Request-Id`` (API Gateway's request id), plus
 ``Cache-Control: no-store`` under the ``no_store_prefixes``; ``on_response`` sees every status code (metrics).
+A body of at least :data:`GZIP_MIN_BYTES` goes out gzip-compressed (``Content-Encoding: gzip``, base64 to API
+Gateway) when the request's ``Accept-Encoding`` admits gzip and compression makes it smaller: HTTP APIs do not
+compress responses themselves, and bytes sent to the internet are billed.
 
 Behaviour: a request matches a registered ``(method, template)`` exactly (no trailing-slash folding); a named
 stage's prefix is removed from ``rawPath`` first; header names are lower-case; a ``bytes`` body is sent base64
@@ -18,6 +21,7 @@ goes to the first registered handler of one of its classes (most specific first)
 from __future__ import annotations
 
 import base64
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,6 +31,31 @@ from lakesync.api_routes import Route
 Handler = Callable[..., "Response"]
 _H = TypeVar("_H", bound=Handler)
 _E = TypeVar("_E", bound=BaseException)
+
+
+GZIP_MIN_BYTES = 1024
+"""Smaller bodies go out as they are (a gzip header and trailer cost 18 bytes, and tiny JSON barely shrinks)."""
+_GZIP_LEVEL = 5
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an ``Accept-Encoding`` value admits gzip: listed (or ``*`` when gzip is not) with a non-zero q."""
+    if not accept_encoding:
+        return False
+    weights: dict[str, float] = {}
+    for part in accept_encoding.split(","):
+        coding, _, params = part.strip().partition(";")
+        weight = 1.0
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        weights[coding.strip().lower()] = weight
+    weight = weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0)))
+    return weight > 0
 
 
 class RouteNotFound(Exception):
@@ -140,7 +169,7 @@ class Router:
                 response = self._dispatch(request)
             except Exception as exc:  # every exception becomes a response through the registered hooks
                 response = self._handle(exc)
-            result = self._render(response)
+            result = self._render(response, gzip_ok=accepts_gzip(request.headers.get("accept-encoding")))
         finally:
             self._current = None
         headers: dict[str, str] = result["headers"]
@@ -166,18 +195,33 @@ class Router:
                     return hook(exc)
         raise exc
 
-    def _render(self, response: Response) -> dict[str, Any]:
+    def _render(self, response: Response, *, gzip_ok: bool) -> dict[str, Any]:
         body = response.body
-        encoded = isinstance(body, bytes)
-        if encoded:
-            text = base64.b64encode(body).decode("ascii")
-        elif isinstance(body, str):
-            text = body
+        headers = {"Content-Type": response.content_type, **response.headers}
+        if not isinstance(body, bytes | str):
+            body = self._serializer(body)
+        packed = _gzipped(body, headers) if gzip_ok and len(body) >= GZIP_MIN_BYTES // 4 else None
+        if packed is not None:
+            body = packed
+        if isinstance(body, bytes):
+            text, encoded = base64.b64encode(body).decode("ascii"), True
         else:
-            text = self._serializer(body)
-        return {
-            "statusCode": response.status_code,
-            "headers": {"Content-Type": response.content_type, **response.headers},
-            "body": text,
-            "isBase64Encoded": encoded,
-        }
+            text, encoded = body, False
+        return {"statusCode": response.status_code, "headers": headers, "body": text, "isBase64Encoded": encoded}
+
+
+def _gzipped(body: bytes | str, headers: dict[str, str]) -> bytes | None:
+    """``body`` gzip-compressed when that is worth it (``headers`` get ``Vary`` and ``Content-Encoding``), else None."""
+    try:
+        data = body if isinstance(body, bytes) else body.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: leave the text to the runtime's JSON escaping
+        return None
+    if len(data) < GZIP_MIN_BYTES:
+        return None
+    headers["Vary"] = "Accept-Encoding"
+    packer = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # a gzip stream (RFC 1952)
+    packed = packer.compress(data) + packer.flush()
+    if len(packed) >= len(data):
+        return None
+    headers["Content-Encoding"] = "gzip"
+    return packed

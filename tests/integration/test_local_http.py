@@ -3,6 +3,7 @@ sync between clients, protobuf bodies, sync rules, and bad input that must get t
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import urllib.error
@@ -215,3 +216,49 @@ def test_admin_routes_refuse_client_tokens(stack: LocalStack) -> None:
     with pytest.raises(ApiError) as err:
         client(stack, "eve").admin("GET", "metrics")
     assert (err.value.status, err.value.body["code"]) == (403, "FORBIDDEN")
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/x-protobuf"])
+def test_large_answers_are_gzipped_only_for_clients_that_accept_gzip(stack: LocalStack, accept: str) -> None:
+    # Given a page of pull output well over a kilobyte
+    sync = client(stack, "zipper")
+    hlc = HLC()
+    pushed = [
+        make_delta("INSERT", table="zipped", row_id=f"z{i}", client_id="zipper", hlc=hlc.now(), columns={"t": "x" * 60})
+        for i in range(40)
+    ]
+    sync.push(pushed)
+    path = "/v1/sync/default/pull?clientId=zipper&cursor=&limit=1000"
+    auth = {"Authorization": f"Bearer {sync.token}", "Accept": accept}
+
+    # When it is pulled without, then with, Accept-Encoding: gzip
+    status, plain_headers, plain = raw(stack, "GET", path, headers=auth)
+    status_gz, gz_headers, packed = raw(stack, "GET", path, headers={**auth, "Accept-Encoding": "gzip, br;q=0.5"})
+    refused = raw(stack, "GET", path, headers={**auth, "Accept-Encoding": "gzip;q=0, identity"})
+
+    # Then only the second answer is compressed, smaller, and the same bytes once decompressed
+    assert status == status_gz == refused[0] == 200
+    plain_headers = {k.lower(): v for k, v in plain_headers.items()}
+    gz_headers = {k.lower(): v for k, v in gz_headers.items()}
+    assert "content-encoding" not in plain_headers and "content-encoding" not in {k.lower() for k in refused[1]}
+    assert gz_headers["content-encoding"] == "gzip" and gz_headers["vary"] == "Accept-Encoding"
+    assert len(packed) < len(plain) / 3
+    pages = [gzip.decompress(packed), plain, refused[2]]
+    if accept == "application/json":
+        decoded = [json.loads(page) for page in pages]
+    else:
+        decoded = [decode("SyncResponse", page) for page in pages]
+    assert decoded[0]["deltas"] == decoded[1]["deltas"] == decoded[2]["deltas"]  # serverHlc differs: it is "now"
+    assert {d["rowId"] for d in decoded[0]["deltas"]} >= {f"z{i}" for i in range(40)}
+    # And the SDK's client asks for gzip and reads the same page
+    assert sync.pull(cursor="")["deltas"] == json.loads(raw(stack, "GET", path, headers=auth_json(sync))[2])["deltas"]
+
+
+def auth_json(sync: SyncClient) -> dict[str, str]:
+    return {"Authorization": f"Bearer {sync.token}"}
+
+
+def test_small_answers_are_never_gzipped(stack: LocalStack) -> None:
+    status, headers, body = raw(stack, "GET", "/health", headers={"Accept-Encoding": "gzip"})
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+    assert "content-encoding" not in {k.lower() for k in headers}

@@ -7,6 +7,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,9 +100,10 @@ class SyncClient:
         for attempt in (0, 1):
             token = self.token
             req.add_header("Authorization", f"Bearer {token}")
+            req.add_header("Accept-Encoding", "gzip")
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return resp.read(), resp.headers
+                    return _decoded(resp.read(), resp.headers), resp.headers
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0 and self.refresh_token(token):
                     exc.close()
@@ -243,10 +245,17 @@ class SyncClient:
         return self.request(method, f"/v1/admin/{what}/{self.gateway}", body=body)
 
 
+def _decoded(body: bytes, headers: Mapping[str, str] | None) -> bytes:
+    """The body as sent, un-gzipped when the gateway compressed it (``Content-Encoding: gzip``)."""
+    if headers is not None and (headers.get("Content-Encoding") or "").strip().lower() == "gzip":
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    return body
+
+
 def _api_error(exc: urllib.error.HTTPError) -> ApiError:
     """The :class:`ApiError` of an HTTP error answer (its body read and the response closed)."""
     with exc:
-        raw = exc.read()
+        raw = _decoded(exc.read(), {"Content-Encoding": exc.headers.get("Content-Encoding") or ""})
     try:
         payload = json.loads(raw)
     except ValueError:
