@@ -7,6 +7,7 @@ resets the runtime around each test, so every test starts from a cold function.
 from __future__ import annotations
 
 import base64
+import gzip
 import copy
 import json
 import os
@@ -133,6 +134,8 @@ class Api:
         raw = module.lambda_handler(copy.deepcopy(event), context)
         body = raw.get("body") or ""
         data = base64.b64decode(body) if raw.get("isBase64Encoded") else body.encode("utf-8")
+        if (raw.get("headers") or {}).get("Content-Encoding") == "gzip":  # as an HTTP client reads it
+            data = gzip.decompress(data)
         return Reply(raw["statusCode"], dict(raw.get("headers") or {}), data, raw)
 
     def items(self) -> dict[str, int]:
