@@ -7,8 +7,8 @@ resets the runtime around each test, so every test starts from a cold function.
 from __future__ import annotations
 
 import base64
-import gzip
 import copy
+import gzip
 import json
 import os
 from dataclasses import dataclass
