@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gzip
 import importlib.util
 import io
 import json
@@ -345,8 +346,7 @@ class CostEnv:
             }
             if api:
                 request = len(str(event.get("body") or "").encode("utf-8"))
-                sent = str(result.get("body") or "")
-                response = len(base64.b64decode(sent) if result.get("isBase64Encoded") else sent.encode("utf-8"))
+                response = len(_wire_bytes(result))
                 figures.update(
                     api_requests=float(http_api_requests(request, response)),
                     request_bytes=float(request),
@@ -437,8 +437,19 @@ def push_pull(env: CostEnv, mode: str, *, row_bytes: int, batch: int, deltas: in
 def _ok(result: Mapping[str, Any], what: str) -> dict[str, Any]:
     if result.get("statusCode") != 200:
         raise RuntimeError(f"{what} failed: {result.get('statusCode')} {str(result.get('body', ''))[:300]}")
-    doc: dict[str, Any] = json.loads(result.get("body") or "{}")
+    doc: dict[str, Any] = json.loads(_sent_bytes(result) or b"{}")
     return doc
+
+
+def _sent_bytes(result: Mapping[str, Any]) -> bytes:
+    """The body an invocation's answer puts on the wire (base64 decoded), as the client reads it (un-gzipped)."""
+    sent = _wire_bytes(result)
+    return gzip.decompress(sent) if (result.get("headers") or {}).get("Content-Encoding") == "gzip" else sent
+
+
+def _wire_bytes(result: Mapping[str, Any]) -> bytes:
+    text = str(result.get("body") or "")
+    return base64.b64decode(text) if result.get("isBase64Encoded") else text.encode("utf-8")
 
 
 def _stored_bytes(env: CostEnv, names: Any) -> dict[str, dict[str, float]]:

@@ -692,6 +692,10 @@ def test_push_over_the_backpressure_limit_gets_503_with_nothing_written() -> Non
     assert err.value.status == 503
     assert env.snapshot() == before
     assert _recorded(env, [quiet], env.wall // 1000) == set()
+    # And a push of one chunk to it (checked against its commit basis, not a read of its own) is refused alike
+    with pytest.raises(BackpressureError):
+        env.push(d(row="late", title="z"))
+    assert env.snapshot() == before
     # And other tables still accept pushes
     env.push(quiet)
     assert env.row("notes", "r1") == {"title": "y"}

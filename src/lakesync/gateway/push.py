@@ -166,16 +166,14 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
 
     # A single chunk checks its rows' growth against its own basis before its commit; a push of several chunks
     # checks every chunk's growth before the first commit, against the rows read here (alongside the heads).
-    reading = _read_rows(deps, gateway, by_shard) if len(chunks) > 1 else None
-    heads = deps.buffer.get_heads(list(by_shard))
+    # A push of one chunk checks backpressure on the head its basis reads (before its commit, its only write).
+    single = len(chunks) == 1
+    reading = _read_rows(deps, gateway, by_shard) if not single else None
+    heads = deps.buffer.get_heads(list(by_shard)) if not single else {}
     if reading is not None:
         _check_growth(deps, by_shard, reading.result(), column_bytes)
     for head in heads.values():
-        if head.unflushed_bytes >= settings.backpressure_limit:
-            raise BackpressureError(
-                f"Buffer backpressure exceeded ({head.unflushed_bytes} >= {settings.backpressure_limit} bytes)"
-                f" for table {head.shard.table!r}"
-            )
+        _check_backpressure(settings.backpressure_limit, head)
 
     for _, delta in (pair for pairs in by_shard.values() for pair in pairs):
         deps.clock.recv(delta.hlc)
@@ -185,7 +183,7 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     records: list[Future[None]] = []
     try:
         for shard, chunk in chunks:
-            chunk_receipts, chunk_effective, applied = _commit_chunk(deps, shard, chunk)
+            chunk_receipts, chunk_effective, applied = _commit_chunk(deps, shard, chunk, check_backpressure=single)
             receipts.update(chunk_receipts)
             effective.extend(chunk_effective)
             if applied:
@@ -350,16 +348,26 @@ def _check_row_key(gateway: str, delta: RowDelta, where: str) -> None:
         )
 
 
+def _check_backpressure(limit: int, head: ShardHead) -> None:
+    if head.unflushed_bytes >= limit:
+        raise BackpressureError(
+            f"Buffer backpressure exceeded ({head.unflushed_bytes} >= {limit} bytes) for table {head.shard.table!r}"
+        )
+
+
 def _commit_chunk(
-    deps: GatewayDeps, shard: ShardId, chunk: Sequence[_Keyed]
+    deps: GatewayDeps, shard: ShardId, chunk: Sequence[_Keyed], *, check_backpressure: bool = False
 ) -> tuple[dict[str, DeltaReceipt], list[LogEntry], list[str]]:
     """Merge and commit one chunk; returns its receipts (by dedup key), its effective entries and the dedup keys to
-    record: those of deltas whose row the commit does not write (a row written keeps its deltas' keys itself)."""
+    record: those of deltas whose row the commit does not write (a row written keeps its deltas' keys itself).
+    ``check_backpressure``: refuse the chunk if its basis head is over the limit (a push of this one chunk)."""
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
     row_keys = list(dict.fromkeys((d.table, d.row_id) for _, d in chunk))
     for attempt in range(settings.commit_attempts):
         basis = deps.buffer.read_commit_basis(shard, row_keys)
+        if check_backpressure and basis.head is not None:
+            _check_backpressure(settings.backpressure_limit, basis.head)
         kept = _kept(basis.rows, chunk)
         pending = [(key, d) for key, d in chunk if key not in kept]
         if not pending:
