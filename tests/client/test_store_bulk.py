@@ -208,3 +208,51 @@ def test_insert_many_refuses_bad_rows_and_writes_nothing(store: LocalStore) -> N
     with pytest.raises(Exception, match="row_id"):
         store.insert_many("todos", {"ok": {"title": "fine"}, "": {"title": "x"}})
     assert store.rows("todos") == {} and store.pending() == 0
+
+
+EXACT_ROWS: dict[str, dict[str, Any]] = {
+    "x1": {"priority": 1, "title": "one", "done": True},  # given out of schema order
+    "x2": {"title": "two", "done": False, "priority": 2.5, "tags": {"b": 1, "a": [True, None]}},
+    "x3": {"priority": 2**62, "nothing": None, "title": None},
+    "x4": {},
+    "x5": {"done": None, "priority": -0.125},
+}
+
+
+def _schema_order(values: dict[str, Any]) -> dict[str, Any]:
+    return {c["name"]: values[c["name"]] for c in SCHEMA["columns"] if c["name"] in values}
+
+
+def test_insert_many_of_exact_rows_keeps_them_columnar_and_renders_the_same_deltas(tmp_path: Path) -> None:
+    path = tmp_path / "columnar.db"
+    with _open(path) as store:
+        # When rows whose values all read back exactly are inserted in bulk
+        store.insert_many("todos", EXACT_ROWS)
+
+        # Then the outbox keeps them as their user-row parameters
+        ((text,),) = store._db.execute("SELECT deltas FROM _lakesync_outbox").fetchall()
+        assert "params" in json.loads(text) and "rows" not in json.loads(text)
+        # And renders each as make_delta does with its columns in schema order; states are merge(None, delta)
+        first = store.state("todos", "x1")
+        assert first is not None and first.written is not None
+        deltas = [
+            make_delta(
+                "INSERT", table="todos", row_id=r, client_id="bulk", hlc=first.written.hlc, columns=_schema_order(v)
+            )
+            for r, v in EXACT_ROWS.items()
+        ]
+        wires = [w for entry in store._outbox() for w in entry.deltas]
+        assert [stable_stringify(json.loads(w)) for w in wires] == [stable_stringify(d.to_json()) for d in deltas]
+        assert [json.loads(w)["deltaId"] for w in wires] == [d.delta_id for d in deltas]
+        for delta in deltas:
+            assert store.state("todos", delta.row_id) == merge(None, delta).state
+        assert store.pending() == len(EXACT_ROWS)
+
+    # And a file reopened with a changed schema (a column added before the others) renders the very same deltas
+    changed = {"table": "todos", "columns": [{"name": "added", "type": "string"}, *SCHEMA["columns"]]}
+    token = mint_token("bulk", "default", SECRET)
+    with connect(
+        path, url="http://127.0.0.1:9", gateway="default", token=token, schemas=[changed], realtime=False
+    ) as s:
+        assert [w for entry in s._outbox() for w in entry.deltas] == wires
+        assert s.pending() == len(EXACT_ROWS)
