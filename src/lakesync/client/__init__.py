@@ -2,8 +2,9 @@
 (:mod:`lakesync.client.http`).
 
 ``lakesync.client.connect(path, url=..., gateway=..., token=..., schemas=[...])`` opens a SQLite file that the app
-reads and writes at once and that syncs with the gateway (:mod:`lakesync.client.store`). The names below load on
-first use, so importing :mod:`lakesync.client.http` stays as light as before.
+reads and writes at once and that syncs with the gateway (:mod:`lakesync.client.store`); asyncio apps use
+:mod:`lakesync.client.aio`. The names below load on first use, so importing :mod:`lakesync.client.http` stays as
+light as before.
 """
 
 from __future__ import annotations

@@ -567,8 +567,16 @@ class LocalStore:
         """
         collected = Batch()
         yield collected
-        if collected.ops:
-            self._write(collected.ops)
+        self.apply(collected)
+
+    def apply(self, batch: Batch) -> None:
+        """Apply a :class:`Batch`'s writes in one transaction: all or nothing (what :meth:`batch` does at its end).
+
+        Raises:
+            LocalWriteError, RowExistsError, RowNotFoundError: as the single writes; nothing is written then.
+        """
+        if batch.ops:
+            self._write(batch.ops)
 
     def _write(self, ops: Sequence[tuple[DeltaOp, str, str, Mapping[str, JsonValue] | None]]) -> None:
         if (
