@@ -466,9 +466,28 @@ _MATERIALISE_ADMIN = tuple(
 )
 """The destination routes' samples (add, list, remove), as they land beside the routes."""
 
+
+def _two_chunk_push_body() -> dict[str, Any]:
+    """The sample push with 49 new rows: two chunks, whose heads (backpressure) and rows (growth) are read before
+    the first commit."""
+    from lakesync.core.delta import make_delta
+    from lakesync.core.hlc import encode
+
+    doc = json.loads(json.loads((EVENTS / "push_json.json").read_text(encoding="utf-8"))["body"])
+    doc["deltas"] = [
+        make_delta(
+            "INSERT", table="todos", row_id=f"bulk-{i}", client_id="client-a", hlc=encode(1_763_000_000_000, i),
+            columns={"title": f"row {i}"},
+        ).to_json()
+        for i in range(49)
+    ]  # fmt: skip
+    return dict(doc)
+
+
 SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
     "push": lambda env: [
         _invoke("push", "push_json"),
+        _invoke("push", "push_json", body=_two_chunk_push_body()),
         _forget_rows_applied(env),
         # the rows of the first commit seem unwritten (its writer stopped): this push folds them from the log, waits
         # for them briefly, then writes them itself
