@@ -835,7 +835,11 @@ def fallback_functions() -> dict[str, dict[str, Any]]:
     out = {}
     for name in ALL_FUNCTIONS:
         arch = MATERIALISE_ARCHITECTURE if name == "materialise" else LAMBDA_ARCHITECTURE
-        out[name] = {"memory_mb": _memory(config, name, ACCESS[name]), "architecture": arch.name}
+        out[name] = {
+            "memory_mb": _memory(config, name, ACCESS[name]),
+            "architecture": arch.name,
+            "traced": config.tracing,
+        }
     return out
 
 

@@ -98,7 +98,8 @@ def price_invocations(
         out["Other"] += figures.get("response_bytes", 0.0) / 1e9 * price("transfer.out")
         log_bytes = figures.get("log_bytes", 0.0) + figures.get("count", 0.0) * LAMBDA_PLATFORM_LOG_BYTES
         out["CloudWatch Logs"] += log_bytes / 1e9 * price("cloudwatch.logs_ingest")
-        out["X-Ray"] += figures.get("count", 0.0) * xray_sampled * price("xray.trace")
+        if functions.get(name, {}).get("traced", True):
+            out["X-Ray"] += figures.get("count", 0.0) * xray_sampled * price("xray.trace")
     return out
 
 
@@ -206,13 +207,18 @@ def job_kind(props: Mapping[str, Any]) -> str:
 
 
 def functions_of(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Our functions (handler ``functions.<name>.lambda_handler``): memory (MB) and architecture."""
+    """Our functions (handler ``functions.<name>.lambda_handler``): memory (MB), architecture and whether X-Ray traces
+    them (active tracing)."""
     out: dict[str, dict[str, Any]] = {}
     for props in _of_type(template, "AWS::Lambda::Function").values():
         handler = str(props.get("Handler", ""))
         if handler.startswith("functions."):
             arch = (props.get("Architectures") or ["x86_64"])[0]
-            out[handler.split(".")[1]] = {"memory_mb": int(props.get("MemorySize", 128)), "architecture": arch}
+            out[handler.split(".")[1]] = {
+                "memory_mb": int(props.get("MemorySize", 128)),
+                "architecture": arch,
+                "traced": (props.get("TracingConfig") or {}).get("Mode") == "Active",
+            }
     return out
 
 

@@ -93,6 +93,9 @@ from lakesync_infra.network import MaterialiseNetwork
 from lakesync_infra.queues import CONSUMER_TIMEOUT, PAYLOADS, Queues
 
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
+POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
+"""Set when the configuration turns tracing off: the functions then build no X-Ray tracer
+(:func:`lakesync.aws.tracing.tracing_enabled`)."""
 FLUSH_REQUEST_PREFIX: Final = "flush#"
 FLUSH_TRIGGER_TIMEOUT_S: Final = 300
 LAKE_TICK: Final = "lake_tick"
@@ -329,6 +332,8 @@ class Functions(Construct):
             group = log_group(self, f"{_pascal(name)}Logs", config)
             role = lambda_role(self, f"{_pascal(name)}Role", group)
             env: dict[str, str] = {POWERTOOLS_LOG_LEVEL: config.log_level}
+            if not config.tracing:
+                env[POWERTOOLS_TRACE_DISABLED] = "true"
             if access.api:
                 env.update(_api_environment(config, buffer, jwt_secret))
             if access.checkpoints:
@@ -361,7 +366,7 @@ class Functions(Construct):
                 environment=env,
                 role=role,
                 log_group=group,
-                tracing=lambda_.Tracing.ACTIVE,
+                tracing=lambda_.Tracing.ACTIVE if config.tracing else lambda_.Tracing.DISABLED,
                 reserved_concurrent_executions=config.reserved_concurrency.get(name),
                 recursive_loop=lambda_.RecursiveLoop.TERMINATE,
                 # a schedule's asynchronous invocation: its next tick is the retry (a poll is idempotent)

@@ -40,6 +40,8 @@ def test_config_defaults_are_valid_and_keep_data():
     assert config.stack_name == "LakeSync-prod"
     # And has no dashboard ($3 a month beyond an account's first three): an environment asks for one
     assert config.dashboard is False
+    # And its functions trace with X-Ray unless an environment turns tracing off
+    assert config.tracing is True
 
 
 def test_config_materialisation_defaults_and_vpc():
@@ -150,6 +152,7 @@ def test_config_reports_every_problem_at_once():
         ({"alarmEmail": "ops"}, "alarmEmail"),
         ({"compactMaintain": "yes"}, "compactMaintain"),
         ({"dashboard": "yes"}, "dashboard"),
+        ({"tracing": "off"}, "tracing"),
         ({"sqlSourcePulls": "yes"}, "sqlSourcePulls"),
         ({"gatewayIds": []}, "gatewayIds"),
         ({"materialiseConcurrency": 1}, "materialiseConcurrency"),

@@ -340,14 +340,18 @@ def test_publish_failures_queue_age_and_dead_letters_are_alarmed_and_on_the_dash
 
 @pytest.fixture(scope="module")
 def vpc_synth(synth: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Cfn, Path, list[dict[str, Any]]]:
-    """A second synth with ``materialiseVpc`` set (same artifacts), its template file and cdk-nag findings."""
+    """A second synth with ``materialiseVpc`` set (same artifacts), its template file and cdk-nag findings. It also
+    turns ``tracing`` off, so that variant is synthesized (and nag-checked) without a third synth."""
     from lakesync_infra.stack import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out.vpc")
     context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
     post = {
         "lakesync:environments": ENV,
-        f"lakesync:env:{ENV}": {"materialiseVpc": {**VPC, "connectorFunctions": list(VPC_CONNECTOR_FUNCTIONS)}},
+        f"lakesync:env:{ENV}": {
+            "materialiseVpc": {**VPC, "connectorFunctions": list(VPC_CONNECTOR_FUNCTIONS)},
+            "tracing": False,
+        },
     }
     app, (stack,) = build_app(context, synth.artifacts, outdir=str(outdir), post_cli_context=post)
     violations: list[dict[str, Any]] = []
@@ -387,6 +391,21 @@ def test_vpc_variant_runs_the_consumer_in_the_configured_subnets_and_groups(vpc_
         if name in in_vpc:
             policies = [k for k, p in cfn.of_type("AWS::IAM::Policy").items() if {"Ref": role} in p["Roles"]]
             assert set(policies) <= set(cfn.resources[fn["logical"]]["DependsOn"])
+
+
+def test_tracing_off_leaves_no_function_traced_nor_allowed_to_send_traces(cfn, vpc_synth):
+    # Given the default template (tracing on) and the variant with tracing off
+    variant, _, _ = vpc_synth
+    for name, fn in cfn.functions().items():
+        # Then by default every function traces actively and may send traces, and builds its tracer
+        assert fn["TracingConfig"] == {"Mode": "Active"}, name
+        assert any(a.startswith("xray:") for a, _ in cfn.allowed(cfn.role_of(fn))), name
+        assert "POWERTOOLS_TRACE_DISABLED" not in fn.get("Environment", {}).get("Variables", {}), name
+    for name, fn in variant.functions().items():
+        # And with tracing off none traces, none may send traces, and none builds a tracer (no X-Ray SDK import)
+        assert "TracingConfig" not in fn, name
+        assert not any(a.startswith("xray:") for a, _ in variant.allowed(variant.role_of(fn))), name
+        assert fn["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true", name
 
 
 def test_vpc_variant_creates_the_endpoints_the_consumer_needs(vpc_synth):

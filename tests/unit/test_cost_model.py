@@ -31,6 +31,7 @@ from benchmarks.cost_model import (
 from benchmarks.cost_report import (
     comparisons,
     fit_line,
+    functions_of,
     glue_per_million,
     idle_month,
     price_invocations,
@@ -239,6 +240,23 @@ def test_invocations_are_priced_at_their_architecture():
     assert api["X-Ray"] == pytest.approx(1e6 * 0.05 * 5e-6)
 
 
+def test_x_ray_is_priced_only_for_functions_the_template_traces():
+    template = {
+        "Resources": {
+            "Push": {
+                "Type": "AWS::Lambda::Function",
+                "Properties": {"Handler": "functions.push.lambda_handler", "TracingConfig": {"Mode": "Active"}},
+            },
+            "Pull": {"Type": "AWS::Lambda::Function", "Properties": {"Handler": "functions.pull.lambda_handler"}},
+        }
+    }
+    functions = functions_of(template)
+    assert (functions["push"]["traced"], functions["pull"]["traced"]) == (True, False)
+    calls = {"count": 1e6}
+    assert price_invocations({"push": calls}, functions)["X-Ray"] == pytest.approx(1e6 * 0.05 * 5e-6)
+    assert price_invocations({"pull": calls}, functions)["X-Ray"] == 0.0
+
+
 def test_comparison_prices_follow_the_readers():
     one = comparisons(250, 1)
     ten = comparisons(250, 10)
@@ -268,6 +286,7 @@ TEMPLATE: dict[str, Any] = {
                 "Handler": "functions.lake_tick.lambda_handler",
                 "MemorySize": 256,
                 "Architectures": ["arm64"],
+                "TracingConfig": {"Mode": "Active"},
             },
         },
         "Ticking": {
