@@ -260,10 +260,9 @@ class DynamoDBBufferStore:
         tail_read = None
         if head is not None and applied < head.seq:
             tail_read = io_pool().submit(self._tail, shard, applied, head.seq)
-        by_pk = _row_keys(shard.gateway, rows)
-        stored = _rows_from_items(by_pk, self._basis_items(shard, by_pk, with_head=False).get(self._t.rows, []))
+        stored = self.get_rows(shard.gateway, rows)
         if tail_read is not None:
-            _fold(stored, tail_read.result(), wanted=set(by_pk.values()))
+            _fold(stored, tail_read.result(), wanted=set(rows))
         return CommitBasis(head, stored)
 
     def _basis_in_one_read(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis | None:
@@ -271,7 +270,8 @@ class DynamoDBBufferStore:
         before a commit whose head was read after it). ``None`` when the head shows rows still to be written (the
         table was written with rows after the commit)."""
         by_pk = _row_keys(shard.gateway, rows)
-        found = self._basis_items(shard, by_pk, with_head=True)
+        keys = {self._t.heads: [{"shard": _s(shard.key)}], self._t.rows: [{"pk": _s(pk)} for pk in by_pk]}
+        found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
         heads = found.get(self._t.heads) or []
         if heads and _rows_applied(heads[0]) < int(heads[0]["seq"]["N"]):
             return None
@@ -279,16 +279,6 @@ class DynamoDBBufferStore:
             head=_head_from_item(heads[0]) if heads else None,
             rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
         )
-
-    def _basis_items(
-        self, shard: ShardId, by_pk: Mapping[str, tuple[str, str]], *, with_head: bool
-    ) -> dict[str, list[Item]]:
-        """One consistent BatchGetItem of a chunk's rows (and its head, ``with_head``): the commit's basis."""
-        keys = {
-            self._t.heads: [{"shard": _s(shard.key)}] if with_head else [],
-            self._t.rows: [{"pk": _s(pk)} for pk in by_pk],
-        }
-        return _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
