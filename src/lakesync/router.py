@@ -169,7 +169,7 @@ class Router:
                 response = self._dispatch(request)
             except Exception as exc:  # every exception becomes a response through the registered hooks
                 response = self._handle(exc)
-            result = self._render(response, gzip_ok=accepts_gzip(request.headers.get("accept-encoding")))
+            result = self._render(response, request.headers.get("accept-encoding"))
         finally:
             self._current = None
         headers: dict[str, str] = result["headers"]
@@ -195,14 +195,14 @@ class Router:
                     return hook(exc)
         raise exc
 
-    def _render(self, response: Response, *, gzip_ok: bool) -> dict[str, Any]:
+    def _render(self, response: Response, accept_encoding: str | None) -> dict[str, Any]:
         body = response.body
         headers = {"Content-Type": response.content_type, **response.headers}
         if not isinstance(body, bytes | str):
             body = self._serializer(body)
-        packed = _gzipped(body, headers) if gzip_ok and len(body) >= GZIP_MIN_BYTES // 4 else None
-        if packed is not None:
-            body = packed
+        # A text of n characters is at most 4n bytes: shorter ones stay under the minimum, unparsed and unencoded.
+        if len(body) >= GZIP_MIN_BYTES // 4 and accepts_gzip(accept_encoding):
+            body = _gzipped(body, headers) or body
         if isinstance(body, bytes):
             text, encoded = base64.b64encode(body).decode("ascii"), True
         else:

@@ -103,7 +103,7 @@ class SyncClient:
             req.add_header("Accept-Encoding", "gzip")
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return _decoded(resp.read(), resp.headers), resp.headers
+                    return _decoded(resp.read(), resp.headers.get("Content-Encoding")), resp.headers
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0 and self.refresh_token(token):
                     exc.close()
@@ -245,9 +245,9 @@ class SyncClient:
         return self.request(method, f"/v1/admin/{what}/{self.gateway}", body=body)
 
 
-def _decoded(body: bytes, headers: Mapping[str, str] | None) -> bytes:
+def _decoded(body: bytes, content_encoding: str | None) -> bytes:
     """The body as sent, un-gzipped when the gateway compressed it (``Content-Encoding: gzip``)."""
-    if headers is not None and (headers.get("Content-Encoding") or "").strip().lower() == "gzip":
+    if (content_encoding or "").strip().lower() == "gzip":
         return zlib.decompress(body, 16 + zlib.MAX_WBITS)
     return body
 
@@ -255,7 +255,7 @@ def _decoded(body: bytes, headers: Mapping[str, str] | None) -> bytes:
 def _api_error(exc: urllib.error.HTTPError) -> ApiError:
     """The :class:`ApiError` of an HTTP error answer (its body read and the response closed)."""
     with exc:
-        raw = _decoded(exc.read(), {"Content-Encoding": exc.headers.get("Content-Encoding") or ""})
+        raw = _decoded(exc.read(), exc.headers.get("Content-Encoding"))
     try:
         payload = json.loads(raw)
     except ValueError:
