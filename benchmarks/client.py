@@ -46,8 +46,17 @@ from lakesync.core.checkpoint import checkpoint_id
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
 from lakesync.core.merge import merge
-from lakesync.gateway.checkpoint import MAX_SERVE_BYTES, encode_row, write_checkpoint
+from lakesync.gateway.checkpoint import (
+    COLUMNS_EXPANSION,
+    CONTENT_TYPE,
+    MAX_SERVE_BYTES,
+    encode_row,
+    write_checkpoint,
+)
 from lakesync.gateway.memory import InMemoryObjectStore
+from lakesync.wire.checkpoint_columns import MEDIA_TYPE as COLUMNS_MEDIA_TYPE
+from lakesync.wire.checkpoint_columns import encode_columns
+from lakesync.wire.fast_checkpoint import decode_checkpoint
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GATEWAY = "default"
@@ -95,6 +104,11 @@ class Fixture:
             rows=(encode_row(merge(None, d).state) for d in deltas),
         )
         self.chunks = [objects.objects[c.key] for c in self.manifest.chunks]
+        # What ?format=columns serves for each chunk (no sync rules: every row), rendered as the gateway renders it.
+        self.column_chunks = [
+            encode_columns(decode_checkpoint((chunk,)), self.manifest.server_hlc).encode("ascii")
+            for chunk in self.chunks
+        ]
         self.pages: list[bytes] = []
         for start in range(0, rows, PAGE):
             body = {
@@ -138,14 +152,21 @@ def _handler(fixture: Fixture) -> type[BaseHTTPRequestHandler]:
                     "X-Checkpoint-Cursor": manifest.cursor,
                     "X-Checkpoint-Hlc": str(manifest.server_hlc),
                     "X-Checkpoint-Chunks": str(len(manifest.chunks)),
-                    "Content-Type": "application/x-lakesync-checkpoint-stream",
+                    "Content-Type": CONTENT_TYPE,
                 }
+                columns = query.get("format") == "columns"
+                if columns:
+                    headers["Content-Type"] = COLUMNS_MEDIA_TYPE
+                chunks = fixture.column_chunks if columns else fixture.chunks
                 if "chunk" in query:
-                    self._send(200, fixture.chunks[int(query["chunk"])], headers)
-                elif manifest.bytes > MAX_SERVE_BYTES:
+                    self._send(200, chunks[int(query["chunk"])], headers)
+                elif manifest.bytes > MAX_SERVE_BYTES // (COLUMNS_EXPANSION if columns else 1):
                     self._send(413, b'{"error":"Checkpoint too large to serve whole","code":"VALIDATION_ERROR"}')
+                elif columns:
+                    body = encode_columns(decode_checkpoint(fixture.chunks), manifest.server_hlc).encode("ascii")
+                    self._send(200, body, headers)
                 else:
-                    self._send(200, b"".join(fixture.chunks), headers)
+                    self._send(200, b"".join(chunks), headers)
                 return
             if parts.path.endswith("/pull"):
                 cursor = query.get("cursor", "")

@@ -1,4 +1,4 @@
-"""GET /v1/sync/{gw}/checkpoint[?chunk=i][&checkpoint=id]: auth → query params → checkpoint service.
+"""GET /v1/sync/{gw}/checkpoint[?chunk=i][&checkpoint=id][&format=columns]: auth → query params → checkpoint service.
 
 200 is the framed checkpoint stream (``application/x-lakesync-checkpoint-stream``: ``uint32`` big-endian length +
 ``SyncResponse``, repeated) filtered by the token's claims, with ``X-Checkpoint-Id``, ``X-Checkpoint-Cursor`` (pull
@@ -41,15 +41,32 @@ def parse_chunk(params: Mapping[str, str] | None) -> int | None:
     return int(raw)
 
 
+def parse_format(params: Mapping[str, str] | None) -> bool:
+    """The ``format`` query parameter: absent or ``stream`` (the framed stream), or ``columns``; True for columns.
+
+    Raises:
+        ValidationError: any other value.
+    """
+    raw = (params or {}).get("format")
+    if raw is None or raw == "stream":
+        return False
+    if raw == "columns":
+        return True
+    raise ValidationError("Invalid 'format' parameter: expected 'stream' or 'columns'")
+
+
 @app.get("/v1/sync/{gw}/checkpoint")
 def checkpoint(gw: str) -> Response:
     """The latest checkpoint (or one chunk of it) as the caller may see it."""
     claims = http.authorize(app, gw)
     params = app.current_event.query_string_parameters
     chunk = parse_chunk(params)
-    payload = service.serve(get_deps(), gw, claims.custom_claims, chunk, checkpoint_id=(params or {}).get("checkpoint"))
+    columns = parse_format(params)
+    payload = service.serve(
+        get_deps(), gw, claims.custom_claims, chunk, checkpoint_id=(params or {}).get("checkpoint"), columns=columns
+    )
     metrics.add_metric(name="CheckpointBytes", unit=MetricUnit.Bytes, value=len(payload.body))
-    return Response(200, service.CONTENT_TYPE, payload.body, headers=payload.headers)
+    return Response(200, payload.content_type, payload.body, headers=payload.headers)
 
 
 @one_at_a_time

@@ -37,6 +37,7 @@ OPENAPI_PATH: Final = "/v1/openapi.json"
 JSON: Final = "application/json"
 PROTOBUF: Final = "application/x-protobuf"
 CHECKPOINT_STREAM: Final = "application/x-lakesync-checkpoint-stream"
+CHECKPOINT_COLUMNS: Final = "application/x-lakesync-checkpoint-columns+json"
 
 Auth = Literal["none", "client", "admin"]
 Schema = dict[str, Any]
@@ -482,12 +483,20 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "checkpoint",
         "Download the latest checkpoint",
         "The framed stream (`uint32` big-endian length + `SyncResponse`, repeated) filtered by the token's "
-        "claims. 404 without a checkpoint; 413 when too large to send whole (fetch it by `chunk`).",
+        "claims; with `format=columns`, the same rows as one columnar JSON document (runs of rows that are one write "
+        "each as a value array per column, other rows as wire deltas: `lakesync.wire.checkpoint_columns`), which "
+        "bulk loaders read about twice as fast. 404 without a checkpoint; 413 when too large to send whole (fetch "
+        "it by `chunk`; the columnar document's whole-checkpoint limit is a third of the stream's).",
         "sync",
         "client",
         query={
             "chunk": (False, {"type": "string", "pattern": "^[0-9]{1,9}$"}, "One chunk by index."),
             "checkpoint": (False, {"type": "string"}, "Pin a checkpoint id (`X-Checkpoint-Id`)."),
+            "format": (
+                False,
+                {"type": "string", "enum": ["stream", "columns"]},
+                "`stream` (the default, the original's) or `columns`.",
+            ),
         },
         responses={
             "200": {
@@ -496,7 +505,10 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                     name: {"schema": {"type": "string"}}
                     for name in ("X-Checkpoint-Id", "X-Checkpoint-Cursor", "X-Checkpoint-Hlc", "X-Checkpoint-Chunks")
                 },
-                "content": {CHECKPOINT_STREAM: {"schema": {"type": "string", "format": "binary"}}},
+                "content": {
+                    CHECKPOINT_STREAM: {"schema": {"type": "string", "format": "binary"}},
+                    CHECKPOINT_COLUMNS: {"schema": {"type": "object", "required": ["serverHlc", "runs"]}},
+                },
             }
         },
         errors=(400, *_AUTH_ERRORS, 413, 500),

@@ -30,7 +30,7 @@ from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.wire import _json
 from lakesync.wire.codec import decode_sync_response
-from lakesync.wire.fast_checkpoint import decode_checkpoint
+from lakesync.wire.fast_checkpoint import decode_checkpoint, to_row_delta
 from lakesync.wire.framing import encode_broadcast, iter_checkpoint
 
 SCHEMA = {
@@ -268,7 +268,7 @@ def test_checkpoint_rows_load_as_the_state_fold_gives(history: list[tuple[str, i
     # When the fast decoder reads it and the row's state is written as is
     rows = list(decode_checkpoint(frames))
     generic = [d for body in frames for payload in iter_checkpoint(body) for d in decode_sync_response(payload).deltas]
-    assert [_fast.to_row_delta(d) for row in rows for d in row] == generic
+    assert [to_row_delta(d) for row in rows for d in row] == generic
     assert [d.delta_id for d in generic] == [d.delta_id for d in row_deltas(state)]
     text, values = _fast.checkpoint_state_json(rows[0])
 

@@ -5,13 +5,15 @@ checkpoint changes every later client's first sync)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
 from lakesync.aws.objects import S3ObjectStore, s3_client
 from lakesync.client import LocalStore
+from lakesync.client.http import CHECKPOINT_MEDIA_TYPE as STREAM_MEDIA_TYPE
+from lakesync.client.http import COLUMNS_MEDIA_TYPE, SyncClient
 from lakesync.core.checkpoint import checkpoint_id
 from lakesync.core.hlc import HLC
 from lakesync.core.merge import RowState, merge
@@ -48,7 +50,32 @@ def _cut_checkpoint(stack: LocalStack) -> tuple[dict[tuple[str, str], RowState],
     return states, manifest.cursor
 
 
-def test_a_new_store_loads_the_checkpoint_then_follows_its_cursor(stack: LocalStack, open_store: Open) -> None:
+@pytest.fixture(params=["columns", "stream", "mixed"])
+def served_as(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
+    """How the gateway answers the store's checkpoint requests: as asked (columnar documents), as an older gateway
+    (the framed stream whatever is asked), or chunk by chunk in both (a deployment that is half rolled out); and the
+    media types of its answers."""
+    mode: str = request.param
+    seen: list[str] = []
+    fetch = SyncClient._checkpoint_get
+
+    def answer(self: SyncClient, query: Mapping[str, Any]) -> Any:
+        if mode == "mixed" and "chunk" not in query:
+            return None, {}  # 413: fetch it chunk by chunk
+        if mode == "stream" or (mode == "mixed" and int(query["chunk"]) % 2 == 1):
+            query = {k: v for k, v in query.items() if k != "format"}
+        got = fetch(self, query)
+        if got is not None:
+            seen.append(got[1].get("Content-Type", ""))
+        return got
+
+    monkeypatch.setattr(SyncClient, "_checkpoint_get", answer)
+    return mode, seen
+
+
+def test_a_new_store_loads_the_checkpoint_then_follows_its_cursor(
+    stack: LocalStack, open_store: Open, served_as: tuple[str, list[str]]
+) -> None:
     table = unique_table()
     writer = open_store("cw", table)
     writer.insert_many(table, {f"r{i:02d}": {"title": f"t{i}", "priority": i, "tags": {"i": i}} for i in range(40)})
@@ -77,6 +104,14 @@ def test_a_new_store_loads_the_checkpoint_then_follows_its_cursor(stack: LocalSt
         if delta.table == table:
             folded[delta.row_id] = merge(folded.get(delta.row_id), delta).state
     assert {row_id: reader.state(table, row_id) for row_id in folded} == folded
+    # and it read the checkpoint in the form the gateway answered with
+    mode, seen = served_as
+    expected = {
+        "columns": {COLUMNS_MEDIA_TYPE},
+        "stream": {STREAM_MEDIA_TYPE},
+        "mixed": {COLUMNS_MEDIA_TYPE, STREAM_MEDIA_TYPE},
+    }
+    assert set(seen) == expected[mode]
 
 
 def test_an_expired_cursor_reloads_the_checkpoint_and_keeps_pending_local_writes(

@@ -26,6 +26,8 @@ from lakesync.core.hlc import encode
 from lakesync.core.merge import RowState, fold
 from lakesync.gateway.checkpoint import CONTENT_TYPE, MAX_SERVE_BYTES, encode_row, write_checkpoint
 from lakesync.gateway.pull import decode_cursor
+from lakesync.wire.checkpoint_columns import MEDIA_TYPE, decode_columns
+from lakesync.wire.fast_checkpoint import to_row_delta
 from lakesync.wire.framing import iter_checkpoint_responses
 
 GW = "default"
@@ -140,6 +142,49 @@ def test_checkpoint_chunk_pinned_to_a_checkpoint(ckpt: Any, store: S3ObjectStore
     assert chunk0.headers["X-Checkpoint-Chunks"] == str(len(first.chunks))
     assert chunk0.body == store.get(first.chunks[0].key)
     assert chunk2.body == store.get(first.chunks[2].key)
+
+
+def test_checkpoint_as_columns_carries_the_streams_rows_for_each_caller(ckpt: Any, store: S3ObjectStore) -> None:
+    # Given rules scoping todos to their owner, and rows of two owners in several chunks
+    assert ckpt.call(admin_fn, ckpt.event("admin_sync_rules_post", token=ckpt.admin_token())).status == 200
+    states = [_row(f"r{i}", f"client-{'ab'[i % 2]}", i, title=f"t{i}", n=i) for i in range(12)]
+    manifest = _write(store, states, chunk_bytes=400)
+    assert len(manifest.chunks) > 2
+
+    for sub in ("client-a", "client-b", "client-c"):
+        # When each owner fetches the checkpoint as columns, whole and by chunk, accepting gzip as the SDK does
+        token = ckpt.token(sub)
+        stream = ckpt.call(checkpoint_fn, ckpt.event("checkpoint", token=token))
+        whole = ckpt.call(
+            checkpoint_fn,
+            ckpt.event("checkpoint", token=token, query={"format": "columns"}, headers={"accept-encoding": "gzip"}),
+        )
+        chunk1 = ckpt.call(
+            checkpoint_fn, ckpt.event("checkpoint", token=token, query={"format": "columns", "chunk": "1"})
+        )
+
+        # Then it gets JSON with the same rows as the stream, in order, and the same headers
+        assert (whole.status, whole.headers["Content-Type"]) == (200, MEDIA_TYPE)
+        assert not whole.raw["isBase64Encoded"] or whole.headers.get("Content-Encoding") == "gzip"
+        assert _column_deltas(whole.body) == _deltas(stream.body)
+        assert {k: v for k, v in whole.headers.items() if k.startswith("X-Checkpoint")} == {
+            k: v for k, v in stream.headers.items() if k.startswith("X-Checkpoint")
+        }
+        stream1 = ckpt.call(checkpoint_fn, ckpt.event("checkpoint", token=token, query={"chunk": "1"}))
+        assert _column_deltas(chunk1.body) == _deltas(stream1.body)
+    assert [d.row_id for d in _deltas(stream.body)] == []  # client-c owns nothing
+
+
+@pytest.mark.parametrize("fmt", ["json", "COLUMNS", "", "columns "])
+def test_checkpoint_unknown_format_is_400(ckpt: Any, store: S3ObjectStore, fmt: str) -> None:
+    _write(store, [_row("a", "client-a", 1)])
+    reply = ckpt.call(checkpoint_fn, ckpt.event("checkpoint", query={"format": fmt}))
+    assert (reply.status, reply.json()["code"]) == (400, "VALIDATION_ERROR")
+    assert "'format'" in reply.json()["error"]
+
+
+def _column_deltas(body: bytes) -> list[RowDelta]:
+    return [to_row_delta(d) for row in decode_columns(body).rows() for d in row]
 
 
 # -- 4xx / 5xx ----------------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from lakesync.core.merge import RowState, fold, state_from_json, state_to_json
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import Bucket, SyncRules, user_scoped_rules
 from lakesync.gateway.checkpoint import (
+    COLUMNS_EXPANSION,
+    CONTENT_TYPE,
     HEADER_CHUNKS,
     HEADER_CURSOR,
     HEADER_HLC,
@@ -45,6 +47,8 @@ from lakesync.gateway.push import push
 from lakesync.gateway.resync import resync_page
 from lakesync.gateway.since import ResyncMark
 from lakesync.wire import decode_sync_response
+from lakesync.wire.checkpoint_columns import MEDIA_TYPE, decode_columns
+from lakesync.wire.fast_checkpoint import to_row_delta
 from lakesync.wire.framing import iter_checkpoint, iter_checkpoint_responses
 
 GW = "default"
@@ -115,7 +119,10 @@ def _write(
     )
 
 
-def _deltas(body: bytes) -> list[RowDelta]:
+def _deltas(body: bytes | str) -> list[RowDelta]:
+    """The deltas of a served body, in order: a framed stream, or a columnar document."""
+    if isinstance(body, str):
+        return [to_row_delta(d) for row in decode_columns(body).rows() for d in row]
     return [d for response in iter_checkpoint_responses(body) for d in response.deltas]
 
 
@@ -326,6 +333,59 @@ def test_tombstones_reach_a_resynced_since_client_exactly_as_the_checkpoint_rout
     assert tombstones == expected[rule_set]
 
 
+@pytest.mark.parametrize("rule_set", list(RULE_SETS))
+def test_columns_serve_the_streams_rows_whole_and_by_chunk_for_any_rules(rule_set: str) -> None:
+    # Given a checkpoint in several chunks: rows of one write, rows of several versions, deleted rows, two tables
+    states = [
+        _state(
+            "notes",
+            "n-gone",
+            make_delta("INSERT", table="notes", row_id="n-gone", client_id="c1", hlc=t(1), columns={"user_id": "u1"}),
+            make_delta("DELETE", table="notes", row_id="n-gone", client_id="c1", hlc=t(2)),
+        ),
+        *(_row("notes", f"n{i}", f"u{i % 2 + 1}", i) for i in range(6)),
+        _state(
+            "todos",
+            "moved",
+            make_delta("INSERT", table="todos", row_id="moved", client_id="c1", hlc=t(1), columns={"user_id": "u2"}),
+            make_delta("UPDATE", table="todos", row_id="moved", client_id="c2", hlc=t(2), columns={"user_id": "u1"}),
+        ),
+        *(_row("todos", f"t{i}", f"u{i % 2 + 1}", i, title=f"task {i}", done=i % 3 == 0) for i in range(12)),
+    ]
+    objects = MemoryObjects()
+    manifest = _write(objects, states, chunk_bytes=600)
+    assert len(manifest.chunks) > 2
+    deps = _deps(objects)
+    rules = RULE_SETS[rule_set]
+    if rules is not None:
+        deps.config.put_sync_rules(GW, rules)
+    claims = {"sub": "u1"}
+
+    # When a client fetches the columnar document, whole and chunk by chunk
+    whole = serve(deps, GW, claims, columns=True)
+    chunks = [serve(deps, GW, claims, i, columns=True) for i in range(len(manifest.chunks))]
+
+    # Then each carries exactly the deltas the stream carries, in the same order, with the same headers
+    stream = serve(deps, GW, claims)
+    assert whole.content_type == MEDIA_TYPE and stream.content_type == CONTENT_TYPE
+    assert _deltas(whole.body) == _deltas(stream.body)
+    assert [d for c in chunks for d in _deltas(c.body)] == _deltas(stream.body)
+    assert whole.headers == stream.headers
+    for i, chunk in enumerate(chunks):
+        assert _deltas(chunk.body) == _deltas(serve(deps, GW, claims, i).body)
+
+
+def test_columns_whole_checkpoint_cap_is_a_third_of_the_streams() -> None:
+    objects = MemoryObjects()
+    manifest = _write(objects, [_row("todos", f"r{i}", "u1", i) for i in range(20)], chunk_bytes=400)
+    cap = manifest.bytes * COLUMNS_EXPANSION
+
+    with pytest.raises(PayloadTooLargeError):
+        serve(_deps(objects), GW, {}, max_bytes=cap - 1, columns=True)
+    assert _deltas(serve(_deps(objects), GW, {}, max_bytes=cap, columns=True).body)
+    assert _deltas(serve(_deps(objects), GW, {}, 0, max_bytes=1, columns=True).body)
+
+
 def test_serve_one_chunk_and_a_pinned_checkpoint() -> None:
     objects = MemoryObjects()
     first = _write(objects, [_row("todos", f"r{i}", "u1", i) for i in range(20)], chunk_bytes=400)
@@ -458,9 +518,12 @@ def _cut_checkpoint(deps: GatewayDeps, objects: MemoryObjects, *, include_delete
     )
 
 
+@pytest.mark.parametrize("columns", [False, True], ids=["stream", "columns"])
 @pytest.mark.parametrize("include_deleted", [False, True], ids=["deleted-omitted", "deleted-kept"])
 @pytest.mark.parametrize("seed", range(6))
-def test_checkpoint_then_pull_from_its_cursor_equals_the_servers_state(seed: int, include_deleted: bool) -> None:
+def test_checkpoint_then_pull_from_its_cursor_equals_the_servers_state(
+    seed: int, include_deleted: bool, columns: bool
+) -> None:
     # Given a gateway with a history, a checkpoint cut from its row states, then more pushes
     rnd = random.Random(seed)
     objects = MemoryObjects()
@@ -475,7 +538,7 @@ def test_checkpoint_then_pull_from_its_cursor_equals_the_servers_state(seed: int
         push(deps, GW, SyncPush("admin", (_random_delta(rnd, step),)), client_id="admin", trusted=True)
 
     # When a new client loads the checkpoint and pulls from its cursor (or, like the original client, since its HLC)
-    payload = serve(deps, GW, {})
+    payload = serve(deps, GW, {}, columns=columns)
     tail = pull(deps, GW, limit=10_000, claims={}, cursor=payload.headers[HEADER_CURSOR])
     since = pull(deps, GW, limit=10_000, claims={}, since=int(payload.headers[HEADER_HLC]))
     assert not tail.has_more and not since.has_more

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from lakesync.core.canonical import JsonValue, stable_stringify
-from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
+from lakesync.core.delta import DeltaOp
 from lakesync.core.merge import fold, state_to_json
-from lakesync.wire.fast_checkpoint import RawDelta
+from lakesync.wire.fast_checkpoint import RawDelta, to_row_delta
 
 _SAFE_INT: Final = 2**53
 _encode_string = json.encoder.encode_basestring
@@ -114,13 +114,6 @@ def write_state_json(pairs: Sequence[tuple[str, str]], hlc: int, client_json: st
     version = f'"{hlc}",{client_json}'
     columns = ",".join(f"{n}:[{v},{version}]" for n, v in pairs)
     return f'{{"c":{{{columns}}},"t":null,"w":[{version}]}}'
-
-
-def to_row_delta(raw: RawDelta) -> RowDelta:
-    """The :class:`RowDelta` of a decoded checkpoint delta."""
-    op, table, row_id, client_id, hlc, delta_id, names, values = raw
-    columns = tuple(ColumnDelta(n, v) for n, v in zip(names, values, strict=True))
-    return RowDelta(op, table, row_id, client_id, columns, hlc, delta_id)
 
 
 @functools.lru_cache(maxsize=4096)

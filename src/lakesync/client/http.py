@@ -15,6 +15,7 @@ from typing import Any
 from lakesync.core.delta import RowDelta
 
 CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
+COLUMNS_MEDIA_TYPE = "application/x-lakesync-checkpoint-columns+json"
 
 
 class ApiError(Exception):
@@ -34,19 +35,22 @@ class ApiError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointStream:
-    """A checkpoint as served: the framed stream bytes (one entry per response fetched) and its headers.
+    """A checkpoint as served: the bodies (one entry per response fetched) and its headers.
 
     Attributes:
-        frames: The bodies of the responses, each a checkpoint stream (``uint32`` length + SyncResponse frames).
+        frames: The bodies of the responses, each a checkpoint stream (``uint32`` length + SyncResponse frames), or
+            where ``columnar`` says so, a columnar JSON document (:mod:`lakesync.wire.checkpoint_columns`).
         cursor: ``X-Checkpoint-Cursor``: pull from it next.
         checkpoint_id: ``X-Checkpoint-Id``.
         server_hlc: ``X-Checkpoint-Hlc`` (0 when absent).
+        columnar: Per body, whether the gateway sent it as a columnar JSON document.
     """
 
     frames: tuple[bytes, ...]
     cursor: str | None
     checkpoint_id: str | None
     server_hlc: int
+    columnar: tuple[bool, ...] = ()
 
 
 class SyncClient:
@@ -189,21 +193,26 @@ class SyncClient:
         ]
         return deltas, stream.cursor
 
-    def checkpoint_stream(self) -> CheckpointStream | None:
-        """The latest checkpoint's raw stream, whole, or chunk by chunk (pinned to one checkpoint) when the gateway
+    def checkpoint_stream(self, *, columns: bool = False) -> CheckpointStream | None:
+        """The latest checkpoint's raw bodies, whole, or chunk by chunk (pinned to one checkpoint) when the gateway
         answers 413 because it is too large to send whole. ``None`` when the gateway has no checkpoint (404).
+
+        Args:
+            columns: Ask for the columnar JSON documents (``format=columns``); a gateway without them sends the
+                stream, and the result says which it got (``columnar``).
 
         Raises:
             ApiError: any other non-2xx answer.
         """
-        first = self._checkpoint_get({})
+        base = {"format": "columns"} if columns else {}
+        first = self._checkpoint_get(base)
         if first is None:
             return None
         body, headers = first
         if body is not None:
-            return _stream((body,), headers)
+            return _stream((body,), headers, (_columnar(headers),))
         # Too large to send whole: chunk 0 names the checkpoint and its chunk count; the rest are pinned to it.
-        got = self._checkpoint_get({"chunk": 0})
+        got = self._checkpoint_get({**base, "chunk": 0})
         if got is None:
             return None
         first_chunk, headers = got
@@ -212,14 +221,16 @@ class SyncClient:
         checkpoint_id = headers.get("X-Checkpoint-Id")
         count = int(headers.get("X-Checkpoint-Chunks") or 1)
         frames: list[bytes] = [first_chunk]
+        columnar = [_columnar(headers)]
         for index in range(1, count):
-            more = self._checkpoint_get({"chunk": index, "checkpoint": checkpoint_id})
+            more = self._checkpoint_get({**base, "chunk": index, "checkpoint": checkpoint_id})
             if more is None or more[0] is None:
                 raise ApiError(
                     404, {"error": f"Checkpoint {checkpoint_id} vanished while it was read", "code": "NOT_FOUND"}
                 )
             frames.append(more[0])
-        return _stream(tuple(frames), headers)
+            columnar.append(_columnar(more[1]))
+        return _stream(tuple(frames), headers, tuple(columnar))
 
     def _checkpoint_get(self, query: Mapping[str, Any]) -> tuple[bytes | None, Mapping[str, str]] | None:
         """One checkpoint request: ``(body, headers)``; ``(None, {})`` on 413; ``None`` on 404."""
@@ -227,7 +238,8 @@ class SyncClient:
         if query:
             url += "?" + urllib.parse.urlencode(query)
         req = urllib.request.Request(url, method="GET")
-        req.add_header("Accept", CHECKPOINT_MEDIA_TYPE)
+        accept = f"{COLUMNS_MEDIA_TYPE}, {CHECKPOINT_MEDIA_TYPE};q=0.5" if "format" in query else CHECKPOINT_MEDIA_TYPE
+        req.add_header("Accept", accept)
         try:
             body, headers = self._open(req)
         except urllib.error.HTTPError as exc:
@@ -263,11 +275,16 @@ def _api_error(exc: urllib.error.HTTPError) -> ApiError:
     return ApiError(exc.code, payload if isinstance(payload, dict) else {"error": str(payload)})
 
 
-def _stream(frames: tuple[bytes, ...], headers: Mapping[str, str]) -> CheckpointStream:
+def _columnar(headers: Mapping[str, str]) -> bool:
+    return (headers.get("Content-Type") or "").startswith(COLUMNS_MEDIA_TYPE)
+
+
+def _stream(frames: tuple[bytes, ...], headers: Mapping[str, str], columnar: tuple[bool, ...]) -> CheckpointStream:
     hlc = headers.get("X-Checkpoint-Hlc") or "0"
     return CheckpointStream(
         frames=frames,
         cursor=headers.get("X-Checkpoint-Cursor"),
         checkpoint_id=headers.get("X-Checkpoint-Id"),
         server_hlc=int(hlc) if hlc.isdigit() else 0,
+        columnar=columnar,
     )

@@ -78,7 +78,8 @@ from lakesync.core.errors import ClockDriftError, LakeSyncError
 from lakesync.core.hlc import HLC, Clock, decode, system_clock
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.schema import ColumnType, TableSchema
-from lakesync.wire.fast_checkpoint import CheckpointDeltas, RawDelta, decode_checkpoint_deltas
+from lakesync.wire.checkpoint_columns import ColumnsChunk, RowsRun, decode_columns
+from lakesync.wire.fast_checkpoint import CheckpointDeltas, RawDelta, decode_checkpoint_deltas, to_row_delta
 
 logger = logging.getLogger(__name__)
 
@@ -975,7 +976,7 @@ class LocalStore:
     # checkpoint
     def _bootstrap(self, report: SyncReport, *, again: bool) -> None:
         """Load the latest checkpoint and take its cursor; without one, pull from the beginning."""
-        stream = self.http.checkpoint_stream()
+        stream = self.http.checkpoint_stream(columns=True)
         if stream is None:
             with self._tx():
                 self._set_meta("cursor", "")
@@ -983,21 +984,52 @@ class LocalStore:
         if stream.cursor is None:
             raise SyncStateError("The checkpoint came without X-Checkpoint-Cursor")
         with collector_paused():
-            deltas = decode_checkpoint_deltas(stream.frames)
+            parts = _decoded_parts(stream.frames, stream.columnar)
         self._receive_hlc(str(stream.server_hlc))
         with self._tx() as db, collector_paused():
             empty = db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
             if empty:
-                changed = self._load_checkpoint_bulk(deltas)
+                changed: dict[str, set[str]] = {}
+                for part in parts:
+                    if isinstance(part, ColumnsChunk):
+                        self._load_checkpoint_columns(part, changed)
+                    else:
+                        for table, ids in self._load_checkpoint_bulk(part).items():
+                            changed.setdefault(table, set()).update(ids)
             else:
-                changed = self._merge_checkpoint(list(deltas.rows()))
+                changed = self._merge_checkpoint([row for part in parts for row in part.rows()])
             self._set_meta("cursor", stream.cursor)
             self._set_meta("checkpointId", stream.checkpoint_id or "")
             self._save_clock()
         for table, ids in changed.items():
-            report.changed.setdefault(table, set()).update(ids)
-        report.checkpoint_rows += deltas.row_count()
+            if table in report.changed:
+                report.changed[table].update(ids)
+            else:
+                report.changed[table] = ids
+        report.checkpoint_rows += sum(part.row_count() for part in parts)
         report.rebootstrapped = report.rebootstrapped or again
+
+    def _load_checkpoint_columns(self, chunk: ColumnsChunk, changed: dict[str, set[str]]) -> None:
+        """An empty store: a columnar document's rows written as :meth:`_load_checkpoint_bulk` writes them (rows runs
+        column-wise with compact states when their values are exact, every other row with its full state); the rows
+        are added to ``changed``."""
+        newest = 0
+        for run in chunk.runs:
+            if isinstance(run, RowsRun):
+                local = self.tables.get(run.table)
+                given = dict(zip(run.columns, run.values, strict=True))
+                if local is None or not self._write_columns(local, given, run.row_ids, run.client_ids, run.hlcs):
+                    self._load_rows(run.rows())
+                changed.setdefault(run.table, set()).update(run.row_ids)
+                newest = max(newest, max(run.hlcs))
+            else:
+                self._load_rows(run)
+                for row in run:
+                    changed.setdefault(row[0][1], set()).add(row[0][2])
+                    newest = max(newest, *(d[4] for d in row))
+        if newest:
+            with contextlib.suppress(ClockDriftError):
+                self._clock.recv(newest)
 
     def _load_checkpoint_bulk(self, deltas: CheckpointDeltas) -> dict[str, set[str]]:
         """An empty store: write each row's state as the checkpoint gives it (no merge) and its user row, in bulk.
@@ -1040,12 +1072,30 @@ class LocalStore:
         """Rows ``start..end``, each one write delta of ``table`` with columns ``names``, written column-wise with
         compact states; False (nothing written) when a column is unknown to the schema, repeated, or has a value that
         is not exact."""
-        local = self.tables[table]
         width = len(names)
-        if len(set(names)) != width or any(n not in local.types for n in names):
+        if len(set(names)) != width:
             return False
         values = deltas.values[deltas.starts[start] : deltas.starts[end]]
         given = {name: values[i::width] for i, name in enumerate(names)}
+        return self._write_columns(
+            self.tables[table], given, deltas.row_ids[start:end], deltas.client_ids[start:end], deltas.hlcs[start:end]
+        )
+
+    def _write_columns(
+        self,
+        local: LocalTable,
+        given: Mapping[str, list[Any]],
+        row_ids: Sequence[str],
+        clients: Sequence[str],
+        hlcs: Sequence[int],
+    ) -> bool:
+        """New rows of ``local``, one write delta each with the columns of ``given`` (a value list per column), at
+        ``hlcs`` by ``clients``: user rows bound column-wise and compact states; False (nothing written) when a
+        column is unknown to the schema or a value is not exact."""
+        if any(n not in local.types for n in given):
+            return False
+        table = local.name
+        names = tuple(given)
         bound: list[Any] = []
         for column, kind, _ in local.plan:
             if column not in given:
@@ -1055,10 +1105,7 @@ class LocalStore:
             if not exact:
                 return False
             bound.append(column_values)
-        row_ids = deltas.row_ids[start:end]
         shape = self._shape_json(local, names)
-        clients = deltas.client_ids[start:end]
-        hlcs = deltas.hlcs[start:end]
         if len(set(clients)) == 1:
             client = _fast.json_text(clients[0])
             texts = [f'["{hlc}",{client},{shape}]' for hlc in hlcs]
@@ -1102,7 +1149,7 @@ class LocalStore:
         """A store with data: merge the checkpoint into it. A local row the checkpoint lacks and no pending local
         write holds is dropped: the checkpoint is everything this client may see as of its cursor (a fresh client
         would not have the row either), and the pull from its cursor delivers every later change."""
-        changed = self._merge_remote(_fast.to_row_delta(d) for row in rows for d in row)
+        changed = self._merge_remote(to_row_delta(d) for row in rows for d in row)
         present = {(row[0][1], row[0][2]) for row in rows}
         pending: set[tuple[str, str]] = set()
         for (text,) in self._db.execute("SELECT deltas FROM _lakesync_outbox").fetchall():
@@ -1329,3 +1376,25 @@ def connect(
         ws_url=ws_url,
         **options,
     )
+
+
+def _decoded_parts(bodies: Sequence[bytes], columnar: Sequence[bool]) -> list[ColumnsChunk | CheckpointDeltas]:
+    """A fetched checkpoint's bodies decoded: each columnar document alone, runs of stream bodies together.
+
+    Raises:
+        CodecError: a body that is not what its media type says.
+    """
+    parts: list[ColumnsChunk | CheckpointDeltas] = []
+    streams: list[bytes] = []
+    flags = [*columnar[: len(bodies)], *[False] * (len(bodies) - len(columnar))]
+    for body, is_columns in zip(bodies, flags, strict=True):
+        if not is_columns:
+            streams.append(body)
+            continue
+        if streams:
+            parts.append(decode_checkpoint_deltas(streams))
+            streams = []
+        parts.append(decode_columns(body))
+    if streams:
+        parts.append(decode_checkpoint_deltas(streams))
+    return parts

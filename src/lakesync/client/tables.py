@@ -135,7 +135,12 @@ def bind_column(kind: ColumnType, values: list[Any]) -> tuple[Sequence[Any], boo
     if kind is ColumnType.JSON:
         return [None if v is None else _dumps(v) for v in values], True
     types = set(map(type, values))
-    in_range = int not in types or all(_INT64_MIN <= v <= _INT64_MAX for v in values if type(v) is int)
+    if int not in types:
+        in_range = True
+    elif len(types) == 1:  # ints only: the bounds in C
+        in_range = _INT64_MIN <= min(values) and max(values) <= _INT64_MAX
+    else:
+        in_range = all(_INT64_MIN <= v <= _INT64_MAX for v in values if type(v) is int)
     exact = in_range and types <= _EXACT[kind]
     if in_range and types <= _BIND_AS_IS[kind]:
         return values, exact

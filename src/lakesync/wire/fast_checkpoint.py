@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lakesync.core.canonical import JsonValue
-from lakesync.core.delta import DeltaOp, RowDelta
+from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.wire import _json
 from lakesync.wire._pb import lakesync_pb2 as _pb
 from lakesync.wire.codec import decode_sync_response
 from lakesync.wire.framing import iter_checkpoint
 
-__all__ = ["CheckpointDeltas", "RawDelta", "decode_checkpoint", "decode_checkpoint_deltas"]
+__all__ = ["CheckpointDeltas", "RawDelta", "decode_checkpoint", "decode_checkpoint_deltas", "to_raw", "to_row_delta"]
 
 _SAFE_INT: Final = 2**53
 _LOADS = json.JSONDecoder(parse_constant=_json._reject_constant).decode
@@ -156,7 +156,7 @@ def _decode_frame(payload: bytes, out: CheckpointDeltas) -> None:
             raise ValueError("value count")
     except Exception:  # any oddity (a BOM, depth at the limit, a bad op): the generic, strict codec
         for delta in decode_sync_response(payload).deltas:
-            _append(out, _raw(delta))
+            _append(out, to_raw(delta))
         return
     out.ops += typed_ops
     out.tables += tables
@@ -198,7 +198,14 @@ def _as_doubles(values: list[Any]) -> None:
             _json._normalise(value, _json.MAX_DEPTH - 1)
 
 
-def _raw(d: RowDelta) -> RawDelta:
+def to_row_delta(raw: RawDelta) -> RowDelta:
+    """The :class:`RowDelta` of a :data:`RawDelta`."""
+    op, table, row_id, client_id, hlc, delta_id, names, values = raw
+    return RowDelta(op, table, row_id, client_id, tuple(map(ColumnDelta, names, values)), hlc, delta_id)
+
+
+def to_raw(d: RowDelta) -> RawDelta:
+    """The :data:`RawDelta` of a :class:`RowDelta`."""
     return (
         d.op,
         d.table,
