@@ -9,8 +9,10 @@ and ``.md``.
    4 MiB, then ``?chunk=i&checkpoint=id`` with the ``X-Checkpoint-*`` headers; pull pages of 1,000 deltas as the
    gateway's JSON answers), prepared beforehand, so the figures are the SDK's own cost: HTTP, decoding, SQLite.
 
-   * **checkpoint**: ``store.sync()`` on a new file with the checkpoint served: fetch the chunks, decode, write
-     states and user rows in bulk in one transaction (no merge into an empty store), then one empty pull page.
+   * **checkpoint**: ``store.sync()`` on a new file with the checkpoint served as the SDK asks for it
+     (``?format=columns``: each chunk as the gateway's columnar JSON document, rendered beforehand by the gateway's
+     own encoder): fetch the chunks, decode, write user rows and base records of compact states in bulk in one
+     transaction (no merge into an empty store), then one empty pull page.
    * **replay** (the reference): the same rows as deltas through pull: ``store.sync()`` on a new file with no
      checkpoint (404), pulling every page from the start, each page merged (``core.merge``) and applied with its
      cursor in one transaction.
@@ -230,6 +232,7 @@ def run_initial_sync(rows: int, repetitions: int) -> dict[str, Any]:
     return {
         "rows": rows,
         "checkpoint_bytes": fixture.manifest.bytes,
+        "columns_bytes": sum(map(len, fixture.column_chunks)),
         "checkpoint_chunks": len(fixture.manifest.chunks),
         "checkpoint_s": checkpoint,
         "replay_s": summarize(replay_s),
@@ -328,8 +331,9 @@ def render(results: dict[str, Any]) -> str:
         "",
         "## Initial sync of a new store",
         "",
-        f"{sync['rows']:,} rows; checkpoint of {sync['checkpoint_bytes']:,} bytes in {sync['checkpoint_chunks']} "
-        "chunks, served from memory by a local HTTP server as the gateway serves it.",
+        f"{sync['rows']:,} rows; checkpoint of {sync['checkpoint_bytes']:,} bytes (framed stream) in "
+        f"{sync['checkpoint_chunks']} chunks, served from memory by a local HTTP server as the gateway serves it: "
+        f"to the SDK, which asks for `format=columns`, as {sync['columns_bytes']:,} bytes of columnar JSON.",
         "",
         "| path | median s | min | max | rows/s |",
         "|---|---|---|---|---|",

@@ -4,18 +4,24 @@ a bulk insert renders the wire deltas (deltaIds included) ``make_delta`` gives, 
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lakesync.auth import mint_token
 from lakesync.client import LocalStore, connect
+from lakesync.client.store import BASE_RECORD_ROWS, SCHEMA_VERSION, RowExistsError, SyncStateError
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.checkpoint import checkpoint_id
 from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.errors import LakeSyncError
 from lakesync.core.hlc import encode
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
@@ -82,8 +88,9 @@ HISTORIES: dict[tuple[str, str], list[RowDelta]] = {
 }
 
 
-def _checkpoint_frames() -> list[bytes]:
-    states = [fold(deltas) for deltas in HISTORIES.values()]
+def _frames_of(states: Iterable[RowState | None], chunk_bytes: int) -> list[bytes]:
+    """The chunk bodies of a checkpoint of ``states``, cut by the real writer."""
+    kept = [s for s in states if s is not None]
     objects = InMemoryObjectStore()
     write_checkpoint(
         objects,
@@ -92,11 +99,15 @@ def _checkpoint_frames() -> list[bytes]:
         created_at_ms=T0,
         positions={},
         server_hlc=encode(T0, 99),
-        tables=["notes", "todos"],
-        rows=[encode_row(s) for s in states if s is not None],
-        chunk_bytes=300,  # several chunks
+        tables=sorted({s.table for s in kept}),
+        rows=[encode_row(s) for s in kept],
+        chunk_bytes=chunk_bytes,
     )
     return [body for key, body in sorted(objects.objects.items()) if key.endswith(".bin")]
+
+
+def _checkpoint_frames() -> list[bytes]:
+    return _frames_of((fold(deltas) for deltas in HISTORIES.values()), chunk_bytes=300)  # several chunks
 
 
 def _served_states(frames: list[bytes]) -> dict[tuple[str, str], RowState]:
@@ -124,7 +135,9 @@ def test_a_checkpoint_loaded_in_bulk_has_the_states_the_merge_gives(store: Local
     assert changed == {"todos": {r for t, r in HISTORIES if t == "todos"}, "notes": {"n1"}}
     for (table, row_id), state in expected.items():
         assert store.state(table, row_id) == state, (table, row_id)
-    compact = {r for (r,) in store.query("SELECT row_id FROM _lakesync_state WHERE state LIKE '[%'")}
+    compact = {r for (r,) in store.query("SELECT row_id FROM _lakesync_state WHERE state LIKE '[%'")} | {
+        r for (ids,) in store.query("SELECT ids FROM _lakesync_base") for r in json.loads(ids)
+    }
     assert compact == {"plain1", "plain2", "plain3", "plain4", "json1", "json2", "partial", "empty"}
     rows = store.rows("todos")
     for row_id in compact:
@@ -256,3 +269,241 @@ def test_insert_many_of_exact_rows_keeps_them_columnar_and_renders_the_same_delt
     ) as s:
         assert [w for entry in s._outbox() for w in entry.deltas] == wires
         assert s.pending() == len(EXACT_ROWS)
+
+
+# -- base records: the compact states of a checkpoint's rows, BASE_RECORD_ROWS rows an item --------------------------
+
+
+def _many_frames(row_ids: list[str], *, chunk_bytes: int = 4096) -> tuple[list[bytes], dict[str, RowState]]:
+    """A checkpoint of one-write rows (``row-NNNN``) in the order given (several chunks), and their states."""
+    states = {}
+    for row_id in row_ids:
+        i = int(row_id.removeprefix("row-"))  # the row's values depend on its id only
+        delta = _delta(
+            "INSERT", row_id, i % 50, {"title": f"t{i}", "done": i % 2 == 0, "priority": i}, client="ab"[i % 2]
+        )
+        state = fold([delta])
+        assert state is not None
+        states[row_id] = state
+    frames = _frames_of(states.values(), chunk_bytes)
+    return frames, states
+
+
+def _load(store: LocalStore, frames: list[bytes]) -> None:
+    with store._tx():
+        store._load_checkpoint_bulk(decode_checkpoint_deltas(frames))
+
+
+def _state_rows(store: LocalStore) -> int:
+    return int(store.query("SELECT count(*) FROM _lakesync_state")[0][0])
+
+
+SORTED_IDS = [f"row-{i:04d}" for i in range(700)]
+
+
+def test_sorted_one_write_rows_are_held_by_base_records_and_read_back_as_their_merge(tmp_path: Path) -> None:
+    frames, expected = _many_frames(SORTED_IDS)
+    assert len(frames) > 1
+
+    with _open(tmp_path / "base.db") as store:
+        _load(store, frames)
+
+        # Then no row has a state row: base records of at most BASE_RECORD_ROWS rows hold them, ranges apart
+        assert _state_rows(store) == 0
+        records = store.query("SELECT first_id, last_id, ids FROM _lakesync_base ORDER BY first_id")
+        assert sorted(r for _, _, ids in records for r in json.loads(ids)) == SORTED_IDS
+        assert all(len(json.loads(ids)) <= BASE_RECORD_ROWS for _, _, ids in records)
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(records))
+        # and every row's state is the merge's (first and last of each record, and the rest), reopened too
+        assert {r: store.state("todos", r) for r in SORTED_IDS} == expected
+        assert store.state("todos", "row-0000x") is None and store.state("todos", "zzz") is None
+    with _open(tmp_path / "base.db") as reopened:
+        assert {r: reopened.state("todos", r) for r in SORTED_IDS[::97]} == {r: expected[r] for r in SORTED_IDS[::97]}
+
+
+def test_rows_out_of_order_get_state_rows_instead(tmp_path: Path) -> None:
+    ids = [f"row-{i:04d}" for i in range(300)]
+    frames, expected = _many_frames(list(reversed(ids)))
+
+    with _open(tmp_path / "unsorted.db") as store:
+        _load(store, frames)
+
+        assert _state_rows(store) == len(ids)
+        assert store.query("SELECT count(*) FROM _lakesync_base")[0][0] == 0
+        assert {r: store.state("todos", r) for r in ids} == expected
+
+
+def test_a_run_whose_range_overlaps_a_base_record_gets_state_rows(tmp_path: Path) -> None:
+    # Given two sorted runs whose ranges interleave (even ids, then a row of another shape, then odd ids)
+    evens, odds = SORTED_IDS[0:200:2], SORTED_IDS[1:200:2]
+    frames, expected = _many_frames([*evens, *odds])
+    separated = decode_checkpoint_deltas(frames)
+    split = len(evens)
+    separated.names[split] = ("title",)  # the first odd row: one column fewer, so a run of its own
+    width = len(separated.names[split + 1])
+    start = separated.starts[split]
+    del separated.values[start + 1 : start + width]
+    separated.starts[split + 1 :] = [at - (width - 1) for at in separated.starts[split + 1 :]]
+
+    with _open(tmp_path / "overlap.db") as store:
+        with store._tx():
+            store._load_checkpoint_bulk(separated)
+
+        # Then the first run is held by base records and the ones overlapping it by state rows, all read back right
+        held = {r for (ids,) in store.query("SELECT ids FROM _lakesync_base") for r in json.loads(ids)}
+        assert held == set(evens)
+        assert _state_rows(store) == len(odds)
+        assert {r: store.state("todos", r) for r in evens} == {r: expected[r] for r in evens}
+        assert {r: store.state("todos", r) for r in odds[1:]} == {r: expected[r] for r in odds[1:]}
+
+
+def test_merges_and_local_writes_into_base_rows_act_as_on_full_states(tmp_path: Path) -> None:
+    frames, expected = _many_frames(SORTED_IDS)
+    with _open(tmp_path / "base.db") as store:
+        _load(store, frames)
+
+        # When remote deltas and local writes reach base rows
+        remote = [
+            _delta("UPDATE", "row-0000", 60, {"done": True}, client="z"),
+            _delta("UPDATE", "row-0300", 0, {"title": "older"}, client="a"),
+            _delta("DELETE", "row-0699", 61, {}, client="z"),
+        ]
+        store.apply_broadcast(remote)
+        store.update("todos", "row-0400", {"title": "local"})
+        store.delete("todos", "row-0500")
+
+        # Then each state is what merging into the full state gives, and the user rows follow
+        for delta in remote:
+            assert store.state("todos", delta.row_id) == merge(expected[delta.row_id], delta).state
+        local = store.state("todos", "row-0400")
+        assert local is not None and local.values() == {**(expected["row-0400"].values() or {}), "title": "local"}
+        rows = store.rows("todos")
+        assert "row-0699" not in rows and "row-0500" not in rows and rows["row-0400"]["title"] == "local"
+        gone = store.state("todos", "row-0500")
+        assert gone is not None and not gone.exists
+        # and an INSERT of a row a base record holds is refused, in bulk as one by one, with nothing written
+        before = store.pending()
+        with pytest.raises(RowExistsError):
+            store.insert_many("todos", {"new-a": {"title": "n"}, "row-0123": {"title": "again"}})
+        with pytest.raises(RowExistsError):
+            store.insert("todos", "row-0001", {"title": "again"})
+        assert store.pending() == before and "new-a" not in store.rows("todos")
+        # while new rows inside the base ranges are fresh inserts
+        store.insert_many("todos", {"row-0001a": {"title": "between"}, "row-0650b": {"title": "also"}})
+        assert store.state("todos", "row-0001a") is not None and store.rows("todos")["row-0650b"]["title"] == "also"
+
+
+def test_a_reloaded_checkpoint_drops_base_rows_it_lacks_for_good(tmp_path: Path) -> None:
+    frames, expected = _many_frames(SORTED_IDS)
+    kept = SORTED_IDS[::2]
+    newer, _ = _many_frames(kept)
+    with _open(tmp_path / "base.db") as store:
+        _load(store, frames)
+
+        # When a newer checkpoint without half of the rows is merged in (a reload behind a release)
+        with store._tx():
+            store._merge_checkpoint(list(decode_checkpoint_deltas(newer).rows()))
+
+        # Then the rows it lacks are gone (no base state left to bring them back), the rest as they were
+        assert store.query("SELECT count(*) FROM _lakesync_base")[0][0] == 0
+        assert set(store.rows("todos")) == set(kept)
+        assert all(store.state("todos", r) is None for r in SORTED_IDS[1::2])
+        assert {r: store.state("todos", r) for r in kept} == {r: expected[r] for r in kept}
+
+
+def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    with _open(path) as store:
+        with store._tx():
+            store._set_meta("version", str(SCHEMA_VERSION + 1))
+
+    with pytest.raises(SyncStateError, match="newer SDK"):
+        _open(path)
+
+
+# A model of base records: the same operations on a store whose checkpoint rows sit in base records and on one whose
+# rows got their states by the merge give the same states, rows and outboxes at every step.
+MODEL_IDS = [f"row-{i:04d}" for i in range(0, 600, 3)]
+_touched = st.sampled_from([*MODEL_IDS[:4], *MODEL_IDS[-3:], "row-0001", "row-0300", "row-9999", "new"])
+_values = st.fixed_dictionaries({}, optional={"title": st.sampled_from(["x", "y"]), "priority": st.integers(0, 3)})
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("remote"), _touched, _values, st.integers(0, 60), st.sampled_from(["a", "z"])),
+        st.tuples(st.just("remote-delete"), _touched, st.none(), st.integers(0, 60), st.sampled_from(["a", "z"])),
+        st.tuples(st.just("update"), _touched, _values, st.none(), st.none()),
+        st.tuples(st.just("delete"), _touched, st.none(), st.none(), st.none()),
+        st.tuples(st.just("insert"), _touched, _values, st.none(), st.none()),
+        st.tuples(st.just("insert_many"), _touched, _values, st.none(), st.none()),
+        st.tuples(st.just("reopen"), st.none(), st.none(), st.none(), st.none()),
+    ),
+    max_size=12,
+)
+
+
+def _model_open(path: Path, now: list[int]) -> LocalStore:
+    token = mint_token("bulk", "default", SECRET)
+    return connect(
+        path,
+        url="http://127.0.0.1:9",
+        gateway="default",
+        token=token,
+        schemas=[SCHEMA],
+        realtime=False,
+        clock=lambda: now[0],
+    )
+
+
+def _apply(store: LocalStore, step: tuple[Any, ...]) -> str:
+    """One step; what it raised (by type), if anything."""
+    kind, row_id, values, t, client = step
+    try:
+        if kind in ("remote", "remote-delete"):
+            op = "UPDATE" if kind == "remote" else "DELETE"
+            store.apply_broadcast([_delta(op, row_id, t, values or {}, client=client)])
+        elif kind == "update":
+            store.update("todos", row_id, values)
+        elif kind == "delete":
+            store.delete("todos", row_id)
+        elif kind == "insert":
+            store.insert("todos", row_id, values)
+        elif kind == "insert_many":
+            store.insert_many("todos", {row_id: values, f"{row_id}-sibling": {"title": "s"}})
+    except LakeSyncError as exc:
+        return type(exc).__name__
+    return ""
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_steps)
+def test_base_records_behave_as_state_rows_under_any_operations(tmp_path: Path, steps: list[tuple[Any, ...]]) -> None:
+    frames, _ = _many_frames(MODEL_IDS)
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    now = [T0 + 10_000]
+    paths = {"base": folder / "base.db", "merged": folder / "merged.db"}
+    stores = {name: _model_open(path, now) for name, path in paths.items()}
+    try:
+        with stores["base"]._tx():
+            stores["base"]._load_checkpoint_bulk(decode_checkpoint_deltas(frames))
+        with stores["merged"]._tx():
+            stores["merged"]._merge_checkpoint(list(decode_checkpoint_deltas(frames).rows()))
+        assert stores["base"].query("SELECT count(*) FROM _lakesync_base")[0][0] > 0
+        assert stores["merged"].query("SELECT count(*) FROM _lakesync_base")[0][0] == 0
+        for step in steps:
+            now[0] += 1
+            if step[0] == "reopen":
+                for name in stores:
+                    stores[name].close()
+                    stores[name] = _model_open(paths[name], now)
+                continue
+            outcomes = {name: _apply(store, step) for name, store in stores.items()}
+            assert outcomes["base"] == outcomes["merged"], step
+            keys = {*MODEL_IDS[:5], *MODEL_IDS[-4:], "row-0001", "row-0300", "row-9999", "new", "new-sibling"}
+            assert {k: stores["base"].state("todos", k) for k in keys} == {
+                k: stores["merged"].state("todos", k) for k in keys
+            }, step
+        assert stores["base"].rows("todos") == stores["merged"].rows("todos")
+        outboxes = [s.query("SELECT deltas, sent FROM _lakesync_outbox ORDER BY seq") for s in stores.values()]
+        assert outboxes[0] == outboxes[1]
+    finally:
+        for store in stores.values():
+            store.close()

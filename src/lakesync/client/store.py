@@ -10,6 +10,10 @@ Layout of the file (WAL mode):
   ``[hlc, clientId, [columns], kinds]`` (every listed column and ``written`` at that version, no tombstone): the values
   are the user row's, read when the state is (:meth:`LocalStore._decode_state`); the first merge into the row writes
   its full state;
+* ``_lakesync_base``: the compact states of rows loaded from a checkpoint into an empty store, :data:`BASE_RECORD_ROWS`
+  rows an item (a range of row ids, increasing, ranges of a table apart): a row without a ``_lakesync_state`` row has
+  the state its base record gives, if any; a row's own state row, written at its first change, wins. Reloading a
+  checkpoint into a store with data first writes the records out as state rows;
 * ``_lakesync_outbox``: the local deltas not yet acknowledged, one entry per write call with ``sent``, how many of its
   leading deltas the gateway acknowledged. An entry is a JSON array of wire deltas, or for a bulk insert
   ``{"op", "hlc", "rows": [[table, rowId, values]...]}`` (or its columnar form, see :func:`_entry_rows`), rendered to
@@ -40,6 +44,8 @@ lock.
 from __future__ import annotations
 
 import base64
+import bisect
+import collections
 import contextlib
 import http.client
 import itertools
@@ -83,7 +89,12 @@ from lakesync.wire.fast_checkpoint import CheckpointDeltas, RawDelta, decode_che
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The file layout's version: 2 added ``_lakesync_base`` (a file of version 1 is upgraded when opened; a newer one is
+refused)."""
+BASE_RECORD_ROWS = 256
+"""Rows per ``_lakesync_base`` record: small enough that reading one row's state decodes little."""
+BASE_CACHE_RECORDS = 64
 PUSH_BATCH = 1000
 """Most deltas per push request (the gateway takes 10,000; a smaller push keeps requests well under a Lambda's
 payload limit)."""
@@ -319,6 +330,7 @@ class LocalStore:
         self._listener: Any = None
         self._closed = False
         self._shapes: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._base_cache: collections.OrderedDict[tuple[str, str], _BaseRecord] = collections.OrderedDict()
         self._wires: dict[int, tuple[str, ...]] = {}
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
@@ -341,6 +353,11 @@ class LocalStore:
                 "state TEXT NOT NULL, PRIMARY KEY (tbl, row_id)) WITHOUT ROWID"
             )
             db.execute(
+                "CREATE TABLE IF NOT EXISTS _lakesync_base (tbl TEXT NOT NULL, first_id TEXT NOT NULL, "
+                "last_id TEXT NOT NULL, shape TEXT NOT NULL, ids TEXT NOT NULL, hlcs TEXT NOT NULL, "
+                "clients TEXT NOT NULL, PRIMARY KEY (tbl, first_id)) WITHOUT ROWID"
+            )
+            db.execute(
                 "CREATE TABLE IF NOT EXISTS _lakesync_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                 "deltas TEXT NOT NULL, sent INTEGER NOT NULL DEFAULT 0)"
             )
@@ -355,7 +372,10 @@ class LocalStore:
                     self._set_meta(key, value)
                 elif stored != value:
                     raise SyncStateError(f"This file belongs to {key} {stored!r}, not {value!r}")
-            if self._meta("version") is None:
+            version = self._meta("version")
+            if version is not None and (not version.isdigit() or int(version) > SCHEMA_VERSION):
+                raise SyncStateError(f"This file has layout version {version}: a newer SDK wrote it")
+            if version != str(SCHEMA_VERSION):
                 self._set_meta("version", str(SCHEMA_VERSION))
             for table in self.tables.values():
                 self._ensure_table(table)
@@ -387,6 +407,7 @@ class LocalStore:
                 yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._base_cache.clear()
                 raise
             self._db.execute("COMMIT")
 
@@ -412,7 +433,99 @@ class LocalStore:
         row = self._db.execute(
             "SELECT state FROM _lakesync_state WHERE tbl = ? AND row_id = ?", (table, row_id)
         ).fetchone()
-        return None if row is None else self._decode_state(table, row_id, row[0])
+        if row is not None:
+            return self._decode_state(table, row_id, row[0])
+        text = self._base_state(table, row_id)
+        return None if text is None else self._decode_state(table, row_id, text)
+
+    # -- base records: the compact states of a checkpoint's rows, many rows an item ---------------------------------
+    def _base_record(self, table: str, row_id: str) -> _BaseRecord | None:
+        """The base record whose range holds ``row_id`` (ranges of a table never overlap), if any."""
+        got = self._db.execute(
+            "SELECT first_id, last_id, shape, ids, hlcs, clients FROM _lakesync_base "
+            "WHERE tbl = ? AND first_id <= ? ORDER BY first_id DESC LIMIT 1",
+            (table, row_id),
+        ).fetchone()
+        if got is None or row_id > got[1]:
+            return None
+        key = (table, got[0])
+        record = self._base_cache.get(key)
+        if record is None:
+            record = _BaseRecord(got[2], json.loads(got[3]), json.loads(got[4]), json.loads(got[5]))
+            self._base_cache[key] = record
+            if len(self._base_cache) > BASE_CACHE_RECORDS:
+                self._base_cache.popitem(last=False)
+        else:
+            self._base_cache.move_to_end(key)
+        return record
+
+    def _base_state(self, table: str, row_id: str) -> str | None:
+        """The compact state text of a row that only a base record holds (no ``_lakesync_state`` row)."""
+        record = self._base_record(table, row_id)
+        return None if record is None else record.state(row_id)
+
+    def _base_holds_any(self, table: str, row_ids: Iterable[str]) -> bool:
+        """Whether a base record holds any of ``row_ids``."""
+        ranges = self._db.execute(
+            "SELECT first_id, last_id FROM _lakesync_base WHERE tbl = ? ORDER BY first_id", (table,)
+        ).fetchall()
+        if not ranges:
+            return False
+        firsts = [r[0] for r in ranges]
+        for row_id in row_ids:
+            at = bisect.bisect_right(firsts, row_id) - 1
+            if at >= 0 and row_id <= ranges[at][1] and self._base_state(table, row_id) is not None:
+                return True
+        return False
+
+    def _write_base(
+        self, table: str, shape: str, row_ids: Sequence[str], clients: Sequence[str], hlcs: Sequence[int]
+    ) -> bool:
+        """Compact states of new rows as base records, when their ids are strictly increasing and no record of
+        ``table`` overlaps them; False (nothing written) otherwise."""
+        if any(map(operator.ge, row_ids, row_ids[1:])):
+            return False
+        overlap = self._db.execute(
+            "SELECT 1 FROM _lakesync_base WHERE tbl = ? AND first_id <= ? AND last_id >= ? LIMIT 1",
+            (table, row_ids[-1], row_ids[0]),
+        ).fetchone()
+        if overlap is not None:
+            return False
+        records = []
+        same_client = len(set(clients)) == 1
+        for at in range(0, len(row_ids), BASE_RECORD_ROWS):
+            ids = row_ids[at : at + BASE_RECORD_ROWS]
+            who = clients[at] if same_client else list(clients[at : at + BASE_RECORD_ROWS])
+            records.append(
+                (
+                    table,
+                    ids[0],
+                    ids[-1],
+                    shape,
+                    _dumps_ids(list(ids)),
+                    _dumps_ids(list(hlcs[at : at + BASE_RECORD_ROWS])),
+                    _dumps_ids(who),
+                )
+            )
+        self._db.executemany(
+            "INSERT INTO _lakesync_base (tbl, first_id, last_id, shape, ids, hlcs, clients) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            records,
+        )
+        return True
+
+    def _expand_base(self) -> None:
+        """Every base record written out as ``_lakesync_state`` rows (a row's own state row wins), then dropped."""
+        for table, shape, ids, hlcs, clients in self._db.execute(
+            "SELECT tbl, shape, ids, hlcs, clients FROM _lakesync_base"
+        ).fetchall():
+            record = _BaseRecord(shape, json.loads(ids), json.loads(hlcs), json.loads(clients))
+            self._db.executemany(
+                "INSERT OR IGNORE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)",
+                ((table, row_id, record.state_at(i)) for i, row_id in enumerate(record.ids)),
+            )
+        self._db.execute("DELETE FROM _lakesync_base")
+        self._base_cache.clear()
 
     def _decode_state(self, table: str, row_id: str, text: str) -> RowState:
         """A stored state: the full JSON, or a compact state completed with the values of the user row."""
@@ -637,6 +750,11 @@ class LocalStore:
         and deltaIds are derived from it at push time (:func:`lakesync.client._fast.insert_delta`, deterministic: a
         re-send carries the same deltaIds)."""
         hlc = self._clock.now()  # one event: every row of the batch carries this stamp (rows are distinct)
+        by_table: dict[str, list[str]] = {}
+        for table, row_id, _values in items:
+            by_table.setdefault(table, []).append(row_id)
+        if any(self._base_holds_any(table, ids) for table, ids in by_table.items()):
+            raise sqlite3.IntegrityError("a row of the batch has a base state")  # as the state insert below would
         client_json = _fast.json_text(self.client_id)
         states = []
         users: dict[str, list[tuple[Any, ...]]] = {}
@@ -987,7 +1105,10 @@ class LocalStore:
             parts = _decoded_parts(stream.frames, stream.columnar)
         self._receive_hlc(str(stream.server_hlc))
         with self._tx() as db, collector_paused():
-            empty = db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
+            empty = (
+                db.execute("SELECT 1 FROM _lakesync_state LIMIT 1").fetchone() is None
+                and db.execute("SELECT 1 FROM _lakesync_base LIMIT 1").fetchone() is None
+            )
             if empty:
                 changed: dict[str, set[str]] = {}
                 for part in parts:
@@ -1106,16 +1227,17 @@ class LocalStore:
                 return False
             bound.append(column_values)
         shape = self._shape_json(local, names)
-        if len(set(clients)) == 1:
-            client = _fast.json_text(clients[0])
-            texts = [f'["{hlc}",{client},{shape}]' for hlc in hlcs]
-        else:
-            texts = [f'["{hlc}",{_fast.json_text(c)},{shape}]' for hlc, c in zip(hlcs, clients, strict=True)]
         db = self._db
-        db.executemany(
-            "INSERT OR REPLACE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)",
-            zip(itertools.repeat(table), row_ids, texts),
-        )
+        if not self._write_base(table, shape, row_ids, clients, hlcs):
+            if len(set(clients)) == 1:
+                client = _fast.json_text(clients[0])
+                texts = [f'["{hlc}",{client},{shape}]' for hlc in hlcs]
+            else:
+                texts = [f'["{hlc}",{_fast.json_text(c)},{shape}]' for hlc, c in zip(hlcs, clients, strict=True)]
+            db.executemany(
+                "INSERT OR REPLACE INTO _lakesync_state (tbl, row_id, state) VALUES (?, ?, ?)",
+                zip(itertools.repeat(table), row_ids, texts),
+            )
         db.executemany(local.upsert_sql(), zip(row_ids, *bound, strict=False))  # absent columns: repeat(None)
         return True
 
@@ -1149,6 +1271,7 @@ class LocalStore:
         """A store with data: merge the checkpoint into it. A local row the checkpoint lacks and no pending local
         write holds is dropped: the checkpoint is everything this client may see as of its cursor (a fresh client
         would not have the row either), and the pull from its cursor delivers every later change."""
+        self._expand_base()  # so that dropping a row's state below cannot leave its base state behind
         changed = self._merge_remote(to_row_delta(d) for row in rows for d in row)
         present = {(row[0][1], row[0][2]) for row in rows}
         pending: set[tuple[str, str]] = set()
@@ -1398,3 +1521,30 @@ def _decoded_parts(bodies: Sequence[bytes], columnar: Sequence[bool]) -> list[Co
     if streams:
         parts.append(decode_checkpoint_deltas(streams))
     return parts
+
+
+_dumps_ids = json.JSONEncoder(separators=(",", ":")).encode
+
+
+@dataclass(frozen=True, slots=True)
+class _BaseRecord:
+    """A decoded ``_lakesync_base`` record: up to :data:`BASE_RECORD_ROWS` rows of one table loaded from a checkpoint,
+    each one write delta of the same columns (``shape``: the compact state's ``names, kinds`` part), ids strictly
+    increasing; ``clients`` is one id for every row, or one per row."""
+
+    shape: str
+    ids: list[str]
+    hlcs: list[int]
+    clients: str | list[str]
+
+    def state(self, row_id: str) -> str | None:
+        """The row's compact state text, or None if the record does not hold it."""
+        at = bisect.bisect_left(self.ids, row_id)
+        if at == len(self.ids) or self.ids[at] != row_id:
+            return None
+        return self.state_at(at)
+
+    def state_at(self, at: int) -> str:
+        """The compact state text of the ``at``-th row."""
+        client = self.clients if isinstance(self.clients, str) else self.clients[at]
+        return f'["{self.hlcs[at]}",{_fast.json_text(client)},{self.shape}]'
