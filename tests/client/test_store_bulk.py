@@ -411,6 +411,22 @@ def test_a_reloaded_checkpoint_drops_base_rows_it_lacks_for_good(tmp_path: Path)
         assert {r: store.state("todos", r) for r in kept} == {r: expected[r] for r in kept}
 
 
+def test_a_reload_that_fails_half_way_leaves_the_base_records_in_force(tmp_path: Path) -> None:
+    frames, expected = _many_frames(SORTED_IDS)
+    with _open(tmp_path / "base.db") as store:
+        _load(store, frames)
+        assert store.state("todos", "row-0010") == expected["row-0010"]  # a record in the cache
+
+        # When a reload writes the records out as state rows, then fails before it commits
+        with pytest.raises(RuntimeError), store._tx():
+            store._expand_base()
+            raise RuntimeError("the reload failed")
+
+        # Then the records are back in force, cached or not, and no state row is left
+        assert _state_rows(store) == 0
+        assert {r: store.state("todos", r) for r in SORTED_IDS[::50]} == {r: expected[r] for r in SORTED_IDS[::50]}
+
+
 def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "newer.db"
     with _open(path) as store:

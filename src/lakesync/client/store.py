@@ -331,10 +331,13 @@ class LocalStore:
         self._closed = False
         self._shapes: dict[tuple[str, tuple[str, ...]], str] = {}
         self._base_cache: collections.OrderedDict[tuple[str, str], _BaseRecord] = collections.OrderedDict()
+        self._has_base = False
+        """Whether ``_lakesync_base`` may hold records (when not, a missing state row is not looked up there)."""
         self._wires: dict[int, tuple[str, ...]] = {}
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
             self._open_file()
+            self._has_base = self._probe_base()
             wall, counter = decode(int(self._meta("hlc") or "0"))
             self._clock = HLC(clock, wall=wall, counter=counter)
         except BaseException:
@@ -408,6 +411,7 @@ class LocalStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 self._base_cache.clear()
+                self._has_base = self._probe_base()
                 raise
             self._db.execute("COMMIT")
 
@@ -435,10 +439,17 @@ class LocalStore:
         ).fetchone()
         if row is not None:
             return self._decode_state(table, row_id, row[0])
-        text = self._base_state(table, row_id)
+        text = self._base_state(table, row_id) if self._has_base else None
         return None if text is None else self._decode_state(table, row_id, text)
 
     # -- base records: the compact states of a checkpoint's rows, many rows an item ---------------------------------
+    def _probe_base(self) -> bool:
+        """Whether ``_lakesync_base`` holds a record (False while the file has no such table yet)."""
+        try:
+            return self._db.execute("SELECT 1 FROM _lakesync_base LIMIT 1").fetchone() is not None
+        except sqlite3.OperationalError:
+            return False
+
     def _base_record(self, table: str, row_id: str) -> _BaseRecord | None:
         """The base record whose range holds ``row_id`` (ranges of a table never overlap), if any."""
         got = self._db.execute(
@@ -466,6 +477,8 @@ class LocalStore:
 
     def _base_holds_any(self, table: str, row_ids: Iterable[str]) -> bool:
         """Whether a base record holds any of ``row_ids``."""
+        if not self._has_base:
+            return False
         ranges = self._db.execute(
             "SELECT first_id, last_id FROM _lakesync_base WHERE tbl = ? ORDER BY first_id", (table,)
         ).fetchall()
@@ -512,6 +525,7 @@ class LocalStore:
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             records,
         )
+        self._has_base = True  # stays set if the transaction rolls back: a few needless look-ups, nothing wrong
         return True
 
     def _expand_base(self) -> None:
@@ -526,6 +540,7 @@ class LocalStore:
             )
         self._db.execute("DELETE FROM _lakesync_base")
         self._base_cache.clear()
+        self._has_base = False
 
     def _decode_state(self, table: str, row_id: str, text: str) -> RowState:
         """A stored state: the full JSON, or a compact state completed with the values of the user row."""
