@@ -27,13 +27,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from lakesync.aws.flush_store import LogRecord, ShardRange
 from lakesync.core.errors import FlushError, StorageError
 from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.lake.flush import check_ranges
 from lakesync.lake.tables import delta_log_ddl, qualified
 from lakesync.spark.flush import (
     RECORD_ARROW_SCHEMA,
     RECORD_SCHEMA,
     RangeFigures,
     RangeFrame,
-    _check_ranges,
     _LeaseKeeper,
     _TallyParam,
     append_records,
@@ -158,8 +158,8 @@ def test_check_ranges_requires_the_plan_covered_exactly() -> None:
     ranges = plan.ranges(4)
 
     # When/Then its own ranges pass, in any order
-    _check_ranges(plan, ranges)
-    _check_ranges(plan, list(reversed(ranges)))
+    check_ranges(plan, ranges)
+    check_ranges(plan, list(reversed(ranges)))
     # And a missing, overlapping, extended or foreign range fails
     for wrong in (
         ranges[1:],
@@ -169,7 +169,7 @@ def test_check_ranges_requires_the_plan_covered_exactly() -> None:
         [r for r in ranges if r != ShardRange("g#a#0", 4, 8)],
     ):
         with pytest.raises(FlushError, match="do not cover the plan"):
-            _check_ranges(plan, wrong)
+            check_ranges(plan, wrong)
 
 
 def test_tally_merges_repeated_reads_once_and_keeps_disagreements() -> None:

@@ -1,5 +1,5 @@
 """The lake tick's release rule is the flush job's: for shards with nothing left to flush, the release step of
-lakesync.spark.flush marks exactly the shards lakesync.core.lake_work says are due, at the entries the tick found.
+lakesync.lake.flush marks exactly the shards lakesync.core.lake_work says are due, at the entries the tick found.
 
 If the two drifted apart, the tick would start flush runs that release nothing (until its stale-release guard gave
 up) or never start the one run that releases. Hypothesis draws heads (flushed, released, published positions),
@@ -17,7 +17,7 @@ from lakesync.aws.flush_store import DynamoConfig
 from lakesync.aws.tables import TableNames
 from lakesync.core.lake_work import release_candidates
 from lakesync.gateway.model import ShardHead, ShardId
-from lakesync.spark import flush
+from lakesync.lake import flush
 
 DAY_MS = 24 * 3600 * 1000
 NOW = 1_800_000_000_000
