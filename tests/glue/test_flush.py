@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,8 @@ from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.model import LogEntry, ShardHead, ShardId
 from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
+from lakesync.lake.flush import FlushReport, run_flush
+from lakesync.lake.iceberg_flush import IcebergDeltaLog
 from lakesync.lake.tables import FLUSH_WATERMARKS
 from lakesync.spark.flush import (
     DELTA_LOG_SCHEMA,
@@ -52,11 +55,12 @@ from lakesync.spark.flush import (
     delta_log_frame,
     plan_flush,
     read_watermarks,
-    run,
 )
+from lakesync.spark.flush import run as spark_run
 from lakesync.spark.glue import resolved_options
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
 GATEWAYS = ("gw1", "gw2")
@@ -66,6 +70,35 @@ EntryKey = tuple[str, int]
 
 
 # -- fixtures ------------------------------------------------------------------------------------------------------
+
+
+ENGINES = ("spark", "pyiceberg")
+"""Every test that runs the flush runs it with each engine (lakesync.spark.flush on the Glue job's Spark, and
+lakesync.lake.iceberg_flush in one process); the checks read the lake through Spark either way."""
+_engine: dict[str, Any] = {}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if (
+        "spark" in metafunc.fixturenames
+        and metafunc.function.__name__.startswith("test_flush")
+        and "foreign" not in metafunc.function.__name__
+    ):
+        metafunc.parametrize("flush_engine", ENGINES, indirect=True)
+
+
+@pytest.fixture
+def flush_engine(request: pytest.FixtureRequest, lake_catalog: Catalog) -> Iterator[str]:
+    _engine.update(name=request.param, catalog=lake_catalog)
+    yield request.param
+    _engine.clear()
+
+
+def run(spark: SparkSession, config: FlushConfig, **kwargs: Any) -> FlushReport:
+    """The flush with the test's engine (Spark when the test is not parametrized by engine)."""
+    if _engine.get("name") == "pyiceberg":
+        return run_flush(IcebergDeltaLog(_engine["catalog"], config, threads=3), config, **kwargs)
+    return spark_run(spark, config, **kwargs)
 
 
 @pytest.fixture
@@ -452,7 +485,7 @@ def test_delta_log_frame_matches_the_table_ddl(spark: SparkSession, config: Flus
 
 @pytest.mark.spark
 def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
 ) -> None:
     # Given pushes to two gateways, a sub-sharded table and a plain one
     writer = Writer(deps)
@@ -485,7 +518,7 @@ def test_flush_appends_every_entry_once_in_one_snapshot_with_watermarks(
 
 @pytest.mark.spark
 def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, claim_check: Any
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, claim_check: Any
 ) -> None:
     # Given a first flush, publishing materialisation jobs
     writer = Writer(deps)
@@ -531,7 +564,12 @@ def test_flush_crash_at_every_step_then_rerun_holds_every_entry_exactly_once(
 
 @pytest.mark.spark
 def test_flush_range_with_a_missing_entry_fails_before_any_commit(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, dynamodb_client: Any
+    flush_engine: str,
+    spark: SparkSession,
+    config: FlushConfig,
+    deps: GatewayDeps,
+    store: FlushStore,
+    dynamodb_client: Any,
 ) -> None:
     # Given entries in three shards, and one entry in the middle of the busiest shard gone from the buffer
     writer = Writer(deps)
@@ -553,7 +591,9 @@ def test_flush_range_with_a_missing_entry_fails_before_any_commit(
 
 
 @pytest.mark.spark
-def test_flush_with_nothing_new_makes_no_snapshot(spark: SparkSession, config: FlushConfig, deps: GatewayDeps) -> None:
+def test_flush_with_nothing_new_makes_no_snapshot(
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps
+) -> None:
     # Given a flushed buffer
     Writer(deps).push("gw1", 20)
     run(spark, config)
@@ -571,7 +611,7 @@ def test_flush_with_nothing_new_makes_no_snapshot(spark: SparkSession, config: F
 
 @pytest.mark.spark
 def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps
 ) -> None:
     # Given 70 entries over three shards
     writer = Writer(deps)
@@ -592,7 +632,7 @@ def test_flush_cap_spreads_a_backlog_over_runs_exactly_once(
 
 @pytest.mark.spark
 def test_flush_lease_refuses_a_second_run_until_it_expires(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore
 ) -> None:
     # Given entries and a lease held by a run that died without giving it up
     Writer(deps).push("gw1", 10)
@@ -660,7 +700,9 @@ def test_flush_snapshot_guard_and_watermarks_around_foreign_snapshots(spark: Spa
 
 
 @pytest.mark.spark
-def test_flush_relieves_backpressure(spark: SparkSession, config: FlushConfig, deps: GatewayDeps) -> None:
+def test_flush_relieves_backpressure(
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps
+) -> None:
     # Given a gateway whose buffer limit is reached
     deps.settings = GatewaySettings(gateway_ids=frozenset(GATEWAYS), flush_threshold_bytes=2000)
     writer = Writer(deps)
@@ -736,7 +778,7 @@ def test_release_deletes_only_flushed_checkpointed_old_items_and_old_cursors_exp
 
 @pytest.mark.spark
 def test_flush_clears_only_requests_recorded_before_it_started(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps
 ) -> None:
     # Given a request before the run and one stamped after its start
     Writer(deps).push("gw2", 5)
@@ -906,7 +948,7 @@ class _BrokenSink:
 
 @pytest.mark.spark
 def test_flush_whose_publishing_fails_still_commits_keeps_unpublished_items_and_a_rerun_publishes_them(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, claim_check: Any
+    flush_engine: str, spark: SparkSession, config: FlushConfig, deps: GatewayDeps, claim_check: Any
 ) -> None:
     # Given entries, a checkpoint covering them, and S3 failing for the publisher
     writer = Writer(deps)
@@ -936,7 +978,12 @@ def test_flush_whose_publishing_fails_still_commits_keeps_unpublished_items_and_
 
 @pytest.mark.spark
 def test_flush_refuses_a_buffer_that_regressed_behind_the_lake(
-    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, dynamodb_client: Any
+    flush_engine: str,
+    spark: SparkSession,
+    config: FlushConfig,
+    deps: GatewayDeps,
+    store: FlushStore,
+    dynamodb_client: Any,
 ) -> None:
     # Given ten entries of one shard in the lake
     writer = Writer(deps)
@@ -972,3 +1019,142 @@ def test_flush_refuses_a_buffer_that_regressed_behind_the_lake(
         assert (shard.key, entry.seq) in rows
     # And the next run finds nothing to repair
     assert run(spark, config).snapshot_id is None
+
+
+# -- the pyiceberg engine ------------------------------------------------------------------------------------------
+
+
+def _shape(table: Any) -> tuple[Any, ...]:
+    """A table's columns (name, type, required; nested ones too) and partitioning (name, transform, source name)."""
+    schema, spec = table.schema(), table.spec()
+    return (
+        [(f.name, str(f.field_type), f.required) for f in schema.fields],
+        [(p.name, str(p.transform), schema.find_field(p.source_id).name) for p in spec.fields],
+        table.properties.get("format-version", str(table.format_version)),
+        table.properties.get("write.parquet.compression-codec"),
+    )
+
+
+@pytest.mark.spark
+def test_iceberg_engine_creates_the_table_spark_creates(
+    spark: SparkSession, config: FlushConfig, lake_catalog: Catalog
+) -> None:
+    # Given the delta log created by the Spark job in one namespace and by the pyiceberg engine in another
+    from lakesync.spark.flush import _ensure_table
+
+    _ensure_table(spark, config)
+    other = replace(config, namespace=f"{config.namespace}_py")
+    IcebergDeltaLog(lake_catalog, other).ensure_table()
+
+    # Then both have the same columns, types, nullability, partitioning and properties
+    by_spark = lake_catalog.load_table((config.namespace, "deltas"))
+    by_pyiceberg = lake_catalog.load_table((other.namespace, "deltas"))
+    assert _shape(by_pyiceberg) == _shape(by_spark)
+    # And Spark reads the pyiceberg one with the DDL's schema
+    assert spark.table(other.table).schema == DELTA_LOG_SCHEMA
+
+
+@pytest.mark.spark
+def test_engines_take_turns_on_one_delta_log_exactly_once(
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, lake_catalog: Catalog
+) -> None:
+    # Given pushes between runs of alternating engines
+    writer = Writer(deps)
+    expected: dict[EntryKey, tuple[Any, ...]] = {}
+    for engine in ("pyiceberg", "spark", "pyiceberg", "spark"):
+        writer.push("gw1", 15)
+        writer.push("gw2", 6, table="notes")
+        expected |= buffer_log(deps)
+        # When each engine flushes what is new
+        if engine == "spark":
+            report = spark_run(spark, config)
+        else:
+            report = run_flush(IcebergDeltaLog(lake_catalog, config), config)
+        assert report.deltas == 21
+    # Then the lake holds every entry once, as the buffer holds it, and each run made one snapshot
+    assert lake_rows(spark, config) == expected
+    assert_exactly_once(spark, config, deps, set(expected))
+    assert snapshot_count(spark, config) == 4
+
+
+class _LeaseThief:
+    """A reader that, on its first range, hands the flush lease to another owner (as an expiry and a takeover
+    would), then reads as the store does."""
+
+    def __init__(self, store: FlushStore) -> None:
+        self.store = store
+        self.stolen = False
+
+    def __call__(self, shard_range: ShardRange) -> Any:
+        if not self.stolen:
+            lease = self.store.lease()
+            assert lease is not None
+            self.store.release_lease(lease.owner)
+            assert self.store.acquire_lease("thief", system_clock(), 60_000)
+            self.stolen = True
+        return self.store.read_records(shard_range)
+
+
+@pytest.mark.spark
+def test_iceberg_engine_commits_nothing_once_its_lease_is_lost_during_the_write(
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, lake_catalog: Catalog
+) -> None:
+    # Given entries, and a run whose lease is taken over while it reads them
+    Writer(deps).push("gw1", 30)
+    before = all_heads(deps)
+    thief = _LeaseThief(store)
+
+    # When it gets to its commit, it stops
+    with pytest.raises(FlushError, match="lost its lease during the write; nothing was committed"):
+        run_flush(IcebergDeltaLog(lake_catalog, config, reader=thief), config, store=store)
+
+    # Then no snapshot was committed, no head moved, and the thief's lease stands
+    assert thief.stolen
+    assert snapshot_count(spark, config) == 0
+    assert all_heads(deps) == before
+    assert store.lease() is not None and store.lease().owner == "thief"  # type: ignore[union-attr]
+    # And once the lease is free, a run flushes everything once
+    store.release_lease("thief")
+    run_flush(IcebergDeltaLog(lake_catalog, config), config)
+    assert_exactly_once(spark, config, deps, set(buffer_log(deps)))
+
+
+class _RewriteBeforeCommit(FlushStore):
+    """A store whose lease renewal at the commit (the second renewal of a run) first commits a maintenance rewrite
+    to the delta log: a snapshot that lands between the write and the commit."""
+
+    def __init__(self, store: FlushStore, rewrite: Any) -> None:
+        super().__init__(store._db, store._t)  # type: ignore[attr-defined]
+        self.rewrite = rewrite
+        self.renewals = 0
+
+    def renew_lease(self, owner: str, now_ms: int, ttl_ms: int) -> bool:
+        self.renewals += 1
+        if self.renewals == 2:
+            self.rewrite()
+        return super().renew_lease(owner, now_ms, ttl_ms)
+
+
+@pytest.mark.spark
+def test_iceberg_engine_commits_on_top_of_a_rewrite_that_landed_during_its_write(
+    spark: SparkSession, config: FlushConfig, deps: GatewayDeps, store: FlushStore, lake_catalog: Catalog
+) -> None:
+    # Given a flushed delta log, more entries, and a maintenance rewrite that commits while the next run writes
+    writer = Writer(deps)
+    writer.push("gw1", 20)
+    run_flush(IcebergDeltaLog(lake_catalog, config), config)
+    writer.push("gw1", 10)
+    marks, _ = read_watermarks(spark, config.table)
+    racing = _RewriteBeforeCommit(store, lambda: _rewrite(spark, config.table, marks))
+
+    # When the run commits, the table has moved since its write loaded it
+    report = run_flush(IcebergDeltaLog(lake_catalog, config), config, store=racing)
+
+    # Then its append is committed on top of the rewrite (pyiceberg retries an append over a concurrent change),
+    # and the lake holds every entry once
+    assert racing.renewals >= 2
+    snapshots = {s.snapshot_id: s for s in lake_catalog.load_table((config.namespace, "deltas")).metadata.snapshots}
+    parent = snapshots[report.snapshot_id].parent_snapshot_id  # type: ignore[index]
+    assert snapshots[parent].summary.operation.value == "replace"  # type: ignore[index, union-attr]
+    assert report.deltas == 10
+    assert_exactly_once(spark, config, deps, set(buffer_log(deps)))
