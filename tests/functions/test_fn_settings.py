@@ -15,12 +15,21 @@ from lakesync.aws.function_settings import (
     CLAIM_CHECK_BUCKET,
     CONNECTIONS_TABLE,
     EVENT_OVERHEAD_BYTES,
+    FLUSH_FUNCTION_NAME,
+    FLUSH_FUNCTION_TIMEOUT_S,
     FLUSH_JOB_NAME,
+    FLUSH_MAX_DELTAS,
     FLUSH_PUBLISHES,
+    FLUSH_RETENTION_MS,
     FUNCTION_ENV_VARS,
     GATEWAY_IDS,
     JOB_NAME_VARS,
+    LAKE_CATALOG,
+    LAKE_CATALOG_URI,
+    LAKE_NAMESPACE,
+    LAKE_WAREHOUSE,
     LAMBDA_PAYLOAD_BYTES,
+    MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES_LIMIT,
     TABLE_PREFIX,
     TABLE_VARS,
@@ -152,14 +161,30 @@ def test_function_env_vars_cover_what_settings_read():
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
     # Then the API functions declare exactly those (and the six table names) but the job names and whether the flush
-    # publishes, which flush_trigger and lake_tick read, the claim-check bucket, which only materialise reads, and the
-    # WebSocket functions' sessions table and callback URL; health and rotate_secret read none
+    # publishes, which flush_trigger and lake_tick read, the flush function's name and timeout (both of them too),
+    # the flush function's own lake settings, the claim-check bucket, which materialise and the flush function read,
+    # and the WebSocket functions' sessions table and callback URL; health and rotate_secret read none
     jobs = {*JOB_NAME_VARS.values(), FLUSH_PUBLISHES}
+    function = {FLUSH_FUNCTION_NAME, FLUSH_FUNCTION_TIMEOUT_S}
+    lake = {LAKE_WAREHOUSE, LAKE_CATALOG, LAKE_CATALOG_URI, LAKE_NAMESPACE, MATERIALISE_QUEUE_URL}
+    lake |= {FLUSH_RETENTION_MS, FLUSH_MAX_DELTAS}
     realtime = {CONNECTIONS_TABLE, WS_CALLBACK_URL}
-    assert constants | set(TABLE_VARS.values()) == set(API_ENV_VARS) | jobs | {CLAIM_CHECK_BUCKET} | realtime
+    assert constants | set(TABLE_VARS.values()) == (
+        set(API_ENV_VARS) | jobs | function | lake | {CLAIM_CHECK_BUCKET} | realtime
+    )
     assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
-    assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME}
-    assert FUNCTION_ENV_VARS["lake_tick"] == {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET, *jobs}
+    assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME, *function, TABLE_PREFIX, *TABLE_VARS.values()}
+    assert FUNCTION_ENV_VARS["flush"] == {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET} | lake | {
+        CLAIM_CHECK_BUCKET
+    }
+    assert FUNCTION_ENV_VARS["lake_tick"] == {
+        GATEWAY_IDS,
+        TABLE_PREFIX,
+        *TABLE_VARS.values(),
+        CHECKPOINT_BUCKET,
+        *jobs,
+        *function,
+    }
     assert FUNCTION_ENV_VARS["materialise"] == {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
     assert FUNCTION_ENV_VARS["ws_connect"] == API_ENV_VARS | {CONNECTIONS_TABLE}

@@ -9,6 +9,7 @@ from botocore.config import Config
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
 
 # Standard retry mode backs off on throttling. The timeouts bound one commit attempt (3 tries of at most 1 s connect
 # + 2 s read) well inside the pull re-read window (GatewaySettings.since_window_ms, 10 s). Client-side parameter
@@ -47,3 +48,9 @@ def job_client(
     }
     given = {k: v for k, v in kwargs.items() if v is not None}
     return boto3.client(service, config=config, **given)  # type: ignore[call-overload]
+
+
+def lambda_client(**kwargs: str) -> LambdaClient:
+    """A Lambda client (to queue a run of the flush function); ``kwargs`` override the environment."""
+    config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=2, read_timeout=10)
+    return boto3.client("lambda", config=config, **kwargs)  # type: ignore[call-overload,no-any-return]

@@ -35,7 +35,7 @@ from lakesync.core.errors import ValidationError
 from lakesync.core.flush_requests import ActiveRun, FlushRequest, parse_flush_request_key
 
 if TYPE_CHECKING:
-    from lakesync.aws.jobs import GlueJobStarter, TriggerResult
+    from lakesync.aws.jobs import RunStarter, TriggerResult
 
 __all__ = [
     "MAX_WAIT_S",
@@ -122,7 +122,7 @@ def flush_requests_in(event: Mapping[str, Any]) -> StreamRecords:
     return StreamRecords(tuple(found), len(records) - len(found))
 
 
-def trigger_flush(event: Mapping[str, Any], starter: GlueJobStarter, *, wait_s: float) -> FlushTriggerReport:
+def trigger_flush(event: Mapping[str, Any], starter: RunStarter, *, wait_s: float) -> FlushTriggerReport:
     """Serve the batch's flush requests with one flush run (see the module docstring for the rule).
 
     Raises:

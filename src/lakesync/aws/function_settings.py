@@ -69,6 +69,15 @@ CHECKPOINT_JOB_NAME: Final = "LAKESYNC_CHECKPOINT_JOB_NAME"
 JOB_NAME_VARS: Final = {"flush": FLUSH_JOB_NAME, "compact": COMPACT_JOB_NAME, "checkpoint": CHECKPOINT_JOB_NAME}
 """The lake job -> the variable naming its Glue job."""
 FLUSH_PUBLISHES: Final = "LAKESYNC_FLUSH_PUBLISHES"
+FLUSH_FUNCTION_NAME: Final = "LAKESYNC_FLUSH_FUNCTION_NAME"
+FLUSH_FUNCTION_TIMEOUT_S: Final = "LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"
+LAKE_WAREHOUSE: Final = "LAKESYNC_LAKE_WAREHOUSE"
+LAKE_CATALOG: Final = "LAKESYNC_LAKE_CATALOG"
+LAKE_CATALOG_URI: Final = "LAKESYNC_LAKE_CATALOG_URI"
+LAKE_NAMESPACE: Final = "LAKESYNC_LAKE_NAMESPACE"
+MATERIALISE_QUEUE_URL: Final = "LAKESYNC_MATERIALISE_QUEUE_URL"
+FLUSH_RETENTION_MS: Final = "LAKESYNC_FLUSH_RETENTION_MS"
+FLUSH_MAX_DELTAS: Final = "LAKESYNC_FLUSH_MAX_DELTAS"
 CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
 ROW_WRITES: Final = "LAKESYNC_ROW_WRITES"
 CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
@@ -122,11 +131,35 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "actions": API_ENV_VARS,
     "admin": API_ENV_VARS,
     "checkpoint": API_ENV_VARS,
-    "flush_trigger": frozenset({FLUSH_JOB_NAME}),
+    "flush_trigger": frozenset({FLUSH_JOB_NAME, FLUSH_FUNCTION_NAME, FLUSH_FUNCTION_TIMEOUT_S, *_BUFFER_TABLE_VARS}),
+    "flush": frozenset(
+        {
+            GATEWAY_IDS,
+            *_BUFFER_TABLE_VARS,
+            LAKE_WAREHOUSE,
+            LAKE_CATALOG,
+            LAKE_CATALOG_URI,
+            LAKE_NAMESPACE,
+            CHECKPOINT_BUCKET,
+            CLAIM_CHECK_BUCKET,
+            MATERIALISE_QUEUE_URL,
+            FLUSH_RETENTION_MS,
+            FLUSH_MAX_DELTAS,
+        }
+    ),
     "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
     "rotate_secret": frozenset(),
     "lake_tick": frozenset(
-        {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET, FLUSH_PUBLISHES, *JOB_NAME_VARS.values()}
+        {
+            GATEWAY_IDS,
+            TABLE_PREFIX,
+            *TABLE_VARS.values(),
+            CHECKPOINT_BUCKET,
+            FLUSH_PUBLISHES,
+            *JOB_NAME_VARS.values(),
+            FLUSH_FUNCTION_NAME,
+            FLUSH_FUNCTION_TIMEOUT_S,
+        }
     ),
     # $connect authenticates (the API settings: gateways, secret) and records the session.
     "ws_connect": API_ENV_VARS | {CONNECTIONS_TABLE},
@@ -160,6 +193,11 @@ _MAX_SUB_SHARDS = 256
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _CALLBACK_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~$-]+)*/?")
 """A stage's callback URL (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; ``http`` for local)."""
+_FUNCTION_NAME = re.compile(r"(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}")
+"""A Lambda function's name or ARN (no version or alias)."""
+DEFAULT_FLUSH_MAX_DELTAS: Final = 200_000
+"""Most entries one run of the flush function appends: well inside its 15 minutes and its memory (a larger backlog
+is flushed by the runs that follow)."""
 _JOB_NAME = re.compile(r"[\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF\t]{1,255}")
 """A Glue job name (its API's pattern)."""
 
@@ -369,9 +407,11 @@ class LakeTickSettings:
     Attributes:
         gateway_ids: The gateways the lake jobs process (sorted).
         tables: Physical DynamoDB table names (heads, shard registry and flush requests, the log's commit index).
-        job_names: ``flush`` / ``compact`` / ``checkpoint`` -> Glue job name.
+        job_names: ``flush`` / ``compact`` / ``checkpoint`` -> Glue job name (no ``flush`` when the flush is a
+            function).
         flush_publishes: Whether the flush job publishes materialisation jobs.
         checkpoint_bucket: The checkpoint bucket (``None``: no checkpoints; nothing can be released).
+        flush_function: The flush as a function (:class:`FlushFunctionRef`) instead of a Glue job, or ``None``.
     """
 
     gateway_ids: tuple[str, ...]
@@ -379,6 +419,7 @@ class LakeTickSettings:
     job_names: Mapping[str, str]
     flush_publishes: bool
     checkpoint_bucket: str | None = None
+    flush_function: FlushFunctionRef | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> LakeTickSettings:
@@ -392,7 +433,10 @@ class LakeTickSettings:
         gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
         tables = _tables(env, errors)
         names: dict[str, str] = {}
+        function = _flush_function(env, errors)
         for job, var in JOB_NAME_VARS.items():
+            if job == "flush" and function is not None:
+                continue
             name = env.get(var, "").strip()
             if not name:
                 errors.append(f"missing {var}")
@@ -405,7 +449,127 @@ class LakeTickSettings:
         bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
-        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket)
+        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushFunctionRef:
+    """Where the flush runs when it is a Lambda function: its name and its timeout (a run recorded as unfinished
+    for longer has ended, whatever its record says)."""
+
+    name: str
+    timeout_s: int = 900
+
+
+def flush_function_ref(environ: Mapping[str, str]) -> tuple[FlushFunctionRef, TableNames] | None:
+    """The flush function and the tables of its run records, when ``LAKESYNC_FLUSH_FUNCTION_NAME`` is set (the flush
+    trigger's choice between the function and the Glue job).
+
+    Raises:
+        SettingsError: a variable is invalid, or the tables are missing.
+    """
+    errors: list[str] = []
+    env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+    ref = _flush_function(env, errors)
+    if ref is None:
+        return None
+    tables = _tables(env, errors)
+    if errors:
+        raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+    return ref, tables
+
+
+def _flush_function(env: Mapping[str, str], errors: list[str]) -> FlushFunctionRef | None:
+    name = env.get(FLUSH_FUNCTION_NAME, "").strip()
+    if not name:
+        return None
+    if not _FUNCTION_NAME.fullmatch(name):
+        errors.append(f"{FLUSH_FUNCTION_NAME} {name!r} is not a Lambda function name or ARN")
+    timeout = _int(env, FLUSH_FUNCTION_TIMEOUT_S, 900, 1, errors, maximum=900)
+    return FlushFunctionRef(name, timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushFunctionSettings:
+    """Validated configuration of the ``flush`` function (:mod:`lakesync.aws.flush_function`).
+
+    Attributes:
+        gateway_ids: The gateways flushed (sorted).
+        tables: Physical DynamoDB table names.
+        warehouse: The lake's warehouse: ``s3://bucket/prefix`` (Glue catalog) or a local directory.
+        catalog: ``glue`` (the Glue Data Catalog) or ``local`` (a sqlite catalog at ``catalog_uri``).
+        catalog_uri: The local catalog's sqlite file.
+        namespace: The lake's namespace (Glue database).
+        checkpoint_bucket: The checkpoint bucket, whose latest manifests bound the release (``None``: no release).
+        claim_check_bucket: Where materialisation payloads go (with ``materialise_queue_url``; ``None``: no
+            publishing).
+        materialise_queue_url: The materialisation queue.
+        retention_ms: Flushed entries younger than this stay in the buffer.
+        max_deltas: Most entries one run appends (a larger backlog takes several runs).
+        region: The region (``AWS_REGION``, which Lambda sets), for the Glue catalog and S3.
+    """
+
+    gateway_ids: tuple[str, ...]
+    tables: TableNames
+    warehouse: str
+    catalog: str = "glue"
+    catalog_uri: str | None = None
+    namespace: str = "lakesync"
+    checkpoint_bucket: str | None = None
+    claim_check_bucket: str | None = None
+    materialise_queue_url: str | None = None
+    retention_ms: int = 24 * 3600 * 1000
+    max_deltas: int = DEFAULT_FLUSH_MAX_DELTAS
+    region: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> FlushFunctionSettings:
+        """Read and validate the variables.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
+        tables = _tables(env, errors)
+        warehouse = env.get(LAKE_WAREHOUSE, "").strip()
+        if not warehouse:
+            errors.append(f"missing {LAKE_WAREHOUSE}")
+        catalog = env.get(LAKE_CATALOG, "glue").strip()
+        catalog_uri = env.get(LAKE_CATALOG_URI, "").strip() or None
+        if catalog not in ("glue", "local"):
+            errors.append(f"{LAKE_CATALOG} must be glue or local, got {catalog!r}")
+        elif catalog == "local" and catalog_uri is None:
+            errors.append(f"{LAKE_CATALOG}=local needs {LAKE_CATALOG_URI} (the catalog's sqlite file)")
+        elif catalog == "glue" and not warehouse.startswith("s3://") and warehouse:
+            errors.append(f"{LAKE_WAREHOUSE} must be an s3:// URI with the Glue catalog, got {warehouse!r}")
+        namespace = env.get(LAKE_NAMESPACE, "lakesync").strip()
+        if not re.fullmatch(r"[a-z0-9_]{1,255}", namespace):
+            errors.append(f"{LAKE_NAMESPACE} {namespace!r} is not a Glue database name")
+        checkpoint_bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
+        claim_bucket = _bucket(env.get(CLAIM_CHECK_BUCKET), errors, CLAIM_CHECK_BUCKET)
+        queue_url = env.get(MATERIALISE_QUEUE_URL, "").strip() or None
+        if (claim_bucket is None) != (queue_url is None):
+            errors.append(f"{CLAIM_CHECK_BUCKET} and {MATERIALISE_QUEUE_URL} go together")
+        retention = _int(env, FLUSH_RETENTION_MS, 24 * 3600 * 1000, 0, errors)
+        max_deltas = _int(env, FLUSH_MAX_DELTAS, DEFAULT_FLUSH_MAX_DELTAS, 1, errors)
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return cls(
+            tuple(sorted(gateways)),
+            tables,
+            warehouse,
+            catalog,
+            catalog_uri,
+            namespace,
+            checkpoint_bucket,
+            claim_bucket,
+            queue_url,
+            retention,
+            max_deltas,
+            environ.get("AWS_REGION") or None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,8 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL_S",
     "HISTORY_PAGES",
     "GlueJobStarter",
+    "RunStarter",
+    "TransientJobError",
     "TriggerResult",
     "glue_client",
 ]
@@ -95,15 +97,59 @@ class TriggerResult:
     reason: str = ""
 
 
-class _Transient(Exception):
-    """Glue could not answer now; waiting may help."""
+class TransientJobError(Exception):
+    """The job service (Glue, or Lambda for the flush function) could not answer now; waiting may help."""
 
     def __init__(self, code: str) -> None:
         super().__init__(code)
         self.code = code
 
 
-class GlueJobStarter:
+class RunStarter:
+    """:meth:`ensure_run_after` over a job's :meth:`active_runs` and :meth:`start` (Glue's or the flush function's)."""
+
+    poll_interval_s: float
+    _monotonic: Callable[[], float]
+    _sleep: Callable[[float], None]
+
+    def active_runs(self) -> list[ActiveRun]:
+        raise NotImplementedError
+
+    def start(self) -> str | None:
+        raise NotImplementedError
+
+    def ensure_run_after(self, at_ms: int, *, wait_s: float) -> TriggerResult:
+        """Make sure a run that begins after ``at_ms`` (a request's time, epoch ms) exists, waiting up to ``wait_s``.
+
+        Raises:
+            StorageError: the service refused for a reason waiting cannot fix.
+        """
+        deadline = self._monotonic() + max(0.0, wait_s)
+        attempts = 0
+        blocking: ActiveRun | None = None
+        reason = ""
+        while True:
+            try:
+                runs = self.active_runs()
+                covering = covering_run(runs, at_ms)
+                if covering is not None:
+                    return TriggerResult("covered", covering.run_id, attempts=attempts)
+                attempts += 1
+                run_id = self.start()
+                if run_id is not None:
+                    return TriggerResult("started", run_id, attempts=attempts)
+                blocking = _latest(runs) or blocking
+                reason = "busy"
+            except TransientJobError as exc:
+                reason = exc.code
+            if self._monotonic() + self.poll_interval_s > deadline:
+                return TriggerResult(
+                    "deferred", blocking.run_id if blocking else None, blocking, attempts=attempts, reason=reason
+                )
+            self._sleep(self.poll_interval_s)
+
+
+class GlueJobStarter(RunStarter):
     """Starts one Glue job; the client, the clock and the sleep are injected.
 
     ``execution_class`` (``STANDARD`` or ``FLEX``) overrides the job's own for the runs this starter starts
@@ -152,7 +198,7 @@ class GlueJobStarter:
         for _ in range(max(1, pages)):
             try:
                 response = self._call("GetJobRuns", self.client.get_job_runs, **kwargs)
-            except _Transient as exc:
+            except TransientJobError as exc:
                 raise StorageError(f"Glue GetJobRuns ({self.job_name}) failed: {exc.code}") from exc
             out.extend(_job_run(run) for run in response.get("JobRuns", []))
             token = response.get("NextToken")
@@ -170,7 +216,7 @@ class GlueJobStarter:
         """
         try:
             response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name, **self._run_options)
-        except _Transient as exc:
+        except TransientJobError as exc:
             return None, "busy" if exc.code == _BUSY else exc.code
         return str(response["JobRunId"]), ""
 
@@ -182,41 +228,11 @@ class GlueJobStarter:
         """
         try:
             response = self._call("StartJobRun", self.client.start_job_run, JobName=self.job_name, **self._run_options)
-        except _Transient as exc:
+        except TransientJobError as exc:
             if exc.code == _BUSY:
                 return None
             raise
         return str(response["JobRunId"])
-
-    def ensure_run_after(self, at_ms: int, *, wait_s: float) -> TriggerResult:
-        """Make sure a run that begins after ``at_ms`` (a request's time, epoch ms) exists, waiting up to ``wait_s``.
-
-        Raises:
-            StorageError: Glue refused for a reason waiting cannot fix.
-        """
-        deadline = self._monotonic() + max(0.0, wait_s)
-        attempts = 0
-        blocking: ActiveRun | None = None
-        reason = ""
-        while True:
-            try:
-                runs = self.active_runs()
-                covering = covering_run(runs, at_ms)
-                if covering is not None:
-                    return TriggerResult("covered", covering.run_id, attempts=attempts)
-                attempts += 1
-                run_id = self.start()
-                if run_id is not None:
-                    return TriggerResult("started", run_id, attempts=attempts)
-                blocking = _latest(runs) or blocking
-                reason = "busy"
-            except _Transient as exc:
-                reason = exc.code
-            if self._monotonic() + self.poll_interval_s > deadline:
-                return TriggerResult(
-                    "deferred", blocking.run_id if blocking else None, blocking, attempts=attempts, reason=reason
-                )
-            self._sleep(self.poll_interval_s)
 
     def _call(self, operation: str, method: Callable[..., Any], **kwargs: Any) -> Any:
         try:
@@ -224,10 +240,10 @@ class GlueJobStarter:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")
             if code == _BUSY or code in _TRANSIENT:
-                raise _Transient(code) from exc
+                raise TransientJobError(code) from exc
             raise StorageError(f"Glue {operation} ({self.job_name}) failed: {code}") from exc
         except BotoCoreError as exc:
-            raise _Transient(type(exc).__name__) from exc
+            raise TransientJobError(type(exc).__name__) from exc
 
 
 def _active_run(run: Any) -> ActiveRun:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from lakesync.aws.clients import dynamodb_client
+from typing import TYPE_CHECKING
+
+from lakesync.aws.clients import dynamodb_client, lambda_client
 from lakesync.aws.dynamodb import (
     DynamoDBActionStore,
     DynamoDBBufferStore,
@@ -12,20 +14,27 @@ from lakesync.aws.dynamodb import (
 from lakesync.aws.function_settings import (
     BroadcastSettings,
     ConnectorSettings,
+    FlushFunctionRef,
     LakeTickSettings,
     MaterialiseSettings,
     RealtimeSettings,
     Settings,
     SettingsError,
 )
-from lakesync.aws.lake_tick import LakeReader, LakeTick
+from lakesync.aws.lake_tick import JobRunner, LakeReader, LakeTick
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
-from lakesync.core.lake_work import JOB_KINDS
+from lakesync.core.lake_work import JOB_KINDS, JobKind
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.materialise import MaterialiseDeps
 from lakesync.gateway.realtime import BroadcastDeps
 from lakesync.ports import ConnectionSender, ConnectionStore
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from lakesync.aws.flush_runs import FunctionJobStarter
+    from lakesync.aws.tables import TableNames
 
 
 def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None) -> GatewayDeps:
@@ -113,8 +122,24 @@ def lake_tick(settings: LakeTickSettings) -> LakeTick:
         S3ObjectStore(bucket) if bucket else None,
     )
     glue = glue_client()
-    runners = {job: GlueJobStarter(glue, settings.job_names[job]) for job in JOB_KINDS}
+    runners: dict[JobKind, JobRunner] = {
+        job: GlueJobStarter(glue, settings.job_names[job])
+        for job in JOB_KINDS
+        if not (job == "flush" and settings.flush_function is not None)
+    }
+    if settings.flush_function is not None:
+        runners["flush"] = flush_function_starter(settings.flush_function, settings.tables, client)
     return LakeTick(reader, runners, publishing=settings.flush_publishes)
+
+
+def flush_function_starter(
+    function: FlushFunctionRef, tables: TableNames, client: DynamoDBClient | None = None
+) -> FunctionJobStarter:
+    """The starter of the flush function: its run records in the config table, its runs queued by ``Invoke``."""
+    from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
+
+    records = FlushRunLog(client or dynamodb_client(), tables, timeout_s=function.timeout_s)
+    return FunctionJobStarter(lambda_client(), function.name, records)
 
 
 class Realtime:

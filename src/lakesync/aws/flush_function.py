@@ -1,0 +1,171 @@
+"""The flush as a Lambda function: one run of :func:`lakesync.lake.flush.run_flush` on the pyiceberg engine.
+
+A Glue run bills at least a minute of two workers (about a cent on Flex) however little it flushes, which made the
+flush most of the lake's cost per delta. The same run in a function -- the same plan, lease, heads, publishing and
+release; the write by :class:`~lakesync.lake.iceberg_flush.IcebergDeltaLog` -- bills its seconds.
+
+One invocation (``functions.flush``, queued by the lake tick or the flush trigger through
+:class:`~lakesync.aws.flush_runs.FunctionJobStarter`):
+
+1. records the run as started (:class:`~lakesync.aws.flush_runs.FlushRunLog`);
+2. reads the release bounds from the latest checkpoints (when a checkpoint bucket is configured);
+3. runs the flush; while another run holds the lease it waits for it (polling), within a budget of the invocation's
+   remaining time, so a run that was asked for after a request still begins its flush after that request;
+4. records the end (``SUCCEEDED``, or ``FAILED`` with the error), which the tick and the trigger read.
+
+A failure is re-raised after it is recorded: the invocation fails, and the asynchronous invoke is not retried (the
+stack sets no retries); the next tick starts a new run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from lakesync.aws.checkpoints import read_release_bounds
+from lakesync.aws.flush_runs import FlushRunLog, new_run_id
+from lakesync.aws.flush_store import DynamoConfig, FlushStore
+from lakesync.aws.function_settings import FlushFunctionSettings
+from lakesync.aws.publish import PublishConfig
+from lakesync.core.errors import FlushError
+from lakesync.core.hlc import system_clock
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from lakesync.lake.flush import FlushConfig, FlushReport
+
+__all__ = ["LEASE_POLL_S", "FlushFunction", "lake_catalog"]
+
+LEASE_POLL_S: Final = 10.0
+"""Seconds between two attempts while another run holds the flush lease."""
+_RESERVE_MS: Final = 120_000
+"""Time kept back from the invocation for the flush itself once the lease is free."""
+
+
+def lake_catalog(settings: FlushFunctionSettings) -> Catalog:
+    """The lake's catalog: the Glue Data Catalog (S3 warehouse; the function's role and region), or the local sqlite
+    catalog ``lakesync local`` and the tests share with Spark."""
+    if settings.catalog == "local":
+        from lakesync.lake.catalog import local_catalog
+
+        assert settings.catalog_uri is not None
+        return local_catalog(settings.catalog_uri, settings.warehouse)
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    properties = {"warehouse": settings.warehouse}
+    if settings.region:
+        properties |= {"glue.region": settings.region, "s3.region": settings.region}
+    return GlueCatalog("lake", None, **properties)
+
+
+class FlushFunction:
+    """The flush function's service (the handler builds it once per cold start).
+
+    Args:
+        settings: The function's settings.
+        runs: The run records (default: over a DynamoDB client of the environment).
+        store: The buffer's flush view (default: from ``settings``).
+        catalog: The lake's catalog (default: :func:`lake_catalog`, made on first use).
+        now_ms: The wall clock.
+        sleep: Waits between lease attempts.
+    """
+
+    def __init__(
+        self,
+        settings: FlushFunctionSettings,
+        *,
+        runs: FlushRunLog | None = None,
+        store: FlushStore | None = None,
+        catalog: Catalog | None = None,
+        now_ms: Callable[[], int] = system_clock,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        if store is None or runs is None:
+            client = self._dynamo().client()
+            store = store or FlushStore(client, settings.tables)
+            runs = runs or FlushRunLog(client, settings.tables)
+        self._store = store
+        self._runs = runs
+        self._catalog = catalog
+        self._now_ms = now_ms
+        self._sleep = sleep
+
+    def _dynamo(self) -> DynamoConfig:
+        return DynamoConfig(self.settings.tables, region=self.settings.region)
+
+    def config(self) -> FlushConfig:
+        """The run's configuration from the settings."""
+        from lakesync.lake.flush import FlushConfig
+
+        s = self.settings
+        publish = None
+        if s.claim_check_bucket is not None and s.materialise_queue_url is not None:
+            publish = PublishConfig(s.claim_check_bucket, s.materialise_queue_url, region=s.region)
+        return FlushConfig(
+            dynamodb=self._dynamo(),
+            namespace=s.namespace,
+            gateways=s.gateway_ids,
+            retention_ms=s.retention_ms,
+            max_deltas_per_run=s.max_deltas,
+            publish=publish,
+        )
+
+    def flush(self, run_id: str | None, remaining_ms: Callable[[], int]) -> dict[str, Any]:
+        """Run the flush once and record it; a JSON-ready report.
+
+        Args:
+            run_id: The run the starter queued, or ``None`` (an invocation by hand: a new run is recorded).
+            remaining_ms: The invocation's remaining time.
+
+        Raises:
+            FlushError: the lease stayed held past the wait budget, or the run failed (recorded first).
+        """
+        run_id = run_id or new_run_id(self._now_ms())
+        self._runs.running(run_id, self._now_ms())
+        try:
+            report = self._run(remaining_ms)
+        except Exception as exc:
+            self._runs.finished(run_id, False, self._now_ms(), f"{type(exc).__name__}: {exc}")
+            raise
+        self._runs.finished(run_id, True, self._now_ms())
+        return {
+            "run": run_id,
+            "flush_run": report.run_id,
+            "snapshot_id": report.snapshot_id,
+            "deltas": report.deltas,
+            "bytes": report.bytes,
+            "shards": report.shards,
+            "heads_advanced": report.heads_advanced,
+            "requests_cleared": report.requests_cleared,
+            "released": report.released,
+            "published_jobs": report.published_jobs,
+            "publish_failures": report.publish_failures,
+            "durations_ms": dict(report.durations_ms),
+        }
+
+    def _run(self, remaining_ms: Callable[[], int]) -> FlushReport:
+        from lakesync.lake.flush import run_flush
+        from lakesync.lake.iceberg_flush import IcebergDeltaLog
+
+        if self._catalog is None:
+            self._catalog = lake_catalog(self.settings)
+        config = self.config()
+        bounds = read_release_bounds(self.settings.checkpoint_bucket, config.gateways, region_name=self.settings.region)
+        while True:
+            try:
+                return run_flush(
+                    IcebergDeltaLog(self._catalog, config),
+                    config,
+                    checkpoint_positions=bounds.positions if self.settings.checkpoint_bucket else None,
+                    checkpoint_hlcs=bounds.hlcs if self.settings.checkpoint_bucket else None,
+                    now_ms=self._now_ms,
+                    store=self._store,
+                )
+            except FlushError as exc:
+                held = str(exc).startswith("Flush already in progress")
+                if not held or remaining_ms() - LEASE_POLL_S * 1000 < _RESERVE_MS:
+                    raise
+            self._sleep(LEASE_POLL_S)

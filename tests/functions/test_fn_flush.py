@@ -1,0 +1,370 @@
+"""functions.flush (the flush as a Lambda function, on pyiceberg) and its starter, on the moto server's DynamoDB with
+the local sqlite catalog and a file warehouse: a queued run flushes the buffer into the delta log and is recorded;
+one run at a time; a run waits for a held lease within its budget, else fails and says so; a run record left
+unfinished past the function's timeout no longer blocks; the lake tick and the flush trigger start the function when
+it is configured, and compaction follows a flush run the records show.
+
+Lambda's ``Invoke`` is the one call not sent to moto (moto runs functions in Docker): a recording client stands in,
+and the test invokes the handler with the payload it was given, as Lambda's asynchronous queue would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import functions.flush as flush_fn
+import functions.flush_trigger as trigger_fn
+import functions.lake_tick as lake_tick
+import functions.push as push_fn
+from lakesync.aws.flush_function import FlushFunction
+from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
+from lakesync.aws.flush_store import FlushStore
+from lakesync.aws.function_settings import FlushFunctionSettings, LakeTickSettings, SettingsError
+from lakesync.core.delta import make_delta
+from lakesync.core.errors import FlushError, ValidationError
+from lakesync.core.hlc import encode
+from lakesync.core.lake_work import JobRun
+from lakesync.lake.catalog import local_catalog
+from lakesync.local.front import LambdaContext
+
+GW = "default"
+FUNCTION = "lakesync-flush"
+
+
+class RecordingLambda:
+    """The Lambda client's ``Invoke``: records each call (moto would need Docker to run a function)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def invoke(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append({**kwargs, "Payload": json.loads(kwargs["Payload"])})
+        return {"StatusCode": 202}
+
+
+def context(seconds: float = 900) -> LambdaContext:
+    return LambdaContext(
+        function_name=FUNCTION,
+        aws_request_id=str(uuid.uuid4()),
+        invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:{FUNCTION}",
+        memory_limit_in_mb=2048,
+        deadline_monotonic=time.monotonic() + seconds if seconds != math.inf else math.inf,
+    )
+
+
+class World:
+    """Pushes through the push function, the lake as pyiceberg reads it, the run records and a starter."""
+
+    def __init__(self, api: Any, client: Any, lake_dir: Path) -> None:
+        self.api = api
+        self.client = client
+        self.store = FlushStore(client, api.tables)
+        self.lake_dir = lake_dir
+        self.lambda_client = RecordingLambda()
+        self.records = FlushRunLog(client, api.tables)
+        self.starter = FunctionJobStarter(self.lambda_client, FUNCTION, self.records)  # type: ignore[arg-type]
+        self.pushed = 0
+
+    def push(self, count: int) -> None:
+        deltas = []
+        for _ in range(count):
+            self.pushed += 1
+            deltas.append(
+                make_delta(
+                    "INSERT",
+                    table="todos",
+                    row_id=f"r{self.pushed}",
+                    client_id="client-a",
+                    hlc=encode(1_600_000_000_000 + self.pushed, 0),
+                    columns={"title": f"t{self.pushed}"},
+                ).to_json()
+            )
+        event = self.api.event("push_json")
+        body = json.loads(event["body"])
+        body["deltas"] = deltas
+        reply = self.api.call(push_fn, self.api.event("push_json", body=body))
+        assert reply.status == 200, reply.body
+
+    def lake_entries(self) -> list[tuple[str, int]]:
+        catalog = local_catalog(self.lake_dir / "catalog.db", self.lake_dir / "warehouse")
+        if not catalog.table_exists(("lakesync", "deltas")):
+            return []
+        rows = catalog.load_table(("lakesync", "deltas")).scan(selected_fields=("shard", "seq")).to_arrow()
+        return sorted(zip(rows.column("shard").to_pylist(), rows.column("seq").to_pylist(), strict=True))
+
+    def heads(self) -> dict[str, tuple[int, int]]:
+        _, heads = self.store.shards([GW])
+        return {s.key: (h.seq, h.flushed_seq) for s, h in heads.items()}
+
+    def run_queued(self, seconds: float = 900) -> dict[str, Any]:
+        """Hand the newest queued invocation to the handler, as Lambda's queue would."""
+        payload = self.lambda_client.calls[-1]["Payload"]
+        result: dict[str, Any] = flush_fn.lambda_handler(payload, context(seconds))
+        return result
+
+
+@pytest.fixture
+def world(api: Any, dynamodb_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[World]:
+    monkeypatch.setenv("LAKESYNC_LAKE_CATALOG", "local")
+    monkeypatch.setenv("LAKESYNC_LAKE_CATALOG_URI", str(tmp_path / "catalog.db"))
+    monkeypatch.setenv("LAKESYNC_LAKE_WAREHOUSE", str(tmp_path / "warehouse"))
+    flush_fn.get_flush.cache_clear()
+    yield World(api, dynamodb_client, tmp_path)
+    flush_fn.get_flush.cache_clear()
+
+
+def test_a_queued_run_flushes_the_buffer_into_the_delta_log_and_is_recorded(world: World) -> None:
+    # Given deltas in the buffer
+    world.push(12)
+
+    # When the starter queues a run
+    run_id = world.starter.start()
+
+    # Then the function was invoked asynchronously with the run, recorded as waiting, and the flush is busy
+    assert run_id is not None
+    (call,) = world.lambda_client.calls
+    assert (call["FunctionName"], call["InvocationType"], call["Payload"]) == (FUNCTION, "Event", {"run": run_id})
+    (queued,) = world.records.runs()
+    assert (queued.run_id, queued.state, queued.active) == (run_id, "WAITING", True)
+    assert world.starter.start() is None
+    assert world.starter.try_start() == (None, "busy")
+
+    # When the function runs it
+    report = world.run_queued()
+
+    # Then every entry is in the delta log once, the heads say so, and the run is recorded as succeeded
+    assert (report["run"], report["deltas"]) == (run_id, 12)
+    heads = world.heads()
+    assert world.lake_entries() == sorted(
+        (shard, seq) for shard, (last, _) in heads.items() for seq in range(1, last + 1)
+    )
+    assert all(flushed == seq for seq, flushed in heads.values())
+    (done,) = world.records.runs()
+    assert done.state == "SUCCEEDED" and done.completed_ms is not None and not done.active
+    # And the next start queues a new run, which finds nothing new
+    assert world.starter.start() not in (None, run_id)
+    assert world.run_queued()["deltas"] == 0
+    assert len(world.lake_entries()) == 12
+
+
+def test_a_run_meeting_a_held_lease_waits_for_it_within_its_budget(world: World) -> None:
+    # Given deltas and a lease held by another run
+    world.push(5)
+    assert world.store.acquire_lease("other-run", int(time.time() * 1000), 600_000)
+    settings = FlushFunctionSettings.from_env(
+        {
+            "LAKESYNC_TABLE_PREFIX": world.api.tables.deltas.removesuffix("-deltas"),
+            "LAKESYNC_LAKE_CATALOG": "local",
+            "LAKESYNC_LAKE_CATALOG_URI": str(world.lake_dir / "catalog.db"),
+            "LAKESYNC_LAKE_WAREHOUSE": str(world.lake_dir / "warehouse"),
+        }
+    )
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the other run ends while this one waits
+        waits.append(seconds)
+        world.store.release_lease("other-run")
+
+    service = FlushFunction(settings, runs=world.records, store=world.store, sleep=sleep)
+
+    # When a run starts with time to wait, it waits once and then flushes
+    report = service.flush(None, lambda: 600_000)
+    assert len(waits) == 1 and report["deltas"] == 5
+    assert world.records.runs()[0].state == "SUCCEEDED"
+
+
+def test_a_run_without_time_to_wait_for_a_held_lease_fails_and_records_why(world: World) -> None:
+    # Given deltas and a lease held by another run
+    world.push(3)
+    assert world.store.acquire_lease("other-run", int(time.time() * 1000), 600_000)
+    run_id = world.starter.start()
+
+    # When the function runs with a minute left, it fails at once
+    with pytest.raises(FlushError, match="already in progress"):
+        world.run_queued(seconds=60)
+
+    # Then the run is recorded as failed, with the reason, and nothing was flushed
+    (failed,) = world.records.runs()
+    assert (failed.run_id, failed.state) == (run_id, "FAILED")
+    assert world.lake_entries() == []
+    assert all(flushed == 0 for _, flushed in world.heads().values())
+
+
+def test_a_run_record_left_unfinished_past_the_timeout_no_longer_blocks(world: World, dynamodb_client: Any) -> None:
+    # Given a run queued and taken up, whose invocation then died without recording its end
+    now = int(time.time() * 1000)
+    clock = {"now": now}
+    records = FlushRunLog(dynamodb_client, world.api.tables, timeout_s=900, now_ms=lambda: clock["now"])
+    starter = FunctionJobStarter(world.lambda_client, FUNCTION, records, now_ms=lambda: clock["now"])  # type: ignore[arg-type]
+    first = starter.start()
+    assert first is not None
+    records.running(first, now)
+
+    # Then within the function's timeout it counts as running, and no second run starts
+    clock["now"] = now + 900_000
+    assert starter.start() is None
+    # And past the timeout it is listed as timed out, and the next start goes ahead
+    clock["now"] = now + 900_000 + 61_000
+    assert records.runs()[0].state == "TIMEOUT"
+    assert starter.start() is not None
+
+
+def test_only_the_newest_run_records_are_kept(world: World) -> None:
+    # Given more finished runs than are kept
+    now = int(time.time() * 1000)
+    for i in range(35):
+        run_id = f"{now + i:013d}-{uuid.uuid4().hex[:12]}"
+        world.records.running(run_id, now + i)
+        world.records.finished(run_id, True, now + i)
+
+    # Then the newest are listed, and the table holds no more than the kept number
+    listed = world.records.runs()
+    assert [r.started_ms for r in listed] == sorted((r.started_ms for r in listed), reverse=True)
+    assert listed[0].started_ms == now + 34
+    items = world.client.query(
+        TableName=world.api.tables.config,
+        KeyConditionExpression="gw = :g AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":g": {"S": "#lakesync"}, ":p": {"S": "flushrun#"}},
+        ConsistentRead=True,
+    )["Items"]
+    assert len(items) == 30
+
+
+@pytest.mark.parametrize("event", [{"run": "nope"}, {"run": 5}, {"job": "flush"}, []])
+def test_a_flush_event_that_names_no_run_is_refused(event: Any) -> None:
+    with pytest.raises(ValidationError):
+        flush_fn.run_of(event)
+
+
+def test_flush_function_settings_report_every_problem_at_once() -> None:
+    with pytest.raises(SettingsError) as err:
+        FlushFunctionSettings.from_env(
+            {
+                "LAKESYNC_TABLE_PREFIX": "t",
+                "LAKESYNC_LAKE_CATALOG": "local",
+                "LAKESYNC_CLAIM_CHECK_BUCKET": "claims",
+                "LAKESYNC_FLUSH_MAX_DELTAS": "0",
+            }
+        )
+    text = str(err.value)
+    for part in ("missing LAKESYNC_LAKE_WAREHOUSE", "needs LAKESYNC_LAKE_CATALOG_URI", "go together", "MAX_DELTAS"):
+        assert part in text
+    with pytest.raises(SettingsError, match="must be an s3:// URI"):
+        FlushFunctionSettings.from_env({"LAKESYNC_TABLE_PREFIX": "t", "LAKESYNC_LAKE_WAREHOUSE": "/tmp/wh"})
+    glue = FlushFunctionSettings.from_env(
+        {"LAKESYNC_TABLE_PREFIX": "t", "LAKESYNC_LAKE_WAREHOUSE": "s3://lake/wh", "AWS_REGION": "eu-west-1"}
+    )
+    assert (glue.catalog, glue.region, glue.max_deltas, glue.claim_check_bucket) == ("glue", "eu-west-1", 200_000, None)
+
+
+def test_lake_tick_with_the_flush_function_needs_no_flush_job() -> None:
+    env = {
+        "LAKESYNC_TABLE_PREFIX": "t",
+        "LAKESYNC_FLUSH_PUBLISHES": "false",
+        "LAKESYNC_COMPACT_JOB_NAME": "compact",
+        "LAKESYNC_CHECKPOINT_JOB_NAME": "checkpoint",
+        "LAKESYNC_FLUSH_FUNCTION_NAME": FUNCTION,
+        "LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S": "600",
+    }
+    settings = LakeTickSettings.from_env(env)
+    assert settings.flush_function is not None
+    assert (settings.flush_function.name, settings.flush_function.timeout_s) == (FUNCTION, 600)
+    assert "flush" not in settings.job_names
+    with pytest.raises(SettingsError, match="LAKESYNC_FLUSH_JOB_NAME"):
+        LakeTickSettings.from_env({k: v for k, v in env.items() if "FUNCTION" not in k})
+    with pytest.raises(SettingsError, match="not a Lambda function name"):
+        LakeTickSettings.from_env({**env, "LAKESYNC_FLUSH_FUNCTION_NAME": "no spaces allowed"})
+
+
+@pytest.fixture
+def ticking(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """The lake tick configured with the flush function (and Glue names for the other two jobs)."""
+    monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_NAME", FUNCTION)
+    monkeypatch.setenv("LAKESYNC_FLUSH_PUBLISHES", "false")
+    monkeypatch.setenv("LAKESYNC_COMPACT_JOB_NAME", "lakesync-compact")
+    monkeypatch.setenv("LAKESYNC_CHECKPOINT_JOB_NAME", "lakesync-checkpoint")
+    lake_tick.get_tick.cache_clear()
+    starter = lake_tick.get_tick().runners["flush"]
+    assert isinstance(starter, FunctionJobStarter)
+    starter.client = world.lambda_client  # type: ignore[assignment]
+    yield world
+    lake_tick.get_tick.cache_clear()
+
+
+class _Compact:
+    """The compaction job's port, never run yet: records starts."""
+
+    job_name = "lakesync-compact"
+    starts = 0
+
+    def runs(self, *, enough: Any = None, pages: int = 4) -> list[JobRun]:
+        return []
+
+    def try_start(self) -> tuple[str | None, str]:
+        self.starts += 1
+        return "jr_compact", ""
+
+
+def _tick(job: str) -> dict[str, Any]:
+    result: dict[str, Any] = lake_tick.lambda_handler({"job": job}, context())
+    return result
+
+
+def test_lake_tick_starts_the_flush_function_once_and_compaction_follows_its_run(ticking: World) -> None:
+    # Given unflushed deltas
+    ticking.push(4)
+
+    # When the flush ticks twice
+    first, second = _tick("flush"), _tick("flush")
+
+    # Then the function was queued once: the second tick found the queued run serving the work
+    assert first["outcome"] == "started" and second["outcome"] == "covered"
+    assert len(ticking.lambda_client.calls) == 1
+    # When the queued run runs, the flush tick is idle
+    assert ticking.run_queued()["deltas"] == 4
+    assert _tick("flush")["outcome"] == "idle"
+    # And compaction, which sees the lake ahead of the checkpoints and a flush run that finished, starts
+    compact = _Compact()
+    lake_tick.get_tick().runners["compact"] = compact
+    assert _tick("compact")["outcome"] == "started" and compact.starts == 1
+
+
+def test_flush_trigger_starts_the_flush_function_when_it_is_configured(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the trigger configured with the function, and a flush request on the stream
+    monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_NAME", FUNCTION)
+    trigger_fn.get_starter.cache_clear()
+    starter = trigger_fn.get_starter()
+    assert isinstance(starter, FunctionJobStarter)
+    starter.client = world.lambda_client  # type: ignore[assignment]
+    now = int(time.time() * 1000)
+    event = {
+        "Records": [
+            {
+                "eventName": "INSERT",
+                "dynamodb": {
+                    "SequenceNumber": "1",
+                    "NewImage": {"gw": {"S": GW}, "sk": {"S": f"flush#{now:015d}#abc"}},
+                },
+            }
+        ]
+    }
+    try:
+        # When the batch arrives
+        out = trigger_fn.lambda_handler(event, context())
+    finally:
+        trigger_fn.get_starter.cache_clear()
+
+    # Then a run of the function was queued and nothing is left for a retry
+    assert out == {"batchItemFailures": []}
+    assert len(world.lambda_client.calls) == 1
+    assert world.records.runs()[0].state == "WAITING"
