@@ -1,7 +1,9 @@
-"""The lake half of the embedded default: flush → compact → checkpoint on local Spark, against the local stack.
+"""The lake half of the embedded default: flush → compact → checkpoint against the local stack.
 
-The same job code the Glue entry scripts run; here the buffer is DynamoDB on the local moto server, the lake a
-sqlite-catalog Iceberg warehouse in the data directory, checkpoints go to the local moto S3 bucket.
+The same job code AWS runs: the flush on pyiceberg as the flush function runs it (or on Spark, as the Glue flush
+job), compaction and the checkpoint on local Spark. Here the buffer is DynamoDB on the local moto server, the lake a
+sqlite-catalog Iceberg warehouse in the data directory shared by Spark and pyiceberg, checkpoints go to the local moto
+S3 bucket.
 """
 
 from __future__ import annotations
@@ -11,9 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakesync.local.runner import CHECKPOINT_BUCKET, TABLE_PREFIX, LocalStack
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from lakesync.lake.flush import DeltaLog
 
 SparkSession = Any
 """A ``pyspark.sql.SparkSession`` (pyspark is imported only under lakesync.spark)."""
@@ -72,13 +79,20 @@ def run_pipeline(
     *,
     gateways: tuple[str, ...] = ("default",),
     say: Callable[[str], None] = print,
+    flush_engine: str = "function",
 ) -> PipelineReport:
-    """Flush the buffer into the lake, fold it into current state and cut a checkpoint per gateway."""
+    """Flush the buffer into the lake, fold it into current state and cut a checkpoint per gateway.
+
+    ``flush_engine`` is the flush's engine, as on AWS: ``function`` (the default: pyiceberg in this process, on the
+    catalog and warehouse the Spark session uses) or ``glue`` (Spark).
+    """
     from lakesync.aws.checkpoints import read_release_bounds
     from lakesync.aws.dynamodb import DynamoDBConfigStore
     from lakesync.aws.flush_store import DynamoConfig
     from lakesync.aws.objects import S3ObjectStore, s3_client
     from lakesync.aws.tables import TableNames
+    from lakesync.lake.flush import run_flush
+    from lakesync.lake.iceberg_flush import IcebergDeltaLog
     from lakesync.spark import checkpoint, compact, flush
 
     aws = stack.aws_kwargs()
@@ -95,12 +109,11 @@ def run_pipeline(
         access_key_id=aws["aws_access_key_id"],
         secret_access_key=aws["aws_secret_access_key"],
     )
-    flushed = flush.run(
-        spark,
-        flush.FlushConfig(dynamodb=dynamo, gateways=gateways, publish=stack.publish_config()),
-        checkpoint_positions=bounds.positions,
-        checkpoint_hlcs=bounds.hlcs,
-    )
+    flush_config = flush.FlushConfig(dynamodb=dynamo, gateways=gateways, publish=stack.publish_config())
+    engine: DeltaLog = flush.SparkDeltaLog(spark, flush_config)
+    if flush_engine == "function":
+        engine = IcebergDeltaLog(_session_catalog(spark, flush_config.catalog), flush_config)
+    flushed = run_flush(engine, flush_config, checkpoint_positions=bounds.positions, checkpoint_hlcs=bounds.hlcs)
     seconds["flush"] = time.perf_counter() - started
     say(
         f"   flush: {flushed.deltas} deltas from {flushed.shards} shard(s) into the Iceberg delta log;"
@@ -130,3 +143,17 @@ def run_pipeline(
             checkpoint_id = made.manifest.checkpoint_id
     say(f"   checkpoint: {rows} row(s) in checkpoint {checkpoint_id}")
     return PipelineReport(flushed.deltas, folded, rows, checkpoint_id, seconds)
+
+
+def _session_catalog(spark: SparkSession, name: str) -> Catalog:
+    """pyiceberg on the sqlite catalog and warehouse of the session's catalog ``name``."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    from lakesync.lake.catalog import local_catalog
+
+    prefix = f"spark.sql.catalog.{name}"
+    warehouse = spark.conf.get(f"{prefix}.warehouse")
+    uri = spark.conf.get(f"{prefix}.uri")
+    assert warehouse is not None and uri is not None
+    return local_catalog(uri, url2pathname(urlparse(warehouse).path))
