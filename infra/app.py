@@ -6,7 +6,7 @@ Usage (from the repository root, the project venv active)::
 
 or, with the pinned CDK CLI from ``infra/`` (``cdk synth`` / ``cdk deploy``), which runs ``python app.py`` with its
 own context and output directory. Context defaults come from ``infra/cdk.json`` (see
-:mod:`lakesync_infra.config`); the Lambda asset and the Glue bundle are built (or reused) under ``build/`` first.
+:mod:`lakesync_infra.config`); the Lambda assets and the Glue bundle are built (or reused) under ``build/`` first.
 The cloud assembly goes to ``--outdir``, else ``$CDK_OUTDIR``, else ``infra/cdk.out``. The synth fails on any
 cdk-nag AwsSolutions finding that is not acknowledged.
 """
@@ -39,12 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-    from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset, build_materialise_asset, directory_size
+    from lakesync_infra.packaging import (
+        build_flush_asset,
+        build_glue_bundle,
+        build_lambda_asset,
+        build_materialise_asset,
+        directory_size,
+    )
     from lakesync_infra.stack import Artifacts, build_app
 
     started = time.monotonic()
     artifacts = Artifacts(
-        lambda_asset=build_lambda_asset(), glue=build_glue_bundle(), materialise_asset=build_materialise_asset()
+        lambda_asset=build_lambda_asset(),
+        glue=build_glue_bundle(),
+        materialise_asset=build_materialise_asset(),
+        flush_asset=build_flush_asset(),
     )
     built = time.monotonic()
     defaults: dict[str, Any] = json.loads((HERE / "cdk.json").read_text(encoding="utf-8")).get("context", {})
@@ -62,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lambda asset: {artifacts.lambda_asset} ({size / 1e6:.1f} MB unzipped)")
     size = directory_size(artifacts.materialise_asset)
     print(f"materialise asset: {artifacts.materialise_asset} ({size / 1e6:.1f} MB unzipped)")
+    size = directory_size(artifacts.flush_asset)
+    print(f"flush asset: {artifacts.flush_asset} ({size / 1e6:.1f} MB unzipped)")
     print(f"glue bundle: {artifacts.glue.directory} ({artifacts.glue.wheel_name})")
     print(f"artifacts {built - started:.1f} s, synth {done - built:.1f} s")
     return 0

@@ -27,6 +27,9 @@ LAMBDA_ARCHITECTURE: Final = lambda_.Architecture.ARM_64
 MATERIALISE_ARCHITECTURE: Final = lambda_.Architecture.X86_64
 """The ``materialise`` function's: its psycopg-binary has no ARM64 wheel for ``python3.11``'s Amazon Linux 2
 (:data:`lakesync_infra.packaging.MATERIALISE_PLATFORM`)."""
+FLUSH_ARCHITECTURE: Final = lambda_.Architecture.X86_64
+"""The ``flush`` function's: pyiceberg-core has no ``manylinux2014`` ARM64 wheel
+(:data:`lakesync_infra.packaging.FLUSH_PLATFORM`)."""
 RUNTIME_REASON: Final = (
     "The functions deploy python3.11 on purpose: it is the Python the test suite runs every handler on (and Glue "
     "5.1's), so what is deployed is what was tested; Lambda supports it until its deprecation on 2027-06-30."

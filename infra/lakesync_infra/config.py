@@ -29,7 +29,16 @@ ENVIRONMENTS_KEY: Final = "lakesync:environments"
 DEFAULTS_KEY: Final = "lakesync:defaults"
 ENV_KEY_PREFIX: Final = "lakesync:env:"
 
-EXTRA_FUNCTIONS: Final = ("flush_trigger", "materialise", "rotate_secret", "lake_tick", "connector_poll")
+FLUSH_FUNCTION: Final = "flush"
+"""The flush function, deployed with ``flushEngine: function`` only."""
+EXTRA_FUNCTIONS: Final = (
+    "flush_trigger",
+    "materialise",
+    "rotate_secret",
+    "lake_tick",
+    "connector_poll",
+    FLUSH_FUNCTION,
+)
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
 REALTIME_FUNCTIONS: Final = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
 """The WebSocket API's route functions and the broadcaster (:mod:`lakesync_infra.realtime` wires them)."""
@@ -39,6 +48,7 @@ ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS, *REALTIME_FUNCTIONS)
 LOG_RETENTION_DAYS: Final = frozenset(
     {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
 )
+FLUSH_ENGINES: Final = ("function", "glue")
 GLUE_WORKER_TYPES: Final = frozenset({"G.1X", "G.2X", "G.4X", "G.8X"})
 _ENV_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -202,6 +212,10 @@ class LakeSyncConfig:
         glue_workers: Glue workers per job run (at least 2).
         glue_timeout_minutes: Timeout of one job run.
         compact_maintain: Whether compaction runs Iceberg maintenance after compacting.
+        flush_engine: Where the flush runs. ``function`` (default): the ``flush`` Lambda function on pyiceberg, billed
+            by the second (a Glue run bills at least a minute of two workers however little it flushes); no Glue flush
+            job is deployed. ``glue``: the Glue flush job on Spark, and no flush function. Either way the lake tick
+            and the flush trigger start it, and compaction and checkpoints stay Glue jobs.
         sql_source_pulls: Whether ``pull`` is deployed with the SQL drivers (the ``materialise`` asset, x86_64), so
             that ``?source=`` pulls of PostgreSQL/MySQL connectors work; off, the pull function stays on the small
             ARM64 asset (the hot read path: a smaller package starts faster) and such pulls answer 502.
@@ -252,6 +266,7 @@ class LakeSyncConfig:
     glue_workers: int = 2
     glue_timeout_minutes: int = 60
     compact_maintain: bool = True
+    flush_engine: Literal["function", "glue"] = "function"
     tracing: bool = True
     dashboard: bool = False
     sql_source_pulls: bool = False
@@ -266,6 +281,11 @@ class LakeSyncConfig:
     def stack_name(self) -> str:
         """The environment's stack name."""
         return f"LakeSync-{self.name}"
+
+    @property
+    def deployed_functions(self) -> tuple[str, ...]:
+        """The functions the environment deploys: :data:`ALL_FUNCTIONS`, without ``flush`` on the Glue engine."""
+        return tuple(f for f in ALL_FUNCTIONS if f != FLUSH_FUNCTION or self.flush_engine == "function")
 
     @property
     def database_name(self) -> str:
@@ -343,6 +363,14 @@ class LakeSyncConfig:
             out.append("glueExecutionClass FLEX runs only G.1X or G.2X workers (set glueExecutionClass to STANDARD)")
         if not isinstance(self.compact_maintain, bool):
             out.append("compactMaintain must be true or false")
+        if self.flush_engine not in FLUSH_ENGINES:
+            out.append(f"flushEngine must be one of {list(FLUSH_ENGINES)}")
+        elif (
+            self.flush_engine == "glue"
+            and isinstance(self.reserved_concurrency, Mapping)
+            and FLUSH_FUNCTION in self.reserved_concurrency
+        ):
+            out.append("reservedConcurrency: flush is deployed only with flushEngine 'function'")
         if not isinstance(self.tracing, bool):
             out.append("tracing must be true or false")
         if not isinstance(self.dashboard, bool):

@@ -1,7 +1,8 @@
 """The Lambda functions: one code asset (``lakesync`` + ``functions/``), one function per handler module.
 
 Every function runs Python 3.11 (:data:`~lakesync_infra.common.LAMBDA_RUNTIME`, the Python the tests run the handlers
-on) on ARM64 (``materialise`` on x86_64: :data:`~lakesync_infra.common.MATERIALISE_ARCHITECTURE`) with active X-Ray
+on) on ARM64 (``materialise`` and ``flush`` on x86_64: :data:`~lakesync_infra.common.MATERIALISE_ARCHITECTURE`,
+:data:`~lakesync_infra.common.FLUSH_ARCHITECTURE`) with active X-Ray
 tracing, its own log group (with retention) and its own role holding exactly what its code does: :data:`ACCESS`
 lists, per function, the DynamoDB actions on each logical table (the stores' calls in ``lakesync.aws.dynamodb``), and
 the environment is the subset of :data:`lakesync.aws.function_settings.FUNCTION_ENV_VARS` the function needs.
@@ -19,7 +20,20 @@ the stream mapping, their sessions table and callback URL variables -- is :mod:`
 
 ``lake_tick`` is what the jobs' schedules invoke (:meth:`lakesync_infra.jobs.Jobs.schedule_ticks`): it reads the
 heads, the shard registry and flush requests, the commit index of the log (the release step's target) and the
-checkpoints, and may list and start runs of the three Glue jobs -- nothing else (:mod:`lakesync.aws.lake_tick`).
+checkpoints, and may list and start runs of the Glue jobs and queue runs of the flush function -- nothing else
+(:mod:`lakesync.aws.lake_tick`).
+
+``flush`` (``flushEngine: function``, the default) is the flush as a function (:mod:`lakesync.aws.flush_function`),
+with its own code asset (the API functions' plus ``lakesync.lake``, pyiceberg and pyarrow:
+:func:`lakesync_infra.packaging.build_flush_asset`) on x86_64, :data:`FLUSH_MEMORY_MB` and Lambda's longest timeout.
+The lake tick and the flush trigger queue its runs by asynchronous ``Invoke`` and record them in the config table
+(:mod:`lakesync.aws.flush_runs`), so they may invoke that one function and write those records (:data:`RUN_RECORDS`),
+and no longer start a Glue flush job; Lambda does not retry a failed run (the next tick starts a new one) and drops a
+run still queued after :data:`lakesync.aws.flush_runs.ASYNC_EVENT_AGE_S`. Its access is the Glue flush job's: the
+buffer tables (:data:`lakesync_infra.jobs.ACCESS`), the warehouse prefix of the lake bucket, the lake's Glue database
+and its delta log table (``glue:CreateDatabase`` too: pyiceberg creates the namespace when it is missing), the
+checkpoints, publishing and the ``LakeSync`` metrics. With ``flushEngine: glue`` it is not deployed, and the tick and
+the trigger start the Glue flush job as before.
 
 ``materialise`` consumes the materialisation queue (:meth:`lakesync_infra.queues.Queues.attach_consumer`: partial
 batch failures, at most ``materialiseConcurrency`` concurrent invocations) and ships with its own code asset, the
@@ -43,7 +57,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -52,27 +66,37 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from lakesync.aws.flush_runs import ASYNC_EVENT_AGE_S
 from lakesync.aws.function_settings import (
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
+    FLUSH_FUNCTION_NAME,
+    FLUSH_FUNCTION_TIMEOUT_S,
     FLUSH_JOB_NAME,
     FLUSH_PUBLISHES,
+    FLUSH_RETENTION_MS,
     FLUSH_THRESHOLD_BYTES,
     GATEWAY_IDS,
     JOB_NAME_VARS,
     JWT_SECRET_ARN,
+    LAKE_CATALOG,
+    LAKE_NAMESPACE,
+    LAKE_WAREHOUSE,
+    MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES,
     SUB_SHARDS,
     TABLE_VARS,
 )
+from lakesync.core.lake_work import DEFAULT_RETENTION_MS
+from lakesync.lake.tables import DELTA_LOG
 from lakesync_infra.buffer import STREAM_TABLE, Buffer
 from lakesync_infra.common import (
+    FLUSH_ARCHITECTURE,
     LAMBDA_ARCHITECTURE,
     LAMBDA_RUNTIME,
     MATERIALISE_ARCHITECTURE,
@@ -88,7 +112,10 @@ from lakesync_infra.common import (
     stream_source,
     via,
 )
-from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
+from lakesync_infra.config import ALL_FUNCTIONS, FLUSH_FUNCTION, LakeSyncConfig
+from lakesync_infra.jobs import ACCESS as JOB_ACCESS
+from lakesync_infra.jobs import METRIC_NAMESPACE
+from lakesync_infra.lake import WAREHOUSE_PREFIX, Lake
 from lakesync_infra.network import MaterialiseNetwork
 from lakesync_infra.queues import CONSUMER_TIMEOUT, PAYLOADS, Queues
 
@@ -97,6 +124,7 @@ POWERTOOLS_TRACE_DISABLED: Final = "POWERTOOLS_TRACE_DISABLED"
 """Set when the configuration turns tracing off: the functions then build no X-Ray tracer
 (:func:`lakesync.aws.tracing.tracing_enabled`)."""
 FLUSH_REQUEST_PREFIX: Final = "flush#"
+FLUSH_TRIGGER: Final = "flush_trigger"
 FLUSH_TRIGGER_TIMEOUT_S: Final = 300
 LAKE_TICK: Final = "lake_tick"
 LAKE_TICK_TIMEOUT_S: Final = 60
@@ -119,6 +147,24 @@ def driver_functions(config: LakeSyncConfig) -> frozenset[str]:
     ``sqlSourcePulls``."""
     return frozenset(DRIVER_FUNCTIONS) | ({"pull"} if config.sql_source_pulls else frozenset())
 
+
+FLUSH: Final = FLUSH_FUNCTION
+FLUSH_TIMEOUT_S: Final = 900
+"""Lambda's longest: a run flushes at most ``LAKESYNC_FLUSH_MAX_DELTAS`` entries, and may first wait for a held lease.
+The tick and the trigger read it (``LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S``): a run recorded as unfinished for longer
+has ended."""
+FLUSH_MEMORY_MB: Final = 2048
+"""A run holds its entries as one Arrow table while it writes them (and CPU scales with memory)."""
+FLUSH_DATABASE_ACTIONS: Final = ("glue:GetDatabase", "glue:CreateDatabase")
+"""pyiceberg's GlueCatalog on the lake's database: read it, and create it when missing (``AlreadyExists`` otherwise)."""
+FLUSH_TABLE_ACTIONS: Final = ("glue:GetTable", "glue:CreateTable", "glue:UpdateTable")
+"""pyiceberg's GlueCatalog on the delta log table: load it, create it on the first run, commit (a new version)."""
+RUN_RECORDS: Final[Mapping[str, tuple[str, ...]]] = {
+    "config": ("dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+}
+"""What starting the flush function takes of the config table (:class:`lakesync.aws.flush_runs.FunctionJobStarter`):
+the runs listed (Query), a run recorded as queued (PutItem), a refused ``Invoke`` recorded as failed (UpdateItem) and
+the records beyond the newest kept deleted (DeleteItem)."""
 
 BROADCAST: Final = "ws_broadcast"
 BROADCAST_TIMEOUT_S: Final = 60
@@ -208,7 +254,7 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
     ),
     # checkpoint: sync rules (to filter) and the checkpoint objects.
     "checkpoint": FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, checkpoints=True),
-    "flush_trigger": FunctionAccess(api=False, timeout_s=FLUSH_TRIGGER_TIMEOUT_S),
+    FLUSH_TRIGGER: FunctionAccess(api=False, timeout_s=FLUSH_TRIGGER_TIMEOUT_S),
     # materialise: the gateway's destinations (dest#...) and table schemas (schema#...), one Query each.
     MATERIALISE: FunctionAccess(
         tables={"config": ("dynamodb:Query",)}, api=False, timeout_s=int(CONSUMER_TIMEOUT.to_seconds())
@@ -222,6 +268,15 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         api=False,
         checkpoints=True,
         timeout_s=LAKE_TICK_TIMEOUT_S,
+    ),
+    # flush: the Glue flush job's buffer access (the same FlushStore calls; its run records -- config PutItem,
+    # UpdateItem, Query, DeleteItem -- are among them) and the checkpoints (the release bounds).
+    FLUSH: FunctionAccess(
+        tables=JOB_ACCESS["flush"].tables,
+        index_actions=JOB_ACCESS["flush"].index_actions,
+        api=False,
+        checkpoints=True,
+        timeout_s=FLUSH_TIMEOUT_S,
     ),
 }
 
@@ -287,6 +342,15 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
 }
 
 
+def function_access(config: LakeSyncConfig, name: str) -> FunctionAccess:
+    """What function ``name`` touches in ``config``'s environment: :data:`ACCESS`, and on the function flush engine
+    the flush function's run records for the lake tick and the flush trigger, which start it (:data:`RUN_RECORDS`)."""
+    access = ACCESS[name]
+    if name in (FLUSH_TRIGGER, LAKE_TICK) and config.flush_engine == "function":
+        return replace(access, tables=_union(access.tables, RUN_RECORDS))
+    return access
+
+
 def handler(name: str) -> str:
     """The handler string of function ``name``."""
     return f"functions.{name}.lambda_handler"
@@ -309,10 +373,11 @@ class Functions(Construct):
         config: LakeSyncConfig,
         asset: Path,
         materialise_asset: Path,
+        flush_asset: Path,
         key: kms.IKey,
         buffer: Buffer,
         jwt_secret: secretsmanager.ISecret,
-        checkpoints: s3.IBucket,
+        lake: Lake,
         job_names: Mapping[str, str],
         job_arns: Mapping[str, str],
         queues: Queues,
@@ -321,14 +386,16 @@ class Functions(Construct):
         super().__init__(scope, construct_id)
         if set(ACCESS) != set(ALL_FUNCTIONS):
             raise ValueError(f"ACCESS must describe exactly {sorted(ALL_FUNCTIONS)}")
+        checkpoints = lake.checkpoints
         code = lambda_.Code.from_asset(str(asset), exclude=[".complete"])
         drivers = lambda_.Code.from_asset(str(materialise_asset), exclude=[".complete"])
+        lake_code = lambda_.Code.from_asset(str(flush_asset), exclude=[".complete"])
         in_vpc_names = set(network.functions) if network is not None else set()
         with_drivers = driver_functions(config)
         self.functions: dict[str, lambda_.Function] = {}
         self.log_groups = {}
-        for name in ALL_FUNCTIONS:
-            access = ACCESS[name]
+        for name in config.deployed_functions:
+            access = function_access(config, name)
             group = log_group(self, f"{_pascal(name)}Logs", config)
             role = lambda_role(self, f"{_pascal(name)}Role", group)
             env: dict[str, str] = {POWERTOOLS_LOG_LEVEL: config.log_level}
@@ -338,8 +405,8 @@ class Functions(Construct):
                 env.update(_api_environment(config, buffer, jwt_secret))
             if access.checkpoints:
                 env[CHECKPOINT_BUCKET] = checkpoints.bucket_name
-            if name == "flush_trigger":
-                env[FLUSH_JOB_NAME] = job_names["flush"]
+            if name == FLUSH_TRIGGER:
+                env.update(_flush_trigger_environment(config, buffer, job_names))
             if name == LAKE_TICK:
                 env.update(_lake_tick_environment(config, buffer, job_names))
             if name == BROADCAST:
@@ -347,6 +414,8 @@ class Functions(Construct):
             in_vpc = name in in_vpc_names
             if name == MATERIALISE:
                 env.update(_materialise_environment(config, buffer, queues))
+            if name == FLUSH:
+                env.update(_flush_environment(config, buffer, lake, queues))
             if in_vpc:
                 # Lambda checks them when it creates the function
                 allow(role, ENI_ACTIONS, ["*"], sid="NetworkInterfaces")
@@ -354,10 +423,10 @@ class Functions(Construct):
                 self,
                 _pascal(name),
                 description=f"LakeSync {config.name}: functions.{name}",
-                code=drivers if name in with_drivers else code,
+                code=lake_code if name == FLUSH else drivers if name in with_drivers else code,
                 handler=handler(name),
                 runtime=LAMBDA_RUNTIME,
-                architecture=MATERIALISE_ARCHITECTURE if name in with_drivers else LAMBDA_ARCHITECTURE,
+                architecture=_architecture(name, with_drivers),
                 memory_size=_memory(config, name, access),
                 vpc=network.vpc if in_vpc and network else None,
                 vpc_subnets=network.subnets if in_vpc and network else None,
@@ -369,8 +438,10 @@ class Functions(Construct):
                 tracing=lambda_.Tracing.ACTIVE if config.tracing else lambda_.Tracing.DISABLED,
                 reserved_concurrent_executions=config.reserved_concurrency.get(name),
                 recursive_loop=lambda_.RecursiveLoop.TERMINATE,
-                # a schedule's asynchronous invocation: its next tick is the retry (a poll is idempotent)
-                retry_attempts=0 if name == CONNECTOR_POLL else None,
+                # asynchronous invocations: a schedule's next tick is the retry (a poll is idempotent); a failed flush
+                # run is recorded, and the next tick starts a new one
+                retry_attempts=0 if name in (CONNECTOR_POLL, FLUSH) else None,
+                max_event_age=cdk.Duration.seconds(ASYNC_EVENT_AGE_S) if name == FLUSH else None,
             )
             acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
             self.functions[name] = fn
@@ -382,7 +453,7 @@ class Functions(Construct):
                     XRAY_REASON + " CDK's rotation schedule also grants secretsmanager:GetRandomPassword, which has no"
                     " resource (our rotation generates the key itself and does not call it)."
                 )
-            if name in ("flush_trigger", BROADCAST):
+            if name in (FLUSH_TRIGGER, BROADCAST):
                 wildcards["Resource::*"] = (
                     XRAY_REASON + " The stream event source also needs dynamodb:ListStreams, which has no resource."
                 )
@@ -392,6 +463,8 @@ class Functions(Construct):
                 )
             if name == MATERIALISE:
                 wildcards.update(_materialise_wildcards(config, queues))
+            if name == FLUSH:
+                wildcards.update(_flush_wildcards(lake, queues))
             if in_vpc:
                 wildcards["Resource::*"] = ENI_REASON
             acknowledge_wildcards(role, wildcards)
@@ -422,10 +495,18 @@ class Functions(Construct):
             sid="DestinationSecrets",
         )
 
-        trigger = self.functions["flush_trigger"]
-        allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [job_arns["flush"]], sid="StartFlush")  # type: ignore[arg-type]
+        trigger = self.functions[FLUSH_TRIGGER]
         tick = self.functions[LAKE_TICK]
         allow(tick.role, ["glue:StartJobRun", "glue:GetJobRuns"], list(job_arns.values()), sid="LakeJobs")  # type: ignore[arg-type]
+        flush = self.functions.get(FLUSH)
+        if flush is None:
+            allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [job_arns["flush"]], sid="StartFlush")  # type: ignore[arg-type]
+        else:
+            for starter in (trigger, tick):
+                starter.add_environment(FLUSH_FUNCTION_NAME, flush.function_name)
+                starter.add_environment(FLUSH_FUNCTION_TIMEOUT_S, str(FLUSH_TIMEOUT_S))
+                allow(starter.role, ["lambda:InvokeFunction"], [flush.function_arn], sid="StartFlush")  # type: ignore[arg-type]
+            _grant_flush(flush.role, key, lake, queues)  # type: ignore[arg-type]
         # Only batch metadata lands here (shard, sequence numbers), so SQS-managed encryption is enough and the
         # trigger needs no key grant to send.
         self.stream_failures = sqs.Queue(
@@ -489,14 +570,68 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
 
 
 def _lake_tick_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Mapping[str, str]) -> dict[str, str]:
-    # The flush job always publishes (lakesync_infra.jobs passes it the claim-check bucket and the queue), and the
-    # tick must know it: the flush then releases only published entries.
+    # The flush always publishes (the Glue job and the function are given the claim-check bucket and the queue), and
+    # the tick must know it: the flush then releases only published entries. The flush function's name is added
+    # once it exists.
     env = {GATEWAY_IDS: ",".join(config.gateway_ids), FLUSH_PUBLISHES: "true"}
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)
-    for job, var in JOB_NAME_VARS.items():
-        env[var] = job_names[job]
+    for job, name in job_names.items():
+        env[JOB_NAME_VARS[job]] = name
     return env
+
+
+def _flush_trigger_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Mapping[str, str]) -> dict[str, str]:
+    if config.flush_engine == "glue":
+        return {FLUSH_JOB_NAME: job_names["flush"]}
+    return {var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()}  # the run records' table
+
+
+def _flush_environment(config: LakeSyncConfig, buffer: Buffer, lake: Lake, queues: Queues) -> dict[str, str]:
+    # What the Glue flush job is given (lakesync_infra.jobs.script_arguments): the same warehouse, catalog, database,
+    # retention, checkpoints and publishing.
+    env = {
+        GATEWAY_IDS: ",".join(config.gateway_ids),
+        LAKE_WAREHOUSE: lake.warehouse,
+        LAKE_CATALOG: "glue",
+        LAKE_NAMESPACE: lake.database_name,
+        CHECKPOINT_BUCKET: lake.checkpoints.bucket_name,
+        CLAIM_CHECK_BUCKET: queues.claim_check.bucket_name,
+        MATERIALISE_QUEUE_URL: queues.queue.queue_url,
+        FLUSH_RETENTION_MS: str(DEFAULT_RETENTION_MS),
+    }
+    for kind, var in TABLE_VARS.items():
+        env[var] = getattr(buffer.names, kind)
+    return env
+
+
+def _grant_flush(role: iam.IRole, key: kms.IKey, lake: Lake, queues: Queues) -> None:
+    """The flush function's lake, catalog, publishing and metric grants (its tables and checkpoints are granted as
+    every function's)."""
+    # ListBucket makes a missing object a 404 (pyarrow's existence checks) instead of a 403.
+    allow(role, ["s3:ListBucket"], [lake.bucket.bucket_arn], sid="ListWarehouse")
+    allow(
+        role,
+        ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+        [lake.bucket.arn_for_objects(f"{WAREHOUSE_PREFIX}/*")],
+        sid="Warehouse",
+    )
+    arns = lake.catalog_arns()
+    allow(role, FLUSH_DATABASE_ACTIONS, [arns["catalog"], arns["database"]], sid="CatalogDatabase")
+    delta_log = cdk.Stack.of(lake).format_arn(
+        service="glue", resource="table", resource_name=f"{lake.database_name}/{DELTA_LOG}"
+    )
+    allow(role, FLUSH_TABLE_ACTIONS, [arns["catalog"], arns["database"], delta_log], sid="CatalogDeltaLog")
+    queues.grant_publish(role)
+    allow_key(role, key, ["kms:Decrypt", "kms:GenerateDataKey"], ["s3", "sqs"], sid="LakeKey")
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="LakeSyncMetrics",
+            actions=["cloudwatch:PutMetricData"],
+            resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}},
+        )
+    )
 
 
 def _materialise_environment(config: LakeSyncConfig, buffer: Buffer, queues: Queues) -> dict[str, str]:
@@ -506,7 +641,15 @@ def _materialise_environment(config: LakeSyncConfig, buffer: Buffer, queues: Que
     return env
 
 
+def _architecture(name: str, with_drivers: frozenset[str]) -> lambda_.Architecture:
+    if name == FLUSH:
+        return FLUSH_ARCHITECTURE
+    return MATERIALISE_ARCHITECTURE if name in with_drivers else LAMBDA_ARCHITECTURE
+
+
 def _memory(config: LakeSyncConfig, name: str, access: FunctionAccess) -> int:
+    if name == FLUSH:
+        return FLUSH_MEMORY_MB
     if name == MATERIALISE:
         return config.materialise_memory_mb
     return config.lambda_memory_mb if access.api or name == BROADCAST else 256
@@ -529,6 +672,17 @@ def _materialise_wildcards(config: LakeSyncConfig, queues: Queues) -> dict[str, 
         "Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:"
         f"{config.destination_secrets}*": "Destinations (and their secrets) are configured at run time through the "
         "admin API; the function may read only secrets named under the environment's destination prefix.",
+    }
+
+
+def _flush_wildcards(lake: Lake, queues: Queues) -> dict[str, str]:
+    return {
+        f"Resource::{arn_token(lake.bucket)}/{WAREHOUSE_PREFIX}/*": "Iceberg data and metadata files of the delta log "
+        "under the warehouse prefix; pyiceberg generates their names on every commit.",
+        f"Resource::{arn_token(queues.claim_check)}/{PAYLOADS}": "Writes materialisation payloads: one object per "
+        "published range, keyed by gateway, table and range under the materialise/ prefix, at run time.",
+        "Resource::*": XRAY_REASON + " cloudwatch:PutMetricData has no resource-level permissions either; its "
+        "statement is limited to the LakeSync metrics namespace by condition.",
     }
 
 

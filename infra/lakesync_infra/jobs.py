@@ -1,5 +1,9 @@
 """The Glue 5.1 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
 
+The flush is a Glue job only with ``flushEngine: glue``; by default it is the ``flush`` Lambda function
+(:mod:`lakesync_infra.functions`) and no Glue flush job is deployed (:func:`glue_job_kinds`). Its schedule invokes the
+lake tick either way, and the bundle keeps its script.
+
 Artifacts: the three ``glue_jobs/*.py`` scripts and the zip of wheels (``lakesync-<version>.gluewheels.zip``: the
 ``lakesync`` wheel and its pinned requirements, protobuf and PyJWT; :func:`lakesync_infra.packaging.build_glue_bundle`)
 are deployed together (a ``BucketDeployment``) to ``s3://<artifacts>/glue/<content hash>/``, each under its real file
@@ -23,11 +27,11 @@ enabled: nothing uses Spark's session catalog, and it would make every run depen
 
 Schedules (EventBridge Scheduler): no schedule starts a job. Each job's schedule -- flush every
 ``flushIntervalMinutes``, compact and checkpoint on their own expressions -- invokes the lake tick
-(``functions/lake_tick.py``, :meth:`Jobs.schedule_ticks`) with ``{"job": <kind>}``, and the tick starts the job only
-when it has work (:mod:`lakesync.core.lake_work`): an idle deployment starts no Glue run. A run meeting a busy job is
-left to the next tick, as before; the schedules retry a failed invocation twice within an hour. EventBridge Scheduler
-rather than an EventBridge rule: rates down to one minute, one role scoped to invoking the tick, and the same
-schedule service for anything added later.
+(``functions/lake_tick.py``, :meth:`Jobs.schedule_ticks`) with ``{"job": <kind>}``, and the tick starts the job (or
+the flush function) only when it has work (:mod:`lakesync.core.lake_work`): an idle deployment starts no run. A run
+meeting a busy job is left to the next tick, as before; the schedules retry a failed invocation twice within an hour.
+EventBridge Scheduler rather than an EventBridge rule: rates down to one minute, one role scoped to invoking the tick,
+and the same schedule service for anything added later.
 
 Materialisation: after its commit the flush publishes every newly flushed range (``lakesync.aws.publish``) -- the
 payload to the claim-check bucket under ``materialise/``, one message to the materialisation queue, the head's
@@ -111,6 +115,7 @@ TEMP_PREFIX: Final = "glue-temp"
 METRIC_NAMESPACE: Final = "LakeSync"
 """The namespace of the jobs' own metrics (``lakesync.aws.publish.METRIC_NAMESPACE``)."""
 JOB_KINDS: Final = ("flush", "compact", "checkpoint")
+"""The lake's jobs: each has a schedule of the lake tick; each but ``flush`` on the function engine is a Glue job."""
 LOG_STREAMS: Final = ("output", "error")
 SCHEDULE_RETRIES: Final = 2
 SCHEDULE_MAX_AGE: Final = cdk.Duration.hours(1)
@@ -200,6 +205,11 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
 }
 
 
+def glue_job_kinds(config: LakeSyncConfig) -> tuple[str, ...]:
+    """The jobs deployed as Glue jobs: all of :data:`JOB_KINDS`, but ``flush`` only on the Glue flush engine."""
+    return tuple(kind for kind in JOB_KINDS if kind != "flush" or config.flush_engine == "glue")
+
+
 def spark_conf(region: str) -> str:
     """The ``--conf`` argument: the Iceberg SQL extensions, and S3A's region (Glue 5.1 defaults it to us-east-2)."""
     return f"{ICEBERG_EXTENSIONS} --conf {S3A_REGION}={region}"
@@ -261,11 +271,11 @@ def script_arguments(
 
 
 class Jobs(Construct):
-    """The three Glue jobs.
+    """The Glue jobs (:func:`glue_job_kinds`) and the lake tick's schedules.
 
     Attributes:
         artifacts: The bucket holding scripts, the wheel and Glue's temporary files.
-        jobs: ``flush`` / ``compact`` / ``checkpoint`` -> job (``ref`` is the job name).
+        jobs: ``flush`` (on the Glue flush engine) / ``compact`` / ``checkpoint`` -> job (``ref`` is the job name).
         roles: The jobs' roles, by job.
         modules_uri: ``s3://`` URI of the deployed zip of wheels.
         script_uris: ``s3://`` URI of each job's script.
@@ -338,7 +348,7 @@ class Jobs(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.log_groups: dict[str, dict[str, logs.LogGroup]] = {}
         self.schedules: dict[str, scheduler.Schedule] = {}
-        for kind in JOB_KINDS:
+        for kind in glue_job_kinds(config):
             name = kind.capitalize()
             role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("glue.amazonaws.com"))
             self.roles[kind] = role

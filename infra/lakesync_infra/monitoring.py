@@ -9,19 +9,22 @@ month, so each watches something no other alarm sees:
 * any error (an unhandled exception or timeout) of the functions no client waits for: the flush trigger, the
   materialise consumer, the secret rotation, the lake tick (if it fails, no lake job starts), the connector poller
   (a source that fails or refuses, a push refused: the connector's position does not move, and its schedule's next
-  tick polls again -- one alarm for every connector, the log names which) and the real-time broadcaster;
+  tick polls again -- one alarm for every connector, the log names which), the real-time broadcaster and, with
+  ``flushEngine: function``, the flush function (a run that failed or timed out: what the Glue failure rule below
+  reports of the Glue flush job);
 * the broadcaster falling behind the ``deltas`` stream: its ``IteratorAge`` above :data:`BROADCAST_AGE_LIMIT` (it
   fails and retries a batch, or cannot keep up); its exhausted batches land in ``BroadcastFailures`` (a DLQ above);
 * materialisation: a range the flush could not publish after its retries (metric ``MaterialisePublishFailures`` of
-  namespace ``LakeSync``, dimension ``service=flush``, emitted by the flush job), and a materialisation message
-  older than :data:`QUEUE_AGE_LIMIT` (the consumer is failing or cannot keep up; messages are kept 14 days);
+  namespace ``LakeSync``, dimension ``service=flush``, emitted by the flush: the function or the Glue job), and a
+  materialisation message older than :data:`QUEUE_AGE_LIMIT` (the consumer is failing or cannot keep up; messages
+  are kept 14 days);
 * a stale checkpoint: metric :data:`CHECKPOINT_AGE` (namespace ``LakeSync``, dimension ``service=lake_tick``), the
   seconds since the newest checkpoint of a gateway whose flushed data it does not cover, above
   :data:`CHECKPOINT_AGE_LIMIT`. The buffer is released only behind a checkpoint, so a stalled checkpoint job lets a
   hot shard's log grow toward the deltas table's 10 GB item-collection limit (its local secondary index), where
   pushes to it fail; this alarm says so long before. The lake tick's checkpoint ticks are to emit it (0 when every
   shard is covered, so an idle deployment never alarms); until they do, the alarm has no data and stays OK;
-* a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our three jobs
+* a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our Glue jobs
   sends the event itself to the topic (the message says which job and run); the rule's ``TriggeredRules`` metric
   is on the dashboard (no alarm: the rule already notifies).
 
@@ -56,7 +59,7 @@ from lakesync_infra.jobs import METRIC_NAMESPACE
 FAILED_STATES = ("FAILED", "TIMEOUT", "ERROR")
 PERIOD = cdk.Duration.minutes(5)
 PUBLISH_FAILURES = "MaterialisePublishFailures"
-"""The flush job's metric (``lakesync.aws.publish.FAILURE_METRIC``), dimension ``service=flush``."""
+"""The flush's metric (``lakesync.aws.publish.FAILURE_METRIC``), dimension ``service=flush``."""
 QUEUE_AGE_LIMIT = cdk.Duration.hours(1)
 CHECKPOINT_AGE = "CheckpointAgeSeconds"
 """The lake tick's metric: seconds since the newest checkpoint of the gateway that lags it most (0: none lags)."""
@@ -72,9 +75,11 @@ QUIET_FUNCTIONS = ("rotate_secret", "connector_poll", *(f for f in REALTIME_FUNC
 """Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed); the
 WebSocket routes and the connector poller (one invocation per connector and schedule tick; its errors alarm) are here
 so the dashboard stays within :data:`DASHBOARD_METRICS`."""
-UNGRAPHED = ("health", "ws_disconnect")
+UNGRAPHED = ("health", "ws_disconnect", "flush")
 """Functions left off the dashboard entirely (the dashboard has no room): ``health`` does no I/O, a failure of it is
-an API 5xx (graphed and alarmed); ``ws_disconnect`` is a ``DeleteItem`` per closed socket."""
+an API 5xx (graphed and alarmed); ``ws_disconnect`` is a ``DeleteItem`` per closed socket; the flush function runs at
+most one run at a time, and its errors alarm is on the dashboard's alarm widget (as the Glue flush job's failures are
+on its graph of failed runs)."""
 OWN_ROW = "materialise"
 """The function with its own dashboard row (left out of the per-function graphs)."""
 DASHBOARD_METRICS = 50

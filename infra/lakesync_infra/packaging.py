@@ -1,9 +1,10 @@
-"""Build the deployable artifacts locally (no Docker): the Lambda code directory and the Glue job bundle.
+"""Build the deployable artifacts locally (no Docker): the Lambda code directories and the Glue job bundle.
 
 **Lambda asset** (one directory for every function; the handler string picks the module):
 
 * ``lakesync`` without the parts the Lambda path never imports (:data:`LAMBDA_EXCLUDED` -- Spark jobs, the lake's
-  pyiceberg helpers, the local runner, the Python client and CLI), plus ``functions/``;
+  pyiceberg helpers and the flush function that runs them, the local runner, the Python client and CLI), plus
+  ``functions/`` (but ``flush``);
 * the runtime dependencies of the ``aws`` extra, pinned by ``uv.lock`` and installed as binary wheels for
   :data:`LAMBDA_PLATFORM` / :data:`LAMBDA_PYTHON` (``uv pip install --target``);
 * **without the AWS SDK** (:data:`RUNTIME_PROVIDED`): every Lambda Python runtime ships boto3/botocore, LakeSync
@@ -16,6 +17,14 @@ and cold start. BigQuery's client and its gRPC/cryptography dependencies make mo
 ~20 MB zipped, far below Lambda's 250 MB). It is built for x86_64 (:data:`MATERIALISE_PLATFORM`): psycopg-binary 3.3
 publishes ARM64 wheels only for glibc >= 2.27 (``manylinux_2_27_aarch64``), which the ``python3.11`` runtime's
 Amazon Linux 2 (glibc 2.26) does not have, while its ``manylinux2014_x86_64`` wheels run there.
+
+**Flush asset**: the Lambda asset *with* ``lakesync.lake`` and the flush function (only Spark, the local runner, the
+client and the CLI left out: :data:`FLUSH_EXCLUDED`) and the ``lake`` extra (pyiceberg, Apache Iceberg's Rust core
+``pyiceberg-core``, pyarrow), for the ``flush`` function alone. pyarrow (~140 MB) and pyiceberg-core (~40 MB) make
+most of its ~245 MB unzipped, under Lambda's 262,144,000 bytes. It is built for x86_64 (:data:`FLUSH_PLATFORM`):
+pyiceberg-core publishes no ``manylinux2014`` ARM64 wheel, and pyarrow is pinned below 21, the last line with
+``manylinux2014`` wheels; pyroaring, which has none, is installed from its ``manylinux_2_24`` wheel
+(:data:`FLUSH_NEWER_GLIBC`).
 
 **Target.** The runtime is ``python3.11`` (:data:`LAMBDA_PYTHON`): the Python the test suite runs the handlers on
 (and Glue 5.1's). Lambda runs it on Amazon Linux 2, glibc 2.26, so wheels are chosen for ``manylinux2014``
@@ -31,7 +40,7 @@ and checked against its SHA-256 hashes (cached under ``build/wheels/``). The job
 protobuf comes twice: the ``manylinux2014_x86_64`` wheel (Glue's workers; pip prefers it) and the pure-Python one (any
 other platform still installs, slower). Glue's own protobuf is replaced (the generated code needs protobuf 7).
 
-Both are cached under ``build/`` by a hash of everything they are made of (``uv.lock``, ``pyproject.toml``, the
+All are cached under ``build/`` by a hash of everything they are made of (``uv.lock``, ``pyproject.toml``, the
 sources, the target platform); a repeated synth reuses them. A directory is published by an atomic rename, so a
 crashed build never leaves a half-made artifact behind.
 """
@@ -66,8 +75,13 @@ MATERIALISE_PLATFORM: Final = "x86_64-manylinux2014"
 """The ``materialise`` asset's target: x86_64, because psycopg-binary 3.3 has no ARM64 wheel for glibc 2.26."""
 RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer", "urllib3", "python-dateutil", "six"})
 """Distributions the Lambda runtime provides (the AWS SDK and what only it depends on)."""
-LAMBDA_EXCLUDED: Final = ("spark", "lake", "local", "client", "cli.py")
-"""Parts of ``src/lakesync`` left out of the Lambda asset (a test proves the handlers never import them)."""
+FLUSH_EXCLUDED: Final = ("lakesync/spark", "lakesync/local", "lakesync/client", "lakesync/cli.py")
+"""Paths left out of the flush asset (as laid out in it): it keeps ``lakesync.lake``, the flush's pyiceberg engine."""
+LAMBDA_EXCLUDED: Final = (*FLUSH_EXCLUDED, "lakesync/lake", "lakesync/aws/flush_function.py", "functions/flush.py")
+"""Paths left out of the Lambda asset (a test proves nothing in it imports them): the lake engine, and the flush
+function, which alone imports it."""
+FLUSH_PLATFORM: Final = "x86_64-manylinux2014"
+"""The ``flush`` asset's target: x86_64, because pyiceberg-core has no ``manylinux2014`` ARM64 wheel."""
 GLUE_SCRIPTS: Final = ("flush.py", "compact.py", "checkpoint.py")
 GLUE_WHEEL_TAGS: Final = frozenset(
     {"py3-none-any", "cp310-abi3-manylinux2014_x86_64", "cp311-abi3-manylinux2014_x86_64"}
@@ -76,6 +90,10 @@ GLUE_WHEEL_TAGS: Final = frozenset(
 workers (manylinux2014: glibc 2.17, below Glue 5.x's Amazon Linux 2023) for CPython 3.11."""
 LAMBDA_EXTRAS: Final = ("aws",)
 MATERIALISE_EXTRAS: Final = ("aws", "sql")
+FLUSH_EXTRAS: Final = ("aws", "lake")
+FLUSH_NEWER_GLIBC: Final = ("pyroaring",)
+"""The flush asset's distributions without a ``manylinux2014`` wheel: pyiceberg's pyroaring 1.2 ships x86_64 wheels
+tagged ``manylinux_2_24.manylinux_2_28`` only (glibc 2.24, which Amazon Linux 2's 2.26 satisfies)."""
 
 _SKIP_NAMES: Final = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 _COMPLETE: Final = ".complete"
@@ -118,8 +136,7 @@ def lambda_requirements(root: Path = ROOT, extras: tuple[str, ...] = LAMBDA_EXTR
         line = line.strip()
         if not line or line.startswith(("#", "-")):
             continue
-        name = line.split("==")[0].split(";")[0].strip().lower().replace("_", "-")
-        if name not in RUNTIME_PROVIDED:
+        if _dist_name(line) not in RUNTIME_PROVIDED:
             reqs.append(line)
     return reqs
 
@@ -131,6 +148,8 @@ def build_lambda_asset(
     extras: tuple[str, ...] = LAMBDA_EXTRAS,
     name: str = "lambda",
     platform: str = LAMBDA_PLATFORM,
+    excluded: tuple[str, ...] = LAMBDA_EXCLUDED,
+    newer_glibc: tuple[str, ...] = (),
 ) -> Path:
     """A Lambda code directory (built once per content hash under ``build/``).
 
@@ -139,36 +158,77 @@ def build_lambda_asset(
         build_dir: Where artifacts are cached (default ``build/``).
         extras: The project's extras installed beside the code.
         name: The directory's name prefix.
-        platform: uv's ``--python-platform`` the wheels are chosen for.
+        platform: uv's ``--python-platform`` the wheels are chosen for (a ``manylinux2014`` one).
+        excluded: Paths left out, as laid out in the asset (``lakesync/...``, ``functions/...``).
+        newer_glibc: Distributions with no ``manylinux2014`` wheel: installed for ``manylinux_2_28`` (uv's next
+            glibc target), each then required to declare a manylinux tag no newer than :data:`LAMBDA_GLIBC`.
 
     Raises:
-        PackagingError: uv is missing or an install failed.
+        PackagingError: uv is missing, an install failed, or a ``newer_glibc`` wheel needs a newer glibc.
     """
     build_dir = build_dir or root / "build"
     requirements = lambda_requirements(root, extras)
+    late = [r for r in requirements if _dist_name(r) in newer_glibc]
+    if unknown := set(newer_glibc) - {_dist_name(r) for r in late}:
+        raise PackagingError(f"{sorted(unknown)} are not runtime requirements of the extras {extras}")
+    sources = _lambda_sources(root, excluded)
     digest = _digest(
-        [*_lambda_sources(root), root / "uv.lock", root / "pyproject.toml"],
+        [*sources, root / "uv.lock", root / "pyproject.toml"],
         root,
-        extra=[platform, LAMBDA_PYTHON, *extras, *requirements],
+        extra=[platform, LAMBDA_PYTHON, *extras, *requirements, *newer_glibc],
     )
     target = build_dir / f"{name}-{digest}"
     if (target / _COMPLETE).exists():
         return target
     with _Staging(build_dir, target) as stage:
-        req_file = stage.parent / f"{stage.name}.requirements.txt"
-        req_file.write_text("\n".join(requirements) + "\n", encoding="utf-8")
-        try:
-            _run([str(uv(root)), "pip", "install", "--quiet", "--no-deps", "--target", str(stage),
-                  "--python-platform", platform, "--python-version", LAMBDA_PYTHON, "--only-binary", ":all:",
-                  "--no-compile", "-r", str(req_file)], cwd=root)  # fmt: skip
-        finally:
-            req_file.unlink(missing_ok=True)
+        _install(root, stage, [r for r in requirements if r not in late], platform)
+        if late:
+            _install(root, stage, late, platform.replace("manylinux2014", "manylinux_2_28"))
+            _check_glibc(stage, newer_glibc)
         shutil.rmtree(stage / "bin", ignore_errors=True)  # console scripts (jp.py): nothing runs them on Lambda
-        for source in _lambda_sources(root):
-            dest = stage / source.relative_to(root / "src" if source.is_relative_to(root / "src") else root)
+        for source in sources:
+            dest = stage / _asset_path(root, source)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest)
     return target
+
+
+def _install(root: Path, stage: Path, requirements: list[str], platform: str) -> None:
+    """``uv pip install`` the pinned ``requirements`` (binary wheels for ``platform``) into ``stage``."""
+    req_file = stage.parent / f"{stage.name}.requirements.txt"
+    req_file.write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    try:
+        _run([str(uv(root)), "pip", "install", "--quiet", "--no-deps", "--target", str(stage),
+              "--python-platform", platform, "--python-version", LAMBDA_PYTHON, "--only-binary", ":all:",
+              "--no-compile", "-r", str(req_file)], cwd=root)  # fmt: skip
+    finally:
+        req_file.unlink(missing_ok=True)
+
+
+def _check_glibc(stage: Path, names: tuple[str, ...]) -> None:
+    """Each of ``names`` installed in ``stage`` declares a tag the runtime's glibc (:data:`LAMBDA_GLIBC`) accepts."""
+    for info in stage.glob("*.dist-info"):
+        if _dist_name(info.name.rsplit("-", 1)[0]) not in names:
+            continue
+        lines = (info / "WHEEL").read_text(encoding="utf-8").splitlines()
+        platforms = [line.removeprefix("Tag:").strip().split("-")[-1] for line in lines if line.startswith("Tag:")]
+        if not any(_glibc_ok(p) for p in platforms):
+            raise PackagingError(f"{info.name}: no wheel tag {platforms} runs on glibc {LAMBDA_GLIBC}")
+
+
+def _glibc_ok(platform: str) -> bool:
+    """Whether a wheel's platform tag runs on :data:`LAMBDA_GLIBC` (pure, legacy manylinux, or ``manylinux_X_Y``)."""
+    if platform == "any" or platform.startswith(("manylinux1_", "manylinux2010_", "manylinux2014_")):
+        return True
+    parts = platform.split("_")
+    if parts[0] != "manylinux" or len(parts) < 4 or not (parts[1].isdigit() and parts[2].isdigit()):
+        return False
+    return (int(parts[1]), int(parts[2])) <= LAMBDA_GLIBC
+
+
+def _dist_name(requirement: str) -> str:
+    """The normalised distribution name of a ``name==version`` line (or a dist-info name)."""
+    return requirement.split("==")[0].split(";")[0].strip().lower().replace("_", "-")
 
 
 def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
@@ -179,6 +239,24 @@ def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) ->
     """
     return build_lambda_asset(
         root, build_dir, extras=MATERIALISE_EXTRAS, name="materialise", platform=MATERIALISE_PLATFORM
+    )
+
+
+def build_flush_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
+    """The ``flush`` function's code directory: the Lambda asset plus ``lakesync.lake`` and the ``lake`` extra, for
+    x86_64.
+
+    Raises:
+        PackagingError: uv is missing or an install failed.
+    """
+    return build_lambda_asset(
+        root,
+        build_dir,
+        extras=FLUSH_EXTRAS,
+        name="flush",
+        platform=FLUSH_PLATFORM,
+        excluded=FLUSH_EXCLUDED,
+        newer_glibc=FLUSH_NEWER_GLIBC,
     )
 
 
@@ -292,11 +370,19 @@ def uv(root: Path = ROOT) -> Path:
     raise PackagingError("uv not found: run `make setup` (it installs .tools/bin/uv) or set $UV")
 
 
-def _lambda_sources(root: Path) -> list[Path]:
-    package = root / "src" / "lakesync"
-    excluded = {package / name for name in LAMBDA_EXCLUDED}
-    files = [p for p in _tree(package) if not any(p == e or p.is_relative_to(e) for e in excluded)]
-    return files + _tree(root / "functions")
+def _lambda_sources(root: Path, excluded: tuple[str, ...] = LAMBDA_EXCLUDED) -> list[Path]:
+    """The source files of a Lambda asset: ``src/lakesync`` and ``functions``, but the ``excluded`` paths."""
+    files = []
+    for path in [*_tree(root / "src" / "lakesync"), *_tree(root / "functions")]:
+        in_asset = _asset_path(root, path)
+        if not any(in_asset == e or in_asset.is_relative_to(e) for e in map(Path, excluded)):
+            files.append(path)
+    return files
+
+
+def _asset_path(root: Path, source: Path) -> Path:
+    """Where a source file goes in a Lambda asset: ``src/`` stripped (``lakesync/...``), ``functions/...`` as is."""
+    return source.relative_to(root / "src" if source.is_relative_to(root / "src") else root)
 
 
 def _tree(directory: Path) -> list[Path]:

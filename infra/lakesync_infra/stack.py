@@ -3,7 +3,7 @@
 Wiring (the only cross-construct dependencies)::
 
     DataKey ──> Buffer, Lake, Queues, Secrets, Jobs, Functions
-    Lake ──> Queues (access logs), Jobs (warehouse, catalog), Functions (checkpoints)
+    Lake ──> Queues (access logs), Jobs (warehouse, catalog), Functions (checkpoints; the flush function's lake)
     Buffer ──> Jobs, Functions          Jobs ──> Functions (the jobs the flush trigger and the lake tick start)
     Functions ──> Jobs (the schedules invoke the lake tick)
     Queues ──> Jobs (the flush publishes), Functions (materialise consumes), Monitoring
@@ -49,14 +49,17 @@ class Artifacts:
     """The built code the stacks deploy.
 
     Attributes:
-        lambda_asset: The Lambda code directory of every function but ``materialise``.
+        lambda_asset: The Lambda code directory of every function but those below.
         glue: The Glue scripts and wheel.
         materialise_asset: The ``materialise`` function's code directory (the Lambda asset plus the SQL drivers).
+        flush_asset: The ``flush`` function's code directory (the Lambda asset plus ``lakesync.lake``, pyiceberg and
+            pyarrow).
     """
 
     lambda_asset: Path
     glue: GlueBundle
     materialise_asset: Path
+    flush_asset: Path
 
 
 class LakeSyncStack(cdk.Stack):
@@ -104,10 +107,11 @@ class LakeSyncStack(cdk.Stack):
             config=config,
             asset=artifacts.lambda_asset,
             materialise_asset=artifacts.materialise_asset,
+            flush_asset=artifacts.flush_asset,
             key=self.data_key,
             buffer=self.buffer,
             jwt_secret=self.secrets.jwt_secret,
-            checkpoints=self.lake.checkpoints,
+            lake=self.lake,
             job_names={kind: job.ref for kind, job in self.jobs.jobs.items()},
             job_arns={kind: self.jobs.job_arn(kind) for kind in self.jobs.jobs},
             queues=self.queues,
@@ -159,7 +163,15 @@ class LakeSyncStack(cdk.Stack):
         cdk.CfnOutput(self, "JwtSecretArn", value=self.secrets.jwt_secret.secret_arn, description="JWT signing key")
         cdk.CfnOutput(self, "LakeBucket", value=self.lake.bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)
-        cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
+        if "flush" in self.jobs.jobs:
+            cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
+        else:
+            cdk.CfnOutput(
+                self,
+                "FlushFunction",
+                value=functions["flush"].function_name,
+                description="Runs the flush (the lake tick and the flush trigger queue its runs); invoke with {}",
+            )
         cdk.CfnOutput(
             self,
             "GlueDatabase",

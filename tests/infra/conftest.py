@@ -1,9 +1,11 @@
 """One synth of the CDK app per test session, shared by every infra test.
 
 The app is built exactly as ``infra/app.py`` builds it (``build_app`` with ``infra/cdk.json``'s context and the real
-Lambda asset and Glue bundle), for the ``dev`` environment with every optional setting switched on, so each code
-path that depends on configuration appears in the one template. cdk-nag runs during the synth; a failed validation
-does not stop the session (the nag test reports it), the template is read from the cloud assembly either way.
+Lambda assets and Glue bundle), for the ``dev`` environment with every optional setting switched on, so each code
+path that depends on configuration appears in the one template -- but for the flush engine, the default (the flush
+function): ``glue_synth`` is the same environment with ``flushEngine: glue`` (the Glue flush job). cdk-nag runs during
+the synth; a failed validation does not stop the session (the nag test reports it), the template is read from the
+cloud assembly either way.
 
 ``Cfn`` wraps the template with the few queries the tests need. CloudFormation expressions are rendered the way
 cdk-nag spells them: ``{"Ref": "X"}`` -> ``<X>``, ``{"Fn::GetAtt": ["X", "Arn"]}`` -> ``<X.Arn>``, ``Fn::Join``
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,17 @@ class Synth:
     acknowledgments: dict[str, dict[str, str]]
     ids: dict[str, str]
 
+    @property
+    def engine(self) -> str:
+        """The environment's flush engine: ``function`` or ``glue``."""
+        return str(self.stack.config.flush_engine)
+
+    def flush_role(self) -> str:
+        """The logical id of the flush's role: the flush function's, or the Glue flush job's."""
+        if self.engine == "function":
+            return self.cfn.role_of(self.cfn.functions()["flush"])
+        return str(self.cfn.resources[self.ids["job:flush"]]["Properties"]["Role"]["Fn::GetAtt"][0])
+
 
 def _acknowledgments(metadata_file: Path) -> dict[str, dict[str, str]]:
     """Construct path -> {rule: reason} recorded by ``Validations.of(...).acknowledge``."""
@@ -151,18 +164,13 @@ def _acknowledgments(metadata_file: Path) -> dict[str, dict[str, str]]:
     return out
 
 
-@pytest.fixture(scope="session")
-def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
-    from lakesync_infra.packaging import build_glue_bundle, build_lambda_asset, build_materialise_asset
-    from lakesync_infra.stack import Artifacts, build_app
+def _synthesize(outdir: Path, artifacts: Any, options: dict[str, Any]) -> Synth:
+    """The app for the ``dev`` environment with ``options`` layered over cdk.json's, synthesized into ``outdir``."""
+    from lakesync_infra.stack import build_app
 
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    artifacts = Artifacts(
-        lambda_asset=build_lambda_asset(), glue=build_glue_bundle(), materialise_asset=build_materialise_asset()
-    )
     context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
     env_key = f"lakesync:env:{ENV}"
-    post = {"lakesync:environments": ENV, env_key: {**context.get(env_key, {}), **OPTIONS}}
+    post = {"lakesync:environments": ENV, env_key: {**context.get(env_key, {}), **options}}
     started = time.monotonic()
     app, stacks = build_app(context, artifacts, outdir=str(outdir), post_cli_context=post)
     error = None
@@ -178,7 +186,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
         for plugin in json.loads(report.read_text(encoding="utf-8"))["pluginReports"]:
             violations.extend(plugin.get("violations", []))
     template = json.loads((outdir / stack.template_file).read_text(encoding="utf-8"))
-    yield Synth(
+    return Synth(
         cfn=Cfn(template),
         outdir=outdir,
         stack=stack,
@@ -189,6 +197,49 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
         acknowledgments=_acknowledgments(outdir / f"{stack.artifact_id}.metadata.json"),
         ids=_logical_ids(stack),
     )
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    from lakesync_infra.packaging import (
+        build_flush_asset,
+        build_glue_bundle,
+        build_lambda_asset,
+        build_materialise_asset,
+    )
+    from lakesync_infra.stack import Artifacts
+
+    artifacts = Artifacts(
+        lambda_asset=build_lambda_asset(),
+        glue=build_glue_bundle(),
+        materialise_asset=build_materialise_asset(),
+        flush_asset=build_flush_asset(),
+    )
+    return _synthesize(tmp_path_factory.mktemp("cdk.out"), artifacts, OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def glue_synth(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The same environment with ``flushEngine: glue`` (the flush as the Glue job, no flush function): a second
+    synth, made only for the tests that ask for it."""
+    return _synthesize(tmp_path_factory.mktemp("cdk.out.glue"), synth.artifacts, {**OPTIONS, "flushEngine": "glue"})
+
+
+@pytest.fixture(scope="session", params=["function", "glue"])
+def either_engine(request: pytest.FixtureRequest) -> Synth:
+    """Each flush engine's synth in turn: the default (the flush function), then ``glue_synth``."""
+    synth: Synth = request.getfixturevalue("synth" if request.param == "function" else "glue_synth")
+    return synth
+
+
+@pytest.fixture(scope="session")
+def glue_cfn(glue_synth: Synth) -> Cfn:
+    return glue_synth.cfn
+
+
+@pytest.fixture(scope="session")
+def glue_ids(glue_synth: Synth) -> dict[str, str]:
+    return glue_synth.ids
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """Least privilege, checked against what the code really calls: each function's handler (driven by the sample
-events on the moto server) and each job's AWS-side code (the flush store, the schema store, the checkpoint reads and
-writes) run with every AWS call recorded; each call must be allowed by that function's or job's role in the
-template, and every DynamoDB grant of the role must be used by some call -- so a role can neither miss a permission
-its code needs nor keep one it does not.
+events on the moto server), a run of the flush function (on moto's DynamoDB, S3, SQS and Glue Data Catalog) and each
+job's AWS-side code (the flush store, the schema store, the checkpoint reads and writes) run with every AWS call
+recorded; each call must be allowed by that function's or job's role in the template, and every DynamoDB grant of the
+role must be used by some call -- so a role can neither miss a permission its code needs nor keep one it does not.
+The Glue flush job is checked in the ``flushEngine: glue`` template, where it exists.
 
 Calls are mapped to IAM actions and resources the way IAM evaluates them: a transaction item needs the item's
 action (``PutItem``, ``UpdateItem``...) on its table, a batch needs the batch action on each table, a query on an
@@ -14,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -234,13 +236,30 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
     if service == "sqs":
         return [(f"sqs:{op}", names[params["QueueUrl"]])]
     if service == "glue":
-        return [(f"glue:{op}", names[params["JobName"]])]
+        if "JobName" in params:
+            return [(f"glue:{op}", names[params["JobName"]])]
+        return _catalog_required(op, params)
+    if service == "lambda" and op == "Invoke":
+        return [("lambda:InvokeFunction", names[params["FunctionName"]])]
     if service == "cloudwatch" and op == "PutMetricData":  # no resource-level permissions (namespace: a condition)
         return [("cloudwatch:PutMetricData", "*")]
     raise AssertionError(f"unmapped call {service}.{op}")
 
 
 ARN_PREFIX = "arn:<AWS::Partition>:"
+GLUE_ARN = f"{ARN_PREFIX}glue:<AWS::Region>:<AWS::AccountId>:"
+
+
+def _catalog_required(op: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+    """A Glue Data Catalog call: the action on the catalog, the database and (for a table's call) the table."""
+    if op.endswith(("Database", "Databases")):
+        database, table = params.get("Name") or params["DatabaseInput"]["Name"], None
+    else:
+        database, table = params["DatabaseName"], params.get("Name") or params["TableInput"]["Name"]
+    resources = [f"{GLUE_ARN}catalog", f"{GLUE_ARN}database/{database}"]
+    if table is not None:
+        resources.append(f"{GLUE_ARN}table/{database}/{table}")
+    return [(f"glue:{op}", resource) for resource in resources]
 
 
 def _secret_arn(secret_id: str, names: dict[str, str]) -> str:
@@ -612,8 +631,10 @@ def _job_role(cfn: Any, ids: dict[str, str], kind: str) -> str:
     return str(cfn.resources[ids[f"job:{kind}"]]["Properties"]["Role"]["Fn::GetAtt"][0])
 
 
-def test_flush_job_role_allows_exactly_what_the_flush_store_calls(cfn, ids, aws, recorder):
-    # Given a buffer with committed entries and a flush request (a push over the one-byte threshold)
+def test_flush_job_role_allows_exactly_what_the_flush_store_calls(glue_cfn, glue_ids, aws, recorder):
+    # Given a buffer with committed entries and a flush request (a push over the one-byte threshold), and the Glue
+    # flush job (flushEngine glue)
+    cfn, ids = glue_cfn, glue_ids
     assert _invoke("push", "push_json") < 300
     from lakesync.aws.checkpoints import read_release_bounds
     from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange
@@ -689,8 +710,9 @@ def _client_operations(module: str) -> set[str]:
     return ops
 
 
-def test_flush_trigger_may_make_every_glue_call_of_its_starter_on_the_flush_job_only(cfn, ids):
-    # Given the Glue operations the job starter calls
+def test_flush_trigger_may_make_every_glue_call_of_its_starter_on_the_flush_job_only(glue_cfn, glue_ids):
+    # Given the Glue operations the job starter calls, and the flush as the Glue job (flushEngine glue)
+    cfn, ids = glue_cfn, glue_ids
     ops = _client_operations("lakesync.aws.jobs")
     assert "StartJobRun" in ops
     # Then the flush trigger's role allows each of them on the flush job, and no Glue action anywhere else
@@ -698,16 +720,105 @@ def test_flush_trigger_may_make_every_glue_call_of_its_starter_on_the_flush_job_
     job = f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids['job:flush']}>"
     glue = {(a, r) for a, r in granted if a.startswith("glue:")}
     assert glue == {(f"glue:{op}", job) for op in ops}
+    # And it may invoke no function, and writes no table (it reads the config stream only)
+    assert not [a for a, _ in granted if a.startswith("lambda:")]
+    writes = ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem")
+    assert not [a for a, _ in granted if a.startswith("dynamodb:") and a.endswith(writes)]
 
 
-def test_lake_tick_role_allows_exactly_what_its_ticks_call(cfn, ids, aws, recorder, monkeypatch):
+class _Invokes:
+    """Lambda's ``Invoke`` for a starter (moto would run the function in Docker): each call recorded into the
+    recorder as the client would, the first ``refusals`` refused (throttled)."""
+
+    def __init__(self, recorder: Recorder, refusals: int = 0) -> None:
+        self.recorder = recorder
+        self.refusals = refusals
+
+    def invoke(self, **params: Any) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        self.recorder.calls.append(("lambda", "Invoke", {k: v for k, v in params.items() if k != "Payload"}))
+        if self.refusals:
+            self.refusals -= 1
+            raise ClientError({"Error": {"Code": "TooManyRequestsException", "Message": "Rate exceeded"}}, "Invoke")
+        return {"StatusCode": 202}
+
+
+def _old_runs(env: dict[str, Any], count: int) -> None:
+    """``count`` finished runs of the flush function recorded long ago (the records kept are the newest)."""
+    from lakesync.aws.flush_runs import FlushRunLog, new_run_id
+
+    records = FlushRunLog(boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE), env["tables"])
+    for i in range(count):
+        run = new_run_id(1_000_000 + i)
+        records.queued(run, 1_000_000 + i)
+        records.finished(run, True, 1_000_001 + i)
+
+
+def test_flush_trigger_role_allows_exactly_what_starting_the_flush_function_calls(cfn, ids, aws, recorder):
+    # Given a flush request on the stream, the trigger configured as the stack configures it (the flush function's
+    # name and timeout, the tables), the function's runs recorded up to the number kept, and Lambda throttling the
+    # first Invoke
+    import functions.flush_trigger as trigger_fn
+    from lakesync.local.front import LambdaContext
+
+    fn = cfn.functions()["flush_trigger"]
+    flush_name = "lakesync-dev-flush"
+    aws["monkeypatch"].setenv("LAKESYNC_FLUSH_FUNCTION_NAME", flush_name)
+    timeout = fn["Environment"]["Variables"]["LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"]
+    aws["monkeypatch"].setenv("LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S", str(timeout))
+    _old_runs(aws, 30)
+    trigger_fn.get_starter.cache_clear()
+    starter = trigger_fn.get_starter()
+    starter.client = _Invokes(recorder, refusals=1)  # type: ignore[attr-defined]
+    starter.poll_interval_s = 0.01  # the wait after the refusal
+    now = int(time.time() * 1000)
+    event = {
+        "Records": [
+            {
+                "eventName": "INSERT",
+                "dynamodb": {"SequenceNumber": "1", "NewImage": {"gw": {"S": GW}, "sk": {"S": f"flush#{now:015d}#a"}}},
+            }
+        ]
+    }
+    context = LambdaContext(function_name="t", aws_request_id="r", invoked_function_arn="arn:aws:lambda:::function:t")
+    recorder.calls.clear()
+    try:
+        # When the batch arrives: the first Invoke is refused (recorded as failed, the oldest record pruned), the
+        # trigger waits and queues the run
+        out = trigger_fn.lambda_handler(event, context)
+    finally:
+        trigger_fn.get_starter.cache_clear()
+    # Then a run was queued and nothing is left for a retry
+    assert out == {"batchItemFailures": []}
+    assert [op for service, op, _ in recorder.calls if service == "lambda"] == ["Invoke", "Invoke"]
+    # And the trigger's role allows every call it made, invoking the flush function only, and uses every DynamoDB
+    # grant
+    names = _names(aws, ids) | {flush_name: f"<{ids['function:flush']}.Arn>"}
+    role = cfn.role_of(fn)
+    required, missing = _check(cfn, role, recorder.calls, names)
+    assert not missing, f"used but not granted: {missing}"
+    assert {(a, r) for a, r in cfn.allowed(role) if a.startswith("lambda:")} == {
+        ("lambda:InvokeFunction", f"<{ids['function:flush']}.Arn>")
+    }
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    tables = {g for g in _dynamodb_grants(cfn, role) if g[0] != "dynamodb:ListStreams" and "StreamArn" not in g[1]}
+    unused = sorted(g for g in tables if not any(_allows([g], *p) for p in used))
+    assert not unused, f"granted but never used (the stream's reads aside): {unused}"
+    assert not [a for a, _ in cfn.allowed(role) if a.startswith("glue:")]
+
+
+@pytest.mark.parametrize("engine", ["function", "glue"])
+def test_lake_tick_role_allows_exactly_what_its_ticks_call(request, engine, aws, recorder, monkeypatch):
     # Given two commits to one shard (each push records a flush request), flushed and published; a checkpoint that
-    # covers the first entry only, with a serverHlc above both; the three jobs on moto; and a tick a day past the
-    # retention, so that every read the tick can make is made: the release step's target lies past the checkpoint
+    # covers the first entry only, with a serverHlc above both; the Glue jobs on moto -- and with the function engine
+    # the flush function's runs recorded up to the number kept and Lambda throttling the first Invoke; and a tick a
+    # day past the retention, so that every read the tick can make is made: the release step's target lies past the
+    # checkpoint
+    deploying = request.getfixturevalue("synth" if engine == "function" else "glue_synth")
+    cfn, ids = deploying.cfn, deploying.ids
     assert _invoke("push", "push_json") < 300
     assert _invoke("push", "push_json", body=_second_push_body()) < 300
-    import time
-
     from lakesync.aws.flush_store import FlushStore
     from lakesync.aws.jobs import glue_client
     from lakesync.core.hlc import encode
@@ -722,7 +833,13 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(cfn, ids, aws, record
     now = time.time_ns() // 1_000_000
     _write_checkpoint(aws["bucket"], aws["endpoint"], positions={shard.key: 1}, server_hlc=encode(now + 86_400_000, 0))
     glue = glue_client()
-    jobs = {kind: f"lakesync-{kind}-{uuid.uuid4().hex[:8]}" for kind in JOB_KINDS}
+    jobs = {kind: f"lakesync-{kind}-{uuid.uuid4().hex[:8]}" for kind in JOB_KINDS if f"job:{kind}" in ids}
+    flush_name = "lakesync-dev-flush"
+    if engine == "function":
+        tick_env = cfn.functions()["lake_tick"]["Environment"]["Variables"]
+        monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_NAME", flush_name)
+        monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S", str(tick_env["LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"]))
+        _old_runs(aws, 30)
     for kind, name in jobs.items():
         glue.create_job(
             Name=name,
@@ -736,11 +853,16 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(cfn, ids, aws, record
     from lakesync.local.front import LambdaContext
 
     lake_tick.get_tick.cache_clear()
-    lake_tick.get_tick().now_ms = lambda: now + DEFAULT_RETENTION_MS + 86_400_000
+    tick = lake_tick.get_tick()
+    tick.now_ms = lambda: now + DEFAULT_RETENTION_MS + 86_400_000
+    if engine == "function":
+        tick.runners["flush"].client = _Invokes(recorder, refusals=1)
     recorder.calls.clear()
-    # When each schedule ticks
+    # When each schedule ticks (the flush's twice with the function engine: its first Invoke is refused)
     context = LambdaContext(function_name="t", aws_request_id="r", invoked_function_arn="arn:aws:lambda:::function:t")
-    outcomes = {kind: lake_tick.lambda_handler({"job": kind}, context)["outcome"] for kind in JOB_KINDS}
+    outcomes = {}
+    for kind in ("flush", *JOB_KINDS) if engine == "function" else JOB_KINDS:
+        outcomes[kind] = lake_tick.lambda_handler({"job": kind}, context)["outcome"]
     lake_tick.get_tick.cache_clear()
     # Then each job had work (the flush a request and a release, compaction a flushed lag)
     assert outcomes["flush"] == outcomes["compact"] == "started"
@@ -749,14 +871,17 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(cfn, ids, aws, record
         name: f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids[f'job:{kind}']}>"
         for kind, name in jobs.items()
     }
+    if engine == "function":
+        names[flush_name] = f"<{ids['function:flush']}.Arn>"
     role = cfn.role_of(cfn.functions()["lake_tick"])
     required, missing = _check(cfn, role, recorder.calls, names)
     assert not missing, f"used but not granted: {missing}"
-    assert {op for service, op, _ in recorder.calls if service in ("s3", "glue")} == {
+    assert {op for service, op, _ in recorder.calls if service in ("s3", "glue", "lambda")} == {
         "GetObject",
         "HeadObject",
         "GetJobRuns",
         "StartJobRun",
+        *(["Invoke"] if engine == "function" else []),
     }
     used = {pair for pair in required if pair[0].startswith("dynamodb:")}
     unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *p) for p in used))
@@ -771,3 +896,116 @@ def test_rotation_function_may_make_every_secrets_manager_call_of_its_rotator_on
     granted = cfn.allowed(cfn.role_of(cfn.functions()["rotate_secret"]))
     missing = [op for op in ops if not _allows(granted, f"secretsmanager:{op}", f"<{ids['secret:jwt']}>")]
     assert not missing, f"used but not granted: {missing}"
+
+
+# -- the flush function: a run on moto's DynamoDB, S3, SQS and Glue Data Catalog ----------------------------------
+
+
+def _physical(ids: dict[str, str], resources: dict[str, str]) -> Callable[[str], str]:
+    """Renders a template ``Ref`` as the physical name the test created for it (``resources``: id key -> name)."""
+    by_logical = {ids[key]: name for key, name in resources.items()}
+    return lambda logical: by_logical[logical]
+
+
+def test_flush_function_role_allows_exactly_what_a_run_calls(cfn, ids, aws, recorder):
+    # Given a schema and a destination (so the run publishes), pushed deltas, a checkpoint, and on moto the lake
+    # bucket, its Glue database (the stack creates it), a claim-check bucket and the materialisation queue
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.flush_function import FlushFunction
+    from lakesync.aws.flush_store import FlushStore
+    from lakesync.aws.function_settings import LAKE_NAMESPACE, FlushFunctionSettings
+    from lakesync.aws.objects import create_bucket
+    from lakesync.core.destinations import parse_destination
+    from lakesync.core.hlc import encode
+    from lakesync.core.lake_work import DEFAULT_RETENTION_MS
+
+    endpoint = aws["endpoint"]
+    assert _invoke("admin", "admin_schema_post", role="admin") < 300
+    assert _invoke("push", "push_json") < 300
+    assert _invoke("push", "push_json", body=_second_push_body()) < 300
+    _write_checkpoint(aws["bucket"], aws["endpoint"])
+    secret = f"arn:aws:secretsmanager:{REGION}:123456789012:secret:lakesync/dev/destinations/pg-AbCdEf"
+    DynamoDBConfigStore(boto3.client("dynamodb", endpoint_url=endpoint, **FAKE), aws["tables"]).add_destination(
+        GW, parse_destination({"name": "pg", "type": "postgres", "secretArn": secret, "tables": ["todos"]})
+    )
+    lake, claims = f"lake-{uuid.uuid4().hex[:12]}", f"claims-{uuid.uuid4().hex[:12]}"
+    for bucket in (lake, claims):
+        create_bucket(boto3.client("s3", endpoint_url=endpoint, **FAKE), bucket)
+    queue_url = boto3.client("sqs", endpoint_url=endpoint, **FAKE).create_queue(QueueName=f"m-{uuid.uuid4().hex[:8]}")[
+        "QueueUrl"
+    ]
+    database = f"lakesync_dev_{uuid.uuid4().hex[:8]}"
+    glue = boto3.client("glue", endpoint_url=endpoint, **FAKE)
+    glue.create_database(DatabaseInput={"Name": database})
+    # And the function's environment as the template sets it, each token resolved to the resource made for it
+    resources = {f"table:{kind}": name for kind, name in aws["tables"].as_dict().items()}
+    resources |= {"bucket:warehouse": lake, "bucket:checkpoints": aws["bucket"], "bucket:claim_check": claims}
+    resources["queue:materialise"] = queue_url
+    fn = cfn.functions()["flush"]
+    ref = _physical(ids, resources)
+    env = {k: cfn.render(v, ref) for k, v in fn["Environment"]["Variables"].items() if k != LAKE_NAMESPACE}
+    env |= {LAKE_NAMESPACE: database, "AWS_REGION": REGION}
+    settings = FlushFunctionSettings.from_env(env)
+    assert (settings.warehouse, settings.catalog) == (f"s3://{lake}/warehouse", "glue")
+    # (the catalog the function makes, but on moto: its Glue client recorded, its S3 file IO on the moto server)
+    catalog = GlueCatalog(
+        "lake",
+        boto3.client("glue", endpoint_url=endpoint, **FAKE),
+        **{
+            "warehouse": settings.warehouse,
+            "s3.endpoint": endpoint,
+            "s3.region": REGION,
+            "s3.access-key-id": FAKE["aws_access_key_id"],
+            "s3.secret-access-key": FAKE["aws_secret_access_key"],
+        },
+    )
+    recorder.calls.clear()
+    # When the function runs the flush (the first run creates the delta log); then, after another push, a checkpoint
+    # covering the first entry and a day past the retention, again: it meets the lease held by another run, waits
+    # for it, flushes and releases the buffer's entry
+    clock = {"now": time.time_ns() // 1_000_000}
+    holder = FlushStore(boto3.client("dynamodb", endpoint_url=endpoint, **FAKE), aws["tables"])
+
+    def other_run_ends(_seconds: float) -> None:
+        mark = len(recorder.calls)
+        holder.release_lease("another-run")
+        del recorder.calls[mark:]  # the other run's call, not this one's
+
+    service = FlushFunction(settings, catalog=catalog, now_ms=lambda: clock["now"], sleep=other_run_ends)
+    first = service.flush(None, lambda: 900_000)
+    calls = list(recorder.calls)
+    assert _invoke("push", "push_json", body=_second_push_body(hlc_ms=1_763_000_000_500)) < 300
+    shard = f"{GW}#todos#0"
+    _write_checkpoint(aws["bucket"], endpoint, positions={shard: 1}, server_hlc=encode(clock["now"] + 86_400_000, 0))
+    clock["now"] += DEFAULT_RETENTION_MS + 86_400_000
+    assert holder.acquire_lease("another-run", clock["now"], 600_000)
+    recorder.calls.clear()
+    second = service.flush(None, lambda: 900_000)
+    calls += recorder.calls
+    # Then both flushed and published, the second released, and the delta log's files are in the lake bucket under
+    # the warehouse prefix (pyarrow writes them, not boto3: the role's object grants there are checked in
+    # test_infra_flush)
+    assert (first["deltas"], second["deltas"]) == (2, 1)
+    assert first["published_jobs"] >= 1 and second["released"]
+    listed = boto3.client("s3", endpoint_url=endpoint, **FAKE).list_objects_v2(Bucket=lake)["Contents"]
+    assert listed and all(o["Key"].startswith(f"warehouse/{database}.db/deltas/") for o in listed)
+    # And the role allows every call the run made (the template's database token read as the database made here)
+    database_token = cfn.render(fn["Environment"]["Variables"][LAKE_NAMESPACE])
+    granted = [(a, r.replace(database_token, database)) for a, r in cfn.allowed(cfn.role_of(fn))]
+    names = _names(aws, ids) | {lake: f"<{ids['bucket:warehouse']}.Arn>", claims: f"<{ids['bucket:claim_check']}.Arn>"}
+    names[queue_url] = f"<{ids['queue:materialise']}.Arn>"
+    required = {pair for call in calls for pair in _required(call, names)}
+    missing = sorted(pair for pair in required if not _allows(granted, *pair))
+    assert not missing, f"used but not granted: {missing}"
+    # And every Glue grant was needed: the database read (and its creation tried: it exists), the delta log loaded,
+    # created and committed
+    catalog_used = {a for a, _ in required if a.startswith("glue:")}
+    assert catalog_used == {a for a, _ in granted if a.startswith("glue:")}
+    database_actions = {"glue:GetDatabase", "glue:CreateDatabase"}
+    assert catalog_used == database_actions | {"glue:GetTable", "glue:CreateTable", "glue:UpdateTable"}
+    # And every DynamoDB grant was needed
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    unused = sorted(g for g in _dynamodb_grants(cfn, cfn.role_of(fn)) if not any(_allows([g], *p) for p in used))
+    assert not unused, f"granted but never used: {unused}"

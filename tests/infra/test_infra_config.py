@@ -71,6 +71,18 @@ def test_config_materialisation_defaults_and_vpc():
     assert plain.connector_secrets == "lakesync/prod/connectors"
 
 
+def test_config_flush_engine_defaults_to_the_function():
+    # Given no flush engine, then each engine named
+    plain = LakeSyncConfig.from_settings("prod", {})
+    glue = LakeSyncConfig.from_settings("prod", {"flushEngine": "glue"})
+    function = LakeSyncConfig.from_settings("prod", {"flushEngine": "function", "reservedConcurrency": {"flush": 1}})
+    # Then the flush is the flush function unless the environment asks for the Glue job, which deploys no function
+    assert (plain.flush_engine, glue.flush_engine, function.flush_engine) == ("function", "glue", "function")
+    assert "flush" in plain.deployed_functions and "flush" in function.deployed_functions
+    assert "flush" not in glue.deployed_functions
+    assert set(plain.deployed_functions) - set(glue.deployed_functions) == {"flush"}
+
+
 def test_config_cdk_json_environments_parse():
     # Given the context shipped in infra/cdk.json, naming dev and prod explicitly
     context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]
@@ -154,6 +166,8 @@ def test_config_reports_every_problem_at_once():
         ({"dashboard": "yes"}, "dashboard"),
         ({"tracing": "off"}, "tracing"),
         ({"sqlSourcePulls": "yes"}, "sqlSourcePulls"),
+        ({"flushEngine": "spark"}, "flushEngine must be one of"),
+        ({"flushEngine": "glue", "reservedConcurrency": {"flush": 1}}, "flush is deployed only with flushEngine"),
         ({"gatewayIds": []}, "gatewayIds"),
         ({"materialiseConcurrency": 1}, "materialiseConcurrency"),
         ({"destinationSecretPrefix": "lakesync/dev"}, "destinationSecretPrefix"),

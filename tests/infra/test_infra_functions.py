@@ -35,10 +35,12 @@ def _env(cfn, fn) -> dict[str, str]:
     return {k: cfn.render(v, _placeholder) for k, v in variables.items()}
 
 
-def test_every_function_is_deployed_once(cfn):
+def test_every_function_is_deployed_once(cfn, glue_cfn):
     # Given the template's functions with a functions.* handler
-    # Then there is exactly one per function the code defines (the API's and the two AWS-side ones)
+    # Then there is exactly one per function the code defines (the API's and the AWS-side ones)
     assert sorted(cfn.functions()) == sorted(ALL_FUNCTIONS)
+    # And with the Glue flush engine, every one but the flush function
+    assert sorted(glue_cfn.functions()) == sorted(set(ALL_FUNCTIONS) - {"flush"})
 
 
 @pytest.mark.parametrize("name", ALL_FUNCTIONS)
@@ -64,9 +66,9 @@ def test_function_runs_python_on_its_assets_architecture_traced_with_retained_lo
     fn = cfn.functions()[name]
     # Then it runs the runtime its asset was built for, on Graviton (the functions with the SQL drivers -- materialise,
     # the connector poller, admin -- on x86_64: the PostgreSQL driver has no ARM64 wheel for the runtime's Amazon
-    # Linux 2), with active tracing
+    # Linux 2; so does the flush function: pyiceberg-core has none either), with active tracing
     assert fn["Runtime"] == f"python{LAMBDA_PYTHON}"
-    assert fn["Architectures"] == (["x86_64"] if name in WITH_DRIVERS else ["arm64"])
+    assert fn["Architectures"] == (["x86_64"] if name in WITH_DRIVERS or name == "flush" else ["arm64"])
     assert fn["TracingConfig"] == {"Mode": "Active"}
     # And logs to its own log group, which has the environment's retention
     group = fn["LoggingConfig"]["LogGroup"]["Ref"]
@@ -107,14 +109,29 @@ def test_api_function_environment_is_a_valid_configuration(cfn, ids, options, na
     assert parsed.checkpoint_bucket == expected_bucket
 
 
-def test_flush_trigger_environment_names_the_flush_job(cfn, ids):
-    # Given the flush trigger's environment
+def test_flush_trigger_environment_names_the_flush_job_with_the_glue_engine(glue_cfn, glue_ids):
+    # Given the flush trigger's environment with flushEngine glue
     from functions.flush_trigger import flush_job_name
 
-    env = _env(cfn, cfn.functions()["flush_trigger"])
+    env = _env(glue_cfn, glue_cfn.functions()["flush_trigger"])
     # When the function reads its job name
-    # Then it is the flush job's name
-    assert flush_job_name(env) == _placeholder(ids["job:flush"])
+    # Then it is the flush job's name, and the trigger starts no flush function
+    assert flush_job_name(env) == _placeholder(glue_ids["job:flush"])
+    assert settings.flush_function_ref(env) is None
+
+
+def test_flush_trigger_environment_names_the_flush_function(cfn, ids):
+    # Given the flush trigger's environment (the default engine: the flush function)
+    env = _env(cfn, cfn.functions()["flush_trigger"])
+    # When the function reads which flush it starts
+    ref = settings.flush_function_ref(env)
+    # Then it is the flush function, with its timeout, whose runs it records in the stack's config table; no Glue job
+    assert ref is not None
+    function, tables = ref
+    flush = cfn.functions()["flush"]
+    assert (function.name, function.timeout_s) == (_placeholder(flush["logical"]), flush["Timeout"])
+    assert tables.config == _placeholder(ids["table:config"])
+    assert settings.FLUSH_JOB_NAME not in env
 
 
 def test_reserved_concurrency_is_applied_where_configured(cfn, options):

@@ -1,6 +1,7 @@
 """The Glue jobs in the template: Glue 5.1 with Iceberg, the deployed zip of wheels installed without PyPI, arguments
 the job scripts accept and parse into the Glue-catalog configuration, and the log groups (the schedules, which invoke
-the lake tick: test_infra_lake_tick)."""
+the lake tick: test_infra_lake_tick). The flush is a Glue job with ``flushEngine: glue`` only: its job is checked in
+that variant's template, and the default deploys none."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from lakesync_infra.jobs import GLUE_ARGUMENTS, JOB_KINDS
+from lakesync_infra.jobs import GLUE_ARGUMENTS, JOB_KINDS, glue_job_kinds
 from packaging.utils import parse_wheel_filename
 
 from lakesync.lake.tables import NAMESPACE
-from tests.infra.conftest import ENV
+from tests.infra.conftest import ENV, Synth
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_CREATED = '{"Fn::Select":[0,{"Fn::Split":["-",{"Fn::Select":[2,{"Fn::Split":["/",{"Ref":"AWS::StackId"}]}]}]}]}'
@@ -42,6 +43,19 @@ def _arguments(cfn, job) -> dict[str, str]:
     return {k: cfn.render(v, _placeholder) for k, v in job["DefaultArguments"].items()}
 
 
+def _deploying(kind: str, synth: Synth, glue_synth: Synth) -> Synth:
+    """The synth whose template has job ``kind``: the Glue flush job is deployed with ``flushEngine: glue`` only."""
+    return glue_synth if kind == "flush" else synth
+
+
+def test_only_the_glue_flush_engine_deploys_a_glue_flush_job(synth, glue_synth):
+    # Given the default environment (the flush function) and the same one with flushEngine glue
+    # Then the default deploys the compaction and checkpoint jobs only, the Glue engine all three
+    assert sorted(synth.stack.jobs.jobs) == sorted(glue_job_kinds(synth.stack.config)) == ["checkpoint", "compact"]
+    assert sorted(glue_synth.stack.jobs.jobs) == sorted(JOB_KINDS)
+    assert len(synth.cfn.of_type("AWS::Glue::Job")) == 2 and len(glue_synth.cfn.of_type("AWS::Glue::Job")) == 3
+
+
 def _bundle(cfn, synth) -> tuple[str, Path]:
     """The bundle deployment's key prefix and the staged asset directory it uploads."""
     (deployment,) = cfn.of_type("Custom::CDKBucketDeployment").values()
@@ -51,8 +65,10 @@ def _bundle(cfn, synth) -> tuple[str, Path]:
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)
-def test_job_is_glue_5_1_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
+def test_job_is_glue_5_1_with_iceberg_and_one_run_at_a_time(synth, glue_synth, kind):
     # Given the job
+    deploying = _deploying(kind, synth, glue_synth)
+    cfn, ids = deploying.cfn, deploying.ids
     job = _job(cfn, ids, kind)
     args = _arguments(cfn, job)
     # Then it is a Glue 5.1 Spark job with Iceberg and its SQL extensions, one run at a time, no bookmarks
@@ -74,8 +90,10 @@ def test_job_is_glue_5_1_with_iceberg_and_one_run_at_a_time(cfn, ids, kind):
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)
-def test_job_installs_the_deployed_zip_of_wheels_without_pypi(cfn, ids, synth, kind):
+def test_job_installs_the_deployed_zip_of_wheels_without_pypi(synth, glue_synth, kind):
     # Given the job's script location and python modules, and the bundle deployment
+    synth = _deploying(kind, synth, glue_synth)
+    cfn, ids = synth.cfn, synth.ids
     job = _job(cfn, ids, kind)
     prefix, staged = _bundle(cfn, synth)
     artifacts = f"s3://<{ids['bucket:artifacts']}>/{prefix}"
@@ -104,8 +122,10 @@ def test_job_installs_the_deployed_zip_of_wheels_without_pypi(cfn, ids, synth, k
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)
-def test_job_arguments_are_options_its_script_accepts(cfn, ids, kind):
+def test_job_arguments_are_options_its_script_accepts(synth, glue_synth, kind):
     # Given the job's DefaultArguments, with Glue's own set aside
+    deploying = _deploying(kind, synth, glue_synth)
+    cfn, ids = deploying.cfn, deploying.ids
     arguments = _arguments(cfn, _job(cfn, ids, kind))
     own = {k for k in arguments if k not in GLUE_ARGUMENTS}
     # Then every other one is an option the job script declares
@@ -114,11 +134,13 @@ def test_job_arguments_are_options_its_script_accepts(cfn, ids, kind):
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)
-def test_job_arguments_resolve_to_the_glue_catalog_and_the_stack_warehouse(cfn, ids, kind):
+def test_job_arguments_resolve_to_the_glue_catalog_and_the_stack_warehouse(synth, glue_synth, kind):
     # Given the command line Glue builds from the DefaultArguments (its own arguments included)
     from lakesync.spark.glue import resolved_options
     from lakesync.spark.session import session_conf
 
+    deploying = _deploying(kind, synth, glue_synth)
+    cfn, ids = deploying.cfn, deploying.ids
     script = _script(kind)
     argv = [token for key, value in _arguments(cfn, _job(cfn, ids, kind)).items() for token in (key, value)]
     # When the script's option parser and argument parser read it
@@ -141,22 +163,23 @@ def test_job_arguments_resolve_to_the_glue_catalog_and_the_stack_warehouse(cfn, 
     assert conf[f"spark.sql.catalog.{catalog_name}.warehouse"] == warehouse
 
 
-def test_flush_and_compact_jobs_read_the_stack_tables(cfn, ids, options):
-    # Given the flush and compaction jobs' parsed arguments
+def test_flush_and_compact_jobs_read_the_stack_tables(cfn, ids, glue_cfn, glue_ids, options):
+    # Given the flush and compaction jobs' parsed arguments (the flush job's in the Glue engine's template)
     flush = _script("flush").FlushJobArgs.parse(
-        {k.removeprefix("--"): v for k, v in _arguments(cfn, _job(cfn, ids, "flush")).items()}
+        {k.removeprefix("--"): v for k, v in _arguments(glue_cfn, _job(glue_cfn, glue_ids, "flush")).items()}
     )
     compact = _script("compact").CompactJobArgs.parse(
         {k.removeprefix("--"): v for k, v in _arguments(cfn, _job(cfn, ids, "compact")).items()}
     )
-    expected = {kind: _placeholder(ids[f"table:{kind}"]) for kind in flush.config.dynamodb.tables.as_dict()}
+    tables = flush.config.dynamodb.tables.as_dict()
     # Then both name every buffer table of the stack and the configured gateways
-    assert flush.config.dynamodb.tables.as_dict() == expected
-    assert compact.dynamo_tables is not None and compact.dynamo_tables.as_dict() == expected
+    assert tables == {kind: _placeholder(glue_ids[f"table:{kind}"]) for kind in tables}
+    assert compact.dynamo_tables is not None
+    assert compact.dynamo_tables.as_dict() == {kind: _placeholder(ids[f"table:{kind}"]) for kind in tables}
     assert flush.config.gateways == tuple(options["gatewayIds"])
     assert compact.gateways == tuple(options["gatewayIds"])
     # And the flush releases up to the checkpoints of the stack's checkpoint bucket
-    assert flush.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
+    assert flush.checkpoint_bucket == _placeholder(glue_ids["bucket:checkpoints"])
 
 
 def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, ids):
@@ -168,16 +191,18 @@ def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, 
     assert function["LAKESYNC_CHECKPOINT_BUCKET"] == {"Ref": ids["bucket:checkpoints"]}
 
 
-def test_jobs_log_groups_are_where_glue_writes_with_the_security_configuration(cfn, options, ids):
-    # Given the jobs' custom log group prefix, their security configuration and the stack's log groups
-    prefixes = {_job(cfn, ids, kind)["DefaultArguments"]["--custom-logGroup-prefix"] for kind in JOB_KINDS}
+def test_jobs_log_groups_are_where_glue_writes_with_the_security_configuration(either_engine, options):
+    # Given the jobs' custom log group prefix, their security configuration and the stack's log groups (with each
+    # flush engine: the Glue flush job's own groups exist only with it)
+    cfn, ids, kinds = either_engine.cfn, either_engine.ids, sorted(either_engine.stack.jobs.jobs)
+    prefixes = {_job(cfn, ids, kind)["DefaultArguments"]["--custom-logGroup-prefix"] for kind in kinds}
     (prefix,) = prefixes
     (security_id, security), *more = cfn.of_type("AWS::Glue::SecurityConfiguration").items()
     assert not more and security["EncryptionConfiguration"]["CloudWatchEncryption"]["CloudWatchEncryptionMode"]
     named = {
         cfn.render(g["LogGroupName"]): k for k, g in cfn.of_type("AWS::Logs::LogGroup").items() if "LogGroupName" in g
     }
-    for kind in JOB_KINDS:
+    for kind in kinds:
         job = _job(cfn, ids, kind)
         role = job["Role"]["Fn::GetAtt"][0]
         assert job["SecurityConfiguration"] == {"Ref": security_id}
@@ -199,5 +224,6 @@ def test_jobs_log_groups_are_where_glue_writes_with_the_security_configuration(c
         }
         actions = ("logs:AssociateKmsKey", "logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents")
         assert logs == sorted((a, r) for a in actions for r in resources)
-    # And no group sits where Glue does not write with the security configuration
+    # And no group sits where Glue does not write with the security configuration, nor for a job not deployed
     assert f"{prefix}/output" not in named and f"{prefix}/error" not in named
+    assert len([n for n in named if n.startswith(f"{prefix}/")]) == 2 * len(kinds)

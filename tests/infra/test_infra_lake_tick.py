@@ -1,6 +1,7 @@
 """The lake tick in the template: every job's schedule invokes the tick function (never Glue) with that job's name,
-on the configured expression; the tick is small, configured with what the flush job does (the stack's tables, job
-names, gateways, checkpoint bucket, publishing, retention) and may list and start runs of the three jobs only. And
+on the configured expression; the tick is small, configured with what the flush does (the stack's tables, job names
+or the flush function, gateways, checkpoint bucket, publishing, retention) and may start runs of the lake's jobs
+only -- with each flush engine: the Glue jobs' runs, and the flush function's by ``Invoke`` and its run records. And
 what an idle deployment pays for by the hour: the alarms (each watches something no other sees) and a dashboard,
 only when asked for, that fits CloudWatch's free tier.
 """
@@ -17,10 +18,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
+from lakesync_infra.functions import RUN_RECORDS
 from lakesync_infra.jobs import JOB_KINDS, SCHEDULE_MAX_AGE, SCHEDULE_RETRIES
 from lakesync_infra.monitoring import DASHBOARD_METRICS, Monitoring
 
-from lakesync.aws.function_settings import LakeTickSettings
+from lakesync.aws.function_settings import FlushFunctionRef, LakeTickSettings
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS
 from tests.infra.test_infra_access import _client_operations
 
@@ -75,26 +77,40 @@ def test_schedule_invokes_the_lake_tick_for_its_job_on_the_configured_expression
     assert sorted(cfn.allowed(role)) == [("lambda:InvokeFunction", tick), ("lambda:InvokeFunction", f"{tick}:*")]
 
 
-def test_no_schedule_starts_a_glue_job_directly(cfn):
-    # Given every schedule and every other principal allowed to start a Glue job run
+def test_no_schedule_starts_a_glue_job_directly(either_engine):
+    # Given every schedule and every other principal allowed to start a Glue job run (with each flush engine)
+    cfn = either_engine.cfn
     schedules = _schedules(cfn)
     starters = {
         logical
         for logical, props in cfn.of_type("AWS::IAM::Role").items()
         if any(a == "glue:StartJobRun" for a, _ in cfn.allowed(logical))
     }
-    # Then there is one schedule per job, none targets Glue, and only the flush trigger and the tick may start runs
+    # Then there is one schedule per job, none targets Glue, and only the tick may start runs -- and the flush trigger,
+    # when the flush is a Glue job
     assert sorted(schedules) == sorted(JOB_KINDS)
     assert not any("glue" in cfn.render(s["Target"]["Arn"]) for s in schedules.values())
     functions = cfn.functions()
-    assert starters == {cfn.role_of(functions["flush_trigger"]), cfn.role_of(functions[TICK])}
+    expected = {cfn.role_of(functions[TICK])}
+    if either_engine.engine == "glue":
+        expected.add(cfn.role_of(functions["flush_trigger"]))
+    assert starters == expected
 
 
-def test_lake_tick_is_small_and_configured_with_what_the_flush_job_does(cfn, ids, options):
-    # Given the tick function and the flush job's arguments
+def test_lake_tick_is_small_and_configured_with_what_the_flush_does(either_engine, options):
+    # Given the tick function and the flush's configuration: the flush function's environment, or the Glue flush
+    # job's arguments
+    cfn, ids = either_engine.cfn, either_engine.ids
     fn = cfn.functions()[TICK]
     env = {k: cfn.render(v, _placeholder) for k, v in fn["Environment"]["Variables"].items()}
-    job = cfn.resources[ids["job:flush"]]["Properties"]["DefaultArguments"]
+    if either_engine.engine == "function":
+        flush_env = cfn.functions()["flush"]["Environment"]["Variables"]
+        claim_check, queue = "LAKESYNC_CLAIM_CHECK_BUCKET" in flush_env, "LAKESYNC_MATERIALISE_QUEUE_URL" in flush_env
+        retention = flush_env["LAKESYNC_FLUSH_RETENTION_MS"]
+    else:
+        job = cfn.resources[ids["job:flush"]]["Properties"]["DefaultArguments"]
+        claim_check, queue = "--claim_check_bucket" in job, "--materialise_queue_url" in job
+        retention = job["--retention_ms"]
     # When the tick reads its settings
     parsed = LakeTickSettings.from_env(env)
     # Then it is a small, short function
@@ -103,25 +119,44 @@ def test_lake_tick_is_small_and_configured_with_what_the_flush_job_does(cfn, ids
     # And it sees the stack's tables, jobs, gateways and checkpoint bucket
     for kind, table in parsed.tables.as_dict().items():
         assert table == _placeholder(ids[f"table:{kind}"])
-    assert dict(parsed.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}
+    assert dict(parsed.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in either_engine.stack.jobs.jobs}
     assert parsed.gateway_ids == tuple(sorted(options["gatewayIds"]))
     assert parsed.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
+    # And starts the flush function, knowing its timeout, exactly when the flush is one (else the Glue flush job)
+    if either_engine.engine == "function":
+        flush = cfn.functions()["flush"]
+        assert parsed.flush_function == FlushFunctionRef(_placeholder(flush["logical"]), flush["Timeout"])
+    else:
+        assert parsed.flush_function is None and "flush" in parsed.job_names
     # And applies the flush's release rule: publishing exactly when the flush publishes, the same retention
-    assert parsed.flush_publishes == ("--claim_check_bucket" in job and "--materialise_queue_url" in job)
-    assert job["--retention_ms"] == str(DEFAULT_RETENTION_MS)
+    assert parsed.flush_publishes == (claim_check and queue)
+    assert retention == str(DEFAULT_RETENTION_MS)
 
 
-def test_lake_tick_may_list_and_start_runs_of_the_three_jobs_only(cfn, ids):
-    # Given the Glue operations the job starter calls
+def test_lake_tick_may_start_runs_of_the_lakes_jobs_only(either_engine):
+    # Given the Glue operations the job starter calls (with each flush engine)
+    cfn, ids = either_engine.cfn, either_engine.ids
     ops = _client_operations("lakesync.aws.jobs")
     assert ops == {"GetJobRuns", "StartJobRun"}
-    # Then the tick's role allows each of them on each job, and no Glue action anywhere else
+    # Then the tick's role allows each of them on each Glue job (the flush job only when the flush is one), and no
+    # Glue action anywhere else
     granted = cfn.allowed(cfn.role_of(cfn.functions()[TICK]))
     glue = {(a, r) for a, r in granted if a.startswith("glue:")}
-    assert glue == {(f"glue:{op}", _job_arn(ids, kind)) for op in ops for kind in JOB_KINDS}
-    # And it writes nothing to DynamoDB or S3
-    writes = [(a, r) for a, r in granted if a.split(":")[0] in ("dynamodb", "s3") and not _read(a)]
-    assert writes == []
+    kinds = ("compact", "checkpoint") if either_engine.engine == "function" else JOB_KINDS
+    assert glue == {(f"glue:{op}", _job_arn(ids, kind)) for op in ops for kind in kinds}
+    # And it may invoke the flush function, when there is one, and no other function
+    invokes = {(a, r) for a, r in granted if a.startswith("lambda:")}
+    if either_engine.engine == "function":
+        assert invokes == {("lambda:InvokeFunction", f"<{ids['function:flush']}.Arn>")}
+    else:
+        assert invokes == set()
+    # And it writes nothing to DynamoDB or S3 but the flush function's run records
+    writes = {(a, r) for a, r in granted if a.split(":")[0] in ("dynamodb", "s3") and not _read(a)}
+    if either_engine.engine == "function":
+        config = f"<{ids['table:config']}.Arn>"
+        assert writes == {(a, config) for a in RUN_RECORDS["config"] if not _read(a)}
+    else:
+        assert writes == set()
 
 
 def _read(action: str) -> bool:
@@ -146,21 +181,30 @@ EXPECTED_ALARMS = {
     "BroadcastIteratorAge",
     "ConnectorPollErrors",
     "CheckpointAge",
+    "FlushErrors",
 }
 
 
-def test_alarms_are_the_ones_no_other_alarm_covers_and_all_notify(cfn, ids):
-    # Given the stack's alarms
+def test_alarms_are_the_ones_no_other_alarm_covers_and_all_notify(either_engine):
+    # Given the stack's alarms (with each flush engine)
+    cfn, ids = either_engine.cfn, either_engine.ids
     alarms = cfn.of_type("AWS::CloudWatch::Alarm")
     names = {logical.removeprefix("Monitoring")[:-8] for logical in alarms}
-    # Then they are exactly: the DLQs, API 5xx, the errors of the functions outside the API (the tick's and the
-    # broadcaster's among them), the two materialisation ones and the broadcaster's lag -- at $0.10 a month each
-    assert names == EXPECTED_ALARMS
+    # Then they are exactly: the DLQs, API 5xx, the errors of the functions outside the API (the tick's, the
+    # broadcaster's and the flush function's among them), the two materialisation ones and the broadcaster's lag --
+    # at $0.10 a month each; with the Glue flush engine there is no flush function to alarm on (the Glue failure
+    # rule reports its job)
+    assert names == (EXPECTED_ALARMS if either_engine.engine == "function" else EXPECTED_ALARMS - {"FlushErrors"})
     # And every one notifies the alarm topic
     assert all(a["AlarmActions"] == [{"Ref": ids["topic:alarms"]}] for a in alarms.values())
     # And the tick's errors alarm watches the tick
     (tick_alarm,) = [a for k, a in alarms.items() if k.startswith("MonitoringLakeTickErrors")]
     assert tick_alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": ids[f"function:{TICK}"]}}]
+    # And the flush function's errors alarm (a run that raised or timed out) watches the flush function
+    if either_engine.engine == "function":
+        (flush_alarm,) = [a for k, a in alarms.items() if k.startswith("MonitoringFlushErrors")]
+        assert flush_alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": ids["function:flush"]}}]
+        assert (flush_alarm["MetricName"], flush_alarm["Threshold"]) == ("Errors", 1)
 
 
 def test_checkpoint_age_alarm_watches_the_lake_ticks_metric_beyond_a_day(cfn):
@@ -176,11 +220,14 @@ def test_checkpoint_age_alarm_watches_the_lake_ticks_metric_beyond_a_day(cfn):
     assert alarm["TreatMissingData"] == "notBreaching"
 
 
-def test_failed_glue_runs_notify_the_topic_through_the_rule(cfn, ids):
+def test_failed_glue_runs_notify_the_topic_through_the_rule(either_engine):
+    # Given the rule on Glue's job state changes (with each flush engine)
+    cfn, ids = either_engine.cfn, either_engine.ids
     (rule,) = [r for r in cfn.of_type("AWS::Events::Rule").values() if "aws.glue" in json.dumps(r)]
+    # Then it matches the failed runs of every Glue job the stack deploys
     assert rule["EventPattern"]["detail"]["state"] == ["FAILED", "TIMEOUT", "ERROR"]
     assert sorted(json.dumps(n) for n in rule["EventPattern"]["detail"]["jobName"]) == sorted(
-        json.dumps({"Ref": ids[f"job:{kind}"]}) for kind in JOB_KINDS
+        json.dumps({"Ref": ids[f"job:{kind}"]}) for kind in either_engine.stack.jobs.jobs
     )
     assert [t["Arn"] for t in rule["Targets"]] == [{"Ref": ids["topic:alarms"]}]
 

@@ -112,24 +112,24 @@ def test_materialise_role_may_do_exactly_its_calls(cfn, ids, synth):
     assert not _allows(list(granted), "secretsmanager:GetSecretValue", f"<{ids['secret:jwt']}>")
 
 
-def test_only_the_flush_job_may_publish_to_the_queue(cfn, ids):
-    # Given every role that may send to the materialisation queue
+def test_only_the_flush_may_publish_to_the_queue(either_engine):
+    # Given every role that may send to the materialisation queue (with each flush engine)
+    cfn, ids = either_engine.cfn, either_engine.ids
     senders = []
     for logical in cfn.of_type("AWS::IAM::Role"):
         if _allows(cfn.allowed(logical), "sqs:SendMessage", f"<{ids['queue:materialise']}.Arn>"):
             senders.append(logical)
-    # Then it is the flush job's role alone
-    flush_role = cfn.resources[ids["job:flush"]]["Properties"]["Role"]["Fn::GetAtt"][0]
-    assert senders == [flush_role]
+    # Then it is the flush's role alone: the flush function's, or the Glue flush job's
+    assert senders == [either_engine.flush_role()]
 
 
 # -- the producer -------------------------------------------------------------------------------------------------
 
 
-def test_flush_job_publishes_payloads_messages_and_only_lakesync_metrics(cfn, ids):
-    # Given the flush job's role and arguments
-    job = cfn.resources[ids["job:flush"]]["Properties"]
-    role = job["Role"]["Fn::GetAtt"][0]
+def test_flush_publishes_payloads_messages_and_only_lakesync_metrics(either_engine):
+    # Given the flush's role (the flush function's, or the Glue flush job's)
+    cfn, ids = either_engine.cfn, either_engine.ids
+    role = either_engine.flush_role()
     granted = cfn.allowed(role)
     claim_check = f"<{ids['bucket:claim_check']}.Arn>"
     # Then it may write payloads under materialise/ only, send to the queue, and use the data key both are
@@ -142,20 +142,27 @@ def test_flush_job_publishes_payloads_messages_and_only_lakesync_metrics(cfn, id
     # And it lists destinations and moves the heads' published position (config Query, heads UpdateItem)
     assert ("dynamodb:Query", f"<{ids['table:config']}.Arn>") in granted
     assert ("dynamodb:UpdateItem", f"<{ids['table:heads']}.Arn>") in granted
-    # And it may put metrics only into the Glue and LakeSync namespaces
+    # And it may put metrics only into the LakeSync namespace (and the job into Glue's)
     metric_statements = [s for s in cfn.role_statements(role) if s["Action"] == "cloudwatch:PutMetricData"]
     namespaces = {s["Condition"]["StringEquals"]["cloudwatch:namespace"] for s in metric_statements}
-    assert namespaces == {"Glue", "LakeSync"}
-    # And its arguments name the claim-check bucket and the queue
-    args = job["DefaultArguments"]
-    assert args["--claim_check_bucket"] == {"Ref": ids["bucket:claim_check"]}
-    assert args["--materialise_queue_url"] == {"Ref": ids["queue:materialise"]}
+    assert namespaces == ({"LakeSync"} if either_engine.engine == "function" else {"Glue", "LakeSync"})
+    # And its configuration names the claim-check bucket and the queue
+    if either_engine.engine == "function":
+        env = cfn.functions()["flush"]["Environment"]["Variables"]
+        bucket, queue = env["LAKESYNC_CLAIM_CHECK_BUCKET"], env["LAKESYNC_MATERIALISE_QUEUE_URL"]
+    else:
+        args = cfn.resources[ids["job:flush"]]["Properties"]["DefaultArguments"]
+        bucket, queue = args["--claim_check_bucket"], args["--materialise_queue_url"]
+    assert bucket == {"Ref": ids["bucket:claim_check"]}
+    assert queue == {"Ref": ids["queue:materialise"]}
 
 
-def test_flush_job_arguments_parse_into_the_publish_configuration(cfn, ids):
-    # Given the flush job's arguments, tokens replaced by stand-ins, as the job's own parser reads them
+def test_flush_job_arguments_parse_into_the_publish_configuration(glue_cfn, glue_ids):
+    # Given the flush job's arguments (flushEngine glue), tokens replaced by stand-ins, as the job's own parser reads
+    # them (the flush function's environment: test_infra_flush)
     import importlib.util
 
+    cfn, ids = glue_cfn, glue_ids
     from lakesync.spark.glue import resolved_options
 
     path = Path(__file__).resolve().parents[2] / "glue_jobs" / "flush.py"
@@ -216,7 +223,7 @@ def _sqs_event(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
     }
 
 
-def test_flush_publish_and_materialise_roles_allow_what_their_code_calls(cfn, ids, synth, aws, recorder):  # noqa: F811
+def test_flush_publish_and_materialise_roles_allow_what_their_code_calls(cfn, ids, synth, glue_synth, aws, recorder):  # noqa: F811
     # Given a schema, a pushed delta, a claim-check bucket, a queue, and a postgres destination whose secret is named
     # under the environment's destination prefix
     from lakesync.aws.destinations import ConfiguredDestinations
@@ -288,9 +295,13 @@ def test_flush_publish_and_materialise_roles_allow_what_their_code_calls(cfn, id
     # Then the job was applied, and each role allows every call its code made
     assert reply == {"batchItemFailures": []}
     assert {op for _, op, _ in consume_calls} >= {"GetObject", "GetSecretValue", "Query"}
-    flush_role = cfn.resources[ids["job:flush"]]["Properties"]["Role"]["Fn::GetAtt"][0]
-    _, missing = _check(cfn, flush_role, publish_calls, names)
-    assert not missing, f"flush: used but not granted: {missing}"
+    for engine in (synth, glue_synth):  # the flush function's role, and the Glue flush job's
+        engine_names = _names(aws, engine.ids) | {
+            bucket: f"<{engine.ids['bucket:claim_check']}.Arn>",
+            queue_url: f"<{engine.ids['queue:materialise']}.Arn>",
+        }
+        _, missing = _check(engine.cfn, engine.flush_role(), publish_calls, engine_names)
+        assert not missing, f"flush ({engine.engine}): used but not granted: {missing}"
     assert {op for _, op, _ in publish_calls} >= {"PutObject", "SendMessage", "PutMetricData", "UpdateItem"}
     namespaces = {p["Namespace"] for _, op, p in publish_calls if op == "PutMetricData"}
     assert namespaces == {"LakeSync"}  # the namespace the role's condition allows

@@ -1,14 +1,17 @@
-"""The Lambda assets as deployed (the staged copies in the cloud assembly): the API functions' asset and the
-materialise function's, which the connector poller and admin share (the same plus the SQL drivers). Each is
-self-sufficient with only the runtime's AWS SDK beside it, every lakesync/functions import inside it resolvable,
-built for its functions' architecture (ARM64; x86_64 for the drivers' asset) and the runtime's Python, with no wheel
-needing a newer glibc than the runtime's Amazon Linux 2, free of the Spark/Iceberg stack; the API asset stays small;
-plus the pins they were built from."""
+"""The Lambda assets as deployed (the staged copies in the cloud assembly): the API functions' asset, the
+materialise function's, which the connector poller and admin share (the same plus the SQL drivers), and the flush
+function's (the same plus ``lakesync.lake``, pyiceberg, pyiceberg-core and pyarrow). Each is self-sufficient with
+only the runtime's AWS SDK beside it, every lakesync/functions import inside it resolvable, built for its functions'
+architecture (ARM64; x86_64 for the drivers' and the flush assets) and the runtime's Python, with no wheel needing a
+newer glibc than the runtime's Amazon Linux 2; the API and drivers' assets are free of the Spark/Iceberg stack and the
+flush asset carries only the lake engine (which runs from it here, on x86_64), within Lambda's 250 MB; plus the pins
+they were built from."""
 
 from __future__ import annotations
 
 import ast
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ import pytest
 from lakesync_infra.config import LakeSyncConfig
 from lakesync_infra.functions import driver_functions
 from lakesync_infra.packaging import (
+    FLUSH_EXTRAS,
     LAMBDA_GLIBC,
     LAMBDA_PYTHON,
     MATERIALISE_EXTRAS,
@@ -49,10 +53,18 @@ WITH_DRIVERS = driver_functions(LakeSyncConfig.from_settings("dev", {"sqlSourceP
 
 MATERIALISE = "materialise"
 """The asset with the SQL drivers (named after its first function; :data:`WITH_DRIVERS` all use it)."""
-ASSETS = ("api", MATERIALISE)
-MACHINE = {"api": "aarch64", MATERIALISE: "x86_64"}
-"""The CPU each asset is built for (the functions' ``Architectures``: arm64, x86_64 for materialise)."""
+FLUSH = "flush"
+"""The flush function's asset (the lake engine)."""
+ASSETS = ("api", MATERIALISE, FLUSH)
+MACHINE = {"api": "aarch64", MATERIALISE: "x86_64", FLUSH: "x86_64"}
+"""The CPU each asset is built for (the functions' ``Architectures``: arm64, x86_64 for materialise and flush)."""
+ELF_MACHINE = {"aarch64": 183, "x86_64": 62}
+"""``e_machine`` of an ELF file built for each CPU."""
+EXTRAS = {"api": ("aws",), MATERIALISE: MATERIALISE_EXTRAS, FLUSH: FLUSH_EXTRAS}
 SQL_DRIVERS = ("psycopg", "psycopg_binary", "pymysql", "google/cloud/bigquery")
+LAKE_ENGINE = ("pyiceberg", "pyiceberg_core", "pyarrow")
+LAMBDA_UNZIPPED_LIMIT = 262_144_000
+"""Lambda's limit on a function's unzipped code (with its layers): "250 MB", 262,144,000 bytes."""
 
 
 def _staged(cfn, synth, names) -> Path:
@@ -63,12 +75,15 @@ def _staged(cfn, synth, names) -> Path:
     return staged
 
 
+def _asset_of(name: str) -> str:
+    return FLUSH if name == FLUSH else MATERIALISE if name in WITH_DRIVERS else "api"
+
+
 @pytest.fixture(scope="module")
 def assets(cfn, synth) -> dict[str, Path]:
-    """The staged asset directories: ``api`` (every function but those with the drivers, one shared asset) and
-    ``materialise`` (materialise, the connector poller and admin)."""
-    others = set(cfn.functions()) - set(WITH_DRIVERS)
-    return {"api": _staged(cfn, synth, others), MATERIALISE: _staged(cfn, synth, set(WITH_DRIVERS))}
+    """The staged asset directories: ``api`` (every function but those below, one shared asset), ``materialise``
+    (materialise, the connector poller and admin) and ``flush``."""
+    return {asset: _staged(cfn, synth, {n for n in cfn.functions() if _asset_of(n) == asset}) for asset in ASSETS}
 
 
 @pytest.fixture(scope="module", params=ASSETS)
@@ -77,9 +92,7 @@ def asset(request, assets) -> Path:
 
 
 def _handlers(cfn, asset_name: str) -> list[str]:
-    return sorted(
-        {fn["Handler"] for name, fn in cfn.functions().items() if (name in WITH_DRIVERS) == (asset_name == MATERIALISE)}
-    )
+    return sorted({fn["Handler"] for name, fn in cfn.functions().items() if _asset_of(name) == asset_name})
 
 
 @pytest.fixture(scope="module")
@@ -146,23 +159,41 @@ def test_every_lakesync_import_in_the_asset_resolves_inside_it(asset):
     assert {name: where for name, where in wanted.items() if name not in available} == {}
 
 
-def test_asset_has_no_spark_iceberg_or_bundled_sdk(asset):
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_has_no_spark_or_bundled_sdk_and_only_the_flush_has_the_lake_engine(assets, asset_name):
     # Given the asset's top-level packages
+    asset = assets[asset_name]
     top = {p.name.split("-")[0].lower() for p in asset.iterdir()}
-    # Then none of the heavy or runtime-provided distributions is bundled
-    assert not top & {*HEAVY, *(d.replace("-", "_") for d in RUNTIME_PROVIDED)}
+    # Then none of the heavy or runtime-provided distributions is bundled -- but the flush function's lake engine
+    # (pyiceberg, its Rust core and pyarrow; no pandas) in its asset
+    engine = set(LAKE_ENGINE) if asset_name == FLUSH else set()
+    assert top & {*HEAVY, *LAKE_ENGINE, *(d.replace("-", "_") for d in RUNTIME_PROVIDED)} == engine
     assert not (asset / "lakesync" / "spark").exists() and not (asset / "lakesync" / "local").exists()
+    assert (asset / "lakesync" / "lake").is_dir() == (asset_name == FLUSH)
 
 
 @pytest.mark.parametrize("asset_name", ASSETS)
 def test_asset_extensions_are_built_for_its_architecture_and_the_runtime_python(assets, asset_name):
-    # Given the compiled extension modules in the asset
-    extensions = sorted(p.name for p in assets[asset_name].rglob("*.so"))
-    # Then each is for the function's CPU on Linux, and either for the runtime's CPython or the stable ABI
+    # Given the compiled extension modules in the asset, and every shared object (pyarrow's own libraries too)
+    libraries = [p for p in assets[asset_name].rglob("*.so*") if p.is_file() and ".so" in p.suffixes]
+    extensions = sorted(p.name for p in libraries if "cpython-" in p.name or ".abi3." in p.name)
+    # Then each extension is for the function's CPU on Linux, and either for the runtime's CPython or the stable ABI
     tag = f"cpython-{LAMBDA_PYTHON.replace('.', '')}"
     assert extensions
     assert all(MACHINE[asset_name] in name or "abi3" in name for name in extensions), extensions
     assert all(tag in name or "abi3" in name for name in extensions), extensions
+    # And every shared object is an ELF file for that CPU
+    machines = {p.name: _elf_machine(p) for p in libraries}
+    assert {name: m for name, m in machines.items() if m != ELF_MACHINE[MACHINE[asset_name]]} == {}
+
+
+def _elf_machine(path: Path) -> int | None:
+    """``e_machine`` of an ELF file (``None``: not ELF)."""
+    with path.open("rb") as f:
+        header = f.read(20)
+    if header[:4] != b"\x7fELF":
+        return None
+    return int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
 
 
 def _runtime_tags(machine: str) -> set[Tag]:
@@ -197,8 +228,9 @@ def test_asset_holds_exactly_the_locked_runtime_dependencies(assets, asset_name)
     # Given the distributions installed in the asset
     stems = [p.name.removesuffix(".dist-info").rsplit("-", 1) for p in assets[asset_name].glob("*.dist-info")]
     installed = {name.lower().replace("_", "-"): version for name, version in stems}
-    # Then they are the lock pins of its extras (aws; aws and sql for materialise), minus the SDK the runtime provides
-    extras = MATERIALISE_EXTRAS if asset_name == MATERIALISE else ("aws",)
+    # Then they are the lock pins of its extras (aws; and sql for materialise, lake for flush), minus the SDK the
+    # runtime provides
+    extras = EXTRAS[asset_name]
     pins = dict(_pin(line) for line in lambda_requirements(extras=extras) if _on_lambda(line, MACHINE[asset_name]))
     assert installed == {name.lower(): version for name, version in pins.items()}
 
@@ -226,11 +258,12 @@ def _on_lambda(line: str, machine: str) -> bool:
 
 
 def test_only_the_materialise_asset_carries_the_sql_drivers(assets):
-    # Given both assets
-    # Then the drivers of every destination type are in the materialise function's asset, and none in the API's
+    # Given the assets
+    # Then the drivers of every destination type are in the materialise function's asset, and none in the others
     for driver in SQL_DRIVERS:
         assert (assets[MATERIALISE] / driver).is_dir(), driver
         assert not (assets["api"] / driver).exists(), driver
+        assert not (assets[FLUSH] / driver).exists(), driver
 
 
 def test_assets_are_well_under_the_lambda_limit(assets):
@@ -240,3 +273,55 @@ def test_assets_are_well_under_the_lambda_limit(assets):
     assert api < 25 * 1024 * 1024, api
     # And the materialise function's, drivers and BigQuery's client included, stays under half the limit
     assert materialise < 125 * 1024 * 1024, materialise
+    # And the flush function's, pyarrow (about 140 MB) and pyiceberg-core (about 40 MB) included, under the limit
+    assert directory_size(assets[FLUSH]) < LAMBDA_UNZIPPED_LIMIT
+
+
+def test_flush_asset_carries_pyarrow_20_and_the_lake_engine_for_x86_64(assets):
+    # Given the flush asset's distributions and the engine's files
+    asset = assets[FLUSH]
+    installed = dict(p.name.removesuffix(".dist-info").rsplit("-", 1) for p in asset.glob("*.dist-info"))
+    # Then it holds the lake package, pyiceberg with its Rust core and pyarrow 20 (the last line with manylinux2014
+    # wheels), each built for x86_64 Linux
+    assert (asset / "lakesync" / "lake" / "iceberg_flush.py").is_file()
+    assert installed["pyarrow"].startswith("20.") and "pyiceberg" in installed and "pyiceberg_core" in installed
+    for dist in ("pyarrow", "pyiceberg_core"):
+        wheel = (asset / f"{dist}-{installed[dist]}.dist-info" / "WHEEL").read_text(encoding="utf-8")
+        tags = [line.removeprefix("Tag:").strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+        assert tags and all(tag.endswith("_x86_64") for tag in tags), (dist, tags)
+
+
+_ENGINE_PROBE = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import functions.flush, lakesync.lake.flush, lakesync.lake.iceberg_flush
+from pyiceberg.catalog.glue import GlueCatalog
+from pyiceberg.transforms import DayTransform
+from pyiceberg.types import TimestamptzType
+import pyarrow as pa, pyarrow.parquet
+days = DayTransform().pyarrow_transform(TimestamptzType())(pa.array([86_400_000_000], pa.timestamp("us", "UTC")))
+assert days.to_pylist() == [1], days
+outside = [m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)
+           and not m.__file__.startswith(tuple(sys.argv[1:4]))]
+assert not outside, outside[:5]
+print(pa.__version__)
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the flush asset is built for x86_64")
+def test_flush_asset_engine_imports_and_computes_with_only_the_runtime_sdk_beside_it(assets, sdk_only, tmp_path):
+    # Given a clean interpreter whose import path is the flush asset and the runtime's SDK, nothing else
+    stdlib = str(Path(ast.__file__).resolve().parent)
+    # When the handler, the pyiceberg engine and the Glue catalog are imported there, and pyiceberg-core computes
+    # the delta log's day partition
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", _ENGINE_PROBE, str(assets[FLUSH]), str(sdk_only), stdlib],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env={"AWS_DEFAULT_REGION": "us-east-1"},
+    )
+    # Then it all loads from the asset (pyarrow 20) and the SDK, and computes
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("20.")

@@ -11,8 +11,9 @@ _CFN_LINT = "import sys; from cfnlint.runner import main; sys.exit(main())"
 _VAGUE = ("not needed", "n/a", "todo", "fixme", "suppress", "ignore")
 
 
-def test_synth_passes_cdk_nag_with_no_unacknowledged_findings(synth):
-    # Given the app synthesized with AwsSolutionsChecks registered as a validation plugin
+def test_synth_passes_cdk_nag_with_no_unacknowledged_findings(either_engine):
+    # Given the app synthesized with AwsSolutionsChecks registered as a validation plugin (with each flush engine)
+    synth = either_engine
     # Then the synth succeeded and the validation report lists no violation
     findings = [
         f"{v['ruleName']} at {', '.join(c['constructPath'] for c in v.get('violatingConstructs', []))}"
@@ -43,8 +44,9 @@ def test_auth_acknowledgment_is_scoped_to_the_api(synth):
     assert sorted(paths) == [f"/{synth.stack.stack_name}/Api", f"/{synth.stack.stack_name}/Realtime/WebSocketApi"]
 
 
-def test_template_passes_cfn_lint(synth):
-    # Given the synthesized template
+def test_template_passes_cfn_lint(either_engine):
+    # Given the synthesized template (with each flush engine)
+    synth = either_engine
     template = synth.outdir / synth.stack.template_file
     # When cfn-lint checks it (W3005, "redundant DependsOn", is CDK's own habit and ignored)
     done = subprocess.run(

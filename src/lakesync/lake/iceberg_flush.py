@@ -144,6 +144,7 @@ class IcebergDeltaLog:
         self._threads = max(1, threads)
         self.identifier = (config.namespace, DELTA_LOG)
         self.name = ".".join(self.identifier)
+        self._ensured = False
 
     def _read(self) -> RangeReader:
         if self._reader is None:
@@ -154,6 +155,10 @@ class IcebergDeltaLog:
         return self._catalog.load_table(self.identifier)
 
     def ensure_table(self) -> None:
+        # Looked up first: pyiceberg's create-if-not-exists writes a metadata file before the catalog refuses it.
+        if self._ensured or self._catalog.table_exists(self.identifier):
+            self._ensured = True
+            return
         self._catalog.create_namespace_if_not_exists(self._config.namespace)
         self._catalog.create_table_if_not_exists(
             self.identifier,
@@ -161,6 +166,7 @@ class IcebergDeltaLog:
             partition_spec=delta_log_partition_spec(),
             properties=TABLE_PROPERTIES,
         )
+        self._ensured = True
 
     def _snapshots(self, table: Table) -> dict[int, SnapshotInfo]:
         out = {}
