@@ -471,10 +471,13 @@ def _stored_bytes(env: CostEnv, names: Any) -> dict[str, dict[str, float]]:
 
 # -- the lake ---------------------------------------------------------------------------------------------------------
 class Lake:
-    """The local Spark session on one lake (sqlite catalog, file warehouse) and the Glue job scripts."""
+    """The local Spark session on one lake (sqlite catalog, file warehouse) and the Glue job scripts; the flush is
+    the flush function (``functions.flush`` on the same catalog, invoked as Lambda would) when ``flush_engine`` is
+    ``function``, as the stack deploys it by default."""
 
-    def __init__(self, env: CostEnv, work: Path, code_root: Path) -> None:
+    def __init__(self, env: CostEnv, work: Path, code_root: Path, flush_engine: str = "function") -> None:
         self.env = env
+        self.flush_engine = flush_engine
         self.catalog = work / "lake" / "catalog.db"
         self.warehouse = work / "lake" / "warehouse"
         self.code_root = code_root
@@ -522,7 +525,10 @@ class Lake:
         return self._modules[kind]
 
     def run(self, kind: str, names: Any, gateway: str, **extra: str) -> tuple[float, list[Any]]:
-        """Run ``glue_jobs/<kind>.py``'s ``main`` as Glue would; returns (seconds, the JSON lines it printed)."""
+        """Run ``glue_jobs/<kind>.py``'s ``main`` as Glue would (or the flush function); returns (seconds, the JSON
+        lines it printed: for the function, its report as the Glue script prints it)."""
+        if kind == "flush" and self.flush_engine == "function":
+            return self._flush_function(gateway, **extra)
         prefix = names.deltas.rsplit("-", 1)[0]
         dynamo = {"table_prefix": prefix, "gateways": gateway, "region": REGION, "dynamodb_endpoint": self.env.endpoint}
         options: dict[str, str] = {
@@ -550,6 +556,29 @@ class Lake:
             raise RuntimeError(f"glue job {kind} exited with {code}: {sink.getvalue()[:500]}")
         lines = [json.loads(line) for line in sink.getvalue().splitlines() if line.startswith("{")]
         return seconds, lines
+
+    def _flush_function(self, gateway: str, retention_ms: str | None = None) -> tuple[float, list[Any]]:
+        import functions.flush as flush_module
+
+        variables = {
+            "LAKESYNC_GATEWAY_IDS": gateway,
+            "LAKESYNC_LAKE_CATALOG": "local",
+            "LAKESYNC_LAKE_CATALOG_URI": str(self.catalog),
+            "LAKESYNC_LAKE_WAREHOUSE": str(self.warehouse),
+            "LAKESYNC_CHECKPOINT_BUCKET": CHECKPOINT_BUCKET,
+            "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET,
+            "LAKESYNC_MATERIALISE_QUEUE_URL": self.env.queue_url,
+        }
+        if retention_ms is not None:
+            variables["LAKESYNC_FLUSH_RETENTION_MS"] = retention_ms
+        with _environment(variables, ()):
+            flush_module.get_flush.cache_clear()
+            lookups = self.env.meter.lookup_seconds
+            start = time.perf_counter()
+            report = self.env.invoke(flush_module, {}, api=False)
+            seconds = time.perf_counter() - start - (self.env.meter.lookup_seconds - lookups)
+            flush_module.get_flush.cache_clear()
+        return seconds, [{"flush": report}]
 
 
 def materialise_queue(env: CostEnv, batch_size: int) -> int:
@@ -663,7 +692,8 @@ def lake_workload(
         seconds, reports = _lake_round(env, lake, names, gateway, f"{tag}:{i}", batch_size)
         flushed = reports["flush"][0]["flush"]["deltas"]
         released = reports["release"][0]["flush"]["released"]
-        if flushed != deltas or env.meter.worker_lines == workers:
+        spark_flush = lake.flush_engine == "glue"
+        if flushed != deltas or (spark_flush and env.meter.worker_lines == workers):
             raise RuntimeError(
                 f"lake round {i}: flushed {flushed} of {deltas}; "
                 f"{env.meter.worker_lines - workers} calls counted in Spark's workers"
@@ -684,7 +714,14 @@ def lake_workload(
     if rows != pushed:
         raise RuntimeError(f"lake check: {rows} rows materialised, {pushed} pushed")
     env.drop_tables(names)
-    return {"tag": tag, "gateway": gateway, "rounds": measured, "idle_seconds": idle, "log_items_left": left}
+    return {
+        "tag": tag,
+        "gateway": gateway,
+        "flush_engine": lake.flush_engine,
+        "rounds": measured,
+        "idle_seconds": idle,
+        "log_items_left": left,
+    }
 
 
 def _scan(env: CostEnv, table: str) -> Iterator[Any]:
@@ -762,6 +799,8 @@ def measure_scheduled(env: CostEnv, template: Mapping[str, Any]) -> dict[str, di
             return env.queue_url
         if kind == "AWS::Glue::Job":
             return job_names.get(str(ref))
+        if kind == "AWS::Lambda::Function":  # the flush function the tick would queue (an idle tick queues none)
+            return f"cost-{ref}"[:64]
         return None
 
     out: dict[str, dict[str, Any]] = {}
@@ -791,6 +830,9 @@ def measure_scheduled(env: CostEnv, template: Mapping[str, Any]) -> dict[str, di
                 _clear_caches(module)
         usage = usage_of(env.meter, phase)
         starts = sum(v for k, v in usage.items() if k.startswith("glue|") and "|StartJobRun|" in k)
+        queued = sum(v for k, v in usage.items() if k.startswith("lambda|") and "|Invoke|" in k)
+        if queued:
+            raise RuntimeError(f"an idle {entry['function']} tick queued {queued:g} flush function run(s)")
         invocations = _merge_passes(env, phase).get(entry["function"], {})
         out[entry["schedule"]] = {
             "function": entry["function"],
@@ -834,7 +876,7 @@ def fallback_functions() -> dict[str, dict[str, Any]]:
     config = LakeSyncConfig(name="prod")
     out = {}
     for name in ALL_FUNCTIONS:
-        arch = MATERIALISE_ARCHITECTURE if name == "materialise" else LAMBDA_ARCHITECTURE
+        arch = MATERIALISE_ARCHITECTURE if name in ("materialise", "flush") else LAMBDA_ARCHITECTURE
         out[name] = {
             "memory_mb": _memory(config, name, ACCESS[name]),
             "architecture": arch.name,
@@ -884,13 +926,17 @@ def lake_figures(
     """Per-delta and per-run figures of one lake workload, and its cost per million deltas at several run sizes.
 
     Per delta: what the loaded runs did beyond an idle run of the same job (the release is a flush run), divided by
-    the deltas; per run: an idle run's requests. Glue seconds per run: a line fitted through the loaded runs (a flush
-    run's work is its own time plus the release run's time beyond an idle flush).
+    the deltas; per run: an idle run's requests. Seconds per run: a line fitted through the loaded runs (a flush
+    run's work is its own time plus the release run's time beyond an idle flush). A Glue job's run is billed in
+    DPU-seconds (at least a minute); the flush function's in GB-seconds at its memory, plus its request and its log
+    lines (the idle invocation's).
     """
     meter = env.meter
     tag = lake["tag"]
     rounds = lake["rounds"]
     idle_s = lake["idle_seconds"]
+    by_function = lake.get("flush_engine") == "function"
+    glue_jobs = tuple(job for job in JOBS if not (by_function and job == "flush"))
     total = sum(r["deltas"] for r in rounds)
     idle_usage = {job: usage_of(meter, f"{tag}:{job}-idle") for job in JOBS}
     base = {"flush": "flush", "release": "flush", "compact": "compact", "checkpoint": "checkpoint"}
@@ -915,18 +961,37 @@ def lake_figures(
         "checkpoint": [(r["deltas"], r["seconds"]["checkpoint"]) for r in rounds],
     }
     lines = {job: fit_line(points[job], floor=idle_s[f"{job}-idle"]) for job in JOBS}
+    idle_flush = env.invocations("count", f"{tag}:flush-idle").get("flush", {})
     by_size = {}
     for run_deltas in RUN_SIZES:
         glue = {
-            job: glue_per_million(*lines[job], run_deltas * ratios[job], dpus[job], glue_prices[job]) for job in JOBS
+            job: glue_per_million(*lines[job], run_deltas * ratios[job], dpus[job], glue_prices[job])
+            for job in glue_jobs
         }
-        fixed = sum(fixed_usd[job] * glue[job]["runs"] for job in JOBS)
+        runs = {job: 1e6 / (run_deltas * ratios[job]) for job in JOBS}
+        fixed = sum(fixed_usd[job] * runs[job] for job in JOBS)
         glue_usd = sum(g["usd"] for g in glue.values())
+        function: dict[str, float] = {}
+        if by_function:
+            run_seconds = lines["flush"][0] + lines["flush"][1] * run_deltas
+            memory = int(functions.get("flush", {}).get("memory_mb", 2048))
+            per_run = {
+                "count": 1.0,
+                "gb_s": lambda_gb_seconds(run_seconds, memory),
+                "log_bytes": float(idle_flush.get("log_bytes", 0.0)) / max(1.0, float(idle_flush.get("count", 1.0))),
+            }
+            usd = merge_dollars(price_invocations({"flush": per_run}, functions), scale=runs["flush"])
+            function = {"runs": runs["flush"], "run_seconds": run_seconds, "usd": sum(usd.values())} | {
+                f"usd_{k}": v for k, v in usd.items() if v
+            }
         by_size[str(run_deltas)] = {
             "glue": glue,
+            "flush_runs": runs["flush"],
             "glue_usd": glue_usd,
+            "flush_function": function,
+            "flush_function_usd": function.get("usd", 0.0),
             "per_run_requests_usd": fixed,
-            "total_usd": sum(per_delta_usd.values()) * 1e6 + fixed + glue_usd,
+            "total_usd": sum(per_delta_usd.values()) * 1e6 + fixed + glue_usd + function.get("usd", 0.0),
         }
     units: dict[str, dict[str, float]] = {}
     for step, usage in by_step.items():
@@ -978,6 +1043,9 @@ def workload_figures(
         lake_line = dict(lake["usd_per_million_variable"])
         lake_line.pop("total", None)
         lake_line["Glue"] = lake_line.get("Glue", 0.0) + headline["glue_usd"]
+        for service, usd in headline.get("flush_function", {}).items():
+            if service.startswith("usd_"):
+                lake_line[service[4:]] = lake_line.get(service[4:], 0.0) + usd
         lake_line["DynamoDB"] = lake_line.get("DynamoDB", 0.0) + headline["per_run_requests_usd"]
     total = merge_dollars(sync, lake_line)
     invocations = add_invocations(push_inv, pull_inv)
@@ -1029,7 +1097,7 @@ def run(sizes: Sizes, *, spark: bool, template: dict[str, dict[str, Any]] | None
         lakes: dict[int, dict[str, Any]] = {}
         spark_start = None
         if spark:
-            lake = Lake(env, work, _code_root())
+            lake = Lake(env, work, _code_root(), flush_engine="function" if "flush" in functions else "glue")
             progress("cost: starting local Spark (Iceberg runtime) for the Glue jobs")
             lake.start(cost_dir)
             spark_start = lake.start_seconds
@@ -1113,15 +1181,20 @@ def _sqs_batch_size(template: Mapping[str, Mapping[str, Any]] | None) -> int:
 
 
 def _glue_setup(template: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """DPUs and DPU-hour price per job, and how many flush runs' worth of deltas a compaction or checkpoint run
-    carries."""
+    """DPUs and DPU-hour price per Glue job, runs a month per job (its schedule, whether it starts a Glue job or the
+    flush function), and how many flush runs' worth of deltas a compaction or checkpoint run carries."""
     from benchmarks.cost_report import schedules_of
 
     if template:
-        schedules = {e["job_kind"]: e for e in schedules_of(template["prod"]) if "dpus" in e}
-        runs = {job: e["runs"] for job, e in schedules.items()}
-        dpus = {job: e["dpus"] for job, e in schedules.items()}
-        prices = {job: e["glue_price"] for job, e in schedules.items()}
+        entries = schedules_of(template["prod"])
+        runs: dict[str, float] = {}
+        for entry in entries:
+            kind = entry.get("job_kind") or _scheduled_job(entry)
+            if kind in JOBS:
+                runs[kind] = entry["runs"]
+        glue = [e for e in entries if "dpus" in e]
+        dpus = {e["job_kind"]: e["dpus"] for e in glue}
+        prices = {e["job_kind"]: e["glue_price"] for e in glue}
     else:  # the config defaults: flush every 15 minutes, compact hourly, checkpoint every 6 hours, 2 G.1X workers, Flex
         from benchmarks.cost_model import runs_per_month
 
@@ -1138,6 +1211,14 @@ def _glue_setup(template: Mapping[str, Mapping[str, Any]] | None) -> dict[str, A
         "runs_per_month": runs,
         "ratios": {job: runs["flush"] / runs[job] for job in runs},
     }
+
+
+def _scheduled_job(entry: Mapping[str, Any]) -> str | None:
+    """The job a schedule's event names (``{"job": ...}`` to the lake tick), if any."""
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        job = json.loads(entry.get("input") or "").get("job")
+        return job if isinstance(job, str) else None
+    return None
 
 
 # -- results ----------------------------------------------------------------------------------------------------------
@@ -1218,28 +1299,31 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "",
             "## The lake per million deltas, by flush run size",
             "",
-            "Glue seconds per run: a line fitted through the loaded runs of the Glue job scripts on local Spark "
-            "(`local[2]`, this machine; a stand-in for Glue's G.1X workers), never below an idle run; every run is "
-            "billed at least a minute. Compaction and checkpoint runs carry as many flush runs' deltas as their "
-            'schedules imply. "per-run requests" is what an idle run of each job asks of DynamoDB and S3.',
+            "Seconds per run: a line fitted through the loaded runs, never below an idle run. The Glue jobs run as "
+            "their scripts on local Spark (`local[2]`, this machine; a stand-in for Glue's G.1X workers), each run "
+            "billed at least a minute; the flush function (the stack's default flush) runs in this process on the "
+            "same lake, billed in GB-seconds at its memory. Compaction and checkpoint runs carry as many flush runs' "
+            'deltas as their schedules imply. "per-run requests" is what an idle run of each job asks of DynamoDB and '
+            "S3.",
             "",
             "| rows | deltas per flush run | flush runs | DPU-hours: flush | compact | checkpoint | Glue $ | "
-            "per-run requests $ | total lake $ |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "flush function $ | per-run requests $ | total lake $ |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row_bytes, lake in r["lake"].items():
             for size, figures in lake["by_run_size"].items():
                 glue = figures["glue"]
-                dpu = " | ".join(f"{glue[job]['dpu_hours']:.2f}" for job in JOBS)
+                dpu = " | ".join(f"{glue[job]['dpu_hours']:.2f}" if job in glue else "–" for job in JOBS)
+                function = figures.get("flush_function") or {}
                 out.append(
-                    f"| {row_bytes} B | {int(size):,} | {glue['flush']['runs']:,.0f} | {dpu} | "
-                    f"{_fmt(figures['glue_usd'])} | {_fmt(figures['per_run_requests_usd'], 3)} | "
-                    f"{_fmt(figures['total_usd'])} |"
+                    f"| {row_bytes} B | {int(size):,} | {figures['flush_runs']:,.0f} | {dpu} | "
+                    f"{_fmt(figures['glue_usd'])} | {_fmt(function['usd'], 3) if function else '–'} | "
+                    f"{_fmt(figures['per_run_requests_usd'], 3)} | {_fmt(figures['total_usd'])} |"
                 )
         out += [
             "",
-            "Seconds of each step on local Spark (the materialise step is the function's invocations and the event "
-            "source's requests), and the fitted seconds per run:",
+            "Seconds of each step (on local Spark, or the flush function's; the materialise step is the function's "
+            "invocations and the event source's requests), and the fitted seconds per run:",
             "",
             "| rows | deltas | " + " | ".join(step for step, _, _ in LAKE_STEPS) + " |",
             "|---|---:|" + "---:|" * len(LAKE_STEPS),

@@ -181,6 +181,30 @@ def test_a_run_meeting_a_held_lease_waits_for_it_within_its_budget(world: World)
     assert world.records.runs()[0].state == "SUCCEEDED"
 
 
+def test_a_run_drains_a_backlog_larger_than_one_flush_while_it_has_time(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a cap of 5 deltas a flush and 12 deltas in one shard
+    monkeypatch.setenv("LAKESYNC_FLUSH_MAX_DELTAS", "5")
+    world.push(12)
+    world.starter.start()
+
+    # When the queued run runs with time to spare, it flushes again while a flush appended its cap
+    report = world.run_queued()
+
+    # Then one invocation flushed everything, in three snapshots, each entry once
+    assert (report["flushes"], report["deltas"], len(report["snapshot_ids"])) == (3, 12, 3)
+    assert len(world.lake_entries()) == len(set(world.lake_entries())) == 12
+    assert all(flushed == seq for seq, flushed in world.heads().values())
+    # And with too little time left it stops after one flush; the next run goes on
+    world.push(12)
+    world.starter.start()
+    assert world.run_queued(seconds=100)["deltas"] == 5
+    world.starter.start()
+    assert world.run_queued()["deltas"] == 7
+    assert len(world.lake_entries()) == 24
+
+
 def test_a_run_without_time_to_wait_for_a_held_lease_fails_and_records_why(world: World) -> None:
     # Given deltas and a lease held by another run
     world.push(3)
