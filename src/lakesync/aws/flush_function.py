@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from lakesync.aws.checkpoints import read_release_bounds
+from lakesync.aws.checkpoints import ReleaseBounds, read_release_bounds
 from lakesync.aws.flush_runs import FlushRunLog, new_run_id
 from lakesync.aws.flush_store import DynamoConfig, FlushStore
 from lakesync.aws.function_settings import FlushFunctionSettings
@@ -34,7 +34,7 @@ from lakesync.core.hlc import system_clock
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-    from lakesync.lake.flush import FlushConfig, FlushReport
+    from lakesync.lake.flush import DeltaLog, FlushConfig, FlushReport
 
 __all__ = ["LEASE_POLL_S", "FlushFunction", "lake_catalog"]
 
@@ -90,6 +90,7 @@ class FlushFunction:
         self._store = store
         self._runs = runs
         self._catalog = catalog
+        self._engine: tuple[DeltaLog, FlushConfig] | None = None
         self._now_ms = now_ms
         self._sleep = sleep
 
@@ -130,9 +131,12 @@ class FlushFunction:
         self._runs.running(run_id, self._now_ms())
         reports: list[FlushReport] = []
         try:
+            bounds = read_release_bounds(
+                self.settings.checkpoint_bucket, self.settings.gateway_ids, region_name=self.settings.region
+            )
             while True:
                 started = time.monotonic()
-                reports.append(self._run(remaining_ms))
+                reports.append(self._run(bounds, remaining_ms))
                 took_ms = (time.monotonic() - started) * 1000
                 if reports[-1].deltas < self.settings.max_deltas or remaining_ms() < _RESERVE_MS + 2 * took_ms:
                     break
@@ -157,21 +161,18 @@ class FlushFunction:
             "durations_ms": dict(last.durations_ms),
         }
 
-    def _run(self, remaining_ms: Callable[[], int]) -> FlushReport:
+    def _run(self, bounds: ReleaseBounds, remaining_ms: Callable[[], int]) -> FlushReport:
         from lakesync.lake.flush import run_flush
-        from lakesync.lake.iceberg_flush import IcebergDeltaLog
 
-        if self._catalog is None:
-            self._catalog = lake_catalog(self.settings)
-        config = self.config()
-        bounds = read_release_bounds(self.settings.checkpoint_bucket, config.gateways, region_name=self.settings.region)
+        delta_log, config = self._delta_log()
+        checkpointed = self.settings.checkpoint_bucket is not None
         while True:
             try:
                 return run_flush(
-                    IcebergDeltaLog(self._catalog, config),
+                    delta_log,
                     config,
-                    checkpoint_positions=bounds.positions if self.settings.checkpoint_bucket else None,
-                    checkpoint_hlcs=bounds.hlcs if self.settings.checkpoint_bucket else None,
+                    checkpoint_positions=bounds.positions if checkpointed else None,
+                    checkpoint_hlcs=bounds.hlcs if checkpointed else None,
                     now_ms=self._now_ms,
                     store=self._store,
                 )
@@ -180,3 +181,14 @@ class FlushFunction:
                 if not held or remaining_ms() - LEASE_POLL_S * 1000 < _RESERVE_MS:
                     raise
             self._sleep(LEASE_POLL_S)
+
+    def _delta_log(self) -> tuple[DeltaLog, FlushConfig]:
+        """The engine and the run's configuration, made once per container (the engine remembers the table exists)."""
+        if self._engine is None:
+            from lakesync.lake.iceberg_flush import IcebergDeltaLog
+
+            if self._catalog is None:
+                self._catalog = lake_catalog(self.settings)
+            config = self.config()
+            self._engine = (IcebergDeltaLog(self._catalog, config), config)
+        return self._engine

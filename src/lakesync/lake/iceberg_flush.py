@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DELTA_LOG_ARROW_SCHEMA", "IcebergDeltaLog", "delta_log_partition_spec", "delta_log_schema"]
 
-_STRING = pa.string()
 DELTA_LOG_ARROW_SCHEMA = pa.schema(
     [
         *(f for f in RECORD_ARROW_SCHEMA if f.name not in ("commit_ms", "size")),
