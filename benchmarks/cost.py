@@ -1181,8 +1181,9 @@ def _sqs_batch_size(template: Mapping[str, Mapping[str, Any]] | None) -> int:
 
 
 def _glue_setup(template: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """DPUs and DPU-hour price per Glue job, runs a month per job (its schedule, whether it starts a Glue job or the
-    flush function), and how many flush runs' worth of deltas a compaction or checkpoint run carries."""
+    """DPUs and DPU-hour price per Glue job, and how many flush runs' worth of deltas a compaction or checkpoint run
+    carries at steady traffic: the flush on every flush tick, compaction on the first of its ticks its policy allows
+    (the lake tick's environment), the checkpoint on the first of its ticks after a compaction."""
     from benchmarks.cost_report import schedules_of
 
     if template:
@@ -1205,12 +1206,52 @@ def _glue_setup(template: Mapping[str, Mapping[str, Any]] | None) -> dict[str, A
         }
         dpus = dict.fromkeys(runs, 2.0)
         prices = dict.fromkeys(runs, "glue.dpu_hour.flex")
+    # Compaction waits for its policy's flush runs (the lake tick's environment), the checkpoint for a compaction.
+    from benchmarks.cost_model import compaction_wants, flush_runs_per_run
+
+    if template:
+        policy = _compact_policy(template["prod"])
+    else:
+        from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY as default
+
+        policy = (default.min_flush_runs, default.max_wait_ms // 60_000)
+    interval_min = 30 * 24 * 60 / runs["flush"]
+    ticks = {job: runs["flush"] / runs[job] for job in runs}
+    compact = flush_runs_per_run(ticks["compact"], compaction_wants(*policy, interval_min))
+    ratios = {"flush": 1.0, "compact": compact, "checkpoint": flush_runs_per_run(ticks["checkpoint"], compact)}
     return {
         "dpus": dpus,
         "prices": prices,
-        "runs_per_month": runs,
-        "ratios": {job: runs["flush"] / runs[job] for job in runs},
+        "runs_per_month": {job: runs["flush"] / ratios[job] for job in runs},
+        "schedule_runs_per_month": runs,
+        "compact_policy": {"min_flush_runs": policy[0], "max_wait_minutes": policy[1]},
+        "ratios": ratios,
     }
+
+
+def _compact_policy(template: Mapping[str, Any]) -> tuple[int, int]:
+    """The lake tick's compaction policy from its environment in the template (min flush runs, max wait minutes)."""
+    for resource in template.get("Resources", {}).values():
+        props = resource.get("Properties", {})
+        if (
+            resource.get("Type") == "AWS::Lambda::Function"
+            and props.get("Handler") == "functions.lake_tick.lambda_handler"
+        ):
+            env = props.get("Environment", {}).get("Variables", {})
+            return int(env["LAKESYNC_COMPACT_MIN_FLUSH_RUNS"]), int(env["LAKESYNC_COMPACT_MAX_WAIT_MINUTES"])
+    raise ValueError("the template has no lake tick function")
+
+
+def _carried(glue: Mapping[str, Any]) -> str:
+    """How many flush runs a compaction and a checkpoint run carry, and why, for people."""
+    ratios, policy = glue.get("ratios", {}), glue.get("compact_policy", {})
+    if not ratios:
+        return "as their schedules imply"
+    return (
+        f"compaction after {policy.get('min_flush_runs')} flush runs or {policy.get('max_wait_minutes')} minutes "
+        f"after the first, on its next tick: {ratios['compact']:.0f} flush runs a compaction; a checkpoint on its "
+        f"tick after a compaction: {ratios['checkpoint']:.0f} a checkpoint"
+    )
 
 
 def _scheduled_job(entry: Mapping[str, Any]) -> str | None:
@@ -1303,8 +1344,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "their scripts on local Spark (`local[2]`, this machine; a stand-in for Glue's G.1X workers), each run "
             "billed at least a minute; the flush function (the stack's default flush) runs in this process on the "
             "same lake, billed in GB-seconds at its memory. Compaction and checkpoint runs carry as many flush runs' "
-            'deltas as their schedules imply. "per-run requests" is what an idle run of each job asks of DynamoDB and '
-            "S3.",
+            f"deltas as the lake tick's rules imply at steady traffic ({_carried(r.get('glue', {}))}). "
+            '"per-run requests" is what an idle run of each job asks of DynamoDB and S3.',
             "",
             "| rows | deltas per flush run | flush runs | DPU-hours: flush | compact | checkpoint | Glue $ | "
             "flush function $ | per-run requests $ | total lake $ |",

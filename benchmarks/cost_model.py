@@ -213,3 +213,17 @@ def runs_per_month(expression: str, *, days: float = 30.0) -> float:
     if unit not in seconds or amount <= 0:
         raise ValueError(f"unsupported rate {expression!r}")
     return days * 86400 / (amount * seconds[unit])
+
+
+def flush_runs_per_run(tick_ratio: float, wanted: float) -> float:
+    """Flush runs' worth of deltas one downstream run (compaction, checkpoint) carries at steady traffic (a flush on
+    every flush tick): it starts on the first of its own ticks (one per ``tick_ratio`` flush ticks) at which
+    ``wanted`` flush runs have finished since its last run (at least one)."""
+    per_tick = max(1.0, tick_ratio)
+    return math.ceil(max(1.0, wanted) / per_tick - 1e-9) * per_tick
+
+
+def compaction_wants(min_flush_runs: int, max_wait_minutes: float, flush_interval_minutes: float) -> float:
+    """Flush runs after which the compaction policy makes a run due: ``min_flush_runs``, or as many as the flush
+    schedule completes in ``max_wait_minutes`` after the first of them (whichever is fewer)."""
+    return max(1.0, min(float(min_flush_runs), 1.0 + max_wait_minutes / flush_interval_minutes))

@@ -184,6 +184,11 @@ class LakeSyncConfig:
         flush_interval_minutes: How often the lake tick looks for flush work (the flush job starts only when there is
             some; pushes over the threshold and ``POST /v1/admin/flush`` start it sooner).
         compact_schedule: EventBridge Scheduler expression of the lake tick for the compaction job.
+        compact_min_flush_runs: Flush runs since the last compaction that make the next one due (1..25): each run
+            writes a small file per partition it touches, and a compaction of a few of them would bill a Glue
+            minimum for little.
+        compact_max_wait_minutes: Or how long after the first of those runs finished compaction is due anyway, so a
+            quiet lake is compacted, and then checkpointed, within this time.
         checkpoint_schedule: EventBridge Scheduler expression of the lake tick for the checkpoint job.
         flush_threshold_bytes: Unflushed bytes per shard that request a flush (``None``: the code's default).
         backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: the code's default).
@@ -244,6 +249,8 @@ class LakeSyncConfig:
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
     flush_interval_minutes: int = 15
     compact_schedule: str = "rate(1 hour)"
+    compact_min_flush_runs: int = 16
+    compact_max_wait_minutes: int = 360
     checkpoint_schedule: str = "rate(6 hours)"
     flush_threshold_bytes: int | None = None
     backpressure_bytes: int | None = None
@@ -399,6 +406,8 @@ class LakeSyncConfig:
 # name -> (minimum, maximum, optional)
 _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "flush_interval_minutes": (1, 24 * 60, False),
+    "compact_min_flush_runs": (1, 25, False),  # the flush function's run records keep 30, which the tick counts
+    "compact_max_wait_minutes": (0, 7 * 24 * 60, False),
     "flush_threshold_bytes": (1, 2**40, True),
     "backpressure_bytes": (0, 2**40, True),
     # a base64-encoded (protobuf) body must fit Lambda's invocation payload with the rest of the event

@@ -75,6 +75,8 @@ from lakesync.aws.function_settings import (
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
+    COMPACT_MAX_WAIT_MINUTES,
+    COMPACT_MIN_FLUSH_RUNS,
     FLUSH_FUNCTION_NAME,
     FLUSH_FUNCTION_TIMEOUT_S,
     FLUSH_JOB_NAME,
@@ -574,6 +576,8 @@ def _lake_tick_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Ma
     # the tick must know it: the flush then releases only published entries. The flush function's name is added
     # once it exists.
     env = {GATEWAY_IDS: ",".join(config.gateway_ids), FLUSH_PUBLISHES: "true"}
+    env[COMPACT_MIN_FLUSH_RUNS] = str(config.compact_min_flush_runs)
+    env[COMPACT_MAX_WAIT_MINUTES] = str(config.compact_max_wait_minutes)
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)
     for job, name in job_names.items():

@@ -310,6 +310,37 @@ def test_lake_tick_compaction_and_checkpoint_follow_a_newer_upstream_run(lake):
     assert {kind: job.reads for kind, job in jobs.items()} == reads
 
 
+def test_lake_tick_compaction_waits_for_enough_flush_runs_or_for_the_first_to_age(lake, monkeypatch):
+    # Given a lake compacted once before, then flushed by one run that finished just now, with the deployed policy
+    # narrowed to 3 flush runs or 30 minutes
+    monkeypatch.setenv("LAKESYNC_COMPACT_MIN_FLUSH_RUNS", "3")
+    monkeypatch.setenv("LAKESYNC_COMPACT_MAX_WAIT_MINUTES", "30")
+    lake_tick.get_tick.cache_clear()
+    jobs = lake.fake_jobs()
+    lake.push()
+    lake.flushed()
+    t = _now_ms()
+    jobs["compact"].history = [_run("SUCCEEDED", t - 7_200_000, t - 7_100_000)]
+    jobs["flush"].history = [_run("SUCCEEDED", t - 60_000, t - 1_000)]
+    # When the compaction schedule ticks, it waits: one small file is not worth a run
+    assert lake.invoke("compact")["outcome"] == "idle"
+    # Nor are two, one of them a failed run (a flush may fail after its commit: it counts)
+    jobs["flush"].history.insert(0, _run("FAILED", t - 30_000, t - 500))
+    assert lake.invoke("compact")["outcome"] == "idle"
+    # Nor runs that finished before the last compaction began
+    jobs["flush"].history.append(_run("SUCCEEDED", t - 9_000_000, t - 8_000_000))
+    assert lake.invoke("compact")["outcome"] == "idle"
+    assert jobs["compact"].starts == 0
+    # A third run since that compaction makes it due
+    jobs["flush"].history.insert(0, _run("SUCCEEDED", t - 10_000, t - 100))
+    result = lake.invoke("compact")
+    assert (result["outcome"], result["reasons"]) == ("started", {"flushed": 1})
+    # And one run that finished 30 minutes ago is enough on its own
+    jobs["flush"].history = [_run("SUCCEEDED", t - 1_900_000, t - 1_800_000)]
+    assert lake.invoke("compact")["outcome"] == "started"
+    assert jobs["compact"].starts == 2
+
+
 def test_lake_tick_starts_the_flush_once_a_release_is_due_and_not_after(lake):
     # Given two deltas flushed, published and covered by a checkpoint (positions and serverHlc)
     jobs = lake.fake_jobs()

@@ -13,6 +13,8 @@ from lakesync.aws.function_settings import (
     API_ENV_VARS,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
+    COMPACT_MAX_WAIT_MINUTES,
+    COMPACT_MIN_FLUSH_RUNS,
     CONNECTIONS_TABLE,
     EVENT_OVERHEAD_BYTES,
     FLUSH_FUNCTION_NAME,
@@ -42,6 +44,7 @@ from lakesync.aws.function_settings import (
     SettingsError,
 )
 from lakesync.aws.tables import TableNames
+from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, CompactPolicy
 
 SECRET = "a-secret-of-enough-bytes"
 TABLES = {var: f"tbl-{kind}" for kind, var in TABLE_VARS.items()}
@@ -162,15 +165,17 @@ def test_function_env_vars_cover_what_settings_read():
     }
     # Then the API functions declare exactly those (and the six table names) but the job names and whether the flush
     # publishes, which flush_trigger and lake_tick read, the flush function's name and timeout (both of them too),
-    # the flush function's own lake settings, the claim-check bucket, which materialise and the flush function read,
-    # and the WebSocket functions' sessions table and callback URL; health and rotate_secret read none
+    # the compaction policy (lake_tick), the flush function's own lake settings, the claim-check bucket, which
+    # materialise and the flush function read, and the WebSocket functions' sessions table and callback URL; health
+    # and rotate_secret read none
     jobs = {*JOB_NAME_VARS.values(), FLUSH_PUBLISHES}
     function = {FLUSH_FUNCTION_NAME, FLUSH_FUNCTION_TIMEOUT_S}
     lake = {LAKE_WAREHOUSE, LAKE_CATALOG, LAKE_CATALOG_URI, LAKE_NAMESPACE, MATERIALISE_QUEUE_URL}
     lake |= {FLUSH_RETENTION_MS, FLUSH_MAX_DELTAS}
     realtime = {CONNECTIONS_TABLE, WS_CALLBACK_URL}
+    policy = {COMPACT_MIN_FLUSH_RUNS, COMPACT_MAX_WAIT_MINUTES}
     assert constants | set(TABLE_VARS.values()) == (
-        set(API_ENV_VARS) | jobs | function | lake | {CLAIM_CHECK_BUCKET} | realtime
+        set(API_ENV_VARS) | jobs | function | lake | {CLAIM_CHECK_BUCKET} | realtime | policy
     )
     assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
     assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME, *function, TABLE_PREFIX, *TABLE_VARS.values()}
@@ -184,6 +189,7 @@ def test_function_env_vars_cover_what_settings_read():
         CHECKPOINT_BUCKET,
         *jobs,
         *function,
+        *policy,
     }
     assert FUNCTION_ENV_VARS["materialise"] == {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
@@ -271,10 +277,15 @@ def test_lake_tick_settings_name_the_jobs_the_tables_and_the_gateways():
     assert settings.gateway_ids == ("app", "web")
     assert (settings.flush_publishes, settings.checkpoint_bucket) == (True, None)
     assert (with_bucket.flush_publishes, with_bucket.checkpoint_bucket) == (False, "ckpt")
+    # and compaction waits for the default policy unless told otherwise
+    assert settings.compact_policy == DEFAULT_COMPACT_POLICY == CompactPolicy(16, 6 * 3600 * 1000)
+    tuned = LakeTickSettings.from_env({**TICK_ENV, COMPACT_MIN_FLUSH_RUNS: "4", COMPACT_MAX_WAIT_MINUTES: "0"})
+    assert tuned.compact_policy == CompactPolicy(min_flush_runs=4, max_wait_ms=0)
 
 
 def test_lake_tick_settings_report_every_problem_at_once():
     env = {GATEWAY_IDS: "bad id", FLUSH_PUBLISHES: "yes", JOB_NAME_VARS["compact"]: "a\nb", CHECKPOINT_BUCKET: "B"}
+    env |= {COMPACT_MIN_FLUSH_RUNS: "26", COMPACT_MAX_WAIT_MINUTES: "-1"}
     with pytest.raises(SettingsError) as error:
         LakeTickSettings.from_env(env)
     message = str(error.value)
@@ -286,5 +297,7 @@ def test_lake_tick_settings_report_every_problem_at_once():
         f"{JOB_NAME_VARS['compact']} 'a\\nb' is not a Glue job name",
         f"missing {JOB_NAME_VARS['checkpoint']}",
         "not a valid S3 bucket name",
+        f"{COMPACT_MIN_FLUSH_RUNS} must be at most 25 runs, got 26",
+        f"{COMPACT_MAX_WAIT_MINUTES} must be an integer >= 0, got '-1'",
     ):
         assert fragment in message

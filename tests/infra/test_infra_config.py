@@ -155,6 +155,8 @@ def test_config_reports_every_problem_at_once():
     ("settings", "fragment"),
     [
         ({"compactSchedule": "hourly"}, "compactSchedule"),
+        ({"compactMinFlushRuns": 26}, "compactMinFlushRuns must be an integer in 1..25"),
+        ({"compactMaxWaitMinutes": -1}, "compactMaxWaitMinutes must be an integer in 0..10080"),
         ({"apiTimeoutSeconds": 30}, "apiTimeoutSeconds"),
         ({"glueWorkers": 1}, "glueWorkers"),
         ({"glueWorkerType": "Standard"}, "glueWorkerType"),

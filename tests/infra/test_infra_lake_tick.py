@@ -23,7 +23,7 @@ from lakesync_infra.jobs import JOB_KINDS, SCHEDULE_MAX_AGE, SCHEDULE_RETRIES
 from lakesync_infra.monitoring import DASHBOARD_METRICS, Monitoring
 
 from lakesync.aws.function_settings import FlushFunctionRef, LakeTickSettings
-from lakesync.core.lake_work import DEFAULT_RETENTION_MS
+from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, DEFAULT_RETENTION_MS, CompactPolicy
 from tests.infra.test_infra_access import _client_operations
 
 TICK = "lake_tick"
@@ -131,6 +131,12 @@ def test_lake_tick_is_small_and_configured_with_what_the_flush_does(either_engin
     # And applies the flush's release rule: publishing exactly when the flush publishes, the same retention
     assert parsed.flush_publishes == (claim_check and queue)
     assert retention == str(DEFAULT_RETENTION_MS)
+    # And compacts by the configured policy (the defaults: 16 flush runs or 6 hours)
+    config = either_engine.stack.config
+    assert parsed.compact_policy == CompactPolicy(
+        config.compact_min_flush_runs, config.compact_max_wait_minutes * 60_000
+    )
+    assert parsed.compact_policy == DEFAULT_COMPACT_POLICY
 
 
 def test_lake_tick_may_start_runs_of_the_lakes_jobs_only(either_engine):

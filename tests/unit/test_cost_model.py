@@ -495,3 +495,22 @@ def test_the_dynamodb_on_demand_prices_are_those_since_november_2024():
     assert price("dynamodb.wru") * 1e6 == pytest.approx(0.625)
     assert price("dynamodb.rru") * 1e6 == pytest.approx(0.125)
     assert price("glue.dpu_hour") == pytest.approx(0.44)
+
+
+def test_a_downstream_run_carries_the_flush_runs_its_rule_waits_for_rounded_up_to_its_ticks():
+    from benchmarks.cost_model import compaction_wants, flush_runs_per_run
+
+    # Compaction after 16 flush runs or 6 hours, on an hourly tick, flushes every 15 minutes: 16 runs a compaction
+    assert compaction_wants(16, 360, 15) == 16
+    assert flush_runs_per_run(4, compaction_wants(16, 360, 15)) == 16
+    # The wait cuts it short when flushes are rare (hourly flushes: the 7th run comes 6 hours after the first)
+    assert compaction_wants(16, 360, 60) == 7
+    # A count that falls between ticks waits for the next tick; never fewer runs than one tick's worth
+    assert flush_runs_per_run(4, 10) == 12
+    assert flush_runs_per_run(4, 1) == 4
+    assert flush_runs_per_run(0.5, 1) == 1
+    # Compacting after every flush (the old rule) is one tick's worth; a checkpoint every 6 hours after 16-run
+    # compactions carries 24
+    assert flush_runs_per_run(4, compaction_wants(1, 0, 15)) == 4
+    assert flush_runs_per_run(24, 16) == 24
+    assert flush_runs_per_run(24, 32) == 48

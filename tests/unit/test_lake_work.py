@@ -10,8 +10,11 @@ import pytest
 
 from lakesync.core.flush_requests import CLOCK_SKEW_MS
 from lakesync.core.lake_work import (
+    DEFAULT_COMPACT_POLICY,
     DEFAULT_RETENTION_MS,
+    EVERY_FLUSH,
     STALE_AFTER_RUNS,
+    CompactPolicy,
     JobRun,
     Reason,
     ReleaseTarget,
@@ -287,3 +290,48 @@ def test_work_report_names_reasons_and_stale_ones():
         "since_ms": 5,
         "stale": {"release": 1},
     }
+
+
+# -- the compaction policy -----------------------------------------------------------------------------------------
+WAITING = CompactPolicy(min_flush_runs=3, max_wait_ms=3_600_000)
+
+
+def _flushes(*finished: int) -> list[JobRun]:
+    return [_run("SUCCEEDED", ms - 10_000, ms, run_id=f"f{i}") for i, ms in enumerate(finished)]
+
+
+def test_compaction_waits_for_the_policys_number_of_flush_runs_since_it_last_began():
+    compacted = [_run("SUCCEEDED", NOW - 600_000, NOW - 500_000)]
+    # Two flushes since the last compaction began (and older ones before it) are not enough
+    two = _flushes(NOW - 1_000, NOW - 2_000, NOW - 700_000, NOW - 800_000)
+    assert not compact_work(FLUSHED, {A: 7}, two, compacted, policy=WAITING, now_ms=NOW).due
+    # A third is
+    three = _flushes(NOW - 1_000, NOW - 2_000, NOW - 3_000)
+    work = compact_work(FLUSHED, {A: 7}, three, compacted, policy=WAITING, now_ms=NOW)
+    assert work.reasons == (Reason("flushed", 1, NOW - 1_000),)
+    # Unfinished runs do not count
+    running = [_run("RUNNING", NOW - 500), *_flushes(NOW - 1_000, NOW - 2_000)]
+    assert not compact_work(FLUSHED, {A: 7}, running, compacted, policy=WAITING, now_ms=NOW).due
+
+
+def test_compaction_is_due_once_the_first_flush_since_has_waited_long_enough():
+    compacted = [_run("SUCCEEDED", NOW - 9_000_000, NOW - 8_000_000)]
+    fresh = _flushes(NOW - 3_599_999)
+    assert not compact_work(FLUSHED, {A: 7}, fresh, compacted, policy=WAITING, now_ms=NOW).due
+    aged = _flushes(NOW - 3_600_000)
+    assert compact_work(FLUSHED, {A: 7}, aged, compacted, policy=WAITING, now_ms=NOW).due
+
+
+def test_compaction_policy_keeps_the_other_rules():
+    # Never compacted: due at once whatever the policy; covered by the checkpoints: idle however many flushes
+    assert compact_work(FLUSHED, {}, _flushes(NOW - 1_000), [], policy=WAITING, now_ms=NOW).due
+    many = _flushes(*(NOW - 1_000 * i for i in range(1, 10)))
+    compacted = [_run("SUCCEEDED", NOW - 600_000, NOW - 500_000)]
+    assert not compact_work(FLUSHED, {A: 10}, many, compacted, policy=WAITING, now_ms=NOW).due
+    # The default waits for 16 runs or 6 hours; every flush is the old rule
+    assert DEFAULT_COMPACT_POLICY == CompactPolicy(16, 6 * 3600 * 1000)
+    assert compact_work(FLUSHED, {A: 7}, _flushes(NOW - 1_000), compacted, policy=EVERY_FLUSH).due
+    with pytest.raises(ValueError, match="needs the time"):
+        compact_work(FLUSHED, {A: 7}, many, compacted, policy=WAITING)
+    with pytest.raises(ValueError, match="min_flush_runs >= 1"):
+        CompactPolicy(min_flush_runs=0)

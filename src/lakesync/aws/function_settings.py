@@ -34,7 +34,8 @@ The WebSocket functions (``ws_*``) read :class:`RealtimeSettings` besides:
   close a session) and ``ws_broadcast`` (to send); ``ws_broadcast`` reads the table names too (sync rules).
 
 ``lake_tick`` reads :class:`LakeTickSettings`: the gateway ids, the table names, the checkpoint bucket (optional),
-the three job names and ``LAKESYNC_FLUSH_PUBLISHES``.
+the three job names (or the flush function's name), ``LAKESYNC_FLUSH_PUBLISHES`` and the compaction policy
+(``LAKESYNC_COMPACT_MIN_FLUSH_RUNS``, ``LAKESYNC_COMPACT_MAX_WAIT_MINUTES``).
 
 An empty variable counts as unset. Every problem is reported at once in one :class:`SettingsError`.
 """
@@ -49,6 +50,7 @@ from typing import Final
 
 from lakesync.auth import MIN_SECRET_BYTES
 from lakesync.aws.tables import TableNames, connections_table_name
+from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, CompactPolicy
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import MIB, GatewaySettings
 
@@ -71,6 +73,11 @@ JOB_NAME_VARS: Final = {"flush": FLUSH_JOB_NAME, "compact": COMPACT_JOB_NAME, "c
 FLUSH_PUBLISHES: Final = "LAKESYNC_FLUSH_PUBLISHES"
 FLUSH_FUNCTION_NAME: Final = "LAKESYNC_FLUSH_FUNCTION_NAME"
 FLUSH_FUNCTION_TIMEOUT_S: Final = "LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"
+COMPACT_MIN_FLUSH_RUNS: Final = "LAKESYNC_COMPACT_MIN_FLUSH_RUNS"
+COMPACT_MAX_WAIT_MINUTES: Final = "LAKESYNC_COMPACT_MAX_WAIT_MINUTES"
+MAX_COMPACT_MIN_FLUSH_RUNS: Final = 25
+"""The most flush runs a compaction may wait for: the flush function's run records keep the newest 30, which the tick
+counts."""
 LAKE_WAREHOUSE: Final = "LAKESYNC_LAKE_WAREHOUSE"
 LAKE_CATALOG: Final = "LAKESYNC_LAKE_CATALOG"
 LAKE_CATALOG_URI: Final = "LAKESYNC_LAKE_CATALOG_URI"
@@ -159,6 +166,8 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
             *JOB_NAME_VARS.values(),
             FLUSH_FUNCTION_NAME,
             FLUSH_FUNCTION_TIMEOUT_S,
+            COMPACT_MIN_FLUSH_RUNS,
+            COMPACT_MAX_WAIT_MINUTES,
         }
     ),
     # $connect authenticates (the API settings: gateways, secret) and records the session.
@@ -319,11 +328,18 @@ def _secrets(env: Mapping[str, str], errors: list[str]) -> tuple[str, ...]:
 
 
 def _int(
-    env: Mapping[str, str], var: str, default: int, minimum: int, errors: list[str], *, maximum: int | None = None
+    env: Mapping[str, str],
+    var: str,
+    default: int,
+    minimum: int,
+    errors: list[str],
+    *,
+    maximum: int | None = None,
+    unit: str = "bytes",
 ) -> int:
     value = _optional_int(env, var, minimum, errors)
     if value is not None and maximum is not None and value > maximum:
-        errors.append(f"{var} must be at most {maximum:,} bytes, got {value:,}")
+        errors.append(f"{var} must be at most {maximum:,} {unit}, got {value:,}")
         return default
     return default if value is None else value
 
@@ -412,6 +428,8 @@ class LakeTickSettings:
         flush_publishes: Whether the flush job publishes materialisation jobs.
         checkpoint_bucket: The checkpoint bucket (``None``: no checkpoints; nothing can be released).
         flush_function: The flush as a function (:class:`FlushFunctionRef`) instead of a Glue job, or ``None``.
+        compact_policy: When flushed files are worth a compaction run (``LAKESYNC_COMPACT_MIN_FLUSH_RUNS``, 1 to 25,
+            default 16; ``LAKESYNC_COMPACT_MAX_WAIT_MINUTES``, default 360).
     """
 
     gateway_ids: tuple[str, ...]
@@ -420,6 +438,7 @@ class LakeTickSettings:
     flush_publishes: bool
     checkpoint_bucket: str | None = None
     flush_function: FlushFunctionRef | None = None
+    compact_policy: CompactPolicy = DEFAULT_COMPACT_POLICY
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> LakeTickSettings:
@@ -447,9 +466,14 @@ class LakeTickSettings:
         if publishes not in ("true", "false"):
             errors.append(f"{FLUSH_PUBLISHES} must be true or false (whether the flush job publishes)")
         bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
+        default = DEFAULT_COMPACT_POLICY
+        most = MAX_COMPACT_MIN_FLUSH_RUNS
+        min_runs = _int(env, COMPACT_MIN_FLUSH_RUNS, default.min_flush_runs, 1, errors, maximum=most, unit="runs")
+        wait_min = _int(env, COMPACT_MAX_WAIT_MINUTES, default.max_wait_ms // 60_000, 0, errors, unit="minutes")
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
-        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function)
+        policy = CompactPolicy(min_runs, wait_min * 60_000)
+        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function, policy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,7 +509,7 @@ def _flush_function(env: Mapping[str, str], errors: list[str]) -> FlushFunctionR
         return None
     if not _FUNCTION_NAME.fullmatch(name):
         errors.append(f"{FLUSH_FUNCTION_NAME} {name!r} is not a Lambda function name or ARN")
-    timeout = _int(env, FLUSH_FUNCTION_TIMEOUT_S, 900, 1, errors, maximum=900)
+    timeout = _int(env, FLUSH_FUNCTION_TIMEOUT_S, 900, 1, errors, maximum=900, unit="seconds")
     return FlushFunctionRef(name, timeout)
 
 

@@ -10,7 +10,7 @@ What one tick reads, all of it small:
   (``HEAD latest.json``). Only when that finds work: the flush job's recent runs (``GetJobRuns``), to see whether an
   unfinished run serves it and whether a release is stale.
 * compact / checkpoint -- the heads and the checkpoints; only when a shard lags the checkpoints, the recent runs of
-  the job and of the job before it.
+  the job and of the job before it (for compaction, enough flush runs for its policy to count).
 
 Then, when the job has work and no unfinished run serves it, one ``StartJobRun``. A busy job or a Glue error that
 waiting may cure is reported (``deferred``) and left to the next tick, as the schedules did when they started the jobs
@@ -32,8 +32,10 @@ from lakesync.aws.checkpoints import ReleaseBounds, release_bounds
 from lakesync.core.checkpoint import latest_key
 from lakesync.core.hlc import system_clock
 from lakesync.core.lake_work import (
+    DEFAULT_COMPACT_POLICY,
     DEFAULT_RETENTION_MS,
     STALE_AFTER_RUNS,
+    CompactPolicy,
     JobKind,
     JobRun,
     ReleaseTarget,
@@ -162,6 +164,7 @@ class LakeTick:
         runners: The three jobs.
         publishing: Whether the flush job publishes materialisation jobs (it then releases only published entries).
         retention_ms: The flush job's retention.
+        compact_policy: When flushed files are worth a compaction run.
         now_ms: The wall clock (epoch ms); an attribute, so a test can move it.
     """
 
@@ -172,12 +175,14 @@ class LakeTick:
         *,
         publishing: bool,
         retention_ms: int = DEFAULT_RETENTION_MS,
+        compact_policy: CompactPolicy = DEFAULT_COMPACT_POLICY,
         now_ms: Callable[[], int] = system_clock,
     ) -> None:
         self.reader = reader
         self.runners = runners
         self.publishing = publishing
         self.retention_ms = retention_ms
+        self.compact_policy = compact_policy
         self.now_ms = now_ms
 
     def tick(self, job: JobKind) -> TickReport:
@@ -215,11 +220,13 @@ class LakeTick:
     ) -> tuple[Work, list[JobRun]]:
         if not lagging_shards(heads, positions):
             return Work(job), []
-        upstream_kind: JobKind = "flush" if job == "compact" else "compact"
-        upstream = self.runners[upstream_kind].runs(enough=_any_finished)
         runs = self.runners[job].runs(enough=_any_succeeded)
-        decide = compact_work if job == "compact" else checkpoint_work
-        return decide(heads, positions, upstream, runs), runs
+        if job == "checkpoint":
+            upstream = self.runners["compact"].runs(enough=_any_finished)
+            return checkpoint_work(heads, positions, upstream, runs), runs
+        flushes = self.runners["flush"].runs(enough=_finished(self.compact_policy.min_flush_runs))
+        policy, now = self.compact_policy, self.now_ms()
+        return compact_work(heads, positions, flushes, runs, policy=policy, now_ms=now), runs
 
     def _checkpoint_age_s(self, heads: Mapping[str, ShardHead], positions: Mapping[str, int]) -> int:
         lagging = lagging_shards(heads, positions)
@@ -280,6 +287,10 @@ class LakeTick:
 
 def _any_finished(runs: Sequence[JobRun]) -> bool:
     return any(run.finished_ms is not None for run in runs)
+
+
+def _finished(count: int) -> Callable[[Sequence[JobRun]], bool]:
+    return lambda runs: sum(1 for run in runs if run.finished_ms is not None) >= count
 
 
 def _any_succeeded(runs: Sequence[JobRun]) -> bool:

@@ -129,7 +129,7 @@ def lake_tick(settings: LakeTickSettings) -> LakeTick:
     }
     if settings.flush_function is not None:
         runners["flush"] = flush_function_starter(settings.flush_function, settings.tables, client)
-    return LakeTick(reader, runners, publishing=settings.flush_publishes)
+    return LakeTick(reader, runners, publishing=settings.flush_publishes, compact_policy=settings.compact_policy)
 
 
 def flush_function_starter(

@@ -16,7 +16,10 @@ flush
 compact
     ``flushed``: a shard's ``fs`` is above its position in the latest checkpoint (the lake holds entries no
     checkpoint covers; the checkpoint positions are compaction watermarks, so compaction may lack them too) AND a
-    flush run finished after the last successful compaction began.
+    flush run finished after the last successful compaction began AND the :class:`CompactPolicy` finds enough to
+    compact: at least ``min_flush_runs`` flush runs finished since (each writes a small file per partition it
+    touches), or the first of them finished ``max_wait_ms`` ago. Compacting after every flush would rewrite a few
+    small files per run and bill a Glue minimum each time.
 checkpoint
     ``compacted``: the same lag AND a compaction run finished after the last successful checkpoint run began.
 
@@ -44,9 +47,12 @@ from lakesync.core.flush_requests import CLOCK_SKEW_MS, ActiveRun
 
 __all__ = [
     "ACTIVE_STATES",
+    "DEFAULT_COMPACT_POLICY",
     "DEFAULT_RETENTION_MS",
+    "EVERY_FLUSH",
     "JOB_KINDS",
     "STALE_AFTER_RUNS",
+    "CompactPolicy",
     "Head",
     "JobKind",
     "JobRun",
@@ -75,6 +81,31 @@ ACTIVE_STATES: Final = frozenset({"WAITING", "STARTING", "RUNNING", "STOPPING"})
 STALE_AFTER_RUNS: Final = 2
 """Successful flush runs begun after a release became due that leave it undone before the tick stops asking for it
 (one may have met a transient failure reading the checkpoints; two in a row mean the rules disagree)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactPolicy:
+    """When the flushed files are worth a compaction run.
+
+    Attributes:
+        min_flush_runs: Flush runs finished since the last successful compaction began that make one due.
+        max_wait_ms: Or: how long after the first of them finished one is due anyway, so a quiet lake is compacted
+            (and checkpointed, which follows compaction) within this time.
+    """
+
+    min_flush_runs: int = 16
+    max_wait_ms: int = 6 * 3600 * 1000
+
+    def __post_init__(self) -> None:
+        if self.min_flush_runs < 1 or self.max_wait_ms < 0:
+            raise ValueError("a compaction policy needs min_flush_runs >= 1 and max_wait_ms >= 0")
+
+
+DEFAULT_COMPACT_POLICY: Final = CompactPolicy()
+"""The deployed policy: 16 flush runs (four hours at the 15-minute flush schedule), or six hours."""
+
+EVERY_FLUSH: Final = CompactPolicy(min_flush_runs=1, max_wait_ms=0)
+"""Compact after every flush (the embedded default's pipeline, which runs the jobs in series)."""
 
 
 class Head(Protocol):
@@ -310,10 +341,27 @@ def compact_work(
     positions: Mapping[str, int],
     flush_runs: Iterable[JobRun],
     compact_runs: Iterable[JobRun],
+    *,
+    policy: CompactPolicy = EVERY_FLUSH,
+    now_ms: int | None = None,
 ) -> Work:
-    """The compaction job's work: the lake lags the checkpoints and a flush finished after the last successful
-    compaction began."""
-    return _downstream("compact", "flushed", heads, positions, flush_runs, compact_runs)
+    """The compaction job's work: the lake lags the checkpoints, a flush finished after the last successful
+    compaction began, and ``policy`` finds enough flush runs since (or the first of them long enough ago; ``now_ms``
+    is required with any policy but :data:`EVERY_FLUSH`)."""
+    if now_ms is None and policy != EVERY_FLUSH:
+        raise ValueError("a compaction policy that waits needs the time")
+    flush_runs, compact_runs = list(flush_runs), list(compact_runs)
+    work = _downstream("compact", "flushed", heads, positions, flush_runs, compact_runs)
+    if not work.due or policy == EVERY_FLUSH:
+        return work
+    began = _last_success_began(compact_runs)
+    if began is None:
+        return work  # never compacted (as far as the history tells): one run settles the doubt
+    since = [ms for r in flush_runs if (ms := r.finished_ms) is not None and ms >= began]
+    assert now_ms is not None
+    if len(since) >= policy.min_flush_runs or now_ms - min(since) >= policy.max_wait_ms:
+        return work
+    return Work("compact")
 
 
 def checkpoint_work(
@@ -325,6 +373,10 @@ def checkpoint_work(
     """The checkpoint job's work: the lake lags the checkpoints and a compaction finished after the last successful
     checkpoint began."""
     return _downstream("checkpoint", "compacted", heads, positions, compact_runs, checkpoint_runs)
+
+
+def _last_success_began(runs: Iterable[JobRun]) -> int | None:
+    return max((r.started_ms for r in runs if r.succeeded and r.started_ms is not None), default=None)
 
 
 def _downstream(
@@ -339,7 +391,7 @@ def _downstream(
     if not lagging:
         return Work(job)
     finished = max((ms for r in upstream if (ms := r.finished_ms) is not None), default=None)
-    began = max((r.started_ms for r in downstream if r.succeeded and r.started_ms is not None), default=None)
+    began = _last_success_began(downstream)
     if began is not None and (finished is None or finished < began):
         return Work(job)
     # Never ran successfully (or nothing is known upstream): one run settles the doubt.
