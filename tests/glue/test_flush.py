@@ -440,7 +440,7 @@ def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
     record = log_record(entry)
 
     # Then values are canonical JSON in delta order, commit_ms is the commit HLC's wall time, size is as stored
-    chlc = int(item["chlc"]["N"])
+    chlc = int(item["c"]["N"])  # the chunk's first commit HLC, its only entry's (only marks carry "chlc")
     assert record == {
         "gateway": "gw1", "tbl": "notes", "row_id": "n1", "op": "INSERT", "client_id": "c1", "hlc": delta.hlc,
         "delta_id": delta.delta_id,

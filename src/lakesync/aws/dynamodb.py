@@ -7,7 +7,9 @@ under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new sh
 conflicted is mapped to :class:`CommitConflict` (retried by the push), throttling to ``StorageBusyError`` and any other
 cancellation (an item DynamoDB refuses) to ``StorageError`` at once. The chunk's dedup keys (opaque to the store:
 ``gw#{key}``, see :func:`lakesync.gateway.model.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live
-while ``exp > now``, as everywhere else).
+while ``exp > now``, as everywhere else). The chunk's log item carries ``chlc`` -- an entry of the sparse ``by_commit``
+index -- only when it is a commit mark (:mod:`lakesync.aws.log_chunks`); reads by commit HLC start from the last mark
+at or below the position and walk the table from there.
 Items are built by hand (no TypeSerializer) because this is the hot path.
 """
 
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.log_chunks import decode_entries, encode_entries
+from lakesync.aws.log_chunks import COMMIT_MARK_EVERY, decode_entries, encode_entries, is_commit_mark
 from lakesync.aws.tables import (
     COMMIT_INDEX,
     TTL_ATTRIBUTE,
@@ -202,16 +204,33 @@ def _query_all(db: DynamoDBClient, **kwargs: Any) -> Iterable[Item]:
         kwargs["ExclusiveStartKey"] = last
 
 
+_PER_CHUNK = 48
+"""Entries per log item to expect before a read has seen any: a full push chunk."""
+
+
 class DynamoDBBufferStore:
-    """The buffer on DynamoDB (deltas, rows, heads, dedup and the shard registry in config)."""
+    """The buffer on DynamoDB (deltas, rows, heads, dedup and the shard registry in config).
+
+    ``commit_mark_every`` is how many entries apart the commit marks it writes are (:func:`is_commit_mark`); reads
+    by commit HLC are correct whichever chunks are marks, it only sizes their first request.
+    """
 
     def __init__(
-        self, client: DynamoDBClient, names: TableNames, *, log_ttl_s: int = LOG_TTL_S, rows_in_commit: bool = False
+        self,
+        client: DynamoDBClient,
+        names: TableNames,
+        *,
+        log_ttl_s: int = LOG_TTL_S,
+        rows_in_commit: bool = False,
+        commit_mark_every: int = COMMIT_MARK_EVERY,
     ) -> None:
+        if commit_mark_every < 1:
+            raise ValueError(f"commit_mark_every must be at least 1, not {commit_mark_every}")
         self._db = client
         self._t = names
         self._log_ttl_s = log_ttl_s
         self._rows_in_commit = rows_in_commit
+        self._mark_every = commit_mark_every
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
@@ -313,30 +332,60 @@ class DynamoDBBufferStore:
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:
-        # The index holds each chunk's last commit HLC (with its count and first commit HLC): the first chunk whose
-        # last entry is past `after_commit_hlc` holds the first entry past it.
+        # Commit HLCs grow with the sequence, so a commit mark (an entry of the sparse index) whose last commit HLC is
+        # at or below `after_commit_hlc` shows that every entry up to its sequence is too. Read the table after the
+        # last such mark (from the start when there is none: the log is young, or TTL deleted it) and drop the entries
+        # at or below the position: about a mark interval and a chunk of them, which the first request asks for too.
+        if limit <= 0:
+            return []
+        mark = self.last_commit_mark(shard, after_commit_hlc)
+        entries = self._read_chunks(
+            shard,
+            int(mark["seq"]["N"]) if mark is not None else 0,
+            limit,
+            images,
+            after_hlc=after_commit_hlc,
+            skip=self._mark_every,
+            per_chunk=int(mark["n"]["N"]) if mark is not None else _PER_CHUNK,
+        )
+        # From the first entry past the position (the entries before it may be gone: TTL deletes in no set order),
+        # up to the first gap, as `read_log`.
+        return _contiguous(entries, entries[0].seq if entries else 0)
+
+    def last_commit_mark(self, shard: ShardId, at_or_below_hlc: int) -> Item | None:
+        """The log item of the last commit mark whose ``chlc`` is at or below ``at_or_below_hlc`` (its keys, ``chlc``,
+        ``n`` and ``c``: what the ``by_commit`` index projects), or ``None`` when the index holds none."""
         try:
             out = self._db.query(
                 TableName=self._t.deltas,
                 IndexName=COMMIT_INDEX,
-                KeyConditionExpression="#sh = :s AND chlc > :a",
+                KeyConditionExpression="#sh = :s AND chlc <= :h",
                 ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":s": _s(shard.key), ":a": _n(after_commit_hlc)},
+                ExpressionAttributeValues={":s": _s(shard.key), ":h": _n(at_or_below_hlc)},
                 ConsistentRead=True,
+                ScanIndexForward=False,
                 Limit=1,
             )
         except ClientError as exc:
             raise _client_error(exc, "Query") from exc
         found = out.get("Items", [])
-        if not found:
-            return []
-        first_seq, _, first_hlc = chunk_span(found[0])
-        after_seq = first_seq - 1 + max(0, after_commit_hlc + 1 - first_hlc)
-        entries = self._read_chunks(shard, after_seq, limit, images)
-        return _contiguous(entries, entries[0].seq if entries else 0)
+        return found[0] if found else None
 
-    def _read_chunks(self, shard: ShardId, after_seq: int, limit: int, images: bool) -> list[LogEntry]:
-        """Up to ``limit`` entries ``seq > after_seq``, in order, from the chunks that hold them."""
+    def _read_chunks(
+        self,
+        shard: ShardId,
+        after_seq: int,
+        limit: int,
+        images: bool,
+        *,
+        after_hlc: int | None = None,
+        skip: int = 0,
+        per_chunk: float = _PER_CHUNK,
+    ) -> list[LogEntry]:
+        """Up to ``limit`` entries ``seq > after_seq`` (and ``commit_hlc > after_hlc``), in order, from the chunks that
+        hold them. ``skip`` (entries read before the first one kept) and ``per_chunk`` (entries per chunk) are what to
+        expect, to size the requests."""
+        floor = -1 if after_hlc is None else after_hlc
         entries: list[LogEntry] = []
         kwargs: dict[str, Any] = {
             "TableName": self._t.deltas,
@@ -345,14 +394,16 @@ class DynamoDBBufferStore:
             "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after_seq)},
             "ConsistentRead": True,
         }
-        items_read = entries_read = 0
+        items_read = entries_read = skipped = 0
         while len(entries) < limit:
-            # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries: ask for as many chunks as the page needs at the
-            # entries per chunk seen so far (a push's chunk, 48, before the first answer), a tenth more (chunks vary:
-            # a push's last chunk is smaller), and two more (the first chunk holds entries before the position), so
-            # that one request usually fills the page; a few surplus chunks cost less than a second round trip.
-            per_item = entries_read / items_read if items_read else 48
-            kwargs["Limit"] = min(1000, 2 + math.ceil(1.1 * (limit - len(entries)) / per_item))
+            # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries: ask for as many chunks as the page (and the entries
+            # still expected before it) needs at the entries per chunk seen so far (`per_chunk`, else a push's chunk,
+            # 48, before the first answer), a tenth more (chunks vary: a push's last chunk is smaller), and two more
+            # (the first chunk holds entries before the position), so that one request usually fills the page; a few
+            # surplus chunks cost less than a second round trip.
+            per_item = entries_read / items_read if items_read else per_chunk
+            ahead = 0 if entries else max(0, skip - skipped)
+            kwargs["Limit"] = min(1000, 2 + math.ceil(1.1 * (limit - len(entries) + ahead) / per_item))
             try:
                 out = self._db.query(**kwargs)
             except ClientError as exc:
@@ -362,7 +413,9 @@ class DynamoDBBufferStore:
                 items_read += 1
                 entries_read += count
                 chunk = decode_entries(shard, first, first_hlc, item["z"]["B"], images=images)
-                entries.extend(e for e in chunk if e.seq > after_seq)
+                kept = [e for e in chunk if e.seq > after_seq and e.commit_hlc > floor]
+                skipped += count - len(kept)
+                entries.extend(kept)
             last = out.get("LastEvaluatedKey")
             if not last:
                 break
@@ -437,10 +490,12 @@ class DynamoDBBufferStore:
                 "seq": _n(last.seq),
                 "n": _n(len(commit.entries)),
                 "c": _n(first.commit_hlc),
-                "chlc": _n(last.commit_hlc),
                 "z": {"B": encode_entries(commit.entries)},
                 TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
             }
+            if is_commit_mark(first.seq, last.seq, self._mark_every):
+                # Only marks are in the sparse `by_commit` index (its entry costs the transaction 2 more WRU).
+                chunk["chlc"] = _n(last.commit_hlc)
             actions.append({"Put": {"TableName": self._t.deltas, "Item": chunk}})
         try:
             self._db.transact_write_items(TransactItems=cast(Any, actions))

@@ -38,7 +38,8 @@ from lakesync.aws.dynamodb import (
     chunk_span,
     registry_shard,
 )
-from lakesync.aws.tables import COMMIT_INDEX, TableNames
+from lakesync.aws.log_chunks import COMMIT_MARK_EVERY
+from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.errors import FlushError, StorageError
 from lakesync.gateway.model import LogEntry, ShardHead, ShardId
@@ -163,6 +164,8 @@ class FlushStore:
         names: The physical table names.
         sleep: Injected for tests; used between retries of a range read.
         read_attempts: How often a range read is retried while it shows a gap.
+        commit_mark_every: How many entries apart the log's commit marks are expected to be (sizes the walk of
+            :meth:`release_target`; its answer does not depend on it).
     """
 
     def __init__(
@@ -172,10 +175,12 @@ class FlushStore:
         *,
         sleep: Callable[[float], None] = time.sleep,
         read_attempts: int = 12,
+        commit_mark_every: int = COMMIT_MARK_EVERY,
     ) -> None:
         self._db = client
         self._t = names
-        self._buffer = DynamoDBBufferStore(client, names)
+        self._buffer = DynamoDBBufferStore(client, names, commit_mark_every=commit_mark_every)
+        self._mark_every = commit_mark_every
         self._sleep = sleep
         self._read_attempts = read_attempts
 
@@ -374,46 +379,55 @@ class FlushStore:
         Commit HLCs grow with the sequence within a shard, so the entries to release are a prefix of the log.
 
         Returns:
-            ``(seq, commit_hlc)`` of that entry, or None if there is none.
+            ``(seq, commit_hlc)`` of that entry, or None if the buffer holds none -- or holds entries at or below the
+            cutoff past ``up_to_seq`` but not the entry ``up_to_seq`` itself.
         """
         if up_to_seq <= 0:
             return None
-        # The last chunk that begins at or below the cutoff (the index holds each chunk's first sequence, count and
-        # first commit HLC, keyed by its last commit HLC: the chunk after the last one ending at or below the
-        # cutoff may begin below it).
-        after = self._chunk_by_commit_hlc(shard, "chlc > :c", cutoff_hlc, forward=True)
-        if after is not None and int(after["c"]["N"]) <= cutoff_hlc:
-            found = after
+        # Let `last` be the last entry the buffer holds whose commit HLC is at or below the cutoff. The answer is
+        # `last` when it is at or below `up_to_seq`, else the entry `up_to_seq` (its commit HLC is below `last`'s), or
+        # None when the buffer does not hold that entry.
+        # The last commit mark at or below the cutoff (the sparse index `by_commit`) shows every entry up to its
+        # sequence is at or below it too, so `last` is at or after it.
+        mark = self._buffer.last_commit_mark(shard, cutoff_hlc)
+        if mark is not None:
+            first, count, first_hlc = chunk_span(mark)
+            if first + count - 1 >= up_to_seq:
+                if first <= up_to_seq:
+                    return up_to_seq, first_hlc + (up_to_seq - first)
+                hlc = self.commit_hlc_at(shard, up_to_seq)
+                return (up_to_seq, hlc) if hlc is not None else None
+            found: tuple[int, int] | None = (first + count - 1, first_hlc + count - 1)
+            after_seq = first + count - 1
         else:
-            before = self._chunk_by_commit_hlc(shard, "chlc <= :c", cutoff_hlc, forward=False)
-            if before is None:
-                return None
-            found = before
-        first, count, first_hlc = chunk_span(found)
-        seq = min(first + count - 1, first + (cutoff_hlc - first_hlc))
-        if seq <= up_to_seq:
-            return seq, first_hlc + (seq - first)
-        hlc = self.commit_hlc_at(shard, up_to_seq)
-        return (up_to_seq, hlc) if hlc is not None else None
+            found, after_seq = None, 0
+        # Walk the chunks after it (the next mark ends past the cutoff: about a mark interval of entries away) while
+        # they begin at or below the cutoff, up to the one holding `up_to_seq`.
+        for item in self._chunks_after(shard, after_seq, min(self._mark_every + 2, up_to_seq - after_seq)):
+            first, count, first_hlc = chunk_span(item)
+            if first_hlc > cutoff_hlc:
+                break
+            if first > up_to_seq:
+                return None  # `last` is past `up_to_seq`, and the buffer does not hold the entry `up_to_seq`
+            seq = min(first + count - 1, first + (cutoff_hlc - first_hlc), up_to_seq)
+            found = seq, first_hlc + (seq - first)
+            if seq == up_to_seq or seq < first + count - 1:
+                break  # `up_to_seq`, or `last` (the next entry is past the cutoff)
+        return found
 
-    def _chunk_by_commit_hlc(self, shard: ShardId, condition: str, hlc: int, *, forward: bool) -> Item | None:
-        """The first (``forward``) or last chunk whose last commit HLC meets ``condition`` (index ``by_commit``)."""
-        try:
-            out = self._db.query(
-                TableName=self._t.deltas,
-                IndexName=COMMIT_INDEX,
-                ConsistentRead=True,
-                KeyConditionExpression=f"#sh = :s AND {condition}",
-                ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":s": _s(shard.key), ":c": _n(hlc)},
-                ProjectionExpression="seq, n, c, chlc",
-                ScanIndexForward=forward,
-                Limit=1,
-            )
-        except ClientError as exc:
-            raise _storage_error(exc, "Query") from exc
-        items = out.get("Items", [])
-        return items[0] if items else None
+    def _chunks_after(self, shard: ShardId, after_seq: int, limit: int) -> Iterator[Item]:
+        """``seq``, ``n`` and ``c`` of the log items ``seq > after_seq``, in order, ``limit`` to a request."""
+        return self._pages(
+            self._db.query,
+            "Query",
+            TableName=self._t.deltas,
+            ConsistentRead=True,
+            KeyConditionExpression="#sh = :s AND seq > :a",
+            ExpressionAttributeNames={"#sh": "shard"},
+            ExpressionAttributeValues={":s": _s(shard.key), ":a": _n(after_seq)},
+            ProjectionExpression="seq, n, c",
+            Limit=max(1, limit),
+        )
 
     def mark_released(self, shard: ShardId, seq: int, commit_hlc: int) -> None:
         """Record ``rs``/``rh`` on the head (only forward)."""

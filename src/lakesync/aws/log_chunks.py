@@ -5,8 +5,15 @@ A push commits a chunk of consecutive entries ``first .. last`` of a shard at on
 ``p + 1``): DynamoDB bills writes per started kilobyte of every
 item (twice in a transaction), so ten 300-byte entries cost 20 write units as items and 2 as one compressed item.
 
-Entry ``first + i`` has commit HLC ``c + i`` (the push gives a chunk's entries consecutive commit HLCs), so the
-item keeps only ``c``, ``n`` and the last commit HLC ``chlc`` (the sort key of the ``by_commit`` index).
+Entry ``first + i`` has commit HLC ``c + i`` (the push gives a chunk's entries consecutive commit HLCs), so every
+item keeps only ``c`` and ``n``. Only *commit marks* also carry their last commit HLC ``chlc``, the sort key of the
+sparse ``by_commit`` index (an item without it has no index entry, which saves a transaction's two write units per
+chunk): a chunk is a mark when it holds a multiple of :data:`COMMIT_MARK_EVERY` (:func:`is_commit_mark`), so the
+index has an entry about once per that many entries. Readers find a position by commit HLC from the last mark at or
+below it and walk the chunks after it on the table. They are correct whichever chunks carry ``chlc`` (a log written
+before marks has it on every chunk; TTL deletes old chunks): commit HLCs grow with the sequence, so a mark with
+``chlc <= h`` shows every entry up to its sequence has a commit HLC at or below ``h``. Only how far they walk depends
+on the marks.
 
 Each entry is stored as ``[wire JSON, after, before]`` (and its size when it is not the wire JSON's UTF-8 length):
 
@@ -30,9 +37,21 @@ from typing import Any
 from lakesync.core.canonical import JsonValue
 from lakesync.gateway.model import LogEntry, ShardId
 
-__all__ = ["decode_entries", "encode_entries"]
+__all__ = ["COMMIT_MARK_EVERY", "decode_entries", "encode_entries", "is_commit_mark"]
 
 _LEVEL = 6
+
+COMMIT_MARK_EVERY = 64
+"""Entries per commit mark: the chunk holding each multiple of it carries ``chlc`` (an entry of ``by_commit``)."""
+
+
+def is_commit_mark(first_seq: int, last_seq: int, every: int = COMMIT_MARK_EVERY) -> bool:
+    """Whether the chunk of entries ``first_seq .. last_seq`` is a commit mark: it holds a multiple of ``every``.
+
+    Each sequence is in one chunk, so entries ``m * every`` are each in a mark, and two marks in a row are at most
+    ``every`` plus one chunk's entries apart.
+    """
+    return last_seq // every > (first_seq - 1) // every
 
 
 def _dumps(value: Any) -> str:

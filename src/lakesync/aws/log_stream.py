@@ -1,8 +1,10 @@
 """New log chunks from the deltas table's DynamoDB stream, as the real-time broadcaster gets them.
 
 A committed push writes one log item per commit chunk (:mod:`lakesync.aws.log_chunks`: ``shard``, ``seq`` = the
-chunk's last sequence, ``n``, ``c``, ``chlc``, ``z``, ``exp``). The table streams ``NEW_IMAGE``, so each chunk
-arrives once as an ``INSERT`` record carrying the whole item, its row images included: the broadcast needs no read.
+chunk's last sequence, ``n``, ``c``, ``z``, ``exp``, and ``chlc`` on commit marks only). The table streams
+``NEW_IMAGE``, so each chunk arrives once as an ``INSERT`` record carrying the whole item, its row images included: the
+broadcast needs no read. An entry's commit HLC comes from ``c`` (entry ``first + i`` has ``c + i``); ``chlc`` is not
+read.
 
 Only ``INSERT``\\ s of log chunk items count. ``REMOVE``\\ s (the flush's release, DynamoDB's TTL deletes) and any
 ``MODIFY`` are ignored, as is an item that is not a log chunk (no ``z``): the deployed event source mapping filters

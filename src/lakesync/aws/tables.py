@@ -1,13 +1,16 @@
 """The DynamoDB tables of LakeSync: names, keys and indexes, in one place for the adapters, the local runner and CDK.
 
-| table   | partition key            | sort key  | what                                                     |
-|---------|--------------------------|-----------|----------------------------------------------------------|
-| deltas  | ``shard`` = gw#table#sub | ``seq`` N | the log: an item per commit chunk; LSI ``by_commit``, TTL  |
-| rows    | ``pk`` = gw#table#rowId  | --        | per-column LWW state of every row, version ``v``         |
-| heads   | ``shard``                | --        | commit sequence and byte counters per shard              |
-| dedup   | ``pk`` = gw#deltaId      | --        | deltaIds seen, TTL ``exp``                               |
-| config  | ``gw``                   | ``sk`` S  | sync rules, schemas, shard registry, flush requests      |
-| actions | ``pk`` = gw#key          | --        | action results by actionId / idempotency key, TTL ``exp``|
+| table   | partition key            | sort key  | what                                                             |
+|---------|--------------------------|-----------|------------------------------------------------------------------|
+| deltas  | ``shard`` = gw#table#sub | ``seq`` N | the log: an item per commit chunk; sparse LSI ``by_commit``, TTL |
+| rows    | ``pk`` = gw#table#rowId  | --        | per-column LWW state of every row, version ``v``                 |
+| heads   | ``shard``                | --        | commit sequence and byte counters per shard                      |
+| dedup   | ``pk`` = gw#deltaId      | --        | deltaIds seen, TTL ``exp``                                       |
+| config  | ``gw``                   | ``sk`` S  | sync rules, schemas, shard registry, flush requests              |
+| actions | ``pk`` = gw#key          | --        | action results by actionId / idempotency key, TTL ``exp``        |
+
+The ``by_commit`` index is sparse: only commit marks (a chunk about every
+:data:`lakesync.aws.log_chunks.COMMIT_MARK_EVERY` entries) carry its sort key ``chlc``, so only they are in it.
 
 The deltas table streams new images (:data:`LOG_STREAM_VIEW`): the real-time broadcaster reads new log items from it.
 
@@ -86,7 +89,8 @@ def table_specs(names: TableNames) -> list[dict[str, Any]]:
                     {"AttributeName": "shard", "KeyType": "HASH"},
                     {"AttributeName": "chlc", "KeyType": "RANGE"},
                 ],
-                # A chunk's first sequence and commit HLC and its count: enough to find a position by commit HLC.
+                # Sparse: only commit marks carry `chlc` (lakesync.aws.log_chunks). A mark's count and first commit HLC
+                # with its keys: where to start walking the table to find a position by commit HLC.
                 "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["n", "c"]},
             }
         ],
