@@ -383,8 +383,9 @@ _ERROR_TEXT: Final = {
     422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`).",
     500: "Unexpected failure (`INTERNAL_ERROR`, with `requestId`; details only in the log).",
     502: "An external system failed (`ADAPTER_ERROR`).",
-    503: "Backpressure (buffer full until a flush: `BACKPRESSURE_ERROR`) or a commit lost to concurrent writers "
-    "(`INTERNAL_ERROR`): retry later.",
+    503: "Backpressure (buffer full until a flush: `BACKPRESSURE_ERROR`), a commit lost to concurrent writers "
+    "(`INTERNAL_ERROR`), or storage busy: throttled, or a pull whose log read does not show a commit yet "
+    "(`STORAGE_BUSY`): retry later.",
 }
 
 _AUTH_ERRORS: Final = (401, 403, 404)
@@ -477,7 +478,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 410, 500, 502),
+        errors=(400, *_AUTH_ERRORS, 410, 500, 502, 503),
     ),
     "GET /v1/sync/{gw}/checkpoint": Operation(
         "checkpoint",

@@ -18,7 +18,13 @@ import pytest
 
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
-from lakesync.core.errors import AdapterError, AdapterNotFoundError, CursorExpiredError, ValidationError
+from lakesync.core.errors import (
+    AdapterError,
+    AdapterNotFoundError,
+    CursorExpiredError,
+    StorageBusyError,
+    ValidationError,
+)
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import user_scoped_rules
@@ -679,6 +685,86 @@ def test_pull_cursor_reads_release_marks_only_for_shards_that_read_empty() -> No
     page = env.pull(cursor=encode_cursor({by_table["notes"].key: 1}))
     assert [x.table for x in page.deltas] == ["todos"]
     assert buffer.head_reads == [[by_table["notes"]]]
+
+
+class UnseenCommitBuffer:
+    """Wraps a buffer whose first ``hidden_reads`` log reads do not show the entries after ``visible_seq`` while its
+    heads record them: a Query racing a transaction that has updated the head but whose log item is not visible yet.
+    Records the sleeps between reads."""
+
+    def __init__(self, inner: InMemoryBufferStore, visible_seq: int, hidden_reads: int) -> None:
+        self.inner = inner
+        self.visible_seq = visible_seq
+        self.hidden_reads = hidden_reads
+        self.by_hlc_reads = 0
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _shown(self, entries: list[LogEntry]) -> list[LogEntry]:
+        self.reads += 1
+        return [e for e in entries if e.seq <= self.visible_seq] if self.reads <= self.hidden_reads else entries
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
+        return self._shown(self.inner.read_log(shard, after_seq, limit, images=images))
+
+    def read_log_by_commit_hlc(
+        self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
+    ) -> list[LogEntry]:
+        self.by_hlc_reads += 1
+        return self._shown(self.inner.read_log_by_commit_hlc(shard, after_commit_hlc, limit, images=images))
+
+
+def _unseen_commit_env(hidden_reads: int) -> tuple[Env, UnseenCommitBuffer, int, list[float]]:
+    """One entry pulled with ``since``, then a later commit the log reads do not show at first; the client comes back
+    long after the re-read window. Returns the env, its buffer, the client's ``since`` and the sleeps taken."""
+    env = Env(since_window_ms=100)
+    env.push(d("INSERT", row="old", hlc=t(0), v=0))
+    since = env.pull(100, since=0).server_hlc
+    env.wall = T0 + 10_000
+    env.push(d("INSERT", row="new", hlc=t(10_000), v=1))
+    env.wall = T0 + 20_000
+    buffer = UnseenCommitBuffer(env.buffer, visible_seq=1, hidden_reads=hidden_reads)
+    sleeps: list[float] = []
+    env.deps = replace(env.deps, buffer=buffer, sleep=sleeps.append)
+    return env, buffer, since, sleeps
+
+
+def test_pull_since_waits_for_a_commit_its_head_records_and_the_log_does_not_show_yet() -> None:
+    # Given a commit after the client's `since` whose log item the first two reads do not show
+    env, _buffer, since, sleeps = _unseen_commit_env(hidden_reads=2)
+
+    # When the client pulls since its serverHlc
+    page = env.pull(100, since=since)
+
+    # Then it gets the commit (starting at the head would have skipped it), after waiting for it briefly
+    assert [x.row_id for x in page.deltas if x.op.value != "DELETE"] == ["new"]
+    assert sleeps == [0.005, 0.01]
+
+
+def test_pull_since_whose_log_never_shows_a_recorded_commit_is_503_not_a_skip() -> None:
+    # Given a commit after the client's `since` that the log reads never show
+    env, buffer, since, sleeps = _unseen_commit_env(hidden_reads=1_000_000)
+
+    # When the client pulls since its serverHlc, it is told to retry (503) rather than handed a position past it
+    with pytest.raises(StorageBusyError) as err:
+        env.pull(100, since=since)
+    assert err.value.status == 503 and err.value.code == "STORAGE_BUSY"
+    assert buffer.by_hlc_reads == 8 and len(sleeps) == 7 and sleeps == sorted(sleeps)
+
+
+def test_pull_since_with_nothing_after_it_reads_the_log_once() -> None:
+    # Given a client whose `since` is past every commit (the head's last commit HLC is at or below it)
+    env, buffer, since, sleeps = _unseen_commit_env(hidden_reads=0)
+    since = env.pull(100, since=since).server_hlc
+    buffer.by_hlc_reads = 0
+
+    # When it pulls again, one read by commit HLC settles its position: no waiting, nothing delivered
+    env.wall = T0 + 40_000
+    page = env.pull(100, since=since)
+    assert page.deltas == () and not page.has_more
+    assert buffer.by_hlc_reads == 1 and sleeps == []
 
 
 class HidingRegistry:

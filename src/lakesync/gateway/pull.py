@@ -48,6 +48,7 @@ from lakesync.core.errors import (
     CommitConflictError,
     CursorExpiredError,
     LakeSyncError,
+    StorageBusyError,
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
@@ -71,6 +72,9 @@ from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
 
 _PAGE = 1000
 _EARLY_SHARDS: Final = 64
+_UNSEEN_COMMIT_READS: Final = 8
+"""Reads by commit HLC (5 ms doubling between them: about 0.6 s in all) while the head records a commit after the
+position that the log does not show yet."""
 
 
 LAMBDA_RESPONSE_BYTES: Final = 6_291_556
@@ -578,11 +582,22 @@ def _positions_after(
     start = max(0, since - (window_ms << 16)) if recent else since
 
     def before_first_after(shard: ShardId, hlc: int) -> int:
-        found = deps.buffer.read_log_by_commit_hlc(shard, hlc, 1, images=False)
-        if found:
-            return found[0].seq - 1
-        head = heads.get(shard)
-        return head.seq if head is not None else 0
+        head = heads.get(shard) or ShardHead(shard)
+        for attempt in range(_UNSEEN_COMMIT_READS):
+            found = deps.buffer.read_log_by_commit_hlc(shard, hlc, 1, images=False)
+            if found:
+                return found[0].seq - 1
+            if head.last_commit_hlc <= hlc or head.seq <= head.released_seq:
+                return head.seq
+            # The head holds a commit after `hlc` that the log read did not show: a Query is not isolated from a
+            # transaction still being applied (head updated, log item not yet visible). Starting at the head would
+            # skip that commit, so read again.
+            if attempt + 1 < _UNSEEN_COMMIT_READS:
+                deps.sleep(0.005 * 2**attempt)
+        raise StorageBusyError(
+            f"the log of shard {shard.key!r} does not show commits its head records (through sequence {head.seq});"
+            " retry the pull"
+        )
 
     starts = {s: io_pool().submit(before_first_after, s, start) for s in shards}
     ends = {s: io_pool().submit(before_first_after, s, since) for s in shards} if recent else {}
