@@ -53,6 +53,7 @@ from benchmarks._common import ROOT, machine_info, progress
 from benchmarks._moto import MotoProcess
 from benchmarks.cost_meter import Meter
 from benchmarks.cost_model import http_api_requests, lambda_gb_seconds
+from benchmarks.cost_plot import plot
 from benchmarks.cost_report import (
     SERVICES,
     Invocations,
@@ -1299,8 +1300,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "",
         '"other" is data transfer out to the internet (response bodies) and Secrets Manager calls; "Logs" is what '
         "the functions print at the deployed log level plus ~350 B of Lambda's own lines per invocation; X-Ray assumes "
-        "the default sampling (5 % of invocations at sustained traffic). No plot: matplotlib is not in the project "
-        "venv.",
+        "the default sampling (5 % of invocations at sustained traffic). The same figures as a picture, beside the "
+        "baseline run and AppSync and Firestore: [`cost.png`](cost.png).",
         "",
         "## DynamoDB units per delta",
         "",
@@ -1490,7 +1491,10 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "cost.json").write_text(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     (out / "cost.md").write_text(render_markdown(doc))
-    progress(f"cost: wrote {out / 'cost.json'} and {out / 'cost.md'} (no plot: matplotlib is not in the venv)")
+    base_file = RESULTS / "cost-baseline.json"
+    baseline = json.loads(base_file.read_text()) if base_file.exists() else None
+    png = plot(doc, out / "cost.png", baseline=baseline)
+    progress(f"cost: wrote {out / 'cost.json'}, {out / 'cost.md'} and {png}")
     with contextlib.suppress(Exception):
         shutil.rmtree(Path(os.environ.get("LAKESYNC_COST_DIR", "/nonexistent")), ignore_errors=True)
 
