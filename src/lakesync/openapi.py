@@ -512,7 +512,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 413, 500),
+        errors=(400, *_AUTH_ERRORS, 413, 500, 503),
     ),
     "POST /v1/sync/{gw}/action": Operation(
         "action",
@@ -544,7 +544,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 413, 500),
+        errors=(400, *_AUTH_ERRORS, 413, 500, 503),
     ),
     "GET /v1/sync/{gw}/actions": Operation(
         "discoverActions",
@@ -553,7 +553,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "actions",
         "client",
         responses={"200": _json(_ref("ActionDiscovery"), "The discovery document.")},
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "POST /v1/admin/sync-rules/{gw}": Operation(
         "saveSyncRules",
@@ -566,7 +566,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         responses={
             "200": _json({"type": "object", "required": ["saved"], "properties": {"saved": {"const": True}}}, "Stored.")
         },
-        errors=(400, *_AUTH_ERRORS, 413, 500),
+        errors=(400, *_AUTH_ERRORS, 413, 500, 503),
     ),
     "GET /v1/admin/sync-rules/{gw}": Operation(
         "getSyncRules",
@@ -575,7 +575,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "admin",
         "admin",
         responses={"200": _json(_ref("SyncRules"), "The rules.")},
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "POST /v1/admin/schema/{gw}": Operation(
         "saveSchema",
@@ -629,7 +629,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "The schemas, by table.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "POST /v1/admin/flush/{gw}": Operation(
         "requestFlush",
@@ -647,7 +647,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "Recorded.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "GET /v1/admin/metrics/{gw}": Operation(
         "bufferMetrics",
@@ -712,7 +712,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "The figures.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "GET /v1/admin/materialise/{gw}": Operation(
         "listDestinations",
@@ -730,7 +730,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "The destinations, by name.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "POST /v1/admin/materialise/{gw}": Operation(
         "registerDestination",
@@ -750,7 +750,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "Registered.",
             )
         },
-        errors=(400, *_AUTH_ERRORS, 409, 413, 500),
+        errors=(400, *_AUTH_ERRORS, 409, 413, 500, 503),
     ),
     "DELETE /v1/admin/materialise/{gw}/{name}": Operation(
         "unregisterDestination",
@@ -768,7 +768,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "Removed.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "POST /v1/admin/connectors/{gw}": Operation(
         "registerConnector",
@@ -806,7 +806,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "Registered.",
             )
         },
-        errors=(400, *_AUTH_ERRORS, 409, 413, 500, 502),
+        errors=(400, *_AUTH_ERRORS, 409, 413, 500, 502, 503),
     ),
     "GET /v1/admin/connectors/{gw}": Operation(
         "listConnectors",
@@ -832,7 +832,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "The connectors, by name.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "DELETE /v1/admin/connectors/{gw}/{name}": Operation(
         "unregisterConnector",
@@ -850,7 +850,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 "Removed.",
             )
         },
-        errors=(*_AUTH_ERRORS, 500),
+        errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "GET /v1/connectors/types": Operation(
         "connectorTypes",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import _commit_error
+from lakesync.aws.dynamodb import _client_error, _commit_error
 from lakesync.core.errors import BackpressureError, StorageBusyError, StorageError
 from lakesync.gateway.model import CommitConflict, ShardId
 
@@ -52,3 +52,21 @@ def test_a_full_item_collection_is_a_503_naming_the_shard_and_the_remedy() -> No
     body = mapped.to_body()
     assert (mapped.status, body["code"]) == (503, "BACKPRESSURE_ERROR")
     assert SHARD.key in body["error"] and "LAKESYNC_SUB_SHARDS" in body["error"]
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "status"),
+    [
+        ("ProvisionedThroughputExceededException", StorageBusyError, 503),
+        ("ThrottlingException", StorageBusyError, 503),
+        ("RequestLimitExceeded", StorageBusyError, 503),
+        ("ValidationException", StorageError, 500),
+        ("ResourceNotFoundException", StorageError, 500),
+    ],
+)
+def test_a_throttled_read_or_write_outside_a_commit_is_503_busy_anything_else_500(
+    code: str, kind: type[Exception], status: int
+) -> None:
+    mapped = _client_error(_failed(code), "Query")
+    assert type(mapped) is kind and mapped.status == status
+    assert code in mapped.message and "Query" in mapped.message

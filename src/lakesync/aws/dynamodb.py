@@ -23,7 +23,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
@@ -144,8 +144,16 @@ def _condition_failed(exc: ClientError) -> bool:
     return bool(exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
 
 
+_THROTTLED: Final = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
+"""Error codes of a request DynamoDB refused for capacity (after the SDK's own retries): worth retrying later."""
+
+
 def _client_error(exc: ClientError, what: str) -> StorageError:
+    """What a failed request means to the caller: throttling is :class:`StorageBusyError` (503, retry later), anything
+    else :class:`StorageError` (500)."""
     code = exc.response.get("Error", {}).get("Code", "Unknown")
+    if code in _THROTTLED:
+        return StorageBusyError(f"DynamoDB is throttling {what} requests ({code}); retry later")
     return StorageError(f"DynamoDB {what} failed: {code}")
 
 
@@ -696,7 +704,7 @@ def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
     if code == "ItemCollectionSizeLimitExceededException":
         return _collection_full(shard)
     if code != "TransactionCanceledException":
-        if code in _BUSY_REASONS or code == "ProvisionedThroughputExceededException":
+        if code in _BUSY_REASONS or code in _THROTTLED:
             return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r} ({code}); retry later")
         return StorageError(f"DynamoDB TransactWriteItems failed: {code}: {error.get('Message', '')}")
     reasons = [
