@@ -53,7 +53,7 @@ from benchmarks._common import ROOT, machine_info, progress
 from benchmarks._moto import MotoProcess
 from benchmarks.cost_meter import Meter
 from benchmarks.cost_model import http_api_requests, lambda_gb_seconds
-from benchmarks.cost_plot import plot
+from benchmarks.cost_plot import load_baseline, plot
 from benchmarks.cost_report import (
     SERVICES,
     Invocations,
@@ -1491,9 +1491,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "cost.json").write_text(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
     (out / "cost.md").write_text(render_markdown(doc))
-    base_file = RESULTS / "cost-baseline.json"
-    baseline = json.loads(base_file.read_text()) if base_file.exists() else None
-    png = plot(doc, out / "cost.png", baseline=baseline)
+    png = plot(doc, out / "cost.png", baseline=load_baseline(RESULTS))
     progress(f"cost: wrote {out / 'cost.json'}, {out / 'cost.md'} and {png}")
     with contextlib.suppress(Exception):
         shutil.rmtree(Path(os.environ.get("LAKESYNC_COST_DIR", "/nonexistent")), ignore_errors=True)

@@ -94,8 +94,9 @@ def _draw_panel(
 ) -> None:
     ys = list(range(len(rows)))[::-1]
     left = [0.0] * len(rows)
+    segments = [_segments(run["usd_per_million"]) for _, run in rows]
     for service, colour in COLOURS.items():
-        widths = [_segments(run["usd_per_million"])[service] for _, run in rows]
+        widths = [row[service] for row in segments]
         ax.barh(ys, widths, left=left, color=colour, height=0.62, label=service)
         left = [a + b for a, b in zip(left, widths, strict=True)]
     top = max(left)
@@ -131,15 +132,19 @@ def _draw_panel(
     ax.grid(axis="x", alpha=0.3)
 
 
+def load_baseline(results: Path) -> dict[str, Any] | None:
+    """The baseline run kept beside the results (``cost-baseline.json``), or ``None`` when there is none."""
+    path = results / "cost-baseline.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Draw ``cost.png`` from the results directory's ``cost.json`` (and ``cost-baseline.json``)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cost_plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="directory holding cost.json")
     args = parser.parse_args(argv)
     doc = json.loads((args.results / "cost.json").read_text())
-    base_file = args.results / "cost-baseline.json"
-    baseline = json.loads(base_file.read_text()) if base_file.exists() else None
-    print(f"wrote {plot(doc, args.results / 'cost.png', baseline=baseline)}")
+    print(f"wrote {plot(doc, args.results / 'cost.png', baseline=load_baseline(args.results))}")
 
 
 if __name__ == "__main__":
