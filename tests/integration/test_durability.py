@@ -32,6 +32,7 @@ from lakesync.local.journal import Journal
 pytestmark = pytest.mark.integration
 
 KILLS = 6
+MIN_ACKNOWLEDGED_PER_ROUND = 30  # 5 rounds push while killed: > 100 acknowledged in all
 LOCAL = (sys.executable, "-m", "lakesync.cli", "local", "--port", "0", "--lake-interval", "0", "--workers", "2")
 SEED = int(os.environ.get("LAKESYNC_DURABILITY_SEED", str(random.SystemRandom().randrange(1 << 30))))
 
@@ -154,6 +155,15 @@ def push_until_killed(url: str, data_dir: Path, rng: random.Random, out: Pushes,
         out.acknowledged.extend(batch)
 
 
+def wait_for_acknowledged(pushes: Pushes, count: int, pusher: threading.Thread, timeout_s: float = 120.0) -> None:
+    """Block until at least ``count`` deltas are acknowledged in all, while the pusher is still pushing."""
+    deadline = time.monotonic() + timeout_s
+    while len(pushes.acknowledged) < count:
+        assert pusher.is_alive(), "the pusher stopped before the server was killed"
+        assert time.monotonic() < deadline, f"only {len(pushes.acknowledged)}/{count} acknowledged in {timeout_s} s"
+        time.sleep(0.01)
+
+
 def test_durability_acknowledged_pushes_survive_random_kill_9s_exactly_once(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     print(f"\nseed {SEED} (LAKESYNC_DURABILITY_SEED to repeat)")
@@ -168,8 +178,11 @@ def test_durability_acknowledged_pushes_survive_random_kill_9s_exactly_once(tmp_
             continue
         local.wait_ready()
         pusher = threading.Thread(target=push_until_killed, args=(local.url, tmp_path, rng, pushes, round_no))
+        before = len(pushes.acknowledged)
         pusher.start()
-        time.sleep(rng.uniform(0.2, 1.5))
+        # The kill is random in time but bounded by pushes, not wall time: a slow machine still kills mid-stream.
+        wait_for_acknowledged(pushes, before + MIN_ACKNOWLEDGED_PER_ROUND, pusher)
+        time.sleep(rng.uniform(0.0, 1.0))
         local.kill9()
         pusher.join(60)
         assert not pusher.is_alive()
