@@ -23,7 +23,8 @@ Invocations = dict[str, dict[str, float]]
 """``function -> {"count", "seconds", "gb_s", "api_requests", "request_bytes", "response_bytes", "log_bytes"}``."""
 
 LAMBDA_PLATFORM_LOG_BYTES = 350
-"""Bytes Lambda itself logs per invocation (START, END and REPORT lines; an estimate, not measured)."""
+"""Bytes Lambda itself logs per invocation (START, END and REPORT lines; an estimate, not measured), unless the
+function's system log level is WARN."""
 XRAY_SAMPLED = 0.05
 """Share of invocations traced by X-Ray's default rule at sustained traffic (1 request a second, then 5 %)."""
 SQS_LONG_POLL_S = 20
@@ -96,7 +97,8 @@ def price_invocations(
         out["Lambda"] += figures.get("gb_s", 0.0) * price(f"lambda.gb_s.{arch}")
         out["API Gateway"] += figures.get("api_requests", 0.0) * price("apigw.http.request")
         out["Other"] += figures.get("response_bytes", 0.0) / 1e9 * price("transfer.out")
-        log_bytes = figures.get("log_bytes", 0.0) + figures.get("count", 0.0) * LAMBDA_PLATFORM_LOG_BYTES
+        platform_bytes = LAMBDA_PLATFORM_LOG_BYTES if functions.get(name, {}).get("platform_logs", True) else 0
+        log_bytes = figures.get("log_bytes", 0.0) + figures.get("count", 0.0) * platform_bytes
         out["CloudWatch Logs"] += log_bytes / 1e9 * price("cloudwatch.logs_ingest")
         if functions.get(name, {}).get("traced", True):
             out["X-Ray"] += figures.get("count", 0.0) * xray_sampled * price("xray.trace")
@@ -207,8 +209,9 @@ def job_kind(props: Mapping[str, Any]) -> str:
 
 
 def functions_of(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Our functions (handler ``functions.<name>.lambda_handler``): memory (MB), architecture and whether X-Ray traces
-    them (active tracing)."""
+    """Our functions (handler ``functions.<name>.lambda_handler``): memory (MB), architecture, whether X-Ray traces
+    them (active tracing) and whether Lambda logs its own lines for each invocation (a system log level other than
+    WARN)."""
     out: dict[str, dict[str, Any]] = {}
     for props in _of_type(template, "AWS::Lambda::Function").values():
         handler = str(props.get("Handler", ""))
@@ -218,6 +221,7 @@ def functions_of(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 "memory_mb": int(props.get("MemorySize", 128)),
                 "architecture": arch,
                 "traced": (props.get("TracingConfig") or {}).get("Mode") == "Active",
+                "platform_logs": (props.get("LoggingConfig") or {}).get("SystemLogLevel", "INFO") != "WARN",
             }
     return out
 

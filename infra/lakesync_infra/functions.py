@@ -437,6 +437,9 @@ class Functions(Construct):
                 environment=env,
                 role=role,
                 log_group=group,
+                logging_format=lambda_.LoggingFormat.JSON,
+                system_log_level_v2=lambda_.SystemLogLevel(config.lambda_system_log_level),
+                application_log_level_v2=application_log_level(config.log_level),
                 tracing=lambda_.Tracing.ACTIVE if config.tracing else lambda_.Tracing.DISABLED,
                 reserved_concurrent_executions=config.reserved_concurrency.get(name),
                 recursive_loop=lambda_.RecursiveLoop.TERMINATE,
@@ -643,6 +646,13 @@ def _materialise_environment(config: LakeSyncConfig, buffer: Buffer, queues: Que
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)
     return env
+
+
+def application_log_level(log_level: str) -> lambda_.ApplicationLogLevel:
+    """Lambda's filter of the functions' own lines: never stricter than INFO, because the metrics' EMF lines carry no
+    level and Lambda files them as INFO. A stricter ``logLevel`` is applied by the logger itself
+    (:func:`lakesync.aws.lambda_runtime.apply_configured_log_level`)."""
+    return lambda_.ApplicationLogLevel.DEBUG if log_level == "DEBUG" else lambda_.ApplicationLogLevel.INFO
 
 
 def _architecture(name: str, with_drivers: frozenset[str]) -> lambda_.Architecture:

@@ -42,6 +42,8 @@ def test_config_defaults_are_valid_and_keep_data():
     assert config.dashboard is False
     # And its functions trace with X-Ray unless an environment turns tracing off
     assert config.tracing is True
+    # And Lambda's own START and REPORT lines are not logged (a deployment asks for them with INFO)
+    assert config.lambda_system_log_level == "WARN"
 
 
 def test_config_materialisation_defaults_and_vpc():
@@ -167,6 +169,8 @@ def test_config_reports_every_problem_at_once():
         ({"compactMaintain": "yes"}, "compactMaintain"),
         ({"dashboard": "yes"}, "dashboard"),
         ({"tracing": "off"}, "tracing"),
+        ({"lambdaSystemLogLevel": "ERROR"}, "lambdaSystemLogLevel must be DEBUG, INFO or WARN"),
+        ({"logLevel": "WARN"}, "logLevel must be DEBUG, INFO, WARNING or ERROR"),
         ({"sqlSourcePulls": "yes"}, "sqlSourcePulls"),
         ({"flushEngine": "spark"}, "flushEngine must be one of"),
         ({"flushEngine": "glue", "reservedConcurrency": {"flush": 1}}, "flush is deployed only with flushEngine"),

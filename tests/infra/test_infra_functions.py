@@ -8,7 +8,7 @@ import json
 
 import pytest
 from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
-from lakesync_infra.functions import driver_functions
+from lakesync_infra.functions import application_log_level, driver_functions
 from lakesync_infra.packaging import LAMBDA_PYTHON
 
 from lakesync.api_routes import ROUTES
@@ -70,6 +70,10 @@ def test_function_runs_python_on_its_assets_architecture_traced_with_retained_lo
     assert fn["Runtime"] == f"python{LAMBDA_PYTHON}"
     assert fn["Architectures"] == (["x86_64"] if name in WITH_DRIVERS or name == "flush" else ["arm64"])
     assert fn["TracingConfig"] == {"Mode": "Active"}
+    # And logs in Lambda's JSON format without Lambda's own START and REPORT lines (lambdaSystemLogLevel WARN), and
+    # with Lambda's filter of its own lines at INFO, the level the metrics' EMF lines (which carry none) are given
+    logging = fn["LoggingConfig"]
+    assert (logging["LogFormat"], logging["SystemLogLevel"], logging["ApplicationLogLevel"]) == ("JSON", "WARN", "INFO")
     # And logs to its own log group, which has the environment's retention
     group = fn["LoggingConfig"]["LogGroup"]["Ref"]
     assert cfn.resources[group]["Properties"]["RetentionInDays"] == options["logRetentionDays"]
@@ -188,3 +192,13 @@ def test_jwt_secret_rotates_with_the_rotation_function(cfn, ids):
         and p["FunctionName"] == {"Fn::GetAtt": [rotate["logical"], "Arn"]}
         for p in permissions
     )
+
+
+@pytest.mark.parametrize(
+    ("log_level", "lambda_filter"), [("DEBUG", "DEBUG"), ("INFO", "INFO"), ("WARNING", "INFO"), ("ERROR", "INFO")]
+)
+def test_lambdas_filter_of_the_functions_lines_is_never_stricter_than_info(log_level, lambda_filter):
+    # Given a configured logLevel
+    # Then Lambda's application log filter passes INFO (the EMF metric lines), and DEBUG when that is configured;
+    # a stricter level is the logger's own (tests/functions/test_fn_log_levels.py)
+    assert application_log_level(log_level).value == lambda_filter

@@ -29,6 +29,7 @@ from benchmarks.cost_model import (
     write_units,
 )
 from benchmarks.cost_report import (
+    LAMBDA_PLATFORM_LOG_BYTES,
     comparisons,
     fit_line,
     functions_of,
@@ -255,6 +256,30 @@ def test_x_ray_is_priced_only_for_functions_the_template_traces():
     calls = {"count": 1e6}
     assert price_invocations({"push": calls}, functions)["X-Ray"] == pytest.approx(1e6 * 0.05 * 5e-6)
     assert price_invocations({"pull": calls}, functions)["X-Ray"] == 0.0
+
+
+def test_lambdas_own_log_lines_are_priced_only_where_the_system_log_level_keeps_them():
+    def fn(handler: str, logging: dict[str, str] | None) -> dict[str, object]:
+        props: dict[str, object] = {"Handler": f"functions.{handler}.lambda_handler"}
+        if logging is not None:
+            props["LoggingConfig"] = logging
+        return {"Type": "AWS::Lambda::Function", "Properties": props}
+
+    template = {
+        "Resources": {
+            "Push": fn("push", {"LogFormat": "JSON", "SystemLogLevel": "WARN"}),
+            "Pull": fn("pull", {"LogFormat": "JSON", "SystemLogLevel": "INFO"}),
+            "Health": fn("health", None),
+        }
+    }
+    functions = functions_of(template)
+    assert [functions[n]["platform_logs"] for n in ("push", "pull", "health")] == [False, True, True]
+    calls = {"count": 1e6, "log_bytes": 1e8}
+    own = 1e8 / 1e9 * 0.50
+    platform = 1e6 * LAMBDA_PLATFORM_LOG_BYTES / 1e9 * 0.50
+    assert price_invocations({"push": calls}, functions)["CloudWatch Logs"] == pytest.approx(own)
+    assert price_invocations({"pull": calls}, functions)["CloudWatch Logs"] == pytest.approx(own + platform)
+    assert price_invocations({"health": calls}, functions)["CloudWatch Logs"] == pytest.approx(own + platform)
 
 
 def test_comparison_prices_follow_the_readers():

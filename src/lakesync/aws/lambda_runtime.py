@@ -18,9 +18,10 @@ as Lambda does; the lock still guards in-process callers (``workers=0``, the loc
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
@@ -40,7 +41,22 @@ SERVICE: Final = "lakesync"
 NAMESPACE: Final = "LakeSync"
 SECRET_TTL_S: Final = 300.0
 
+
+def apply_configured_log_level(environ: Mapping[str, str]) -> None:
+    """Apply a ``POWERTOOLS_LOG_LEVEL`` stricter than Lambda's application log level.
+
+    The deployment keeps Lambda's filter (``AWS_LAMBDA_LOG_LEVEL``) at INFO or DEBUG so that the metrics' EMF lines,
+    which carry no level, reach CloudWatch; Powertools lets that filter's level win over its own setting, so a
+    configured WARNING or ERROR is set here, on the standard logger the Powertools one writes through (the package's
+    module loggers are its children)."""
+    configured = logging.getLevelName(environ.get("POWERTOOLS_LOG_LEVEL", "").strip().upper())
+    service_logger = logging.getLogger(SERVICE)
+    if isinstance(configured, int) and configured > service_logger.getEffectiveLevel():
+        service_logger.setLevel(configured)
+
+
 logger = Logger(service=SERVICE)
+apply_configured_log_level(os.environ)
 tracer = OptionalTracer(SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 
