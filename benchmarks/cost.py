@@ -1299,7 +1299,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     out += [
         "",
         '"other" is data transfer out to the internet (response bodies) and Secrets Manager calls; "Logs" is what '
-        "the functions print at the deployed log level plus ~350 B of Lambda's own lines per invocation; X-Ray assumes "
+        "the functions print at the deployed log level, plus ~350 B of Lambda's own lines per invocation where the "
+        "function's system log level keeps them (the template's `lambdaSystemLogLevel`); X-Ray assumes "
         "the default sampling (5 % of invocations at sustained traffic). The same figures as a picture, beside the "
         "baseline run and AppSync and Firestore: [`cost.png`](cost.png).",
         "",
