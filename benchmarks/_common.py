@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import platform
 import secrets
@@ -369,6 +370,18 @@ def timed(action: Callable[[], Any]) -> tuple[float, Any]:
 
 
 # -- machine ---------------------------------------------------------------------------------------------------------
+def yardstick_ms(rounds: int = 5, records: int = 20_000) -> float:
+    """Milliseconds this machine takes for a fixed Python workload like a handler's (a JSON round trip and a sort of
+    ``records`` small records; the best of ``rounds``): the scale for comparing timings taken on different machines."""
+    data = [{"id": f"r{i}", "v": (i * 7919) % 10007, "s": "x" * (i % 17)} for i in range(records)]
+    best = math.inf
+    for _ in range(rounds):
+        start = time.perf_counter()
+        sorted(json.loads(json.dumps(data)), key=lambda r: (r["v"], r["id"]))
+        best = min(best, time.perf_counter() - start)
+    return round(best * 1000, 1)
+
+
 def machine_info() -> dict[str, Any]:
     """What ran the benchmarks: CPU, memory, OS, interpreter, key package versions, git commit."""
     from importlib.metadata import PackageNotFoundError, version
@@ -393,6 +406,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "yardstick_ms": yardstick_ms(),
         "memory_gib": memory_gib,
         "os": platform.platform(),
         "python": platform.python_version(),

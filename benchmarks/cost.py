@@ -1268,6 +1268,14 @@ def _fmt(value: float, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _yardstick(machine: Mapping[str, Any]) -> str:
+    """The machine's yardstick (``benchmarks._common.yardstick_ms``) for the header, when the run recorded one."""
+    ms = machine.get("yardstick_ms")
+    if ms is None:
+        return ""
+    return f"; the fixed Python yardstick took {ms} ms, and the Lambda durations below scale with it"
+
+
 def render_markdown(doc: Mapping[str, Any]) -> str:
     """The results for people."""
     r = doc["results"]
@@ -1277,7 +1285,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         f"Run {doc['finished_at']} ({doc['label']}), commit `{(doc['machine']['git'] or {}).get('commit')}`, "
         f"code imported from `{doc['code_root']}`; {doc['seconds']:.0f} s, load average "
         f"{doc['machine'].get('load_average_start')} at the start, {doc['machine'].get('load_average_end')} at the end "
-        f"({doc['machine'].get('cpu_count')} CPUs). Prices: us-east-1 list prices checked "
+        f"({doc['machine'].get('cpu_count')} CPUs{_yardstick(doc['machine'])}). Prices: us-east-1 list prices checked "
         f"{CHECKED} (`benchmarks/prices.py`, each with its source). Method: `benchmarks/cost.py` and docs/cost.md.",
         "",
         "## Dollars per million deltas",
