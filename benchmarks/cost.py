@@ -1471,6 +1471,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or (Path(tempfile.mkdtemp(prefix="lakesync-cost-")) if args.quick else RESULTS)
     started = time.perf_counter()
     load_start = _load()
+    machine = machine_info()  # before the run: its yardstick is timed on a machine the run has not loaded yet
     code_root = _code_root()
     with tempfile.TemporaryDirectory(prefix="lakesync-cost-") as tmp:
         work = Path(tmp)
@@ -1490,7 +1491,7 @@ def main(argv: list[str] | None = None) -> None:
         "label": args.label or ("quick" if args.quick else "full"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
-        "machine": {**machine_info(), "load_average_start": load_start, "load_average_end": _load()},
+        "machine": {**machine, "load_average_start": load_start, "load_average_end": _load()},
         "code_root": str(code_root),
         "sizes": {**asdict(sizes), "push_deltas": {str(k): v for k, v in sizes.push_deltas.items()}},
         "headline_run_deltas": HEADLINE_RUN,

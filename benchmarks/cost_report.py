@@ -92,15 +92,16 @@ def price_invocations(
     and X-Ray traces."""
     out = dict.fromkeys(SERVICES, 0.0)
     for name, figures in invocations.items():
-        arch = str(functions.get(name, {}).get("architecture", "x86_64"))
+        function = functions.get(name, {})
+        arch = str(function.get("architecture", "x86_64"))
         out["Lambda"] += figures.get("count", 0.0) * price("lambda.request")
         out["Lambda"] += figures.get("gb_s", 0.0) * price(f"lambda.gb_s.{arch}")
         out["API Gateway"] += figures.get("api_requests", 0.0) * price("apigw.http.request")
         out["Other"] += figures.get("response_bytes", 0.0) / 1e9 * price("transfer.out")
-        platform_bytes = LAMBDA_PLATFORM_LOG_BYTES if functions.get(name, {}).get("platform_logs", True) else 0
+        platform_bytes = LAMBDA_PLATFORM_LOG_BYTES if function.get("platform_logs", True) else 0
         log_bytes = figures.get("log_bytes", 0.0) + figures.get("count", 0.0) * platform_bytes
         out["CloudWatch Logs"] += log_bytes / 1e9 * price("cloudwatch.logs_ingest")
-        if functions.get(name, {}).get("traced", True):
+        if function.get("traced", True):
             out["X-Ray"] += figures.get("count", 0.0) * xray_sampled * price("xray.trace")
     return out
 
