@@ -48,15 +48,16 @@ def sync_push(client: str, deltas: list[tuple[str, str, dict[str, Any]]]) -> Syn
 
 @pytest.fixture(scope="module")
 def log(moto_endpoint: str) -> Any:
-    """Tables on the moto server, two gateways' pushes committed (one per row mode), and the stream's records."""
+    """Tables on the moto server, three gateways' pushes committed (one per row mode, and one with first-keyed log
+    items), and the stream's records."""
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE)
     names = TableNames.with_prefix(f"ls{uuid.uuid4().hex[:10]}")
     create_tables(client, names)
     stream = Stream(moto_endpoint, client, names.deltas)
-    settings = GatewaySettings(gateway_ids=frozenset({"g1", "g2"}), chunk_deltas=5)
-    for gateway, in_commit in (("g1", False), ("g2", True)):
+    settings = GatewaySettings(gateway_ids=frozenset({"g1", "g2", "g3"}), chunk_deltas=5)
+    for gateway, in_commit, first_keyed in (("g1", False, False), ("g2", True, False), ("g3", False, True)):
         deps = GatewayDeps(
-            buffer=DynamoDBBufferStore(client, names, rows_in_commit=in_commit),
+            buffer=DynamoDBBufferStore(client, names, rows_in_commit=in_commit, first_keyed=first_keyed),
             config=DynamoDBConfigStore(client, names),
             actions=DynamoDBActionStore(client, names),
             settings=settings,
@@ -74,10 +75,10 @@ def log(moto_endpoint: str) -> Any:
 
 
 def test_each_commit_chunk_streams_one_insert_in_lambdas_form(log: Any) -> None:
-    # Given the stream after two gateways' pushes (12 inserts in chunks of 5, then an update and a delete)
+    # Given the stream after three gateways' pushes (12 inserts in chunks of 5, then an update and a delete)
     records = log["records"]
     # Then each chunk is one INSERT, whose image Powertools reads as Lambda delivers it (binary as base64 text)
-    assert [r["eventName"] for r in records] == ["INSERT"] * 8
+    assert [r["eventName"] for r in records] == ["INSERT"] * 12
     event = DynamoDBStreamEvent({"Records": records})
     for record in event.records:
         assert record.dynamodb is not None and record.dynamodb.new_image is not None
@@ -88,9 +89,9 @@ def test_each_commit_chunk_streams_one_insert_in_lambdas_form(log: Any) -> None:
 def test_records_decode_to_the_entries_the_log_holds_in_order_by_gateway(log: Any) -> None:
     # When the records are decoded
     by_gateway = decode_stream_records(log["records"])
-    # Then each gateway gets exactly its log, in sequence order, row images included
+    # Then each gateway gets exactly its log, in sequence order, row images included, whichever the key of its items
     buffer = log["buffer"]
-    assert set(by_gateway) == {"g1", "g2"}
+    assert set(by_gateway) == {"g1", "g2", "g3"}
     for gateway, entries in by_gateway.items():
         stored = buffer.read_log(ShardId(gateway, "todos"), 0, 1000)
         assert entries == stored and [e.seq for e in entries] == list(range(1, 15))

@@ -8,7 +8,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.aws.log_chunks import decode_entries, encode_entries
+from lakesync.aws.log_chunks import FIRST_KEYED, chunk_first, chunk_key, decode_entries, encode_entries
 from lakesync.core.canonical import JsonValue, js_stringify
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
@@ -74,3 +74,12 @@ def test_a_size_other_than_the_wire_length_is_kept() -> None:
     entry = _entry(0, None, {"a": 1})
     odd = LogEntry(entry.shard, entry.seq, entry.commit_hlc, entry.delta, None, {"a": 1}, 5, entry.wire_json)
     assert decode_entries(SHARD, 7, FIRST_HLC, encode_entries([odd]))[0].size == 5
+
+
+@given(first=st.integers(1, 10**14), count=st.integers(1, 100), first_keyed=st.booleans())
+def test_either_key_gives_back_the_chunks_first_sequence(first: int, count: int, first_keyed: bool) -> None:
+    key = chunk_key(first, first + count - 1, first_keyed=first_keyed)
+    assert chunk_first(key, count) == first
+    # The two kinds sit in disjoint key ranges, each in sequence order
+    assert (key >= FIRST_KEYED) is first_keyed
+    assert chunk_key(first + count, first + 2 * count - 1, first_keyed=first_keyed) > key

@@ -22,12 +22,20 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.log_chunks import COMMIT_MARK_EVERY, decode_entries, encode_entries, is_commit_mark
+from lakesync.aws.log_chunks import (
+    COMMIT_MARK_EVERY,
+    FIRST_KEYED,
+    chunk_first,
+    chunk_key,
+    decode_entries,
+    encode_entries,
+    is_commit_mark,
+)
 from lakesync.aws.tables import (
     COMMIT_INDEX,
     TTL_ATTRIBUTE,
@@ -198,9 +206,11 @@ def _batch_write_all(db: DynamoDBClient, table: str, items: list[Item], *, attem
             raise StorageError(f"DynamoDB BatchWriteItem left items unprocessed after {attempts} attempts")
 
 
-def _query_all(db: DynamoDBClient, **kwargs: Any) -> Iterable[Item]:
-    """Every item of a Query, following LastEvaluatedKey."""
+def _query_all(db: DynamoDBClient, *, page_size: Callable[[], int] | None = None, **kwargs: Any) -> Iterator[Item]:
+    """Every item of a Query, following LastEvaluatedKey (``page_size()``: the Limit of each next request)."""
     while True:
+        if page_size is not None:
+            kwargs["Limit"] = max(1, page_size())
         try:
             out = db.query(**kwargs)
         except ClientError as exc:
@@ -221,6 +231,11 @@ class DynamoDBBufferStore:
 
     ``commit_mark_every`` is how many entries apart the commit marks it writes are (:func:`is_commit_mark`); reads
     by commit HLC are correct whichever chunks are marks, it only sizes their first request.
+
+    ``first_keyed``: write the log's chunks keyed by their first sequence (:mod:`lakesync.aws.log_chunks`), and read
+    it expecting that. Reads are correct on either kind of log (and on a log that changed kind once: last-keyed up to
+    some sequence, first-keyed after it); the setting only decides which request comes first. A shard whose head
+    records a first-keyed chunk (``lk``) gets first-keyed chunks from every writer, so its log never changes back.
     """
 
     def __init__(
@@ -231,6 +246,7 @@ class DynamoDBBufferStore:
         log_ttl_s: int = LOG_TTL_S,
         rows_in_commit: bool = False,
         commit_mark_every: int = COMMIT_MARK_EVERY,
+        first_keyed: bool = False,
     ) -> None:
         if commit_mark_every < 1:
             raise ValueError(f"commit_mark_every must be at least 1, not {commit_mark_every}")
@@ -239,6 +255,8 @@ class DynamoDBBufferStore:
         self._log_ttl_s = log_ttl_s
         self._rows_in_commit = rows_in_commit
         self._mark_every = commit_mark_every
+        self._first_keyed = first_keyed
+        self._first_keyed_shards: set[str] = set()
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
@@ -347,9 +365,10 @@ class DynamoDBBufferStore:
         if limit <= 0:
             return []
         mark = self.last_commit_mark(shard, after_commit_hlc)
+        mark_first, mark_count, _ = chunk_span(mark) if mark is not None else (1, 0, 0)
         entries = self._read_chunks(
             shard,
-            int(mark["seq"]["N"]) if mark is not None else 0,
+            mark_first + mark_count - 1,
             limit,
             images,
             after_hlc=after_commit_hlc,
@@ -379,6 +398,88 @@ class DynamoDBBufferStore:
         found = out.get("Items", [])
         return found[0] if found else None
 
+    def chunk_items(
+        self, shard: ShardId, after_seq: int, request_size: Callable[[], int], *, projection: str | None = None
+    ) -> Iterator[Item]:
+        """The shard's log items after ``after_seq`` in sequence order, starting with the one holding entry
+        ``after_seq + 1`` when the log has it; requests are made as the items are consumed, each asking for
+        ``request_size()`` items. ``projection``: a ProjectionExpression (it must name ``seq``, ``n`` and ``c``)."""
+        if not (self._first_keyed or shard.key in self._first_keyed_shards):
+            # Last-keyed, `seq > after_seq` starts with the chunk holding `after_seq + 1`, and the first-keyed part of
+            # a log that changed kind follows in key order from its start. That is right for a position in the
+            # last-keyed part; for one in the first-keyed part (the first item starts at or before it), read the way
+            # first keys are read, from now on for this shard.
+            pages = self._chunk_pages(shard, "seq > :a", {":a": after_seq}, request_size, projection)
+            first_item = next(pages, None)
+            if first_item is None:
+                return
+            key = int(first_item["seq"]["N"])
+            if key < FIRST_KEYED or chunk_span(first_item)[0] > after_seq:
+                yield first_item
+                yield from pages
+                return
+            self._first_keyed_shards.add(shard.key)
+        yield from self._first_keyed_items(shard, after_seq, request_size, projection)
+
+    def _first_keyed_items(
+        self, shard: ShardId, after_seq: int, request_size: Callable[[], int], projection: str | None
+    ) -> Iterator[Item]:
+        later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
+        following = next(later, None)
+        if following is None or chunk_span(following)[0] != after_seq + 1:
+            # Entry `after_seq + 1` is inside a first-keyed chunk that starts at or before `after_seq` (a position
+            # inside a chunk), or in the last-keyed part of the log, or not in the log (yet, or any more).
+            holding = self._first_keyed_at_or_before(shard, after_seq, projection)
+            if holding is not None:
+                first, count, _ = chunk_span(holding)
+                if first + count - 1 > after_seq:
+                    yield holding
+            else:
+                last_keyed = {":a": after_seq + 1, ":b": FIRST_KEYED - 1}
+                yield from self._chunk_pages(shard, "seq BETWEEN :a AND :b", last_keyed, request_size, projection)
+        if following is not None:
+            yield following
+            yield from later
+
+    def _chunk_pages(
+        self,
+        shard: ShardId,
+        condition: str,
+        bounds: Mapping[str, int],
+        request_size: Callable[[], int],
+        projection: str | None,
+    ) -> Iterator[Item]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._t.deltas,
+            "KeyConditionExpression": f"#sh = :s AND {condition}",
+            "ExpressionAttributeNames": {"#sh": "shard"},
+            "ExpressionAttributeValues": {":s": _s(shard.key), **{name: _n(v) for name, v in bounds.items()}},
+            "ConsistentRead": True,
+        }
+        if projection is not None:
+            kwargs["ProjectionExpression"] = projection
+        return _query_all(self._db, page_size=request_size, **kwargs)
+
+    def _first_keyed_at_or_before(self, shard: ShardId, seq: int, projection: str | None) -> Item | None:
+        """The last first-keyed chunk that starts at or before ``seq``, if any."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._t.deltas,
+            "KeyConditionExpression": "#sh = :s AND seq BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#sh": "shard"},
+            "ExpressionAttributeValues": {":s": _s(shard.key), ":lo": _n(FIRST_KEYED), ":hi": _n(FIRST_KEYED + seq)},
+            "ConsistentRead": True,
+            "ScanIndexForward": False,
+            "Limit": 1,
+        }
+        if projection is not None:
+            kwargs["ProjectionExpression"] = projection
+        try:
+            out = self._db.query(**kwargs)
+        except ClientError as exc:
+            raise _client_error(exc, "Query") from exc
+        found = out.get("Items", [])
+        return found[0] if found else None
+
     def _read_chunks(
         self,
         shard: ShardId,
@@ -395,15 +496,9 @@ class DynamoDBBufferStore:
         expect, to size the requests."""
         floor = -1 if after_hlc is None else after_hlc
         entries: list[LogEntry] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self._t.deltas,
-            "KeyConditionExpression": "#sh = :s AND seq > :a",
-            "ExpressionAttributeNames": {"#sh": "shard"},
-            "ExpressionAttributeValues": {":s": _s(shard.key), ":a": _n(after_seq)},
-            "ConsistentRead": True,
-        }
         items_read = entries_read = skipped = 0
-        while len(entries) < limit:
+
+        def request_size() -> int:
             # A chunk holds 1 to LOG_CHUNK_MAX_ENTRIES entries: ask for as many chunks as the page (and the entries
             # still expected before it) needs at the entries per chunk seen so far (`per_chunk`, else a push's chunk,
             # 48, before the first answer), a tenth more (chunks vary: a push's last chunk is smaller), and two more
@@ -411,23 +506,18 @@ class DynamoDBBufferStore:
             # surplus chunks cost less than a second round trip.
             per_item = entries_read / items_read if items_read else per_chunk
             ahead = 0 if entries else max(0, skip - skipped)
-            kwargs["Limit"] = min(1000, 2 + math.ceil(1.1 * (limit - len(entries) + ahead) / per_item))
-            try:
-                out = self._db.query(**kwargs)
-            except ClientError as exc:
-                raise _client_error(exc, "Query") from exc
-            for item in out.get("Items", []):
-                first, count, first_hlc = chunk_span(item)
-                items_read += 1
-                entries_read += count
-                chunk = decode_entries(shard, first, first_hlc, item["z"]["B"], images=images)
-                kept = [e for e in chunk if e.seq > after_seq and e.commit_hlc > floor]
-                skipped += count - len(kept)
-                entries.extend(kept)
-            last = out.get("LastEvaluatedKey")
-            if not last:
+            return min(1000, 2 + math.ceil(1.1 * (limit - len(entries) + ahead) / per_item))
+
+        for item in self.chunk_items(shard, after_seq, request_size):
+            first, count, first_hlc = chunk_span(item)
+            items_read += 1
+            entries_read += count
+            chunk = decode_entries(shard, first, first_hlc, item["z"]["B"], images=images)
+            kept = [e for e in chunk if e.seq > after_seq and e.commit_hlc > floor]
+            skipped += count - len(kept)
+            entries.extend(kept)
+            if len(entries) >= limit:
                 break
-            kwargs["ExclusiveStartKey"] = last
         return entries[:limit]
 
     # -- the commit ----------------------------------------------------------------------------------------------
@@ -435,6 +525,7 @@ class DynamoDBBufferStore:
         shard = commit.shard
         head = commit.head
         _check_rows(commit)
+        first_keyed = self._first_keyed or shard.key in self._first_keyed_shards
         actions: list[Item] = []
         if commit.new_shard:
             actions.append(
@@ -451,6 +542,7 @@ class DynamoDBBufferStore:
                             "fd": _n(0),
                             "lch": _n(head.last_commit_hlc),
                             "ra": _n(head.seq if self._rows_in_commit else 0),
+                            **({"lk": _n(1)} if first_keyed else {}),
                         },
                         "ConditionExpression": "attribute_not_exists(#sh)",
                         "ExpressionAttributeNames": {"#sh": "shard"},
@@ -472,15 +564,20 @@ class DynamoDBBufferStore:
                         "TableName": self._t.heads,
                         "Key": {"shard": _s(shard.key)},
                         "UpdateExpression": "SET seq = :seq, bt = bt + :db, dt = dt + :dd, lch = :lch"
-                        + (", ra = :seq" if self._rows_in_commit else ""),
+                        + (", ra = :seq" if self._rows_in_commit else "")
+                        + (", lk = :one" if first_keyed else ""),
+                        # A last-keyed chunk after a first-keyed one would sort before it: once the head records
+                        # first keys (`lk`), a commit of a last-keyed chunk fails, and the writer learns.
                         "ConditionExpression": "seq = :expected"
-                        + (" AND ra = :expected" if self._rows_in_commit else ""),
+                        + (" AND ra = :expected" if self._rows_in_commit else "")
+                        + ("" if first_keyed else " AND attribute_not_exists(lk)"),
                         "ExpressionAttributeValues": {
                             ":seq": _n(head.seq),
                             ":db": _n(head.bytes_total - _previous_bytes(commit)),
                             ":dd": _n(len(commit.entries)),
                             ":lch": _n(head.last_commit_hlc),
                             ":expected": _n(commit.expected_seq),
+                            **({":one": _n(1)} if first_keyed else {}),
                         },
                     }
                 }
@@ -495,7 +592,7 @@ class DynamoDBBufferStore:
                 raise ValueError("a commit holds at most 100 entries with consecutive sequences and commit HLCs")
             chunk: Item = {
                 "shard": _s(shard.key),
-                "seq": _n(last.seq),
+                "seq": _n(chunk_key(first.seq, last.seq, first_keyed=first_keyed)),
                 "n": _n(len(commit.entries)),
                 "c": _n(first.commit_hlc),
                 "z": {"B": encode_entries(commit.entries)},
@@ -504,13 +601,25 @@ class DynamoDBBufferStore:
             if is_commit_mark(first.seq, last.seq, self._mark_every):
                 # Only marks are in the sparse `by_commit` index (its entry costs the transaction 2 more WRU).
                 chunk["chlc"] = _n(last.commit_hlc)
-            actions.append({"Put": {"TableName": self._t.deltas, "Item": chunk}})
+            # The key is free unless another writer claimed the same position (the head's guard catches that too).
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._t.deltas,
+                        "Item": chunk,
+                        "ConditionExpression": "attribute_not_exists(seq)",
+                    }
+                }
+            )
         try:
             self._db.transact_write_items(TransactItems=cast(Any, actions))
         except ClientError as exc:
             error = _commit_error(shard, exc)
-            if self._rows_in_commit and isinstance(error, CommitConflict):
-                self._catch_up_rows(shard)
+            if isinstance(error, CommitConflict):
+                if self._rows_in_commit:
+                    self._catch_up_rows(shard)
+                if not first_keyed:
+                    self._learn_first_keyed(shard)
             raise error from exc
         if not self._rows_in_commit and (commit.entries or commit.rows):
             try:
@@ -524,6 +633,12 @@ class DynamoDBBufferStore:
                     commit.entries[-1].seq,
                     exc,
                 )
+
+    def _learn_first_keyed(self, shard: ShardId) -> None:
+        """After a lost commit of a last-keyed chunk: if the shard's log went first-keyed, write first keys to it."""
+        item = self._head_item(shard)
+        if item is not None and "lk" in item:
+            self._first_keyed_shards.add(shard.key)
 
     # -- the row index: a cache of the log -----------------------------------------------------------------------
     def _apply_rows(self, commit: Commit) -> None:
@@ -652,9 +767,9 @@ def _row_item(gateway: str, row: StoredRow) -> Item:
 
 
 def chunk_span(item: Item) -> tuple[int, int, int]:
-    """``(first sequence, count, first commit HLC)`` of a log item (keyed by its last sequence)."""
+    """``(first sequence, count, first commit HLC)`` of a log item (either kind of key)."""
     count = int(item["n"]["N"])
-    return int(item["seq"]["N"]) - count + 1, count, int(item["c"]["N"])
+    return chunk_first(int(item["seq"]["N"]), count), count, int(item["c"]["N"])
 
 
 def _rows_applied(head_item: Item | None) -> int:

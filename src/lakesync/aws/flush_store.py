@@ -166,6 +166,8 @@ class FlushStore:
         read_attempts: How often a range read is retried while it shows a gap.
         commit_mark_every: How many entries apart the log's commit marks are expected to be (sizes the walk of
             :meth:`release_target`; its answer does not depend on it).
+        first_keyed: Expect a log of first-keyed chunks (:class:`DynamoDBBufferStore`'s setting; reads are correct
+            either way).
     """
 
     def __init__(
@@ -176,10 +178,11 @@ class FlushStore:
         sleep: Callable[[float], None] = time.sleep,
         read_attempts: int = 12,
         commit_mark_every: int = COMMIT_MARK_EVERY,
+        first_keyed: bool = False,
     ) -> None:
         self._db = client
         self._t = names
-        self._buffer = DynamoDBBufferStore(client, names, commit_mark_every=commit_mark_every)
+        self._buffer = DynamoDBBufferStore(client, names, commit_mark_every=commit_mark_every, first_keyed=first_keyed)
         self._mark_every = commit_mark_every
         self._sleep = sleep
         self._read_attempts = read_attempts
@@ -416,18 +419,9 @@ class FlushStore:
         return found
 
     def _chunks_after(self, shard: ShardId, after_seq: int, limit: int) -> Iterator[Item]:
-        """``seq``, ``n`` and ``c`` of the log items ``seq > after_seq``, in order, ``limit`` to a request."""
-        return self._pages(
-            self._db.query,
-            "Query",
-            TableName=self._t.deltas,
-            ConsistentRead=True,
-            KeyConditionExpression="#sh = :s AND seq > :a",
-            ExpressionAttributeNames={"#sh": "shard"},
-            ExpressionAttributeValues={":s": _s(shard.key), ":a": _n(after_seq)},
-            ProjectionExpression="seq, n, c",
-            Limit=max(1, limit),
-        )
+        """``seq``, ``n`` and ``c`` of the log items holding the entries after ``after_seq``, in order, ``limit`` to a
+        request."""
+        return self._buffer.chunk_items(shard, after_seq, lambda: limit, projection="seq, n, c")
 
     def mark_released(self, shard: ShardId, seq: int, commit_hlc: int) -> None:
         """Record ``rs``/``rh`` on the head (only forward)."""

@@ -15,6 +15,9 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 * ``LAKESYNC_ROW_WRITES`` -- ``after-commit`` (default: the row index written after each commit, one conditional
   ``PutItem`` per row, half the write units) or ``in-commit`` (rows inside the commit's transaction: fewer requests,
   what the embedded default uses, where requests cost time and write units cost nothing).
+* ``LAKESYNC_LOG_KEYS`` -- ``last`` (default: each log item keyed by its last sequence) or ``first`` (keyed by its
+  first, :mod:`lakesync.aws.log_chunks`). Either reads both kinds; ``first`` writes first keys, for good, to every
+  shard it commits to. Set it only once every function runs code that reads first keys.
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).
 * ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
@@ -90,6 +93,8 @@ ROW_WRITES: Final = "LAKESYNC_ROW_WRITES"
 CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
 WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
 ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
+LOG_KEYS: Final = "LAKESYNC_LOG_KEYS"
+LOG_KEY_KINDS: Final = ("last", "first")
 
 CONNECTOR_SCHEDULER: Final = "LAKESYNC_CONNECTOR_SCHEDULER"
 CONNECTOR_SCHEDULE_GROUP: Final = "LAKESYNC_CONNECTOR_SCHEDULE_GROUP"
@@ -123,6 +128,7 @@ API_ENV_VARS: Final = frozenset(
         MAX_BODY_BYTES,
         CHECKPOINT_BUCKET,
         ROW_WRITES,
+        LOG_KEYS,
         # every API function builds its deps with the registered connectors (all optional)
         *CONNECTOR_ENV_VARS,
     }
@@ -230,6 +236,7 @@ class Settings:
         max_body_bytes: Largest request body accepted.
         checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
         rows_in_commit: Write the row index inside each commit's transaction (``LAKESYNC_ROW_WRITES=in-commit``).
+        first_keyed_log: Write log items keyed by their first sequence (``LAKESYNC_LOG_KEYS=first``).
     """
 
     gateway_ids: frozenset[str]
@@ -242,6 +249,7 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     checkpoint_bucket: str | None = None
     rows_in_commit: bool = False
+    first_keyed_log: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -263,6 +271,7 @@ class Settings:
             max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors, maximum=MAX_BODY_BYTES_LIMIT),
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
             rows_in_commit=_row_writes(env.get(ROW_WRITES, ROW_WRITE_MODES[0]), errors),
+            first_keyed_log=_log_keys(env.get(LOG_KEYS, LOG_KEY_KINDS[0]), errors),
         )
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
@@ -283,6 +292,13 @@ def _row_writes(raw: str, errors: list[str]) -> bool:
     if mode not in ROW_WRITE_MODES:
         errors.append(f"{ROW_WRITES} must be one of {', '.join(ROW_WRITE_MODES)} (got {raw!r})")
     return mode == "in-commit"
+
+
+def _log_keys(raw: str, errors: list[str]) -> bool:
+    kind = raw.strip()
+    if kind not in LOG_KEY_KINDS:
+        errors.append(f"{LOG_KEYS} must be one of {', '.join(LOG_KEY_KINDS)} (got {raw!r})")
+    return kind == "first"
 
 
 def _gateway_ids(raw: str, errors: list[str]) -> frozenset[str]:

@@ -25,6 +25,14 @@ Each entry is stored as ``[wire JSON, after, before]`` (and its size when it is 
   ``before`` lacked.
 
 The list is JSON, compressed with zlib.
+
+**Two keys.** A chunk is keyed by its last sequence (*last-keyed*, ``seq = last``) or by its first
+(*first-keyed*, ``seq = FIRST_KEYED + first``). A first-keyed chunk can be committed by a conditional put alone: two
+writers that read the same log end claim the same key, so the log stays one chain without a transaction (the commit
+this layout is for). :data:`FIRST_KEYED` puts the two kinds in disjoint ranges of the sort key, each in sequence
+order: a shard's log is last-keyed up to some sequence and first-keyed after it, so in key order the last-keyed part
+comes first, and a reader that knows neither (code from before first keys) sees first-keyed chunks only far past any
+position, never as entries it could mistake for others. :func:`chunk_first` reads either.
 """
 
 from __future__ import annotations
@@ -37,12 +45,34 @@ from typing import Any
 from lakesync.core.canonical import JsonValue
 from lakesync.gateway.model import LogEntry, ShardId
 
-__all__ = ["COMMIT_MARK_EVERY", "decode_entries", "encode_entries", "is_commit_mark"]
+__all__ = [
+    "COMMIT_MARK_EVERY",
+    "FIRST_KEYED",
+    "chunk_first",
+    "chunk_key",
+    "decode_entries",
+    "encode_entries",
+    "is_commit_mark",
+]
 
 _LEVEL = 6
 
 COMMIT_MARK_EVERY = 64
 """Entries per commit mark: the chunk holding each multiple of it carries ``chlc`` (an entry of ``by_commit``)."""
+
+
+FIRST_KEYED = 10**15
+"""Sort keys from here on are first-keyed chunks: ``seq = FIRST_KEYED + first``. Sequences stay far below it."""
+
+
+def chunk_key(first_seq: int, last_seq: int, *, first_keyed: bool) -> int:
+    """The sort key ``seq`` of the chunk of entries ``first_seq .. last_seq``."""
+    return FIRST_KEYED + first_seq if first_keyed else last_seq
+
+
+def chunk_first(key: int, count: int) -> int:
+    """The first sequence of the chunk keyed ``key`` holding ``count`` entries (either kind of key)."""
+    return key - FIRST_KEYED if key >= FIRST_KEYED else key - count + 1
 
 
 def is_commit_mark(first_seq: int, last_seq: int, every: int = COMMIT_MARK_EVERY) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakesync.aws.log_chunks import decode_entries
+from lakesync.aws.log_chunks import chunk_first, decode_entries
 from lakesync.core.errors import LakeSyncError
 from lakesync.gateway import realtime
 from lakesync.gateway.model import LogEntry, ShardId
@@ -61,14 +61,14 @@ def decode_record(record: Mapping[str, Any]) -> LogChunk | None:
         return None
     try:
         shard = ShardId.parse(image["shard"]["S"])
-        last, count, first_hlc = int(image["seq"]["N"]), int(image["n"]["N"]), int(image["c"]["N"])
+        key, count, first_hlc = int(image["seq"]["N"]), int(image["n"]["N"]), int(image["c"]["N"])
         blob = image["z"]["B"]
         data = base64.b64decode(blob, validate=True) if isinstance(blob, str) else bytes(blob)
-        entries = decode_entries(shard, last - count + 1, first_hlc, data)
+        entries = decode_entries(shard, chunk_first(key, count), first_hlc, data)
     except (KeyError, TypeError, ValueError, zlib.error) as exc:  # binascii.Error and JSON errors are ValueErrors
         raise StreamRecordError(f"log item {image.get('shard')} {image.get('seq')} does not decode: {exc}") from exc
     if len(entries) != count:
-        raise StreamRecordError(f"log item {shard.key} {last} holds {len(entries)} entries, n = {count}")
+        raise StreamRecordError(f"log item {shard.key} {key} holds {len(entries)} entries, n = {count}")
     return shard.gateway, entries
 
 

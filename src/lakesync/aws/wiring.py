@@ -43,7 +43,9 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
     client = dynamodb_client()
     config = DynamoDBConfigStore(client, settings.tables)
     deps = GatewayDeps(
-        buffer=DynamoDBBufferStore(client, settings.tables, rows_in_commit=settings.rows_in_commit),
+        buffer=DynamoDBBufferStore(
+            client, settings.tables, rows_in_commit=settings.rows_in_commit, first_keyed=settings.first_keyed_log
+        ),
         config=config,
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),

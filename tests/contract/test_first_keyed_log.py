@@ -1,0 +1,241 @@
+"""A log of first-keyed chunks (``seq = FIRST_KEYED + first``, :mod:`lakesync.aws.log_chunks`), and a log that
+changed kind once (last-keyed up to some sequence, first-keyed after it), on the moto server: every read by position
+and by commit HLC, every release target, whichever kind of log the reader expects, is what a scan of the entries the
+buffer holds gives; a shard that went first-keyed never gets a last-keyed chunk again; and how many requests a read
+takes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
+from lakesync.aws.flush_store import FlushStore
+from lakesync.aws.log_chunks import FIRST_KEYED
+from lakesync.aws.tables import TableNames
+from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardHead, ShardId
+from tests.contract.test_commit_marks import (
+    Chunk,
+    CountingClient,
+    check_positions,
+    commit_chunks,
+    hlc_probes,
+    plan_chunks,
+)
+
+
+@pytest.fixture
+def shard(gw: str) -> ShardId:
+    return ShardId(gw, "todos", 0)
+
+
+def stores(client: Any, names: TableNames, every: int, *, first_keyed: bool) -> tuple[DynamoDBBufferStore, FlushStore]:
+    return (
+        DynamoDBBufferStore(client, names, commit_mark_every=every, first_keyed=first_keyed),
+        FlushStore(client, names, commit_mark_every=every, first_keyed=first_keyed),
+    )
+
+
+def log_items(client: Any, names: TableNames, shard: ShardId) -> list[dict[str, Any]]:
+    return list(
+        client.query(
+            TableName=names.deltas,
+            KeyConditionExpression="#sh = :s",
+            ExpressionAttributeNames={"#sh": "shard"},
+            ExpressionAttributeValues={":s": {"S": shard.key}},
+            ConsistentRead=True,
+        )["Items"]
+    )
+
+
+def delete_chunk(client: Any, names: TableNames, shard: ShardId, chunk: Chunk) -> None:
+    """What TTL does to an expired log item, whichever its key."""
+    for item in log_items(client, names, shard):
+        if chunk_span(item)[0] == chunk[0].seq:
+            client.delete_item(TableName=names.deltas, Key={"shard": item["shard"], "seq": item["seq"]})
+            return
+    raise AssertionError(f"no log item starts at {chunk[0].seq}")
+
+
+def run_after(held: Sequence[LogEntry], after_seq: int, limit: int) -> list[int]:
+    """What ``read_log`` documents: entries ``after_seq + 1, ...`` that the buffer holds, up to the first gap."""
+    by_seq = {e.seq for e in held}
+    out: list[int] = []
+    seq = after_seq + 1
+    while seq in by_seq and len(out) < limit:
+        out.append(seq)
+        seq += 1
+    return out
+
+
+def check_reads(buffer: DynamoDBBufferStore, shard: ShardId, held: Sequence[LogEntry], every: int = 1) -> None:
+    """``read_log`` from every ``every``-th position (inside chunks, at their ends), before the log and past it, is
+    the scan's."""
+    last = max((e.seq for e in held), default=0)
+    for i, after_seq in enumerate([*range(0, last + 2, every), last, last + 1]):
+        for limit in (1, 3 if i % 2 else 1000):
+            got = [e.seq for e in buffer.read_log(shard, after_seq, limit, images=False)]
+            assert got == run_after(held, after_seq, limit), (after_seq, limit)
+
+
+SIZES = [3, 1, 10, 5, 2, 7, 1, 1, 20, 5, 4, 1, 16, 2, 9, 3]
+
+
+@pytest.mark.parametrize("reader_first_keyed", [True, False], ids=["reader-first-keyed", "reader-last-keyed"])
+def test_a_first_keyed_log_reads_as_a_scan_of_it(
+    contract_dynamodb: Any, shard: ShardId, reader_first_keyed: bool
+) -> None:
+    # Given a log committed with first keys, sparse marks
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, SIZES)
+    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, chunks)
+    entries = [e for chunk in chunks for e in chunk]
+    assert sorted(int(i["seq"]["N"]) for i in log_items(client, names, shard)) == [
+        FIRST_KEYED + c[0].seq for c in chunks
+    ]
+
+    # Then reads by position, by commit HLC and release targets are a scan's, whatever the reader expects
+    buffer, flush = stores(client, names, 8, first_keyed=reader_first_keyed)
+    check_reads(buffer, shard, entries)
+    check_positions(buffer, flush, shard, entries, hlc_probes(entries, 14))
+    assert buffer.read_log(shard, 5, 4) == entries[5:9]  # the entries themselves, images and all
+
+    # And so they are as TTL deletes the oldest items
+    for gone in (3, 9):
+        for chunk in chunks[:gone]:
+            if any(chunk_span(i)[0] == chunk[0].seq for i in log_items(client, names, shard)):
+                delete_chunk(client, names, shard, chunk)
+        held = [e for chunk in chunks[gone:] for e in chunk]
+        check_reads(buffer, shard, held, every=3)
+        check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
+
+
+@pytest.mark.parametrize("reader_first_keyed", [True, False], ids=["reader-first-keyed", "reader-last-keyed"])
+def test_a_log_that_changed_kind_reads_as_a_scan_of_it(
+    contract_dynamodb: Any, shard: ShardId, reader_first_keyed: bool
+) -> None:
+    # Given a log written last-keyed, then by a writer of first keys
+    client, names = contract_dynamodb
+    old = plan_chunks(shard, [2, 10, 1, 1, 7, 3, 10, 4])
+    new = plan_chunks(shard, [10, 1, 3, 10, 2, 1, 5, 3], after=old[-1][-1])
+    commit_chunks(stores(client, names, 8, first_keyed=False)[0], shard, old)
+    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, new)
+    keys = sorted(int(i["seq"]["N"]) for i in log_items(client, names, shard))
+    assert keys == [c[-1].seq for c in old] + [FIRST_KEYED + c[0].seq for c in new]
+    entries = [e for chunk in old + new for e in chunk]
+
+    # Then every read is a scan's, across the change of kind too
+    buffer, flush = stores(client, names, 8, first_keyed=reader_first_keyed)
+    check_reads(buffer, shard, entries)
+    check_positions(buffer, flush, shard, entries, hlc_probes(entries, 14))
+
+    # And with the last-keyed part partly, then wholly, expired
+    for gone in (3, len(old)):
+        for chunk in old[:gone]:
+            if any(chunk_span(i)[0] == chunk[0].seq for i in log_items(client, names, shard)):
+                delete_chunk(client, names, shard, chunk)
+        held = [e for chunk in old[gone:] + new for e in chunk]
+        check_reads(buffer, shard, held, every=3)
+        check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
+
+
+def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
+    # Given a first-keyed log with an item gone from its middle (a lost write, a restore)
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, [4] * 10)
+    buffer, flush = stores(client, names, 8, first_keyed=True)
+    commit_chunks(buffer, shard, chunks)
+    delete_chunk(client, names, shard, chunks[4])  # entries 17..20
+    held = [e for i, chunk in enumerate(chunks) if i != 4 for e in chunk]
+
+    # Then reads stop at the hole, from before it, and start again after it
+    check_reads(buffer, shard, held)
+    check_positions(buffer, flush, shard, held, hlc_probes(held, 12))
+    assert [e.seq for e in buffer.read_log(shard, 14, 100)] == [15, 16]
+    assert [e.seq for e in buffer.read_log(shard, 20, 3)] == [21, 22, 23]
+
+
+def test_a_shard_that_went_first_keyed_never_gets_a_last_keyed_chunk(contract_dynamodb: Any, shard: ShardId) -> None:
+    # Given a shard whose log went first-keyed
+    client, names = contract_dynamodb
+    old = plan_chunks(shard, [3, 4])
+    new = plan_chunks(shard, [2, 5], after=old[-1][-1])
+    later = plan_chunks(shard, [3, 1, 6], after=new[-1][-1])
+    commit_chunks(stores(client, names, 8, first_keyed=False)[0], shard, old)
+    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, new)
+
+    # When a writer of last keys (one deployed before the change, or the setting turned back) commits to it
+    writer = stores(client, names, 8, first_keyed=False)[0]
+    head = writer.get_heads([shard])[shard]
+    chunk = later[0]
+    new_head = ShardHead(
+        shard,
+        seq=chunk[-1].seq,
+        bytes_total=head.bytes_total + sum(e.size for e in chunk),
+        deltas_total=head.deltas_total + len(chunk),
+        last_commit_hlc=chunk[-1].commit_hlc,
+    )
+    commit = Commit(shard, head.seq, new_head, tuple(chunk), (), new_shard=False)
+    # Then its first attempt fails as a lost race, and nothing is written
+    with pytest.raises(CommitConflict):
+        writer.commit(commit)
+    assert writer.get_heads([shard])[shard] == head
+    # And its retry writes a first-keyed chunk, as do its later commits
+    writer.commit(commit)
+    commit_chunks(writer, shard, later[1:])
+    keys = sorted(int(i["seq"]["N"]) for i in log_items(client, names, shard))
+    assert keys == [c[-1].seq for c in old] + [FIRST_KEYED + c[0].seq for c in new + later]
+    entries = [e for c in old + new + later for e in c]
+    check_reads(writer, shard, entries)
+
+
+def test_a_new_shard_written_first_keyed_records_it_in_its_head(contract_dynamodb: Any) -> None:
+    # Given a shard whose first commit is first-keyed
+    client, names = contract_dynamodb
+    shard = ShardId(f"gw-{uuid.uuid4().hex[:12]}", "todos", 0)
+    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, plan_chunks(shard, [2]))
+    # Then a writer of last keys cannot commit a last-keyed chunk after it
+    writer = stores(client, names, 8, first_keyed=False)[0]
+    chunk = plan_chunks(shard, [3], after=writer.read_log(shard, 0, 10)[-1])[0]
+    head = writer.get_heads([shard])[shard]
+    commit = Commit(shard, head.seq, ShardHead(shard, seq=5, last_commit_hlc=chunk[-1].commit_hlc), tuple(chunk), ())
+    with pytest.raises(CommitConflict):
+        writer.commit(commit)
+    writer.commit(commit)
+    assert [chunk_span(i)[:2] for i in log_items(client, names, shard)] == [(1, 2), (3, 3)]
+    assert all(int(i["seq"]["N"]) >= FIRST_KEYED for i in log_items(client, names, shard))
+
+
+# -- how many requests -----------------------------------------------------------------------------------------------
+def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
+    # Given pushes of 10, first-keyed
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, [10] * 6)
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    counting = CountingClient(client)
+    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+
+    def queries(after_seq: int, limit: int) -> int:
+        counting.queries.clear()
+        got = buffer.read_log(shard, after_seq, limit, images=False)
+        assert [e.seq for e in got] == list(range(after_seq + 1, min(after_seq + limit, 60) + 1))
+        return len(counting.queries)
+
+    # Then a read from the end of a chunk takes one Query
+    assert [queries(at, 25) for at in (0, 10, 30, 50)] == [1, 1, 1, 1]
+    # And a read from inside a chunk, or of a caught-up reader, takes two (the chunk holding the position is found by
+    # a second, descending Query of one item)
+    assert [queries(at, 25) for at in (5, 19, 41, 60)] == [2, 2, 2, 2]
+    assert counting.queries[-1]["ScanIndexForward"] is False and counting.queries[-1]["Limit"] == 1
+    # And a reader that expects last keys learns it from its first read of the shard (one request more), then reads
+    # it as first-keyed
+    last_keyed = DynamoDBBufferStore(counting, names)
+    counting.queries.clear()
+    assert [e.seq for e in last_keyed.read_log(shard, 50, 5, images=False)] == [51, 52, 53, 54, 55]
+    assert [q["ExpressionAttributeValues"][":a"]["N"] for q in counting.queries] == ["50", str(FIRST_KEYED + 50)]
+    counting.queries.clear()
+    assert [e.seq for e in last_keyed.read_log(shard, 30, 5, images=False)] == [31, 32, 33, 34, 35]
+    assert len(counting.queries) == 1
