@@ -89,6 +89,7 @@ from lakesync.aws.function_settings import (
     LAKE_CATALOG,
     LAKE_NAMESPACE,
     LAKE_WAREHOUSE,
+    LOG_KEYS,
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES,
     SUB_SHARDS,
@@ -564,6 +565,8 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         env[var] = getattr(buffer.names, kind)
     if config.sub_shards:
         env[SUB_SHARDS] = json.dumps(dict(sorted(config.sub_shards.items())), separators=(",", ":"))
+    if config.log_keys != "last":
+        env[LOG_KEYS] = config.log_keys
     for var, value in (
         (FLUSH_THRESHOLD_BYTES, config.flush_threshold_bytes),
         (BACKPRESSURE_BYTES, config.backpressure_bytes),

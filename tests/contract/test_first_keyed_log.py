@@ -15,7 +15,7 @@ import pytest
 from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.log_chunks import FIRST_KEYED
-from lakesync.aws.tables import TableNames
+from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardHead, ShardId
 from tests.contract.test_commit_marks import (
     Chunk,
@@ -218,24 +218,33 @@ def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: S
     counting = CountingClient(client)
     buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
 
-    def queries(after_seq: int, limit: int) -> int:
+    def queries(after_seq: int, limit: int) -> list[dict[str, Any]]:
         counting.queries.clear()
         got = buffer.read_log(shard, after_seq, limit, images=False)
         assert [e.seq for e in got] == list(range(after_seq + 1, min(after_seq + limit, 60) + 1))
-        return len(counting.queries)
+        return list(counting.queries)
 
-    # Then a read from the end of a chunk takes one Query
-    assert [queries(at, 25) for at in (0, 10, 30, 50)] == [1, 1, 1, 1]
-    # And a read from inside a chunk, or of a caught-up reader, takes two (the chunk holding the position is found by
-    # a second, descending Query of one item)
-    assert [queries(at, 25) for at in (5, 19, 41, 60)] == [2, 2, 2, 2]
-    assert counting.queries[-1]["ScanIndexForward"] is False and counting.queries[-1]["Limit"] == 1
+    def descending(query: dict[str, Any]) -> bool:
+        return query.get("ScanIndexForward") is False and query["Limit"] == 1
+
+    # Then a read by position, from inside a chunk or from its end (a cursor pull reads from the entry it stands on,
+    # the last of a chunk), takes two Queries sent together: the items after it, and one item descending (the chunk
+    # holding it)
+    for at in (0, 5, 10, 19, 30, 41, 50, 60):
+        sent = queries(at, 25)
+        assert len(sent) == 2 and sum(map(descending, sent)) == 1, at
+    # And a read by commit HLC (from the end of a chunk: a mark's, or the log's start) asks for no chunk before it
+    counting.queries.clear()
+    after = buffer.read_log_by_commit_hlc(shard, chunks[3][-1].commit_hlc, 5, images=False)
+    assert [e.seq for e in after] == [41, 42, 43, 44, 45]
+    assert counting.queries[0].get("IndexName") == COMMIT_INDEX and not any(map(descending, counting.queries[1:]))
     # And a reader that expects last keys learns it from its first read of the shard (one request more), then reads
     # it as first-keyed
     last_keyed = DynamoDBBufferStore(counting, names)
     counting.queries.clear()
     assert [e.seq for e in last_keyed.read_log(shard, 50, 5, images=False)] == [51, 52, 53, 54, 55]
-    assert [q["ExpressionAttributeValues"][":a"]["N"] for q in counting.queries] == ["50", str(FIRST_KEYED + 50)]
+    forward = [q["ExpressionAttributeValues"][":a"]["N"] for q in counting.queries if not descending(q)]
+    assert forward == ["50", str(FIRST_KEYED + 50)]
     counting.queries.clear()
     assert [e.seq for e in last_keyed.read_log(shard, 30, 5, images=False)] == [31, 32, 33, 34, 35]
-    assert len(counting.queries) == 1
+    assert len(counting.queries) == 2

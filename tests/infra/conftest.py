@@ -42,6 +42,7 @@ OPTIONS = {
     "logRetentionDays": 14,
     "dashboard": True,
     "sqlSourcePulls": True,
+    "logKeys": "first",
 }
 """Settings layered over cdk.json's ``dev`` environment for the test synth."""
 

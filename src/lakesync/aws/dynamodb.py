@@ -23,6 +23,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
@@ -257,6 +258,7 @@ class DynamoDBBufferStore:
         self._mark_every = commit_mark_every
         self._first_keyed = first_keyed
         self._first_keyed_shards: set[str] = set()
+        self._claimed: set[str] = set()
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
@@ -266,7 +268,33 @@ class DynamoDBBufferStore:
         if not shards:
             return {}
         items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
-        return {head.shard: head for head in map(_head_from_item, items)}
+        heads = {head.shard: head for head in map(_head_from_item, items)}
+        # A first-keyed log may hold chunks past its head (committed by a put whose writer has not moved the head
+        # yet, or stopped): the head as the log has it is the stored one plus them.
+        first_keyed = [h for h in heads.values() if self._first_keyed or h.shard.key in self._first_keyed_shards]
+        reads = [(head, io_pool().submit(self._past_head, head)) for head in first_keyed]
+        for head, read in reads:
+            past = read.result()
+            if past:
+                heads[head.shard] = replace(
+                    head,
+                    seq=past[-1].seq,
+                    last_commit_hlc=past[-1].commit_hlc,
+                    bytes_total=head.bytes_total + sum(e.size for e in past),
+                    deltas_total=head.deltas_total + len(past),
+                )
+        return heads
+
+    def _past_head(self, head: ShardHead) -> list[LogEntry]:
+        """The entries of the first-keyed chunks that follow ``head`` (one Query, usually empty)."""
+        pages = self._chunk_pages(head.shard, "seq > :a", {":a": FIRST_KEYED + head.seq}, lambda: 25, None)
+        entries: list[LogEntry] = []
+        for item in pages:
+            first, _, first_hlc = chunk_span(item)
+            if first != head.seq + len(entries) + 1:
+                break
+            entries.extend(decode_entries(head.shard, first, first_hlc, item["z"]["B"], images=False))
+        return entries
 
     def list_shards(self, gateway: str) -> list[ShardId]:
         shards = []
@@ -353,7 +381,8 @@ class DynamoDBBufferStore:
         # A chunk item is keyed by its last sequence, so `seq > after_seq` starts with the chunk holding entry
         # `after_seq + 1`. A Query is not isolated from a transaction being applied: it can see chunk 13 before chunk
         # 12 lands. Sequences are contiguous, so stop at the first gap; the next read picks the rest up once visible.
-        return _contiguous(self._read_chunks(shard, after_seq, limit, images), after_seq + 1)
+        # (A reader's position is usually the end of a chunk, and a cursor pull reads from the entry it stands on.)
+        return _contiguous(self._read_chunks(shard, after_seq, limit, images, inside=True), after_seq + 1)
 
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
@@ -399,11 +428,19 @@ class DynamoDBBufferStore:
         return found[0] if found else None
 
     def chunk_items(
-        self, shard: ShardId, after_seq: int, request_size: Callable[[], int], *, projection: str | None = None
+        self,
+        shard: ShardId,
+        after_seq: int,
+        request_size: Callable[[], int],
+        *,
+        projection: str | None = None,
+        inside: bool = False,
     ) -> Iterator[Item]:
         """The shard's log items after ``after_seq`` in sequence order, starting with the one holding entry
         ``after_seq + 1`` when the log has it; requests are made as the items are consumed, each asking for
-        ``request_size()`` items. ``projection``: a ProjectionExpression (it must name ``seq``, ``n`` and ``c``)."""
+        ``request_size()`` items. ``projection``: a ProjectionExpression (it must name ``seq``, ``n`` and ``c``).
+        ``inside``: the position is likely inside a chunk (a cursor pull reads from the entry it stands on, the last
+        of a chunk), so a first-keyed log is asked for the chunk holding it at once, beside the items after it."""
         if not (self._first_keyed or shard.key in self._first_keyed_shards):
             # Last-keyed, `seq > after_seq` starts with the chunk holding `after_seq + 1`, and the first-keyed part of
             # a log that changed kind follows in key order from its start. That is right for a position in the
@@ -419,17 +456,18 @@ class DynamoDBBufferStore:
                 yield from pages
                 return
             self._first_keyed_shards.add(shard.key)
-        yield from self._first_keyed_items(shard, after_seq, request_size, projection)
+        yield from self._first_keyed_items(shard, after_seq, request_size, projection, inside=inside)
 
     def _first_keyed_items(
-        self, shard: ShardId, after_seq: int, request_size: Callable[[], int], projection: str | None
+        self, shard: ShardId, after_seq: int, request_size: Callable[[], int], projection: str | None, *, inside: bool
     ) -> Iterator[Item]:
+        early = io_pool().submit(self._first_keyed_at_or_before, shard, after_seq, projection) if inside else None
         later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
         following = next(later, None)
         if following is None or chunk_span(following)[0] != after_seq + 1:
             # Entry `after_seq + 1` is inside a first-keyed chunk that starts at or before `after_seq` (a position
             # inside a chunk), or in the last-keyed part of the log, or not in the log (yet, or any more).
-            holding = self._first_keyed_at_or_before(shard, after_seq, projection)
+            holding = early.result() if early else self._first_keyed_at_or_before(shard, after_seq, projection)
             if holding is not None:
                 first, count, _ = chunk_span(holding)
                 if first + count - 1 > after_seq:
@@ -490,10 +528,11 @@ class DynamoDBBufferStore:
         after_hlc: int | None = None,
         skip: int = 0,
         per_chunk: float = _PER_CHUNK,
+        inside: bool = False,
     ) -> list[LogEntry]:
         """Up to ``limit`` entries ``seq > after_seq`` (and ``commit_hlc > after_hlc``), in order, from the chunks that
         hold them. ``skip`` (entries read before the first one kept) and ``per_chunk`` (entries per chunk) are what to
-        expect, to size the requests."""
+        expect, to size the requests; ``inside`` as for :meth:`chunk_items`."""
         floor = -1 if after_hlc is None else after_hlc
         entries: list[LogEntry] = []
         items_read = entries_read = skipped = 0
@@ -508,7 +547,7 @@ class DynamoDBBufferStore:
             ahead = 0 if entries else max(0, skip - skipped)
             return min(1000, 2 + math.ceil(1.1 * (limit - len(entries) + ahead) / per_item))
 
-        for item in self.chunk_items(shard, after_seq, request_size):
+        for item in self.chunk_items(shard, after_seq, request_size, inside=inside):
             first, count, first_hlc = chunk_span(item)
             items_read += 1
             entries_read += count
@@ -526,6 +565,9 @@ class DynamoDBBufferStore:
         head = commit.head
         _check_rows(commit)
         first_keyed = self._first_keyed or shard.key in self._first_keyed_shards
+        if first_keyed and not self._rows_in_commit and commit.entries:
+            self._commit_by_put(commit)
+            return
         actions: list[Item] = []
         if commit.new_shard:
             actions.append(
@@ -585,38 +627,17 @@ class DynamoDBBufferStore:
         if self._rows_in_commit:
             actions.extend({"Put": self._guarded_row_put(shard.gateway, write)} for write in commit.rows)
         if commit.entries:
-            first, last = commit.entries[0], commit.entries[-1]
-            if len(commit.entries) > LOG_CHUNK_MAX_ENTRIES or any(
-                e.seq != first.seq + i or e.commit_hlc != first.commit_hlc + i for i, e in enumerate(commit.entries)
-            ):
-                raise ValueError("a commit holds at most 100 entries with consecutive sequences and commit HLCs")
-            chunk: Item = {
-                "shard": _s(shard.key),
-                "seq": _n(chunk_key(first.seq, last.seq, first_keyed=first_keyed)),
-                "n": _n(len(commit.entries)),
-                "c": _n(first.commit_hlc),
-                "z": {"B": encode_entries(commit.entries)},
-                TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
-            }
-            if is_commit_mark(first.seq, last.seq, self._mark_every):
-                # Only marks are in the sparse `by_commit` index (its entry costs the transaction 2 more WRU).
-                chunk["chlc"] = _n(last.commit_hlc)
             # The key is free unless another writer claimed the same position (the head's guard catches that too).
-            actions.append(
-                {
-                    "Put": {
-                        "TableName": self._t.deltas,
-                        "Item": chunk,
-                        "ConditionExpression": "attribute_not_exists(seq)",
-                    }
-                }
-            )
+            put = {"TableName": self._t.deltas, "Item": self._chunk_item(commit, first_keyed=first_keyed)}
+            actions.append({"Put": {**put, "ConditionExpression": "attribute_not_exists(seq)"}})
         try:
             self._db.transact_write_items(TransactItems=cast(Any, actions))
         except ClientError as exc:
             error = _commit_error(shard, exc)
             if isinstance(error, CommitConflict):
-                if self._rows_in_commit:
+                if first_keyed:
+                    self._roll_forward(shard)  # a chunk committed by a put may be past the head
+                elif self._rows_in_commit:
                     self._catch_up_rows(shard)
                 if not first_keyed:
                     self._learn_first_keyed(shard)
@@ -633,6 +654,155 @@ class DynamoDBBufferStore:
                     commit.entries[-1].seq,
                     exc,
                 )
+
+    # -- the commit by a conditional put (docs/design/commit-without-transaction.md) -------------------------------
+    def _commit_by_put(self, commit: Commit) -> None:
+        """Commit a first-keyed chunk by putting its log item where no item is: the put is the commit. Then its rows,
+        then the head over it (``seq``, ``ra`` and the totals in one update).
+
+        Every writer's key is the sequence after the head it read, and the head only moves to the end of a chunk
+        that exists: two writers that read the same head claim the same key, and a writer that read an older head
+        claims a key taken already. So the log stays one chain. A taken key means a chunk is past the head (its
+        writer has not moved the head yet, or stopped): the head is rolled forward over it, and the push retries.
+        """
+        shard = commit.shard
+        expected = max(commit.expected_seq, 0)
+        if commit.entries[0].seq != expected + 1:
+            raise CommitConflict()  # planned on another head than the one it names
+        if shard.key not in self._claimed:
+            self._claim_first_keys(shard, expected, new_shard=commit.new_shard)
+        item = self._chunk_item(commit, first_keyed=True)
+        try:
+            self._db.put_item(TableName=self._t.deltas, Item=item, ConditionExpression="attribute_not_exists(seq)")
+        except ClientError as exc:
+            if _condition_failed(exc):
+                self._roll_forward(shard)
+                raise CommitConflict() from exc
+            raise _commit_error(shard, exc) from exc
+        try:
+            self._apply_put(commit)
+        except (ClientError, StorageError) as exc:
+            # Committed: the next commit to the shard rolls the head forward (and head reads see past it).
+            logger.warning("head of %s not moved past %s yet: %s", shard.key, commit.entries[-1].seq, exc)
+
+    def _apply_put(self, commit: Commit) -> None:
+        """After a chunk's put: its rows, then the head over it."""
+        self._put_rows(commit.shard.gateway, [w.row for w in commit.rows])
+        self._advance_head(commit)
+
+    def _claim_first_keys(self, shard: ShardId, expected: int, *, new_shard: bool) -> None:
+        """Before this process's first put to a shard: the head exists and records first keys (``lk``), so a
+        last-keyed transaction can no longer commit (its guard fails on ``lk``), and it is still at ``expected``, so
+        none committed since the basis was read (else :class:`CommitConflict`)."""
+        if new_shard:
+            # The registry first (the flush finds shards there), then the head; both may exist already.
+            registry = {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)}
+            self._db.put_item(TableName=self._t.config, Item=registry)
+            head = {"shard": _s(shard.key), "lk": _n(1)}
+            head.update({name: _n(0) for name in ("seq", "bt", "dt", "fs", "fb", "fd", "lch", "ra")})
+            try:
+                self._db.put_item(
+                    TableName=self._t.heads,
+                    Item=head,
+                    ConditionExpression="attribute_not_exists(#sh)",
+                    ExpressionAttributeNames={"#sh": "shard"},
+                )
+            except ClientError as exc:
+                if not _condition_failed(exc):
+                    raise _commit_error(shard, exc) from exc
+        try:
+            self._db.update_item(
+                TableName=self._t.heads,
+                Key={"shard": _s(shard.key)},
+                UpdateExpression="SET lk = :one",
+                ConditionExpression="attribute_exists(#sh)",
+                ExpressionAttributeNames={"#sh": "shard"},
+                ExpressionAttributeValues={":one": _n(1)},
+            )
+        except ClientError as exc:
+            if _condition_failed(exc):
+                raise CommitConflict() from exc  # no head: the commit was planned for a shard that exists
+            raise _commit_error(shard, exc) from exc
+        item = self._head_item(shard)
+        if item is None or int(item["seq"]["N"]) != expected:
+            raise CommitConflict()
+        self._claimed.add(shard.key)
+
+    def _advance_head(self, commit: Commit) -> None:
+        """Move the head from the chunk's first position - 1 to its last. An earlier chunk whose head update is
+        still to come is waited for briefly, then rolled over (with this one)."""
+        shard, entries = commit.shard, commit.entries
+        previous, last = entries[0].seq - 1, entries[-1].seq
+        for attempt in range(_APPLIED_WAITS + 1):
+            if self._set_head(shard, previous, previous, entries):
+                return
+            item = self._head_item(shard)
+            if item is not None and int(item["seq"]["N"]) >= last:
+                return  # another writer rolled the head past this chunk
+            if attempt < _APPLIED_WAITS:
+                time.sleep(0.002 * 2**attempt)
+        self._roll_forward(shard)
+
+    def _set_head(self, shard: ShardId, seq: int, applied: int, entries: Sequence[LogEntry]) -> bool:
+        """Move the head from ``seq`` (rows applied through ``applied``) over ``entries`` (those after ``seq``, all of
+        whose rows are written); ``False`` if it was not there."""
+        end = entries[-1]
+        try:
+            self._db.update_item(
+                TableName=self._t.heads,
+                Key={"shard": _s(shard.key)},
+                UpdateExpression="SET seq = :end, ra = :end, lch = :lch, bt = bt + :b, dt = dt + :d, lk = :one",
+                ConditionExpression="seq = :seq AND (ra = :ra OR attribute_not_exists(ra))",
+                ExpressionAttributeValues={
+                    ":end": _n(end.seq),
+                    ":lch": _n(end.commit_hlc),
+                    ":b": _n(sum(e.size for e in entries if e.seq > seq)),
+                    ":d": _n(sum(1 for e in entries if e.seq > seq)),
+                    ":one": _n(1),
+                    ":seq": _n(seq),
+                    ":ra": _n(applied),
+                },
+            )
+        except ClientError as exc:
+            if not _condition_failed(exc):
+                raise
+            return False
+        return True
+
+    def _roll_forward(self, shard: ShardId) -> None:
+        """Bring the head over every chunk the log holds past it: their rows written from the log, then ``seq``,
+        ``ra`` and the totals moved in one update (if the head is still where it was read)."""
+        item = self._head_item(shard)
+        if item is None:
+            return
+        seq, applied = int(item["seq"]["N"]), _rows_applied(item)
+        entries = _contiguous(self._read_chunks(shard, applied, _ROLL_FORWARD_LIMIT, images=False), applied + 1)
+        if not entries or (entries[-1].seq <= seq and applied == seq):
+            return
+        self._write_rows_of(shard, entries)
+        if entries[-1].seq > seq:
+            self._set_head(shard, seq, applied, entries)
+        else:
+            self._set_applied(shard, applied, seq)
+
+    def _chunk_item(self, commit: Commit, *, first_keyed: bool) -> Item:
+        first, last = commit.entries[0], commit.entries[-1]
+        if len(commit.entries) > LOG_CHUNK_MAX_ENTRIES or any(
+            e.seq != first.seq + i or e.commit_hlc != first.commit_hlc + i for i, e in enumerate(commit.entries)
+        ):
+            raise ValueError("a commit holds at most 100 entries with consecutive sequences and commit HLCs")
+        chunk: Item = {
+            "shard": _s(commit.shard.key),
+            "seq": _n(chunk_key(first.seq, last.seq, first_keyed=first_keyed)),
+            "n": _n(len(commit.entries)),
+            "c": _n(first.commit_hlc),
+            "z": {"B": encode_entries(commit.entries)},
+            TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
+        }
+        if is_commit_mark(first.seq, last.seq, self._mark_every):
+            # Only marks are in the sparse `by_commit` index (an entry costs a write unit, two in a transaction).
+            chunk["chlc"] = _n(last.commit_hlc)
+        return chunk
 
     def _learn_first_keyed(self, shard: ShardId) -> None:
         """After a lost commit of a last-keyed chunk: if the shard's log went first-keyed, write first keys to it."""
@@ -725,7 +895,10 @@ class DynamoDBBufferStore:
 
     def _repair(self, shard: ShardId, after_seq: int, through_seq: int) -> None:
         """Write the rows of the entries ``after_seq + 1 .. through_seq`` from the log."""
-        entries = self._tail(shard, after_seq, through_seq)
+        self._write_rows_of(shard, self._tail(shard, after_seq, through_seq))
+
+    def _write_rows_of(self, shard: ShardId, entries: Sequence[LogEntry]) -> None:
+        """Write the rows of ``entries`` (in order) folded into the stored ones."""
         by_pk = _row_keys(shard.gateway, [(e.delta.table, e.delta.row_id) for e in entries])
         stored = _rows_from_items(by_pk, self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]))
         changed = _fold(stored, entries, wanted=set(by_pk.values()))
@@ -749,6 +922,9 @@ def _check_rows(commit: Commit) -> None:
                 f"DynamoDB would refuse the row item of {state.table}:{state.row_id}: {size:,} bytes, over an item"
             )
 
+
+_ROLL_FORWARD_LIMIT = 10_000
+"""Entries a roll forward of the head reads at most (the next one goes on from there)."""
 
 _APPLIED_WAITS = 7
 """Polls (2 ms doubling: about a quarter of a second in all) for an earlier chunk's rows before repairing them."""

@@ -15,8 +15,9 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 * ``LAKESYNC_ROW_WRITES`` -- ``after-commit`` (default: the row index written after each commit, one conditional
   ``PutItem`` per row, half the write units) or ``in-commit`` (rows inside the commit's transaction: fewer requests,
   what the embedded default uses, where requests cost time and write units cost nothing).
-* ``LAKESYNC_LOG_KEYS`` -- ``last`` (default: each log item keyed by its last sequence) or ``first`` (keyed by its
-  first, :mod:`lakesync.aws.log_chunks`). Either reads both kinds; ``first`` writes first keys, for good, to every
+* ``LAKESYNC_LOG_KEYS`` -- ``last`` (default: each log item keyed by its last sequence, each commit one transaction)
+  or ``first`` (keyed by its first, :mod:`lakesync.aws.log_chunks`; with rows written after the commit, the commit
+  is a conditional put of the log item). Either reads both kinds; ``first`` writes first keys, for good, to every
   shard it commits to. Set it only once every function runs code that reads first keys.
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).

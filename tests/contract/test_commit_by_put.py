@@ -1,0 +1,182 @@
+"""The commit of a first-keyed chunk by one conditional put (no transaction), on the moto server: a writer that stops
+after its put or after its rows leaves a chunk past the head, which the next commit rolls the head over and which
+head reads and pulls see meanwhile; writers of last keys and of puts on one shard keep one chain; and what a push of
+ten writes."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.log_chunks import FIRST_KEYED
+from lakesync.core.hlc import HLC
+from lakesync.core.merge import fold
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.model import Commit
+from lakesync.gateway.pull import pull
+from tests.contract.test_row_cache import GW, NOW_MS, SHARD, _delta, _deps, _push
+
+
+class StopsAfterThePut(DynamoDBBufferStore):
+    """A writer that stops right after its put: the log has the chunk, its rows and the head never move."""
+
+    def _apply_put(self, commit: Commit) -> None:
+        return None
+
+
+class StopsBeforeTheHead(DynamoDBBufferStore):
+    """A writer that stops after writing its rows, before the head."""
+
+    def _advance_head(self, commit: Commit) -> None:
+        return None
+
+
+def _stored_head(client: Any, names: Any) -> tuple[int, int]:
+    item = client.get_item(TableName=names.heads, Key={"shard": {"S": SHARD.key}}, ConsistentRead=True)["Item"]
+    return int(item["seq"]["N"]), int(item["ra"]["N"])
+
+
+def _keys(client: Any, names: Any) -> list[int]:
+    items = client.query(
+        TableName=names.deltas,
+        KeyConditionExpression="#sh = :s",
+        ExpressionAttributeNames={"#sh": "shard"},
+        ExpressionAttributeValues={":s": {"S": SHARD.key}},
+        ConsistentRead=True,
+    )["Items"]
+    return [int(i["seq"]["N"]) for i in items]
+
+
+def test_a_chunk_its_writer_left_past_the_head_is_seen_pulled_and_rolled_over(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a push of two rows, then one whose writer stopped after its put, and one that stopped before the head
+    client, names = dynamodb_client, dynamodb_tables
+    store = DynamoDBBufferStore(client, names, first_keyed=True)
+    deps = _deps(store, client, names)
+    first = [_delta("r1", 1, title="a"), _delta("r2", 2, title="b")]
+    _push(deps, *first)
+    after_put = _delta("r1", 3, done=True)
+    _push(_deps(StopsAfterThePut(client, names, first_keyed=True), client, names), after_put)
+    assert _stored_head(client, names) == (2, 2)
+
+    # Then the log holds it, and every head read sees it: the head as the log has it
+    assert _keys(client, names) == [FIRST_KEYED + 1, FIRST_KEYED + 3]
+    assert store.get_heads([SHARD])[SHARD].seq == 3
+    # And a cursor pull delivers it, and the next pull is caught up, not "regressed" (its position is past the
+    # stored head)
+    page = pull(deps, GW, limit=100, claims={})
+    assert [d.delta_id for d in page.deltas] == [d.delta_id for d in [*first, after_put]]
+    again = pull(deps, GW, limit=100, claims={}, cursor=page.cursor)
+    assert again.deltas == () and not again.has_more
+
+    # When the next writers commit (one stops after its rows, before the head)
+    before_head = _delta("r2", 4, done=False)
+    _push(_deps(StopsBeforeTheHead(client, names, first_keyed=True), client, names), before_head)
+    last = _delta("r3", 5, title="c")
+    result = _push(deps, last)
+
+    # Then the head went over every chunk, rows and all, and the last push landed after them
+    assert [e.seq for e in result.entries] == [5]
+    assert _stored_head(client, names) == (5, 5)
+    rows = store.get_rows(GW, [("todos", "r1"), ("todos", "r2"), ("todos", "r3")])
+    assert rows[("todos", "r1")].state == fold([first[0], after_put]) and rows[("todos", "r1")].version == 3
+    assert rows[("todos", "r2")].state == fold([first[1], before_head]) and rows[("todos", "r2")].version == 4
+    assert [e.seq for e in store.read_log(SHARD, 0, 100)] == [1, 2, 3, 4, 5]
+    head = store.get_heads([SHARD])[SHARD]
+    assert (head.seq, head.deltas_total) == (5, 5)
+    assert head.bytes_total == sum(e.size for e in store.read_log(SHARD, 0, 100))
+    # And a re-send of the stopped writers' deltas is known: duplicates, nothing logged
+    repeat = _push(deps, after_put, before_head)
+    assert [r.duplicate for r in repeat.receipts] == [True, True] and repeat.entries == ()
+
+
+def test_writers_of_last_keys_and_of_puts_on_one_shard_keep_one_chain(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a shard written last-keyed, then writers of both settings pushing to it at once
+    client, names = dynamodb_client, dynamodb_tables
+    settings = GatewaySettings(commit_attempts=200, chunk_deltas=3)
+    old = GatewayDeps(
+        DynamoDBBufferStore(client, names), DynamoDBConfigStore(client, names),
+        DynamoDBActionStore(client, names), settings, HLC(lambda: NOW_MS),
+    )  # fmt: skip
+    _push(old, *[_delta(f"r{i}", i, v=i) for i in range(5)])
+    errors: list[BaseException] = []
+    pushed: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def writer(first_keyed: bool, tag: str) -> None:
+        buffer = DynamoDBBufferStore(client, names, first_keyed=first_keyed)
+        deps = GatewayDeps(
+            buffer, DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names), settings,
+            HLC(lambda: NOW_MS),
+        )  # fmt: skip
+        try:
+            for i in range(12):
+                deltas = [_delta(f"r{(i + j) % 7}", 100 + i, **{tag: i * 10 + j}) for j in range(1 + i % 4)]
+                result = _push(deps, *deltas)
+                with lock:
+                    pushed[tag] += len(result.entries)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i % 2 == 0, f"w{i}")) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+    # Then the log is one chain, 1..n, every entry once, and the head is at its end
+    store = DynamoDBBufferStore(client, names)
+    log = store.read_log(SHARD, 0, 10_000)
+    total = 5 + sum(pushed.values())
+    assert [e.seq for e in log] == list(range(1, total + 1))
+    assert len({e.wire_json for e in log}) == total
+    commit_hlcs = [e.commit_hlc for e in log]
+    assert commit_hlcs == sorted(set(commit_hlcs))
+    head = store.get_heads([SHARD])[SHARD]
+    assert (head.seq, head.deltas_total) == (total, total)
+    # And the log changed kind once: last-keyed chunks (the first push's, chunks of 3, and any a writer of last keys
+    # committed before the first put), then first-keyed ones only
+    keys = sorted(_keys(client, names))
+    last_keyed = [k for k in keys if k < FIRST_KEYED]
+    first_keyed = [k - FIRST_KEYED for k in keys if k >= FIRST_KEYED]
+    assert last_keyed[:2] == [3, 5] and first_keyed
+    assert max(last_keyed) < min(first_keyed)
+
+
+def test_a_push_of_ten_writes_the_log_item_the_rows_and_the_head_without_a_transaction(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a shard with a head
+    client, names = dynamodb_client, dynamodb_tables
+    calls: list[str] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(client, name)
+            if name in {"put_item", "update_item", "transact_write_items", "batch_write_item"}:
+
+                def record(**kwargs: Any) -> Any:
+                    calls.append(f"{name}:{kwargs.get('TableName', '')}")
+                    return method(**kwargs)
+
+                return record
+            return method
+
+    store = DynamoDBBufferStore(Recording(), names, first_keyed=True)  # type: ignore[arg-type]
+    deps = _deps(store, client, names)
+    _push(deps, _delta("r0", 1, v=0))
+    calls.clear()
+
+    # When ten rows are pushed
+    _push(deps, *[_delta(f"r{i}", 2 + i, v=i) for i in range(10)])
+
+    # Then the writes are one put of the log item, a put per row and one head update: no transaction
+    assert sorted(calls) == sorted(
+        [f"put_item:{names.deltas}", *[f"put_item:{names.rows}"] * 10, f"update_item:{names.heads}"]
+    )
