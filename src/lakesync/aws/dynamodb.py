@@ -697,10 +697,10 @@ class DynamoDBBufferStore:
         if new_shard:
             # The registry first (the flush finds shards there), then the head; both may exist already.
             registry = {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)}
-            self._db.put_item(TableName=self._t.config, Item=registry)
             head = {"shard": _s(shard.key), "lk": _n(1)}
             head.update({name: _n(0) for name in ("seq", "bt", "dt", "fs", "fb", "fd", "lch", "ra")})
             try:
+                self._db.put_item(TableName=self._t.config, Item=registry)
                 self._db.put_item(
                     TableName=self._t.heads,
                     Item=head,
