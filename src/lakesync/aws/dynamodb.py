@@ -378,10 +378,10 @@ class DynamoDBBufferStore:
         return _query_all(self._db, **kwargs)
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
-        # A chunk item is keyed by its last sequence, so `seq > after_seq` starts with the chunk holding entry
-        # `after_seq + 1`. A Query is not isolated from a transaction being applied: it can see chunk 13 before chunk
-        # 12 lands. Sequences are contiguous, so stop at the first gap; the next read picks the rest up once visible.
-        # (A reader's position is usually the end of a chunk, and a cursor pull reads from the entry it stands on.)
+        # `chunk_items` starts with the chunk holding entry `after_seq + 1`, whichever its key. A Query is not
+        # isolated from a transaction being applied: it can see chunk 13 before chunk 12 lands. Sequences are
+        # contiguous, so stop at the first gap; the next read picks the rest up once visible. (`inside`: a cursor
+        # pull reads from the entry it stands on, the last of its chunk.)
         return _contiguous(self._read_chunks(shard, after_seq, limit, images, inside=True), after_seq + 1)
 
     def read_log_by_commit_hlc(
