@@ -486,6 +486,8 @@ class DynamoDBBufferStore:
         bounds: Mapping[str, int],
         request_size: Callable[[], int],
         projection: str | None,
+        *,
+        forward: bool = True,
     ) -> Iterator[Item]:
         kwargs: dict[str, Any] = {
             "TableName": self._t.deltas,
@@ -493,6 +495,7 @@ class DynamoDBBufferStore:
             "ExpressionAttributeNames": {"#sh": "shard"},
             "ExpressionAttributeValues": {":s": _s(shard.key), **{name: _n(v) for name, v in bounds.items()}},
             "ConsistentRead": True,
+            "ScanIndexForward": forward,
         }
         if projection is not None:
             kwargs["ProjectionExpression"] = projection
@@ -500,23 +503,9 @@ class DynamoDBBufferStore:
 
     def _first_keyed_at_or_before(self, shard: ShardId, seq: int, projection: str | None) -> Item | None:
         """The last first-keyed chunk that starts at or before ``seq``, if any."""
-        kwargs: dict[str, Any] = {
-            "TableName": self._t.deltas,
-            "KeyConditionExpression": "#sh = :s AND seq BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#sh": "shard"},
-            "ExpressionAttributeValues": {":s": _s(shard.key), ":lo": _n(FIRST_KEYED), ":hi": _n(FIRST_KEYED + seq)},
-            "ConsistentRead": True,
-            "ScanIndexForward": False,
-            "Limit": 1,
-        }
-        if projection is not None:
-            kwargs["ProjectionExpression"] = projection
-        try:
-            out = self._db.query(**kwargs)
-        except ClientError as exc:
-            raise _client_error(exc, "Query") from exc
-        found = out.get("Items", [])
-        return found[0] if found else None
+        bounds = {":lo": FIRST_KEYED, ":hi": FIRST_KEYED + seq}
+        pages = self._chunk_pages(shard, "seq BETWEEN :lo AND :hi", bounds, lambda: 1, projection, forward=False)
+        return next(pages, None)
 
     def _read_chunks(
         self,
@@ -635,10 +624,10 @@ class DynamoDBBufferStore:
         except ClientError as exc:
             error = _commit_error(shard, exc)
             if isinstance(error, CommitConflict):
-                if first_keyed:
-                    self._roll_forward(shard)  # a chunk committed by a put may be past the head
-                elif self._rows_in_commit:
-                    self._catch_up_rows(shard)
+                if first_keyed or self._rows_in_commit:
+                    # Rows written in the commit need `ra` at the head; a first-keyed log may hold a chunk committed
+                    # by a put past it.
+                    self._roll_forward(shard)
                 if not first_keyed:
                     self._learn_first_keyed(shard)
             raise error from exc
@@ -775,15 +764,18 @@ class DynamoDBBufferStore:
         item = self._head_item(shard)
         if item is None:
             return
-        seq, applied = int(item["seq"]["N"]), _rows_applied(item)
-        entries = _contiguous(self._read_chunks(shard, applied, _ROLL_FORWARD_LIMIT, images=False), applied + 1)
-        if not entries or (entries[-1].seq <= seq and applied == seq):
+        head, applied = _head_from_item(item), _rows_applied(item)
+        # Every entry up to the head is committed, so all of them are read (`_tail` waits out a transaction being
+        # applied); the chunks past it are those that continue it.
+        behind = self._tail(shard, applied, head.seq) if applied < head.seq else []
+        past = self._past_head(head)
+        if not behind and not past:
             return
-        self._write_rows_of(shard, entries)
-        if entries[-1].seq > seq:
-            self._set_head(shard, seq, applied, entries)
+        self._write_rows_of(shard, behind + past)
+        if past:
+            self._set_head(shard, head.seq, applied, behind + past)
         else:
-            self._set_applied(shard, applied, seq)
+            self._set_applied(shard, applied, head.seq)
 
     def _chunk_item(self, commit: Commit, *, first_keyed: bool) -> Item:
         first, last = commit.entries[0], commit.entries[-1]
@@ -851,17 +843,6 @@ class DynamoDBBufferStore:
             if not _condition_failed(exc):
                 raise
 
-    def _catch_up_rows(self, shard: ShardId) -> None:
-        """Rows written in the commit need ``ra`` at the head: write the rows of any chunk committed without them
-        (the table was written with rows after the commit) so the next attempt can commit."""
-        item = self._head_item(shard)
-        if item is None:
-            return
-        applied, seq = _rows_applied(item), int(item["seq"]["N"])
-        if applied < seq:
-            self._repair(shard, applied, seq)
-            self._set_applied(shard, applied, seq)
-
     def _set_applied(self, shard: ShardId, expected: int, to: int) -> bool:
         """Move the head's ``ra`` from ``expected`` to ``to``; ``False`` if it was not at ``expected``."""
         try:
@@ -922,9 +903,6 @@ def _check_rows(commit: Commit) -> None:
                 f"DynamoDB would refuse the row item of {state.table}:{state.row_id}: {size:,} bytes, over an item"
             )
 
-
-_ROLL_FORWARD_LIMIT = 10_000
-"""Entries a roll forward of the head reads at most (the next one goes on from there)."""
 
 _APPLIED_WAITS = 7
 """Polls (2 ms doubling: about a quarter of a second in all) for an earlier chunk's rows before repairing them."""
