@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.core.hlc import HLC
 from lakesync.core.merge import fold
@@ -91,6 +92,53 @@ def test_a_chunk_its_writer_left_past_the_head_is_seen_pulled_and_rolled_over(
     # And a re-send of the stopped writers' deltas is known: duplicates, nothing logged
     repeat = _push(deps, after_put, before_head)
     assert [r.duplicate for r in repeat.receipts] == [True, True] and repeat.entries == ()
+
+
+def test_the_flush_settles_a_head_a_stopped_writer_left_behind_on_a_quiet_shard(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a push, then one whose writer stopped after its put, and no commit after it (a quiet shard)
+    client, names = dynamodb_client, dynamodb_tables
+    deps = _deps(DynamoDBBufferStore(client, names, first_keyed=True), client, names)
+    first = [_delta("r1", 1, title="a"), _delta("r2", 2, title="b")]
+    _push(deps, *first)
+    stopped = [_delta("r1", 3, done=True), _delta("r3", 4, title="c")]
+    _push(_deps(StopsAfterThePut(client, names, first_keyed=True), client, names), *stopped)
+    assert _stored_head(client, names) == (2, 2)
+
+    # Then readers set to last keys (the lake's) see past the stored head too: the head records first keys
+    lake_reader = FlushStore(client, names)
+    _, heads = lake_reader.shards([GW])
+    assert (heads[SHARD].seq, heads[SHARD].deltas_total) == (4, 4)
+    assert _stored_head(client, names) == (2, 2)  # a plain read writes nothing
+
+    # When the flush reads the heads it works from
+    _, settled = lake_reader.shards([GW], settle=True)
+
+    # Then the stored head is over the chunk, with its totals, and its rows are still pending (`ra` where it was)
+    log = DynamoDBBufferStore(client, names).read_log(SHARD, 0, 100)
+    assert [e.seq for e in log] == [1, 2, 3, 4]
+    assert _stored_head(client, names) == (4, 2)
+    stored = DynamoDBBufferStore(client, names).get_heads([SHARD])[SHARD]
+    assert stored == settled[SHARD]
+    assert (stored.deltas_total, stored.bytes_total, stored.last_commit_hlc) == (
+        4,
+        sum(e.size for e in log),
+        log[-1].commit_hlc,
+    )
+    # And settling again changes nothing
+    assert lake_reader.shards([GW], settle=True)[1] == settled
+    assert _stored_head(client, names) == (4, 2)
+
+    # And the next commit lands after the chunk, writes the pending rows and brings `ra` up with the head
+    last = _delta("r2", 5, done=False)
+    result = _push(deps, last)
+    assert [e.seq for e in result.entries] == [5]
+    assert _stored_head(client, names) == (5, 5)
+    rows = deps.buffer.get_rows(GW, [("todos", "r1"), ("todos", "r2"), ("todos", "r3")])
+    assert rows[("todos", "r1")].state == fold([first[0], stopped[0]])
+    assert rows[("todos", "r2")].state == fold([first[1], last])
+    assert rows[("todos", "r3")].state == fold([stopped[1]])
 
 
 def test_writers_of_last_keys_and_of_puts_on_one_shard_keep_one_chain(

@@ -169,7 +169,7 @@ def test_a_shard_that_went_first_keyed_never_gets_a_last_keyed_chunk(contract_dy
 
     # When a writer of last keys (one deployed before the change, or the setting turned back) commits to it
     writer = stores(client, names, 8, first_keyed=False)[0]
-    head = writer.get_heads([shard])[shard]
+    head = _head_read_elsewhere(client, names, shard)  # a head read (which sees `lk`) would teach the writer
     chunk = later[0]
     new_head = ShardHead(
         shard,
@@ -200,13 +200,17 @@ def test_a_new_shard_written_first_keyed_records_it_in_its_head(contract_dynamod
     # Then a writer of last keys cannot commit a last-keyed chunk after it
     writer = stores(client, names, 8, first_keyed=False)[0]
     chunk = plan_chunks(shard, [3], after=writer.read_log(shard, 0, 10)[-1])[0]
-    head = writer.get_heads([shard])[shard]
+    head = _head_read_elsewhere(client, names, shard)
     commit = Commit(shard, head.seq, ShardHead(shard, seq=5, last_commit_hlc=chunk[-1].commit_hlc), tuple(chunk), ())
     with pytest.raises(CommitConflict):
         writer.commit(commit)
     writer.commit(commit)
     assert [chunk_span(i)[:2] for i in log_items(client, names, shard)] == [(1, 2), (3, 3)]
     assert all(int(i["seq"]["N"]) >= FIRST_KEYED for i in log_items(client, names, shard))
+
+
+def _head_read_elsewhere(client: Any, names: Any, shard: ShardId) -> ShardHead:
+    return stores(client, names, 8, first_keyed=False)[0].get_heads([shard])[shard]
 
 
 # -- how many requests -----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -265,25 +266,36 @@ class DynamoDBBufferStore:
         return _batch_get_all(self._db, table, keys)
 
     def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
-        if not shards:
-            return {}
-        items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
-        heads = {head.shard: head for head in map(_head_from_item, items)}
         # A first-keyed log may hold chunks past its head (committed by a put whose writer has not moved the head
         # yet, or stopped): the head as the log has it is the stored one plus them.
-        first_keyed = [h for h in heads.values() if self._first_keyed or h.shard.key in self._first_keyed_shards]
-        reads = [(head, io_pool().submit(self._past_head, head)) for head in first_keyed]
-        for head, read in reads:
-            past = read.result()
+        return {head.shard: _extended(head, past) for head, past in self._heads_and_past(shards)}
+
+    def settle_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        """The heads of ``shards``, as :meth:`get_heads`; the stored head of a first-keyed log is moved over the
+        chunks past it first (``seq`` and the totals; their rows stay pending, ``ra`` where it is). A writer that
+        stopped between its put and its head update leaves such chunks, and only the next commit to the shard would
+        move the head over them: the flush settles them, so a quiet shard's stored head never stays behind its log
+        until TTL deletes the chunks (the next put would then claim their sequences again)."""
+        heads: dict[ShardId, ShardHead] = {}
+        for head, past in self._heads_and_past(shards):
             if past:
-                heads[head.shard] = replace(
-                    head,
-                    seq=past[-1].seq,
-                    last_commit_hlc=past[-1].commit_hlc,
-                    bytes_total=head.bytes_total + sum(e.size for e in past),
-                    deltas_total=head.deltas_total + len(past),
-                )
+                self._set_head(head.shard, head.seq, None, past)
+            heads[head.shard] = _extended(head, past)
         return heads
+
+    def _heads_and_past(self, shards: Sequence[ShardId]) -> list[tuple[ShardHead, list[LogEntry]]]:
+        """Each stored head, with the entries of the first-keyed chunks past it (read for first-keyed logs only: the
+        setting says so, the shard was found first-keyed, or the head records first keys, ``lk``)."""
+        if not shards:
+            return []
+        items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
+        found: list[tuple[ShardHead, Future[list[LogEntry]] | None]] = []
+        for item in items:
+            head = _head_from_item(item)
+            self._note_log_keys(head.shard, item)
+            first_keyed = self._first_keyed or head.shard.key in self._first_keyed_shards
+            found.append((head, io_pool().submit(self._past_head, head) if first_keyed else None))
+        return [(head, read.result() if read is not None else []) for head, read in found]
 
     def _past_head(self, head: ShardHead) -> list[LogEntry]:
         """The entries of the first-keyed chunks that follow ``head`` (one Query, usually empty)."""
@@ -328,6 +340,7 @@ class DynamoDBBufferStore:
         # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
         # chunks after `ra` are read from the log and folded in (the row index is a cache of the log).
         head_item = self._head_item(shard)
+        self._note_log_keys(shard, head_item)
         head = _head_from_item(head_item) if head_item is not None else None
         applied = _rows_applied(head_item)
         tail_read = None
@@ -346,12 +359,18 @@ class DynamoDBBufferStore:
         keys = {self._t.heads: [{"shard": _s(shard.key)}], self._t.rows: [{"pk": _s(pk)} for pk in by_pk]}
         found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
         heads = found.get(self._t.heads) or []
+        self._note_log_keys(shard, heads[0] if heads else None)
         if heads and _rows_applied(heads[0]) < int(heads[0]["seq"]["N"]):
             return None
         return CommitBasis(
             head=_head_from_item(heads[0]) if heads else None,
             rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
         )
+
+    def _note_log_keys(self, shard: ShardId, head_item: Item | None) -> None:
+        """A head that records first keys (``lk``) makes this store read and write the shard's log first-keyed."""
+        if head_item is not None and "lk" in head_item:
+            self._first_keyed_shards.add(shard.key)
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
@@ -732,29 +751,36 @@ class DynamoDBBufferStore:
                 time.sleep(0.002 * 2**attempt)
         self._roll_forward(shard)
 
-    def _set_head(self, shard: ShardId, seq: int, applied: int, entries: Sequence[LogEntry]) -> bool:
-        """Move the head from ``seq`` (rows applied through ``applied``) over ``entries`` (those after ``seq``, all of
-        whose rows are written); ``False`` if it was not there."""
+    def _set_head(self, shard: ShardId, seq: int, applied: int | None, entries: Sequence[LogEntry]) -> bool:
+        """Move the head from ``seq`` over ``entries`` (those after ``seq``); ``False`` if it was not there. With
+        ``applied`` (the head's rows-applied mark), their rows are all written and ``ra`` moves with it; with
+        ``None``, their rows stay pending (``ra`` where it is)."""
         end = entries[-1]
+        values = {
+            ":end": _n(end.seq),
+            ":lch": _n(end.commit_hlc),
+            ":b": _n(sum(e.size for e in entries if e.seq > seq)),
+            ":d": _n(sum(1 for e in entries if e.seq > seq)),
+            ":one": _n(1),
+            ":seq": _n(seq),
+        }
+        update = "SET seq = :end, lch = :lch, bt = bt + :b, dt = dt + :d, lk = :one"
+        condition = "seq = :seq"
+        if applied is not None:
+            update += ", ra = :end"
+            condition += " AND (ra = :ra OR attribute_not_exists(ra))"
+            values[":ra"] = _n(applied)
         try:
             self._db.update_item(
                 TableName=self._t.heads,
                 Key={"shard": _s(shard.key)},
-                UpdateExpression="SET seq = :end, ra = :end, lch = :lch, bt = bt + :b, dt = dt + :d, lk = :one",
-                ConditionExpression="seq = :seq AND (ra = :ra OR attribute_not_exists(ra))",
-                ExpressionAttributeValues={
-                    ":end": _n(end.seq),
-                    ":lch": _n(end.commit_hlc),
-                    ":b": _n(sum(e.size for e in entries if e.seq > seq)),
-                    ":d": _n(sum(1 for e in entries if e.seq > seq)),
-                    ":one": _n(1),
-                    ":seq": _n(seq),
-                    ":ra": _n(applied),
-                },
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if not _condition_failed(exc):
-                raise
+                raise _client_error(exc, "UpdateItem") from exc
             return False
         return True
 
@@ -798,9 +824,7 @@ class DynamoDBBufferStore:
 
     def _learn_first_keyed(self, shard: ShardId) -> None:
         """After a lost commit of a last-keyed chunk: if the shard's log went first-keyed, write first keys to it."""
-        item = self._head_item(shard)
-        if item is not None and "lk" in item:
-            self._first_keyed_shards.add(shard.key)
+        self._note_log_keys(shard, self._head_item(shard))
 
     # -- the row index: a cache of the log -----------------------------------------------------------------------
     def _apply_rows(self, commit: Commit) -> None:
@@ -1002,6 +1026,19 @@ def _collection_full(shard: ShardId) -> BackpressureError:
         f"Shard {shard.key!r} holds DynamoDB's 10 GB item-collection limit of log written in the last 14 days; "
         f"pushes to it resume as the oldest entries expire. Give table {shard.table!r} more sub-shards "
         "(LAKESYNC_SUB_SHARDS) to spread its writes"
+    )
+
+
+def _extended(head: ShardHead, past: Sequence[LogEntry]) -> ShardHead:
+    """``head`` moved over the entries ``past`` that follow it."""
+    if not past:
+        return head
+    return replace(
+        head,
+        seq=past[-1].seq,
+        last_commit_hlc=past[-1].commit_hlc,
+        bytes_total=head.bytes_total + sum(e.size for e in past),
+        deltas_total=head.deltas_total + len(past),
     )
 
 

@@ -221,11 +221,15 @@ class FlushStore:
                 raise StorageError("DynamoDB BatchWriteItem kept returning unprocessed items")
 
     # -- shards and heads ----------------------------------------------------------------------------------------
-    def shards(self, gateways: Sequence[str] | None = None) -> tuple[list[str], dict[ShardId, ShardHead]]:
+    def shards(
+        self, gateways: Sequence[str] | None = None, *, settle: bool = False
+    ) -> tuple[list[str], dict[ShardId, ShardHead]]:
         """The gateways and the heads of their shards (consistent reads).
 
         Args:
             gateways: Only these gateways; ``None`` means every gateway with shards or flush requests.
+            settle: Move each stored head over the chunks a stopped writer left past it first
+                (:meth:`DynamoDBBufferStore.settle_heads`; the flush run's read, under its lease).
 
         Returns:
             The gateways (sorted) and the head of every registered shard.
@@ -251,7 +255,7 @@ class FlushStore:
             for gateway in gateways:
                 found.add(gateway)
                 registered.extend(self._buffer.list_shards(gateway))
-        return sorted(found), self.heads(registered)
+        return sorted(found), self._buffer.settle_heads(registered) if settle else self.heads(registered)
 
     def heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
         """The heads of ``shards`` that exist (consistent reads)."""

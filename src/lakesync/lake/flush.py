@@ -498,7 +498,7 @@ def run_flush(
     try:
         delta_log.ensure_table()
         watermarks, base_snapshot = delta_log.read_watermarks()
-        gateways, heads = store.shards(config.gateways)
+        gateways, heads = store.shards(config.gateways, settle=True)
         plan = plan_flush(watermarks, heads, config.max_deltas_per_run, config.rebase_shards)
         _check_not_regressed(delta_log, store, plan, watermarks, config.rebase_shards)
         steps.done("plan")
