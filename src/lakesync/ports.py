@@ -65,6 +65,18 @@ class BufferStore(Protocol):
         ``images=False`` the row images are not read: every entry's ``before`` and ``after`` are ``None``."""
         ...
 
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        """What a cursor standing at entry ``seq`` checks and reads: the commit HLC of entry ``seq`` (``None`` when
+        the buffer neither holds it nor records it with the entry after it), and up to ``limit`` entries after it (as
+        :meth:`read_log` reads them).
+
+        ``(None, [])`` may also mean the store read neither entry ``seq`` nor the entries after it in its chunk (it
+        read only the chunks that start after it, and found none): the caller checks the position against the head,
+        and reads with :meth:`read_log` when the head is past it."""
+        ...
+
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:

@@ -102,6 +102,7 @@ class Writer:
             entries=tuple(entries),
             rows=tuple(writes),
             new_shard=head is None,
+            previous_commit_hlc=base.last_commit_hlc,
         )
 
     def commit(
@@ -325,6 +326,20 @@ def test_buffer_read_log_pages_by_sequence(store: BufferStore, shard: ShardId) -
     for after in (0, 3, 4, 11, 12, 50):
         for limit in (1, 5, 100):
             assert store.read_log(shard, after, limit) == entries[after : after + limit], (after, limit)
+
+
+def test_buffer_read_log_at_checks_the_entry_a_cursor_stands_on(store: BufferStore, shard: ShardId) -> None:
+    entries = _three_commits(store, shard)
+    for seq in range(15):
+        for limit in (1, 5, 100):
+            held = entries[seq - 1].commit_hlc if 1 <= seq <= len(entries) else None
+            read = store.read_log_at(shard, seq, limit)
+            # Either the entry's commit HLC and the entries after it, or nothing read: left to the caller's check
+            # against the head (which then reads with read_log)
+            assert read in ((held, entries[seq : seq + limit]), (None, [])), (seq, limit)
+    # The memory store always reads the entry itself
+    if isinstance(store, InMemoryBufferStore):
+        assert store.read_log_at(shard, 8, 2) == (entries[7].commit_hlc, entries[8:10])
 
 
 def test_buffer_read_log_by_commit_hlc_orders_by_commit_then_sequence(store: BufferStore, shard: ShardId) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -67,7 +68,8 @@ def commit_chunks(store: DynamoDBBufferStore, shard: ShardId, chunks: Sequence[C
             deltas_total=base.deltas_total + len(chunk),
             last_commit_hlc=chunk[-1].commit_hlc,
         )
-        store.commit(Commit(shard, base.seq if head else -1, new_head, tuple(chunk), (), new_shard=head is None))
+        commit = Commit(shard, base.seq if head else -1, new_head, tuple(chunk), (), new_shard=head is None)
+        store.commit(replace(commit, previous_commit_hlc=base.last_commit_hlc))
         head = new_head
 
 

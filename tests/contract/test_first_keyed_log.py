@@ -71,14 +71,35 @@ def run_after(held: Sequence[LogEntry], after_seq: int, limit: int) -> list[int]
     return out
 
 
-def check_reads(buffer: DynamoDBBufferStore, shard: ShardId, held: Sequence[LogEntry], every: int = 1) -> None:
+def check_reads(
+    buffer: DynamoDBBufferStore,
+    shard: ShardId,
+    held: Sequence[LogEntry],
+    every: int = 1,
+    *,
+    committed: Sequence[LogEntry] = (),
+) -> None:
     """``read_log`` from every ``every``-th position (inside chunks, at their ends), before the log and past it, is
-    the scan's."""
+    the scan's; so is ``read_log_at``'s (``committed``: every entry ever committed, some no longer held)."""
     last = max((e.seq for e in held), default=0)
+    hlcs = {e.seq: e.commit_hlc for e in held}
+    recorded = {e.seq: e.commit_hlc for e in committed or held}
+    unread: list[int] = []
     for i, after_seq in enumerate([*range(0, last + 2, every), last, last + 1]):
         for limit in (1, 3 if i % 2 else 1000):
             got = [e.seq for e in buffer.read_log(shard, after_seq, limit, images=False)]
             assert got == run_after(held, after_seq, limit), (after_seq, limit)
+        # And a cursor's read from the entry it stands on: the entry's commit HLC (when the buffer holds it, or the
+        # chunk after it records it) and the same entries after it; or nothing read (no chunk starts after it: the
+        # caller's check against the head follows)
+        at_hlc, after = buffer.read_log_at(shard, after_seq, 3, images=False)
+        read = (at_hlc, [e.seq for e in after])
+        expected = run_after(held, after_seq, 3)
+        assert read in ((hlcs.get(after_seq), expected), (recorded.get(after_seq), expected), (None, [])), after_seq
+        if read == (None, []) and expected:
+            unread.append(after_seq)
+    # Nothing read, with entries after it, only from positions in the last chunk (chunks hold at most 20 here)
+    assert all(at >= last - 20 for at in unread), unread
 
 
 SIZES = [3, 1, 10, 5, 2, 7, 1, 1, 20, 5, 4, 1, 16, 2, 9, 3]
@@ -109,7 +130,7 @@ def test_a_first_keyed_log_reads_as_a_scan_of_it(
             if any(chunk_span(i)[0] == chunk[0].seq for i in log_items(client, names, shard)):
                 delete_chunk(client, names, shard, chunk)
         held = [e for chunk in chunks[gone:] for e in chunk]
-        check_reads(buffer, shard, held, every=3)
+        check_reads(buffer, shard, held, every=3, committed=entries)
         check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
 
 
@@ -138,7 +159,7 @@ def test_a_log_that_changed_kind_reads_as_a_scan_of_it(
             if any(chunk_span(i)[0] == chunk[0].seq for i in log_items(client, names, shard)):
                 delete_chunk(client, names, shard, chunk)
         held = [e for chunk in old[gone:] + new for e in chunk]
-        check_reads(buffer, shard, held, every=3)
+        check_reads(buffer, shard, held, every=3, committed=entries)
         check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
 
 
@@ -152,7 +173,7 @@ def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> 
     held = [e for i, chunk in enumerate(chunks) if i != 4 for e in chunk]
 
     # Then reads stop at the hole, from before it, and start again after it
-    check_reads(buffer, shard, held)
+    check_reads(buffer, shard, held, committed=[e for chunk in chunks for e in chunk])
     check_positions(buffer, flush, shard, held, hlc_probes(held, 12))
     assert [e.seq for e in buffer.read_log(shard, 14, 100)] == [15, 16]
     assert [e.seq for e in buffer.read_log(shard, 20, 3)] == [21, 22, 23]
@@ -252,3 +273,27 @@ def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: S
     counting.queries.clear()
     assert [e.seq for e in last_keyed.read_log(shard, 30, 5, images=False)] == [31, 32, 33, 34, 35]
     assert len(counting.queries) == 2
+
+
+def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
+    # Given pushes of 10, first-keyed (each chunk records the commit HLC of the entry before it)
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, [10] * 6)
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    entries = [e for chunk in chunks for e in chunk]
+    counting = CountingClient(client)
+    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+
+    def cursor_read(at: int) -> tuple[int | None, list[int], int]:
+        counting.queries.clear()
+        at_hlc, after = buffer.read_log_at(shard, at, 15, images=False)
+        return at_hlc, [e.seq for e in after], len(counting.queries)
+
+    # Then a cursor at the end of a chunk (where a caught-up pull leaves it) is checked and read in one Query
+    for at in (10, 20, 50):
+        assert cursor_read(at) == (entries[at - 1].commit_hlc, list(range(at + 1, min(at + 15, 60) + 1)), 1), at
+    # And a cursor at the end of the log reads nothing in one Query, leaving its entry to the head's check
+    assert cursor_read(60) == (None, [], 1)
+    # And a cursor inside a chunk (a page that ended inside one) is still checked, with the chunk holding it
+    at_hlc, after, sent = cursor_read(25)
+    assert (at_hlc, after) == (entries[24].commit_hlc, list(range(26, 41))) and sent > 1

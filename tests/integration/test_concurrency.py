@@ -60,7 +60,7 @@ def shared_client(moto_endpoint: str, dynamodb_tables: Any) -> Any:
 CONFLICTS = Counter[str]()
 
 
-def _deps(client: Any, names: Any) -> GatewayDeps:
+def _deps(client: Any, names: Any, first_keyed: bool = False) -> GatewayDeps:
     from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 
     class CountingBufferStore(DynamoDBBufferStore):
@@ -72,7 +72,7 @@ def _deps(client: Any, names: Any) -> GatewayDeps:
                 raise
 
     return GatewayDeps(
-        buffer=CountingBufferStore(client, names),
+        buffer=CountingBufferStore(client, names, first_keyed=first_keyed),
         config=DynamoDBConfigStore(client, names),
         actions=DynamoDBActionStore(client, names),
         settings=GatewaySettings(chunk_deltas=4, sub_shards={"todos": 2}, commit_attempts=400),
@@ -156,21 +156,27 @@ def _log(deps: GatewayDeps) -> dict[Any, list[LogEntry]]:
     return {s: deps.buffer.read_log(s, 0, 100_000) for s in deps.buffer.list_shards(GW)}
 
 
+@pytest.mark.parametrize("first_keyed", [False, True], ids=["last-keys", "first-keys"])
 def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_nothing(
-    shared_client: Any, dynamodb_tables: Any
+    shared_client: Any, dynamodb_tables: Any, first_keyed: bool
 ) -> None:
-    # Given writer and puller threads, each with its own gateway deps over one boto3 client
+    # Given writer and puller threads, each with its own gateway deps over one boto3 client (with first keys: the
+    # commit by a put, and cursors checked by the chunk after them)
     CONFLICTS.clear()
     run = Run()
     base_ms = system_clock() - 3000
     received: list[list[RowDelta]] = [[] for _ in range(PULLERS)]
     writers = [
-        threading.Thread(target=run.guard(lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables), i, base_ms)))
+        threading.Thread(
+            target=run.guard(lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, first_keyed), i, base_ms))
+        )
         for i in range(WRITERS)
     ]
     pullers = [
         threading.Thread(
-            target=run.guard(lambda i=i: _puller(run, _deps(shared_client, dynamodb_tables), i, received[i]))
+            target=run.guard(
+                lambda i=i: _puller(run, _deps(shared_client, dynamodb_tables, first_keyed), i, received[i])
+            )
         )
         for i in range(PULLERS)
     ]
@@ -186,7 +192,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
 
     assert not run.errors, run.errors
     assert not any(t.is_alive() for t in writers + pullers)
-    deps = _deps(shared_client, dynamodb_tables)
+    deps = _deps(shared_client, dynamodb_tables, first_keyed)
     log = _log(deps)
     entries = [e for shard_log in log.values() for e in shard_log]
 

@@ -562,6 +562,12 @@ class ReleasingBuffer:
         self._release_once(shard)
         return self.inner.read_log(shard, after_seq, limit, images=images)
 
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        self._release_once(shard)
+        return self.inner.read_log_at(shard, seq, limit, images=images)
+
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:
@@ -709,6 +715,12 @@ class UnseenCommitBuffer:
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         return self._shown(self.inner.read_log(shard, after_seq, limit, images=images))
 
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        hlc, entries = self.inner.read_log_at(shard, seq, limit, images=images)
+        return hlc, self._shown(entries)
+
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:
@@ -785,6 +797,12 @@ class HidingRegistry:
         self.log_reads.append(shard)
         return self.inner.read_log(shard, after_seq, limit, images=images)
 
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        self.log_reads.append(shard)
+        return self.inner.read_log_at(shard, seq, limit, images=images)
+
 
 def test_pull_cursor_serves_only_the_shards_the_registry_holds() -> None:
     # Given two tables with entries, and a registry that does not list one of them
@@ -814,6 +832,12 @@ def test_pull_cursor_reads_its_shards_while_the_rules_and_registry_are_read() ->
         def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
             log_read.set()
             return super().read_log(shard, after_seq, limit, images=images)
+
+        def read_log_at(
+            self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+        ) -> tuple[int | None, list[LogEntry]]:
+            log_read.set()
+            return super().read_log_at(shard, seq, limit, images=images)
 
     class WaitingBasis:
         def read_pull_basis(self, gateway: str) -> PullBasis:
@@ -861,3 +885,82 @@ def test_pull_cursor_marks_follow_the_pages_and_an_unchanged_log_passes() -> Non
     env.push(d(row="r9", hlc=t(99), v=9))
     assert second.cursor is not None
     assert [x.row_id for x in env.pull(3, cursor=second.cursor).deltas] == ["r9"]
+
+
+class LooksOnlyAfter:
+    """A buffer whose cursor reads do not look at the entry a cursor stands on when they find nothing after it (as
+    DynamoDB with first keys: the chunk after a position records the commit HLC of the entry before it); the first
+    ``hide`` such reads find nothing after it either. Records the shards whose heads are read."""
+
+    def __init__(self, inner: InMemoryBufferStore, hide: int = 0) -> None:
+        self.inner = inner
+        self.hide = hide
+        self.head_reads: list[list[ShardId]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+        self.head_reads.append(list(shards))
+        return self.inner.get_heads(shards)
+
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        hlc, entries = self.inner.read_log_at(shard, seq, limit, images=images)
+        if self.hide > 0:
+            self.hide -= 1
+            return None, []
+        return (hlc, entries) if entries else (None, [])
+
+
+def _caught_up(env: Env, count: int) -> tuple[str, LooksOnlyAfter]:
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(count)))
+    cursor = env.pull(100, cursor="").cursor
+    assert cursor is not None
+    buffer = LooksOnlyAfter(env.buffer)
+    env.deps = replace(env.deps, buffer=buffer)
+    return cursor, buffer
+
+
+def test_pull_cursor_at_the_log_end_is_checked_by_the_head_when_the_read_did_not_look() -> None:
+    # Given a caught-up client, and a buffer that does not look at the entry a cursor stands on when nothing follows
+    env = Env()
+    cursor, buffer = _caught_up(env, 3)
+
+    # When it pulls again, nothing is delivered and its position is checked by the head (read once)
+    page = env.pull(100, cursor=cursor)
+    assert page.deltas == () and not page.has_more
+    assert len(buffer.head_reads) == 1
+
+    # And when the buffer comes back from an older state with as many entries, the head's last commit HLC is not
+    # the one the cursor recorded: refused, not taken as caught up
+    env.buffer = InMemoryBufferStore()
+    env.wall += 5000
+    env.deps = replace(env.deps, buffer=env.buffer)
+    env.push(*(d("INSERT", row=f"new{i}", hlc=t(5000 + i), v=i) for i in range(3)))
+    env.deps = replace(env.deps, buffer=LooksOnlyAfter(env.buffer))
+    with pytest.raises(CursorExpiredError) as err:
+        env.pull(100, cursor=cursor)
+    assert "no longer matches" in err.value.message
+
+
+def test_pull_cursor_behind_a_head_whose_entries_the_first_read_missed_reads_them_from_its_entry() -> None:
+    # Given a caught-up client, then two more entries, and a first read that shows nothing after its position
+    env = Env()
+    cursor, buffer = _caught_up(env, 3)
+    env.push(d("INSERT", row="r7", hlc=t(7), v=7), d("INSERT", row="r8", hlc=t(8), v=8))
+    buffer.hide = 1
+
+    # When it pulls, the head shows entries past its position: they are read from its entry (checked) and served
+    page = env.pull(100, cursor=cursor)
+    assert [x.row_id for x in page.deltas] == ["r7", "r8"] and not page.has_more
+
+    # And a log that regressed behind such a position is refused the same way
+    env.buffer = InMemoryBufferStore()
+    env.wall += 5000
+    env.deps = replace(env.deps, buffer=env.buffer)
+    env.push(*(d("INSERT", row=f"new{i}", hlc=t(5000 + i), v=i) for i in range(5)))
+    env.deps = replace(env.deps, buffer=LooksOnlyAfter(env.buffer, hide=1))
+    with pytest.raises(CursorExpiredError):
+        env.pull(100, cursor=page.cursor)

@@ -403,6 +403,43 @@ class DynamoDBBufferStore:
         # pull reads from the entry it stands on, the last of its chunk.)
         return _contiguous(self._read_chunks(shard, after_seq, limit, images, inside=True), after_seq + 1)
 
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        if seq > 0 and (self._first_keyed or shard.key in self._first_keyed_shards):
+            found = self._read_after_chunk_end(shard, seq, limit, images)
+            if found is not None:
+                return found
+        # From entry `seq` itself: the chunk holding it is the first read (last keys: one Query).
+        entries = self.read_log(shard, seq - 1, limit + 1, images=images)
+        if entries and entries[0].seq == seq:
+            return entries[0].commit_hlc, entries[1:]
+        return None, self.read_log(shard, seq, limit, images=images)
+
+    def _read_after_chunk_end(
+        self, shard: ShardId, seq: int, limit: int, images: bool
+    ) -> tuple[int | None, list[LogEntry]] | None:
+        """A first-keyed log read after ``seq`` by one forward Query, when that settles it: the chunk right after
+        ``seq`` records the commit HLC of entry ``seq`` (``pv``), and no chunk after ``seq`` means nothing to read
+        (``None`` for the HLC: the caller checks the position against the head). ``None`` otherwise (a position
+        inside a chunk, a gap, a chunk without ``pv``)."""
+        first_items: list[Item] = []
+
+        def after_it(request_size: Callable[[], int]) -> Iterator[Item]:
+            for item in self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + seq}, request_size, None):
+                if not first_items:
+                    first_items.append(item)
+                    if chunk_span(item)[0] != seq + 1 or "pv" not in item:
+                        return
+                yield item
+
+        entries = self._read_chunks(shard, seq, limit, images, source=after_it)
+        if not first_items:
+            return None, []
+        if not entries:
+            return None
+        return int(first_items[0]["pv"]["N"]), _contiguous(entries, seq + 1)
+
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:
@@ -537,10 +574,12 @@ class DynamoDBBufferStore:
         skip: int = 0,
         per_chunk: float = _PER_CHUNK,
         inside: bool = False,
+        source: Callable[[Callable[[], int]], Iterator[Item]] | None = None,
     ) -> list[LogEntry]:
         """Up to ``limit`` entries ``seq > after_seq`` (and ``commit_hlc > after_hlc``), in order, from the chunks that
         hold them. ``skip`` (entries read before the first one kept) and ``per_chunk`` (entries per chunk) are what to
-        expect, to size the requests; ``inside`` as for :meth:`chunk_items`."""
+        expect, to size the requests; ``inside`` as for :meth:`chunk_items`; ``source``: the items to read instead
+        of :meth:`chunk_items`' (given the request size)."""
         floor = -1 if after_hlc is None else after_hlc
         entries: list[LogEntry] = []
         items_read = entries_read = skipped = 0
@@ -555,7 +594,12 @@ class DynamoDBBufferStore:
             ahead = 0 if entries else max(0, skip - skipped)
             return min(1000, 2 + math.ceil(1.1 * (limit - len(entries) + ahead) / per_item))
 
-        for item in self.chunk_items(shard, after_seq, request_size, inside=inside):
+        items = (
+            source(request_size)
+            if source is not None
+            else self.chunk_items(shard, after_seq, request_size, inside=inside)
+        )
+        for item in items:
             first, count, first_hlc = chunk_span(item)
             items_read += 1
             entries_read += count
@@ -817,6 +861,9 @@ class DynamoDBBufferStore:
             "z": {"B": encode_entries(commit.entries)},
             TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
         }
+        if first_keyed and first.seq > 1 and commit.previous_commit_hlc > 0:
+            # The commit HLC of the entry before the chunk: a cursor standing there is checked by the read after it.
+            chunk["pv"] = _n(commit.previous_commit_hlc)
         if is_commit_mark(first.seq, last.seq, self._mark_every):
             # Only marks are in the sparse `by_commit` index (an entry costs a write unit, two in a transaction).
             chunk["chlc"] = _n(last.commit_hlc)

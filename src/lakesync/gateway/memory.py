@@ -110,6 +110,16 @@ class InMemoryBufferStore:
             # As on DynamoDB: entries continue the sequence or are not returned (here a gap means a release).
             return _images(page, images) if page and page[0].seq == after_seq + 1 else []
 
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        with self._lock:
+            log = self._logs.get(shard, [])
+            at = bisect.bisect_left(log, seq, key=lambda e: e.seq)
+            if at < len(log) and log[at].seq == seq:
+                return log[at].commit_hlc, _images(log[at + 1 : at + 1 + limit], images)
+        return None, self.read_log(shard, seq, limit, images=images)
+
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
     ) -> list[LogEntry]:

@@ -263,6 +263,8 @@ class Commit:
     entries: tuple[LogEntry, ...]
     rows: tuple[RowWrite, ...]
     new_shard: bool = False
+    previous_commit_hlc: int = 0
+    """The commit HLC of entry ``expected_seq``, the one before the first entry (``0`` for a new shard)."""
 
 
 class CommitConflict(Exception):

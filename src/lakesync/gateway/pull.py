@@ -158,6 +158,9 @@ class _ShardReader:
     """The commit HLC the entry at ``after_seq`` must have (from the cursor); checked by the first read."""
     unverified: bool = False
     """The entry at ``after_seq`` was not there to check (released, or lost): the caller checks the release marks."""
+    unchecked_hlc: int | None = None
+    """The commit HLC the entry at ``after_seq`` must have, when the first read found nothing after it and did not
+    look at it: the caller checks it against the head (:meth:`check_against`)."""
     last_hlc: int | None = None
     buffer: list[LogEntry] = field(default_factory=list)
     exhausted: bool = False
@@ -177,17 +180,39 @@ class _ShardReader:
         return self.buffer[-1] if self.buffer else None
 
     def _verified_read(self, seq: int, expected_hlc: int) -> list[LogEntry]:
-        """Read from the entry at ``seq`` itself (one more item) and check it is the one the cursor left."""
+        """Read after the entry at ``seq`` and check it is the one the cursor left."""
         self.verify_hlc = None
-        fetched = self.deps.buffer.read_log(self.shard, seq - 1, self.page + 1, images=self.images)
-        if fetched and fetched[0].seq == seq:
-            if fetched[0].commit_hlc != expected_hlc:
+        hlc, fetched = self.deps.buffer.read_log_at(self.shard, seq, self.page, images=self.images)
+        if hlc is not None:
+            if hlc != expected_hlc:
                 raise _Regressed(self.shard)
-            rest = fetched[1:]
-            self.exhausted = len(rest) < self.page
-            return rest
-        self.unverified = True
-        return self.deps.buffer.read_log(self.shard, seq, self.page, images=self.images)
+        elif fetched:
+            self.unverified = True
+        else:
+            self.unchecked_hlc = expected_hlc
+        return fetched
+
+    def check_against(self, head: ShardHead) -> None:
+        """Check an unchecked position (nothing was read after it) against its shard's head: at the head, by the
+        head's last commit HLC; behind it (entries the first read did not show), by reading from the entry itself,
+        whose entries after it are then served."""
+        expected, self.unchecked_hlc = self.unchecked_hlc, None
+        if expected is None or self.after_seq is None:
+            return
+        if head.seq == self.after_seq:
+            if head.last_commit_hlc != expected:
+                raise _Regressed(self.shard)
+            return
+        fetched = self.deps.buffer.read_log(self.shard, self.after_seq - 1, self.page + 1, images=self.images)
+        if fetched and fetched[0].seq == self.after_seq:
+            if fetched[0].commit_hlc != expected:
+                raise _Regressed(self.shard)
+            fetched = fetched[1:]
+        else:
+            self.unverified = True
+            fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page, images=self.images)
+        self.buffer = fetched[::-1]
+        self.exhausted = len(fetched) < self.page
 
     def pop(self) -> LogEntry:
         entry = self.buffer.pop()
@@ -337,13 +362,18 @@ def _pull_by_cursor(
         idle = [reader.shard for reader in readers if reader.peek() is None]
     except _Regressed as exc:
         raise _regressed(gateway, exc.shard) from None
-    unverified = [reader.shard for reader in readers if reader.unverified]
-    checked = list(dict.fromkeys([*idle, *unverified]))
+    checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
+    by_shard = {reader.shard: reader for reader in readers}
     for head in deps.buffer.get_heads(checked).values() if checked else ():
         position = positions.get(head.shard.key, 0)
         if position < head.released_seq:
             raise _expired(gateway, head)
-        if position > head.seq or (head.shard in unverified and position > head.released_seq):
+        reader = by_shard[head.shard]
+        try:
+            reader.check_against(head)
+        except _Regressed:
+            raise _regressed(gateway, head.shard) from None
+        if position > head.seq or (reader.unverified and position > head.released_seq):
             # The cursor is ahead of the log, or the entry it stands on vanished without a release.
             raise _regressed(gateway, head.shard)
     collected, has_more = _collect(deps, readers, limit, rules, claims)

@@ -571,6 +571,7 @@ def _plan(
         entries=tuple(entries),
         rows=tuple(rows),
         new_shard=head is None,
+        previous_commit_hlc=base.last_commit_hlc,
     )
     return commit, receipts, entries, size, log_bytes, unchanged
 
