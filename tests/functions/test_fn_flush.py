@@ -24,16 +24,21 @@ import functions.flush as flush_fn
 import functions.flush_trigger as trigger_fn
 import functions.lake_tick as lake_tick
 import functions.push as push_fn
+from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.aws.flush_function import FlushFunction
 from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.function_settings import FlushFunctionSettings, LakeTickSettings, SettingsError
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import FlushError, ValidationError
-from lakesync.core.hlc import encode
+from lakesync.core.hlc import HLC, encode, system_clock
 from lakesync.core.lake_work import JobRun
+from lakesync.core.messages import SyncPush
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.push import push
 from lakesync.lake.catalog import local_catalog
 from lakesync.local.front import LambdaContext
+from tests.contract.test_commit_by_put import StopsAfterThePut
 
 GW = "default"
 FUNCTION = "lakesync-flush"
@@ -203,6 +208,45 @@ def test_a_run_drains_a_backlog_larger_than_one_flush_while_it_has_time(
     world.starter.start()
     assert world.run_queued()["deltas"] == 7
     assert len(world.lake_entries()) == 24
+
+
+def test_a_run_flushes_a_chunk_whose_writer_stopped_on_a_quiet_shard_and_settles_its_head(world: World) -> None:
+    # Given pushes with first keys two minutes ago, the last by a writer that stopped after its put, and none since
+    old_clock = HLC(lambda: system_clock() - 120_000)
+
+    def writer(buffer: DynamoDBBufferStore) -> GatewayDeps:
+        tables = world.api.tables
+        config, actions = DynamoDBConfigStore(world.client, tables), DynamoDBActionStore(world.client, tables)
+        return GatewayDeps(buffer, config, actions, GatewaySettings(), old_clock)
+
+    def deltas(*rows: str) -> SyncPush:
+        stamp = encode(system_clock() - 130_000, 0)
+        return SyncPush(
+            "client-a",
+            tuple(
+                make_delta("INSERT", table="todos", row_id=r, client_id="client-a", hlc=stamp, columns={"title": r})
+                for r in rows
+            ),
+        )
+
+    push(writer(DynamoDBBufferStore(world.client, world.api.tables, first_keyed=True)), GW, deltas("a", "b"),
+         client_id="client-a")  # fmt: skip
+    stopped = StopsAfterThePut(world.client, world.api.tables, first_keyed=True)
+    push(writer(stopped), GW, deltas("c"), client_id="client-a")
+    (shard,) = world.heads()
+    stored = world.client.get_item(TableName=world.api.tables.heads, Key={"shard": {"S": shard}})["Item"]
+    assert (stored["seq"]["N"], stored["ra"]["N"]) == ("2", "2")
+
+    # When a flush runs
+    world.starter.start()
+    report = world.run_queued()
+
+    # Then the stopped writer's entry is flushed with the rest, and the stored head is over it (its row still to be
+    # written by the next writer)
+    assert report["deltas"] == 3
+    assert world.lake_entries() == [(shard, 1), (shard, 2), (shard, 3)]
+    stored = world.client.get_item(TableName=world.api.tables.heads, Key={"shard": {"S": shard}})["Item"]
+    assert (stored["seq"]["N"], stored["ra"]["N"], stored["fs"]["N"]) == ("3", "2", "3")
 
 
 def test_a_run_without_time_to_wait_for_a_held_lease_fails_and_records_why(world: World) -> None:

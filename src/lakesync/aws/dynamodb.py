@@ -56,6 +56,7 @@ from lakesync.core.errors import (
     StorageError,
     ValidationError,
 )
+from lakesync.core.hlc import decode
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -270,15 +271,19 @@ class DynamoDBBufferStore:
         # yet, or stopped): the head as the log has it is the stored one plus them.
         return {head.shard: _extended(head, past) for head, past in self._heads_and_past(shards)}
 
-    def settle_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
-        """The heads of ``shards``, as :meth:`get_heads`; the stored head of a first-keyed log is moved over the
-        chunks past it first (``seq`` and the totals; their rows stay pending, ``ra`` where it is). A writer that
-        stopped between its put and its head update leaves such chunks, and only the next commit to the shard would
-        move the head over them: the flush settles them, so a quiet shard's stored head never stays behind its log
-        until TTL deletes the chunks (the next put would then claim their sequences again)."""
+    def settle_heads(self, shards: Sequence[ShardId], committed_before_ms: int) -> dict[ShardId, ShardHead]:
+        """The heads of ``shards``, as :meth:`get_heads`; first, the stored head of a first-keyed log whose chunks
+        past it were all committed before ``committed_before_ms`` is moved over them (``seq`` and the totals; their
+        rows stay pending, ``ra`` where it is).
+
+        A writer that stopped between its put and its head update leaves such chunks, and only the next commit to the
+        shard would move the head over them: the flush settles them, so a quiet shard's stored head never stays
+        behind its log until TTL deletes the chunks (the next put would then claim their sequences again). A live
+        writer moves the head within milliseconds of its put; settling its chunk would be safe, but would make the
+        next writer wait for ``ra`` and roll forward, hence the age."""
         heads: dict[ShardId, ShardHead] = {}
         for head, past in self._heads_and_past(shards):
-            if past:
+            if past and decode(past[-1].commit_hlc)[0] < committed_before_ms:
                 self._set_head(head.shard, head.seq, None, past)
             heads[head.shard] = _extended(head, past)
         return heads

@@ -25,7 +25,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -54,6 +54,7 @@ __all__ = [
     "FlushStore",
     "Lease",
     "LogRecord",
+    "STOPPED_WRITER_MS",
     "ShardRange",
     "log_record",
 ]
@@ -156,6 +157,11 @@ def log_record(entry: LogEntry) -> LogRecord:
     }
 
 
+STOPPED_WRITER_MS: Final = 60_000
+"""Chunks past a stored head committed this long ago were left by a writer that stopped (a live one moves the head
+within milliseconds): the flush settles the head over them."""
+
+
 class FlushStore:
     """DynamoDB operations of the flush job.
 
@@ -222,14 +228,14 @@ class FlushStore:
 
     # -- shards and heads ----------------------------------------------------------------------------------------
     def shards(
-        self, gateways: Sequence[str] | None = None, *, settle: bool = False
+        self, gateways: Sequence[str] | None = None, *, settle_before_ms: int | None = None
     ) -> tuple[list[str], dict[ShardId, ShardHead]]:
         """The gateways and the heads of their shards (consistent reads).
 
         Args:
             gateways: Only these gateways; ``None`` means every gateway with shards or flush requests.
-            settle: Move each stored head over the chunks a stopped writer left past it first
-                (:meth:`DynamoDBBufferStore.settle_heads`; the flush run's read, under its lease).
+            settle_before_ms: Move each stored head over the chunks a stopped writer left past it, committed before
+                this time, first (:meth:`DynamoDBBufferStore.settle_heads`; the flush run's read, under its lease).
 
         Returns:
             The gateways (sorted) and the head of every registered shard.
@@ -255,7 +261,9 @@ class FlushStore:
             for gateway in gateways:
                 found.add(gateway)
                 registered.extend(self._buffer.list_shards(gateway))
-        return sorted(found), self._buffer.settle_heads(registered) if settle else self.heads(registered)
+        if settle_before_ms is not None:
+            return sorted(found), self._buffer.settle_heads(registered, settle_before_ms)
+        return sorted(found), self.heads(registered)
 
     def heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
         """The heads of ``shards`` that exist (consistent reads)."""

@@ -41,7 +41,7 @@ from typing import NamedTuple, Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from lakesync.aws.flush_store import DynamoConfig, FlushStore, LogRecord, ShardRange
+from lakesync.aws.flush_store import STOPPED_WRITER_MS, DynamoConfig, FlushStore, LogRecord, ShardRange
 from lakesync.aws.publish import ClaimCheckSink, JobSink, PublishConfig, PublishReport, publish_flushed
 from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
@@ -498,7 +498,7 @@ def run_flush(
     try:
         delta_log.ensure_table()
         watermarks, base_snapshot = delta_log.read_watermarks()
-        gateways, heads = store.shards(config.gateways, settle=True)
+        gateways, heads = store.shards(config.gateways, settle_before_ms=started_ms - STOPPED_WRITER_MS)
         plan = plan_flush(watermarks, heads, config.max_deltas_per_run, config.rebase_shards)
         _check_not_regressed(delta_log, store, plan, watermarks, config.rebase_shards)
         steps.done("plan")
