@@ -50,11 +50,11 @@ if TYPE_CHECKING:
 __all__ = [
     "LEASE_GATEWAY",
     "LEASE_SK",
+    "STOPPED_WRITER_MS",
     "DynamoConfig",
     "FlushStore",
     "Lease",
     "LogRecord",
-    "STOPPED_WRITER_MS",
     "ShardRange",
     "log_record",
 ]
