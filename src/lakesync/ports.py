@@ -85,6 +85,17 @@ class BufferStore(Protocol):
         ...
 
 
+def read_from_entry(
+    buffer: BufferStore, shard: ShardId, seq: int, limit: int, *, images: bool = True
+) -> tuple[int | None, list[LogEntry]]:
+    """:meth:`BufferStore.read_log_at` by :meth:`BufferStore.read_log` alone: from entry ``seq`` itself (one entry
+    more), its commit HLC when the buffer holds it, else the entries after it read again."""
+    entries = buffer.read_log(shard, seq - 1, limit + 1, images=images)
+    if entries and entries[0].seq == seq:
+        return entries[0].commit_hlc, entries[1:]
+    return None, buffer.read_log(shard, seq, limit, images=images)
+
+
 class PullBasisReader(Protocol):
     """The gateway's sync rules and shard registry, read together (in one request where one store keeps both)."""
 

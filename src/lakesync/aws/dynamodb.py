@@ -80,6 +80,7 @@ from lakesync.gateway.model import (
     recent_key,
     row_key,
 )
+from lakesync.ports import read_from_entry
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -415,11 +416,8 @@ class DynamoDBBufferStore:
             found = self._read_after_chunk_end(shard, seq, limit, images)
             if found is not None:
                 return found
-        # From entry `seq` itself: the chunk holding it is the first read (last keys: one Query).
-        entries = self.read_log(shard, seq - 1, limit + 1, images=images)
-        if entries and entries[0].seq == seq:
-            return entries[0].commit_hlc, entries[1:]
-        return None, self.read_log(shard, seq, limit, images=images)
+        # Last keys: the chunk holding entry `seq` is the first one read, one Query.
+        return read_from_entry(self, shard, seq, limit, images=images)
 
     def _read_after_chunk_end(
         self, shard: ShardId, seq: int, limit: int, images: bool

@@ -28,7 +28,7 @@ from lakesync.gateway.model import (
     StoredRow,
 )
 from lakesync.gateway.realtime import Connection
-from lakesync.ports import StoredPosition
+from lakesync.ports import StoredPosition, read_from_entry
 
 
 class InMemoryBufferStore:
@@ -113,12 +113,7 @@ class InMemoryBufferStore:
     def read_log_at(
         self, shard: ShardId, seq: int, limit: int, *, images: bool = True
     ) -> tuple[int | None, list[LogEntry]]:
-        with self._lock:
-            log = self._logs.get(shard, [])
-            at = bisect.bisect_left(log, seq, key=lambda e: e.seq)
-            if at < len(log) and log[at].seq == seq:
-                return log[at].commit_hlc, _images(log[at + 1 : at + 1 + limit], images)
-        return None, self.read_log(shard, seq, limit, images=images)
+        return read_from_entry(self, shard, seq, limit, images=images)
 
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True

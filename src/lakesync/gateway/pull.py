@@ -68,7 +68,7 @@ from lakesync.gateway.since import (
     row_form,
     visible_values,
 )
-from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
+from lakesync.ports import BufferStore, ConfigStore, PullBasisReader, read_from_entry
 
 _PAGE = 1000
 _EARLY_SHARDS: Final = 64
@@ -203,14 +203,11 @@ class _ShardReader:
             if head.last_commit_hlc != expected:
                 raise _Regressed(self.shard)
             return
-        fetched = self.deps.buffer.read_log(self.shard, self.after_seq - 1, self.page + 1, images=self.images)
-        if fetched and fetched[0].seq == self.after_seq:
-            if fetched[0].commit_hlc != expected:
-                raise _Regressed(self.shard)
-            fetched = fetched[1:]
-        else:
+        hlc, fetched = read_from_entry(self.deps.buffer, self.shard, self.after_seq, self.page, images=self.images)
+        if hlc is None:
             self.unverified = True
-            fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page, images=self.images)
+        elif hlc != expected:
+            raise _Regressed(self.shard)
         self.buffer = fetched[::-1]
         self.exhausted = len(fetched) < self.page
 
