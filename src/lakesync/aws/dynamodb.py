@@ -405,8 +405,9 @@ class DynamoDBBufferStore:
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         # `chunk_items` starts with the chunk holding entry `after_seq + 1`, whichever its key. A Query is not
         # isolated from a transaction being applied: it can see chunk 13 before chunk 12 lands. Sequences are
-        # contiguous, so stop at the first gap; the next read picks the rest up once visible. (`inside`: a cursor
-        # pull reads from the entry it stands on, the last of its chunk.)
+        # contiguous, so stop at the first gap; the next read picks the rest up once visible. (`inside`: reads by
+        # position other than a cursor's check at a chunk end start inside a chunk, mostly: a page that ended inside
+        # one, or a read from an entry.)
         return _contiguous(self._read_chunks(shard, after_seq, limit, images, inside=True), after_seq + 1)
 
     def read_log_at(
@@ -629,18 +630,9 @@ class DynamoDBBufferStore:
                 {
                     "Put": {
                         "TableName": self._t.heads,
-                        "Item": {
-                            "shard": _s(shard.key),
-                            "seq": _n(head.seq),
-                            "bt": _n(head.bytes_total),
-                            "dt": _n(head.deltas_total),
-                            "fs": _n(0),
-                            "fb": _n(0),
-                            "fd": _n(0),
-                            "lch": _n(head.last_commit_hlc),
-                            "ra": _n(head.seq if self._rows_in_commit else 0),
-                            **({"lk": _n(1)} if first_keyed else {}),
-                        },
+                        "Item": _new_head_item(
+                            head, applied=head.seq if self._rows_in_commit else 0, first_keyed=first_keyed
+                        ),
                         "ConditionExpression": "attribute_not_exists(#sh)",
                         "ExpressionAttributeNames": {"#sh": "shard"},
                     }
@@ -650,7 +642,7 @@ class DynamoDBBufferStore:
                 {
                     "Put": {
                         "TableName": self._t.config,
-                        "Item": {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)},
+                        "Item": _registry_item(shard),
                     }
                 }
             )
@@ -692,10 +684,11 @@ class DynamoDBBufferStore:
             if isinstance(error, CommitConflict):
                 if first_keyed or self._rows_in_commit:
                     # Rows written in the commit need `ra` at the head; a first-keyed log may hold a chunk committed
-                    # by a put past it.
+                    # by a put past it. (The roll forward's head read also learns first keys.)
                     self._roll_forward(shard)
-                if not first_keyed:
-                    self._learn_first_keyed(shard)
+                else:
+                    # If the shard's log went first-keyed, write first keys to it.
+                    self._note_log_keys(shard, self._head_item(shard))
             raise error from exc
         if not self._rows_in_commit and (commit.entries or commit.rows):
             try:
@@ -751,14 +744,11 @@ class DynamoDBBufferStore:
         none committed since the basis was read (else :class:`CommitConflict`)."""
         if new_shard:
             # The registry first (the flush finds shards there), then the head; both may exist already.
-            registry = {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)}
-            head = {"shard": _s(shard.key), "lk": _n(1)}
-            head.update({name: _n(0) for name in ("seq", "bt", "dt", "fs", "fb", "fd", "lch", "ra")})
             try:
-                self._db.put_item(TableName=self._t.config, Item=registry)
+                self._db.put_item(TableName=self._t.config, Item=_registry_item(shard))
                 self._db.put_item(
                     TableName=self._t.heads,
-                    Item=head,
+                    Item=_new_head_item(ShardHead(shard), applied=0, first_keyed=True),
                     ConditionExpression="attribute_not_exists(#sh)",
                     ExpressionAttributeNames={"#sh": "shard"},
                 )
@@ -835,6 +825,7 @@ class DynamoDBBufferStore:
         """Bring the head over every chunk the log holds past it: their rows written from the log, then ``seq``,
         ``ra`` and the totals moved in one update (if the head is still where it was read)."""
         item = self._head_item(shard)
+        self._note_log_keys(shard, item)
         if item is None:
             return
         head, applied = _head_from_item(item), _rows_applied(item)
@@ -871,10 +862,6 @@ class DynamoDBBufferStore:
             # Only marks are in the sparse `by_commit` index (an entry costs a write unit, two in a transaction).
             chunk["chlc"] = _n(last.commit_hlc)
         return chunk
-
-    def _learn_first_keyed(self, shard: ShardId) -> None:
-        """After a lost commit of a last-keyed chunk: if the shard's log went first-keyed, write first keys to it."""
-        self._note_log_keys(shard, self._head_item(shard))
 
     # -- the row index: a cache of the log -----------------------------------------------------------------------
     def _apply_rows(self, commit: Commit) -> None:
@@ -1077,6 +1064,29 @@ def _collection_full(shard: ShardId) -> BackpressureError:
         f"pushes to it resume as the oldest entries expire. Give table {shard.table!r} more sub-shards "
         "(LAKESYNC_SUB_SHARDS) to spread its writes"
     )
+
+
+def _registry_item(shard: ShardId) -> Item:
+    """The shard's entry in the registry (config table), which pulls and the flush list shards by."""
+    return {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)}
+
+
+def _new_head_item(head: ShardHead, *, applied: int, first_keyed: bool) -> Item:
+    """A new shard's head item at ``head`` (nothing flushed yet), rows applied through ``applied``."""
+    item: Item = {
+        "shard": _s(head.shard.key),
+        "seq": _n(head.seq),
+        "bt": _n(head.bytes_total),
+        "dt": _n(head.deltas_total),
+        "fs": _n(0),
+        "fb": _n(0),
+        "fd": _n(0),
+        "lch": _n(head.last_commit_hlc),
+        "ra": _n(applied),
+    }
+    if first_keyed:
+        item["lk"] = _n(1)
+    return item
 
 
 def _extended(head: ShardHead, past: Sequence[LogEntry]) -> ShardHead:
