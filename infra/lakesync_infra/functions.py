@@ -169,6 +169,10 @@ RUN_RECORDS: Final[Mapping[str, tuple[str, ...]]] = {
 the runs listed (Query), a run recorded as queued (PutItem), a refused ``Invoke`` recorded as failed (UpdateItem) and
 the records beyond the newest kept deleted (DeleteItem)."""
 
+LOG_KEYS_MARKER: Final = "log_keys_marker"
+LOG_KEYS_MARKER_TIMEOUT_S: Final = 60
+"""One DynamoDB write and the answer to CloudFormation (:data:`lakesync.aws.deployment_marker.RESPONSE_TIMEOUT_S`)."""
+
 BROADCAST: Final = "ws_broadcast"
 BROADCAST_TIMEOUT_S: Final = 60
 """A batch of at most 100 chunks: one Query of the sessions and one PostToConnection per recipient and message."""
@@ -240,12 +244,14 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         },
         index_actions={"deltas": ("dynamodb:Query",)},
     ),
-    # admin: sync rules and schemas read/written, flush requests, metrics from heads and the shard registry,
-    # materialisation destinations and connectors added (conditional Put) and removed (DeleteItem); an unregistered
-    # connector's position deleted (its head read by GetItem, a large position's chunks by BatchGetItem).
+    # admin: sync rules and schemas read/written, flush requests, metrics from heads (a first-keyed log's head read
+    # with a Query of the log past it) and the shard registry, materialisation destinations and connectors added
+    # (conditional Put) and removed (DeleteItem); an unregistered connector's position deleted (its head read by
+    # GetItem, a large position's chunks by BatchGetItem).
     "admin": FunctionAccess(
         tables={
             "heads": ("dynamodb:BatchGetItem",),
+            "deltas": ("dynamodb:Query",),
             "config": (
                 "dynamodb:Query",
                 "dynamodb:GetItem",
@@ -263,6 +269,11 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         tables={"config": ("dynamodb:Query",)}, api=False, timeout_s=int(CONSUMER_TIMEOUT.to_seconds())
     ),
     "rotate_secret": FunctionAccess(api=False, timeout_s=30),
+    # log_keys_marker: the deployment's log-keys marker written (PutItem) and, when the deploy is rolled back, deleted
+    # (DeleteItem) -- a CloudFormation custom resource (lakesync_infra.rollout).
+    LOG_KEYS_MARKER: FunctionAccess(
+        tables={"config": ("dynamodb:PutItem", "dynamodb:DeleteItem")}, api=False, timeout_s=LOG_KEYS_MARKER_TIMEOUT_S
+    ),
     # lake_tick: the shard registry and flush requests (config Query), the heads (BatchGetItem), the release step's
     # target (Query on the commit index, and on the log for an entry's commit HLC) and the checkpoints.
     LAKE_TICK: FunctionAccess(
@@ -565,7 +576,7 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         env[var] = getattr(buffer.names, kind)
     if config.sub_shards:
         env[SUB_SHARDS] = json.dumps(dict(sorted(config.sub_shards.items())), separators=(",", ":"))
-    if config.log_keys != "last":
+    if config.log_keys != "auto":
         env[LOG_KEYS] = config.log_keys
     for var, value in (
         (FLUSH_THRESHOLD_BYTES, config.flush_threshold_bytes),

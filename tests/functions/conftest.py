@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from lakesync.auth import mint_token
+from lakesync.aws.log_keys import MARKER_GATEWAY
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import js_stringify
 from lakesync.core.hlc import HLC
@@ -139,11 +140,17 @@ class Api:
         return Reply(raw["statusCode"], dict(raw.get("headers") or {}), data, raw)
 
     def items(self) -> dict[str, int]:
-        """Items per table (small tables: a scan is fine)."""
+        """Items per table (small tables: a scan is fine), the deployment's marker not counted: it is not data."""
         assert self.tables is not None
         counts = {}
         for kind, name in self.tables.as_dict().items():
-            counts[kind] = self.client.scan(TableName=name, Select="COUNT", ConsistentRead=True)["Count"]
+            counts[kind] = self.client.scan(
+                TableName=name,
+                Select="COUNT",
+                ConsistentRead=True,
+                FilterExpression="attribute_not_exists(gw) OR gw <> :marker",
+                ExpressionAttributeValues={":marker": {"S": MARKER_GATEWAY}},
+            )["Count"]
         return counts
 
     def fix_clock(self, ms: int = FIXED_MS) -> None:

@@ -193,11 +193,17 @@ def test_flush_trigger_serves_a_request_written_by_the_gateway(glue, dynamodb_cl
     DynamoDBConfigStore(dynamodb_client, dynamodb_tables).request_flush(
         "default", {"id": "req-1", "reason": "admin", "requestedBy": "ops", "atMs": _now_ms()}
     )
-    items = dynamodb_client.scan(TableName=dynamodb_tables.config, ConsistentRead=True)["Items"]
+    items = dynamodb_client.query(
+        TableName=dynamodb_tables.config,
+        KeyConditionExpression="gw = :g",
+        ExpressionAttributeValues={":g": {"S": "default"}},
+        ConsistentRead=True,
+    )["Items"]
+    (item,) = items
     event = _event()
     record = event["Records"][0]
-    record["dynamodb"]["NewImage"] = items[0]
-    record["dynamodb"]["Keys"] = {k: items[0][k] for k in ("gw", "sk")}
+    record["dynamodb"]["NewImage"] = item
+    record["dynamodb"]["Keys"] = {k: item[k] for k in ("gw", "sk")}
     event["Records"] = [record]
     # When it arrives
     response = _invoke(event)

@@ -61,7 +61,7 @@ def test_settings_defaults():
     assert settings.jwt_secrets == (SECRET,) and settings.jwt_secret_arn is None
     assert settings.max_body_bytes == 1024 * 1024
     assert settings.backpressure_bytes is None and settings.sub_shards == {}
-    assert not settings.rows_in_commit and not settings.first_keyed_log
+    assert not settings.rows_in_commit and settings.log_keys == "auto"
     gateway = settings.gateway_settings()
     assert gateway.backpressure_limit == 2 * gateway.flush_threshold_bytes
 
@@ -79,7 +79,7 @@ def test_settings_reads_every_variable():
             LAKESYNC_LOG_KEYS=" first ",
         )
     )
-    assert settings.rows_in_commit and settings.first_keyed_log
+    assert settings.rows_in_commit and settings.log_keys == "first"
     assert settings.gateway_ids == frozenset({"a", "b.c"})
     assert settings.jwt_secrets == (SECRET, "the-previous-secret-xx")
     gateway = settings.gateway_settings()
@@ -126,7 +126,7 @@ def test_settings_ignore_empty_and_foreign_variables():
         (_env(LAKESYNC_SUB_SHARDS='{"t": 0}'), "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got 0"),
         (_env(LAKESYNC_SUB_SHARDS='{"t": true}'), "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got True"),
         (_env(LAKESYNC_ROW_WRITES="before"), "LAKESYNC_ROW_WRITES must be one of after-commit, in-commit"),
-        (_env(LAKESYNC_LOG_KEYS="both"), "LAKESYNC_LOG_KEYS must be one of last, first (got 'both')"),
+        (_env(LAKESYNC_LOG_KEYS="both"), "LAKESYNC_LOG_KEYS must be one of auto, last, first (got 'both')"),
     ],
 )
 def test_settings_invalid_environment_is_a_clear_error(env, fragment):

@@ -604,10 +604,48 @@ def test_function_role_allows_exactly_what_its_handler_calls(cfn, ids, aws, reco
     used = {pair for pair in required if pair[0].startswith("dynamodb:")}
     unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *pair) for pair in used))
     if name in PUSHES_THROUGH_PUSH:
-        # the push really happened (action provenance failures are only logged)
-        assert any(op == "TransactWriteItems" for _, op, _ in recorder.calls)
+        # the push really happened (action provenance failures are only logged): it wrote a log item
+        assert _wrote_log_item(recorder.calls, aws["tables"].deltas)
         unused = sorted(set(unused) - _dynamodb_grants(cfn, cfn.role_of(cfn.functions()["push"])))
     assert not unused, f"granted but never used: {unused}"
+
+
+def _wrote_log_item(calls: list[tuple[str, str, dict[str, Any]]], deltas: str) -> bool:
+    """Whether ``calls`` wrote to the log: a first-keyed commit's put, or a last-keyed commit's transaction."""
+    for service, op, params in calls:
+        if service == "dynamodb" and op == "PutItem" and params["TableName"] == deltas:
+            return True
+        if service == "dynamodb" and op == "TransactWriteItems":
+            if any(item.get("Put", {}).get("TableName") == deltas for item in params["TransactItems"]):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("mode", ["last", "auto, before the marker opens"])
+def test_push_role_allows_what_the_other_log_key_modes_call(cfn, ids, aws, recorder, mode):
+    # Given a push function set to last keys, or to auto on a deployment whose marker was just written (its grace
+    # not yet begun: the push stamps it, and commits by a transaction)
+    from functions._runtime import reset_runtime
+    from lakesync.aws.log_keys import MARKER_GATEWAY, write_marker
+
+    if mode == "last":
+        aws["monkeypatch"].setenv("LAKESYNC_LOG_KEYS", "last")
+    else:
+        write_marker(boto3.client("dynamodb", endpoint_url=aws["endpoint"], **FAKE), aws["tables"].config, 3_600_000)
+    assert _invoke("admin", "admin_schema_post", role="admin") < 300
+    reset_runtime()
+    recorder.calls.clear()
+    # When it serves its scenario
+    statuses = SCENARIOS["push"](aws)
+    # Then the requests succeeded by transactions, and its role allows every call it made
+    assert all(status < 300 for status in statuses), statuses
+    assert any(op == "TransactWriteItems" for _, op, _ in recorder.calls)
+    assert not any(op == "PutItem" and p["TableName"] == aws["tables"].deltas for _, op, p in recorder.calls)
+    stamped = [p for _, op, p in recorder.calls if op == "PutItem" and p["Item"].get("gw") == {"S": MARKER_GATEWAY}]
+    assert bool(stamped) is (mode != "last")
+    role = cfn.role_of(cfn.functions()["push"])
+    _, missing = _check(cfn, role, recorder.calls, _names(aws, ids))
+    assert not missing, f"used but not granted: {missing}"
 
 
 def _env_var(cfn: Any, function: str, var: str) -> str:

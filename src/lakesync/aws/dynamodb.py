@@ -38,6 +38,7 @@ from lakesync.aws.log_chunks import (
     encode_entries,
     is_commit_mark,
 )
+from lakesync.aws.log_keys import write_marker
 from lakesync.aws.tables import (
     COMMIT_INDEX,
     TTL_ATTRIBUTE,
@@ -239,7 +240,9 @@ class DynamoDBBufferStore:
     ``first_keyed``: write the log's chunks keyed by their first sequence (:mod:`lakesync.aws.log_chunks`), and read
     it expecting that. Reads are correct on either kind of log (and on a log that changed kind once: last-keyed up to
     some sequence, first-keyed after it); the setting only decides which request comes first. A shard whose head
-    records a first-keyed chunk (``lk``) gets first-keyed chunks from every writer, so its log never changes back.
+    records a first-keyed chunk (``lk``) gets first-keyed chunks from every writer, so its log never changes back. A
+    callable (:class:`lakesync.aws.log_keys.FirstKeysGate`) is asked before a commit starts a shard on first keys, and
+    reads then expect a shard's kind only once they have seen it.
     """
 
     def __init__(
@@ -250,7 +253,7 @@ class DynamoDBBufferStore:
         log_ttl_s: int = LOG_TTL_S,
         rows_in_commit: bool = False,
         commit_mark_every: int = COMMIT_MARK_EVERY,
-        first_keyed: bool = False,
+        first_keyed: bool | Callable[[], bool] = False,
     ) -> None:
         if commit_mark_every < 1:
             raise ValueError(f"commit_mark_every must be at least 1, not {commit_mark_every}")
@@ -259,9 +262,13 @@ class DynamoDBBufferStore:
         self._log_ttl_s = log_ttl_s
         self._rows_in_commit = rows_in_commit
         self._mark_every = commit_mark_every
-        self._first_keyed = first_keyed
+        self._first_keyed = first_keyed if isinstance(first_keyed, bool) else False
+        self._starts_first_keys: Callable[[], bool] = first_keyed if callable(first_keyed) else self._by_setting
         self._first_keyed_shards: set[str] = set()
         self._claimed: set[str] = set()
+
+    def _by_setting(self) -> bool:
+        return self._first_keyed
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
@@ -620,7 +627,7 @@ class DynamoDBBufferStore:
         shard = commit.shard
         head = commit.head
         _check_rows(commit)
-        first_keyed = self._first_keyed or shard.key in self._first_keyed_shards
+        first_keyed = shard.key in self._first_keyed_shards or self._starts_first_keys()
         if first_keyed and not self._rows_in_commit and commit.entries:
             self._commit_by_put(commit)
             return
@@ -772,6 +779,7 @@ class DynamoDBBufferStore:
         if item is None or int(item["seq"]["N"]) != expected:
             raise CommitConflict()
         self._claimed.add(shard.key)
+        self._first_keyed_shards.add(shard.key)
 
     def _advance_head(self, commit: Commit) -> None:
         """Move the head from the chunk's first position - 1 to its last. An earlier chunk whose head update is
@@ -1425,7 +1433,9 @@ class DynamoDBActionStore:
 
 
 def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
-    """Create every LakeSync table (idempotent) and enable TTL where records expire.
+    """Create every LakeSync table (idempotent) and enable TTL where records expire. Tables created here have never
+    held a log written by an earlier release, so the config table is created with the deployment marker open
+    (:mod:`lakesync.aws.log_keys`): writers set to ``auto`` write first keys at once.
 
     Args:
         client: The DynamoDB client.
@@ -1440,6 +1450,8 @@ def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str
             client.create_table(**spec)
     for spec in specs:
         client.get_waiter("table_exists").wait(TableName=spec["TableName"])
+    if names.config not in existing:
+        write_marker(client, names.config, 0, seen_ms=0)
     for name in [names.as_dict()[logical] for logical in TTL_TABLES] + ([connections] if connections else []):
         client.update_time_to_live(
             TableName=name,

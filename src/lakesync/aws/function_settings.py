@@ -1,7 +1,7 @@
 """The Lambda functions' configuration: environment variables, validated once per cold start.
 
-Variables (every API function reads the list below; ``health`` and ``rotate_secret`` read none, ``flush_trigger``
-reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
+Variables (every API function reads the list below; ``health``, ``rotate_secret`` and ``log_keys_marker`` read none,
+``flush_trigger`` reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 
 * ``LAKESYNC_GATEWAY_IDS`` -- comma-separated gateway ids served (default ``default``).
 * ``LAKESYNC_TABLE_DELTAS`` / ``_ROWS`` / ``_HEADS`` / ``_DEDUP`` / ``_CONFIG`` / ``_ACTIONS`` -- DynamoDB table
@@ -15,10 +15,11 @@ reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
 * ``LAKESYNC_ROW_WRITES`` -- ``after-commit`` (default: the row index written after each commit, one conditional
   ``PutItem`` per row, half the write units) or ``in-commit`` (rows inside the commit's transaction: fewer requests,
   what the embedded default uses, where requests cost time and write units cost nothing).
-* ``LAKESYNC_LOG_KEYS`` -- ``last`` (default: each log item keyed by its last sequence, each commit one transaction)
-  or ``first`` (keyed by its first, :mod:`lakesync.aws.log_chunks`; with rows written after the commit, the commit
-  is a conditional put of the log item). Either reads both kinds; ``first`` writes first keys, for good, to every
-  shard it commits to. Set it only once every function runs code that reads first keys.
+* ``LAKESYNC_LOG_KEYS`` -- how log items are keyed: ``first`` (by their first sequence, :mod:`lakesync.aws.log_chunks`;
+  with rows written after the commit, the commit is a conditional put of the log item), ``last`` (by their last
+  sequence, each commit one transaction) or ``auto`` (default: ``last`` until the deployment's marker says every
+  function and job reads first keys, then ``first``: :mod:`lakesync.aws.log_keys`). All read both kinds; first keys,
+  once written to a shard, are written to it by every writer, for good.
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).
 * ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
@@ -50,7 +51,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Final
+from typing import Final, Literal
 
 from lakesync.auth import MIN_SECRET_BYTES
 from lakesync.aws.tables import TableNames, connections_table_name
@@ -95,7 +96,8 @@ CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
 WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
 ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 LOG_KEYS: Final = "LAKESYNC_LOG_KEYS"
-LOG_KEY_KINDS: Final = ("last", "first")
+LOG_KEY_KINDS: Final = ("auto", "last", "first")
+LogKeys = Literal["auto", "last", "first"]
 
 CONNECTOR_SCHEDULER: Final = "LAKESYNC_CONNECTOR_SCHEDULER"
 CONNECTOR_SCHEDULE_GROUP: Final = "LAKESYNC_CONNECTOR_SCHEDULE_GROUP"
@@ -163,6 +165,7 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
     "rotate_secret": frozenset(),
+    "log_keys_marker": frozenset(),
     "lake_tick": frozenset(
         {
             GATEWAY_IDS,
@@ -237,7 +240,7 @@ class Settings:
         max_body_bytes: Largest request body accepted.
         checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
         rows_in_commit: Write the row index inside each commit's transaction (``LAKESYNC_ROW_WRITES=in-commit``).
-        first_keyed_log: Write log items keyed by their first sequence (``LAKESYNC_LOG_KEYS=first``).
+        log_keys: How log items are keyed (``LAKESYNC_LOG_KEYS``): ``auto``, ``last`` or ``first``.
     """
 
     gateway_ids: frozenset[str]
@@ -250,7 +253,7 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     checkpoint_bucket: str | None = None
     rows_in_commit: bool = False
-    first_keyed_log: bool = False
+    log_keys: LogKeys = "auto"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -272,7 +275,7 @@ class Settings:
             max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors, maximum=MAX_BODY_BYTES_LIMIT),
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
             rows_in_commit=_row_writes(env.get(ROW_WRITES, ROW_WRITE_MODES[0]), errors),
-            first_keyed_log=_log_keys(env.get(LOG_KEYS, LOG_KEY_KINDS[0]), errors),
+            log_keys=_log_keys(env.get(LOG_KEYS, LOG_KEY_KINDS[0]), errors),
         )
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
@@ -295,11 +298,15 @@ def _row_writes(raw: str, errors: list[str]) -> bool:
     return mode == "in-commit"
 
 
-def _log_keys(raw: str, errors: list[str]) -> bool:
+def _log_keys(raw: str, errors: list[str]) -> LogKeys:
     kind = raw.strip()
-    if kind not in LOG_KEY_KINDS:
+    if kind == "last":
+        return "last"
+    if kind == "first":
+        return "first"
+    if kind != "auto":
         errors.append(f"{LOG_KEYS} must be one of {', '.join(LOG_KEY_KINDS)} (got {raw!r})")
-    return kind == "first"
+    return "auto"
 
 
 def _gateway_ids(raw: str, errors: list[str]) -> frozenset[str]:

@@ -22,6 +22,7 @@ from lakesync.aws.function_settings import (
     SettingsError,
 )
 from lakesync.aws.lake_tick import JobRunner, LakeReader, LakeTick
+from lakesync.aws.log_keys import FirstKeysGate
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.core.lake_work import JOB_KINDS, JobKind
@@ -42,9 +43,12 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
     (its S3 client made on first use), the gateway settings, and the registered connectors (:func:`connector_parts`)."""
     client = dynamodb_client()
     config = DynamoDBConfigStore(client, settings.tables)
+    first_keyed: bool | FirstKeysGate = (
+        FirstKeysGate(client, settings.tables.config) if settings.log_keys == "auto" else settings.log_keys == "first"
+    )
     deps = GatewayDeps(
         buffer=DynamoDBBufferStore(
-            client, settings.tables, rows_in_commit=settings.rows_in_commit, first_keyed=settings.first_keyed_log
+            client, settings.tables, rows_in_commit=settings.rows_in_commit, first_keyed=first_keyed
         ),
         config=config,
         actions=DynamoDBActionStore(client, settings.tables),

@@ -1,0 +1,59 @@
+"""``LogKeysMarker``: the deployment's word that every function and job runs code that reads first keys.
+
+A custom resource (:mod:`functions.log_keys_marker`) that CloudFormation creates after every function and Glue job
+of the stack, so on the deploy that adds it (the upgrade to this release, or a new stack) it is written only once they
+are all updated. Writers set to ``logKeys: auto`` start first keys one grace after they first see it
+(:mod:`lakesync.aws.log_keys`): the grace outlasts anything that started with the code before, the longest Lambda
+invocation and the longest Glue job run. If the deploy rolls back, CloudFormation deletes the resource, and the
+marker with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import aws_cdk as cdk
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct, IConstruct
+
+from lakesync_infra.buffer import Buffer
+from lakesync_infra.config import LakeSyncConfig
+
+LAMBDA_MAX_TIMEOUT_S: Final = 900
+MARGIN_S: Final = 60
+
+
+def marker_grace_ms(config: LakeSyncConfig) -> int:
+    """How long code of the release before may still run once everything is updated: Lambda's longest invocation
+    or the configured Glue job timeout, whichever is longer, and a minute."""
+    return (max(LAMBDA_MAX_TIMEOUT_S, config.glue_timeout_minutes * 60) + MARGIN_S) * 1000
+
+
+class LogKeysMarker(Construct):
+    """The marker item, written by ``function`` once every construct of ``after`` is deployed.
+
+    Attributes:
+        resource: The custom resource.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: LakeSyncConfig,
+        buffer: Buffer,
+        function: lambda_.IFunction,
+        after: Sequence[IConstruct],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.resource = cdk.CustomResource(
+            self,
+            "Resource",
+            service_token=function.function_arn,
+            resource_type="Custom::LogKeysMarker",
+            properties={"TableName": buffer.names.config, "GraceMs": str(marker_grace_ms(config))},
+        )
+        for construct in after:
+            self.resource.node.add_dependency(construct)
