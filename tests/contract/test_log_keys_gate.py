@@ -85,11 +85,39 @@ def test_first_keys_start_one_grace_after_the_marker_is_first_seen(
     clock.ms = seen + GRACE_MS - 1
     assert not gate() and client.queries == 2  # the stamp is known: no more reads
     clock.ms = seen + GRACE_MS
-    assert gate()
+    assert gate() and client.queries == 3  # one read to confirm the marker is still there with that stamp
     # And once on, they stay on without reading anything, whatever happens to the marker
     remove_marker(dynamodb_client, names.config)
     clock.ms += 10**9
-    assert gate() and client.queries == 2 and client.puts == 1
+    assert gate() and client.queries == 3 and client.puts == 1
+
+
+def test_a_marker_taken_back_within_the_grace_keeps_first_keys_off(
+    dynamodb_client: Any, dynamodb_tables: TableNames
+) -> None:
+    # Given a writer that saw (and stamped) a fresh marker
+    names = dynamodb_tables
+    write_marker(dynamodb_client, names.config, GRACE_MS)
+    clock = Clock()
+    gate = FirstKeysGate(dynamodb_client, names.config, now_ms=clock, recheck_ms=10_000)
+    assert not gate()
+    # When the deploy rolls back (the marker deleted) before the grace is over
+    remove_marker(dynamodb_client, names.config)
+    # Then the end of the grace does not turn first keys on
+    clock.ms += GRACE_MS
+    assert not gate()
+    clock.ms += 10 * GRACE_MS
+    assert not gate()
+    # And a later deploy's marker starts a grace of its own, from when this process next reads it
+    write_marker(dynamodb_client, names.config, GRACE_MS)
+    clock.ms += 10_000
+    assert not gate()
+    seen = int((_marker(dynamodb_client, names) or {})["seen"]["N"])
+    assert seen == clock.ms
+    clock.ms = seen + GRACE_MS - 1
+    assert not gate()
+    clock.ms += 1
+    assert gate()
 
 
 def test_writers_seeing_the_marker_at_once_agree_on_one_stamp(

@@ -13,8 +13,9 @@ earlier release ever ran on them). The marker is one item of the config table:
   function or job timeout);
 * ``seen``: when a writer first saw the marker (the first to see it stamps it, conditionally, so all agree).
 
-Writers start first keys once ``seen + grace_ms`` has passed. Until then the marker is read at most once a minute by
-each process; from then on, never. Any failure reads as "not yet": last keys are always safe (a writer set to them
+Writers start first keys once ``seen + grace_ms`` has passed, and the marker is still there with that stamp. Until
+then each process reads the marker at most once a minute (and once more when the grace is over); from then on,
+never. Any failure reads as "not yet": last keys are always safe (a writer set to them
 still writes first keys to a shard whose head records them).
 """
 
@@ -93,11 +94,24 @@ class FirstKeysGate:
             return True
         with self._lock:
             now = self._now_ms()
-            if self._opens_at is None and now >= self._next_read:
+            known = self._opens_at is not None
+            if not known:
+                if now < self._next_read:
+                    return False
                 self._next_read = now + self._recheck_ms
                 self._opens_at = self._read_opens_at(now)
-            self._open = self._opens_at is not None and now >= self._opens_at
-            return self._open
+            if self._opens_at is None or now < self._opens_at:
+                return False
+            if known:
+                # The grace counted from an earlier read: the marker must still be there with that stamp (a deploy
+                # that rolled back deleted it; one that wrote it again restarts the grace).
+                confirmed = self._read_opens_at(now)
+                if confirmed != self._opens_at:
+                    self._opens_at = confirmed
+                    self._next_read = now + self._recheck_ms
+                    return False
+            self._open = True
+            return True
 
     def _read_opens_at(self, now: int) -> int | None:
         try:
