@@ -88,10 +88,10 @@ COMMON_METHOD = [
 PUSH_METHOD = [
     "* **handler**: `functions.push.lambda_handler` per request: routing, JWT verification, JSON parsing, "
     "whole-batch validation, then per chunk of 48 deltas: the shard head (`GetItem`), one `BatchGetItem` of its rows "
-    "(consistent) and deltaId records (eventually consistent), one `TransactWriteItems` of the chunk's log item and "
-    "the head update (conditional on its sequence), then one conditional `PutItem` per row (only forward) and the "
-    "head's rows-applied mark (`UpdateItem`), and `BatchWriteItem` of the deltaId records of deltas that changed "
-    "nothing (none here).",
+    "(consistent) and deltaId records (eventually consistent), the chunk's log item by one conditional `PutItem` "
+    "(first keys, the default; the first commit to the shard also records `lk` on its head), then one conditional "
+    "`PutItem` per row (only forward) and the head moved over the chunk (`UpdateItem`: `seq`, `ra`, totals), and "
+    "`BatchWriteItem` of the deltaId records of deltas that changed nothing (none here).",
     "* **floor A (issue 15's reference)**: `BatchWriteItem` of one log item per delta (the log as it was before it was "
     "chunked: the delta with its row images).",
     "* **floor C (the same items)**: `BatchWriteItem` (25 items per request) of every item the handler run stored -- "
@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         progress(summaries[-1])
         if profile_mode or (profile_mode is None and not figures["goal"]["met"]):
             results["push_profile"] = push.profile(deltas=sizes.push_profile_deltas, batch=sizes.push_batch)
-        results["push_stock_moto_commit"] = push.stock_moto_commit_cost(sample, table_sizes=sizes.stock_table_sizes)
+        if sample is not None:
+            results["push_stock_moto_commit"] = push.stock_moto_commit_cost(sample, table_sizes=sizes.stock_table_sizes)
     if "pull" in selected:
         results["pull"] = pull.run(
             deltas=sizes.pull_deltas,
