@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -23,6 +24,11 @@ CLIENT_CONFIG = Config(
     max_pool_connections=50,
     parameter_validation=False,
 )
+
+
+def error_code(exc: ClientError) -> str:
+    """The AWS error code of a failed request (``ConditionalCheckFailedException``...), ``""`` if it has none."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def dynamodb_client(**kwargs: str) -> DynamoDBClient:

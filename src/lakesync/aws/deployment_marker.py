@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import error_code
 from lakesync.aws.log_keys import MARKER_GATEWAY, MARKER_SK, remove_marker, write_marker
 
 if TYPE_CHECKING:
@@ -50,8 +51,8 @@ class MarkerRequest:
 
 def parse_marker_event(event: Mapping[str, Any]) -> MarkerRequest:
     """Read the request. Raises :class:`MarkerRequestError` naming what is missing or wrong."""
-    url = event.get("ResponseURL")
-    if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+    url = _response_url(event)
+    if url is None:
         raise MarkerRequestError("ResponseURL must be an http(s) URL")
     reply = {key: event.get(key) for key in ("StackId", "RequestId", "LogicalResourceId")}
     if not all(isinstance(value, str) and value for value in reply.values()):
@@ -70,6 +71,11 @@ def parse_marker_event(event: Mapping[str, Any]) -> MarkerRequest:
     return MarkerRequest(kind, table, int(grace), url, {k: str(v) for k, v in reply.items()})
 
 
+def _response_url(event: Mapping[str, Any]) -> str | None:
+    url = event.get("ResponseURL")
+    return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
+
+
 def apply_marker_request(request: MarkerRequest, client: DynamoDBClient) -> None:
     """Create: write the marker. Delete: remove it (a table that is gone holds none). Update: nothing."""
     if request.request_type == "Create":
@@ -78,7 +84,7 @@ def apply_marker_request(request: MarkerRequest, client: DynamoDBClient) -> None
         try:
             remove_marker(client, request.table)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            if error_code(exc) != "ResourceNotFoundException":
                 raise
 
 
@@ -97,8 +103,8 @@ def handle_marker_event(
     try:
         request = parse_marker_event(event)
     except MarkerRequestError as exc:
-        url = event.get("ResponseURL")
-        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+        url = _response_url(event)
+        if url is None:
             raise
         deleting = event.get("RequestType") == "Delete"
         status = "SUCCESS" if deleting else "FAILED"

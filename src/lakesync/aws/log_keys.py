@@ -6,7 +6,7 @@ read first-keyed chunks. A deploy updates functions and jobs one at a time, and 
 before its update goes on with the old code until it ends.
 
 So the deployment says when it has updated everything: the CDK stack's marker resource, created after every function
-and job (:mod:`lakesync_infra.functions`), and :func:`lakesync.aws.dynamodb.create_tables` for tables it creates (no
+and job (:mod:`lakesync_infra.rollout`), and :func:`lakesync.aws.dynamodb.create_tables` for tables it creates (no
 earlier release ever ran on them). The marker is one item of the config table:
 
 * ``grace_ms``: how long code of an earlier release may still run after the marker was written (the longest
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
+
+from lakesync.aws.clients import error_code
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -149,7 +151,7 @@ class FirstKeysGate:
                 ConditionExpression="attribute_exists(gw) AND attribute_not_exists(seen)",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             return None
         return item
