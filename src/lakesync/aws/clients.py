@@ -26,9 +26,17 @@ CLIENT_CONFIG = Config(
 )
 
 
-def error_code(exc: ClientError) -> str:
-    """The AWS error code of a failed request (``ConditionalCheckFailedException``...), ``""`` if it has none."""
-    return str(exc.response.get("Error", {}).get("Code", ""))
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a failed request (``ConditionalCheckFailedException``...): ``"Unknown"`` for a refusal
+    that names none, the exception's class name for a failure that is not a refusal (a timeout, a closed socket)."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code") or "Unknown")
+    return type(exc).__name__
+
+
+def condition_failed(exc: BaseException) -> bool:
+    """Whether a single-item write failed its condition (someone else's write got there first)."""
+    return error_code(exc) == "ConditionalCheckFailedException"
 
 
 def dynamodb_client(**kwargs: str) -> DynamoDBClient:

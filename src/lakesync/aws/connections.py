@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import error_code
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 from lakesync.core.errors import StorageBusyError, StorageError
 from lakesync.gateway.realtime import Connection, Encoding
@@ -35,7 +36,7 @@ _THROTTLED = frozenset(
 
 
 def _error(exc: ClientError, what: str) -> StorageError:
-    code = exc.response.get("Error", {}).get("Code", "Unknown")
+    code = error_code(exc)
     kind = StorageBusyError if code in _THROTTLED else StorageError
     return kind(f"DynamoDB {what} failed: {code}")
 

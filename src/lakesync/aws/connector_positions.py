@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import _client_error, _condition_failed, _n, _s
+from lakesync.aws.clients import condition_failed
+from lakesync.aws.dynamodb import _client_error, _n, _s
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.ports import StoredPosition
@@ -93,7 +94,7 @@ class DynamoDBPositionStore:
         try:
             self._db.update_item(TableName=self._table, Key=self._key(gateway, name), **kwargs)
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 return False
             raise _client_error(exc, "UpdateItem") from exc
         return True

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import error_code
 from lakesync.core.errors import AdapterError
 
 __all__ = ["EventBridgeConnectorScheduler", "rate_expression", "schedule_name", "scheduler_client"]
@@ -92,13 +93,13 @@ class EventBridgeConnectorScheduler:
         try:
             client.create_schedule(**request)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
+            code = error_code(exc)
             if code != "ConflictException":
                 raise AdapterError(f"EventBridge Scheduler refused the schedule of connector {name!r}: {code}") from exc
             try:
                 client.update_schedule(**request)
             except ClientError as again:
-                code = again.response.get("Error", {}).get("Code", "")
+                code = error_code(again)
                 raise AdapterError(
                     f"EventBridge Scheduler refused the schedule of connector {name!r}: {code}"
                 ) from again
@@ -107,6 +108,6 @@ class EventBridgeConnectorScheduler:
         try:
             self._scheduler().delete_schedule(Name=schedule_name(gateway, name), GroupName=self._group)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
+            code = error_code(exc)
             if code != "ResourceNotFoundException":
                 raise AdapterError(f"EventBridge Scheduler could not delete the schedule of {name!r}: {code}") from exc

@@ -13,15 +13,12 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import error_code
 from lakesync.connectors.secrets import SecretNotFoundError
 from lakesync.core.errors import AdapterError
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", "Unknown"))
 
 
 class SecretsManagerSecretStore:
@@ -49,20 +46,20 @@ class SecretsManagerSecretStore:
             kwargs = {"KmsKeyId": self._kms} if self._kms else {}
             return client.create_secret(Name=name, SecretString=value, Tags=tags, **kwargs)["ARN"]  # type: ignore[arg-type]
         except ClientError as exc:
-            if _code(exc) != "ResourceExistsException":
-                raise AdapterError(f"Secrets Manager could not create secret {name!r}: {_code(exc)}") from exc
+            if error_code(exc) != "ResourceExistsException":
+                raise AdapterError(f"Secrets Manager could not create secret {name!r}: {error_code(exc)}") from exc
         try:
             return client.put_secret_value(SecretId=name, SecretString=value)["ARN"]
         except ClientError as exc:
-            raise AdapterError(f"Secrets Manager could not update secret {name!r}: {_code(exc)}") from exc
+            raise AdapterError(f"Secrets Manager could not update secret {name!r}: {error_code(exc)}") from exc
 
     def get_secret(self, secret_id: str) -> str:
         try:
             out = self._sm().get_secret_value(SecretId=secret_id)
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            if error_code(exc) == "ResourceNotFoundException":
                 raise SecretNotFoundError(f"Secret {secret_id!r} not found") from exc
-            raise AdapterError(f"Secret {secret_id!r} cannot be read: {_code(exc)}") from exc
+            raise AdapterError(f"Secret {secret_id!r} cannot be read: {error_code(exc)}") from exc
         value = out.get("SecretString")
         if value is None:
             raise AdapterError(f"Secret {secret_id!r} has no string value")
@@ -72,5 +69,5 @@ class SecretsManagerSecretStore:
         try:
             self._sm().delete_secret(SecretId=secret_id, ForceDeleteWithoutRecovery=True)
         except ClientError as exc:
-            if _code(exc) != "ResourceNotFoundException":
-                raise AdapterError(f"Secrets Manager could not delete secret {secret_id!r}: {_code(exc)}") from exc
+            if error_code(exc) != "ResourceNotFoundException":
+                raise AdapterError(f"Secrets Manager could not delete secret {secret_id!r}: {error_code(exc)}") from exc

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import condition_failed, error_code
 from lakesync.aws.log_chunks import (
     COMMIT_MARK_EVERY,
     FIRST_KEYED,
@@ -152,11 +153,6 @@ def decode_row_state(table: str, row_id: str, text: str) -> RowState:
     return state_from_json(table, row_id, json.loads(text), trusted=True)
 
 
-def _condition_failed(exc: ClientError) -> bool:
-    """Whether a single-item write failed its condition (someone else's write got there first)."""
-    return bool(exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
-
-
 _THROTTLED: Final = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
 """Error codes of a request DynamoDB refused for capacity (after the SDK's own retries): worth retrying later."""
 
@@ -164,7 +160,7 @@ _THROTTLED: Final = frozenset({"ProvisionedThroughputExceededException", "Thrott
 def _client_error(exc: ClientError, what: str) -> StorageError:
     """What a failed request means to the caller: throttling is :class:`StorageBusyError` (503, retry later), anything
     else :class:`StorageError` (500)."""
-    code = exc.response.get("Error", {}).get("Code", "Unknown")
+    code = error_code(exc)
     if code in _THROTTLED:
         return StorageBusyError(f"DynamoDB is throttling {what} requests ({code}); retry later")
     return StorageError(f"DynamoDB {what} failed: {code}")
@@ -730,7 +726,7 @@ class DynamoDBBufferStore:
         try:
             self._db.put_item(TableName=self._t.deltas, Item=item, ConditionExpression="attribute_not_exists(seq)")
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 self._roll_forward(shard)
                 raise CommitConflict() from exc
             raise _commit_error(shard, exc) from exc
@@ -760,7 +756,7 @@ class DynamoDBBufferStore:
                     ExpressionAttributeNames={"#sh": "shard"},
                 )
             except ClientError as exc:
-                if not _condition_failed(exc):
+                if not condition_failed(exc):
                     raise _commit_error(shard, exc) from exc
         try:
             self._db.update_item(
@@ -772,7 +768,7 @@ class DynamoDBBufferStore:
                 ExpressionAttributeValues={":one": _n(1)},
             )
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 raise CommitConflict() from exc  # no head: the commit was planned for a shard that exists
             raise _commit_error(shard, exc) from exc
         item = self._head_item(shard)
@@ -824,7 +820,7 @@ class DynamoDBBufferStore:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise _client_error(exc, "UpdateItem") from exc
             return False
         return True
@@ -909,7 +905,7 @@ class DynamoDBBufferStore:
                 ExpressionAttributeValues={":v": _n(row.version)},
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
 
     def _set_applied(self, shard: ShardId, expected: int, to: int) -> bool:
@@ -923,7 +919,7 @@ class DynamoDBBufferStore:
                 ExpressionAttributeValues={":to": _n(to), ":expected": _n(expected)},
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             return False
         return True
@@ -1221,7 +1217,7 @@ class DynamoDBConfigStore:
         try:
             self._db.put_item(**request)
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 raise CommitConflict() from exc
             raise _client_error(exc, "PutItem") from exc
 
@@ -1275,7 +1271,7 @@ class DynamoDBConfigStore:
                 ConditionExpression="attribute_not_exists(sk)",
             )
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 raise AlreadyExistsError(f'Destination "{config.name}" already exists') from exc
             raise _client_error(exc, "PutItem") from exc
 
@@ -1318,7 +1314,7 @@ class DynamoDBConfigStore:
                 ConditionExpression="attribute_not_exists(sk)",
             )
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 raise AlreadyExistsError(f'Connector "{config.name}" already exists') from exc
             raise _client_error(exc, "PutItem") from exc
 
@@ -1409,7 +1405,7 @@ class DynamoDBActionStore:
                 ExpressionAttributeValues={":now": _n(now_s)},
             )
         except ClientError as exc:
-            if _condition_failed(exc):
+            if condition_failed(exc):
                 return False
             raise _client_error(exc, "PutItem") from exc
         return True

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lakesync.aws.clients import error_code
 from lakesync.aws.flush_store import LEASE_GATEWAY
 from lakesync.aws.jobs import DEFAULT_POLL_INTERVAL_S, RunStarter, TransientJobError
 from lakesync.aws.tables import TableNames
@@ -224,7 +225,7 @@ class FunctionJobStarter(RunStarter):
                 Payload=json.dumps({"run": run_id}).encode(),
             )
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            code = error_code(exc)
             self.log.finished(run_id, False, self._now_ms(), f"Invoke refused: {code}")
             if code in _TRANSIENT_LAMBDA:
                 raise TransientJobError(code) from exc

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import job_client
+from lakesync.aws.clients import condition_failed, error_code, job_client
 from lakesync.aws.dynamodb import (
     DESTINATION_PREFIX,
     REGISTRY_PREFIX,
@@ -129,12 +129,8 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", "Unknown"))
-
-
 def _storage_error(exc: ClientError, what: str) -> StorageError:
-    return StorageError(f"DynamoDB {what} failed: {_code(exc)}")
+    return StorageError(f"DynamoDB {what} failed: {error_code(exc)}")
 
 
 def log_record(entry: LogEntry) -> LogRecord:
@@ -343,7 +339,7 @@ class FlushStore:
                 },
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise _storage_error(exc, "UpdateItem") from exc
             current = self.heads([shard]).get(shard)
             if current is not None and current.flushed_seq >= seq:
@@ -367,7 +363,7 @@ class FlushStore:
                 ExpressionAttributeValues={":to": _n(seq)},
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise _storage_error(exc, "UpdateItem") from exc
             return False
         return True
@@ -446,7 +442,7 @@ class FlushStore:
                 ExpressionAttributeValues={":rs": _n(seq), ":rh": _n(commit_hlc)},
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise _storage_error(exc, "UpdateItem") from exc
 
     # -- flush requests ------------------------------------------------------------------------------------------
@@ -492,7 +488,7 @@ class FlushStore:
                 ExpressionAttributeValues={":now": _n(now_ms), ":me": _s(owner)},
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise _storage_error(exc, "PutItem") from exc
         return True
@@ -509,7 +505,7 @@ class FlushStore:
                 ExpressionAttributeValues={":until": _n(now_ms + ttl_ms), ":me": _s(owner), ":now": _n(now_ms)},
             )
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise _storage_error(exc, "UpdateItem") from exc
         return True
@@ -525,7 +521,7 @@ class FlushStore:
                 ExpressionAttributeValues={":me": _s(owner)},
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise _storage_error(exc, "DeleteItem") from exc
 
     def lease(self) -> Lease | None:

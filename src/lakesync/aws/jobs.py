@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lakesync.aws.clients import error_code
 from lakesync.core.errors import StorageError
 from lakesync.core.flush_requests import ActiveRun, covering_run
 from lakesync.core.lake_work import ACTIVE_STATES, JobRun
@@ -238,7 +239,7 @@ class GlueJobStarter(RunStarter):
         try:
             return method(**kwargs)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            code = error_code(exc)
             if code == _BUSY or code in _TRANSIENT:
                 raise TransientJobError(code) from exc
             raise StorageError(f"Glue {operation} ({self.job_name}) failed: {code}") from exc

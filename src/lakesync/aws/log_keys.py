@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.clients import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -151,7 +151,7 @@ class FirstKeysGate:
                 ConditionExpression="attribute_exists(gw) AND attribute_not_exists(seen)",
             )
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise
             return None
         return item

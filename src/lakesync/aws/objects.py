@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.aws.clients import CLIENT_CONFIG
+from lakesync.aws.clients import CLIENT_CONFIG, error_code
 from lakesync.core.errors import StorageError
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class S3ObjectStore:
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
         except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"S3 PutObject s3://{self.bucket}/{key} failed: {_code(exc)}") from exc
+            raise StorageError(f"S3 PutObject s3://{self.bucket}/{key} failed: {error_code(exc)}") from exc
 
     def get(self, key: str) -> bytes | None:
         """The object's bytes, or ``None`` if it does not exist.
@@ -61,11 +61,11 @@ class S3ObjectStore:
             response = self.client.get_object(Bucket=self.bucket, Key=key)
             return response["Body"].read()
         except ClientError as exc:
-            if _code(exc) in _MISSING:
+            if error_code(exc) in _MISSING:
                 return None
-            raise StorageError(f"S3 GetObject s3://{self.bucket}/{key} failed: {_code(exc)}") from exc
+            raise StorageError(f"S3 GetObject s3://{self.bucket}/{key} failed: {error_code(exc)}") from exc
         except BotoCoreError as exc:
-            raise StorageError(f"S3 GetObject s3://{self.bucket}/{key} failed: {_code(exc)}") from exc
+            raise StorageError(f"S3 GetObject s3://{self.bucket}/{key} failed: {error_code(exc)}") from exc
 
     def list_keys(self, prefix: str) -> list[str]:
         """Every key under ``prefix``, in S3's (UTF-8 byte) order.
@@ -78,7 +78,7 @@ class S3ObjectStore:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 keys.extend(obj["Key"] for obj in page.get("Contents", []) if "Key" in obj)
         except (ClientError, BotoCoreError) as exc:
-            raise StorageError(f"S3 ListObjectsV2 s3://{self.bucket}/{prefix} failed: {_code(exc)}") from exc
+            raise StorageError(f"S3 ListObjectsV2 s3://{self.bucket}/{prefix} failed: {error_code(exc)}") from exc
         return keys
 
 
@@ -91,11 +91,5 @@ def create_bucket(client: S3Client, bucket: str) -> None:
         else:
             client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
     except ClientError as exc:
-        if _code(exc) != "BucketAlreadyOwnedByYou":
+        if error_code(exc) != "BucketAlreadyOwnedByYou":
             raise
-
-
-def _code(exc: Exception) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", "Unknown"))
-    return type(exc).__name__

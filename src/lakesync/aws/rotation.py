@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lakesync.auth import MIN_SECRET_BYTES, generate_secret, mint_token, verify_token
+from lakesync.aws.clients import error_code
 from lakesync.aws.secrets import CURRENT
 from lakesync.core.errors import AuthError, StorageError, ValidationError
 
@@ -227,7 +228,7 @@ class SecretRotator:
             else:
                 response = self.client.get_secret_value(SecretId=secret_id, VersionId=version_id, VersionStage=stage)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING_VALUE:
+            if error_code(exc) in _MISSING_VALUE:
                 return None
             raise _storage_error("GetSecretValue", exc) from exc
         except BotoCoreError as exc:
@@ -243,5 +244,4 @@ class SecretRotator:
 
 
 def _storage_error(operation: str, exc: ClientError | BotoCoreError) -> StorageError:
-    code = exc.response.get("Error", {}).get("Code", "Unknown") if isinstance(exc, ClientError) else type(exc).__name__
-    return StorageError(f"Secrets Manager {operation} failed: {code}")
+    return StorageError(f"Secrets Manager {operation} failed: {error_code(exc)}")

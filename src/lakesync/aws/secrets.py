@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from lakesync.auth import MIN_SECRET_BYTES
+from lakesync.aws.clients import error_code
 from lakesync.core.errors import StorageError
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def _stage(client: SecretsManagerClient, secret_id: str, stage: str) -> str | No
     try:
         response = client.get_secret_value(SecretId=secret_id, VersionStage=stage)
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "Unknown")
+        code = error_code(exc)
         if stage == PREVIOUS and code == "ResourceNotFoundException":
             return None
         raise StorageError(f"Secrets Manager GetSecretValue ({stage}) failed: {code}") from exc

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.clients import condition_failed, error_code
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.gateway.model import CommitConflict
@@ -42,7 +43,7 @@ class DynamoDBSinceSessions:
                 TableName=self._table, Key={"pk": {"S": session_key(gateway, client_id)}}, ConsistentRead=True
             ).get("Item")
         except ClientError as exc:
-            raise StorageError(f"DynamoDB GetItem failed: {exc.response.get('Error', {}).get('Code')}") from exc
+            raise StorageError(f"DynamoDB GetItem failed: {error_code(exc)}") from exc
         if item is None:
             return None
         return SinceSession.from_json(json.loads(item["s"]["S"]), int(item["v"]["N"]))
@@ -63,6 +64,6 @@ class DynamoDBSinceSessions:
                 **guard,
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 raise CommitConflict() from exc
-            raise StorageError(f"DynamoDB PutItem failed: {exc.response.get('Error', {}).get('Code')}") from exc
+            raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
