@@ -24,8 +24,14 @@ if TYPE_CHECKING:
 class BufferStore(Protocol):
     """The delta buffer: shard heads, the commit-ordered log, the row index and deltaId dedup."""
 
-    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
-        """Consistent read of the heads of ``shards``; missing shards are absent from the result."""
+    def get_heads(
+        self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
+    ) -> dict[ShardId, ShardHead]:
+        """Consistent read of the heads of ``shards``; missing shards are absent from the result.
+
+        ``reaching``: positions the caller only compares with the heads. A head known to be at or past its shard's
+        position may then be one the log has already passed (a store whose log can run ahead of the stored head
+        need not look further); a head short of it is read in full."""
         ...
 
     def list_shards(self, gateway: str) -> list[ShardId]:

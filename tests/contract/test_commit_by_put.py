@@ -17,6 +17,7 @@ from lakesync.core.merge import fold
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.model import Commit
 from lakesync.gateway.pull import pull
+from tests.contract.test_commit_marks import CountingClient
 from tests.contract.test_row_cache import GW, NOW_MS, SHARD, _delta, _deps, _push
 
 
@@ -72,6 +73,12 @@ def test_a_chunk_its_writer_left_past_the_head_is_seen_pulled_and_rolled_over(
     assert [d.delta_id for d in page.deltas] == [d.delta_id for d in [*first, after_put]]
     again = pull(deps, GW, limit=100, claims={}, cursor=page.cursor)
     assert again.deltas == () and not again.has_more
+    # And a head read for positions only looks past the stored head when it is short of them: a caught-up pull's
+    # check of a position at the stored head takes no Query of the log
+    counting = CountingClient(client)
+    reader = DynamoDBBufferStore(counting, names, first_keyed=True)
+    assert reader.get_heads([SHARD], reaching={SHARD: 2})[SHARD].seq == 2 and counting.queries == []
+    assert reader.get_heads([SHARD], reaching={SHARD: 3})[SHARD].seq == 3 and len(counting.queries) == 1
 
     # When the next writers commit (one stops after its rows, before the head)
     before_head = _delta("r2", 4, done=False)

@@ -2,7 +2,7 @@
 changed kind once (last-keyed up to some sequence, first-keyed after it), on the moto server: every read by position
 and by commit HLC, every release target, whichever kind of log the reader expects, is what a scan of the entries the
 buffer holds gives; a shard that went first-keyed never gets a last-keyed chunk again; and how many requests a read
-takes."""
+takes, by a reader that knows the log's keys and by a new one that does not."""
 
 from __future__ import annotations
 
@@ -37,6 +37,29 @@ def stores(client: Any, names: TableNames, every: int, *, first_keyed: bool) -> 
         DynamoDBBufferStore(client, names, commit_mark_every=every, first_keyed=first_keyed),
         FlushStore(client, names, commit_mark_every=every, first_keyed=first_keyed),
     )
+
+
+class NewReader:
+    """A reader that has never read the shard, at every read: a new store of a deployment that may write first keys
+    (``logKeys: auto``, its gate still closed) for each call, so each read guesses the log's keys afresh."""
+
+    def __init__(self, client: Any, names: TableNames, every: int) -> None:
+        self._client, self._names, self._every = client, names, every
+
+    def __getattr__(self, name: str) -> Any:
+        store = DynamoDBBufferStore(self._client, self._names, commit_mark_every=self._every, first_keyed=lambda: False)
+        return getattr(store, name)
+
+
+def reader(client: Any, names: TableNames, every: int, kind: str) -> tuple[Any, FlushStore]:
+    """The reader ``kind`` names (``first``, ``last``: a store set to that; ``new``: :class:`NewReader`)."""
+    buffer, flush = stores(client, names, every, first_keyed=kind == "first")
+    return (NewReader(client, names, every) if kind == "new" else buffer), flush
+
+
+READERS = pytest.mark.parametrize(
+    "kind", ["first", "last", "new"], ids=["reader-first-keyed", "reader-last-keyed", "new-reader-auto"]
+)
 
 
 def log_items(client: Any, names: TableNames, shard: ShardId) -> list[dict[str, Any]]:
@@ -105,10 +128,8 @@ def check_reads(
 SIZES = [3, 1, 10, 5, 2, 7, 1, 1, 20, 5, 4, 1, 16, 2, 9, 3]
 
 
-@pytest.mark.parametrize("reader_first_keyed", [True, False], ids=["reader-first-keyed", "reader-last-keyed"])
-def test_a_first_keyed_log_reads_as_a_scan_of_it(
-    contract_dynamodb: Any, shard: ShardId, reader_first_keyed: bool
-) -> None:
+@READERS
+def test_a_first_keyed_log_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, kind: str) -> None:
     # Given a log committed with first keys, sparse marks
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, SIZES)
@@ -119,7 +140,7 @@ def test_a_first_keyed_log_reads_as_a_scan_of_it(
     ]
 
     # Then reads by position, by commit HLC and release targets are a scan's, whatever the reader expects
-    buffer, flush = stores(client, names, 8, first_keyed=reader_first_keyed)
+    buffer, flush = reader(client, names, 8, kind)
     check_reads(buffer, shard, entries)
     check_positions(buffer, flush, shard, entries, hlc_probes(entries, 14))
     assert buffer.read_log(shard, 5, 4) == entries[5:9]  # the entries themselves, images and all
@@ -134,10 +155,8 @@ def test_a_first_keyed_log_reads_as_a_scan_of_it(
         check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
 
 
-@pytest.mark.parametrize("reader_first_keyed", [True, False], ids=["reader-first-keyed", "reader-last-keyed"])
-def test_a_log_that_changed_kind_reads_as_a_scan_of_it(
-    contract_dynamodb: Any, shard: ShardId, reader_first_keyed: bool
-) -> None:
+@READERS
+def test_a_log_that_changed_kind_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, kind: str) -> None:
     # Given a log written last-keyed, then by a writer of first keys
     client, names = contract_dynamodb
     old = plan_chunks(shard, [2, 10, 1, 1, 7, 3, 10, 4])
@@ -149,7 +168,7 @@ def test_a_log_that_changed_kind_reads_as_a_scan_of_it(
     entries = [e for chunk in old + new for e in chunk]
 
     # Then every read is a scan's, across the change of kind too
-    buffer, flush = stores(client, names, 8, first_keyed=reader_first_keyed)
+    buffer, flush = reader(client, names, 8, kind)
     check_reads(buffer, shard, entries)
     check_positions(buffer, flush, shard, entries, hlc_probes(entries, 14))
 
@@ -161,6 +180,28 @@ def test_a_log_that_changed_kind_reads_as_a_scan_of_it(
         held = [e for chunk in old[gone:] + new for e in chunk]
         check_reads(buffer, shard, held, every=3, committed=entries)
         check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
+
+
+def test_a_last_keyed_log_reads_as_a_scan_of_it_by_a_reader_that_guesses_first_keys(
+    contract_dynamodb: Any, shard: ShardId
+) -> None:
+    # Given a log written last-keyed (a shard nobody has written since the deployment went first-keyed)
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, [3, 1, 10, 5, 2, 7, 1, 4])
+    commit_chunks(stores(client, names, 8, first_keyed=False)[0], shard, chunks)
+    entries = [e for chunk in chunks for e in chunk]
+    # Then reads by a reader that guesses first keys, new at every read, are a scan's
+    buffer, flush = reader(client, names, 8, "new")
+    check_reads(buffer, shard, entries, every=2)
+    check_positions(buffer, flush, shard, entries, hlc_probes(entries, 6))
+    # And one reader learns the log's keys from its first read: its later reads take one Query, as a reader of last
+    # keys does
+    counting = CountingClient(client)
+    learning = DynamoDBBufferStore(counting, names, first_keyed=lambda: False)
+    assert [e.seq for e in learning.read_log(shard, 20, 3, images=False)] == [21, 22, 23]
+    counting.queries.clear()
+    assert [e.seq for e in learning.read_log(shard, 10, 3, images=False)] == [11, 12, 13]
+    assert len(counting.queries) == 1
 
 
 def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
@@ -218,9 +259,10 @@ def test_a_new_shard_written_first_keyed_records_it_in_its_head(contract_dynamod
     client, names = contract_dynamodb
     shard = ShardId(f"gw-{uuid.uuid4().hex[:12]}", "todos", 0)
     commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, plan_chunks(shard, [2]))
-    # Then a writer of last keys cannot commit a last-keyed chunk after it
+    # Then a writer of last keys that has not read the shard cannot commit a last-keyed chunk after it
     writer = stores(client, names, 8, first_keyed=False)[0]
-    chunk = plan_chunks(shard, [3], after=writer.read_log(shard, 0, 10)[-1])[0]
+    read_elsewhere = stores(client, names, 8, first_keyed=False)[0].read_log(shard, 0, 10)
+    chunk = plan_chunks(shard, [3], after=read_elsewhere[-1])[0]
     head = _head_read_elsewhere(client, names, shard)
     commit = Commit(shard, head.seq, ShardHead(shard, seq=5, last_commit_hlc=chunk[-1].commit_hlc), tuple(chunk), ())
     with pytest.raises(CommitConflict):
@@ -255,9 +297,12 @@ def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: S
     # Then a read by position, from inside a chunk or from its end (a cursor pull reads from the entry it stands on,
     # the last of a chunk), takes two Queries sent together: the items after it, and one item descending (the chunk
     # holding it)
-    for at in (0, 5, 10, 19, 30, 41, 50, 60):
+    for at in (5, 10, 19, 30, 41, 50, 60):
         sent = queries(at, 25)
         assert len(sent) == 2 and sum(map(descending, sent)) == 1, at
+    # And a read from the start takes one: no chunk starts before the first entry
+    sent = queries(0, 25)
+    assert len(sent) == 1 and not descending(sent[0])
     # And a read by commit HLC (from the end of a chunk: a mark's, or the log's start) asks for no chunk before it
     counting.queries.clear()
     after = buffer.read_log_by_commit_hlc(shard, chunks[3][-1].commit_hlc, 5, images=False)
@@ -297,3 +342,52 @@ def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, 
     # And a cursor inside a chunk (a page that ended inside one) is still checked, with the chunk holding it
     at_hlc, after, sent = cursor_read(25)
     assert (at_hlc, after) == (entries[24].commit_hlc, list(range(26, 41))) and sent > 1
+
+
+class ItemCountingClient(CountingClient):
+    """The client, with the log items its Query answers held recorded (their first and last sequences)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.spans: list[tuple[int, int]] = []
+
+    def query(self, **kwargs: Any) -> Any:
+        out = super().query(**kwargs)
+        for item in out.get("Items", []):
+            first, count, _ = chunk_span(item)
+            self.spans.append((first, first + count - 1))
+        return out
+
+
+def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_dynamodb: Any, shard: ShardId) -> None:
+    # Given a long first-keyed log (30 pushes of 10)
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, [10] * 30)
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    entries = [e for chunk in chunks for e in chunk]
+    counting = ItemCountingClient(client)
+
+    # When processes of a deployment that may write first keys, new to the shard, serve cursors (at the end of the
+    # log, where a caught-up client stands; at the end of a chunk in its middle; inside a chunk)
+    for at in (300, 150, 155):
+        spans = {}
+        for knows in (True, False):
+            counting.queries.clear()
+            counting.spans.clear()
+            store = DynamoDBBufferStore(counting, names, first_keyed=True if knows else lambda: False)
+            at_hlc, after = store.read_log_at(shard, at, 5, images=False)
+            # Then the cursor's entry is checked (by the process that knows the shard, for one at the end of the
+            # log, by the head later) and the entries after it read
+            assert at_hlc in (
+                (entries[at - 1].commit_hlc, None) if knows and at == 300 else (entries[at - 1].commit_hlc,)
+            )
+            assert [e.seq for e in after] == list(range(at + 1, min(at + 5, 300) + 1)), at
+            spans[knows] = list(counting.spans)
+        # And the new one reads no chunk before the one holding the position, and at most one chunk more than a
+        # process that knew the log's keys
+        assert all(last >= at for _, last in spans[False]), (at, spans)
+        assert len(spans[False]) <= len(spans[True]) + 1, (at, spans)
+        # And it now knows the shard: a caught-up cursor is checked in one Query
+        counting.queries.clear()
+        assert store.read_log_at(shard, 300, 5, images=False) == (None, [])
+        assert len(counting.queries) == 1

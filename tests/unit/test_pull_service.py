@@ -10,7 +10,7 @@ import json
 import random
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -653,9 +653,11 @@ class MarkedBuffer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+    def get_heads(
+        self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
+    ) -> dict[ShardId, ShardHead]:
         self.head_reads.append(list(shards))
-        heads = self.inner.get_heads(shards)
+        heads = self.inner.get_heads(shards, reaching=reaching)
         return {s: replace(h, released_seq=self.mark[0], released_hlc=self.mark[1]) for s, h in heads.items()}
 
 
@@ -900,9 +902,11 @@ class LooksOnlyAfter:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+    def get_heads(
+        self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
+    ) -> dict[ShardId, ShardHead]:
         self.head_reads.append(list(shards))
-        return self.inner.get_heads(shards)
+        return self.inner.get_heads(shards, reaching=reaching)
 
     def read_log_at(
         self, shard: ShardId, seq: int, limit: int, *, images: bool = True

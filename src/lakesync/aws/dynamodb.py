@@ -261,6 +261,11 @@ class DynamoDBBufferStore:
         self._first_keyed = first_keyed if isinstance(first_keyed, bool) else False
         self._starts_first_keys: Callable[[], bool] = first_keyed if callable(first_keyed) else self._by_setting
         self._first_keyed_shards: set[str] = set()
+        # A shard not known first-keyed is read the way its log most likely is: last-keyed where this store's
+        # deployment writes last keys (`first_keyed=False`), else first-keyed, which serves a last-keyed log too (at
+        # the cost of a Query or two that come back empty), until a read finds it last-keyed (this set).
+        self._guesses_first_keys = first_keyed is not False
+        self._last_keyed_shards: set[str] = set()
         self._claimed: set[str] = set()
 
     def _by_setting(self) -> bool:
@@ -270,10 +275,13 @@ class DynamoDBBufferStore:
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
         return _batch_get_all(self._db, table, keys)
 
-    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+    def get_heads(
+        self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
+    ) -> dict[ShardId, ShardHead]:
         # A first-keyed log may hold chunks past its head (committed by a put whose writer has not moved the head
-        # yet, or stopped): the head as the log has it is the stored one plus them.
-        return {head.shard: _extended(head, past) for head, past in self._heads_and_past(shards)}
+        # yet, or stopped): the head as the log has it is the stored one plus them. A stored head at or past the
+        # position `reaching` gives is enough for the caller: the Query for chunks past it is left out.
+        return {head.shard: _extended(head, past) for head, past in self._heads_and_past(shards, reaching)}
 
     def settle_heads(self, shards: Sequence[ShardId], committed_before_ms: int) -> dict[ShardId, ShardHead]:
         """The heads of ``shards``, as :meth:`get_heads`; first, the stored head of a first-keyed log whose chunks
@@ -292,9 +300,12 @@ class DynamoDBBufferStore:
             heads[head.shard] = _extended(head, past)
         return heads
 
-    def _heads_and_past(self, shards: Sequence[ShardId]) -> list[tuple[ShardHead, list[LogEntry]]]:
+    def _heads_and_past(
+        self, shards: Sequence[ShardId], reaching: Mapping[ShardId, int] | None = None
+    ) -> list[tuple[ShardHead, list[LogEntry]]]:
         """Each stored head, with the entries of the first-keyed chunks past it (read for first-keyed logs only: the
-        setting says so, the shard was found first-keyed, or the head records first keys, ``lk``)."""
+        setting says so, the shard was found first-keyed, or the head records first keys, ``lk``; and not for a head
+        at or past its position in ``reaching``)."""
         if not shards:
             return []
         items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
@@ -303,7 +314,8 @@ class DynamoDBBufferStore:
             head = _head_from_item(item)
             self._note_log_keys(head.shard, item)
             first_keyed = self._first_keyed or head.shard.key in self._first_keyed_shards
-            found.append((head, io_pool().submit(self._past_head, head) if first_keyed else None))
+            reached = head.seq >= (reaching or {}).get(head.shard, head.seq + 1)
+            found.append((head, io_pool().submit(self._past_head, head) if first_keyed and not reached else None))
         return [(head, read.result() if read is not None else []) for head, read in found]
 
     def _past_head(self, head: ShardHead) -> list[LogEntry]:
@@ -416,9 +428,13 @@ class DynamoDBBufferStore:
     def read_log_at(
         self, shard: ShardId, seq: int, limit: int, *, images: bool = True
     ) -> tuple[int | None, list[LogEntry]]:
-        if seq > 0 and (self._first_keyed or shard.key in self._first_keyed_shards):
+        known_first = self._knows_first_keys(shard)
+        if seq > 0 and not self._reads_last_keyed(shard):
             found = self._read_after_chunk_end(shard, seq, limit, images)
-            if found is not None:
+            # Nothing first-keyed after `seq` settles it only for a log known to be first-keyed: a last-keyed part
+            # may hold the entries after it.
+            if found is not None and (found[1] or known_first):
+                self._first_keyed_shards.add(shard.key)
                 return found
         # Last keys: the chunk holding entry `seq` is the first one read, one Query.
         return read_from_entry(self, shard, seq, limit, images=images)
@@ -504,7 +520,7 @@ class DynamoDBBufferStore:
         ``request_size()`` items. ``projection``: a ProjectionExpression (it must name ``seq``, ``n`` and ``c``).
         ``inside``: the position is likely inside a chunk (a cursor pull reads from the entry it stands on, the last
         of a chunk), so a first-keyed log is asked for the chunk holding it at once, beside the items after it."""
-        if not (self._first_keyed or shard.key in self._first_keyed_shards):
+        if self._reads_last_keyed(shard):
             # Last-keyed, `seq > after_seq` starts with the chunk holding `after_seq + 1`, and the first-keyed part of
             # a log that changed kind follows in key order from its start. That is right for a position in the
             # last-keyed part; for one in the first-keyed part (the first item starts at or before it), read the way
@@ -519,26 +535,50 @@ class DynamoDBBufferStore:
                 yield from pages
                 return
             self._first_keyed_shards.add(shard.key)
+            self._last_keyed_shards.discard(shard.key)
         yield from self._first_keyed_items(shard, after_seq, request_size, projection, inside=inside)
+
+    def _knows_first_keys(self, shard: ShardId) -> bool:
+        return self._first_keyed or shard.key in self._first_keyed_shards
+
+    def _reads_last_keyed(self, shard: ShardId) -> bool:
+        if self._knows_first_keys(shard):
+            return False
+        return shard.key in self._last_keyed_shards or not self._guesses_first_keys
 
     def _first_keyed_items(
         self, shard: ShardId, after_seq: int, request_size: Callable[[], int], projection: str | None, *, inside: bool
     ) -> Iterator[Item]:
-        early = io_pool().submit(self._first_keyed_at_or_before, shard, after_seq, projection) if inside else None
+        # Sequences start at 1: no chunk starts at or before position 0.
+        look_back = after_seq > 0
+        early = (
+            io_pool().submit(self._first_keyed_at_or_before, shard, after_seq, projection)
+            if inside and look_back
+            else None
+        )
         later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
         following = next(later, None)
         if following is None or chunk_span(following)[0] != after_seq + 1:
             # Entry `after_seq + 1` is inside a first-keyed chunk that starts at or before `after_seq` (a position
             # inside a chunk), or in the last-keyed part of the log, or not in the log (yet, or any more).
-            holding = early.result() if early else self._first_keyed_at_or_before(shard, after_seq, projection)
+            if early is not None:
+                holding = early.result()
+            else:
+                holding = self._first_keyed_at_or_before(shard, after_seq, projection) if look_back else None
             if holding is not None:
+                self._first_keyed_shards.add(shard.key)
                 first, count, _ = chunk_span(holding)
                 if first + count - 1 > after_seq:
                     yield holding
             else:
                 last_keyed = {":a": after_seq + 1, ":b": FIRST_KEYED - 1}
-                yield from self._chunk_pages(shard, "seq BETWEEN :a AND :b", last_keyed, request_size, projection)
+                for item in self._chunk_pages(shard, "seq BETWEEN :a AND :b", last_keyed, request_size, projection):
+                    if following is None and not self._knows_first_keys(shard):
+                        self._last_keyed_shards.add(shard.key)
+                    yield item
         if following is not None:
+            self._first_keyed_shards.add(shard.key)
+            self._last_keyed_shards.discard(shard.key)
             yield following
             yield from later
 

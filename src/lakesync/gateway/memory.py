@@ -45,7 +45,9 @@ class InMemoryBufferStore:
         self._rows: dict[tuple[str, str, str], StoredRow] = {}
         self._dedup: dict[tuple[str, str], int] = {}
 
-    def get_heads(self, shards: Sequence[ShardId]) -> dict[ShardId, ShardHead]:
+    def get_heads(
+        self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
+    ) -> dict[ShardId, ShardHead]:
         with self._lock:
             return {s: self._heads[s] for s in shards if s in self._heads}
 

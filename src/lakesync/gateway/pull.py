@@ -361,7 +361,9 @@ def _pull_by_cursor(
         raise _regressed(gateway, exc.shard) from None
     checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
     by_shard = {reader.shard: reader for reader in readers}
-    for head in deps.buffer.get_heads(checked).values() if checked else ():
+    # Each head is only compared with the position: a head at or past it needs no look for chunks past it.
+    reaching = {shard: positions.get(shard.key, 0) for shard in checked}
+    for head in deps.buffer.get_heads(checked, reaching=reaching).values() if checked else ():
         position = positions.get(head.shard.key, 0)
         if position < head.released_seq:
             raise _expired(gateway, head)
@@ -563,7 +565,8 @@ def _pull_since_log(
             read.result()
     # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
     idle = [reader.shard for reader in readers if reader.peek() is None]
-    for head in deps.buffer.get_heads(idle).values() if idle else ():
+    reaching = {shard: positions.get(shard.key, 0) for shard in idle}
+    for head in deps.buffer.get_heads(idle, reaching=reaching).values() if idle else ():
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _Released(head)
     redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
