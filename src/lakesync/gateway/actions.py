@@ -3,9 +3,11 @@
 Unlike the original (reference §10.4, §17.15), the whole batch is validated before any action runs, so an invalid
 action never leaves earlier ones half-done. A final result (success or non-retryable error) is stored under the
 actionId and, when present, ``idem:{idempotencyKey}`` for ``action_ttl_s``; a retryable error is not stored, so the
-client's retry runs the action again. Two concurrent requests for the same action -- or for two actions sharing an
-idempotency key -- cannot both run it: the first claims the actionId and the key, the second gets a retryable
-``ACTION_IN_PROGRESS`` result.
+client's retry runs the action again. Both keys are checked with the rest of the batch, before anything runs: each
+must be valid UTF-8 and its stored key (``{gateway}#{actionId}``, ``{gateway}#idem:{key}``) within DynamoDB's
+partition-key limit, else the batch is refused with a 400. Two concurrent requests for the same action -- or for two
+actions sharing an idempotency key -- cannot both run it: the first claims the actionId and the key, the second gets a
+retryable ``ACTION_IN_PROGRESS`` result.
 
 A handler raising any :class:`~lakesync.core.errors.ActionError` (``ActionNotSupportedError``,
 ``ActionExecutionError``, ...) produces that error's result: its code, its message and its ``retryable`` (``false``
@@ -39,10 +41,11 @@ from lakesync.core.actions import (
     supports,
     unsupported_action_result,
 )
-from lakesync.core.errors import ActionError, ForbiddenError, LakeSyncError
+from lakesync.core.errors import ActionError, ActionValidationError, ForbiddenError, LakeSyncError
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.model import PARTITION_KEY_LIMIT_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +64,28 @@ def dispatch(
     for action in actions:
         if action.client_id != client_id:
             raise ForbiddenError("Client ID mismatch: action clientId does not match authenticated identity")
+    for action in actions:
+        _check_keys(gateway, action)
     context = ActionContext(claims=dict(claims))
     found = handlers(deps, gateway)
     results = [_dispatch_one(deps, gateway, action, context, found) for action in actions]
     return ActionResponse(tuple(results), deps.clock.now())
+
+
+def _check_keys(gateway: str, action: Action) -> None:
+    """The action's record keys must be storable: valid UTF-8 and within DynamoDB's partition-key limit."""
+    for field, key in (("actionId", action.action_id), ("idempotencyKey", action.idempotency_cache_key)):
+        if key is None:
+            continue
+        try:
+            size = len(f"{gateway}#{key}".encode())
+        except UnicodeEncodeError:
+            raise ActionValidationError(f"{field} is not valid UTF-8 text (it holds a lone surrogate)") from None
+        if size > PARTITION_KEY_LIMIT_BYTES:
+            raise ActionValidationError(
+                f"{field} is too long: its record key would be {size:,} bytes; the limit is "
+                f"{PARTITION_KEY_LIMIT_BYTES:,}"
+            )
 
 
 def handlers(deps: GatewayDeps, gateway: str | None) -> dict[str, ActionHandler]:
