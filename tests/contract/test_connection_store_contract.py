@@ -58,6 +58,13 @@ def test_a_put_session_is_got_back_equal(store: ConnectionStore, gw: str) -> Non
     assert store.get_connection("unknown-" + uuid.uuid4().hex) is None
 
 
+def test_a_claim_holding_a_lone_surrogate_is_got_back_equal(store: ConnectionStore, gw: str) -> None:
+    # A token's JSON may escape one ("\\udc00"); UTF-8 cannot carry it, the stored claims must still
+    opened = session(gw, claims={"team": "\udc00", "roles": ("a\ud800b",), "sub": "client-0"})
+    store.put_connection(opened)
+    assert store.get_connection(opened.connection_id) == opened
+
+
 def test_a_put_again_replaces_the_session(store: ConnectionStore, gw: str) -> None:
     opened = session(gw)
     store.put_connection(opened)

@@ -6,6 +6,7 @@ the upgrade and close codes after it; gone sessions are forgotten; API Gateway's
 from __future__ import annotations
 
 import base64
+import json
 import time
 import urllib.error
 import urllib.request
@@ -133,6 +134,30 @@ def test_refused_upgrades_are_http_statuses(stack: LocalStack, token: str | None
         connect(url).close()
     assert refused.value.response.status_code == status
     assert b'"code"' in refused.value.response.body
+
+
+def test_a_token_with_a_lone_surrogate_is_refused_401_or_served_never_a_500(stack: LocalStack) -> None:
+    from functions._runtime import get_realtime
+
+    url = stack.url.replace("http://", "ws://") + f"/v1/sync/{GW}/ws?encoding=binary"
+    sessions = get_realtime().connections
+    before = {c.connection_id for c in sessions.list_connections(GW)}
+    # A sub that is not valid Unicode cannot be recorded as the session's client: refused like a bad sub claim
+    bad_sub = mint_token("\ud800", GW, stack.secret)
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, additional_headers={"Authorization": f"Bearer {bad_sub}"}).close()
+    assert refused.value.response.status_code == 401
+    assert json.loads(refused.value.response.body) == {
+        "error": 'Missing or invalid "sub" claim (clientId)',
+        "code": "AUTH_ERROR",
+    }
+    assert {c.connection_id for c in sessions.list_connections(GW)} == before
+    # A custom claim with one is kept as it is (the rules compare it as HTTP pulls do): the session opens and pulls
+    odd_claim = mint_token("xena", GW, stack.secret, claims={"team": "\udc00"})
+    with connect(url, additional_headers={"Authorization": f"Bearer {odd_claim}"}) as xena:
+        assert {c.claims["team"] for c in sessions.list_connections(GW) if c.client_id == "xena"} == {"\udc00"}
+        xena.send(b"\x02" + encode_sync_pull(SyncPull("xena", 0, 10)))
+        assert decode_sync_response(xena.recv(timeout=5)).server_hlc > 0
 
 
 def test_the_aws_form_of_the_socket_url_and_the_token_query(stack: LocalStack) -> None:

@@ -43,11 +43,17 @@ def _error(exc: ClientError, what: str) -> StorageError:
 
 def _item(connection: Connection) -> dict[str, Any]:
     claims = {k: v if isinstance(v, str) else list(v) for k, v in connection.claims.items()}
+    text = json.dumps(claims, ensure_ascii=False, separators=(",", ":"))
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # a lone surrogate in a claim: UTF-8 cannot carry it, a JSON escape can
+            text = json.dumps(claims, separators=(",", ":"))
     return {
         "id": {"S": connection.connection_id},
         "gw": {"S": connection.gateway},
         "cid": {"S": connection.client_id},
-        "cl": {"S": json.dumps(claims, ensure_ascii=False, separators=(",", ":"))},
+        "cl": {"S": text},
         "enc": {"S": connection.encoding.value},
         "at": {"N": str(connection.connected_at)},
         TTL_ATTRIBUTE: {"N": str(connection.expires_at)},

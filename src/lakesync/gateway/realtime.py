@@ -146,8 +146,9 @@ def authenticate(
     """The claims of an upgrade request to ``gateway``'s socket: the Bearer header, else ``?token=``.
 
     Raises:
-        AuthError: 401 (``Missing Bearer token`` or the verifier's message). ForbiddenError: 403 when the token is for
-            another gateway. NotFoundError: 404 for a missing or unserved gateway.
+        AuthError: 401 (``Missing Bearer token``, the verifier's message, or a ``sub`` that is not valid Unicode).
+            ForbiddenError: 403 when the token is for another gateway. NotFoundError: 404 for a missing or unserved
+            gateway.
     """
     if not gateway or gateway not in set(served):
         raise NotFoundError("Gateway not found")
@@ -158,6 +159,10 @@ def authenticate(
     claims = verify_token(token, secrets)
     if claims.gateway_id != gateway:
         raise ForbiddenError("Gateway ID mismatch: JWT authorises a different gateway")
+    try:
+        claims.client_id.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the session could not be recorded, nor push as this client
+        raise AuthError('Missing or invalid "sub" claim (clientId)') from None
     return claims
 
 
