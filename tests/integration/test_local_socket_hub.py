@@ -13,7 +13,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from lakesync.core.errors import AuthError
+from lakesync.core.errors import AuthError, StorageError
 from lakesync.gateway.realtime import Connection, Encoding
 from lakesync.local.front import LocalFront
 from lakesync.local.websocket import SocketHub
@@ -25,12 +25,16 @@ class EchoBackend:
     """Opens every session with a ``token``; answers each message with itself."""
 
     def __init__(self) -> None:
+        self.opened: list[str] = []
         self.ended: list[str] = []
         self.lock = threading.Lock()
 
     def open(self, gateway: str | None, headers: Mapping[str, str], query: Mapping[str, str], sid: str) -> Connection:
+        self.opened.append(sid)
         if "token" not in query:
             raise AuthError("Missing Bearer token")
+        if query["token"] == "storage-fails":
+            raise StorageError("DynamoDB PutItem failed: ValidationException")
         encoding = Encoding(query.get("encoding", "binary"))
         return Connection(sid, gateway or "", query["token"], {}, encoding, 2**31, 0)
 
@@ -92,6 +96,28 @@ def test_sessions_beyond_the_limit_are_refused_503_and_ended_ones_reported(
     while hub.open_sessions and not deadline.wait(0.05):
         pass
     assert sorted(backend.ended) == ["c0", "c1", "c2"]
+
+
+def test_an_upgrade_that_cannot_be_recorded_is_500_internal_error_without_detail(
+    original: tuple[str, SocketHub, EchoBackend],
+) -> None:
+    url, _, _ = original
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url + "?token=storage-fails").close()
+    assert refused.value.response.status_code == 500
+    assert refused.value.response.body == b'{"error":"Internal error","code":"INTERNAL_ERROR"}'
+
+
+def test_a_header_line_the_handshake_parser_refuses_is_431_before_any_session_is_opened(
+    original: tuple[str, SocketHub, EchoBackend],
+) -> None:
+    # http.server reads lines up to 64 KiB; the WebSocket handshake parser stops at 8 KiB
+    url, _, backend = original
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url + "?token=a", additional_headers={"X-Big": "b" * 9000}).close()
+    assert refused.value.response.status_code == 431
+    assert refused.value.response.body == b'{"error":"Request header too large","code":"VALIDATION_ERROR"}'
+    assert backend.opened == []
 
 
 def test_aws_parity_binary_frames_close_1003(parity: str) -> None:

@@ -3,8 +3,9 @@
 The embedded default serves the real-time protocol of :mod:`lakesync.gateway.realtime` on its HTTP port:
 
 * ``GET /v1/sync/{gw}/ws`` with ``Upgrade: websocket`` opens a session. The token (Bearer header or ``?token=``) is
-  checked before the upgrade: a refusal is an HTTP answer (401, 403, 404, 400 with ``{"error", "code"}``), and
-  503 when :attr:`SocketHub.max_connections` sessions are open, as the original. On AWS the same socket is the
+  checked before the upgrade: a refusal is an HTTP answer (401, 403, 404, 400 with ``{"error", "code"}``; 431 for a
+  header line the handshake parser refuses; 500 ``Internal error`` when the session cannot be recorded), and 503
+  when :attr:`SocketHub.max_connections` sessions are open, as the original. On AWS the same socket is the
   WebSocket API's URL with ``?gateway=``; that form is accepted here too (``GET /ws?gateway=...``).
 * Frames are served by :func:`lakesync.gateway.realtime.handle_frame`; a :class:`SessionClose` closes the session
   with its code. More than :attr:`SocketHub.rate_limit` messages in one second close it with 1008
@@ -34,7 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import parse_qsl, unquote
 
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, SecurityError
 from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
@@ -232,14 +233,24 @@ class SocketHub:
     ) -> _Session | None:
         """Authenticate and accept the handshake (its answer in ``handshake``, still to send); ``None`` when the upgrade
         was answered otherwise."""
+        # The front has read the request already: hand its bytes to the protocol, which parses the handshake, before
+        # the session is recorded (a header line over its 8 KiB limit is refused here, with nothing written).
+        protocol.receive_data(_request_bytes(request))
+        ws_request = next((e for e in protocol.events_received() if isinstance(e, Request)), None)
+        if ws_request is None:
+            too_large = isinstance(protocol.handshake_exc, SecurityError)  # a header line or count over its limits
+            status, text = (431, "Request header too large") if too_large else (400, "Invalid upgrade request")
+            _reply(request, status, {"error": text, "code": "VALIDATION_ERROR"})
+            return None
         try:
             connection = self.backend.open(gateway, headers, params, sid)
-        except LakeSyncError as exc:
-            _reply(request, exc.status, exc.to_body())
+        except Exception as exc:
+            if isinstance(exc, LakeSyncError) and exc.status < 500:
+                _reply(request, exc.status, exc.to_body())
+            else:  # as ws_connect fails the invocation, which API Gateway answers 500: no detail leaves
+                logger.exception("upgrade of session %s failed", sid)
+                _reply(request, 500, {"error": "Internal error", "code": "INTERNAL_ERROR"})
             return None
-        # The front has read the request already: hand its bytes to the protocol, which parses the handshake.
-        protocol.receive_data(_request_bytes(request))
-        ws_request = next(e for e in protocol.events_received() if isinstance(e, Request))
         protocol.send_response(protocol.accept(ws_request))
         if protocol.state is not State.OPEN:
             request.connection.sendall(b"".join(protocol.data_to_send()))
