@@ -6,6 +6,8 @@ test_local_realtime.py against the embedded default."""
 from __future__ import annotations
 
 import contextlib
+import json
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 
@@ -117,6 +119,25 @@ def test_a_header_line_the_handshake_parser_refuses_is_431_before_any_session_is
         connect(url + "?token=a", additional_headers={"X-Big": "b" * 9000}).close()
     assert refused.value.response.status_code == 431
     assert refused.value.response.body == b'{"error":"Request header too large","code":"VALIDATION_ERROR"}'
+    assert backend.opened == []
+
+
+def test_an_upgrade_without_a_websocket_key_is_a_json_400_before_any_session_is_opened(
+    original: tuple[str, SocketHub, EchoBackend],
+) -> None:
+    url, _, backend = original
+    host, port = url.removeprefix("ws://").split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"GET /v1/sync/gw/ws?token=a HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"Content-Type: application/json" in head
+    assert json.loads(body)["code"] == "VALIDATION_ERROR"
     assert backend.opened == []
 
 

@@ -233,14 +233,20 @@ class SocketHub:
     ) -> _Session | None:
         """Authenticate and accept the handshake (its answer in ``handshake``, still to send); ``None`` when the upgrade
         was answered otherwise."""
-        # The front has read the request already: hand its bytes to the protocol, which parses the handshake, before
-        # the session is recorded (a header line over its 8 KiB limit is refused here, with nothing written).
+        # The front has read the request already: hand its bytes to the protocol, which parses and checks the
+        # handshake before the session is recorded (a header line over its 8 KiB limit, a missing Sec-WebSocket-Key
+        # are refused here, as JSON errors, with nothing written).
         protocol.receive_data(_request_bytes(request))
         ws_request = next((e for e in protocol.events_received() if isinstance(e, Request)), None)
         if ws_request is None:
             too_large = isinstance(protocol.handshake_exc, SecurityError)  # a header line or count over its limits
             status, text = (431, "Request header too large") if too_large else (400, "Invalid upgrade request")
             _reply(request, status, {"error": text, "code": "VALIDATION_ERROR"})
+            return None
+        response = protocol.accept(ws_request)
+        if response.status_code != 101:  # not a WebSocket handshake (key, version, upgrade headers): nothing opened
+            text = response.body.decode(errors="replace").strip() or "Invalid upgrade request"
+            _reply(request, response.status_code, {"error": text, "code": "VALIDATION_ERROR"})
             return None
         try:
             connection = self.backend.open(gateway, headers, params, sid)
@@ -251,7 +257,7 @@ class SocketHub:
                 logger.exception("upgrade of session %s failed", sid)
                 _reply(request, 500, {"error": "Internal error", "code": "INTERNAL_ERROR"})
             return None
-        protocol.send_response(protocol.accept(ws_request))
+        protocol.send_response(response)
         if protocol.state is not State.OPEN:
             request.connection.sendall(b"".join(protocol.data_to_send()))
             self.backend.closed(connection)
