@@ -41,7 +41,7 @@ from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from lakesync.core.delta import RowDelta
+from lakesync.core.delta import MAX_ID_BYTES, RowDelta
 from lakesync.core.errors import (
     AdapterError,
     AdapterNotFoundError,
@@ -226,6 +226,16 @@ class _Regressed(Exception):
         self.shard = shard
 
 
+def _may_have_session(client_id: str) -> bool:
+    """Whether ``client_id`` is one a push accepts as a delta's writer (the rule of ``validate_row_delta``)."""
+    if len(client_id) > MAX_ID_BYTES:  # never fewer bytes than code points
+        return False
+    try:
+        return len(client_id.encode()) <= MAX_ID_BYTES
+    except UnicodeEncodeError:
+        return False
+
+
 def pull(
     deps: GatewayDeps,
     gateway: str,
@@ -247,8 +257,12 @@ def pull(
         cursor: Resume from this cursor (exactly-once); takes precedence over ``since``.
         since: Resume after this server HLC, in row form (:mod:`lakesync.gateway.since`).
         source: Pull from a named source adapter instead of the buffer.
-        client_id: The (authenticated) client whose ``since`` session is used; ``None`` serves ``since`` without one.
+        client_id: The (authenticated) client whose ``since`` session is used; ``None`` serves ``since`` without one,
+            as does an id no push accepts (not valid Unicode, or over ``MAX_ID_BYTES``): such a client has written no
+            delta, and its id might not fit the session store's key.
     """
+    if client_id is not None and not _may_have_session(client_id):
+        client_id = None
     if source:
         return _pull_from_source(deps, gateway, source, since or 0, limit, claims)
     positions = decode_cursor(cursor, gateway) if cursor else {}
