@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -24,19 +23,6 @@ CLIENT_CONFIG = Config(
     max_pool_connections=50,
     parameter_validation=False,
 )
-
-
-def error_code(exc: BaseException) -> str:
-    """The AWS error code of a failed request (``ConditionalCheckFailedException``...): ``"Unknown"`` for a refusal
-    that names none, the exception's class name for a failure that is not a refusal (a timeout, a closed socket)."""
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code") or "Unknown")
-    return type(exc).__name__
-
-
-def condition_failed(exc: BaseException) -> bool:
-    """Whether a single-item write failed its condition (someone else's write got there first)."""
-    return error_code(exc) == "ConditionalCheckFailedException"
 
 
 def dynamodb_client(**kwargs: str) -> DynamoDBClient:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 from lakesync.core.errors import StorageBusyError, StorageError
 from lakesync.gateway.realtime import Connection, Encoding

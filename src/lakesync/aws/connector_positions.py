@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import condition_failed
 from lakesync.aws.dynamodb import _client_error, _n, _s
+from lakesync.aws.errors import condition_failed
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.ports import StoredPosition

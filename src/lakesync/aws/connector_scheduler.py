@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.core.errors import AdapterError
 
 __all__ = ["EventBridgeConnectorScheduler", "rate_expression", "schedule_name", "scheduler_client"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.connectors.secrets import SecretNotFoundError
 from lakesync.core.errors import AdapterError
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.aws.log_keys import MARKER_GATEWAY, MARKER_SK, remove_marker, write_marker
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import condition_failed, error_code
+from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.log_chunks import (
     COMMIT_MARK_EVERY,
     FIRST_KEYED,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.aws.flush_store import LEASE_GATEWAY
 from lakesync.aws.jobs import DEFAULT_POLL_INTERVAL_S, RunStarter, TransientJobError
 from lakesync.aws.tables import TableNames

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import condition_failed, error_code, job_client
+from lakesync.aws.clients import job_client
 from lakesync.aws.dynamodb import (
     DESTINATION_PREFIX,
     REGISTRY_PREFIX,
@@ -38,6 +38,7 @@ from lakesync.aws.dynamodb import (
     chunk_span,
     registry_shard,
 )
+from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.log_chunks import COMMIT_MARK_EVERY
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify

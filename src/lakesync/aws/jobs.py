@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.core.errors import StorageError
 from lakesync.core.flush_requests import ActiveRun, covering_run
 from lakesync.core.lake_work import ACTIVE_STATES, JobRun

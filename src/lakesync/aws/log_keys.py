@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.aws.clients import condition_failed
+from lakesync.aws.errors import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.aws.clients import CLIENT_CONFIG, error_code
+from lakesync.aws.clients import CLIENT_CONFIG
+from lakesync.aws.errors import error_code
 from lakesync.core.errors import StorageError
 
 if TYPE_CHECKING:

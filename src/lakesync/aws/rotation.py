@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lakesync.auth import MIN_SECRET_BYTES, generate_secret, mint_token, verify_token
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.aws.secrets import CURRENT
 from lakesync.core.errors import AuthError, StorageError, ValidationError
 

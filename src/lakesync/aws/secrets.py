@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from lakesync.auth import MIN_SECRET_BYTES
-from lakesync.aws.clients import error_code
+from lakesync.aws.errors import error_code
 from lakesync.core.errors import StorageError
 
 if TYPE_CHECKING:

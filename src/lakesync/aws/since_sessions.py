@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.clients import condition_failed, error_code
+from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.gateway.model import CommitConflict
