@@ -8,6 +8,9 @@ order, the response headers and the error bodies are :mod:`lakesync.edge`; routi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions._runtime import get_settings, jwt_secrets, logger, metrics
@@ -64,3 +67,9 @@ def authorize(app: Router, gateway: str, *, admin: bool = False) -> AuthClaims:
 def read_body(app: Router) -> bytes:
     """The request body within ``LAKESYNC_MAX_BODY_BYTES`` (:func:`lakesync.edge.read_body`)."""
     return edge.read_body(app.current_event, get_settings().max_body_bytes)
+
+
+def time_left_ms(app: Router) -> Callable[[], int] | None:
+    """The invocation's remaining time in milliseconds (its Lambda context's), when it was given a context."""
+    remaining = getattr(app.lambda_context, "get_remaining_time_in_millis", None)
+    return cast("Callable[[], int]", remaining) if callable(remaining) else None

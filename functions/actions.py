@@ -28,7 +28,14 @@ def action(gw: str) -> Response:
     fields = (doc.get("clientId"), doc.get("actions")) if isinstance(doc, dict) else (None, None)
     edge.check_batch(claims, *fields, kind="action", field="actions")
     batch = parse_action_push(doc)
-    response = service.dispatch(get_deps(), gw, batch.actions, client_id=claims.client_id, claims=claims.custom_claims)
+    response = service.dispatch(
+        get_deps(),
+        gw,
+        batch.actions,
+        client_id=claims.client_id,
+        claims=claims.custom_claims,
+        time_left_ms=http.time_left_ms(app),
+    )
     if edge.wants_protobuf(app.current_event, default=protobuf):
         return http.protobuf_response(encode("ActionResponse", response.to_json()))
     return http.json_response(response.to_json())

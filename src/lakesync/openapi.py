@@ -235,9 +235,14 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "required": ["actionId", "code", "message", "retryable"],
         "properties": {
             "actionId": {"type": "string"},
-            "code": {"type": "string"},
+            "code": {
+                "type": "string",
+                "description": "`ACTION_NOT_SUPPORTED`, `ACTION_EXECUTION_ERROR` or a handler's own code; retryable "
+                "`ACTION_IN_PROGRESS` (another request is running it) and `ACTION_DEFERRED` (not started: the "
+                "request ran out of time; send it again).",
+            },
             "message": {"type": "string"},
-            "retryable": {"type": "boolean"},
+            "retryable": {"type": "boolean", "description": "Send the action again later; the result is not stored."},
         },
     },
     "ActionResponse": {

@@ -124,6 +124,12 @@ class Router:
         self._routes: list[tuple[Route, Handler]] = []
         self._error_handlers: list[tuple[type[BaseException], Callable[[Any], Response]]] = []
         self._current: Request | None = None
+        self._context: object = None
+
+    @property
+    def lambda_context(self) -> object:
+        """The Lambda context :meth:`resolve` was given (``None`` outside it, or when it was given none)."""
+        return self._context
 
     @property
     def current_event(self) -> Request:
@@ -160,10 +166,11 @@ class Router:
 
         return decorate
 
-    def resolve(self, event: Mapping[str, Any], _context: object = None) -> dict[str, Any]:
-        """Route ``event`` and return the HTTP API response dict."""
+    def resolve(self, event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
+        """Route ``event`` (with the invocation's Lambda ``context``) and return the HTTP API response dict."""
         request = Request.from_event(event)
         self._current = request
+        self._context = context
         try:
             try:
                 response = self._dispatch(request)
@@ -172,6 +179,7 @@ class Router:
             result = self._render(response, request.headers.get("accept-encoding"))
         finally:
             self._current = None
+            self._context = None
         headers: dict[str, str] = result["headers"]
         headers.update(self._headers)
         headers["X-Request-Id"] = request.request_id

@@ -10,7 +10,9 @@ import base64
 import copy
 import gzip
 import json
+import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -125,12 +127,14 @@ class Api:
             size = len(text.encode("utf-8", "surrogatepass"))
         event["headers"]["content-length"] = str(size)
 
-    def call(self, module: ModuleType, event: dict[str, Any]) -> Reply:
+    def call(self, module: ModuleType, event: dict[str, Any], *, time_left_s: float | None = None) -> Reply:
+        """Invoke as Lambda would; ``time_left_s``: the invocation's remaining time at the start (else unbounded)."""
         context = LambdaContext(
             function_name=f"lakesync-{module.__name__.rsplit('.', 1)[-1]}",
             aws_request_id="c0ffee00-0000-4000-8000-000000000000",
             invoked_function_arn="arn:aws:lambda:eu-west-1:123456789012:function:lakesync",
             memory_limit_in_mb=512,
+            deadline_monotonic=math.inf if time_left_s is None else time.monotonic() + time_left_s,
         )
         raw = module.lambda_handler(copy.deepcopy(event), context)
         body = raw.get("body") or ""

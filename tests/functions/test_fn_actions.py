@@ -88,6 +88,25 @@ def test_action_spoofed_action_client_id_is_403_and_runs_nothing(api):
     assert api.items()["actions"] == 0
 
 
+def test_action_batch_near_the_timeout_defers_what_it_cannot_start_and_a_retry_runs_it(api):
+    # Given a batch of three actions, posted to an invocation with less time left than the reserve
+    # (GatewaySettings.action_reserve_ms: 5 s)
+    batch = [make_action("client-a", encode(1_763_000_000_000, i), "github", f"x{i}", {}).to_json() for i in range(3)]
+    body = {"clientId": "client-a", "actions": batch}
+    reply = api.call(actions_fn, api.event("action", body=body), time_left_s=4)
+    # Then the first ran (and was recorded), the others were answered retryable ACTION_DEFERRED, not run nor recorded
+    results = reply.json()["results"]
+    assert reply.status == 200 and [r["actionId"] for r in results] == [a["actionId"] for a in batch]
+    assert results[0]["code"] == "ACTION_NOT_SUPPORTED"
+    assert [(r["code"], r["retryable"]) for r in results[1:]] == [("ACTION_DEFERRED", True)] * 2
+    assert api.items()["actions"] == 1
+    # When the client sends the batch again with time to spare, Then every action has its own result
+    again = api.call(actions_fn, api.event("action", body=body)).json()["results"]
+    assert [r["code"] for r in again] == ["ACTION_NOT_SUPPORTED"] * 3
+    assert again[0] == results[0]
+    assert api.items()["actions"] == 3
+
+
 def test_action_invalid_later_action_rejects_the_batch_before_any_runs(api):
     ok = make_action("client-a", encode(1_763_000_000_000, 0), "github", "x", {}).to_json()
     bad = {**ok, "actionId": "b", "params": []}

@@ -7,7 +7,9 @@ client's retry runs the action again. Both keys are checked with the rest of the
 must be valid UTF-8 and its stored key (``{gateway}#{actionId}``, ``{gateway}#idem:{key}``) within DynamoDB's
 partition-key limit, else the batch is refused with a 400. Two concurrent requests for the same action -- or for two
 actions sharing an idempotency key -- cannot both run it: the first claims the actionId and the key, the second gets a
-retryable ``ACTION_IN_PROGRESS`` result.
+retryable ``ACTION_IN_PROGRESS`` result. A batch runs within the invocation's time: an action after the first starts
+only while more than ``action_reserve_ms`` is left, and the rest get a retryable ``ACTION_DEFERRED`` result (not run,
+not recorded), so a long batch is answered, not cut off by the timeout.
 
 A handler raising any :class:`~lakesync.core.errors.ActionError` (``ActionNotSupportedError``,
 ``ActionExecutionError``, ...) produces that error's result: its code, its message and its ``retryable`` (``false``
@@ -23,7 +25,7 @@ parameters, and what came back -- so an agent's effects on external systems can 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lakesync.core.actions import (
@@ -50,6 +52,7 @@ from lakesync.gateway.model import PARTITION_KEY_LIMIT_BYTES
 logger = logging.getLogger(__name__)
 
 IN_PROGRESS = "ACTION_IN_PROGRESS"
+DEFERRED = "ACTION_DEFERRED"
 
 
 def dispatch(
@@ -59,8 +62,13 @@ def dispatch(
     *,
     client_id: str,
     claims: Mapping[str, str | Sequence[str]],
+    time_left_ms: Callable[[], int] | None = None,
 ) -> ActionResponse:
-    """Run a batch of already-validated actions for the authenticated ``client_id``."""
+    """Run a batch of already-validated actions for the authenticated ``client_id``.
+
+    ``time_left_ms``: how long the invocation may still run (a Lambda context's remaining time). The first action
+    always runs; a later one starts only while more than ``action_reserve_ms`` is left, and those not started are
+    answered with the retryable ``ACTION_DEFERRED`` (neither run nor recorded: the client sends them again)."""
     for action in actions:
         if action.client_id != client_id:
             raise ForbiddenError("Client ID mismatch: action clientId does not match authenticated identity")
@@ -68,7 +76,16 @@ def dispatch(
         _check_keys(gateway, action)
     context = ActionContext(claims=dict(claims))
     found = handlers(deps, gateway)
-    results = [_dispatch_one(deps, gateway, action, context, found) for action in actions]
+    results: list[AnyActionResult] = []
+    for action in actions:
+        if results and time_left_ms is not None and time_left_ms() <= deps.settings.action_reserve_ms:
+            results.append(
+                ActionErrorResult(
+                    action.action_id, DEFERRED, "Not started: the request ran out of time; retry it", True
+                )
+            )
+            continue
+        results.append(_dispatch_one(deps, gateway, action, context, found))
     return ActionResponse(tuple(results), deps.clock.now())
 
 

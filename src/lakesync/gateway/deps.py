@@ -38,6 +38,9 @@ class GatewaySettings:
         dedup_ttl_s: How long a deltaId is remembered for idempotent re-pushes.
         action_ttl_s: How long action results are cached by actionId and idempotency key.
         action_claim_ttl_s: How long an in-progress claim blocks a concurrent run of the same action.
+        action_reserve_ms: An action of a batch after the first starts only while the invocation has more time left
+            than this, so the answer goes out before the timeout; the actions not started are answered with the
+            retryable ``ACTION_DEFERRED``.
         max_deltas_per_push: Larger pushes are rejected with 400.
         chunk_deltas: Deltas per atomic commit (at most two transaction items each, plus the head: 48 stays within
             the 100-item transaction and the 100-key read of a chunk's basis).
@@ -60,6 +63,7 @@ class GatewaySettings:
     dedup_ttl_s: int = 7 * 24 * 3600
     action_ttl_s: int = 24 * 3600
     action_claim_ttl_s: int = 120
+    action_reserve_ms: int = 5_000
     max_deltas_per_push: int = 10_000
     chunk_deltas: int = 48
     max_row_bytes: int = 100_000
