@@ -60,7 +60,7 @@ def shared_client(moto_endpoint: str, dynamodb_tables: Any) -> Any:
 CONFLICTS = Counter[str]()
 
 
-def _deps(client: Any, names: Any, first_keyed: bool = False) -> GatewayDeps:
+def _deps(client: Any, names: Any, first_keyed: bool | Callable[[], bool] = False) -> GatewayDeps:
     from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 
     class CountingBufferStore(DynamoDBBufferStore):
@@ -138,12 +138,12 @@ def _writer(run: Run, deps: GatewayDeps, seed: int, base_ms: int) -> None:
             run.pool.extend(batch)
 
 
-def _puller(run: Run, deps: GatewayDeps, seed: int, received: list[RowDelta]) -> None:
+def _puller(run: Run, deps_of_pull: Callable[[], GatewayDeps], seed: int, received: list[RowDelta]) -> None:
     rnd = random.Random(1000 + seed)
     cursor: str | None = None
     while True:
         finished = run.writers_done.is_set()
-        page = pull(deps, GW, limit=rnd.randint(1, 40), claims={}, cursor=cursor)
+        page = pull(deps_of_pull(), GW, limit=rnd.randint(1, 40), claims={}, cursor=cursor)
         received.extend(page.deltas)
         cursor = page.cursor
         if finished and not page.has_more:
@@ -156,13 +156,25 @@ def _log(deps: GatewayDeps) -> dict[Any, list[LogEntry]]:
     return {s: deps.buffer.read_log(s, 0, 100_000) for s in deps.buffer.list_shards(GW)}
 
 
-@pytest.mark.parametrize("first_keyed", [False, True], ids=["last-keys", "first-keys"])
+@pytest.mark.parametrize(
+    ("first_keyed", "new_readers"),
+    [(False, False), (True, False), (True, True)],
+    ids=["last-keys", "first-keys", "first-keys-new-readers"],
+)
 def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_nothing(
-    shared_client: Any, dynamodb_tables: Any, first_keyed: bool
+    shared_client: Any, dynamodb_tables: Any, first_keyed: bool, new_readers: bool
 ) -> None:
     # Given writer and puller threads, each with its own gateway deps over one boto3 client (with first keys: the
-    # commit by a put, and cursors checked by the chunk after them)
+    # commit by a put, and cursors checked by the chunk after them; with new readers, every pull is served by a
+    # process new to the shards, of a deployment whose log keys are `auto`: as a pull function scaling out)
     CONFLICTS.clear()
+
+    def deps_of_pull() -> Callable[[], GatewayDeps]:
+        if new_readers:
+            return lambda: _deps(shared_client, dynamodb_tables, lambda: False)
+        deps = _deps(shared_client, dynamodb_tables, first_keyed)
+        return lambda: deps
+
     run = Run()
     base_ms = system_clock() - 3000
     received: list[list[RowDelta]] = [[] for _ in range(PULLERS)]
@@ -173,11 +185,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
         for i in range(WRITERS)
     ]
     pullers = [
-        threading.Thread(
-            target=run.guard(
-                lambda i=i: _puller(run, _deps(shared_client, dynamodb_tables, first_keyed), i, received[i])
-            )
-        )
+        threading.Thread(target=run.guard(lambda i=i: _puller(run, deps_of_pull(), i, received[i])))
         for i in range(PULLERS)
     ]
 
