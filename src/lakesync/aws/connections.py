@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.dynamodb import utf8_json
 from lakesync.aws.errors import error_code
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 from lakesync.core.errors import StorageBusyError, StorageError
@@ -43,17 +44,11 @@ def _error(exc: ClientError, what: str) -> StorageError:
 
 def _item(connection: Connection) -> dict[str, Any]:
     claims = {k: v if isinstance(v, str) else list(v) for k, v in connection.claims.items()}
-    text = json.dumps(claims, ensure_ascii=False, separators=(",", ":"))
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:  # a lone surrogate in a claim: UTF-8 cannot carry it, a JSON escape can
-            text = json.dumps(claims, separators=(",", ":"))
     return {
         "id": {"S": connection.connection_id},
         "gw": {"S": connection.gateway},
         "cid": {"S": connection.client_id},
-        "cl": {"S": text},
+        "cl": {"S": utf8_json(claims)},
         "enc": {"S": connection.encoding.value},
         "at": {"N": str(connection.connected_at)},
         TTL_ATTRIBUTE: {"N": str(connection.expires_at)},

@@ -94,8 +94,9 @@ logger = logging.getLogger(__name__)
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-def _dumps(value: JsonValue) -> str:
-    # UTF-8 JSON (what the push size limits measure); only lone surrogates, which UTF-8 cannot carry, are escaped.
+def utf8_json(value: JsonValue) -> str:
+    """Compact JSON for a DynamoDB string: UTF-8 as it is (what the push size limits measure); only lone surrogates,
+    which UTF-8 cannot carry, are written as JSON escapes."""
     return _utf8_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
@@ -145,7 +146,7 @@ def _n(value: int) -> dict[str, str]:
 
 def encode_row_state(state: RowState) -> str:
     """JSON text of a row's LWW state (:func:`lakesync.core.merge.state_to_json`)."""
-    return _dumps(state_to_json(state))
+    return utf8_json(state_to_json(state))
 
 
 def decode_row_state(table: str, row_id: str, text: str) -> RowState:
@@ -1222,7 +1223,7 @@ class DynamoDBConfigStore:
         try:
             self._db.put_item(
                 TableName=self._t.config,
-                Item={"gw": _s(gateway), "sk": _s("rules"), "doc": _s(_dumps(rules.to_json()))},
+                Item={"gw": _s(gateway), "sk": _s("rules"), "doc": _s(utf8_json(rules.to_json()))},
             )
         except ClientError as exc:
             raise _client_error(exc, "PutItem") from exc
@@ -1246,7 +1247,7 @@ class DynamoDBConfigStore:
             "Item": {
                 "gw": _s(gateway),
                 "sk": _s(f"schema#{schema.table}"),
-                "doc": _s(_dumps(schema.to_json())),
+                "doc": _s(utf8_json(schema.to_json())),
                 "ver": _n(version),
             },
             "ConditionExpression": "attribute_not_exists(sk)",
@@ -1268,7 +1269,7 @@ class DynamoDBConfigStore:
         try:
             self._db.put_item(
                 TableName=self._t.config,
-                Item={"gw": _s(gateway), "sk": _s(sk), "doc": _s(_dumps(dict(request)))},
+                Item={"gw": _s(gateway), "sk": _s(sk), "doc": _s(utf8_json(dict(request)))},
             )
         except ClientError as exc:
             raise _client_error(exc, "PutItem") from exc
@@ -1305,7 +1306,7 @@ class DynamoDBConfigStore:
                 Item={
                     "gw": _s(gateway),
                     "sk": _s(destination_key(config.name)),
-                    "doc": _s(_dumps(config.to_json())),
+                    "doc": _s(utf8_json(config.to_json())),
                 },
                 # The condition makes the add race-safe: of two concurrent adds of one name exactly one wins.
                 ConditionExpression="attribute_not_exists(sk)",
@@ -1349,7 +1350,7 @@ class DynamoDBConfigStore:
                 Item={
                     "gw": _s(gateway),
                     "sk": _s(CONNECTOR_PREFIX + config.name),
-                    "doc": _s(_dumps(config.to_json())),
+                    "doc": _s(utf8_json(config.to_json())),
                 },
                 ConditionExpression="attribute_not_exists(sk)",
             )
@@ -1437,7 +1438,7 @@ class DynamoDBActionStore:
                 TableName=self._t.actions,
                 Item={
                     "pk": _s(f"{gateway}#{key}"),
-                    "rec": _s(_dumps({"status": "pending"})),
+                    "rec": _s(utf8_json({"status": "pending"})),
                     TTL_ATTRIBUTE: _n(expires_at),
                 },
                 ConditionExpression="attribute_not_exists(pk) OR #exp <= :now",
@@ -1451,7 +1452,7 @@ class DynamoDBActionStore:
         return True
 
     def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
-        text = _dumps(dict(record))
+        text = utf8_json(dict(record))
         try:
             for key in dict.fromkeys(keys):
                 self._db.put_item(

@@ -205,6 +205,15 @@ def _check_text(value: object, where: str, max_bytes: int | None = None) -> None
             raise ValidationError(f"{where} is {size:,} bytes; the limit is {max_bytes:,}")
 
 
+def is_valid_client_id(value: str) -> bool:
+    """Whether ``value`` is a ``clientId`` :func:`validate_row_delta` accepts (a writer of deltas may have it)."""
+    try:
+        _check_text(value, "clientId", MAX_ID_BYTES)
+    except ValidationError:
+        return False
+    return True
+
+
 def validate_row_delta(delta: RowDelta, *, where: str = "delta") -> None:
     """Check the fields of a delta a client sent, whatever its encoding (see the module docstring).
 
@@ -362,6 +371,7 @@ __all__ = [
     "apply_delta",
     "delta_id",
     "extract_delta",
+    "is_valid_client_id",
     "make_delta",
     "validate_row_delta",
 ]

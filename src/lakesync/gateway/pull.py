@@ -41,7 +41,7 @@ from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from lakesync.core.delta import MAX_ID_BYTES, RowDelta
+from lakesync.core.delta import RowDelta, is_valid_client_id
 from lakesync.core.errors import (
     AdapterError,
     AdapterNotFoundError,
@@ -226,16 +226,6 @@ class _Regressed(Exception):
         self.shard = shard
 
 
-def _may_have_session(client_id: str) -> bool:
-    """Whether ``client_id`` is one a push accepts as a delta's writer (the rule of ``validate_row_delta``)."""
-    if len(client_id) > MAX_ID_BYTES:  # never fewer bytes than code points
-        return False
-    try:
-        return len(client_id.encode()) <= MAX_ID_BYTES
-    except UnicodeEncodeError:
-        return False
-
-
 def pull(
     deps: GatewayDeps,
     gateway: str,
@@ -261,7 +251,7 @@ def pull(
             as does an id no push accepts (not valid Unicode, or over ``MAX_ID_BYTES``): such a client has written no
             delta, and its id might not fit the session store's key.
     """
-    if client_id is not None and not _may_have_session(client_id):
+    if client_id is not None and not is_valid_client_id(client_id):
         client_id = None
     if source:
         return _pull_from_source(deps, gateway, source, since or 0, limit, claims)
