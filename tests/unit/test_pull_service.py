@@ -33,6 +33,7 @@ from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, In
 from lakesync.gateway.model import LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.pull import PullResult, decode_cursor, encode_cursor, pull
 from lakesync.gateway.push import push
+from lakesync.gateway.since import InMemorySinceSessions
 
 GW = "default"
 T0 = 1_700_000_000_000
@@ -892,11 +893,14 @@ def test_pull_cursor_marks_follow_the_pages_and_an_unchanged_log_passes() -> Non
 class LooksOnlyAfter:
     """A buffer whose cursor reads do not look at the entry a cursor stands on when they find nothing after it (as
     DynamoDB with first keys: the chunk after a position records the commit HLC of the entry before it); the first
-    ``hide`` such reads find nothing after it either. Records the shards whose heads are read."""
+    ``hide`` reads, and every ``hide_every``-th, find nothing after it either (a Query that missed chunks being
+    written). Records the shards whose heads are read."""
 
-    def __init__(self, inner: InMemoryBufferStore, hide: int = 0) -> None:
+    def __init__(self, inner: InMemoryBufferStore, hide: int = 0, *, hide_every: int = 0) -> None:
         self.inner = inner
         self.hide = hide
+        self.hide_every = hide_every
+        self.reads_at = 0
         self.head_reads: list[list[ShardId]] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -912,8 +916,9 @@ class LooksOnlyAfter:
         self, shard: ShardId, seq: int, limit: int, *, images: bool = True
     ) -> tuple[int | None, list[LogEntry]]:
         hlc, entries = self.inner.read_log_at(shard, seq, limit, images=images)
-        if self.hide > 0:
-            self.hide -= 1
+        self.reads_at += 1
+        if self.hide > 0 or (self.hide_every and self.reads_at % self.hide_every == 0):
+            self.hide = max(0, self.hide - 1)
             return None, []
         return (hlc, entries) if entries else (None, [])
 
@@ -968,3 +973,44 @@ def test_pull_cursor_behind_a_head_whose_entries_the_first_read_missed_reads_the
     env.deps = replace(env.deps, buffer=LooksOnlyAfter(env.buffer, hide=1))
     with pytest.raises(CursorExpiredError):
         env.pull(100, cursor=page.cursor)
+
+
+def _caught_up_since(env: Env, count: int) -> tuple[int, LooksOnlyAfter]:
+    """An original client with a session that pulled everything, and the ``since`` it pulls with next."""
+    env.deps = replace(env.deps, since_sessions=InMemorySinceSessions())
+    env.push(*(d("INSERT", row=f"r{i}", hlc=t(i), v=i) for i in range(count)))
+    env.wall += 60_000  # past the re-read window, so the first page is certain
+    first = env.pull(100, since=0, client_id="orig")
+    assert _rows(first.deltas) == {f"r{i}" for i in range(count)} and not first.has_more
+    buffer = LooksOnlyAfter(env.buffer)
+    env.deps = replace(env.deps, buffer=buffer)
+    return first.server_hlc, buffer
+
+
+def test_pull_since_at_the_log_end_reads_after_its_position_and_checks_only_the_head() -> None:
+    # Given an original client whose session position is at the end of the log, and a buffer that does not look at
+    # the entry a position stands on when nothing follows it (first keys)
+    env = Env()
+    since, buffer = _caught_up_since(env, 3)
+
+    # When it pulls again with the same since, nothing is delivered, it keeps its since, and the heads are read once:
+    # for the shard that read nothing, not before the read as well
+    page = env.pull(100, since=since, client_id="orig")
+    assert page.deltas == () and page.server_hlc == since and not page.has_more
+    assert buffer.head_reads == [[ShardId(GW, "todos")]]
+
+
+def test_pull_since_behind_a_head_whose_entries_the_first_read_missed_reads_them_from_its_entry() -> None:
+    # Given a caught-up original client, then two more entries, and a first read that shows nothing after its position
+    env = Env()
+    since, buffer = _caught_up_since(env, 3)
+    env.push(d("INSERT", row="r7", hlc=t(60_000), v=7), d("INSERT", row="r8", hlc=t(60_001), v=8))
+    buffer.hide = 1
+
+    # When it pulls, the head shows entries past its position: they are read from its entry and delivered
+    page = env.pull(100, since=since, client_id="orig")
+    assert [x.row_id for x in page.deltas] == ["r7", "r8"] and not page.has_more
+
+    # And the session moved past them: the next pull is empty
+    again = env.pull(100, since=page.server_hlc, client_id="orig")
+    assert again.deltas == () and again.server_hlc == page.server_hlc

@@ -156,11 +156,16 @@ class _ShardReader:
     images: bool = True
     verify_hlc: int | None = None
     """The commit HLC the entry at ``after_seq`` must have (from the cursor); checked by the first read."""
+    at_position: bool = False
+    """Read first as a cursor is (:meth:`BufferStore.read_log_at`), without an HLC to check: a position where a page
+    ended, mostly the end of a chunk, which one Query settles when nothing follows it."""
     unverified: bool = False
     """The entry at ``after_seq`` was not there to check (released, or lost): the caller checks the release marks."""
+    unchecked: bool = False
+    """The first read found nothing after ``after_seq`` and did not look at it: the caller checks the position
+    against the head (:meth:`check_against`)."""
     unchecked_hlc: int | None = None
-    """The commit HLC the entry at ``after_seq`` must have, when the first read found nothing after it and did not
-    look at it: the caller checks it against the head (:meth:`check_against`)."""
+    """The commit HLC the entry at an unchecked position must have, when a cursor recorded one."""
     last_hlc: int | None = None
     buffer: list[LogEntry] = field(default_factory=list)
     exhausted: bool = False
@@ -171,42 +176,42 @@ class _ShardReader:
                 fetched = self.deps.buffer.read_log_by_commit_hlc(
                     self.shard, self.after_hlc, self.page, images=self.images
                 )
-            elif self.verify_hlc is not None and self.after_seq > 0:
-                fetched = self._verified_read(self.after_seq, self.verify_hlc)
+            elif (self.verify_hlc is not None or self.at_position) and self.after_seq > 0:
+                fetched = self._read_at(self.after_seq, self.verify_hlc)
             else:
                 fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page, images=self.images)
             self.buffer = fetched[::-1]
             self.exhausted = len(fetched) < self.page
         return self.buffer[-1] if self.buffer else None
 
-    def _verified_read(self, seq: int, expected_hlc: int) -> list[LogEntry]:
-        """Read after the entry at ``seq`` and check it is the one the cursor left."""
-        self.verify_hlc = None
+    def _read_at(self, seq: int, expected_hlc: int | None) -> list[LogEntry]:
+        """Read after the entry at ``seq``, checking it is the one the cursor left when ``expected_hlc`` is given."""
+        self.verify_hlc, self.at_position = None, False
         hlc, fetched = self.deps.buffer.read_log_at(self.shard, seq, self.page, images=self.images)
         if hlc is not None:
-            if hlc != expected_hlc:
+            if expected_hlc is not None and hlc != expected_hlc:
                 raise _Regressed(self.shard)
         elif fetched:
             self.unverified = True
         else:
-            self.unchecked_hlc = expected_hlc
+            self.unchecked, self.unchecked_hlc = True, expected_hlc
         return fetched
 
     def check_against(self, head: ShardHead) -> None:
         """Check an unchecked position (nothing was read after it) against its shard's head: at the head, by the
-        head's last commit HLC; behind it (entries the first read did not show), by reading from the entry itself,
-        whose entries after it are then served."""
-        expected, self.unchecked_hlc = self.unchecked_hlc, None
-        if expected is None or self.after_seq is None:
+        head's last commit HLC when the cursor recorded one; behind it (entries the first read did not show), by
+        reading from the entry itself, whose entries after it are then served."""
+        if not self.unchecked or self.after_seq is None:
             return
+        expected, self.unchecked, self.unchecked_hlc = self.unchecked_hlc, False, None
         if head.seq == self.after_seq:
-            if head.last_commit_hlc != expected:
+            if expected is not None and head.last_commit_hlc != expected:
                 raise _Regressed(self.shard)
             return
         hlc, fetched = read_from_entry(self.deps.buffer, self.shard, self.after_seq, self.page, images=self.images)
         if hlc is None:
             self.unverified = True
-        elif hlc != expected:
+        elif expected is not None and hlc != expected:
             raise _Regressed(self.shard)
         self.buffer = fetched[::-1]
         self.exhausted = len(fetched) < self.page
@@ -539,40 +544,50 @@ def _pull_since_log(
         _Released: the position is behind a release.
     """
     store = deps.since_sessions if client_id else None
-    heads = deps.buffer.get_heads(shards)
     if handout is not None:
+        # Positions this server handed out, where pages ended: read and checked as a cursor's are (the heads only
+        # for the shards that read nothing, or whose entry at the position is gone).
         positions, uncertain = dict(handout.positions), dict(handout.uncertain or {})
         confirmed = handout
-    elif session is not None and session.confirmed is not None:
-        positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
-        confirmed = Handout(since, positions)
+        heads: Mapping[ShardId, ShardHead] = {}
     else:
-        for head in heads.values():
-            if since < head.released_hlc:
-                raise _Released(head)
-        positions, uncertain = _positions_after(deps, shards, heads, since)
-        if since > 0:
-            # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client may
-            # hold any row already, so everything up to the heads goes out in a form it applies whatever it holds.
-            uncertain = {s.key: h.seq for s, h in heads.items()}
-        # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
-        for head in deps.buffer.get_heads(shards).values():
-            if since < head.released_hlc:
-                raise _Released(head)
-        confirmed = Handout(since, positions)
+        heads = deps.buffer.get_heads(shards)
+        if session is not None and session.confirmed is not None:
+            positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
+            confirmed = Handout(since, positions)
+        else:
+            for head in heads.values():
+                if since < head.released_hlc:
+                    raise _Released(head)
+            positions, uncertain = _positions_after(deps, shards, heads, since)
+            if since > 0:
+                # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client
+                # may hold any row already, so everything up to the heads goes out in a form it applies whatever it
+                # holds.
+                uncertain = {s.key: h.seq for s, h in heads.items()}
+            # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
+            for head in deps.buffer.get_heads(shards).values():
+                if since < head.released_hlc:
+                    raise _Released(head)
+            confirmed = Handout(since, positions)
     for head in heads.values():
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _Released(head)
-    readers = [_ShardReader(deps, s, _page_size(limit), after_seq=positions.get(s.key, 0)) for s in shards]
+    page = _page_size(limit)
+    at_position = handout is not None
+    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), at_position=at_position) for s in shards]
     if len(readers) > 1:
         for read in [io_pool().submit(reader.peek) for reader in readers]:
             read.result()
     # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
     idle = [reader.shard for reader in readers if reader.peek() is None]
-    reaching = {shard: positions.get(shard.key, 0) for shard in idle}
-    for head in deps.buffer.get_heads(idle, reaching=reaching).values() if idle else ():
+    checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
+    by_shard = {reader.shard: reader for reader in readers}
+    reaching = {shard: positions.get(shard.key, 0) for shard in checked}
+    for head in deps.buffer.get_heads(checked, reaching=reaching).values() if checked else ():
         if positions.get(head.shard.key, 0) < head.released_seq:
             raise _Released(head)
+        by_shard[head.shard].check_against(head)
     redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
     stateless = store is None or not client_id
     deltas, has_more, last = _since_page(
