@@ -369,3 +369,26 @@ def test_local_front_given_invalid_content_length_then_400_json_and_connection_c
     assert body == {"error": "Invalid Content-Length", "code": "VALIDATION_ERROR"}
     assert response.getheader("Connection") == "close"
     assert echo.events == []
+
+
+@pytest.mark.parametrize(
+    ("request_head", "reason"),
+    [
+        (b"GET /x HTTP/9.9\r\nHost: local\r\n\r\n", "Invalid HTTP version"),
+        (b"POST /x HTTP/1.1\r\nHost: local\r\nTransfer-Encoding: gzip\r\n\r\n", "Unsupported Transfer-Encoding"),
+    ],
+    ids=["http-version", "transfer-coding"],
+)
+def test_local_front_given_a_request_it_cannot_read_then_400_json_and_connection_closed(
+    front, echo, request_head: bytes, reason: str
+):
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as raw:
+        raw.sendall(request_head)
+        response = http.client.HTTPResponse(raw)
+        response.begin()
+        body = json.loads(response.read())
+
+    assert response.status == 400
+    assert body["code"] == "VALIDATION_ERROR" and body["error"].startswith(reason)
+    assert response.getheader("Connection") == "close"
+    assert echo.events == []

@@ -55,6 +55,7 @@ Handler = Callable[[dict[str, Any], Any], Any]
 """A Lambda handler: ``(event, context) -> result``."""
 
 INTERNAL_ERROR_BODY = {"error": "Internal error", "code": "INTERNAL_ERROR"}
+_REFUSED_REQUESTS = frozenset({HTTPStatus.NOT_IMPLEMENTED, HTTPStatus.HTTP_VERSION_NOT_SUPPORTED})
 _DRAIN_TIMEOUT_SECONDS = 2.0
 _DRAIN_MAX_BYTES = 64 * 1024 * 1024
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
@@ -424,6 +425,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         status = HTTPStatus(code)
         text = message or status.phrase
+        if status in _REFUSED_REQUESTS:
+            # The stdlib answers a request it cannot read (an HTTP version or a transfer coding it does not speak)
+            # with a 5xx; it is the request that is wrong, and bad input gets a 4xx.
+            status, text = HTTPStatus.BAD_REQUEST, f"{text}: send HTTP/1.1 with a Content-Length or chunked body"
+            code = status
+        if self.request_version == "HTTP/0.9":
+            # Still the stdlib's default when the request line did not parse, which would send the body alone.
+            self.request_version = "HTTP/1.1"
         error = ValidationError(text) if status < 500 else LakeSyncError(text)
         self.log_error("code %d, message %s", code, text)
         self._write(code, [("content-type", "application/json")], _json(error), close=True)
