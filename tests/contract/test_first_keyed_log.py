@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
-from lakesync.aws.flush_store import FlushStore
+from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardHead, ShardId
@@ -53,8 +53,9 @@ class NewReader:
 
 def reader(client: Any, names: TableNames, every: int, kind: str) -> tuple[Any, FlushStore]:
     """The reader ``kind`` names (``first``, ``last``: a store set to that; ``new``: :class:`NewReader`)."""
-    buffer, flush = stores(client, names, every, first_keyed=kind == "first")
-    return (NewReader(client, names, every) if kind == "new" else buffer), flush
+    if kind == "new":  # the flush store as the flush job and function make it
+        return NewReader(client, names, every), FlushStore(client, names, commit_mark_every=every)
+    return stores(client, names, every, first_keyed=kind == "first")
 
 
 READERS = pytest.mark.parametrize(
@@ -201,6 +202,18 @@ def test_a_last_keyed_log_reads_as_a_scan_of_it_by_a_reader_that_guesses_first_k
     assert [e.seq for e in learning.read_log(shard, 20, 3, images=False)] == [21, 22, 23]
     counting.queries.clear()
     assert [e.seq for e in learning.read_log(shard, 10, 3, images=False)] == [11, 12, 13]
+    assert len(counting.queries) == 1
+    # And so does one that has read the shard's head, which records no first keys: its first read takes one Query
+    guessing = DynamoDBBufferStore(counting, names, first_keyed=lambda: False)
+    guessing.get_heads([shard])
+    counting.queries.clear()
+    assert [e.seq for e in guessing.read_log(shard, 20, 3, images=False)] == [21, 22, 23]
+    assert len(counting.queries) == 1
+    # And a flush store, which reads the heads before the log (a flush run)
+    flush = FlushStore(counting, names)
+    flush.heads([shard])
+    counting.queries.clear()
+    assert [r["seq"] for r in flush.read_records(ShardRange(shard.key, 20, 23))] == [21, 22, 23]
     assert len(counting.queries) == 1
 
 
@@ -391,3 +404,23 @@ def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_d
         counting.queries.clear()
         assert store.read_log_at(shard, 300, 5, images=False) == (None, [])
         assert len(counting.queries) == 1
+
+
+def test_a_new_flush_store_reads_a_range_of_a_long_first_keyed_log_from_its_start(
+    contract_dynamodb: Any, shard: ShardId
+) -> None:
+    # Given a long first-keyed log (30 pushes of 10)
+    client, names = contract_dynamodb
+    chunks = plan_chunks(shard, [10] * 30)
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    entries = [e for chunk in chunks for e in chunk]
+    counting = ItemCountingClient(client)
+
+    # When a flush store new to the shard (as each Spark task makes one) reads ranges in the middle of the log
+    for lo, hi in ((150, 200), (155, 170)):
+        counting.spans.clear()
+        records = FlushStore(counting, names).read_records(ShardRange(shard.key, lo, hi))
+        # Then it reads the range's entries, and no chunk before the one holding the range's start (the log's first
+        # chunks, which a read expecting last keys got first)
+        assert [r["seq"] for r in records] == [e.seq for e in entries[lo:hi]]
+        assert all(last >= lo for _, last in counting.spans), (lo, counting.spans)

@@ -390,9 +390,17 @@ class DynamoDBBufferStore:
         )
 
     def _note_log_keys(self, shard: ShardId, head_item: Item | None) -> None:
-        """A head that records first keys (``lk``) makes this store read and write the shard's log first-keyed."""
-        if head_item is not None and "lk" in head_item:
+        """A head that records first keys (``lk``) makes this store read and write the shard's log first-keyed. One
+        that does not says the log held no first-keyed chunk when it was read (a writer records ``lk`` before its
+        first put): a store that has not found the shard first-keyed reads it last-keyed until a read shows
+        otherwise."""
+        if head_item is None:
+            return
+        if "lk" in head_item:
             self._first_keyed_shards.add(shard.key)
+            self._last_keyed_shards.discard(shard.key)
+        elif shard.key not in self._first_keyed_shards:
+            self._last_keyed_shards.add(shard.key)
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
