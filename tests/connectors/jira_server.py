@@ -211,6 +211,8 @@ class JiraState:
         self._fail: list[int] = []
         self.token_epoch = 0
         self.base_url = ""
+        # Rewrites a search answer (request body, answer) -> answer: a misbehaving Jira.
+        self.search_hook: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
 
     # -- knobs -------------------------------------------------------------------------------------------------------
 
@@ -403,6 +405,8 @@ class _Handler(BaseHTTPRequestHandler):
             out["isLast"] = False
         else:
             out["isLast"] = True
+        if state.search_hook is not None:
+            out = state.search_hook(body, out)
         self._send(200, out)
 
     def _create(self, body: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@ eventual consistency, deletions by two sweeps, throttling, authentication, posit
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Iterator
@@ -423,3 +424,153 @@ def test_jira_time_zone_is_read_from_the_profile_once(h: Harness, state: JiraSta
     drain(connector, {})
     assert sum(1 for _, p, _ in state.requests if p == "/rest/api/3/myself") == 1
     assert timedelta(0) == connector._zone_slack
+
+
+# -- a misbehaving Jira ------------------------------------------------------------------------------------------------
+
+
+def _first_page_token(state: JiraState, jql: str, salt: int = 0) -> str:
+    """A valid page token of the double that points at the first page of ``jql`` again (``salt`` varies its text)."""
+    payload = {"jql": jql, "offset": 0, "epoch": state.token_epoch, "salt": salt}
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+
+
+def _stuck_token_hook(state: JiraState, stop_after: int, *, id_only: bool = False) -> Any:
+    """A search that hands out the same ``nextPageToken`` (and so the same page) again and again.
+
+    After ``stop_after`` searches it finally says ``isLast``, so a connector that does not notice still ends. With
+    ``id_only`` only the id-only searches (the deletion sweep's) misbehave.
+    """
+    calls = {"n": 0}
+
+    def hook(body: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        if id_only and body.get("fields"):
+            return out
+        calls["n"] += 1
+        if calls["n"] >= stop_after:
+            return {**out, "isLast": True, "nextPageToken": None}
+        return {**out, "nextPageToken": _first_page_token(state, body["jql"]), "isLast": False}
+
+    return hook
+
+
+def test_jira_a_page_token_that_never_advances_fails_the_poll_instead_of_looping(h: Harness, state: JiraState) -> None:
+    for n in range(3):
+        state.add_issue("ENG", f"i{n}")
+    state.search_hook = _stuck_token_hook(state, stop_after=40)
+    connector = h.connector(pageSize=2, reconcileMinutes=0)
+
+    with pytest.raises(AdapterError, match="nextPageToken"):
+        connector.poll({}, 1000)
+    # Noticed on the second page, not after the server gave up.
+    assert len(state.searches()) == 2
+
+
+def test_jira_the_deletion_sweep_stops_on_a_page_token_that_never_advances(h: Harness, state: JiraState) -> None:
+    state.add_issue("ENG", "a")
+    connector = h.connector()
+    _, position = drain(connector, {})
+    state.tick(3600)
+    state.search_hook = _stuck_token_hook(state, stop_after=40, id_only=True)
+    before = len(state.searches())
+
+    with pytest.raises(AdapterError, match="nextPageToken"):
+        connector.poll(position, 1000)
+    # One incremental search, then two id-only pages.
+    assert [bool(b.get("fields")) for b in state.searches()[before:]] == [True, False, False]
+
+
+def test_jira_the_deletion_sweep_stops_on_pages_that_bring_no_new_id(h: Harness, state: JiraState) -> None:
+    state.add_issue("ENG", "a")
+    connector = h.connector()
+    _, position = drain(connector, {})
+    state.tick(3600)
+    calls = {"n": 0}
+
+    def hook(body: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        if body.get("fields"):
+            return out
+        calls["n"] += 1
+        if calls["n"] >= 200:
+            return {**out, "isLast": True, "nextPageToken": None}
+        # The same ids under a fresh token every time.
+        return {**out, "nextPageToken": _first_page_token(state, body["jql"], salt=calls["n"]), "isLast": False}
+
+    state.search_hook = hook
+    with pytest.raises(AdapterError, match="without a new issue id"):
+        connector.poll(position, 1000)
+    assert calls["n"] == 21
+
+
+def test_jira_pages_of_issues_already_emitted_count_toward_the_poll_limit(h: Harness, state: JiraState) -> None:
+    for n in range(4):
+        state.add_issue("ENG", f"i{n}")
+    connector = h.connector(pageSize=2, reconcileMinutes=0)
+    _, position = drain(connector, {})
+
+    # A broken index: every search answer is the first two issues again, with a fresh token each time.
+    first_page: list[Any] = []
+    calls = {"n": 0}
+
+    def hook(body: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        calls["n"] += 1
+        if not first_page:
+            first_page.extend(out["issues"])
+        if calls["n"] >= 60:
+            return {**out, "isLast": True, "nextPageToken": None}
+        token = _first_page_token(state, body["jql"], salt=calls["n"])
+        return {"issues": first_page, "nextPageToken": token, "isLast": False}
+
+    state.search_hook = hook
+    before = len(state.searches())
+    batch = connector.poll(position, 10)
+    # A poll reads about ``limit`` issues and keeps its place, whether or not they were new.
+    assert batch.rows == []
+    assert batch.more and batch.position["issues"]["resume"]
+    assert len(state.searches()) - before == 5
+
+
+def test_jira_an_issue_without_a_usable_id_is_a_clear_vendor_error(h: Harness, state: JiraState) -> None:
+    state.add_issue("ENG", "a")
+    connector = h.connector()
+
+    for bad in (None, "", "ENG-1", "12x", "１２", True, 1.5):
+
+        def hook(body: dict[str, Any], out: dict[str, Any], bad: Any = bad) -> dict[str, Any]:
+            issues = [dict(i) for i in out["issues"]]
+            for issue in issues:
+                if bad is None:
+                    issue.pop("id", None)
+                else:
+                    issue["id"] = bad
+            return {**out, "issues": issues}
+
+        state.search_hook = hook
+        with pytest.raises(AdapterError, match="id"):
+            connector.poll({}, 1000)
+
+
+def test_jira_a_numeric_id_sent_as_a_number_is_read_as_its_digits(h: Harness, state: JiraState) -> None:
+    issue = state.add_issue("ENG", "a")
+
+    def hook(body: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        return {**out, "issues": [{**i, "id": int(i["id"])} for i in out["issues"]]}
+
+    state.search_hook = hook
+    rows, position = drain(h.connector(), {})
+    assert [r.row_id for r in rows] == [issue.id]
+    assert jira.decode_ids(position["sweep"]["known"]) == {issue.id}
+
+
+def test_jira_an_unreadable_updated_is_a_clear_vendor_error(h: Harness, state: JiraState) -> None:
+    state.add_issue("ENG", "a")
+    connector = h.connector(reconcileMinutes=0)
+    for bad in ("yesterday", "2025-03-01T12:00:00.000", "2025-13-45T99:00:00.000+0000"):
+
+        def hook(body: dict[str, Any], out: dict[str, Any], bad: str = bad) -> dict[str, Any]:
+            issues = [{**i, "fields": {**i["fields"], "updated": bad}} for i in out["issues"]]
+            return {**out, "issues": issues}
+
+        state.search_hook = hook
+        with pytest.raises(AdapterError, match="updated"):
+            connector.poll({}, 1000)

@@ -52,6 +52,7 @@ from lakesync.connectors.http_api import (
     ApiError,
     ApiOutcomeUnknownError,
     ApiRequestError,
+    ApiUnavailableError,
     HttpApiClient,
     HttpResponse,
     Redactor,
@@ -92,6 +93,7 @@ _MINUTE = timedelta(minutes=1)
 _EPOCH_JQL = '"1970/01/01 00:00"'
 _MAX_PAGE = 100
 _ID_PAGE = 5000
+_MAX_IDLE_PAGES = 20
 
 
 # -- settings -------------------------------------------------------------------------------------------------------
@@ -387,7 +389,9 @@ class JiraConnector:
         else:
             jql, token = self._incremental_jql(state), None
         state.resume = None
-        emitted = 0
+        # Issues read, whether emitted or not (empty pages count in full): bounds the requests of one poll.
+        read = 0
+        tokens = {token} if token is not None else set()
         fields = [*ISSUE_FIELDS, *(f for f in self.settings.extra_fields if f not in ISSUE_FIELDS)]
         while True:
             body: dict[str, JsonValue] = {"jql": jql, "fields": list(fields), "maxResults": self.settings.page_size}
@@ -402,22 +406,22 @@ class JiraConnector:
                 logger.info("jira %s: stored page token refused; restarting the query from the cursor", self._name)
                 resume = None
                 jql, token = self._incremental_jql(state), None
+                tokens.clear()
                 continue
             if not isinstance(page, Mapping):
                 raise ApiRequestError("Jira search returned a body that is not a JSON object", vendor="Jira")
-            for issue in page.get("issues") or []:
-                if not isinstance(issue, Mapping):
-                    continue
+            issues = [i for i in page.get("issues") or [] if isinstance(i, Mapping)]
+            for issue in issues:
                 issue_rows = self._issue_rows(issue, state)
                 if issue_rows:
-                    known.add(str(issue["id"]))
+                    known.add(issue_rows[0].row_id)
                     rows.extend(issue_rows)
-                    emitted += 1
+            read += len(issues) or self.settings.page_size
             next_token = page.get("nextPageToken")
             if not isinstance(next_token, str) or not next_token or page.get("isLast") is True:
                 return False
-            token = next_token
-            if emitted >= limit:
+            token = _new_token(next_token, tokens)
+            if read >= limit:
                 state.resume = {"jql": jql, "token": token}
                 return True
 
@@ -448,8 +452,8 @@ class JiraConnector:
         fields = issue.get("fields")
         if not isinstance(fields, Mapping) or not isinstance(fields.get("updated"), str):
             raise ApiRequestError("Jira search returned an issue without fields.updated", vendor="Jira")
-        issue_id = str(issue.get("id"))
-        updated = parse_time(fields["updated"])
+        issue_id = _issue_id(issue)
+        updated = _vendor_time(fields["updated"], f"issue {issue_id} fields.updated")
         if not state.accept(issue_id, updated):
             return []
         version = format_utc(updated)
@@ -509,7 +513,7 @@ class JiraConnector:
             for c in comments:
                 if not isinstance(c, Mapping) or not isinstance(c.get("updated"), str):
                     continue
-                updated = parse_time(c["updated"])
+                updated = _vendor_time(c["updated"], f"comment of issue {issue_id} updated")
                 raw_author = c.get("author")
                 author: Mapping[str, Any] = raw_author if isinstance(raw_author, Mapping) else {}
                 values: dict[str, JsonValue] = {
@@ -567,6 +571,8 @@ class JiraConnector:
         jql = f"({self.settings.jql}) AND updated >= {_EPOCH_JQL}" if self.settings.jql else f"updated >= {_EPOCH_JQL}"
         ids: set[str] = set()
         token: str | None = None
+        tokens: set[str] = set()
+        idle = 0
         while True:
             body: dict[str, JsonValue] = {"jql": jql, "maxResults": _ID_PAGE}
             if token is not None:
@@ -574,10 +580,19 @@ class JiraConnector:
             page = self.client.request("POST", SEARCH_PATH, json_body=body, idempotent=True).json()
             if not isinstance(page, Mapping):
                 raise ApiRequestError("Jira search returned a body that is not a JSON object", vendor="Jira")
-            ids.update(str(i["id"]) for i in page.get("issues") or [] if isinstance(i, Mapping) and "id" in i)
-            token = page.get("nextPageToken")
-            if not isinstance(token, str) or not token or page.get("isLast") is True:
+            before = len(ids)
+            ids.update(_issue_id(i) for i in page.get("issues") or [] if isinstance(i, Mapping))
+            next_token = page.get("nextPageToken")
+            if not isinstance(next_token, str) or not next_token or page.get("isLast") is True:
                 return ids
+            token = _new_token(next_token, tokens)
+            # Pages may come back short (permissions), but page after page with no new id is a loop.
+            idle = 0 if len(ids) > before else idle + 1
+            if idle >= _MAX_IDLE_PAGES:
+                raise ApiUnavailableError(
+                    f"Jira id search returned {idle} pages in a row without a new issue id; the sweep stopped",
+                    vendor="Jira",
+                )
 
     # -- ActionHandler -------------------------------------------------------------------------------------------------
 
@@ -658,6 +673,36 @@ class JiraConnector:
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
                 raise ActionExecutionError("labels must be an array of strings", retryable=False)
             fields["labels"] = list(labels)
+
+
+def _issue_id(issue: Mapping[str, Any]) -> str:
+    """An issue's id as its digits (Jira's ids are numeric strings; the deletion sweep stores them as numbers)."""
+    value = issue.get("id")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return value
+    raise ApiRequestError(f"Jira search returned an issue whose id is not numeric: {str(value)[:80]!r}", vendor="Jira")
+
+
+def _vendor_time(value: str, what: str) -> datetime:
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise ApiRequestError(
+            f"Jira returned a {what} that is not a date-time with an offset: {value[:80]!r}", vendor="Jira"
+        ) from None
+
+
+def _new_token(token: str, seen: set[str]) -> str:
+    """``token``, remembered; a token already given for this query means the pagination does not advance."""
+    if token in seen:
+        raise ApiUnavailableError(
+            "Jira search returned a nextPageToken it had already given for this query (pagination does not advance)",
+            vendor="Jira",
+        )
+    seen.add(token)
+    return token
 
 
 def _required_param(params: Mapping[str, Any], key: str) -> str:
