@@ -574,3 +574,20 @@ def test_jira_an_unreadable_updated_is_a_clear_vendor_error(h: Harness, state: J
         state.search_hook = hook
         with pytest.raises(AdapterError, match="updated"):
             connector.poll({}, 1000)
+
+
+def test_jira_an_issue_updated_in_the_future_does_not_move_the_cursor_past_now(h: Harness, state: JiraState) -> None:
+    state.add_issue("ENG", "imported with a date from the future", _updated=state.now + timedelta(days=365))
+    connector = h.connector(reconcileMinutes=0)
+    rows, position = drain(connector, {})
+    assert len(rows) == 1
+    assert position["issues"]["cursor"] <= utc(state.now)
+
+    # Edits made after that poll are still found.
+    state.tick(600)
+    later = state.add_issue("ENG", "written later")
+    rows, position = drain(connector, position)
+    assert [r.row_id for r in rows] == [later.id]
+    # The future-dated issue is not emitted again on every poll.
+    state.tick(600)
+    assert drain(connector, position)[0] == []

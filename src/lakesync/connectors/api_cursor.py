@@ -96,15 +96,20 @@ class IncrementalState:
             return None
         return _floor(parse_time(self.cursor) - overlap, granularity)
 
-    def accept(self, row_id: str, modified: datetime) -> bool:
-        """Record a row seen by a query; whether to emit it (not emitted before at this or a newer time)."""
+    def accept(self, row_id: str, modified: datetime, *, not_after: datetime | None = None) -> bool:
+        """Record a row seen by a query; whether to emit it (not emitted before at this or a newer time).
+
+        The cursor moves to ``modified`` but never past ``not_after`` (now): a row dated in the future stays in
+        ``recent`` (not emitted again) without hiding the rows changed until then.
+        """
         stamp = format_utc(modified)
         previous = self.recent.get(row_id)
         if previous is not None and previous >= stamp:
             return False
         self.recent[row_id] = stamp
-        if self.cursor is None or stamp > self.cursor:
-            self.cursor = stamp
+        cursor = stamp if not_after is None else min(stamp, format_utc(not_after))
+        if self.cursor is None or cursor > self.cursor:
+            self.cursor = cursor
         return True
 
     def prune(self, overlap: timedelta, granularity: timedelta) -> None:

@@ -454,7 +454,8 @@ class JiraConnector:
             raise ApiRequestError("Jira search returned an issue without fields.updated", vendor="Jira")
         issue_id = _issue_id(issue)
         updated = _vendor_time(fields["updated"], f"issue {issue_id} fields.updated")
-        if not state.accept(issue_id, updated):
+        # An ``updated`` in the future (an import, a skewed clock) must not move the cursor past issues still to come.
+        if not state.accept(issue_id, updated, not_after=self._now()):
             return []
         version = format_utc(updated)
         origin: dict[str, JsonValue] = {
