@@ -345,3 +345,34 @@ def test_duplicate_name_is_409_and_unreachable_source_is_502(source: Source, dep
     assert "hunter2" not in unreachable.value.message
     assert [c.name for c in deps.config.list_connectors(GW)] == ["crm"]
     assert len(deps.connectors.secrets.secrets) == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("source", ["postgres"], indirect=True)
+def test_non_finite_numerics_are_polled_as_text_not_a_crash(source: Source, deps: GatewayDeps) -> None:
+    # Given PostgreSQL numeric and double columns holding NaN and ±Infinity next to ordinary values
+    source.run("CREATE TABLE m (id INT PRIMARY KEY, amount NUMERIC, f DOUBLE PRECISION, updated_at TIMESTAMP(3))")
+    source.run("INSERT INTO m VALUES (1, 'NaN', 'NaN', %s)", T0)
+    source.run("INSERT INTO m VALUES (2, 'Infinity', '-Infinity', %s)", T0)
+    source.run("INSERT INTO m VALUES (3, '-Infinity', 2.5, %s)", T0)
+    source.run("INSERT INTO m VALUES (4, 1.5, 2.5, %s)", T0)
+    config = {
+        "name": "crm",
+        "type": "postgres",
+        "postgres": {"connectionString": source.url},
+        "ingest": {
+            "intervalMs": 1000,
+            "tables": [{"table": "m", "query": "SELECT * FROM m", "rowIdColumn": "id", "strategy": CURSOR}],
+        },
+    }
+    admin.register_connector(deps, GW, config)
+    # When it polls
+    result = poll_registered(deps, GW, "crm")
+    # Then every row arrives; the non-finite values as the same text as a non-finite double
+    assert (result.rows, result.applied) == (4, 4)
+    state = _state(_pull_all(deps), "m")
+    assert {k: (v["amount"], v["f"]) for k, v in state.items()} == {
+        "1": ("nan", "nan"),
+        "2": ("inf", "-inf"),
+        "3": ("-inf", 2.5),
+        "4": (1.5, 2.5),
+    }

@@ -221,6 +221,8 @@ def to_json_value(value: Any) -> JsonValue:
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
     if isinstance(value, decimal.Decimal):
+        if not value.is_finite():  # PostgreSQL numeric holds NaN and ±Infinity: text, as for a float
+            return str(float(value))
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
