@@ -136,3 +136,16 @@ def test_incremental_state_round_trip_and_pruning() -> None:
     assert set(state.recent) == {"b"}
     assert IncrementalState.from_json(state.to_json()) == state
     assert IncrementalState.from_json({"cursor": "garbage"}) == IncrementalState()
+
+
+def test_vendor_json_is_made_fit_for_a_delta() -> None:
+    body = b'{"cut": "ab\\ud83d", "pair": "\\ud83d\\ude00", "\\udc00key": [NaN, Infinity, -Infinity, 1.5]}'
+    assert HttpResponse(200, {}, body).json() == {
+        "cut": "ab\ufffd",
+        "pair": "\U0001f600",
+        "\ufffdkey": [None, None, None, 1.5],
+    }
+
+
+def test_vendor_json_nested_too_deeply_reads_as_not_json() -> None:
+    assert HttpResponse(200, {}, b"[" * 200_000 + b"]" * 200_000).json() is None

@@ -15,10 +15,18 @@ import pytest
 from lakesync.connectors import jira
 from lakesync.connectors.base import PollBatch
 from lakesync.connectors.http_api import ApiAuthError, ApiRequestError, ApiThrottledError, RetryPolicy
+from lakesync.connectors.poller import poll_connector
 from lakesync.core.actions import ActionContext, make_action
 from lakesync.core.connectors import validate_connector_config
 from lakesync.core.errors import ActionExecutionError, ActionNotSupportedError, AdapterError
 from lakesync.core.hlc import HLC
+from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.memory import (
+    InMemoryActionStore,
+    InMemoryBufferStore,
+    InMemoryConfigStore,
+    InMemoryPositionStore,
+)
 from tests.connectors.jira_server import JiraState, running
 
 pytestmark = pytest.mark.integration
@@ -591,3 +599,26 @@ def test_jira_an_issue_updated_in_the_future_does_not_move_the_cursor_past_now(h
     # The future-dated issue is not emitted again on every poll.
     state.tick(600)
     assert drain(connector, position)[0] == []
+
+
+def _gateway() -> GatewayDeps:
+    return GatewayDeps(
+        buffer=InMemoryBufferStore(),
+        config=InMemoryConfigStore(),
+        actions=InMemoryActionStore(),
+        positions=InMemoryPositionStore(),
+    )
+
+
+def test_jira_values_a_push_would_refuse_do_not_stop_the_connector(h: Harness, state: JiraState) -> None:
+    # A summary ending in half an emoji (a lone surrogate in JSON) and a number field Jira wrote as NaN.
+    issue = state.add_issue("ENG", "cut \ud83d", customfield_1=float("nan"))
+    deps = _gateway()
+    connector = h.connector(reconcileMinutes=0, fields=["customfield_1"])
+
+    result = poll_connector(deps, "default", "jira-eng", connector, deps.positions)
+
+    assert (result.status, result.rows, result.applied) == ("polled", 1, 1)
+    row = deps.buffer.get_rows("default", [("jira_issues", issue.id)])[("jira_issues", issue.id)]
+    assert row.state.columns["summary"].value == "cut \ufffd"
+    assert row.state.columns["customfield_1"].value is None

@@ -29,6 +29,7 @@ import http.client
 import json
 import logging
 import random
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -137,13 +138,36 @@ class HttpResponse:
         return self.headers.get(name.lower())
 
     def json(self) -> Any:
-        """The body as JSON (``None`` when empty or not JSON)."""
+        """The body as JSON (``None`` when empty, not JSON or nested too deeply), made fit for a delta: ``NaN`` and
+        ``Infinity`` (which Python's parser accepts) read as ``null``, lone surrogates (``"\\ud83d"``, a cut emoji)
+        as U+FFFD. A push refuses both, so one such value would otherwise stop a connector for good."""
         if not self.body:
             return None
         try:
-            return json.loads(self.body)
-        except ValueError:
+            doc = json.loads(self.body, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
             return None
+        if _ESCAPED_SURROGATE.search(self.body) is not None:
+            doc = _replace_surrogates(doc)
+        return doc
+
+
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_constant(name: str) -> None:
+    return None
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
 
 
 class Transport(Protocol):
