@@ -26,7 +26,7 @@ import itertools
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
@@ -94,6 +94,8 @@ class SalesforceState:
         self._tokens = itertools.count(1)
         self._locators = itertools.count(1)
         self.base_url = ""
+        # Rewrites a query page (locator, offset, page) -> page: a misbehaving Salesforce.
+        self.page_hook: Callable[[str, int, dict[str, Any]], dict[str, Any]] | None = None
 
     # -- knobs -----------------------------------------------------------------------------------------------------
 
@@ -391,6 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
         body: dict[str, Any] = {"totalSize": len(records), "done": offset + size >= len(records), "records": page}
         if not body["done"]:
             body["nextRecordsUrl"] = f"/services/data/v{state.api_version}/query/{locator}-{offset + size}"
+        if state.page_hook is not None:
+            body = state.page_hook(locator, offset, body)
         self._send(200, body, self._limit_headers())
 
     def _query(self, soql: str, *, include_deleted: bool) -> None:

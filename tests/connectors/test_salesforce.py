@@ -16,7 +16,7 @@ from lakesync.connectors import salesforce
 from lakesync.connectors.http_api import ApiAuthError, ApiThrottledError, RetryPolicy
 from lakesync.core.actions import ActionContext, make_action
 from lakesync.core.connectors import ConnectorValidationError, validate_connector_config
-from lakesync.core.errors import ActionExecutionError, ActionNotSupportedError, ValidationError
+from lakesync.core.errors import ActionExecutionError, ActionNotSupportedError, AdapterError, ValidationError
 from lakesync.core.hlc import HLC
 from tests.connectors.salesforce_server import SalesforceState, running
 
@@ -385,3 +385,66 @@ def test_salesforce_settings() -> None:
     )
     assert settings.token_url == "https://test.salesforce.com" and settings.auth_flow == "password"
     assert salesforce.DESCRIPTOR.secret_fields == ("clientSecret", "password", "privateKey")
+
+
+# -- a misbehaving Salesforce ------------------------------------------------------------------------------------------
+
+ACCOUNTS_ONLY = {"batchSize": 200, "includeContacts": False, "includeOpportunities": False}
+
+
+def test_salesforce_a_next_records_url_that_never_advances_fails_the_poll(h: Harness, state: SalesforceState) -> None:
+    for n in range(300):
+        state.insert("Account", Name=f"n{n}")
+    calls = {"n": 0}
+
+    def hook(locator: str, offset: int, page: dict[str, Any]) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] >= 40:  # so that a connector that does not notice still ends
+            return {**page, "done": True, "nextRecordsUrl": None}
+        # The same page again: a locator whose next batch is its first one.
+        return {**page, "done": False, "nextRecordsUrl": f"/services/data/v62.0/query/{locator}-0"}
+
+    state.page_hook = hook
+    with pytest.raises(AdapterError, match="nextRecordsUrl"):
+        h.connector(**ACCOUNTS_ONLY).poll({}, 5000)
+    assert calls["n"] == 2  # noticed when the second page hands out the same URL again
+
+
+def test_salesforce_pages_of_records_already_emitted_count_toward_the_poll_limit(
+    h: Harness, state: SalesforceState
+) -> None:
+    for n in range(300):
+        state.insert("Account", Name=f"n{n}")
+    connector = h.connector(**ACCOUNTS_ONLY)
+    _, position = drain(connector, {})
+    calls = {"n": 0}
+
+    def hook(locator: str, offset: int, page: dict[str, Any]) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] >= 60:
+            return {**page, "done": True, "nextRecordsUrl": None}
+        # The first page again under a new URL each time (offset 0 written with more zeros).
+        return {**page, "done": False, "nextRecordsUrl": f"/services/data/v62.0/query/{locator}-{'0' * calls['n']}"}
+
+    state.page_hook = hook
+    batch = connector.poll(position, 1000)
+    assert batch.rows == []
+    assert batch.more and batch.position["objects"]["Account"]["resume"]
+    assert calls["n"] == 5  # 5 pages of 200 records read: the limit of 1000
+
+
+@pytest.mark.parametrize("stamp", ["yesterday", "2025-03-01T12:00:00.000", "2025-02-30T12:00:00.000+0000"])
+def test_salesforce_an_unreadable_system_modstamp_is_a_clear_vendor_error(
+    h: Harness, state: SalesforceState, stamp: str
+) -> None:
+    record_id = state.insert("Account", Name="a")
+    state.records[record_id]["SystemModstamp"] = stamp
+    with pytest.raises(AdapterError, match="SystemModstamp"):
+        h.connector(**ACCOUNTS_ONLY).poll({}, 5000)
+
+
+def test_salesforce_a_record_with_an_empty_id_is_a_clear_vendor_error(h: Harness, state: SalesforceState) -> None:
+    record_id = state.insert("Account", Name="a")
+    state.records[record_id]["Id"] = ""
+    with pytest.raises(AdapterError, match="without Id"):
+        h.connector(**ACCOUNTS_ONLY).poll({}, 5000)

@@ -57,6 +57,7 @@ from lakesync.connectors.http_api import (
     ApiError,
     ApiOutcomeUnknownError,
     ApiRequestError,
+    ApiUnavailableError,
     HttpApiClient,
     HttpResponse,
     Redactor,
@@ -463,6 +464,9 @@ class SalesforceConnector:
             url, params = resume, None
         else:
             url, params = self._query_path(), {"q": self._soql(obj, state)}
+        # Records read, emitted or not (an empty page counts as a full batch): bounds the requests of one poll.
+        read = 0
+        urls = {url} if params is None else set()
         while True:
             try:
                 page = self.client.request("GET", url, params=params, headers=headers).json()
@@ -471,6 +475,7 @@ class SalesforceConnector:
                     raise
                 logger.info("salesforce %s: %s query locator expired; restarting from the cursor", self._name, obj.name)
                 url, params = self._query_path(), {"q": self._soql(obj, state)}
+                urls.clear()
                 continue
             if not isinstance(page, Mapping) or not isinstance(page.get("records"), list):
                 raise ApiRequestError("Salesforce query returned no records array", vendor="Salesforce")
@@ -478,11 +483,19 @@ class SalesforceConnector:
                 row = self._row(obj, record, state) if isinstance(record, Mapping) else None
                 if row is not None:
                     rows.append(row)
+            read += len(page["records"]) or self.settings.batch_size
             next_url = page.get("nextRecordsUrl")
             if page.get("done") is True or not isinstance(next_url, str):
                 return None
+            if next_url in urls:
+                raise ApiUnavailableError(
+                    f"Salesforce {obj.name} query returned a nextRecordsUrl it had already given (paging does not "
+                    "advance)",
+                    vendor="Salesforce",
+                )
+            urls.add(next_url)
             url, params = next_url, None
-            if len(rows) >= limit:
+            if len(rows) >= limit or read >= limit:
                 state.resume = {"next": next_url}
                 return "limit"
             if self._over_budget():
@@ -520,9 +533,16 @@ class SalesforceConnector:
 
     def _row(self, obj: SObject, record: Mapping[str, Any], state: IncrementalState) -> ChangedRow | None:
         record_id, stamp = record.get("Id"), record.get("SystemModstamp")
-        if not isinstance(record_id, str) or not isinstance(stamp, str):
+        if not isinstance(record_id, str) or not record_id or not isinstance(stamp, str):
             raise ApiRequestError(f"Salesforce {obj.name} record without Id or SystemModstamp", vendor="Salesforce")
-        modified = parse_time(stamp)
+        try:
+            modified = parse_time(stamp)
+        except ValueError:
+            raise ApiRequestError(
+                f"Salesforce {obj.name} record {record_id[:40]!r} has a SystemModstamp that is not a date-time with "
+                f"an offset: {stamp[:80]!r}",
+                vendor="Salesforce",
+            ) from None
         if not state.accept(record_id, modified):
             return None
         attributes = record.get("attributes")
