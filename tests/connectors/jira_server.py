@@ -213,6 +213,8 @@ class JiraState:
         self.base_url = ""
         # Rewrites a search answer (request body, answer) -> answer: a misbehaving Jira.
         self.search_hook: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
+        # Rewrites a page of comments (the answer) -> answer.
+        self.comment_hook: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     # -- knobs -------------------------------------------------------------------------------------------------------
 
@@ -456,7 +458,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             start, size = int(query.get("startAt", 0)), int(query.get("maxResults", 50))
             comments = issue.comments[start : start + size]
-            self._send(200, {"startAt": start, "maxResults": size, "total": len(issue.comments), "comments": comments})
+            page = {"startAt": start, "maxResults": size, "total": len(issue.comments), "comments": comments}
+            self._send(200, page if state.comment_hook is None else state.comment_hook(page))
             return
         doc = body.get("body")
         if not (isinstance(doc, dict) and doc.get("type") == "doc"):

@@ -601,6 +601,44 @@ def test_jira_an_issue_updated_in_the_future_does_not_move_the_cursor_past_now(h
     assert drain(connector, position)[0] == []
 
 
+def _commented_issue(h: Harness, state: JiraState) -> jira.JiraConnector:
+    connector = h.connector(includeComments=True, reconcileMinutes=0)
+    issue = state.add_issue("ENG", "with comments")
+    for n in range(2):
+        action = make_action(f"c{n}", 1, "jira-eng", "add_comment", {"issueKey": issue.key, "body": f"c{n}"})
+        connector.execute(action, ActionContext())
+    return connector
+
+
+def test_jira_comment_paging_that_ignores_start_at_fails_instead_of_looping(h: Harness, state: JiraState) -> None:
+    connector = _commented_issue(h, state)
+    served: list[int] = []
+    first: list[Any] = []
+
+    def hook(page: dict[str, Any]) -> dict[str, Any]:
+        served.append(page["startAt"])
+        if len(served) >= 50:  # so that a connector that does not notice still ends
+            return {**page, "total": 0, "comments": []}
+        first.extend([] if first else page["comments"])
+        # The first page whatever startAt says, and a total that keeps the client asking.
+        return {**page, "startAt": 0, "total": 10**9, "comments": first}
+
+    state.comment_hook = hook
+    with pytest.raises(AdapterError, match="comments"):
+        connector.poll({}, 1000)
+    assert len(served) == 2
+
+
+def test_jira_comments_without_a_usable_id_are_a_clear_vendor_error(h: Harness, state: JiraState) -> None:
+    connector = _commented_issue(h, state)
+    state.comment_hook = lambda page: {
+        **page,
+        "comments": [{k: v for k, v in c.items() if k != "id"} for c in page["comments"]],
+    }
+    with pytest.raises(AdapterError, match="id"):
+        connector.poll({}, 1000)
+
+
 def _gateway() -> GatewayDeps:
     return GatewayDeps(
         buffer=InMemoryBufferStore(),

@@ -502,6 +502,7 @@ class JiraConnector:
 
     def _comment_rows(self, issue_id: str, issue_key: str) -> list[ChangedRow]:
         rows: list[ChangedRow] = []
+        seen: set[str] = set()
         start = 0
         while True:
             page = self.client.get_json(
@@ -511,8 +512,13 @@ class JiraConnector:
             comments = page.get("comments") if isinstance(page, Mapping) else None
             if not isinstance(comments, list):
                 raise ApiRequestError("Jira comments response without comments", vendor="Jira")
+            before = len(seen)
             for c in comments:
-                if not isinstance(c, Mapping) or not isinstance(c.get("updated"), str):
+                if not isinstance(c, Mapping):
+                    continue
+                comment_id = _numeric_id(c, f"comment of issue {issue_id}")
+                seen.add(comment_id)
+                if not isinstance(c.get("updated"), str):
                     continue
                 updated = _vendor_time(c["updated"], f"comment of issue {issue_id} updated")
                 raw_author = c.get("author")
@@ -527,11 +533,17 @@ class JiraConnector:
                     "updated": c.get("updated"),
                 }
                 origin: dict[str, JsonValue] = {"source": "jira", "site": self.settings.base_url, "issueKey": issue_key}
-                rows.append(ChangedRow(COMMENTS_TABLE, str(c.get("id")), values, format_utc(updated), origin))
+                rows.append(ChangedRow(COMMENTS_TABLE, comment_id, values, format_utc(updated), origin))
             start += len(comments)
             total = page.get("total")
             if not comments or not isinstance(total, int) or start >= total:
                 return rows
+            if len(seen) == before:
+                raise ApiUnavailableError(
+                    f"Jira comments of issue {issue_id}: a page at startAt={start - len(comments)} brought no new "
+                    "comment (paging does not advance)",
+                    vendor="Jira",
+                )
 
     # -- reconciliation of deleted issues ----------------------------------------------------------------------------
 
@@ -678,12 +690,16 @@ class JiraConnector:
 
 def _issue_id(issue: Mapping[str, Any]) -> str:
     """An issue's id as its digits (Jira's ids are numeric strings; the deletion sweep stores them as numbers)."""
-    value = issue.get("id")
+    return _numeric_id(issue, "issue")
+
+
+def _numeric_id(item: Mapping[str, Any], what: str) -> str:
+    value = item.get("id")
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return str(value)
     if isinstance(value, str) and value.isascii() and value.isdigit():
         return value
-    raise ApiRequestError(f"Jira search returned an issue whose id is not numeric: {str(value)[:80]!r}", vendor="Jira")
+    raise ApiRequestError(f"Jira returned a {what} whose id is not numeric: {str(value)[:80]!r}", vendor="Jira")
 
 
 def _vendor_time(value: str, what: str) -> datetime:
