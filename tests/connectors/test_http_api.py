@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from lakesync.connectors.http_api import (
     RetryPolicy,
     UrllibTransport,
 )
+from tests.connectors.vendor_http import StateServer, serving
 
 SECRET = "s3cr3t/with+chars"
 
@@ -149,3 +152,56 @@ def test_vendor_json_is_made_fit_for_a_delta() -> None:
 
 def test_vendor_json_nested_too_deeply_reads_as_not_json() -> None:
     assert HttpResponse(200, {}, b"[" * 200_000 + b"]" * 200_000).json() is None
+
+
+class _Misbehaving(BaseHTTPRequestHandler):
+    """``/drip``: a body trickled one byte at a time; ``/huge``: a body far larger than any page, without a length."""
+
+    server: StateServer[list[str]]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.server.state.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        try:
+            if self.path == "/drip":
+                self.send_header("Content-Length", "400")
+                self.end_headers()
+                for _ in range(400):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.01)
+            else:
+                self.send_header("Connection", "close")
+                self.end_headers()
+                chunk = b" " * 65536
+                for _ in range(160):  # 10 MiB
+                    self.wfile.write(chunk)
+        except OSError:  # the client gave up: what the test wants
+            pass
+
+
+@pytest.fixture
+def misbehaving() -> Iterator[tuple[str, list[str]]]:
+    served: list[str] = []
+    with serving(_Misbehaving, served, lambda url: None) as url:
+        yield url, served
+
+
+def test_a_response_trickled_slower_than_the_deadline_times_out(misbehaving: tuple[str, list[str]]) -> None:
+    url, _ = misbehaving
+    transport = UrllibTransport(max_seconds=0.5)
+    # Each byte arrives well within the 2 s socket timeout; only a deadline on the whole response ends it.
+    with pytest.raises(TimeoutError, match=r"not complete within 0\.5 s"):
+        transport("GET", url + "/drip", {}, None, 2.0)
+
+
+def test_a_response_larger_than_the_cap_fails_once_without_retries(misbehaving: tuple[str, list[str]]) -> None:
+    url, served = misbehaving
+    c = HttpApiClient(url, transport=UrllibTransport(max_body_bytes=1 << 20), sleep=lambda s: None)
+    with pytest.raises(ApiUnavailableError, match="larger than"):
+        c.request("GET", "/huge")
+    assert served == ["/huge"]

@@ -2,7 +2,8 @@
 
 What every vendor call gets:
 
-* **Timeouts** on every request (connect and read, ``timeout`` seconds).
+* **Timeouts** on every request (connect and each read, ``timeout`` seconds; the whole response within
+  :attr:`UrllibTransport.max_seconds`), and a cap on the body (:attr:`UrllibTransport.max_body_bytes`).
 * **Throttling** -- a 429, or whatever the vendor's :class:`VendorRules` call throttling (Salesforce answers API-limit
   exhaustion with 403 ``REQUEST_LIMIT_EXCEEDED``) -- is retried after the response's ``Retry-After`` seconds (or a
   jittered exponential backoff when it has none). A ``Retry-After`` longer than :attr:`RetryPolicy.max_retry_after`
@@ -52,6 +53,7 @@ __all__ = [
     "HttpResponse",
     "NoAuth",
     "Redactor",
+    "ResponseTooLargeError",
     "RetryPolicy",
     "Transport",
     "UrllibTransport",
@@ -189,23 +191,35 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-class UrllibTransport:
-    """The default transport: :mod:`urllib.request`, no redirects followed, no proxies from the environment."""
+class ResponseTooLargeError(OSError):
+    """The response body is larger than the transport accepts (no use retrying the same request at once)."""
 
-    def __init__(self) -> None:
+
+class UrllibTransport:
+    """The default transport: :mod:`urllib.request`, no redirects followed, no proxies from the environment.
+
+    ``timeout`` bounds each socket operation; ``max_seconds`` the whole response, so a server trickling bytes cannot
+    hold a poll past its Lambda timeout; ``max_body_bytes`` the body, so an enormous page fails instead of
+    exhausting the function's memory.
+    """
+
+    def __init__(self, *, max_seconds: float = 60.0, max_body_bytes: int = 64 << 20) -> None:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+        self.max_seconds = max_seconds
+        self.max_body_bytes = max_body_bytes
 
     def __call__(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
     ) -> HttpResponse:
         """Send the request and read the whole response."""
         request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
+        deadline = time.monotonic() + self.max_seconds
         try:
             with self._opener.open(request, timeout=timeout) as response:
-                return HttpResponse(response.status, _lower_headers(response.headers), response.read())
+                return HttpResponse(response.status, _lower_headers(response.headers), self._read(response, deadline))
         except urllib.error.HTTPError as e:
             with e:
-                return HttpResponse(e.code, _lower_headers(e.headers), e.read())
+                return HttpResponse(e.code, _lower_headers(e.headers), self._read(e, deadline))
         except urllib.error.URLError as e:
             reason = e.reason
             if isinstance(reason, OSError):
@@ -213,6 +227,25 @@ class UrllibTransport:
             raise OSError(str(reason)) from e
         except http.client.HTTPException as e:  # a response cut short (IncompleteRead, BadStatusLine)
             raise OSError(type(e).__name__) from e
+
+    def _read(self, response: Any, deadline: float) -> bytes:
+        """The body, a chunk at a time (``read1``: at most one socket read), within the deadline and the size cap."""
+        length = response.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise ResponseTooLargeError(f"response of {int(length):,} bytes, larger than {self.max_body_bytes:,}")
+        read = getattr(response, "read1", None) or response.read
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"response not complete within {self.max_seconds:g} s")
+            chunk = read(65536)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise ResponseTooLargeError(f"response larger than {self.max_body_bytes:,} bytes")
+            chunks.append(chunk)
 
 
 # -- vendor rules and authentication --------------------------------------------------------------------------------
@@ -433,6 +466,10 @@ class HttpApiClient:
                 send_headers.update(self.auth.headers())
             try:
                 response = self.transport(method, url, send_headers, body, self.timeout)
+            except ResponseTooLargeError as e:
+                raise ApiUnavailableError(
+                    f"{self.rules.name} {where}: {e}; ask for smaller pages", vendor=self.rules.name
+                ) from None
             except OSError as e:
                 reason = self.redactor(str(e) or type(e).__name__)
                 if not idempotent and not isinstance(e, ConnectionRefusedError):
