@@ -40,16 +40,17 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
 
 from lakesync.collector import collector_paused
+from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError
 from lakesync.core.merge import RowState, StateParts, merge_all, state_from_json, state_json_text
-from lakesync.core.schema import TableSchema
+from lakesync.core.schema import ColumnType, TableSchema
 from lakesync.ports import ApplyStats
-from lakesync.sql.coerce import Coerced, coerce_value, decode_value
+from lakesync.sql.coerce import NOT_REPRESENTABLE, Coerced, coerce_value, decode_value
 from lakesync.sql.dialect import (
     LayoutError,
     TableLayout,
@@ -81,7 +82,8 @@ class SqlApplyStats(ApplyStats):
 
     Attributes:
         nulled: Column values written as NULL because the column's type cannot represent them.
-        skipped: Live rows not written because a primary-key column would be NULL.
+        skipped: Live rows not written because a primary-key column would be NULL, or (MySQL/MariaDB) their row id
+            is longer than a key column holds.
         attempts: Transactions it took (1 unless a deadlock or serialization failure forced a retry).
     """
 
@@ -157,7 +159,9 @@ class SqlDestination:
                     groups[delta.row_id] = [delta]
                 else:
                     row.append(delta)
-            return self._with_retries(lambda attempt: self._apply_once(layout, source, groups, len(deltas), attempt))
+            unkeyable = self._unkeyable_row_ids(layout, groups)
+            stats = self._with_retries(lambda attempt: self._apply_once(layout, source, groups, len(deltas), attempt))
+            return replace(stats, skipped=stats.skipped + unkeyable) if unkeyable else stats
 
     def rows(self, schema: TableSchema) -> dict[str, dict[str, Any]]:
         """The live rows of ``schema.table`` by ``row_id`` (soft-deleted excluded), schema columns only.
@@ -186,6 +190,42 @@ class SqlDestination:
         self._known_bytes.clear()
 
     # -- the call ------------------------------------------------------------------------------------------------
+
+    def _unkeyable_row_ids(self, layout: TableLayout, groups: dict[str, list[RowDelta]]) -> int:
+        """Drop the rows whose id is longer than the database's key columns hold; how many.
+
+        Failing the call instead would fail every batch holding such a row, forever; truncating would write it over
+        another row. It is skipped and counted, like a row whose primary key is NULL.
+        """
+        limit = self.dialect.max_key_chars
+        if limit is None:
+            return 0
+        too_long = [row_id for row_id in groups if len(row_id) > limit]
+        for row_id in too_long:
+            del groups[row_id]
+        if too_long:
+            logger.warning(
+                "destination %s: %d row(s) of %s skipped: row id longer than %d characters (first: %r...)",
+                self.name,
+                len(too_long),
+                layout.table,
+                limit,
+                too_long[0][:40],
+            )
+        return len(too_long)
+
+    def _coerce(self, layout: TableLayout, name: str, ctype: ColumnType, value: JsonValue) -> Coerced:
+        """``value`` for column ``name``; text too long for a key column is not representable."""
+        coerced = coerce_value(value, ctype, allow_nul=self.dialect.allow_nul)
+        limit = self.dialect.max_key_chars
+        if (
+            limit is not None
+            and isinstance(coerced.value, str)
+            and len(coerced.value) > limit
+            and (name in layout.primary_key or name == layout.external_id)
+        ):
+            return NOT_REPRESENTABLE
+        return coerced
 
     def _layout(self, schema: TableSchema) -> TableLayout:
         layout = layout_for(schema)
@@ -435,7 +475,6 @@ class SqlDestination:
         old_columns = before.state.columns if before is not None else {}
         old_coerced = before.coerced if reuse and before is not None else None
         columns = state.columns
-        allow_nul = self.dialect.allow_nul
         coerced_row: list[Coerced] = []
         out: list[Any] = [row_id]
         for i, (name, ctype) in enumerate(layout.columns):
@@ -443,7 +482,7 @@ class SqlDestination:
             if old_coerced is not None and old_columns.get(name) is col:
                 coerced = old_coerced[i]
             else:
-                coerced = coerce_value(None if col is None else col.value, ctype, allow_nul=allow_nul)
+                coerced = self._coerce(layout, name, ctype, None if col is None else col.value)
             if coerced.dropped:
                 nulled[name] += 1
             coerced_row.append(coerced)
@@ -458,9 +497,8 @@ class SqlDestination:
         values = state.values()
         if values is None:
             return None
-        allow_nul = self.dialect.allow_nul
         return tuple(
-            row_id if key == "row_id" else coerce_value(values.get(key), layout.types[key], allow_nul=allow_nul).value
+            row_id if key == "row_id" else self._coerce(layout, key, layout.types[key], values.get(key)).value
             for key in layout.primary_key
         )
 

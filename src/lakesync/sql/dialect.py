@@ -188,11 +188,13 @@ class Dialect:
         max_identifier: Longest identifier the database keeps intact.
         allow_nul: Whether text columns can store U+0000.
         placeholder: The positional placeholder (``%s`` or ``?``).
+        max_key_chars: Longest text a key column (``row_id``, primary key, external id) holds; ``None``: any.
     """
 
     name: str = "generic"
     max_identifier: int = 64
     allow_nul: bool = True
+    max_key_chars: int | None = None
     placeholder: str = "?"
     quote_char: str = '"'
 
@@ -560,6 +562,7 @@ class MySQLDialect(Dialect):
     name = "mysql"
     max_identifier = 64
     allow_nul = True
+    max_key_chars = 255  # VARCHAR(255): LONGTEXT cannot be a key
     placeholder = "%s"
     quote_char = "`"
 
