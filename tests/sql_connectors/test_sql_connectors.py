@@ -376,3 +376,20 @@ def test_non_finite_numerics_are_polled_as_text_not_a_crash(source: Source, deps
         "3": ("-inf", 2.5),
         "4": (1.5, 2.5),
     }
+
+
+def test_cursor_rows_without_a_cursor_value_do_not_stall_the_first_poll(source: Source, deps: GatewayDeps) -> None:
+    # Given more rows without a cursor value than one poll reads (MariaDB sorts NULLs first, PostgreSQL last)
+    _make_table(source, 0)
+    for i in range(1, 4):
+        source.run("INSERT INTO customers VALUES (%s, %s, 'free', NULL)", i, f"legacy{i}")
+    for i in range(4, 6):
+        source.run("INSERT INTO customers VALUES (%s, %s, 'free', %s)", i, f"c{i}", T0 + dt.timedelta(seconds=i))
+    admin.register_connector(deps, GW, _config(source, CURSOR))
+    connector = deps.connectors.connector(GW, "crm") if deps.connectors else None
+    assert connector is not None and connector.ingest is not None
+    # When it polls two rows at a time
+    result = poll_connector(deps, GW, "crm", connector.ingest, deps.positions, limit=2, max_rounds=5)
+    # Then the rows with a cursor value arrive (those without one can never be ordered after a cursor: skipped)
+    assert set(_state(_pull_all(deps), "customers")) == {"4", "5"}
+    assert result.rows == 2

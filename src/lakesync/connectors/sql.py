@@ -448,7 +448,9 @@ class SqlIngestSource:
         paging = bool(state.get("paging"))
         params: tuple[Any, ...] = ()
         if cursor is None:
-            sql = table.select(dialect, limit=limit + 1)
+            # Rows without a cursor value are skipped below; read past them here, or a page of them (NULLs sort
+            # first on MySQL) would be the first page forever.
+            sql = table.select(dialect, where=f"{column} IS NOT NULL", limit=limit + 1)
         else:
             effective = cursor if paging else look_back(cursor, table.lookback_ms)
             sql, params = table.select(dialect, where=f"{column} > %s", limit=limit + 1), (effective,)
