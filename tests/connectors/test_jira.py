@@ -660,3 +660,19 @@ def test_jira_values_a_push_would_refuse_do_not_stop_the_connector(h: Harness, s
     row = deps.buffer.get_rows("default", [("jira_issues", issue.id)])[("jira_issues", issue.id)]
     assert row.state.columns["summary"].value == "cut \ufffd"
     assert row.state.columns["customfield_1"].value is None
+
+
+def test_jira_fields_of_the_wrong_shape_are_read_as_best_they_can(h: Harness, state: JiraState) -> None:
+    issue = state.add_issue("ENG", "odd shapes")
+
+    def hook(body: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+        odd = {"labels": 5, "description": {"type": "doc", "content": 7}, "status": "Done", "project": ["ENG"]}
+        return {**out, "issues": [{**i, "fields": {**i["fields"], **odd}} for i in out["issues"]]}
+
+    state.search_hook = hook
+    rows, _ = drain(h.connector(reconcileMinutes=0), {})
+
+    [row] = rows
+    assert row.row_id == issue.id and row.values is not None
+    assert row.values["labels"] == [] and row.values["description"] == ""
+    assert row.values["status"] is None and row.values["project_key"] is None

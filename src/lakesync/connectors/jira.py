@@ -256,7 +256,8 @@ def adf_text(node: object) -> str | None:
                 attrs = n.get("attrs")
                 if isinstance(attrs, Mapping) and isinstance(attrs.get("text"), str):
                     out.append(attrs["text"])
-            for child in n.get("content") or []:
+            children = n.get("content")
+            for child in children if isinstance(children, list) else ():
                 walk(child)
             if kind in {"paragraph", "heading", "codeBlock", "blockquote", "listItem", "rule"}:
                 out.append("\n")
@@ -488,7 +489,7 @@ class JiraConnector:
             "assignee_name": name_of(f.get("assignee"), "displayName"),
             "reporter_account_id": name_of(f.get("reporter"), "accountId"),
             "reporter_name": name_of(f.get("reporter"), "displayName"),
-            "labels": list(f.get("labels") or []),
+            "labels": _labels(f.get("labels")),
             "resolution": name_of(f.get("resolution")),
             "parent_key": name_of(f.get("parent"), "key"),
             "description": adf_text(f.get("description")),
@@ -686,6 +687,11 @@ class JiraConnector:
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
                 raise ActionExecutionError("labels must be an array of strings", retryable=False)
             fields["labels"] = list(labels)
+
+
+def _labels(value: object) -> list[JsonValue]:
+    """Labels as Jira sends them (a list of strings); anything else reads as none."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _issue_id(issue: Mapping[str, Any]) -> str:
