@@ -676,3 +676,56 @@ def test_jira_fields_of_the_wrong_shape_are_read_as_best_they_can(h: Harness, st
     assert row.row_id == issue.id and row.values is not None
     assert row.values["labels"] == [] and row.values["description"] == ""
     assert row.values["status"] is None and row.values["project_key"] is None
+
+
+class _CrashOnCommit(InMemoryPositionStore):
+    """A position store whose next commit dies (the poller crashed after its pushes, before storing the position)."""
+
+    crash = False
+
+    def commit(self, gateway: str, name: str, token: str, version: int, position: Any) -> bool:
+        if self.crash:
+            self.crash = False
+            raise RuntimeError("killed before the position was stored")
+        return super().commit(gateway, name, token, version, position)
+
+
+def test_jira_poll_killed_before_storing_its_position_loses_and_duplicates_nothing(
+    h: Harness, state: JiraState
+) -> None:
+    deps = _gateway()
+    wall = [1_750_000_000_000]
+    deps.wall_ms = lambda: wall[0]
+    positions = _CrashOnCommit()
+    doomed = state.add_issue("ENG", "deleted later")
+    kept = [state.add_issue("ENG", f"i{n}") for n in range(3)]
+    connector = h.connector(reconcileMinutes=60)
+    poll_connector(deps, "default", "jira-eng", connector, positions)
+    state.tick(60)
+    state.update_issue(kept[0].id, summary="renamed")
+    state.delete_issue(doomed.id)
+    state.tick(3600)
+    poll_connector(deps, "default", "jira-eng", connector, positions)  # first sweep: suspect
+    state.tick(3600)
+
+    # The second sweep confirms the deletion; the poll dies after pushing it.
+    positions.crash = True
+    with pytest.raises(RuntimeError):
+        poll_connector(deps, "default", "jira-eng", connector, positions)
+    rows_after_crash = _live_rows(deps, [doomed.id, *(i.id for i in kept)])
+
+    # The dead poller's lease holds off others until it expires.
+    assert poll_connector(deps, "default", "jira-eng", connector, positions).status == "busy"
+    wall[0] += 16 * 60 * 1000
+    # Then the rerun re-reads the same position: the same deltas, all duplicates; then nothing more.
+    rerun = poll_connector(deps, "default", "jira-eng", h.connector(reconcileMinutes=60), positions)
+    assert (rerun.status, rerun.rows, rerun.deletes, rerun.applied) == ("polled", 1, 1, 0)
+    assert _live_rows(deps, [doomed.id, *(i.id for i in kept)]) == rows_after_crash
+    assert set(rows_after_crash) == {i.id for i in kept}
+    assert rows_after_crash[kept[0].id] == "renamed"
+    assert poll_connector(deps, "default", "jira-eng", connector, positions).rows == 0
+
+
+def _live_rows(deps: GatewayDeps, ids: list[str]) -> dict[str, Any]:
+    found = deps.buffer.get_rows("default", [("jira_issues", i) for i in ids])
+    return {row_id: row.state.columns["summary"].value for (_, row_id), row in found.items() if row.state.exists}
