@@ -18,6 +18,17 @@ CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
 COLUMNS_MEDIA_TYPE = "application/x-lakesync-checkpoint-columns+json"
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Answers a redirect as the error it is instead of following it: urllib would re-send a push as a GET without
+    its body (and take that answer for the push's), and send the token to whatever host ``Location`` names."""
+
+    def redirect_request(self, *_args: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 class ApiError(Exception):
     """A non-2xx answer from the API, with its status and ``{"error", "code"}`` body."""
 
@@ -98,7 +109,7 @@ class SyncClient:
         """Send ``req`` with the current token (once more after a refresh on 401); the body and headers.
 
         Raises:
-            urllib.error.HTTPError: a non-2xx answer (the second one, after a refresh).
+            urllib.error.HTTPError: a non-2xx answer (the second one, after a refresh); redirects are not followed.
             urllib.error.URLError, OSError: the gateway is unreachable.
         """
         for attempt in (0, 1):
@@ -106,7 +117,7 @@ class SyncClient:
             req.add_header("Authorization", f"Bearer {token}")
             req.add_header("Accept-Encoding", "gzip")
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                with _OPENER.open(req, timeout=self.timeout) as resp:
                     return _decoded(resp.read(), resp.headers.get("Content-Encoding")), resp.headers
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0 and self.refresh_token(token):
