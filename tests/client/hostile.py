@@ -99,3 +99,15 @@ class ScriptedGateway:
 def empty_pull(_seen: Seen) -> Answer:
     """A valid last pull page with nothing in it."""
     return json_answer({"deltas": [], "serverHlc": "0", "hasMore": False, "cursor": "c1"})
+
+
+def sent_delta_ids(seen: Seen) -> list[str]:
+    """The deltaIds of a JSON push, in order."""
+    return [d["deltaId"] for d in json.loads(seen.body)["deltas"]]
+
+
+def good_push(seen: Seen) -> Answer:
+    """What a gateway answers a push it applied: one receipt per delta, in order."""
+    ids = sent_delta_ids(seen)
+    receipts = [{"deltaId": i, "duplicate": False, "columns": []} for i in ids]
+    return json_answer({"serverHlc": "1", "accepted": len(ids), "deltas": [], "receipts": receipts})

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from lakesync.auth import mint_token
-from lakesync.client import LocalStore, connect
+from lakesync.client import LocalStore, SyncStateError, connect
 from lakesync.client.http import ApiError
 from tests.client.conftest import todo_schema
-from tests.client.hostile import Answer, ScriptedGateway, empty_pull, json_answer
+from tests.client.hostile import Answer, ScriptedGateway, empty_pull, good_push, json_answer, sent_delta_ids
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +75,45 @@ def test_a_redirect_is_not_followed_so_the_token_and_the_push_stay_with_the_gate
         assert raised.value.status == 301
         assert elsewhere.seen == []
         assert store.pending() == 1
+
+
+def _receipts(ids: list[str], **receipt: Any) -> dict[str, Any]:
+    return {"serverHlc": "1", "accepted": len(ids), "receipts": [{"deltaId": i, **receipt} for i in ids]}
+
+
+PUSH_ANSWERS: dict[str, Callable[[list[str]], Any]] = {
+    "an error body with 200": lambda _ids: {"error": "Internal error", "code": "INTERNAL_ERROR"},
+    "an empty object": lambda _ids: {},
+    "a list": lambda _ids: [],
+    "null": lambda _ids: None,
+    "receipts for fewer deltas": lambda ids: _receipts(ids[:-1], duplicate=False, columns=[]),
+    "receipts for other deltas": lambda ids: _receipts([i[::-1] for i in ids], duplicate=False, columns=[]),
+    "receipts out of order": lambda ids: _receipts(ids[::-1], duplicate=False, columns=[]),
+    "receipts that are not objects": lambda ids: {"serverHlc": "1", "accepted": len(ids), "receipts": ids},
+    "a column receipt without its winner": lambda ids: _receipts(ids, duplicate=False, columns=[{"column": "title"}]),
+    "accepted not a count": lambda ids: {**_receipts(ids, duplicate=False, columns=[]), "accepted": "all"},
+}
+
+
+@pytest.mark.parametrize("answer", list(PUSH_ANSWERS), ids=list(PUSH_ANSWERS))
+def test_a_push_answer_that_is_not_its_receipts_acknowledges_nothing(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore], answer: str
+) -> None:
+    # Given two local writes and a gateway answering their push with something else than their receipts
+    gateway.routes["pull"] = empty_pull
+    gateway.routes["push"] = lambda seen: json_answer(PUSH_ANSWERS[answer](sent_delta_ids(seen)))
+    store = open_store(gateway)
+    store.insert(TABLE, "r1", {"title": "one"})
+    store.update(TABLE, "r1", {"done": True})
+
+    # When the store syncs, it says so and keeps both writes
+    with pytest.raises(SyncStateError):
+        store.sync()
+    assert store.pending() == 2
+    first = sent_delta_ids(gateway.sent("push")[0])
+
+    # Then once the gateway answers properly, the same deltas are pushed and acknowledged
+    gateway.routes["push"] = good_push
+    report = store.sync()
+    assert (report.pushed, store.pending()) == (2, 0)
+    assert sent_delta_ids(gateway.sent("push")[-1]) == first

@@ -935,9 +935,10 @@ class LocalStore:
                     raise
                 self._push_singly(plan, report)
                 continue
+            accepted, receipts = _push_answer(answer, plan.deltas)
             self._receive_hlc(answer.get("serverHlc"))
-            self._collect_receipts(plan.deltas, answer.get("receipts") or [], report)
-            report.pushed += int(answer.get("accepted") or 0)
+            self._collect_receipts(plan.deltas, receipts, report)
+            report.pushed += accepted
             self._ack(plan)
 
     def _ack(self, plan: PushPlan) -> None:
@@ -970,8 +971,9 @@ class LocalStore:
                     )
                 logger.warning("the gateway refused local delta %s: %s", doc["deltaId"], exc)
                 continue
-            self._collect_receipts([wire], answer.get("receipts") or [], report)
-            report.pushed += int(answer.get("accepted") or 0)
+            accepted, receipts = _push_answer(answer, [wire])
+            self._collect_receipts([wire], receipts, report)
+            report.pushed += accepted
         self._ack(plan)
 
     def _collect_receipts(
@@ -1461,6 +1463,47 @@ def _entry_rows(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str, Js
         if given is None:
             given = layouts[shape] = [c for c in columns if shape >> c[0] & 1]
         yield table, params[0], {name: from_sql(kind, params[i + 1]) for i, name, kind in given}
+
+
+def _push_answer(answer: Any, wires: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:
+    """A push answer's ``accepted`` and receipts, checked to be the gateway's answer to the deltas ``wires``: one
+    receipt per delta, in order, with its deltaId (what every push is answered with).
+
+    Raises:
+        SyncStateError: anything else (an error body sent with 200, an answer to another request): then nothing may be
+            acknowledged.
+    """
+    receipts = answer.get("receipts") if isinstance(answer, dict) else None
+    accepted = answer.get("accepted") if isinstance(answer, dict) else None
+    if not isinstance(receipts, list) or len(receipts) != len(wires) or type(accepted) is not int or accepted < 0:
+        raise SyncStateError(f"The gateway's push answer is not one receipt per delta sent: {answer!s:.200}")
+    for receipt, wire in zip(receipts, wires, strict=True):
+        if not isinstance(receipt, dict) or receipt.get("deltaId") != _wire_delta_id(wire):
+            raise SyncStateError(f"The gateway's push answer has a receipt for another delta: {receipt!s:.200}")
+        columns = receipt.get("columns", [])
+        if not isinstance(columns, list) or not all(map(_is_column_receipt, columns)):
+            raise SyncStateError(f"The gateway's push answer has a malformed receipt: {receipt!s:.200}")
+    return accepted, receipts
+
+
+def _is_column_receipt(receipt: Any) -> bool:
+    """A ``{column, applied, winnerHlc, winnerClientId}`` the conflict report can read."""
+    if not isinstance(receipt, dict) or not isinstance(receipt.get("column"), str):
+        return False
+    hlc, winner = receipt.get("winnerHlc"), receipt.get("winnerClientId")
+    return receipt.get("applied") is True or (
+        isinstance(hlc, str) and hlc.isascii() and hlc.isdigit() and isinstance(winner, str)
+    )
+
+
+def _wire_delta_id(wire: str) -> str:
+    """A wire delta's deltaId: its last key as this store renders it, else read from the JSON."""
+    at = wire.rfind('"deltaId":"')
+    tail = wire[at + 11 : -2] if at >= 0 and wire.endswith('"}') else ""
+    if tail.isalnum():
+        return tail
+    found = json.loads(wire).get("deltaId")
+    return found if isinstance(found, str) else ""
 
 
 def _entry_keys(text: str) -> list[tuple[str, str]]:
