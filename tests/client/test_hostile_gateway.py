@@ -5,6 +5,8 @@ store's documented errors."""
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from lakesync.auth import mint_token
 from lakesync.client import LocalStore, SyncStateError, connect
 from lakesync.client.http import ApiError
 from tests.client.conftest import todo_schema
-from tests.client.hostile import Answer, ScriptedGateway, empty_pull, good_push, json_answer, sent_delta_ids
+from tests.client.hostile import Answer, ScriptedGateway, Seen, empty_pull, good_push, json_answer, sent_delta_ids
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +119,100 @@ def test_a_push_answer_that_is_not_its_receipts_acknowledges_nothing(
     report = store.sync()
     assert (report.pushed, store.pending()) == (2, 0)
     assert sent_delta_ids(gateway.sent("push")[-1]) == first
+
+
+def _delta(row_id: str, **fields: Any) -> dict[str, Any]:
+    """A remote wire delta (another client's insert of ``row_id``), with ``fields`` replaced."""
+    doc = {
+        "op": "INSERT",
+        "table": TABLE,
+        "rowId": row_id,
+        "clientId": "other",
+        "columns": [{"column": "title", "value": row_id}],
+        "hlc": str(1 << 16),
+        "deltaId": f"d-{row_id}",
+    }
+    return {**doc, **fields}
+
+
+def _page(*deltas: Any, **fields: Any) -> dict[str, Any]:
+    return {"deltas": list(deltas), "serverHlc": "1", "hasMore": False, "cursor": "c2", **fields}
+
+
+PULL_ANSWERS: dict[str, Answer] = {
+    "not JSON": Answer(body=b"<html>maintenance</html>"),
+    "truncated gzip": Answer(body=b"\x1f\x8b\x08\x00", headers={"Content-Encoding": "gzip"}),
+    "a list": json_answer([_delta("a")]),
+    "an error body with 200": json_answer({"error": "Internal error", "code": "INTERNAL_ERROR"}),
+    "deltas not a list": json_answer(_page() | {"deltas": 5}),
+    "a delta missing its rowId": json_answer(
+        _page(_delta("a"), {k: v for k, v in _delta("b").items() if k != "rowId"})
+    ),
+    "an hlc that is a number": json_answer(_page(_delta("a"), _delta("b", hlc=65536))),
+    "a NaN value": Answer(  # json.dumps writes NaN, which is not JSON
+        body=json.dumps(_page(_delta("a"), _delta("b", columns=[{"column": "priority", "value": math.nan}]))).encode()
+    ),
+    "a cursor that is not a string": json_answer(_page(_delta("a"), cursor={"page": 2})),
+    "hasMore that is not a boolean": json_answer(_page(_delta("a"), hasMore="false")),
+}
+
+
+@pytest.mark.parametrize("answer", list(PULL_ANSWERS), ids=list(PULL_ANSWERS))
+def test_a_malformed_pull_answer_applies_nothing_and_keeps_the_cursor(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore], answer: str
+) -> None:
+    # Given a store that synced (no checkpoint: its first cursor is c1) and holds a row of its own
+    gateway.routes["pull"] = lambda _seen: json_answer(_page(cursor="c1"))
+    gateway.routes["push"] = good_push
+    store = open_store(gateway)
+    store.sync()
+    store.insert(TABLE, "mine", {"title": "pending"})
+    gateway.routes["pull"] = lambda _seen: PULL_ANSWERS[answer]
+
+    # When a pull is answered with something that is not a page
+    with pytest.raises(SyncStateError):
+        store.sync()
+
+    # Then nothing of it was applied and the cursor did not move
+    assert store.cursor == "c1"
+    assert list(store.rows(TABLE)) == ["mine"]
+    assert store.state(TABLE, "a") is None
+
+
+CHECKPOINT_ANSWERS: dict[str, Callable[[Seen], Answer]] = {
+    "a body that is not a checkpoint": lambda _seen: Answer(
+        body=b"\x00\x00\x00\x09not proto", headers={"X-Checkpoint-Cursor": "c1"}
+    ),
+    "a chunk count that is not a number": lambda seen: (
+        Answer(413)
+        if "chunk" not in seen.query
+        else Answer(headers={"X-Checkpoint-Chunks": "many", "X-Checkpoint-Cursor": "c1"})
+    ),
+    "a columnar document that is not JSON": lambda _seen: Answer(
+        body=b"{",
+        headers={"Content-Type": "application/x-lakesync-checkpoint-columns+json", "X-Checkpoint-Cursor": "c1"},
+    ),
+}
+
+
+@pytest.mark.parametrize("answer", list(CHECKPOINT_ANSWERS), ids=list(CHECKPOINT_ANSWERS))
+def test_a_malformed_checkpoint_loads_nothing_and_is_asked_for_again(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore], answer: str
+) -> None:
+    # Given a store that never synced, with a local write, and a gateway whose checkpoint does not decode
+    gateway.routes["checkpoint"] = CHECKPOINT_ANSWERS[answer]
+    gateway.routes["push"] = good_push
+    gateway.routes["pull"] = empty_pull
+    store = open_store(gateway)
+    store.insert(TABLE, "mine", {"title": "pending"})
+
+    # When it syncs, it says so, keeps its write and takes no cursor
+    with pytest.raises(SyncStateError):
+        store.sync()
+    assert (store.cursor, store.pending()) == (None, 1)
+
+    # Then the next sync asks for the checkpoint again, and without one pulls from the beginning
+    del gateway.routes["checkpoint"]
+    store.sync()
+    assert (store.cursor, store.pending()) == ("c1", 0)
+    assert list(store.rows(TABLE)) == ["mine"]

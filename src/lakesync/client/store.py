@@ -56,6 +56,7 @@ import sqlite3
 import threading
 import time
 import urllib.error
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +81,7 @@ from lakesync.client.tables import (
 from lakesync.collector import collector_paused
 from lakesync.core.canonical import JsonValue, stable_stringify
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
-from lakesync.core.errors import ClockDriftError, LakeSyncError
+from lakesync.core.errors import ClockDriftError, LakeSyncError, ValidationError
 from lakesync.core.hlc import HLC, Clock, decode, system_clock
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.schema import ColumnType, TableSchema
@@ -1041,7 +1042,8 @@ class LocalStore:
         for _ in range(MAX_PULL_PAGES):
             cursor = self.cursor
             try:
-                page = self.http.pull(cursor=cursor or "", limit=self.pull_limit)
+                with _unreadable_answer("pull"):
+                    answer = self.http.pull(cursor=cursor or "", limit=self.pull_limit)
             except ApiError as exc:
                 if exc.status != 410 or expired_once:
                     raise
@@ -1049,9 +1051,9 @@ class LocalStore:
                 logger.warning("pull cursor expired (%s); reloading the checkpoint", exc)
                 self._bootstrap(report, again=True)
                 continue
-            deltas = [RowDelta.from_json(d) for d in page.get("deltas", [])]
-            self._apply_page(deltas, page.get("cursor"), page.get("serverHlc"), report)
-            if not page.get("hasMore"):
+            page = _pull_page(answer)
+            self._apply_page(page.deltas, page.cursor, page.server_hlc, report)
+            if not page.has_more:
                 return
         raise SyncStateError(f"The pull did not end after {MAX_PULL_PAGES} pages")
 
@@ -1111,14 +1113,15 @@ class LocalStore:
     # checkpoint
     def _bootstrap(self, report: SyncReport, *, again: bool) -> None:
         """Load the latest checkpoint and take its cursor; without one, pull from the beginning."""
-        stream = self.http.checkpoint_stream(columns=True)
+        with _unreadable_answer("checkpoint"):
+            stream = self.http.checkpoint_stream(columns=True)
         if stream is None:
             with self._tx():
                 self._set_meta("cursor", "")
             return
         if stream.cursor is None:
             raise SyncStateError("The checkpoint came without X-Checkpoint-Cursor")
-        with collector_paused():
+        with collector_paused(), _unreadable_answer("checkpoint"):
             parts = _decoded_parts(stream.frames, stream.columnar)
         self._receive_hlc(str(stream.server_hlc))
         with self._tx() as db, collector_paused():
@@ -1463,6 +1466,44 @@ def _entry_rows(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str, Js
         if given is None:
             given = layouts[shape] = [c for c in columns if shape >> c[0] & 1]
         yield table, params[0], {name: from_sql(kind, params[i + 1]) for i, name, kind in given}
+
+
+@contextlib.contextmanager
+def _unreadable_answer(route: str) -> Iterator[None]:
+    """Raise :class:`SyncStateError` for an answer that does not decode (not JSON, bad gzip, a bad checkpoint
+    frame or header)."""
+    try:
+        yield
+    except (ValueError, zlib.error, ValidationError) as exc:  # json's errors are ValueErrors
+        raise SyncStateError(f"The gateway's {route} answer does not decode: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _PullPage:
+    """A pull answer, checked."""
+
+    deltas: list[RowDelta]
+    cursor: str
+    has_more: bool
+    server_hlc: Any
+
+
+def _pull_page(answer: Any) -> _PullPage:
+    """A pull answer as a page: ``deltas`` (each a valid wire delta), ``cursor`` (a string), ``hasMore`` (a boolean).
+
+    Raises:
+        SyncStateError: anything else; then nothing is applied and the cursor stays.
+    """
+    if not isinstance(answer, dict):
+        raise SyncStateError(f"The gateway's pull answer is not an object: {answer!s:.200}")
+    raw, cursor, has_more = answer.get("deltas"), answer.get("cursor"), answer.get("hasMore")
+    if not isinstance(raw, list) or not isinstance(cursor, str) or not isinstance(has_more, bool):
+        raise SyncStateError(f"The gateway's pull answer lacks deltas, cursor or hasMore: {answer!s:.200}")
+    try:
+        deltas = [RowDelta.from_json(d, where=f"deltas[{i}]") for i, d in enumerate(raw)]
+    except ValidationError as exc:
+        raise SyncStateError(f"The gateway's pull answer has a malformed delta: {exc}") from exc
+    return _PullPage(deltas, cursor, has_more, answer.get("serverHlc"))
 
 
 def _push_answer(answer: Any, wires: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:
