@@ -13,8 +13,10 @@ Broadcasts are a latency optimisation only. The listener merges their deltas at 
 pull delivers them again and changes nothing), notifies subscribers, and asks the sync thread for a pull, which
 moves the cursor. It also asks for a pull on every (re)connect, since broadcasts sent while it was away are lost.
 Connections drop (AWS closes them after 2 h, or 10 min idle; pings every 60 s keep them busy): it reconnects with
-jittered backoff. A gateway without the route (the upgrade answered 404, 426, ...) leaves the store polling; the
-listener tries again after ``unavailable_retry`` seconds.
+jittered backoff, reset only by a session that delivered a broadcast or lasted ``healthy_after`` seconds (a server
+that accepts and drops at once is retried less and less often, not every second). A gateway without the route (the
+upgrade answered 404, 426, ...) leaves the store polling; the listener tries again after ``unavailable_retry``
+seconds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import base64
 import binascii
 import logging
 import threading
+import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -79,11 +82,14 @@ class RealtimeListener:
         backoff: Backoff | None = None,
         unavailable_retry: float = 300.0,
         open_timeout: float = 10.0,
+        healthy_after: float = 30.0,
     ) -> None:
         self.store = store
         self.backoff = backoff or Backoff(initial=1.0, cap=60.0)
         self.unavailable_retry = unavailable_retry
         self.open_timeout = open_timeout
+        self.healthy_after = healthy_after
+        """Seconds a session must last (unless it delivers a broadcast) for its end to reset the backoff."""
         self.connected = False
         self.unavailable = False
         """The gateway answered the upgrade with a "no such channel" status (the store polls)."""
@@ -113,7 +119,8 @@ class RealtimeListener:
         while not self._stop.is_set():
             delay: float
             try:
-                self._session()
+                if self._session():
+                    self.backoff.reset()
                 delay = self.backoff.next_delay()
             except InvalidStatus as exc:
                 status = exc.response.status_code
@@ -130,7 +137,9 @@ class RealtimeListener:
                 logger.info("real-time channel lost (%s); reconnecting in %.1fs", exc, delay)
             self._stop.wait(delay)
 
-    def _session(self) -> None:
+    def _session(self) -> bool:
+        """One connection, until it closes; whether it was healthy (delivered a broadcast or lasted
+        ``healthy_after`` seconds)."""
         from websockets.exceptions import ConnectionClosed
         from websockets.sync.client import connect
 
@@ -147,20 +156,21 @@ class RealtimeListener:
         ) as sock:
             with self._lock:
                 self._socket = sock
+            opened, broadcasts = time.monotonic(), self.broadcasts
             try:
                 if self._stop.is_set():
-                    return
+                    return False
                 self.connected = True
                 self.unavailable = False
-                self.backoff.reset()
                 self.store.request_sync()  # broadcasts sent while away are lost: pull on every (re)connect
                 while not self._stop.is_set():
                     try:
                         message = sock.recv()
                     except ConnectionClosed as exc:
                         logger.info("real-time channel closed: %s", exc)
-                        return
+                        break
                     self._handle(message)
+                return self.broadcasts > broadcasts or time.monotonic() - opened >= self.healthy_after
             finally:
                 self.connected = False
                 with self._lock:

@@ -1,0 +1,135 @@
+"""The real-time listener against a hostile WebSocket server (a real one, websockets' sync server): frames that are
+not broadcasts are skipped without losing the channel, and a server that drops every connection at once is retried
+with a growing delay, not in a storm."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.sync.server import ServerConnection, serve
+
+from lakesync.auth import mint_token
+from lakesync.client import LocalStore, connect
+from lakesync.client.backoff import Backoff
+from lakesync.client.realtime import RealtimeListener
+from lakesync.core.delta import make_delta
+from lakesync.core.messages import SyncResponse
+from lakesync.wire.framing import encode_broadcast
+from tests.client.conftest import todo_schema
+from tests.client.hostile import ScriptedGateway, empty_pull, good_push
+
+pytestmark = pytest.mark.integration
+
+TABLE = "todos"
+
+
+def _broadcast(row_id: str) -> str:
+    """A base64 broadcast of another client's insert of ``row_id``."""
+    delta = make_delta("INSERT", table=TABLE, row_id=row_id, client_id="other", hlc=1 << 16, columns={"title": row_id})
+    return base64.b64encode(encode_broadcast(SyncResponse((delta,), 1 << 16))).decode()
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def listen(tmp_path: Path) -> Iterator[Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]]]:
+    """``listen(handler)`` → a store and its started listener, on a WebSocket server serving ``handler`` (the
+    connections it accepted are counted in ``listener.accepted``); all stopped at the end."""
+    stops: list[Callable[[], None]] = []
+
+    def make(handler: Callable[[ServerConnection], None]) -> tuple[LocalStore, Any]:
+        accepted: list[float] = []
+
+        def counted(sock: ServerConnection) -> None:
+            accepted.append(time.monotonic())
+            handler(sock)
+
+        server = serve(counted, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        gateway = ScriptedGateway().__enter__()
+        gateway.routes["pull"] = empty_pull
+        gateway.routes["push"] = good_push
+        store = connect(
+            tmp_path / f"{len(stops)}.db",
+            url=gateway.url,
+            gateway="default",
+            token=mint_token("c", "default", "s" * 32),
+            schemas=[todo_schema(TABLE)],
+            realtime=False,
+            ws_url=f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws",
+        )
+        listener = RealtimeListener(store, backoff=Backoff(initial=0.01, factor=2.0, cap=0.2, random=lambda: 0.0))
+        listener.accepted = accepted  # type: ignore[attr-defined]
+        listener.start()
+
+        def stop() -> None:
+            listener.stop()
+            store.close()
+            server.shutdown()
+            gateway.__exit__()
+
+        stops.append(stop)
+        return store, listener
+
+    yield make
+    for stop in stops:
+        stop()
+
+
+def test_a_server_that_drops_every_connection_at_once_is_retried_ever_more_slowly(
+    listen: Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]],
+) -> None:
+    # Given a server that accepts the socket and closes it straight away
+    _store, listener = listen(lambda _sock: None)
+
+    # When the listener has reconnected four times
+    _wait_for(lambda: len(listener.accepted) >= 5)
+
+    # Then each of those short sessions counted as a failure (the delay doubled each time, capped)
+    assert listener.backoff.failures >= 4
+    assert listener._thread.is_alive()
+
+
+def test_a_session_that_delivers_a_broadcast_resets_the_backoff(
+    listen: Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]],
+) -> None:
+    # Given a server that sends one broadcast per connection and then closes it
+    store, listener = listen(lambda sock: sock.send(_broadcast(f"r{time.monotonic_ns()}")))
+
+    # When the listener has reconnected four times
+    _wait_for(lambda: len(listener.accepted) >= 5)
+
+    # Then each session was healthy: the delay started over every time, and the broadcasts were applied
+    assert listener.backoff.failures <= 1
+    assert len(store.rows(TABLE)) >= 4
+
+
+def test_frames_that_are_not_broadcasts_are_skipped_and_the_channel_stays(
+    listen: Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]],
+) -> None:
+    release = threading.Event()
+
+    def hostile(sock: ServerConnection) -> None:
+        for frame in ("not base64!", "", base64.b64encode(b"\x03").decode(), b"\x03\xff\xff", b"\x01\x00", b""):
+            sock.send(frame)
+        sock.send(_broadcast("after-the-noise"))
+        release.wait(30)
+
+    # Given a server that sends bad text, bad base64, short, truncated and wrongly tagged frames, then a broadcast
+    store, listener = listen(hostile)
+
+    # Then the broadcast is applied on the same connection
+    _wait_for(lambda: store.get(TABLE, "after-the-noise") is not None)
+    assert len(listener.accepted) == 1 and listener.connected
+    release.set()
