@@ -135,6 +135,13 @@ def test_push_plan_takes_the_outbox_in_order_and_acknowledges_partially_sent_ent
     assert first.deltas == ("a", "b", "c", "d")
     assert first.acks == ((3, 3, True), (7, 2, False))
 
+    # Acknowledging a prefix of the plan (deltas one by one) advances the entries as far as it reaches
+    assert first.acks_of_first(0) == ()
+    assert first.acks_of_first(1) == ((3, 2, False),)
+    assert first.acks_of_first(2) == ((3, 3, True),)
+    assert first.acks_of_first(3) == ((3, 3, True), (7, 1, False))
+    assert first.acks_of_first(4) == first.acks
+
     rest = plan_push([OutboxEntry(7, ("c", "d", "e"), 2), entries[2]], limit=4)
     assert rest.deltas == ("e", "f")
     assert rest.acks == ((7, 3, True), (9, 1, True))

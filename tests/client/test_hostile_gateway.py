@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lakesync.auth import mint_token
-from lakesync.client import LocalStore, SyncStateError, connect
+from lakesync.client import LocalStore, OfflineError, SyncStateError, connect
 from lakesync.client.http import ApiError
 from tests.client.conftest import todo_schema
 from tests.client.hostile import Answer, ScriptedGateway, Seen, empty_pull, good_push, json_answer, sent_delta_ids
@@ -216,3 +216,41 @@ def test_a_malformed_checkpoint_loads_nothing_and_is_asked_for_again(
     store.sync()
     assert (store.cursor, store.pending()) == ("c1", 0)
     assert list(store.rows(TABLE)) == ["mine"]
+
+
+def test_a_refused_delta_is_recorded_once_and_not_sent_again_when_the_push_is_interrupted(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore]
+) -> None:
+    # Given three writes in one entry, the first of which the gateway refuses for good
+    store = open_store(gateway)
+    store.insert_many(TABLE, {f"r{i}": {"title": f"t{i}"} for i in range(3)})
+    refused = sent_delta_ids(Seen("POST", "push", "", _push_body(store), {}))[0]
+    available = False
+
+    def push(seen: Seen) -> Answer:
+        ids = sent_delta_ids(seen)
+        if len(ids) > 1 or ids == [refused]:
+            return json_answer({"error": "bad delta", "code": "VALIDATION_ERROR"}, 400)
+        return good_push(seen) if available else json_answer({"error": "busy", "code": "INTERNAL_ERROR"}, 503)
+
+    gateway.routes["push"] = push
+    gateway.routes["pull"] = empty_pull
+
+    # When the one-by-one re-send is interrupted after the refusal (the gateway goes down), twice
+    for _ in range(2):
+        with pytest.raises(OfflineError):
+            store.sync()
+    available = True
+    report = store.sync()
+
+    # Then the refused delta was recorded once and sent alone once; the others went through
+    rejected = store.query("SELECT delta_id FROM _lakesync_rejected")
+    assert rejected == [(refused,)]
+    assert sum(sent_delta_ids(s) == [refused] for s in gateway.sent("push")) == 1
+    assert (report.pushed, store.pending()) == (2, 0)
+
+
+def _push_body(store: LocalStore) -> bytes:
+    """The JSON body the store's next push would send."""
+    wires = [wire for entry in store._outbox() for wire in entry.deltas]
+    return ('{"deltas":[' + ",".join(wires) + "]}").encode()

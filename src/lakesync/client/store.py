@@ -215,6 +215,18 @@ class PushPlan:
     deltas: tuple[str, ...]
     acks: tuple[tuple[int, int, bool], ...]
     """``(seq, new sent, entry done)``."""
+    counts: tuple[int, ...] = ()
+    """Per entry of ``acks``, how many of its deltas the plan takes."""
+
+    def acks_of_first(self, count: int) -> tuple[tuple[int, int, bool], ...]:
+        """The ``acks`` once only the plan's first ``count`` deltas are acknowledged."""
+        acks = []
+        for (seq, sent, done), taken in zip(self.acks, self.counts, strict=True):
+            if count <= 0:
+                break
+            acks.append((seq, sent, done) if count >= taken else (seq, sent - taken + count, False))
+            count -= taken
+        return tuple(acks)
 
 
 def plan_push(
@@ -224,6 +236,7 @@ def plan_push(
     about ``max_bytes`` (at least one delta)."""
     taken: list[str] = []
     acks: list[tuple[int, int, bool]] = []
+    counts: list[int] = []
     size = 0
     for entry in sorted(entries, key=lambda e: e.seq):
         at = entry.sent
@@ -235,9 +248,10 @@ def plan_push(
             at += 1
         if at > entry.sent:
             acks.append((entry.seq, at, at == len(entry.deltas)))
+            counts.append(at - entry.sent)
         if at < len(entry.deltas):
             break
-    return PushPlan(tuple(taken), tuple(acks))
+    return PushPlan(tuple(taken), tuple(acks), tuple(counts))
 
 
 # -- the store --------------------------------------------------------------------------------------------------------
@@ -940,29 +954,34 @@ class LocalStore:
             self._receive_hlc(answer.get("serverHlc"))
             self._collect_receipts(plan.deltas, receipts, report)
             report.pushed += accepted
-            self._ack(plan)
+            self._ack(plan.acks)
 
-    def _ack(self, plan: PushPlan) -> None:
+    def _ack(self, acks: Sequence[tuple[int, int, bool]]) -> None:
         """Drop acknowledged deltas from the outbox (only after the gateway's answer; a crash before this re-sends
         them, harmlessly)."""
-        with self._tx() as db:
-            for seq, sent, done in plan.acks:
-                if done:
-                    db.execute("DELETE FROM _lakesync_outbox WHERE seq = ?", (seq,))
-                else:
-                    db.execute("UPDATE _lakesync_outbox SET sent = ? WHERE seq = ? AND sent < ?", (sent, seq, sent))
-            self._save_clock()
+        with self._tx():
+            self._advance(acks)
+
+    def _advance(self, acks: Sequence[tuple[int, int, bool]]) -> None:
+        """:meth:`_ack`'s writes, inside a transaction."""
+        db = self._db
+        for seq, sent, done in acks:
+            if done:
+                db.execute("DELETE FROM _lakesync_outbox WHERE seq = ?", (seq,))
+            else:
+                db.execute("UPDATE _lakesync_outbox SET sent = ? WHERE seq = ? AND sent < ?", (sent, seq, sent))
+        self._save_clock()
 
     def _push_singly(self, plan: PushPlan, report: SyncReport) -> None:
-        """A push was refused for good: send its deltas one by one, and move each refused one out of the outbox."""
-        refused: set[int] = set()
+        """A push was refused for good: send its deltas one by one; each is taken out of the outbox once answered, a
+        refused one moved to ``_lakesync_rejected`` in the same transaction (so an interruption never records it
+        twice, nor sends it again)."""
         for index, wire in enumerate(plan.deltas):
             try:
                 answer = self.http.push_wire([wire], self._clock.now())
             except ApiError as exc:
                 if exc.status not in _REJECT_STATUS:
                     raise
-                refused.add(index)
                 doc = json.loads(wire)
                 report.rejected.append(Rejected(doc["deltaId"], doc["table"], doc["rowId"], exc.status, str(exc)))
                 with self._tx() as db:
@@ -970,12 +989,13 @@ class LocalStore:
                         "INSERT INTO _lakesync_rejected (delta_id, delta, status, error, at_ms) VALUES (?, ?, ?, ?, ?)",
                         (doc["deltaId"], wire, exc.status, str(exc), int(time.time() * 1000)),
                     )
+                    self._advance(plan.acks_of_first(index + 1))
                 logger.warning("the gateway refused local delta %s: %s", doc["deltaId"], exc)
                 continue
             accepted, receipts = _push_answer(answer, [wire])
             self._collect_receipts([wire], receipts, report)
             report.pushed += accepted
-        self._ack(plan)
+            self._ack(plan.acks_of_first(index + 1))
 
     def _collect_receipts(
         self, wires: Sequence[str], receipts: Sequence[Mapping[str, Any]], report: SyncReport
