@@ -362,6 +362,40 @@ def test_a_delta_the_gateway_refuses_for_good_is_moved_out_of_the_outbox(stack: 
     assert store.query("SELECT status FROM _lakesync_rejected") == [(422,)]
 
 
+def test_a_write_that_would_grow_the_row_beyond_the_gateways_limit_is_refused_locally(
+    stack: LocalStack, open_store: Open
+) -> None:
+    # Given a row of 60,000 characters, and a column that brings it to exactly the gateway's 100,000 bytes of values
+    table = unique_table()
+    store = open_store("grow", table)
+    store.insert(table, "r", {"title": "x" * 60_000})
+    store.update(table, "r", {"tags": "y" * 39_978})  # {"title":"x…","tags":"y…"}: 60,022 + 39,978 bytes
+    assert store.sync().rejected == []
+
+    # When a write of another column, small enough as a delta, would grow the merged row past it
+    with pytest.raises(LocalWriteError, match="100,000"):
+        store.update(table, "r", {"priority": 1})
+    with pytest.raises(LocalWriteError, match="100,000"), store.batch() as batch:
+        batch.insert(table, "other", {"title": "fine"})
+        batch.update(table, "r", {"tags": "y" * 39_979})
+
+    # (as the gateway refuses it)
+    from lakesync.core.delta import make_delta
+    from tests.client.conftest import admin
+
+    hlc = int(time.time() * 1000) << 16
+    with pytest.raises(ApiError) as refused:
+        admin(stack).push(
+            [make_delta("UPDATE", table=table, row_id="r", client_id="ops", hlc=hlc, columns={"priority": 1})]
+        )
+    assert refused.value.status == 422
+
+    # Then nothing was written or queued, and the store and the gateway still agree
+    assert store.pending() == 0 and store.get(table, "other") is None
+    assert store.rows(table) == full_rows(gateway_rows(stack, table))
+    assert len(str(store.get(table, "r"))) > 99_000
+
+
 def _all_deltas(stack: LocalStack) -> list[Any]:
     from tests.client.conftest import admin
 

@@ -74,6 +74,7 @@ from lakesync.client.tables import (
     RowExistsError,
     RowNotFoundError,
     bind_column,
+    check_row_size,
     from_sql,
     load_tables,
     quote,
@@ -847,6 +848,8 @@ class LocalStore:
                 op, table=table, row_id=row_id, client_id=self.client_id, hlc=self._clock.now(), columns=columns
             )
             result = merge(state, delta)
+            if op is not DeltaOp.DELETE:
+                check_row_size(table, row_id, result.state.values())  # as the gateway checks the merged row
             states[key] = result.state
             if result.changed:
                 self._put_state(result.state)

@@ -365,6 +365,22 @@ class LocalTable:
             )
 
 
+def check_row_size(table: str, row_id: str, values: Mapping[str, JsonValue] | None) -> None:
+    """A row's live values after a write fit the gateway's limit on a merged row (its values as compact UTF-8 JSON,
+    as the gateway measures them: ``max_row_bytes``).
+
+    Raises:
+        LocalWriteError: otherwise (the gateway would refuse the write with 422).
+    """
+    if not values or _size_bound(values) <= MAX_DELTA_BYTES:
+        return  # the common case: a cheap upper bound suffices
+    size = len(_dumps(dict(values)).encode("utf-8"))
+    if size > MAX_DELTA_BYTES:
+        raise LocalWriteError(
+            f"The row {table}:{row_id} would grow to {size:,} bytes of JSON; the gateway accepts {MAX_DELTA_BYTES:,}"
+        )
+
+
 def _size_bound(values: Mapping[str, Any]) -> int:
     """An upper bound of ``utf8_size`` of the delta's columns: 6 bytes per character of a string (an escape is at
     most 6, a character's UTF-8 at most 4), 32 per number, and twice the C encoder's length for containers."""
