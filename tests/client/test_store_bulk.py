@@ -176,11 +176,15 @@ def test_a_compact_state_merges_as_the_full_state_would(store: LocalStore) -> No
     assert store.get("todos", "plain3") is None
 
 
+class _Text(str):
+    """A str subclass (an app's own string type)."""
+
+
 ROWS: dict[str, dict[str, Any]] = {
     "w1": {"title": "one", "done": True, "priority": 1},
     "w2": {"title": "two", "done": False, "priority": 2.5, "tags": {"b": 1, "a": [True, None]}},
-    "w3": {"priority": 2**62, "nothing": None},
-    "w4": {"priority": 2**70},  # beyond 64 bits: stored as a double in the user table, so a full state
+    "w3": {"priority": 2**53 - 1, "nothing": None},  # the largest integer a JSON number carries exactly
+    "w4": {"title": _Text("subclass")},  # not a plain str: no compact state, a full one
     "w5": {"title": "été ☃", "tags": "text"},  # non-ASCII: the complete checks
     "w6": {},
 }
@@ -206,7 +210,8 @@ def test_insert_many_states_and_outbox_equal_make_delta_and_merge(tmp_path: Path
         assert [stable_stringify(json.loads(w)) for w in wires] == [stable_stringify(d.to_json()) for d in deltas]
         assert [json.loads(w)["deltaId"] for w in wires] == [d.delta_id for d in deltas]
         assert store.pending() == len(ROWS)
-        assert store.rows("todos")["w4"]["priority"] == float(2**70)
+        assert store.rows("todos")["w4"]["title"] == "subclass"
+        assert json.loads(store.query("SELECT state FROM _lakesync_state WHERE row_id = 'w4'")[0][0])["c"]
 
     # And a reopened file renders the very same deltas (a re-send is deduplicated by deltaId)
     with _open(path) as again:
@@ -226,7 +231,7 @@ def test_insert_many_refuses_bad_rows_and_writes_nothing(store: LocalStore) -> N
 EXACT_ROWS: dict[str, dict[str, Any]] = {
     "x1": {"priority": 1, "title": "one", "done": True},  # given out of schema order
     "x2": {"title": "two", "done": False, "priority": 2.5, "tags": {"b": 1, "a": [True, None]}},
-    "x3": {"priority": 2**62, "nothing": None, "title": None},
+    "x3": {"priority": 2**53 - 1, "nothing": None, "title": None},
     "x4": {},
     "x5": {"done": None, "priority": -0.125},
 }

@@ -396,6 +396,27 @@ def test_a_write_that_would_grow_the_row_beyond_the_gateways_limit_is_refused_lo
     assert len(str(store.get(table, "r"))) > 99_000
 
 
+def test_an_integer_a_json_number_cannot_carry_exactly_is_refused_before_it_is_queued(
+    stack: LocalStack, open_store: Open
+) -> None:
+    table = unique_table()
+    store = open_store("ints", table)
+    # Given integers beyond 2**53 - 1 (the wire rounds them to doubles: 2**53 + 1 would arrive as 2**53, 10**400
+    # as null), in a number column and nested in a json column, through every write path
+    for value in (2**53, -(2**53) - 1, 2**63, 10**400):
+        with pytest.raises(LocalWriteError, match="integer beyond"):
+            store.insert(table, "r", {"priority": value})
+        with pytest.raises(LocalWriteError, match="integer beyond"):
+            store.insert_many(table, {"a": {"title": "a"}, "b": {"tags": {"n": [value]}}})
+    assert store.pending() == 0 and store.rows(table) == {}
+
+    # When the largest exact ones are written and synced, they arrive as written
+    store.insert_many(table, {"a": {"priority": 2**53 - 1}, "b": {"tags": [-(2**53) + 1]}})
+    store.sync()
+    assert store.rows(table) == full_rows(gateway_rows(stack, table))
+    assert store.get(table, "a") == {"title": None, "done": None, "priority": 2**53 - 1, "tags": None}
+
+
 def _all_deltas(stack: LocalStack) -> list[Any]:
     from tests.client.conftest import admin
 

@@ -88,6 +88,9 @@ _AS_IS: dict[ColumnType, tuple[type, ...]] = {
 }
 """Python types a column stores unchanged (``type(True)`` is ``bool``, never ``int``: booleans are converted)."""
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer a JSON number carries exactly (JavaScript's ``Number.MAX_SAFE_INTEGER``): the wire renders
+numbers as ECMAScript does, so a larger one reaches the gateway and every other client rounded to a double."""
 _INLINE_TYPES: dict[type, tuple[ColumnType, ...]] = {
     bool: (ColumnType.BOOLEAN, ColumnType.JSON),
     int: (ColumnType.NUMBER, ColumnType.JSON),
@@ -295,7 +298,7 @@ class LocalTable:
                         break
                     bound += 56 + 6 * len(column)
                 elif kind_of is int:
-                    if kind is not ColumnType.NUMBER or not _INT64_MIN <= value <= _INT64_MAX:
+                    if kind is not ColumnType.NUMBER or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
                         break
                     bound += 56 + 6 * len(column)
                 elif kind_of is float:
@@ -350,7 +353,9 @@ class LocalTable:
                     _check_json(value, f"{self.name}.{column}", 0)
                 bound += 6 * len(value) + 26 + 6 * len(column)
             elif value is None or (
-                kind in _INLINE_TYPES.get(value_type, ()) and (value_type is not float or math.isfinite(value))
+                kind in _INLINE_TYPES.get(value_type, ())
+                and (value_type is not float or math.isfinite(value))
+                and (value_type is not int or -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
             ):
                 bound += 56 + 6 * len(column)
             else:
@@ -435,7 +440,14 @@ def _check_value(table: str, column: str, kind: ColumnType, value: Any) -> None:
 def _check_json(value: Any, where: str, depth: int) -> None:
     if depth > 64:
         raise LocalWriteError(f"{where} is nested too deeply (64 levels at most)")
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise LocalWriteError(
+                f"{where} is an integer beyond ±{MAX_SAFE_INTEGER:,}: a JSON number would carry it rounded to a double"
+                " (other clients would read another value); write it as a string"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
