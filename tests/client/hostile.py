@@ -14,13 +14,15 @@ from typing import Any
 
 @dataclass
 class Answer:
-    """One scripted answer: ``close`` drops the connection without answering; ``delay`` waits first."""
+    """One scripted answer: ``close`` drops the connection without answering; ``delay`` waits first; ``drip`` sends
+    the body a byte at a time, that many seconds apart."""
 
     status: int = 200
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     close: bool = False
     delay: float = 0.0
+    drip: float = 0.0
 
 
 def json_answer(doc: Any, status: int = 200) -> Answer:
@@ -74,7 +76,18 @@ class ScriptedGateway:
                 for name, value in headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(answer.body)
+                if not answer.drip:
+                    self.wfile.write(answer.body)
+                    return
+                self.wfile.flush()
+                for byte in answer.body:
+                    time.sleep(answer.drip)
+                    try:
+                        self.wfile.write(bytes((byte,)))
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        self.close_connection = True
+                        return
 
             do_GET = do_POST = _serve
 

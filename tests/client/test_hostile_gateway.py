@@ -254,3 +254,26 @@ def _push_body(store: LocalStore) -> bytes:
     """The JSON body the store's next push would send."""
     wires = [wire for entry in store._outbox() for wire in entry.deltas]
     return ('{"deltas":[' + ",".join(wires) + "]}").encode()
+
+
+def test_an_answer_sent_drop_by_drop_times_out_instead_of_holding_the_sync(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore]
+) -> None:
+    # Given a gateway that sends its (correct) push answer a byte every 50 ms: seconds for the whole of it
+    def slow_push(seen: Seen) -> Answer:
+        answer = good_push(seen)
+        return Answer(answer.status, answer.body, answer.headers, drip=0.05)
+
+    gateway.routes["push"] = slow_push
+    gateway.routes["pull"] = empty_pull
+    store = open_store(gateway, timeout=0.5)
+    store.insert(TABLE, "r1", {"title": "one"})
+    assert len(slow_push(Seen("POST", "push", "", _push_body(store), {})).body) > 100
+
+    # When the store syncs with a timeout of half a second per request
+    with pytest.raises(OfflineError) as raised:
+        store.sync()
+
+    # Then the request timed out (the store is offline, the write still pending) rather than waiting for it all
+    assert isinstance(raised.value.__cause__, TimeoutError)
+    assert store.pending() == 1

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -106,24 +109,27 @@ class SyncClient:
         return True
 
     def _open(self, req: urllib.request.Request) -> tuple[bytes, Mapping[str, str]]:
-        """Send ``req`` with the current token (once more after a refresh on 401); the body and headers.
+        """Send ``req`` with the current token (once more after a refresh on 401); the body and headers. The body is
+        read within ``timeout`` seconds of the request, plus a second per :data:`MIN_BYTES_PER_SECOND` received.
 
         Raises:
-            urllib.error.HTTPError: a non-2xx answer (the second one, after a refresh); redirects are not followed.
-            urllib.error.URLError, OSError: the gateway is unreachable.
+            ApiError: a non-2xx answer (the second one, after a refresh); redirects are not followed.
+            urllib.error.URLError, OSError: the gateway is unreachable; TimeoutError: the answer took too long.
+            http.client.HTTPException: the connection broke mid-answer.
         """
         for attempt in (0, 1):
             token = self.token
             req.add_header("Authorization", f"Bearer {token}")
             req.add_header("Accept-Encoding", "gzip")
+            deadline = time.monotonic() + self.timeout
             try:
                 with _OPENER.open(req, timeout=self.timeout) as resp:
-                    return _decoded(resp.read(), resp.headers.get("Content-Encoding")), resp.headers
+                    return _decoded(_read_body(resp, deadline), resp.headers.get("Content-Encoding")), resp.headers
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0 and self.refresh_token(token):
                     exc.close()
                     continue
-                raise
+                raise _api_error(exc, deadline) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, *, body: object = None, query: Mapping[str, Any] | None = None) -> Any:
@@ -135,10 +141,7 @@ class SyncClient:
         req = urllib.request.Request(url, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        try:
-            raw, _ = self._open(req)
-        except urllib.error.HTTPError as exc:
-            raise _api_error(exc) from None
+        raw, _ = self._open(req)
         return json.loads(raw or b"null")
 
     def push(self, deltas: Sequence[RowDelta], last_seen_hlc: int = 0) -> Any:
@@ -163,10 +166,7 @@ class SyncClient:
         ).encode()
         req = urllib.request.Request(f"{self.base_url}/v1/sync/{self.gateway}/push", data=body, method="POST")
         req.add_header("Content-Type", "application/json")
-        try:
-            raw, _ = self._open(req)
-        except urllib.error.HTTPError as exc:
-            raise _api_error(exc) from None
+        raw, _ = self._open(req)
         return json.loads(raw or b"null")
 
     def pull(self, *, cursor: str | None = None, since: int | None = None, limit: int = 1000) -> Any:
@@ -253,14 +253,12 @@ class SyncClient:
         req.add_header("Accept", accept)
         try:
             body, headers = self._open(req)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                exc.close()
+        except ApiError as exc:
+            if exc.status == 404:
                 return None
-            if exc.code == 413:
-                exc.close()
+            if exc.status == 413:
                 return None, {}
-            raise _api_error(exc) from None
+            raise
         return body, headers
 
     def admin(self, method: str, what: str, body: object = None) -> Any:
@@ -275,10 +273,36 @@ def _decoded(body: bytes, content_encoding: str | None) -> bytes:
     return body
 
 
-def _api_error(exc: urllib.error.HTTPError) -> ApiError:
-    """The :class:`ApiError` of an HTTP error answer (its body read and the response closed)."""
+def _read_body(resp: Any, deadline: float) -> bytes:
+    """An answer's body, read piece by piece until ``deadline`` (``time.monotonic()``) plus a second per
+    :data:`MIN_BYTES_PER_SECOND` received: a large answer on a slow link arrives, one sent drop by drop times out.
+
+    Raises:
+        TimeoutError: the body came slower than that.
+        http.client.IncompleteRead: the connection closed before the ``Content-Length`` announced.
+    """
+    parts = []
+    received = 0
+    while chunk := resp.read1(_READ_PIECE):
+        parts.append(chunk)
+        received += len(chunk)
+        if time.monotonic() > deadline + received / MIN_BYTES_PER_SECOND:
+            raise TimeoutError("The gateway's answer came slower than the request timeout allows")
+    body = b"".join(parts)
+    if getattr(resp, "length", None):  # what the Content-Length announced and never came
+        raise http.client.IncompleteRead(body, resp.length)
+    return body
+
+
+MIN_BYTES_PER_SECOND = 16 * 1024
+"""Past a request's ``timeout``, how fast its answer must keep coming."""
+_READ_PIECE = 1 << 16
+
+
+def _api_error(exc: urllib.error.HTTPError, deadline: float) -> ApiError:
+    """The :class:`ApiError` of an HTTP error answer (its body read until ``deadline`` and the response closed)."""
     with exc:
-        raw = _decoded(exc.read(), exc.headers.get("Content-Encoding"))
+        raw = _decoded(_read_body(exc.fp or io.BytesIO(), deadline), exc.headers.get("Content-Encoding"))
     try:
         payload = json.loads(raw)
     except ValueError:
