@@ -134,3 +134,43 @@ def test_background_sync_delivers_a_remote_change_while_the_loop_keeps_running(
     change, ticks = asyncio.run(scenario())
     assert change.origin == "remote" and change.row_ids == frozenset({"g1"})
     assert ticks > 1  # the loop ran while the store synced in the background
+
+
+def test_closing_a_change_stream_ends_the_iteration_of_a_task_waiting_on_it(tmp_path: Path) -> None:
+    table = unique_table()
+
+    async def scenario() -> tuple[list[Change], list[Change]]:
+        store = await connect(
+            tmp_path / "streams.db",
+            url="http://127.0.0.1:9",  # never reached: local writes only
+            gateway="default",
+            token=mint_token("streams", "default", "s" * 32),
+            schemas=[todo_schema(table)],
+            realtime=False,
+        )
+        async with store:
+            stream = store.changes(table)
+            got: list[Change] = []
+
+            async def consume() -> None:
+                async for change in stream:
+                    got.append(change)
+
+            # Given a task iterating a change stream, waiting for the next change after the first
+            reader = asyncio.create_task(consume())
+            await store.insert(table, "r1", {"title": "one"})
+
+            async def first_seen() -> None:
+                while not got:
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(first_seen(), 30)
+            # When another task closes the stream
+            stream.close()
+            # Then the waiting iteration ends with what it got (it would otherwise wait forever)
+            await asyncio.wait_for(reader, 30)
+            return got, [change async for change in stream]
+
+    got, after = asyncio.run(scenario())
+    assert [c.row_ids for c in got] == [frozenset({"r1"})]
+    assert after == []

@@ -152,22 +152,27 @@ class ChangeStream:
     """The changes of one table, subscribed at creation and queued until read (see :meth:`AsyncLocalStore.changes`)."""
 
     def __init__(self, store: AsyncLocalStore, table: str) -> None:
-        self._queue: asyncio.Queue[Change] = asyncio.Queue()
+        self._queue: asyncio.Queue[Change | None] = asyncio.Queue()
+        """The changes, then ``None`` once closed (so a reader waiting for the next one stops)."""
         self._unsubscribe: Callable[[], None] | None = store.subscribe(table, self._queue.put_nowait)
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Change:
-        if self._unsubscribe is None and self._queue.empty():
+        change = await self._queue.get()
+        if change is None:
+            self._queue.put_nowait(None)  # for every other reader, and the next call
             raise StopAsyncIteration
-        return await self._queue.get()
+        return change
 
     def close(self) -> None:
-        """Unsubscribe; the changes already queued can still be read."""
+        """Unsubscribe; the changes already queued can still be read, then the iteration ends (also for a task
+        waiting for the next change)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+            self._queue.put_nowait(None)
 
     async def __aenter__(self) -> Self:
         return self
