@@ -417,6 +417,30 @@ def test_an_integer_a_json_number_cannot_carry_exactly_is_refused_before_it_is_q
     assert store.get(table, "a") == {"title": None, "done": None, "priority": 2**53 - 1, "tags": None}
 
 
+def test_a_token_whose_subject_the_gateway_refuses_as_a_client_id_is_refused_at_connect(
+    stack: LocalStack, open_store: Open, tmp_path: Path
+) -> None:
+    from lakesync.core.delta import make_delta
+    from tests.client.conftest import admin
+
+    table = unique_table()
+    # Given subjects that are no clientId the gateway accepts on a delta (it refuses their every push)
+    too_long, not_text = "x" * 300, "\ud800"
+    hlc = int(time.time() * 1000) << 16
+    with pytest.raises(ApiError) as refused:
+        admin(stack).push([make_delta("INSERT", table=table, row_id="r", client_id=too_long, hlc=hlc)])
+    assert refused.value.status == 400
+
+    # When a store is opened with such a token (or clientId), it says so before a file is made
+    for subject in (too_long, not_text):
+        path = tmp_path / "never.db"
+        with pytest.raises(ValueError, match="clientId"):
+            open_store("unused", table, path=path, token=mint_token(subject, "default", stack.secret))
+        with pytest.raises(ValueError, match="clientId"):
+            open_store("unused", table, path=path, client_id=subject)
+        assert not path.exists()
+
+
 def _all_deltas(stack: LocalStack) -> list[Any]:
     from tests.client.conftest import admin
 

@@ -81,7 +81,7 @@ from lakesync.client.tables import (
 )
 from lakesync.collector import collector_paused
 from lakesync.core.canonical import JsonValue, stable_stringify
-from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.delta import DeltaOp, RowDelta, is_valid_client_id, make_delta
 from lakesync.core.errors import ClockDriftError, LakeSyncError, ValidationError
 from lakesync.core.hlc import HLC, Clock, decode, system_clock
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
@@ -320,6 +320,11 @@ class LocalStore:
             assert get_token is not None
             token = get_token()
         self.client_id = client_id or token_subject(token)
+        if not is_valid_client_id(self.client_id):
+            raise ValueError(
+                f"clientId {self.client_id[:40]!r} is not one the gateway accepts (non-empty valid text, at most "
+                "256 bytes): every write would be refused"
+            )
         self.gateway = gateway
         self.url = url.rstrip("/")
         self.ws_url = ws_url
@@ -1606,7 +1611,8 @@ def connect(
         options: More :class:`LocalStore` options (``poll_interval``, ``realtime``, ``on_conflict``, ``backoff``...).
 
     Raises:
-        ValueError: neither ``token`` nor ``get_token``, or a token without ``sub``.
+        ValueError: neither ``token`` nor ``get_token``, a token without ``sub``, or a clientId the gateway refuses
+            (over 256 bytes, or not valid text).
         SyncStateError: the file belongs to another client or gateway.
         ValidationError: a schema the local store cannot use.
     """
