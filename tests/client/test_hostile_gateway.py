@@ -277,3 +277,24 @@ def test_an_answer_sent_drop_by_drop_times_out_instead_of_holding_the_sync(
     # Then the request timed out (the store is offline, the write still pending) rather than waiting for it all
     assert isinstance(raised.value.__cause__, TimeoutError)
     assert store.pending() == 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(body=b"<html>Service Unavailable</html>"),
+        Answer(body=b'{"serverHlc":"1","accepted":1,"receipts":[', headers={"Content-Type": "application/json"}),
+        Answer(body=b"\x1f\x8b\x08\x00\x00", headers={"Content-Encoding": "gzip"}),
+    ],
+    ids=["html", "cut JSON", "bad gzip"],
+)
+def test_a_push_answer_that_does_not_decode_raises_sync_state_error_and_keeps_the_outbox(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore], answer: Answer
+) -> None:
+    gateway.routes["push"] = lambda _seen: answer
+    gateway.routes["pull"] = empty_pull
+    store = open_store(gateway)
+    store.insert(TABLE, "r1", {"title": "one"})
+    with pytest.raises(SyncStateError, match="does not decode"):
+        store.sync()
+    assert store.pending() == 1

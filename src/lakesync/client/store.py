@@ -952,7 +952,8 @@ class LocalStore:
             if not plan.deltas:
                 return
             try:
-                answer = self.http.push_wire(plan.deltas, self._clock.now())
+                with _unreadable_answer("push"):
+                    answer = self.http.push_wire(plan.deltas, self._clock.now())
             except ApiError as exc:
                 if exc.status not in _REJECT_STATUS:
                     raise
@@ -986,7 +987,8 @@ class LocalStore:
         twice, nor sends it again)."""
         for index, wire in enumerate(plan.deltas):
             try:
-                answer = self.http.push_wire([wire], self._clock.now())
+                with _unreadable_answer("push"):
+                    answer = self.http.push_wire([wire], self._clock.now())
             except ApiError as exc:
                 if exc.status not in _REJECT_STATUS:
                     raise
