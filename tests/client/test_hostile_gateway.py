@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,43 @@ def test_a_push_answer_that_does_not_decode_raises_sync_state_error_and_keeps_th
     with pytest.raises(SyncStateError, match="does not decode"):
         store.sync()
     assert store.pending() == 1
+
+
+def _padded_page(padding: int) -> bytes:
+    """A valid last pull page (cursor ``c2``) followed by ``padding`` spaces: JSON all the same."""
+    return json.dumps(_page()).encode() + b" " * padding
+
+
+def _gzip_bomb(padding: int) -> bytes:
+    """:func:`_padded_page` gzipped, a MiB at a time (64 MiB of spaces gzip to about 64 KB)."""
+    deflate = zlib.compressobj(wbits=31)
+    parts = [deflate.compress(json.dumps(_page()).encode())]
+    spaces = b" " * (1 << 20)
+    parts += [deflate.compress(spaces) for _ in range(padding >> 20)]
+    return b"".join([*parts, deflate.flush()])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(body=_gzip_bomb(64 << 20), headers={"Content-Encoding": "gzip"}),
+        Answer(body=_padded_page(3 << 20)),
+    ],
+    ids=["gzip bomb", "enormous body"],
+)
+def test_an_answer_larger_than_the_limit_is_not_read_whole(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore], answer: Answer
+) -> None:
+    # Given a store accepting answers of at most 1 MiB, and a pull page that is (or un-gzips to) far more
+    gateway.routes["pull"] = lambda _seen: json_answer(_page(cursor="c1"))
+    store = open_store(gateway)
+    store.sync()
+    store.http.max_answer_bytes = 1 << 20
+    if "Content-Encoding" in answer.headers:
+        assert len(answer.body) < 1 << 20  # the bomb itself is small: its un-gzipped size is what the limit stops
+    gateway.routes["pull"] = lambda _seen: answer
+
+    # When it pulls, it refuses the answer without reading it whole, and the cursor stays
+    with pytest.raises(SyncStateError, match="1,048,576 bytes"):
+        store.sync()
+    assert store.cursor == "c1"

@@ -19,6 +19,8 @@ from lakesync.core.delta import RowDelta
 
 CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
 COLUMNS_MEDIA_TYPE = "application/x-lakesync-checkpoint-columns+json"
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+"""The largest answer a :class:`SyncClient` accepts by default."""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -78,6 +80,8 @@ class SyncClient:
         timeout: Seconds per request.
         get_token: Called for a fresh token when a request is answered 401; the request is then sent once more (as
             the original client's transport does). Thread-safe: concurrent 401s share one refresh.
+        max_answer_bytes: The largest answer accepted, as sent and once un-gzipped (the gateway's are a few MB: a
+            Lambda answers at most 6 MB); a larger one raises ValueError.
     """
 
     def __init__(
@@ -89,12 +93,14 @@ class SyncClient:
         *,
         timeout: float = 30.0,
         get_token: Callable[[], str] | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.gateway = gateway
         self.token = token
         self.client_id = client_id
         self.timeout = timeout
+        self.max_answer_bytes = max_answer_bytes
         self.get_token = get_token
         self._refresh_lock = threading.Lock()
 
@@ -124,12 +130,13 @@ class SyncClient:
             deadline = time.monotonic() + self.timeout
             try:
                 with _OPENER.open(req, timeout=self.timeout) as resp:
-                    return _decoded(_read_body(resp, deadline), resp.headers.get("Content-Encoding")), resp.headers
+                    body = _read_body(resp, deadline, self.max_answer_bytes)
+                    return _decoded(body, resp.headers.get("Content-Encoding"), self.max_answer_bytes), resp.headers
             except urllib.error.HTTPError as exc:
                 if exc.code == 401 and attempt == 0 and self.refresh_token(token):
                     exc.close()
                     continue
-                raise _api_error(exc, deadline) from None
+                raise _api_error(exc, deadline, self.max_answer_bytes) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, *, body: object = None, query: Mapping[str, Any] | None = None) -> Any:
@@ -266,19 +273,29 @@ class SyncClient:
         return self.request(method, f"/v1/admin/{what}/{self.gateway}", body=body)
 
 
-def _decoded(body: bytes, content_encoding: str | None) -> bytes:
-    """The body as sent, un-gzipped when the gateway compressed it (``Content-Encoding: gzip``)."""
-    if (content_encoding or "").strip().lower() == "gzip":
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    return body
+def _decoded(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """The body as sent, un-gzipped when the gateway compressed it (``Content-Encoding: gzip``).
+
+    Raises:
+        ValueError: it un-gzips to more than ``limit`` bytes (read no further). zlib.error: bad or cut gzip.
+    """
+    if (content_encoding or "").strip().lower() != "gzip":
+        return body
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = inflate.decompress(body, limit + 1)
+    if len(out) > limit:
+        raise ValueError(f"The gateway's answer un-gzips to more than {limit:,} bytes")
+    if not inflate.eof:
+        raise zlib.error("The gateway's gzip answer is cut short")
+    return out
 
 
-def _read_body(resp: Any, deadline: float) -> bytes:
+def _read_body(resp: Any, deadline: float, limit: int) -> bytes:
     """An answer's body, read piece by piece until ``deadline`` (``time.monotonic()``) plus a second per
     :data:`MIN_BYTES_PER_SECOND` received: a large answer on a slow link arrives, one sent drop by drop times out.
 
     Raises:
-        TimeoutError: the body came slower than that.
+        TimeoutError: the body came slower than that. ValueError: it is longer than ``limit`` bytes.
         http.client.IncompleteRead: the connection closed before the ``Content-Length`` announced.
     """
     parts = []
@@ -286,6 +303,8 @@ def _read_body(resp: Any, deadline: float) -> bytes:
     while chunk := resp.read1(_READ_PIECE):
         parts.append(chunk)
         received += len(chunk)
+        if received > limit:
+            raise ValueError(f"The gateway's answer is longer than {limit:,} bytes")
         if time.monotonic() > deadline + received / MIN_BYTES_PER_SECOND:
             raise TimeoutError("The gateway's answer came slower than the request timeout allows")
     body = b"".join(parts)
@@ -299,10 +318,10 @@ MIN_BYTES_PER_SECOND = 16 * 1024
 _READ_PIECE = 1 << 16
 
 
-def _api_error(exc: urllib.error.HTTPError, deadline: float) -> ApiError:
+def _api_error(exc: urllib.error.HTTPError, deadline: float, limit: int) -> ApiError:
     """The :class:`ApiError` of an HTTP error answer (its body read until ``deadline`` and the response closed)."""
     with exc:
-        raw = _decoded(_read_body(exc.fp or io.BytesIO(), deadline), exc.headers.get("Content-Encoding"))
+        raw = _decoded(_read_body(exc.fp or io.BytesIO(), deadline, limit), exc.headers.get("Content-Encoding"), limit)
     try:
         payload = json.loads(raw)
     except ValueError:
