@@ -42,20 +42,26 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+Listen = Callable[..., tuple[LocalStore, Any]]
+
+
 @pytest.fixture
-def listen(tmp_path: Path) -> Iterator[Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]]]:
-    """``listen(handler)`` → a store and its started listener, on a WebSocket server serving ``handler`` (the
-    connections it accepted are counted in ``listener.accepted``); all stopped at the end."""
+def listen(tmp_path: Path) -> Iterator[Listen]:
+    """``listen(handler, process_request=None, **store_options)`` → a store and its started listener, on a WebSocket
+    server serving ``handler`` (the connections it accepted are counted in ``listener.accepted``); all stopped at the
+    end."""
     stops: list[Callable[[], None]] = []
 
-    def make(handler: Callable[[ServerConnection], None]) -> tuple[LocalStore, Any]:
+    def make(
+        handler: Callable[[ServerConnection], None], process_request: Any = None, **options: Any
+    ) -> tuple[LocalStore, Any]:
         accepted: list[float] = []
 
         def counted(sock: ServerConnection) -> None:
             accepted.append(time.monotonic())
             handler(sock)
 
-        server = serve(counted, "127.0.0.1", 0)
+        server = serve(counted, "127.0.0.1", 0, process_request=process_request)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         gateway = ScriptedGateway().__enter__()
         gateway.routes["pull"] = empty_pull
@@ -64,10 +70,10 @@ def listen(tmp_path: Path) -> Iterator[Callable[[Callable[[ServerConnection], No
             tmp_path / f"{len(stops)}.db",
             url=gateway.url,
             gateway="default",
-            token=mint_token("c", "default", "s" * 32),
             schemas=[todo_schema(TABLE)],
             realtime=False,
             ws_url=f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws",
+            **({"token": mint_token("c", "default", "s" * 32)} | options),
         )
         listener = RealtimeListener(store, backoff=Backoff(initial=0.01, factor=2.0, cap=0.2, random=lambda: 0.0))
         listener.accepted = accepted  # type: ignore[attr-defined]
@@ -88,7 +94,7 @@ def listen(tmp_path: Path) -> Iterator[Callable[[Callable[[ServerConnection], No
 
 
 def test_a_server_that_drops_every_connection_at_once_is_retried_ever_more_slowly(
-    listen: Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]],
+    listen: Listen,
 ) -> None:
     # Given a server that accepts the socket and closes it straight away
     _store, listener = listen(lambda _sock: None)
@@ -102,7 +108,7 @@ def test_a_server_that_drops_every_connection_at_once_is_retried_ever_more_slowl
 
 
 def test_a_session_that_delivers_a_broadcast_resets_the_backoff(
-    listen: Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]],
+    listen: Listen,
 ) -> None:
     # Given a server that sends one broadcast per connection and then closes it
     store, listener = listen(lambda sock: sock.send(_broadcast(f"r{time.monotonic_ns()}")))
@@ -116,7 +122,7 @@ def test_a_session_that_delivers_a_broadcast_resets_the_backoff(
 
 
 def test_frames_that_are_not_broadcasts_are_skipped_and_the_channel_stays(
-    listen: Callable[[Callable[[ServerConnection], None]], tuple[LocalStore, Any]],
+    listen: Listen,
 ) -> None:
     release = threading.Event()
 
@@ -133,3 +139,29 @@ def test_frames_that_are_not_broadcasts_are_skipped_and_the_channel_stays(
     _wait_for(lambda: store.get(TABLE, "after-the-noise") is not None)
     assert len(listener.accepted) == 1 and listener.connected
     release.set()
+
+
+def test_a_token_refresh_that_fails_does_not_end_the_listener(listen: Listen) -> None:
+    refused: list[int] = []
+
+    def unauthorized(sock: ServerConnection, _request: Any) -> Any:
+        refused.append(1)
+        return sock.respond(401, "Token expired\n")
+
+    tokens = iter([mint_token("c", "default", "s" * 32)])
+
+    def get_token() -> str:
+        token = next(tokens, None)
+        if token is None:
+            raise ConnectionError("the identity provider is unreachable")
+        return token
+
+    # Given a server that answers every upgrade 401, and a get_token that fails after the first token
+    _store, listener = listen(lambda _sock: None, process_request=unauthorized, token=None, get_token=get_token)
+
+    # When the listener has been refused three times (each time trying to refresh the token, and failing)
+    _wait_for(lambda: len(refused) >= 3)
+
+    # Then it is still alive, retrying with backoff (it used to die with the refresh's exception)
+    assert listener._thread.is_alive()
+    assert listener.backoff.failures >= 2

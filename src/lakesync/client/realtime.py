@@ -114,28 +114,31 @@ class RealtimeListener:
             self._thread.join()
 
     def _run(self) -> None:
-        from websockets.exceptions import InvalidStatus
-
         while not self._stop.is_set():
-            delay: float
             try:
-                if self._session():
-                    self.backoff.reset()
-                delay = self.backoff.next_delay()
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                if status == 401 and self.store.http.refresh_token(self.store.http.token):
-                    delay = self.backoff.next_delay()
-                elif status in UNAVAILABLE_STATUS:
-                    self.unavailable = True
-                    delay = self.unavailable_retry
-                    logger.info("no real-time channel at the gateway (%s); polling", status)
-                else:
-                    delay = self.backoff.next_delay()
-            except Exception as exc:
+                delay = self._connect_once()
+            except Exception as exc:  # the thread must outlive anything a connection, or a token refresh, raises
                 delay = self.backoff.next_delay()
                 logger.info("real-time channel lost (%s); reconnecting in %.1fs", exc, delay)
             self._stop.wait(delay)
+
+    def _connect_once(self) -> float:
+        """One connection and its session; the seconds to wait before the next."""
+        from websockets.exceptions import InvalidStatus
+
+        try:
+            if self._session():
+                self.backoff.reset()
+            return self.backoff.next_delay()
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status == 401 and self.store.http.refresh_token(self.store.http.token):
+                return self.backoff.next_delay()
+            if status in UNAVAILABLE_STATUS:
+                self.unavailable = True
+                logger.info("no real-time channel at the gateway (%s); polling", status)
+                return self.unavailable_retry
+            return self.backoff.next_delay()
 
     def _session(self) -> bool:
         """One connection, until it closes; whether it was healthy (delivered a broadcast or lasted
