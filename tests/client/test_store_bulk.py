@@ -528,3 +528,49 @@ def test_base_records_behave_as_state_rows_under_any_operations(tmp_path: Path, 
     finally:
         for store in stores.values():
             store.close()
+
+
+def test_a_column_whose_type_changes_is_remade_so_its_values_read_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "retyped.db"
+    token = mint_token("bulk", "default", SECRET)
+
+    def schema(priority: str) -> dict[str, Any]:
+        return {
+            "table": "todos",
+            "columns": [{"name": "title", "type": "string"}, {"name": "priority", "type": priority}],
+        }
+
+    def open_with(priority: str) -> LocalStore:
+        return connect(
+            path, url="http://127.0.0.1:9", gateway="default", token=token, schemas=[schema(priority)], realtime=False
+        )
+
+    # Given rows written while priority was a string column: one alone (a full state), two in bulk (compact states)
+    with open_with("string") as store:
+        store.insert("todos", "one", {"priority": "high"})
+        store.insert_many("todos", {"two": {"priority": "medium"}, "three": {"title": "t", "priority": "low"}})
+
+    # When the schema makes it a number column and numbers are written, alone and in bulk
+    with open_with("number") as store:
+        store.insert("todos", "four", {"priority": 7})
+        store.insert_many("todos", {"five": {"priority": 5}, "six": {"priority": 2.5}})
+
+        # Then every row reads back as written (a number as a number, the strings as strings), equal to its state
+        rows = store.rows("todos")
+        assert {row_id: values["priority"] for row_id, values in rows.items()} == {
+            "one": "high",
+            "two": "medium",
+            "three": "low",
+            "four": 7,
+            "five": 5,
+            "six": 2.5,
+        }
+        for row_id, values in rows.items():
+            state = store.state("todos", row_id)
+            assert state is not None and state.values() == {k: v for k, v in values.items() if v is not None}
+        # And the deltas pushed carry the same values
+        wires = [json.loads(w) for entry in store._outbox() for w in entry.deltas]
+        assert [d["columns"] for d in wires if d["rowId"] in ("four", "five")] == [
+            [{"column": "priority", "value": 7}],
+            [{"column": "priority", "value": 5}],
+        ]

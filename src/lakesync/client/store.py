@@ -405,9 +405,14 @@ class LocalStore:
                 self._ensure_table(table)
 
     def _ensure_table(self, table: LocalTable) -> None:
-        """Create the user table, or add the columns a newer schema has; rows are then rewritten from their state."""
+        """Create the user table, add the columns a newer schema has, or make it again when a column's type changed;
+        rows are then rewritten from their state."""
         db = self._db
-        existing = [row[1] for row in db.execute(f"PRAGMA table_info({quote(table.name)})")]
+        declared = {row[1].lower(): str(row[2]) for row in db.execute(f"PRAGMA table_info({quote(table.name)})")}
+        existing = list(declared)
+        if any(declared.get(c.lower(), table.affinity(c)) != table.affinity(c) for c in table.columns):
+            self._remake_table(table)
+            return
         if not existing:
             db.execute(table.create_sql())
         else:
@@ -420,6 +425,19 @@ class LocalStore:
         rows = db.execute("SELECT row_id, state FROM _lakesync_state WHERE tbl = ?", (table.name,)).fetchall()
         for row_id, text in rows:
             self._materialise(table.name, self._decode_state(table.name, row_id, text))
+
+    def _remake_table(self, table: LocalTable) -> None:
+        """A column's type changed: its affinity would keep converting what is written (a number stored in a TEXT
+        column reads back as a string), so the table is made again and every row rewritten from its full state
+        (compact states, which read their values from the user row, are expanded while the old table is there)."""
+        db = self._db
+        self._expand_base()
+        rows = db.execute("SELECT row_id, state FROM _lakesync_state WHERE tbl = ?", (table.name,)).fetchall()
+        states = [self._decode_state(table.name, row_id, text) for row_id, text in rows]
+        db.execute(f"DROP TABLE {quote(table.name)}")
+        db.execute(table.create_sql())
+        for state in states:
+            self._put_state(state)
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

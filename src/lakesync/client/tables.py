@@ -211,6 +211,10 @@ class LocalTable:
         cols += [f"{quote(c)} {_AFFINITY[self.types[c]]}".rstrip() for c in self.columns]
         return f"CREATE TABLE IF NOT EXISTS {quote(self.name)} ({', '.join(cols)})"
 
+    def affinity(self, column: str) -> str:
+        """The declared type a column is created with (what ``PRAGMA table_info`` reads back)."""
+        return _AFFINITY[self.types[column]]
+
     def add_column_sql(self, column: str) -> str:
         """``ALTER TABLE ... ADD COLUMN`` for a column a newer schema added."""
         return f"ALTER TABLE {quote(self.name)} ADD COLUMN {quote(column)} {_AFFINITY[self.types[column]]}".rstrip()
