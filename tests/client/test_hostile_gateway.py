@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,9 @@ import pytest
 from lakesync.auth import mint_token
 from lakesync.client import LocalStore, OfflineError, SyncStateError, connect
 from lakesync.client.http import ApiError
+from lakesync.core.delta import RowDelta
+from lakesync.core.messages import SyncResponse
+from lakesync.wire.framing import encode_sync_response, frame_checkpoint
 from tests.client.conftest import todo_schema
 from tests.client.hostile import Answer, ScriptedGateway, Seen, empty_pull, good_push, json_answer, sent_delta_ids
 
@@ -339,3 +343,41 @@ def test_an_answer_larger_than_the_limit_is_not_read_whole(
     with pytest.raises(SyncStateError, match="1,048,576 bytes"):
         store.sync()
     assert store.cursor == "c1"
+
+
+def _checkpoint_body(row_id: str) -> bytes:
+    """A checkpoint stream body holding another client's insert of ``row_id``."""
+    delta = RowDelta.from_json(_delta(row_id, deltaId=f"d-{row_id}"))
+    return frame_checkpoint([encode_sync_response(SyncResponse((delta,), 1 << 16))])
+
+
+def test_a_chunk_of_another_checkpoint_is_not_mixed_into_the_one_being_loaded(
+    gateway: ScriptedGateway, open_store: Callable[..., LocalStore]
+) -> None:
+    pinned = {"honoured": False}
+
+    def checkpoint(seen: Seen) -> Answer:
+        query = urllib.parse.parse_qs(seen.query)
+        if "chunk" not in query:
+            return Answer(413)  # too large to send whole: by chunks
+        index = int(query["chunk"][0])
+        # Chunk 0 is of checkpoint A; chunk 1 of B, published meanwhile, unless the pin is honoured
+        served = "A" if index == 0 or pinned["honoured"] else "B"
+        headers = {"X-Checkpoint-Id": served, "X-Checkpoint-Chunks": "2", "X-Checkpoint-Cursor": f"cursor-{served}"}
+        return Answer(body=_checkpoint_body(f"{served}{index}"), headers=headers)
+
+    # Given a gateway that serves chunk 1 of a newer checkpoint than chunk 0's
+    gateway.routes["checkpoint"] = checkpoint
+    gateway.routes["pull"] = empty_pull
+    store = open_store(gateway)
+
+    # When the store loads it, it loads nothing and will try again (the gateway is as good as unavailable)
+    with pytest.raises(OfflineError, match="replaced"):
+        store.sync()
+    assert store.cursor is None and store.rows(TABLE) == {}
+
+    # Then once the chunks are of one checkpoint, it is loaded whole with its cursor
+    pinned["honoured"] = True
+    report = store.sync()
+    assert report.checkpoint_rows == 2 and sorted(store.rows(TABLE)) == ["A0", "A1"]
+    assert "checkpoint=A" in gateway.sent("checkpoint")[-1].query

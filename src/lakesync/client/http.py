@@ -220,7 +220,7 @@ class SyncClient:
                 stream, and the result says which it got (``columnar``).
 
         Raises:
-            ApiError: any other non-2xx answer.
+            ApiError: any other non-2xx answer; 409 when a chunk of another checkpoint is served.
         """
         base = {"format": "columns"} if columns else {}
         first = self._checkpoint_get(base)
@@ -245,6 +245,17 @@ class SyncClient:
             if more is None or more[0] is None:
                 raise ApiError(
                     404, {"error": f"Checkpoint {checkpoint_id} vanished while it was read", "code": "NOT_FOUND"}
+                )
+            served = more[1].get("X-Checkpoint-Id")
+            if served is not None and served != checkpoint_id:
+                # A gateway that does not pin (or a cache in front of it) served another checkpoint's chunk: mixing
+                # them would skip the changes between the two. Retried later, from chunk 0.
+                raise ApiError(
+                    409,
+                    {
+                        "error": f"Checkpoint {checkpoint_id} was replaced by {served} while it was read",
+                        "code": "CONFLICT",
+                    },
                 )
             frames.append(more[0])
             columnar.append(_columnar(more[1]))
