@@ -15,14 +15,14 @@ import pytest
 from websockets.sync.server import ServerConnection, serve
 
 from lakesync.auth import mint_token
-from lakesync.client import LocalStore, connect
+from lakesync.client import Change, LocalStore, SyncStateError, connect
 from lakesync.client.backoff import Backoff
 from lakesync.client.realtime import RealtimeListener
 from lakesync.core.delta import make_delta
 from lakesync.core.messages import SyncResponse
 from lakesync.wire.framing import encode_broadcast
 from tests.client.conftest import todo_schema
-from tests.client.hostile import ScriptedGateway, empty_pull, good_push
+from tests.client.hostile import ScriptedGateway, empty_pull, good_push, json_answer
 
 pytestmark = pytest.mark.integration
 
@@ -165,3 +165,54 @@ def test_a_token_refresh_that_fails_does_not_end_the_listener(listen: Listen) ->
     # Then it is still alive, retrying with backoff (it used to die with the refresh's exception)
     assert listener._thread.is_alive()
     assert listener.backoff.failures >= 2
+
+
+@pytest.mark.parametrize("via", ["pull", "broadcast"])
+def test_a_subscriber_may_close_the_store_from_a_background_thread(tmp_path: Path, via: str) -> None:
+    hold = threading.Event()
+
+    def broadcast_once(sock: ServerConnection) -> None:
+        if via == "broadcast":
+            sock.send(_broadcast("remote"))
+        hold.wait(30)
+
+    with serve(broadcast_once, "127.0.0.1", 0) as server, ScriptedGateway() as gateway:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        page = {"deltas": [], "serverHlc": "1", "hasMore": False, "cursor": "c1"}
+        if via == "pull":
+            delta = make_delta("INSERT", table=TABLE, row_id="remote", client_id="other", hlc=1 << 16)
+            page["deltas"] = [delta.to_json()]
+        gateway.routes["pull"] = lambda _seen: json_answer(page)
+        store = connect(
+            tmp_path / "closing.db",
+            url=gateway.url,
+            gateway="default",
+            token=mint_token("c", "default", "s" * 32),
+            schemas=[todo_schema(TABLE)],
+            ws_url=f"ws://127.0.0.1:{server.socket.getsockname()[1]}/ws",
+            poll_interval=0.05,
+            debounce=0.01,
+        )
+        closed = threading.Event()
+        failures: list[BaseException] = []
+
+        def close_on_change(_change: Change) -> None:
+            try:
+                store.close()  # on the sync thread (a pull) or the listener's (a broadcast)
+            except BaseException as exc:
+                failures.append(exc)
+            closed.set()
+
+        # Given a subscriber that closes the store when a remote change arrives
+        store.subscribe(TABLE, close_on_change)
+        store.start()
+
+        # When the change arrives (by a pull, or by a broadcast)
+        assert closed.wait(30)
+        hold.set()
+
+        # Then the store is closed (before, joining its own thread raised and left the file open)
+        assert failures == []
+        with pytest.raises(SyncStateError, match="closed"):
+            store.rows(TABLE)
+        server.shutdown()

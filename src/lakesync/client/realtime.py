@@ -110,7 +110,7 @@ class RealtimeListener:
             sock = self._socket
         if sock is not None:
             sock.close()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
     def _run(self) -> None:

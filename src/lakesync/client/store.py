@@ -1374,7 +1374,8 @@ class LocalStore:
         self._wake.set()
 
     def stop(self) -> None:
-        """Stop background sync and the real-time listener, and wait for them."""
+        """Stop background sync and the real-time listener, and wait for them (unless called from one of them, as a
+        subscriber may: that thread ends when its callback returns)."""
         with self._lock:
             thread, listener = self._thread, self._listener
             self._thread = self._listener = None
@@ -1382,7 +1383,7 @@ class LocalStore:
         self._wake.set()
         if listener is not None:
             listener.stop()
-        if thread is not None:
+        if thread is not None and thread is not threading.current_thread():
             thread.join()
 
     def request_sync(self) -> None:
