@@ -4,12 +4,13 @@ together, the rows equal the fold, and a job that makes a destination fail still
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from lakesync.aws.destinations import ConfiguredDestinations
 from lakesync.core.delta import RowDelta
-from lakesync.core.errors import DestinationError, LakeSyncError
-from lakesync.core.materialise import PayloadError
+from lakesync.core.errors import DestinationError, LakeSyncError, StorageError
+from lakesync.core.materialise import MaterialiseJob, PayloadError
 from lakesync.core.merge import fold
 from lakesync.core.schema import TableSchema
 from lakesync.gateway.materialise import JobOutcome, MaterialiseDeps, MaterialiseFailed, materialise_batch
@@ -98,4 +99,32 @@ def test_a_job_that_fails_a_destination_fails_alone_and_the_rest_of_its_group_is
     assert kinds == [JobOutcome, MaterialiseFailed, PayloadError, JobOutcome]
     # The combined apply was refused, then each job went alone: only the poison job failed.
     assert watched.calls == [3, 1, 1, 1]
+    assert watched.inner.rows(schema) == {"r1": {"title": "kept", "done": None, "n": 2.0}}
+
+
+class Unserved(InMemoryObjectStore):
+    """An object store that will not serve one key (an archived payload: S3 answers InvalidObjectState)."""
+
+    def __init__(self, inner: InMemoryObjectStore, refused: str) -> None:
+        super().__init__()
+        self.inner, self.refused = inner, refused
+
+    def get(self, key: str) -> bytes | None:
+        if key == self.refused:
+            raise StorageError("S3 GetObject failed: InvalidObjectState")
+        return self.inner.get(key)
+
+
+def test_a_job_whose_payload_the_store_will_not_serve_fails_alone(tmp_path: Path) -> None:
+    deps, objects, watched, schema = setup(tmp_path)
+    good = job_message(objects, "todos", [ins("todos", "r1", H(1), title="kept")], 0)
+    archived = job_message(objects, "todos", [ins("todos", "r2", H(1), title="x")], 1)
+    later = job_message(objects, "todos", [upd("todos", "r1", H(2), n=2)], 2)
+    unserved = replace(deps, payloads=Unserved(objects, MaterialiseJob.from_message(archived).key))
+
+    results = materialise_batch(unserved, [good, archived, later])
+
+    # Then that job alone fails, with the store's error, and the others are applied together
+    assert [type(r) for r in results] == [JobOutcome, StorageError, JobOutcome]
+    assert watched.calls == [2]
     assert watched.inner.rows(schema) == {"r1": {"title": "kept", "done": None, "n": 2.0}}

@@ -132,14 +132,17 @@ def materialise_batch(deps: MaterialiseDeps, bodies: Sequence[str]) -> list[JobO
 
     Returns:
         Per message, in order: its :class:`JobOutcome` (for a job applied together with others, ``together`` names
-        them and the figures are on the group's first job), a :class:`PayloadError` or a :class:`MaterialiseFailed`.
+        them and the figures are on the group's first job), a :class:`PayloadError` or the payload store's error
+        (a job not fetched), or a :class:`MaterialiseFailed`.
     """
     results: list[JobOutcome | LakeSyncError | None] = [None] * len(bodies)
     groups: dict[tuple[str, str], list[tuple[int, MaterialiseJob, list[RowDelta]]]] = {}
     for index, body in enumerate(bodies):
         try:
             job, deltas = _fetch(deps, body)
-        except PayloadError as exc:
+        except LakeSyncError as exc:
+            # A payload missing or corrupt (PayloadError), or one the store will not serve (StorageError: archived,
+            # access denied, throttled): that job's failure, not its batch's.
             results[index] = exc
             continue
         groups.setdefault((job.gateway, job.table), []).append((index, job, deltas))
