@@ -4,13 +4,12 @@ The event source mapping reports partial batch failures (``ReportBatchItemFailur
 a job that fails is retried alone, and after the queue's ``maxReceiveCount`` receives it goes to the dead-letter
 queue while the rest of its batch succeeds. The batch is applied by
 :func:`lakesync.gateway.materialise.materialise_batch` (jobs of one gateway and table together); each record then
-reports its own result. If the batch fails as a whole (S3 will not serve one payload, the config store fails), each
-job is applied again on its own, so only the jobs that fail alone are reported (re-applying a job is harmless).
+reports its own result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -23,7 +22,6 @@ from lakesync.core.errors import LakeSyncError
 from lakesync.gateway.materialise import (
     JobOutcome,
     JobReport,
-    MaterialiseDeps,
     materialise_batch,
     report_failure,
     report_outcome,
@@ -46,25 +44,6 @@ def _record_handler(results: dict[str, JobOutcome | LakeSyncError]) -> Callable[
     return record_handler
 
 
-def _apply(deps: MaterialiseDeps, bodies: Sequence[str]) -> list[JobOutcome | LakeSyncError]:
-    """Each job's result; when the batch fails as a whole, each job's result on its own."""
-    try:
-        return materialise_batch(deps, bodies)
-    except Exception:
-        if len(bodies) == 1:
-            raise
-        logger.warning("Materialise batch failed as a whole; applying its jobs one by one", exc_info=True)
-    results: list[JobOutcome | LakeSyncError] = []
-    for body in bodies:
-        try:
-            results.extend(materialise_batch(deps, [body]))
-        except LakeSyncError as exc:
-            results.append(exc)
-        except Exception as exc:  # not a LakeSync error: reported as this job's failure all the same
-            results.append(LakeSyncError(f"Materialise job failed: {type(exc).__name__}: {exc}"))
-    return results
-
-
 def _emit(report: JobReport) -> None:
     for name, value in report.counts.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
@@ -81,7 +60,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     results = dict(
         zip(
             (r.message_id for r in records),
-            _apply(get_materialise_deps(), [r.body for r in records]),
+            materialise_batch(get_materialise_deps(), [r.body for r in records]),
             strict=True,
         )
     )

@@ -128,3 +128,36 @@ def test_a_job_whose_payload_the_store_will_not_serve_fails_alone(tmp_path: Path
     assert [type(r) for r in results] == [JobOutcome, StorageError, JobOutcome]
     assert watched.calls == [2]
     assert watched.inner.rows(schema) == {"r1": {"title": "kept", "done": None, "n": 2.0}}
+
+
+class FlakyConfig(InMemoryConfigStore):
+    """A config store whose schema reads fail the first ``failures`` times (a throttled or unreachable table)."""
+
+    def __init__(self, inner: InMemoryConfigStore, failures: int) -> None:
+        super().__init__()
+        self.inner, self.failures = inner, failures
+
+    def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StorageError("DynamoDB Query failed: ThrottlingException")
+        return self.inner.get_schemas(gateway)
+
+
+def test_a_group_whose_apply_fails_before_the_destinations_is_applied_job_by_job(tmp_path: Path) -> None:
+    deps, objects, watched, schema = setup(tmp_path)
+    first = job_message(objects, "todos", [ins("todos", "r1", H(1), title="kept")], 0)
+    second = job_message(objects, "todos", [upd("todos", "r1", H(2), n=2)], 1)
+
+    # When the combined apply's schema read fails once, then succeeds
+    results = materialise_batch(replace(deps, config=FlakyConfig(deps.config, 1)), [first, second])
+
+    # Then each job was applied on its own, and both are done
+    assert [type(r) for r in results] == [JobOutcome, JobOutcome]
+    assert watched.calls == [1, 1]
+    assert watched.inner.rows(schema) == {"r1": {"title": "kept", "done": None, "n": 2.0}}
+
+    # And when the reads keep failing, every job reports the store's error (retried by the queue), nothing applied
+    results = materialise_batch(replace(deps, config=FlakyConfig(deps.config, 3)), [first, second])
+    assert [type(r) for r in results] == [StorageError, StorageError]
+    assert watched.calls == [1, 1]

@@ -2,9 +2,9 @@
 a buffer filled by the real push service, applied to real destinations (SQLite files and a throwaway PostgreSQL).
 
 Focus: rows equal the per-column LWW fold of the buffer; a poison message fails alone and reaches the DLQ after 5
-receives while the rest of its batch succeeds; a missing or corrupt payload writes nothing; a destination that is
-down does not stop the others and catches up on redelivery; a consumer that crashed mid-batch and is redelivered
-the batch ends where one clean delivery ends.
+receives while the rest of its batch succeeds; a missing or corrupt payload writes nothing; a payload S3 will not
+serve fails its message alone; a destination that is down does not stop the others and catches up on redelivery; a
+consumer that crashed mid-batch and is redelivered the batch ends where one clean delivery ends.
 """
 
 from __future__ import annotations
@@ -246,6 +246,41 @@ def test_a_missing_or_corrupt_payload_fails_its_message_and_writes_nothing(
     # Then the message failed and the destination holds nothing
     assert failed == {messages[0]["MessageId"]}
     assert rows_at(url, schema) == {}
+
+
+def test_a_payload_s3_will_not_serve_fails_its_message_alone(
+    env: None,
+    deps: GatewayDeps,
+    schema: TableSchema,
+    claim_check: Any,
+    dynamodb_client: Any,
+    dynamodb_tables: Any,
+    tmp_path: Path,
+) -> None:
+    # Given a batch of jobs, one of whose payloads was archived to Glacier (S3 answers InvalidObjectState, not 404)
+    url = sqlite_url(tmp_path, "a.db")
+    add_destination(deps, "lite", url)
+    history(deps, 12)
+    messages = publish(deps, claim_check, dynamodb_client, dynamodb_tables, size=6)
+    assert len(messages) >= 3
+    cold = messages[1]
+    bucket, key = claim_check.bucket, _payload_key(cold)
+    original = claim_check.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    claim_check.s3.put_object(Bucket=bucket, Key=key, Body=original, StorageClass="GLACIER")
+
+    # When the function gets the batch
+    failed = invoke(messages)
+
+    # Then only that job's message is reported failed (the others are not redelivered with it)
+    assert failed == {cold["MessageId"]}
+    # And once the payload is readable again, its redelivery completes the fold
+    claim_check.s3.put_object(Bucket=bucket, Key=key, Body=original)
+    assert invoke([cold]) == set()
+    assert rows_at(url, schema) == expected_rows(deps, schema)
+
+
+def _payload_key(message: dict[str, Any]) -> str:
+    return str(json.loads(message["Body"])["payload"]["key"])
 
 
 def test_a_destination_that_is_down_does_not_stop_the_others_and_catches_up(

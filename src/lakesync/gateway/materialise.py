@@ -11,6 +11,7 @@ nothing (each row is the per-column LWW fold of its deltas), and the one that fa
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from lakesync.core.errors import DestinationError, LakeSyncError
 from lakesync.core.materialise import MaterialiseJob, PayloadError, decode_payload
 from lakesync.core.schema import TableSchema
 from lakesync.ports import ApplyStats, ConfigStore, Destination, ObjectStore
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +128,16 @@ def materialise_batch(deps: MaterialiseDeps, bodies: Sequence[str]) -> list[JobO
 
     Jobs of the same gateway and table are applied together, in one ``apply`` per destination and schema: the result
     is the same fold (a destination row is the LWW fold of every delta applied to it, in any grouping), while rows
-    that several jobs touch are read, merged and written once. If that combined apply fails anywhere, each job of the
-    group is applied again on its own, so a failure is reported for the job that causes it and the other jobs
-    succeed (re-applying to a destination that took the combined apply changes nothing). A message whose job or
-    payload is bad fails alone, before anything is applied.
+    that several jobs touch are read, merged and written once. If that combined apply fails anywhere (a destination,
+    or the reads before them), each job of the group is applied again on its own, so a failure is reported for the
+    job that causes it and the other jobs succeed (re-applying to a destination that took the combined apply changes
+    nothing). A message whose job or payload is bad, or whose payload the store will not serve, fails alone, before
+    anything is applied.
 
     Returns:
         Per message, in order: its :class:`JobOutcome` (for a job applied together with others, ``together`` names
         them and the figures are on the group's first job), a :class:`PayloadError` or the payload store's error
-        (a job not fetched), or a :class:`MaterialiseFailed`.
+        (a job not fetched), a :class:`MaterialiseFailed`, or the error that stopped the job's apply.
     """
     results: list[JobOutcome | LakeSyncError | None] = [None] * len(bodies)
     groups: dict[tuple[str, str], list[tuple[int, MaterialiseJob, list[RowDelta]]]] = {}
@@ -148,9 +152,9 @@ def materialise_batch(deps: MaterialiseDeps, bodies: Sequence[str]) -> list[JobO
         groups.setdefault((job.gateway, job.table), []).append((index, job, deltas))
     for members in groups.values():
         jobs = tuple(job for _, job, _ in members)
-        outcomes = _apply(deps, jobs, [d for _, _, deltas in members for d in deltas])
-        if len(members) > 1 and any(isinstance(o, MaterialiseFailed) for o in outcomes):
-            outcomes = [_apply(deps, (job,), deltas)[0] for _, job, deltas in members]
+        outcomes = _apply_or_fail(deps, jobs, [d for _, _, deltas in members for d in deltas])
+        if len(members) > 1 and any(isinstance(o, LakeSyncError) for o in outcomes):
+            outcomes = [_apply_or_fail(deps, (job,), deltas)[0] for _, job, deltas in members]
         for (index, _, _), outcome in zip(members, outcomes, strict=True):
             results[index] = outcome
     return [r for r in results if r is not None]
@@ -161,6 +165,21 @@ def _fetch(deps: MaterialiseDeps, body: str) -> tuple[MaterialiseJob, list[RowDe
     if job.bucket != deps.bucket:
         raise PayloadError(f"Materialise job {job.range_id} points at bucket {job.bucket!r}, not {deps.bucket!r}")
     return job, decode_payload(job, deps.payloads.get(job.key))
+
+
+def _apply_or_fail(
+    deps: MaterialiseDeps, jobs: tuple[MaterialiseJob, ...], deltas: list[RowDelta]
+) -> list[JobOutcome | LakeSyncError]:
+    """:func:`_apply`, with a failure before the destinations (the config store, the destinations' settings) or
+    one no destination wrapped as every job's result, so the other groups of the batch go on."""
+    try:
+        return _apply(deps, jobs, deltas)
+    except LakeSyncError as exc:
+        error = exc
+    except Exception as exc:
+        logger.exception("Materialise of %s failed", ", ".join(job.range_id for job in jobs))
+        error = LakeSyncError(f"Materialise job failed: {type(exc).__name__}: {exc}")
+    return [error] * len(jobs)
 
 
 def _apply(
