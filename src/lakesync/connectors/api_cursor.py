@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lakesync.connectors.http_api import ApiRequestError, ApiUnavailableError
 from lakesync.core.canonical import JsonValue
 
-__all__ = ["MAX_RECENT", "IncrementalState", "format_utc", "parse_time"]
+__all__ = ["MAX_RECENT", "IncrementalState", "advancing", "format_utc", "parse_time", "vendor_time"]
 
 MAX_RECENT = 5000
 """Row ids remembered inside the overlap window at most (bounds the stored position's size)."""
@@ -42,6 +43,36 @@ def parse_time(value: str) -> datetime:
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp without an offset: {value!r}")
     return parsed.astimezone(UTC)
+
+
+def vendor_time(value: str, what: str, *, vendor: str) -> datetime:
+    """:func:`parse_time` of a stamp in a vendor's answer, naming it when it does not parse.
+
+    Raises:
+        ApiRequestError: not an ISO 8601 date-time with an offset.
+    """
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise ApiRequestError(
+            f"{vendor} returned {what} that is not a date-time with an offset: {value[:80]!r}", vendor=vendor
+        ) from None
+
+
+def advancing(marker: str, seen: set[str], name: str, what: str, *, vendor: str) -> str:
+    """``marker`` (the vendor's ``name`` for it: a page token, a next-page URL), remembered in ``seen``: one already
+    given for this query means the pagination does not advance.
+
+    Raises:
+        ApiUnavailableError: ``marker`` was given before.
+    """
+    if marker in seen:
+        raise ApiUnavailableError(
+            f"{vendor} {what} returned a {name} it had already given for this query (pagination does not advance)",
+            vendor=vendor,
+        )
+    seen.add(marker)
+    return marker
 
 
 def format_utc(value: datetime) -> str:

@@ -46,7 +46,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from lakesync.connectors.api_cursor import IncrementalState, format_utc, parse_time
+from lakesync.connectors.api_cursor import IncrementalState, advancing, format_utc, parse_time, vendor_time
 from lakesync.connectors.base import ChangedRow, Connector, ConnectorTypeDescriptor, PollBatch, Position
 from lakesync.connectors.http_api import (
     ApiError,
@@ -421,7 +421,7 @@ class JiraConnector:
             next_token = page.get("nextPageToken")
             if not isinstance(next_token, str) or not next_token or page.get("isLast") is True:
                 return False
-            token = _new_token(next_token, tokens)
+            token = advancing(next_token, tokens, "nextPageToken", "search", vendor="Jira")
             if read >= limit:
                 state.resume = {"jql": jql, "token": token}
                 return True
@@ -454,7 +454,7 @@ class JiraConnector:
         if not isinstance(fields, Mapping) or not isinstance(fields.get("updated"), str):
             raise ApiRequestError("Jira search returned an issue without fields.updated", vendor="Jira")
         issue_id = _issue_id(issue)
-        updated = _vendor_time(fields["updated"], f"issue {issue_id} fields.updated")
+        updated = vendor_time(fields["updated"], f"an issue {issue_id} whose fields.updated", vendor="Jira")
         # An ``updated`` in the future (an import, a skewed clock) must not move the cursor past issues still to come.
         if not state.accept(issue_id, updated, not_after=self._now()):
             return []
@@ -521,7 +521,7 @@ class JiraConnector:
                 seen.add(comment_id)
                 if not isinstance(c.get("updated"), str):
                     continue
-                updated = _vendor_time(c["updated"], f"comment of issue {issue_id} updated")
+                updated = vendor_time(c["updated"], f"a comment of issue {issue_id} whose updated", vendor="Jira")
                 raw_author = c.get("author")
                 author: Mapping[str, Any] = raw_author if isinstance(raw_author, Mapping) else {}
                 values: dict[str, JsonValue] = {
@@ -599,7 +599,7 @@ class JiraConnector:
             next_token = page.get("nextPageToken")
             if not isinstance(next_token, str) or not next_token or page.get("isLast") is True:
                 return ids
-            token = _new_token(next_token, tokens)
+            token = advancing(next_token, tokens, "nextPageToken", "search", vendor="Jira")
             # Pages may come back short (permissions), but page after page with no new id is a loop.
             idle = 0 if len(ids) > before else idle + 1
             if idle >= _MAX_IDLE_PAGES:
@@ -706,26 +706,6 @@ def _numeric_id(item: Mapping[str, Any], what: str) -> str:
     if isinstance(value, str) and value.isascii() and value.isdigit():
         return value
     raise ApiRequestError(f"Jira returned a {what} whose id is not numeric: {str(value)[:80]!r}", vendor="Jira")
-
-
-def _vendor_time(value: str, what: str) -> datetime:
-    try:
-        return parse_time(value)
-    except ValueError:
-        raise ApiRequestError(
-            f"Jira returned a {what} that is not a date-time with an offset: {value[:80]!r}", vendor="Jira"
-        ) from None
-
-
-def _new_token(token: str, seen: set[str]) -> str:
-    """``token``, remembered; a token already given for this query means the pagination does not advance."""
-    if token in seen:
-        raise ApiUnavailableError(
-            "Jira search returned a nextPageToken it had already given for this query (pagination does not advance)",
-            vendor="Jira",
-        )
-    seen.add(token)
-    return token
 
 
 def _required_param(params: Mapping[str, Any], key: str) -> str:

@@ -50,14 +50,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakesync.connectors.api_cursor import IncrementalState, format_utc, parse_time
+from lakesync.connectors.api_cursor import IncrementalState, advancing, format_utc, vendor_time
 from lakesync.connectors.base import ChangedRow, Connector, ConnectorTypeDescriptor, PollBatch, Position
 from lakesync.connectors.http_api import (
     ApiAuthError,
     ApiError,
     ApiOutcomeUnknownError,
     ApiRequestError,
-    ApiUnavailableError,
     HttpApiClient,
     HttpResponse,
     Redactor,
@@ -487,14 +486,7 @@ class SalesforceConnector:
             next_url = page.get("nextRecordsUrl")
             if page.get("done") is True or not isinstance(next_url, str):
                 return None
-            if next_url in urls:
-                raise ApiUnavailableError(
-                    f"Salesforce {obj.name} query returned a nextRecordsUrl it had already given (paging does not "
-                    "advance)",
-                    vendor="Salesforce",
-                )
-            urls.add(next_url)
-            url, params = next_url, None
+            url, params = advancing(next_url, urls, "nextRecordsUrl", f"{obj.name} query", vendor="Salesforce"), None
             if len(rows) >= limit or read >= limit:
                 state.resume = {"next": next_url}
                 return "limit"
@@ -535,14 +527,9 @@ class SalesforceConnector:
         record_id, stamp = record.get("Id"), record.get("SystemModstamp")
         if not isinstance(record_id, str) or not record_id or not isinstance(stamp, str):
             raise ApiRequestError(f"Salesforce {obj.name} record without Id or SystemModstamp", vendor="Salesforce")
-        try:
-            modified = parse_time(stamp)
-        except ValueError:
-            raise ApiRequestError(
-                f"Salesforce {obj.name} record {record_id[:40]!r} has a SystemModstamp that is not a date-time with "
-                f"an offset: {stamp[:80]!r}",
-                vendor="Salesforce",
-            ) from None
+        modified = vendor_time(
+            stamp, f"{obj.name} record {record_id[:40]!r} with a SystemModstamp", vendor="Salesforce"
+        )
         if not state.accept(record_id, modified):
             return None
         attributes = record.get("attributes")
