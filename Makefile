@@ -46,7 +46,8 @@ test: setup ## lint, type-check and run the whole test suite
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
-	$(RUN) pytest
+	$(RUN) pytest -m "not serial" -n auto --maxprocesses 4 --dist loadscope
+	$(RUN) pytest -m serial
 
 unit: $(VENV)/.synced ## run only the fast pure tests
 	$(RUN) pytest tests/unit -q

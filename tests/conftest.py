@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,15 @@ from typing import Any
 import pytest
 
 VECTORS = Path(__file__).parent / "vectors"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Refuse to run tests that share a node id on pytest-xdist workers: xdist schedules by node id, so all but one of
+    them would silently not run (mark such tests ``serial``; ``make test`` runs those without workers)."""
+    shared = sorted(nodeid for nodeid, n in Counter(ids).items() if n > 1)
+    if shared:
+        pytest.exit(f"tests sharing a node id cannot run on xdist workers (mark them serial): {shared}", returncode=4)
 
 
 def load_vectors(name: str) -> dict[str, Any]:
