@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from lakesync.api_routes import FUNCTIONS
-from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT
+from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
 from lakesync.core.schema import is_valid_identifier
 from lakesync.lake.tables import GLUE_NAME, NAMESPACE
 
@@ -194,6 +194,9 @@ class LakeSyncConfig:
         flush_threshold_bytes: Unflushed bytes per shard that request a flush (``None``: the code's default).
         backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: the code's default).
         max_body_bytes: Largest request body (``None``: the code's default).
+        pull_basis_ttl_ms: How long a pull function serves cursor pulls from its last read of the sync rules and
+            the shard registry (``None``: the code's default, a second; 0 reads them for every pull): a rules change
+            or a new table reaches other functions' cursor pulls within it (docs/architecture.md, "What a pull reads").
         reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved). Their sum must
             leave :data:`UNRESERVED_MINIMUM` of ``account_concurrency`` unreserved, as Lambda requires.
         account_concurrency: The account's Lambda quota of concurrent executions in the region, which the
@@ -267,6 +270,7 @@ class LakeSyncConfig:
     flush_threshold_bytes: int | None = None
     backpressure_bytes: int | None = None
     max_body_bytes: int | None = None
+    pull_basis_ttl_ms: int | None = None
     reserved_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
     account_concurrency: int = DEFAULT_ACCOUNT_CONCURRENCY
     lambda_memory_mb: int = 1024
@@ -430,6 +434,7 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "backpressure_bytes": (0, 2**40, True),
     # a base64-encoded (protobuf) body must fit Lambda's invocation payload with the rest of the event
     "max_body_bytes": (1, MAX_BODY_BYTES_LIMIT, True),
+    "pull_basis_ttl_ms": (0, MAX_PULL_BASIS_TTL_MS, True),
     "account_concurrency": (1, 10_000_000, False),
     "lambda_memory_mb": (128, 10240, False),
     "api_timeout_seconds": (1, 29, False),

@@ -92,6 +92,7 @@ from lakesync.aws.function_settings import (
     LOG_KEYS,
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES,
+    PULL_BASIS_TTL_MS,
     SUB_SHARDS,
     TABLE_VARS,
 )
@@ -582,6 +583,7 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         (FLUSH_THRESHOLD_BYTES, config.flush_threshold_bytes),
         (BACKPRESSURE_BYTES, config.backpressure_bytes),
         (MAX_BODY_BYTES, config.max_body_bytes),
+        (PULL_BASIS_TTL_MS, config.pull_basis_ttl_ms),
     ):
         if value is not None:
             env[var] = str(value)

@@ -15,6 +15,7 @@ from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.messages import SyncPush
+from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore
 from lakesync.gateway.pull import PullResult, pull
@@ -45,9 +46,10 @@ class RecordingClient:
 class Gateway:
     """The pull service over a new set of DynamoDB stores (a new container) on a recording client."""
 
-    def __init__(self, client: Any, names: Any, gw: str, wall: list[int]) -> None:
+    def __init__(self, client: Any, names: Any, gw: str, wall: list[int], *, basis_ttl_s: float = 0.0) -> None:
         self.client = RecordingClient(client)
         self.gw = gw
+        basis = DynamoDBPullBasisReader(self.client, names)
         self.deps = GatewayDeps(
             buffer=DynamoDBBufferStore(self.client, names, first_keyed=True),
             config=DynamoDBConfigStore(self.client, names),
@@ -55,7 +57,7 @@ class Gateway:
             settings=GatewaySettings(gateway_ids=frozenset({gw})),
             clock=HLC(lambda: wall[0]),
             wall_ms=lambda: wall[0],
-            pull_basis=DynamoDBPullBasisReader(self.client, names),
+            pull_basis=CachedPullBasis(basis, basis_ttl_s, clock=lambda: wall[0] / 1000) if basis_ttl_s else basis,
             since_sessions=DynamoDBSinceSessions(self.client, names),
         )
 
@@ -82,6 +84,29 @@ def gateway(contract_dynamodb: Any, gw: str) -> tuple[Gateway, list[int]]:
         first.push(10, 10 * chunk)
     wall[0] += 60_000  # past the `since` re-read window: the first page is certain
     return Gateway(client, names, gw, wall), wall
+
+
+def test_idle_cursor_polls_within_the_basis_ttl_send_the_log_query_and_the_head_read(
+    contract_dynamodb: Any, gw: str
+) -> None:
+    # Given a container that keeps the pull basis for a second (the deployed default), and a client caught up
+    client, names = contract_dynamodb
+    wall = [NOW_MS]
+    container = Gateway(client, names, gw, wall, basis_ttl_s=1.0)
+    container.push(10, 0)
+    first, sent = container.pull(cursor="")
+    assert len(first.deltas) == 10 and sent["query"] == 2  # the basis read, and the log read
+
+    # When it polls again within the second, and again after it
+    wall[0] += 999
+    again, within = container.pull(cursor=first.cursor)
+    wall[0] += 1
+    later, after = container.pull(cursor=first.cursor)
+
+    # Then the poll within the second reads no basis (two requests), and the one after reads it again (three)
+    assert again.deltas == () == later.deltas
+    assert within == Counter({"query": 1, "batch_get_item": 1})
+    assert after == Counter({"query": 2, "batch_get_item": 1})
 
 
 def test_an_idle_cursor_pull_sends_the_basis_query_one_log_query_and_the_head_read(

@@ -43,6 +43,7 @@ OPTIONS = {
     "dashboard": True,
     "sqlSourcePulls": True,
     "logKeys": "first",
+    "pullBasisTtlMs": 2500,
 }
 """Settings layered over cdk.json's ``dev`` environment for the test synth."""
 

@@ -20,6 +20,8 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
   sequence, each commit one transaction) or ``auto`` (default: ``last`` until the deployment's marker says every
   function and job reads first keys, then ``first``: :mod:`lakesync.aws.log_keys`). All read both kinds; first keys,
   once written to a shard, are written to it by every writer, for good.
+* ``LAKESYNC_PULL_BASIS_TTL_MS`` -- how long a process serves cursor pulls from its last read of the sync rules and
+  the shard registry (default 1,000, at most 60,000; 0 reads them for every pull): :mod:`lakesync.gateway.basis_cache`.
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
   unset: no checkpoints, the route answers 404).
 * ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
@@ -96,6 +98,9 @@ CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
 WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
 ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 LOG_KEYS: Final = "LAKESYNC_LOG_KEYS"
+PULL_BASIS_TTL_MS: Final = "LAKESYNC_PULL_BASIS_TTL_MS"
+DEFAULT_PULL_BASIS_TTL_MS: Final = 1_000
+MAX_PULL_BASIS_TTL_MS: Final = 60_000
 LOG_KEY_KINDS: Final = ("auto", "last", "first")
 LogKeys = Literal["auto", "last", "first"]
 
@@ -132,6 +137,7 @@ API_ENV_VARS: Final = frozenset(
         CHECKPOINT_BUCKET,
         ROW_WRITES,
         LOG_KEYS,
+        PULL_BASIS_TTL_MS,
         # every API function builds its deps with the registered connectors (all optional)
         *CONNECTOR_ENV_VARS,
     }
@@ -241,6 +247,8 @@ class Settings:
         checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
         rows_in_commit: Write the row index inside each commit's transaction (``LAKESYNC_ROW_WRITES=in-commit``).
         log_keys: How log items are keyed (``LAKESYNC_LOG_KEYS``): ``auto``, ``last`` or ``first``.
+        pull_basis_ttl_ms: How long a process serves cursor pulls from its last read of the sync rules and the shard
+            registry (``LAKESYNC_PULL_BASIS_TTL_MS``; 0 reads them for every pull).
     """
 
     gateway_ids: frozenset[str]
@@ -254,6 +262,7 @@ class Settings:
     checkpoint_bucket: str | None = None
     rows_in_commit: bool = False
     log_keys: LogKeys = "auto"
+    pull_basis_ttl_ms: int = DEFAULT_PULL_BASIS_TTL_MS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -276,6 +285,9 @@ class Settings:
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
             rows_in_commit=_row_writes(env.get(ROW_WRITES, ROW_WRITE_MODES[0]), errors),
             log_keys=_log_keys(env.get(LOG_KEYS, LOG_KEY_KINDS[0]), errors),
+            pull_basis_ttl_ms=_int(
+                env, PULL_BASIS_TTL_MS, DEFAULT_PULL_BASIS_TTL_MS, 0, errors, maximum=MAX_PULL_BASIS_TTL_MS, unit="ms"
+            ),
         )
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))

@@ -26,10 +26,11 @@ from lakesync.aws.log_keys import FirstKeysGate
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.core.lake_work import JOB_KINDS, JobKind
+from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.materialise import MaterialiseDeps
 from lakesync.gateway.realtime import BroadcastDeps
-from lakesync.ports import ConnectionSender, ConnectionStore
+from lakesync.ports import ConnectionSender, ConnectionStore, PullBasisReader
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -54,12 +55,16 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),
         objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
-        pull_basis=DynamoDBPullBasisReader(client, settings.tables),
+        pull_basis=_pull_basis(DynamoDBPullBasisReader(client, settings.tables), settings.pull_basis_ttl_ms),
         since_sessions=DynamoDBSinceSessions(client, settings.tables),
     )
     if connectors is not None:
         connector_parts(deps, client, settings, connectors)
     return deps
+
+
+def _pull_basis(reader: PullBasisReader, ttl_ms: int) -> PullBasisReader:
+    return CachedPullBasis(reader, ttl_ms / 1000) if ttl_ms > 0 else reader
 
 
 def connector_parts(deps: GatewayDeps, client: object, settings: Settings, connectors: ConnectorSettings) -> None:

@@ -14,6 +14,7 @@ from lakesync.core.destinations import NAME_RE, parse_destination
 from lakesync.core.errors import CommitConflictError, NotFoundError
 from lakesync.core.rules import check_sync_rules_limits, parse_sync_rules
 from lakesync.core.schema import TableSchema, check_schema_limits, evolve_schema, parse_table_schema
+from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.model import CommitConflict
 
@@ -24,6 +25,7 @@ def save_sync_rules(deps: GatewayDeps, gateway: str, document: object) -> dict[s
     rules = parse_sync_rules(document)
     check_sync_rules_limits(rules)
     deps.config.put_sync_rules(gateway, rules)
+    forget_basis(deps.pull_basis, gateway)
     return {"saved": True}
 
 

@@ -51,6 +51,7 @@ from lakesync.core.errors import (
     StorageBusyError,
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
+from lakesync.gateway.basis_cache import fresh_reader
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.io_pool import io_pool
@@ -265,7 +266,8 @@ def pull(
     basis_reader = deps.pull_basis or StoresPullBasis(deps.config, deps.buffer)
     if cursor is not None or since is None:
         return _pull_by_cursor(deps, gateway, basis_reader, positions, limit, claims, marks)
-    basis = basis_reader.read_pull_basis(gateway)
+    # A `since` session records positions per shard: its pulls read the rules and the registry as they are now.
+    basis = fresh_reader(basis_reader).read_pull_basis(gateway)
     return _pull_since(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id)
 
 

@@ -51,6 +51,7 @@ from lakesync.core.errors import (
 )
 from lakesync.core.messages import SyncPush
 from lakesync.core.schema import validate_delta, validate_table_name
+from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.io_pool import io_pool
 from lakesync.gateway.model import (
@@ -385,6 +386,8 @@ def _commit_chunk(
             except CommitConflict:
                 deps.sleep(_backoff(attempt))
                 continue
+            if commit.new_shard:
+                forget_basis(deps.pull_basis, shard.gateway)  # the registry has a shard more
             _maybe_request_flush(deps, shard, basis.head, commit.head)
         # Merging a delta its row already holds changes nothing (per-column LWW), so a delta that changed something
         # was never applied: only the deltas that changed nothing are looked up among the dedup records.

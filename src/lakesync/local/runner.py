@@ -155,6 +155,9 @@ class LocalStack:
             "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
             # Requests cost time here and write units nothing: rows go inside each commit (LAKESYNC_ROW_WRITES).
             "LAKESYNC_ROW_WRITES": "in-commit",
+            # Several handler processes, and a rules change a developer expects to see on the next pull: every pull
+            # reads the rules and the registry (LAKESYNC_PULL_BASIS_TTL_MS).
+            "LAKESYNC_PULL_BASIS_TTL_MS": "0",
             "LAKESYNC_CHECKPOINT_BUCKET": CHECKPOINT_BUCKET,
             "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET,
             # Connectors: secrets as 0600 files beside the journal, pollers on the local loop (connector_poller).
