@@ -130,7 +130,8 @@ def js_stringify(value: JsonValue) -> str:
     if isinstance(value, Mapping):
         return "{" + ",".join(js_string(k) + ":" + js_stringify(v) for k, v in value.items()) + "}"
     if isinstance(value, Sequence):
-        return "[" + ",".join(js_stringify(v) for v in value) + "]"
+        # A pull page is a list of stored deltas: their text goes in as it is, without the scalar checks.
+        return "[" + ",".join(v.text if type(v) is RawJson else js_stringify(v) for v in value) + "]"
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 

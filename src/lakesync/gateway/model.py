@@ -187,6 +187,31 @@ class LogEntry:
         ):
             object.__setattr__(self, name, value)
 
+    @classmethod
+    def stored(
+        cls,
+        shard: ShardId,
+        seq: int,
+        commit_hlc: int,
+        before: dict[str, JsonValue] | None,
+        after: dict[str, JsonValue] | None,
+        size: int,
+        wire_json: str,
+    ) -> LogEntry:
+        """An entry as a store read it: its wire JSON, decoded into a delta on first use (a pull page builds
+        thousands of these; this skips the checks of ``__init__``, which a stored entry passes by construction)."""
+        entry = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(entry, "shard", shard)
+        setattr_(entry, "seq", seq)
+        setattr_(entry, "commit_hlc", commit_hlc)
+        setattr_(entry, "_delta", None)
+        setattr_(entry, "before", before)
+        setattr_(entry, "after", after)
+        setattr_(entry, "size", size)
+        setattr_(entry, "wire_json", wire_json)
+        return entry
+
     @property
     def delta(self) -> RowDelta:
         """The effective delta (decoded from ``wire_json`` on first use when the store gave only that)."""

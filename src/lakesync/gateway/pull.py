@@ -294,6 +294,12 @@ def entry_visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> b
 
 
 def _merged(readers: list[_ShardReader]) -> Iterator[tuple[_ShardReader, LogEntry]]:
+    live = [reader for reader in readers if reader.peek() is not None]
+    if len(live) == 1:  # one shard with entries: its own order, without the heap
+        (reader,) = live
+        while reader.peek() is not None:
+            yield reader, reader.pop()
+        return
     heap: list[tuple[int, str, int, int]] = []
     for i, reader in enumerate(readers):
         head = reader.peek()
