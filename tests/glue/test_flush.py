@@ -14,6 +14,7 @@ row conversion and the DataFrame transforms (the read side's Arrow path: tests/g
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -1079,19 +1080,21 @@ def test_engines_take_turns_on_one_delta_log_exactly_once(
 
 class _LeaseThief:
     """A reader that, on its first range, hands the flush lease to another owner (as an expiry and a takeover
-    would), then reads as the store does."""
+    would), then reads as the store does. The engine reads ranges on several threads: one of them steals."""
 
     def __init__(self, store: FlushStore) -> None:
         self.store = store
         self.stolen = False
+        self._lock = threading.Lock()
 
     def __call__(self, shard_range: ShardRange) -> Any:
-        if not self.stolen:
-            lease = self.store.lease()
-            assert lease is not None
-            self.store.release_lease(lease.owner)
-            assert self.store.acquire_lease("thief", system_clock(), 60_000)
-            self.stolen = True
+        with self._lock:
+            if not self.stolen:
+                lease = self.store.lease()
+                assert lease is not None
+                self.store.release_lease(lease.owner)
+                assert self.store.acquire_lease("thief", system_clock(), 60_000)
+                self.stolen = True
         return self.store.read_records(shard_range)
 
 
