@@ -139,17 +139,16 @@ def decode_entries(
 ) -> list[LogEntry]:
     """The entries of a stored chunk; with ``images=False`` their ``before``/``after`` are ``None``."""
     rows = json.loads(zlib.decompress(blob).decode("utf-8", "surrogatepass"))
-    stored = LogEntry.stored
-    if not images:
-        return [
-            stored(shard, first_seq + i, first_commit_hlc + i, None, None, _size(wire, size), wire)
-            for i, (wire, _after, _form, *size) in enumerate(rows)
-        ]
     return [
-        stored(shard, first_seq + i, first_commit_hlc + i, _before(before, after), after, _size(wire, size), wire)
+        LogEntry(
+            shard,
+            first_seq + i,
+            first_commit_hlc + i,
+            None,
+            _before(before, after) if images else None,
+            after if images else None,
+            size[0] if size else len(wire.encode("utf-8", "surrogatepass")),
+            wire,
+        )
         for i, (wire, after, before, *size) in enumerate(rows)
     ]
-
-
-def _size(wire: str, recorded: list[int]) -> int:
-    return recorded[0] if recorded else len(wire.encode("utf-8", "surrogatepass"))

@@ -175,42 +175,16 @@ class LogEntry:
     ) -> None:
         if delta is None and wire_json is None:
             raise ValueError("a log entry needs its delta or its stored wire JSON")
-        for name, value in (
-            ("shard", shard),
-            ("seq", seq),
-            ("commit_hlc", commit_hlc),
-            ("_delta", delta),
-            ("before", before),
-            ("after", after),
-            ("size", size),
-            ("wire_json", wire_json),
-        ):
-            object.__setattr__(self, name, value)
-
-    @classmethod
-    def stored(
-        cls,
-        shard: ShardId,
-        seq: int,
-        commit_hlc: int,
-        before: dict[str, JsonValue] | None,
-        after: dict[str, JsonValue] | None,
-        size: int,
-        wire_json: str,
-    ) -> LogEntry:
-        """An entry as a store read it: its wire JSON, decoded into a delta on first use (a pull page builds
-        thousands of these; this skips the checks of ``__init__``, which a stored entry passes by construction)."""
-        entry = object.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(entry, "shard", shard)
-        setattr_(entry, "seq", seq)
-        setattr_(entry, "commit_hlc", commit_hlc)
-        setattr_(entry, "_delta", None)
-        setattr_(entry, "before", before)
-        setattr_(entry, "after", after)
-        setattr_(entry, "size", size)
-        setattr_(entry, "wire_json", wire_json)
-        return entry
+        # One assignment each, not a loop over pairs: a pull page builds thousands of these.
+        set_ = object.__setattr__
+        set_(self, "shard", shard)
+        set_(self, "seq", seq)
+        set_(self, "commit_hlc", commit_hlc)
+        set_(self, "_delta", delta)
+        set_(self, "before", before)
+        set_(self, "after", after)
+        set_(self, "size", size)
+        set_(self, "wire_json", wire_json)
 
     @property
     def delta(self) -> RowDelta:
