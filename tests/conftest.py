@@ -51,6 +51,11 @@ def moto_endpoint() -> Any:
 
     with MotoServer() as server:
         yield server.endpoint_url
+    from lakesync.local.moto_requests import fast_responses_disabled
+
+    assert fast_responses_disabled() is None, (
+        f"moto's fast responses differed from its own: {fast_responses_disabled()}"
+    )
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from werkzeug.serving import BaseWSGIServer
 
 from lakesync.local.journal import RecordedRequest, journaled
 from lakesync.local.moto_fast import install_fast_transactions
+from lakesync.local.moto_requests import install_fast_requests
 
 if TYPE_CHECKING:
     from lakesync.local.journal import Journal
@@ -142,6 +143,7 @@ class MotoServer:
             _check_bindable(self.host, self._requested_port)
         _quiet_werkzeug()
         install_fast_transactions()
+        install_fast_requests()
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,

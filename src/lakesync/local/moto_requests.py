@@ -1,0 +1,236 @@
+"""Fixes for the moto artifacts that make every DynamoDB request cost milliseconds DynamoDB does not charge.
+
+moto 5.x spends most of a read's time on work that has nothing to do with the read. :func:`install_fast_requests`
+removes three such costs, each without changing any response:
+
+* **The response serializer.** Every response is written by a generic serializer driven by botocore's service
+  model, which looks every attribute of every item up by several candidate names and dispatches on its shape: about
+  a millisecond per item returned. The item-bearing members of the item operations' responses (:data:`ITEM_MEMBERS`:
+  attribute-value maps of items or keys) are written with :func:`json.dumps` instead. moto holds them in wire form
+  already; the only thing the model adds is base64 for binary values (``B``, ``BS``), which the encoder does too. The
+  rest of each response (capacity, counts, unprocessed keys, status and headers) still goes through moto's
+  serializer.
+* **A sort of the whole table on every Query.** moto's ``Query`` lists every item of the table in key order, then
+  keeps the partition it was asked for, so its cost grows with the table (the embedded default's tables only grow).
+  A Query of the table or of a local secondary index (whose partition key is the table's) now lists only its
+  partition's items; moto filters and sorts them as before.
+* **Per-request dispatch lookups.** Routing a request lists moto's package directory (a ``stat`` per service) and
+  inspects the handler class for its methods, each time. Both answers are fixed for the life of the process and are
+  now computed once.
+
+A wrong fast response is never kept silently: the first :data:`VERIFY_FIRST` of each operation, and one in
+:data:`VERIFY_EVERY` after that, are also written the stock way and compared exactly (as parsed JSON, the types of
+numbers included). On any difference the stock response is sent, the fast serializer is switched off for the life
+of the process, and :func:`fast_responses_disabled` says why (the test suite fails on it).
+
+The patches are process-wide (moto keeps its handlers in module globals) and idempotent. They apply to the moto
+line the project pins (5.x); where moto's internals are not the ones they expect, they leave moto alone and say so.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextvars
+import functools
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
+
+logger = logging.getLogger(__name__)
+
+ITEM_MEMBERS: Final[Mapping[str, tuple[str, ...]]] = {
+    "GetItem": ("Item",),
+    "Query": ("Items", "LastEvaluatedKey"),
+    "Scan": ("Items", "LastEvaluatedKey"),
+    "BatchGetItem": ("Responses",),
+    "TransactGetItems": ("Responses",),
+    "PutItem": ("Attributes",),
+    "UpdateItem": ("Attributes",),
+    "DeleteItem": ("Attributes",),
+    "ExecuteStatement": ("Items", "LastEvaluatedKey"),
+}
+"""Per operation, the response members made only of attribute-value maps (of items, of keys, or lists and maps of
+them), which the fast serializer writes itself."""
+VERIFY_FIRST: Final = 20
+"""Fast responses of each operation also written the stock way and compared, from the start."""
+VERIFY_EVERY: Final = 50
+"""After those, one fast response in this many is compared too."""
+
+_LOCK = threading.Lock()
+_installed = False
+_PARTITION: contextvars.ContextVar[Any] = contextvars.ContextVar("lakesync_moto_query_partition", default=None)
+
+
+class _State:
+    """What the fast serializer did in this process."""
+
+    counts: ClassVar[dict[str, int]] = {}
+    disabled: ClassVar[str | None] = None
+
+
+def fast_responses_disabled() -> str | None:
+    """Why the fast serializer was switched off (a fast response differed from moto's own), or ``None``."""
+    return _State.disabled
+
+
+def fast_response_counts() -> dict[str, int]:
+    """How many responses of each operation the fast serializer has written in this process."""
+    return dict(_State.counts)
+
+
+def install_fast_requests() -> bool:
+    """Patch moto (see the module docstring). Returns whether every patch is in place."""
+    global _installed
+    with _LOCK:
+        if _installed:
+            return True
+        try:
+            from moto import backends
+            from moto.core import responses as core_responses
+            from moto.dynamodb.models.table import Table
+            from moto.dynamodb.responses import DynamoResult
+        except ImportError:  # pragma: no cover - moto is a dependency of the local extra
+            return False
+        expected = (
+            callable(getattr(DynamoResult, "execute_result", None)),
+            callable(getattr(Table, "query", None)),
+            callable(getattr(Table, "all_items", None)),
+            callable(getattr(backends, "list_of_moto_modules", None)),
+            callable(getattr(core_responses, "method_names_from_class", None)),
+        )
+        if not all(expected):
+            logger.warning("moto's internals changed; its requests stay unpatched (slower)")
+            return False
+        _patch_serializer(DynamoResult)
+        _patch_query(Table)
+        _patch_dispatch(backends, core_responses)
+        _installed = True
+        return True
+
+
+def _binary(value: object) -> str:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not an attribute value moto's serializer writes")
+
+
+def _canonical(body: str | bytes) -> str:
+    return json.dumps(json.loads(body), sort_keys=True)
+
+
+def _disable(reason: str) -> None:
+    if _State.disabled is None:
+        _State.disabled = reason
+        logger.error("fast moto responses switched off: %s", reason)
+
+
+def _patch_serializer(result_class: Any) -> None:
+    stock = result_class.execute_result
+
+    def execute_result(self: Any, context: Any) -> Any:
+        result = self.result
+        operation = context.operation_model.name
+        members = ITEM_MEMBERS.get(operation)
+        if _State.disabled is not None or members is None or not isinstance(result, dict):
+            return stock(self, context)
+        items = {name: result[name] for name in members if name in result}
+        if not items:
+            return stock(self, context)
+        rest = result_class.__new__(result_class)
+        rest._result = {name: value for name, value in result.items() if name not in items}
+        try:
+            status, headers, body = stock(rest, context)
+            document = json.loads(body)
+            document.update(items)
+            fast_body = json.dumps(document, default=_binary)
+        except (TypeError, ValueError) as exc:
+            _disable(f"{operation}: {exc}")
+            return stock(self, context)
+        count = _State.counts.get(operation, 0) + 1
+        _State.counts[operation] = count
+        if count <= VERIFY_FIRST or count % VERIFY_EVERY == 0:
+            stock_status, stock_headers, stock_body = stock(self, context)
+            if (stock_status, stock_headers, _canonical(stock_body)) != (status, headers, _canonical(fast_body)):
+                _disable(f"{operation} differed from moto's response: {stock_body[:300]!r} != {fast_body[:300]!r}")
+                return stock_status, stock_headers, stock_body
+        return status, headers, fast_body
+
+    result_class.execute_result = execute_result
+
+
+def _patch_query(table_class: Any) -> None:
+    stock_query = table_class.query
+    stock_all_items = table_class.all_items
+
+    def query(
+        self: Any,
+        hash_key: Any,
+        range_comparison: Any,
+        range_objs: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        scan_index_forward: Any,
+        projection_expressions: Any,
+        index_name: str | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        token = _PARTITION.set((self, _partition(self, hash_key, index_name, kwargs.get("hash_key_conditions"))))
+        try:
+            return stock_query(
+                self,
+                hash_key,
+                range_comparison,
+                range_objs,
+                limit,
+                exclusive_start_key,
+                scan_index_forward,
+                projection_expressions,
+                index_name,
+                *args,
+                **kwargs,
+            )
+        finally:
+            _PARTITION.reset(token)
+
+    def all_items(self: Any) -> list[Any]:
+        hint = _PARTITION.get()
+        if hint is None or hint[0] is not self or hint[1] is None:
+            return list(stock_all_items(self))
+        partition = self.items.get(hint[1])
+        return sorted(partition.values(), key=lambda item: item.range_key) if partition else []
+
+    table_class.query = query
+    table_class.all_items = all_items
+
+
+def _partition(table: Any, hash_key: Any, index_name: str | None, conditions: Any) -> Any:
+    """The partition key value moto's Query keeps candidates of, when that is all it keeps; else ``None``.
+
+    A table Query keeps the items whose partition key is ``hash_key``; a local index's Query keeps those that meet its
+    one hash-key condition, on the table's partition key. Any other Query (a global index's, a table without a sort
+    key) lists the whole table as before."""
+    if not table.range_key_attr:
+        return None
+    if index_name is None:
+        return hash_key
+    if not any(index.name == index_name for index in table.indexes):
+        return None
+    if not isinstance(conditions, list) or len(conditions) != 1:
+        return None
+    ((name, value),) = conditions
+    return value if name == table.hash_key_attr else None
+
+
+def _patch_dispatch(backends: Any, core_responses: Any) -> None:
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+    stock_method_names = core_responses.method_names_from_class
+
+    @functools.cache
+    def method_names(clazz: type) -> tuple[str, ...]:
+        return tuple(stock_method_names(clazz))
+
+    core_responses.method_names_from_class = lambda clazz: list(method_names(clazz))
