@@ -583,3 +583,24 @@ def test_protobuf_and_json_deltas_fail_the_same_field_check(change):
     from_json = refusal(lambda: RowDelta.from_json(bad.to_json(), where="deltas[0]"))
     from_pb = refusal(lambda: decoded)
     assert from_json == from_pb
+
+
+def test_the_codec_s_message_names_and_numbers_are_the_generated_code_s() -> None:
+    # The codec knows the .proto's messages and numbers without loading protobuf; loading it checks them
+    from google.protobuf.descriptor import FieldDescriptor
+
+    from lakesync.wire import _pb, codec
+
+    assert codec.MESSAGE_NAMES == tuple(_pb.lakesync_pb2.DESCRIPTOR.message_types_by_name)
+    assert codec.DELTA_OP_BY_NUMBER == {
+        _pb.lakesync_pb2.DELTA_OP_INSERT: DeltaOp.INSERT,
+        _pb.lakesync_pb2.DELTA_OP_UPDATE: DeltaOp.UPDATE,
+        _pb.lakesync_pb2.DELTA_OP_DELETE: DeltaOp.DELETE,
+    }
+    assert (codec._TYPE_STRING, codec._TYPE_BYTES, codec._TYPE_FIXED64, codec._TYPE_MESSAGE) == (
+        FieldDescriptor.TYPE_STRING,
+        FieldDescriptor.TYPE_BYTES,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_MESSAGE,
+    )
+    assert codec.protobuf_module() is _pb.lakesync_pb2

@@ -26,16 +26,16 @@ member set fails too. :func:`encode` checks the dict and raises :class:`~lakesyn
 the bad field (``SyncPush.deltas[0].hlc``); the typed encoders raise ``CodecError("Failed to encode <Message>")`` for
 domain objects that cannot be serialised. An unknown message name is a programming error (:class:`ValueError`).
 
-The generated ``*_pb2`` classes are private to this package.
+The generated ``*_pb2`` classes are private to this package, and loaded on first use: a process that only speaks JSON
+never imports protobuf (about a fifth of a handler's cold import).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, TypeVar
-
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import DecodeError, Message
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from lakesync.core import hlc as hlc_mod
 from lakesync.core.canonical import JsonValue, js_stringify
@@ -43,51 +43,95 @@ from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.core.errors import CodecError, ValidationError
 from lakesync.core.messages import MAX_UINT32, SyncPull, SyncPush, SyncResponse
 from lakesync.wire import _json
-from lakesync.wire._pb import lakesync_pb2 as _pb
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 _T = TypeVar("_T")
 
-_MESSAGE_CLASSES: Final[dict[str, type[Message]]] = {
-    name: getattr(_pb, name) for name in _pb.DESCRIPTOR.message_types_by_name
-}
-MESSAGE_NAMES: Final[tuple[str, ...]] = tuple(_MESSAGE_CLASSES)
-"""The message names :func:`encode` and :func:`decode` accept, in .proto order."""
+MESSAGE_NAMES: Final[tuple[str, ...]] = (
+    "ColumnDelta",
+    "RowDelta",
+    "SyncPush",
+    "SyncPull",
+    "SyncResponse",
+    "Action",
+    "ActionPush",
+    "ActionResultMsg",
+    "ActionErrorMsg",
+    "ActionResponseEntry",
+    "ActionResponse",
+)
+"""The message names :func:`encode` and :func:`decode` accept, in .proto order (checked against the generated code
+when it loads)."""
 
-_OP_TO_PB: Final[dict[DeltaOp, int]] = {
-    DeltaOp.INSERT: _pb.DELTA_OP_INSERT,
-    DeltaOp.UPDATE: _pb.DELTA_OP_UPDATE,
-    DeltaOp.DELETE: _pb.DELTA_OP_DELETE,
-}
-_PB_TO_OP: Final[dict[int, DeltaOp]] = {number: op for op, number in _OP_TO_PB.items()}
+# protobuf's field type numbers (descriptor.proto's FieldDescriptorProto.Type) and the .proto's DeltaOp numbers, so
+# that the hot path needs no lookup; checked against the generated code when it loads.
+_TYPE_FIXED64: Final = 6
+_TYPE_BOOL: Final = 8
+_TYPE_STRING: Final = 9
+_TYPE_MESSAGE: Final = 11
+_TYPE_BYTES: Final = 12
+_TYPE_UINT32: Final = 13
+_TYPE_ENUM: Final = 14
+_OP_TO_PB: Final[dict[DeltaOp, int]] = {DeltaOp.INSERT: 1, DeltaOp.UPDATE: 2, DeltaOp.DELETE: 3}
+DELTA_OP_BY_NUMBER: Final[dict[int, DeltaOp]] = {number: op for op, number in _OP_TO_PB.items()}
+"""The .proto's ``DeltaOp`` numbers (UNSPECIFIED, 0, is none of them); for this package's decoders."""
 
 _ENTRY = "ActionResponseEntry"
 _EMPTY_MEANS_ABSENT: Final[frozenset[tuple[str, str]]] = frozenset({("Action", "idempotency_key")})
-_SUPPORTED_TYPES: Final[frozenset[int]] = frozenset(
-    {
-        FieldDescriptor.TYPE_STRING,
-        FieldDescriptor.TYPE_BYTES,
-        FieldDescriptor.TYPE_FIXED64,
-        FieldDescriptor.TYPE_UINT32,
-        FieldDescriptor.TYPE_BOOL,
-        FieldDescriptor.TYPE_ENUM,
-        FieldDescriptor.TYPE_MESSAGE,
-    }
-)
 _BYTES_LIKE = bytes | bytearray | memoryview
+_ENCODE_ERRORS = (TypeError, ValueError, KeyError, ArithmeticError, RuntimeError)
 
 
-def _check_schema() -> None:
-    """Fail at import if the .proto grew a field kind this codec does not map (so it cannot be silently wrong)."""
-    for cls in _MESSAGE_CLASSES.values():
+@dataclass(frozen=True, slots=True)
+class _Protobuf:
+    """The generated code, loaded on first use: a JSON-only request never pays protobuf's import."""
+
+    pb: Any
+    messages: Mapping[str, type[Message]]
+    decode_errors: tuple[type[BaseException], ...]
+
+
+def protobuf_module() -> Any:
+    """The generated ``lakesync_pb2`` module, loaded (and checked) on first use; for this package's decoders."""
+    return _protobuf().pb
+
+
+@functools.cache
+def _protobuf() -> _Protobuf:
+    """Load the generated classes and check that this codec maps every field of the .proto (else ImportError: it
+    cannot be silently wrong)."""
+    from google.protobuf.descriptor import FieldDescriptor
+    from google.protobuf.message import DecodeError
+
+    from lakesync.wire._pb import lakesync_pb2 as pb
+
+    names = tuple(pb.DESCRIPTOR.message_types_by_name)
+    if names != MESSAGE_NAMES:
+        raise ImportError(f"lakesync.wire knows the messages {MESSAGE_NAMES}, the .proto has {names}")
+    numbers = {
+        _TYPE_FIXED64: FieldDescriptor.TYPE_FIXED64,
+        _TYPE_BOOL: FieldDescriptor.TYPE_BOOL,
+        _TYPE_STRING: FieldDescriptor.TYPE_STRING,
+        _TYPE_MESSAGE: FieldDescriptor.TYPE_MESSAGE,
+        _TYPE_BYTES: FieldDescriptor.TYPE_BYTES,
+        _TYPE_UINT32: FieldDescriptor.TYPE_UINT32,
+        _TYPE_ENUM: FieldDescriptor.TYPE_ENUM,
+    }
+    ops = {DeltaOp.INSERT: pb.DELTA_OP_INSERT, DeltaOp.UPDATE: pb.DELTA_OP_UPDATE, DeltaOp.DELETE: pb.DELTA_OP_DELETE}
+    if any(ours != theirs for ours, theirs in numbers.items()) or ops != _OP_TO_PB:
+        raise ImportError("lakesync.wire's protobuf type or DeltaOp numbers differ from the generated code's")
+    messages: dict[str, type[Message]] = {name: getattr(pb, name) for name in names}
+    for cls in messages.values():
         for field in cls.DESCRIPTOR.fields:
-            if field.type not in _SUPPORTED_TYPES:
+            if field.type not in numbers:
                 raise ImportError(f"lakesync.wire cannot map {field.full_name} (protobuf type {field.type})")
             enum = field.enum_type
-            if field.type == FieldDescriptor.TYPE_ENUM and (enum is None or enum.name != "DeltaOp"):
+            if field.type == _TYPE_ENUM and (enum is None or enum.name != "DeltaOp"):
                 raise ImportError(f"lakesync.wire cannot map the enum of {field.full_name}")
-
-
-_check_schema()
+    # RuntimeError covers RecursionError
+    return _Protobuf(pb=pb, messages=messages, decode_errors=(DecodeError, ValueError, RuntimeError))
 
 
 # -- JSON inside bytes fields ---------------------------------------------------------------------------------------
@@ -161,21 +205,21 @@ def _require_json(value: object, path: str) -> bytes:
 
 
 def _scalar_to_pb(kind: int, value: object, path: str) -> object:
-    if kind == FieldDescriptor.TYPE_STRING:
+    if kind == _TYPE_STRING:
         return _require_str(value, path)
-    if kind == FieldDescriptor.TYPE_BYTES:
+    if kind == _TYPE_BYTES:
         return _require_json(value, path)
-    if kind == FieldDescriptor.TYPE_FIXED64:
+    if kind == _TYPE_FIXED64:
         return _require_hlc(value, path)
-    if kind == FieldDescriptor.TYPE_BOOL:
+    if kind == _TYPE_BOOL:
         if not isinstance(value, bool):
             raise ValidationError(f"{path} must be a boolean")
         return value
-    if kind == FieldDescriptor.TYPE_UINT32:
+    if kind == _TYPE_UINT32:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UINT32:
             raise ValidationError(f"{path} must be an integer between 0 and {MAX_UINT32}")
         return value
-    # TYPE_ENUM: DeltaOp (checked at import)
+    # TYPE_ENUM: DeltaOp (checked when the generated code loads)
     if not isinstance(value, str) or value not in DeltaOp.__members__:
         raise ValidationError(f"{path} must be one of INSERT, UPDATE, DELETE")
     return _OP_TO_PB[DeltaOp(value)]
@@ -195,7 +239,7 @@ def _fill(msg: Message, obj: object, path: str) -> None:
         key = field.json_name
         fpath = f"{path}.{key}"
         if key not in obj or (obj[key] is None and (desc.name, field.name) in _EMPTY_MEANS_ABSENT):
-            if field.type in (FieldDescriptor.TYPE_BYTES, FieldDescriptor.TYPE_ENUM):
+            if field.type in (_TYPE_BYTES, _TYPE_ENUM):
                 # No usable default: empty bytes are not JSON and op 0 is UNSPECIFIED, so both would not decode.
                 raise ValidationError(f"{fpath} is required")
             continue
@@ -205,11 +249,11 @@ def _fill(msg: Message, obj: object, path: str) -> None:
                 raise ValidationError(f"{fpath} must be an array")
             container = getattr(msg, field.name)
             for i, item in enumerate(value):
-                if field.type == FieldDescriptor.TYPE_MESSAGE:
+                if field.type == _TYPE_MESSAGE:
                     _fill(container.add(), item, f"{fpath}[{i}]")
                 else:
                     container.append(_scalar_to_pb(field.type, item, f"{fpath}[{i}]"))
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.type == _TYPE_MESSAGE:
             sub = getattr(msg, field.name)
             sub.SetInParent()
             _fill(sub, value, fpath)
@@ -218,12 +262,12 @@ def _fill(msg: Message, obj: object, path: str) -> None:
 
 
 def _scalar_from_pb(kind: int, value: Any) -> JsonValue:
-    if kind == FieldDescriptor.TYPE_FIXED64:
+    if kind == _TYPE_FIXED64:
         return str(value)
-    if kind == FieldDescriptor.TYPE_BYTES:
+    if kind == _TYPE_BYTES:
         return _json_value(value)
-    if kind == FieldDescriptor.TYPE_ENUM:
-        op = _PB_TO_OP.get(value)
+    if kind == _TYPE_ENUM:
+        op = DELTA_OP_BY_NUMBER.get(value)
         if op is None:
             raise ValueError(f"Unknown or unspecified DeltaOp: {value}")
         return op.value
@@ -241,11 +285,11 @@ def _to_json(msg: Message) -> dict[str, Any]:
     for field in desc.fields:
         value = getattr(msg, field.name)
         if field.is_repeated:
-            if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.type == _TYPE_MESSAGE:
                 out[field.json_name] = [_to_json(item) for item in value]
             else:
                 out[field.json_name] = [_scalar_from_pb(field.type, item) for item in value]
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.type == _TYPE_MESSAGE:
             out[field.json_name] = _to_json(value)
         elif value == "" and (desc.name, field.name) in _EMPTY_MEANS_ABSENT:
             continue
@@ -256,7 +300,7 @@ def _to_json(msg: Message) -> dict[str, Any]:
 
 def _message_class(message: str) -> type[Message]:
     try:
-        return _MESSAGE_CLASSES[message]
+        return _protobuf().messages[message]
     except KeyError:
         raise ValueError(f"unknown wire message {message!r}; known: {', '.join(MESSAGE_NAMES)}") from None
 
@@ -296,9 +340,6 @@ def decode(message: str, data: bytes) -> dict[str, Any]:
 
 # -- decode guards and the typed hot path ------------------------------------------------------------------------
 
-_DECODE_ERRORS = (DecodeError, ValueError, RuntimeError)  # RuntimeError covers RecursionError
-_ENCODE_ERRORS = (TypeError, ValueError, KeyError, ArithmeticError, RuntimeError)
-
 
 def _parse(cls: type[Message], data: object, name: str) -> Any:
     if not isinstance(data, _BYTES_LIKE):
@@ -306,7 +347,7 @@ def _parse(cls: type[Message], data: object, name: str) -> Any:
     msg = cls()
     try:
         msg.ParseFromString(bytes(data))
-    except _DECODE_ERRORS as exc:
+    except _protobuf().decode_errors as exc:
         raise CodecError(f"Failed to decode {name}") from exc
     return msg
 
@@ -314,7 +355,7 @@ def _parse(cls: type[Message], data: object, name: str) -> Any:
 def _guard(name: str, build: Callable[[], _T]) -> _T:
     try:
         return build()
-    except _DECODE_ERRORS as exc:
+    except _protobuf().decode_errors as exc:
         raise CodecError(f"Failed to decode {name}") from exc
 
 
@@ -337,7 +378,7 @@ def _add_rows(container: Any, deltas: tuple[RowDelta, ...]) -> None:
 
 
 def _row_from_pb(row: Any) -> RowDelta:
-    op = _PB_TO_OP.get(row.op)
+    op = DELTA_OP_BY_NUMBER.get(row.op)
     if op is None:
         raise ValueError(f"Unknown or unspecified DeltaOp: {row.op}")
     return RowDelta(
@@ -368,7 +409,7 @@ def encode_row_delta(delta: RowDelta) -> bytes:
     """
 
     def build() -> Any:
-        msg = _pb.RowDelta()
+        msg = _protobuf().pb.RowDelta()
         _fill_row(msg, delta)
         return msg
 
@@ -385,7 +426,7 @@ def decode_row_delta(data: bytes) -> RowDelta:
     Raises:
         CodecError: ``Failed to decode RowDelta``.
     """
-    msg = _parse(_pb.RowDelta, data, "RowDelta")
+    msg = _parse(_protobuf().pb.RowDelta, data, "RowDelta")
     return _guard("RowDelta", lambda: _row_from_pb(msg))
 
 
@@ -397,7 +438,7 @@ def encode_sync_push(push: SyncPush) -> bytes:
     """
 
     def build() -> Any:
-        msg = _pb.SyncPush(client_id=push.client_id, last_seen_hlc=push.last_seen_hlc)
+        msg = _protobuf().pb.SyncPush(client_id=push.client_id, last_seen_hlc=push.last_seen_hlc)
         _add_rows(msg.deltas, push.deltas)
         return msg
 
@@ -410,7 +451,7 @@ def decode_sync_push(data: bytes) -> SyncPush:
     Raises:
         CodecError: ``Failed to decode SyncPush``.
     """
-    msg = _parse(_pb.SyncPush, data, "SyncPush")
+    msg = _parse(_protobuf().pb.SyncPush, data, "SyncPush")
     return _guard(
         "SyncPush",
         lambda: SyncPush(
@@ -429,7 +470,7 @@ def encode_sync_pull(pull: SyncPull) -> bytes:
     """
     return _serialise(
         "SyncPull",
-        lambda: _pb.SyncPull(client_id=pull.client_id, since_hlc=pull.since_hlc, max_deltas=pull.max_deltas),
+        lambda: _protobuf().pb.SyncPull(client_id=pull.client_id, since_hlc=pull.since_hlc, max_deltas=pull.max_deltas),
     )
 
 
@@ -439,7 +480,7 @@ def decode_sync_pull(data: bytes) -> SyncPull:
     Raises:
         CodecError: ``Failed to decode SyncPull``.
     """
-    msg = _parse(_pb.SyncPull, data, "SyncPull")
+    msg = _parse(_protobuf().pb.SyncPull, data, "SyncPull")
     return SyncPull(client_id=msg.client_id, since_hlc=msg.since_hlc, max_deltas=msg.max_deltas)
 
 
@@ -451,7 +492,7 @@ def encode_sync_response(response: SyncResponse) -> bytes:
     """
 
     def build() -> Any:
-        msg = _pb.SyncResponse(server_hlc=response.server_hlc, has_more=response.has_more)
+        msg = _protobuf().pb.SyncResponse(server_hlc=response.server_hlc, has_more=response.has_more)
         _add_rows(msg.deltas, response.deltas)
         return msg
 
@@ -464,7 +505,7 @@ def decode_sync_response(data: bytes) -> SyncResponse:
     Raises:
         CodecError: ``Failed to decode SyncResponse``.
     """
-    msg = _parse(_pb.SyncResponse, data, "SyncResponse")
+    msg = _parse(_protobuf().pb.SyncResponse, data, "SyncResponse")
     return _guard(
         "SyncResponse",
         lambda: SyncResponse(

@@ -23,19 +23,14 @@ from typing import Any, Final
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.wire import _json
-from lakesync.wire._pb import lakesync_pb2 as _pb
-from lakesync.wire.codec import decode_sync_response
+from lakesync.wire.codec import DELTA_OP_BY_NUMBER, decode_sync_response, protobuf_module
 from lakesync.wire.framing import iter_checkpoint
 
 __all__ = ["CheckpointDeltas", "RawDelta", "decode_checkpoint", "decode_checkpoint_deltas", "to_raw", "to_row_delta"]
 
 _SAFE_INT: Final = 2**53
 _LOADS = json.JSONDecoder(parse_constant=_json._reject_constant).decode
-_OPS: Final = {
-    _pb.DELTA_OP_INSERT: DeltaOp.INSERT,
-    _pb.DELTA_OP_UPDATE: DeltaOp.UPDATE,
-    _pb.DELTA_OP_DELETE: DeltaOp.DELETE,
-}
+_OPS: Final = DELTA_OP_BY_NUMBER
 
 RawDelta = tuple[DeltaOp, str, str, str, int, str, tuple[str, ...], list[JsonValue]]
 """``(op, table, row_id, client_id, hlc, delta_id, column names, values)``."""
@@ -124,7 +119,7 @@ def decode_checkpoint_deltas(frames: Iterable[bytes]) -> CheckpointDeltas:
 def _decode_frame(payload: bytes, out: CheckpointDeltas) -> None:
     """Append one frame's deltas to ``out``."""
     try:
-        msg = _pb.SyncResponse.FromString(payload)
+        msg = protobuf_module().SyncResponse.FromString(payload)
         ops: list[Any] = []
         tables: list[str] = []
         row_ids: list[str] = []
