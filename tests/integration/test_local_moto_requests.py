@@ -8,25 +8,12 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-import boto3
 import pytest
 from boto3.dynamodb.types import Binary
 
 from lakesync.local import moto_requests
-from lakesync.local.moto import MotoServer
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def server():
-    with MotoServer() as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: MotoServer) -> Any:
-    return boto3.client("dynamodb", **server.aws().client_kwargs())
 
 
 @pytest.fixture
@@ -83,43 +70,53 @@ def _item(partition: int, i: int) -> dict[str, Any]:
     return item
 
 
-def test_every_item_operation_s_fast_response_is_moto_s_own(client: Any, every_response_verified: None) -> None:
+def test_every_item_operation_s_fast_response_is_moto_s_own(
+    dynamodb_client: Any, every_response_verified: None
+) -> None:
     # Given a table whose items hold every attribute type, binary keys among them
-    table = _table(client)
+    table = _table(dynamodb_client)
     for i in range(12):
-        client.put_item(TableName=table, Item=_item(i % 3, i))
+        dynamodb_client.put_item(TableName=table, Item=_item(i % 3, i))
 
     # When every item operation answers, each fast response also written the stock way and compared
     key = {"pk": {"S": "p1"}, "sk": _item(1, 4)["sk"]}
-    old = client.put_item(TableName=table, Item=_item(1, 4), ReturnValues="ALL_OLD", ReturnConsumedCapacity="TOTAL")
-    got = client.get_item(TableName=table, Key=key, ConsistentRead=True)
-    projected = client.get_item(
+    old = dynamodb_client.put_item(
+        TableName=table, Item=_item(1, 4), ReturnValues="ALL_OLD", ReturnConsumedCapacity="TOTAL"
+    )
+    got = dynamodb_client.get_item(TableName=table, Key=key, ConsistentRead=True)
+    projected = dynamodb_client.get_item(
         TableName=table, Key=key, ProjectionExpression="nested.#b, s", ExpressionAttributeNames={"#b": "bin"}
     )
-    updated = client.update_item(
+    updated = dynamodb_client.update_item(
         TableName=table,
         Key=key,
         UpdateExpression="SET s = :s",
         ExpressionAttributeValues={":s": {"S": "x"}},
         ReturnValues="ALL_NEW",
     )
-    pages = client.get_paginator("query").paginate(
+    pages = dynamodb_client.get_paginator("query").paginate(
         TableName=table, KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "p0"}}, Limit=2
     )
     queried = [item for page in pages for item in page["Items"]]
-    by_index = client.query(
+    by_index = dynamodb_client.query(
         TableName=table,
         IndexName="by_n",
         KeyConditionExpression="pk = :p",
         ExpressionAttributeValues={":p": {"S": "p2"}},
     )["Items"]
     scanned = [
-        item for page in client.get_paginator("scan").paginate(TableName=table, Limit=5) for item in page["Items"]
+        item
+        for page in dynamodb_client.get_paginator("scan").paginate(TableName=table, Limit=5)
+        for item in page["Items"]
     ]
-    batch = client.batch_get_item(RequestItems={table: {"Keys": [key, {"pk": {"S": "p9"}, "sk": {"B": b"\x01"}}]}})
-    transact = client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])
-    statement = client.execute_statement(Statement=f'SELECT * FROM "{table}" WHERE pk = ?', Parameters=[{"S": "p1"}])
-    deleted = client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")
+    batch = dynamodb_client.batch_get_item(
+        RequestItems={table: {"Keys": [key, {"pk": {"S": "p9"}, "sk": {"B": b"\x01"}}]}}
+    )
+    transact = dynamodb_client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])
+    statement = dynamodb_client.execute_statement(
+        Statement=f'SELECT * FROM "{table}" WHERE pk = ?', Parameters=[{"S": "p1"}]
+    )
+    deleted = dynamodb_client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")
 
     # Then none differed from moto's, and the fast path wrote them
     assert moto_requests.fast_responses_disabled() is None
@@ -150,19 +147,19 @@ def test_every_item_operation_s_fast_response_is_moto_s_own(client: Any, every_r
 
 
 def test_a_fast_response_that_differs_is_replaced_by_moto_s_own_and_the_path_switches_off(
-    client: Any, every_response_verified: None, monkeypatch: pytest.MonkeyPatch
+    dynamodb_client: Any, every_response_verified: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a fast path told to write a member the stock serializer changes (capacity units: 2 becomes 2.0)
     monkeypatch.setattr(moto_requests._State, "disabled", None)
     monkeypatch.setattr(
         moto_requests, "ITEM_MEMBERS", {**moto_requests.ITEM_MEMBERS, "BatchGetItem": ("Responses", "ConsumedCapacity")}
     )
-    table = _table(client)
-    client.put_item(TableName=table, Item=_item(0, 1))
+    table = _table(dynamodb_client)
+    dynamodb_client.put_item(TableName=table, Item=_item(0, 1))
     key = {"pk": {"S": "p0"}, "sk": _item(0, 1)["sk"]}
 
     # When a response with such a member is written
-    answer = client.batch_get_item(
+    answer = dynamodb_client.batch_get_item(
         RequestItems={table: {"Keys": [key], "ConsistentRead": True}}, ReturnConsumedCapacity="TOTAL"
     )
 
@@ -173,7 +170,7 @@ def test_a_fast_response_that_differs_is_replaced_by_moto_s_own_and_the_path_swi
     )
     assert "BatchGetItem" in str(moto_requests.fast_responses_disabled())
     before = moto_requests.fast_response_counts()
-    assert client.get_item(TableName=table, Key=key)["Item"] == _item(0, 1)
+    assert dynamodb_client.get_item(TableName=table, Key=key)["Item"] == _item(0, 1)
     assert moto_requests.fast_response_counts() == before
 
 
@@ -231,15 +228,21 @@ def _expected(items: list[dict[str, Any]], query: dict[str, Any], partition: str
     return kept
 
 
-def test_a_query_that_lists_only_its_partition_answers_what_moto_s_query_answers(client: Any) -> None:
+def test_a_query_that_lists_only_its_partition_answers_what_moto_s_query_answers(dynamodb_client: Any) -> None:
     # Given a table of many partitions, with a local and a global index
-    table = _table(client)
+    table = _table(dynamodb_client)
     items = [_item(i % 9, i) for i in range(90)]
     for item in items:
-        client.put_item(TableName=table, Item=item)
-    assert len([i for page in client.get_paginator("scan").paginate(TableName=table) for i in page["Items"]]) == 90
+        dynamodb_client.put_item(TableName=table, Item=item)
+    assert (
+        len([i for page in dynamodb_client.get_paginator("scan").paginate(TableName=table) for i in page["Items"]])
+        == 90
+    )
 
     # Then every Query, paged, in both directions, on the table and both indexes, answers what its conditions keep
     for partition in ("p0", "p4", "p8", "p-none"):
         for query in QUERIES:
-            assert _run(client, table, query, partition) == _expected(items, query, partition), (partition, query)
+            assert _run(dynamodb_client, table, query, partition) == _expected(items, query, partition), (
+                partition,
+                query,
+            )

@@ -177,7 +177,8 @@ def _patch_query(table_class: Any) -> None:
         *args: Any,
         **kwargs: Any,
     ) -> Any:
-        token = _PARTITION.set((self, _partition(self, hash_key, index_name, kwargs.get("hash_key_conditions"))))
+        partition = _partition(self, hash_key, index_name, kwargs.get("hash_key_conditions"))
+        token = _PARTITION.set(None if partition is None else (self, partition))
         try:
             return stock_query(
                 self,
@@ -197,10 +198,10 @@ def _patch_query(table_class: Any) -> None:
 
     def all_items(self: Any) -> list[Any]:
         hint = _PARTITION.get()
-        if hint is None or hint[0] is not self or hint[1] is None:
-            return list(stock_all_items(self))
-        partition = self.items.get(hint[1])
-        return sorted(partition.values(), key=lambda item: item.range_key) if partition else []
+        if hint is None or hint[0] is not self:
+            return stock_all_items(self)  # type: ignore[no-any-return]
+        # Unsorted: the Query sorts its candidates itself, by the table's or the index's keys.
+        return list(self.items.get(hint[1], {}).values())
 
     table_class.query = query
     table_class.all_items = all_items
