@@ -30,7 +30,6 @@ __all__ = ["CheckpointDeltas", "RawDelta", "decode_checkpoint", "decode_checkpoi
 
 _SAFE_INT: Final = 2**53
 _LOADS = json.JSONDecoder(parse_constant=_json._reject_constant).decode
-_OPS: Final = DELTA_OP_BY_NUMBER
 
 RawDelta = tuple[DeltaOp, str, str, str, int, str, tuple[str, ...], list[JsonValue]]
 """``(op, table, row_id, client_id, hlc, delta_id, column names, values)``."""
@@ -142,7 +141,7 @@ def _decode_frame(payload: bytes, out: CheckpointDeltas) -> None:
             client_ids.append(d.client_id)
             hlcs.append(d.hlc)
             delta_ids.append(d.delta_id)
-        typed_ops = list(map(_OPS.__getitem__, ops))  # KeyError on an op the fast path does not know
+        typed_ops = list(map(DELTA_OP_BY_NUMBER.__getitem__, ops))  # KeyError on an op the fast path does not know
         # One C parse of every value of the frame, then the strict codec's number rules (doubles, finite) applied in
         # one pass instead of a walk per value.
         values = _LOADS((b"[" + b",".join(raw_values) + b"]").decode("utf-8")) if raw_values else []
