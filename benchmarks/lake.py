@@ -711,7 +711,7 @@ def _measure_scans(lake: Lake, name: str, runs: int, compact_runs: int, label: s
     """Full scan, the compaction's first-run read, and whole compaction runs; median of ``runs``."""
     from pyspark.sql import functions as F
 
-    from lakesync.spark import compact, lww
+    from lakesync.spark import compact, lww, snapshots
 
     config = compact.CompactConfig(catalog=CATALOG, namespace=lake.namespace, now_ms=1_767_400_000_000)
     tables = sorted(SCAN_WORKLOAD.tables)
@@ -721,7 +721,7 @@ def _measure_scans(lake: Lake, name: str, runs: int, compact_runs: int, label: s
 
     def compaction_read() -> None:
         # compact_table's first run: the pinned snapshot, whole (no earlier log snapshot), one frame per table.
-        chain = compact.ancestry(lake.spark, name)
+        chain = snapshots.ancestry(lake.spark, name)
         log, _ = compact._log_since(lake.spark, name, chain, None)
         for table in tables:
             lake.noop(log.where(F.col("tbl") == F.lit(table)).select(*lww.DELTA_COLUMNS, "shard", "seq"))

@@ -73,6 +73,7 @@ from lakesync.lake.tables import (
     state_table,
 )
 from lakesync.ports import ObjectStore
+from lakesync.spark.snapshots import ancestry, newest_with
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -202,19 +203,11 @@ def state_snapshots(spark: SparkSession, catalog: str, namespace: str) -> Iterat
 
 
 def _latest_compaction(spark: SparkSession, table: str) -> tuple[int, dict[str, int]] | None:
-    refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
-    if not refs:
+    snapshot, _ = newest_with(ancestry(spark, table), COMPACT_WATERMARKS)
+    if snapshot is None:
         return None
-    rows = spark.sql(f"SELECT snapshot_id, parent_id, summary['{COMPACT_WATERMARKS}'] FROM {table}.snapshots").collect()
-    by_id = {r[0]: (r[1], r[2]) for r in rows}
-    current: int | None = refs[0][0]
-    while current is not None and current in by_id:
-        parent, watermarks = by_id[current]
-        if watermarks is not None:
-            parsed = json.loads(watermarks)
-            return current, {str(k): int(v) for k, v in parsed.items()}
-        current = parent
-    return None
+    parsed = json.loads(snapshot.summary[COMPACT_WATERMARKS])
+    return snapshot.snapshot_id, {str(k): int(v) for k, v in parsed.items()}
 
 
 def _shard_table(shard: str) -> str | None:

@@ -59,6 +59,7 @@ from lakesync.lake.tables import (
     state_table_ddl,
 )
 from lakesync.spark import lww
+from lakesync.spark.snapshots import Snapshot, ancestry, newest_with
 
 __all__ = [
     "JOB_OPTIONS",
@@ -67,12 +68,9 @@ __all__ = [
     "CompactConfig",
     "CompactJobArgs",
     "CompactReport",
-    "Snapshot",
     "TableCompaction",
-    "ancestry",
     "commit_properties",
     "compact_table",
-    "current_snapshot_id",
     "last_watermarks",
     "log_gateways",
     "merge_schemas",
@@ -265,58 +263,6 @@ LOG_SNAPSHOT = "lakesync.compact.log-snapshot"
 appended after it (Iceberg incremental append scan), when that snapshot is still in the delta log's history."""
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """One snapshot of an Iceberg table, as its ``snapshots`` metadata table lists it."""
-
-    snapshot_id: int
-    parent_id: int | None
-    operation: str
-    summary: Mapping[str, str]
-
-
-def ancestry(spark: SparkSession, table: str) -> list[Snapshot]:
-    """The snapshots from the current one (``main``) back through the parents still in the metadata, newest first.
-
-    Args:
-        spark: The session.
-        table: ``catalog.namespace.name``.
-    """
-    rows = spark.sql(
-        f"SELECT s.snapshot_id, s.parent_id, s.operation, s.summary, r.snapshot_id IS NOT NULL AS is_current "
-        f"FROM {table}.snapshots s LEFT JOIN (SELECT snapshot_id FROM {table}.refs WHERE name = 'main') r "
-        "ON s.snapshot_id = r.snapshot_id"
-    ).collect()
-    by_id = {
-        int(r.snapshot_id): Snapshot(
-            int(r.snapshot_id),
-            None if r.parent_id is None else int(r.parent_id),
-            str(r.operation),
-            dict(r.summary or {}),
-        )
-        for r in rows
-    }
-    current = next((int(r.snapshot_id) for r in rows if r.is_current), None)
-    chain: list[Snapshot] = []
-    while current is not None and current in by_id:
-        chain.append(by_id[current])
-        current = by_id[current].parent_id
-    return chain
-
-
-def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
-    """The snapshot the ``main`` branch of ``table`` (``catalog.namespace.name``) points at; ``None`` if none."""
-    rows = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
-    return int(rows[0].snapshot_id) if rows else None
-
-
-def _newest_with(chain: Sequence[Snapshot], key: str) -> tuple[Snapshot | None, int]:
-    for depth, snapshot in enumerate(chain, start=1):
-        if key in snapshot.summary:
-            return snapshot, depth
-    return None, 0
-
-
 def _parse_marks(text: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in json.loads(text).items()}
 
@@ -328,7 +274,7 @@ def last_watermarks(spark: SparkSession, table: str, key: str) -> tuple[dict[str
         ``(watermarks, depth)``: ``depth`` counts the snapshots from the current one back to (and including) that
         snapshot; ``({}, 0)`` when no snapshot in the chain has the property.
     """
-    snapshot, depth = _newest_with(ancestry(spark, table), key)
+    snapshot, depth = newest_with(ancestry(spark, table), key)
     return ({}, 0) if snapshot is None else (_parse_marks(snapshot.summary[key]), depth)
 
 
@@ -489,7 +435,7 @@ def compact_table(
     started = time.monotonic()
     name = config.name(state_table(table))
     typed, refill = ensure_state_table(spark, config, table, schema)
-    last, _ = _newest_with(ancestry(spark, name), COMPACT_WATERMARKS)
+    last, _ = newest_with(ancestry(spark, name), COMPACT_WATERMARKS)
     watermarks = {} if last is None else _parse_marks(last.summary[COMPACT_WATERMARKS])
     previous = None if last is None else last.summary.get(LOG_SNAPSHOT)
     log, incremental = _log_since(spark, config.name(DELTA_LOG), log_chain, previous)

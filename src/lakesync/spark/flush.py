@@ -69,6 +69,7 @@ from lakesync.lake.flush import (
     watermarks_property,
 )
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, delta_log_ddl, qualified
+from lakesync.spark.snapshots import table_snapshots
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -397,21 +398,21 @@ def read_records(spark: SparkSession, config: DynamoConfig, ranges: Sequence[Sha
     return records_frame(spark, ranges, partial(_store_reader, config))
 
 
-def _snapshots(spark: SparkSession, table: str) -> dict[int, SnapshotInfo]:
-    rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, operation, summary['{FLUSH_WATERMARKS}'], summary['{FLUSH_RUN}']"
-        f" FROM {table}.snapshots"
-    ).collect()
-    return {int(r[0]): SnapshotInfo(r[1], str(r[2]), r[3], r[4]) for r in rows}
+def _snapshots(spark: SparkSession, table: str) -> tuple[dict[int, SnapshotInfo], int | None]:
+    found = table_snapshots(spark, table)
+    infos = {
+        sid: SnapshotInfo(s.parent_id, s.operation, s.summary.get(FLUSH_WATERMARKS), s.summary.get(FLUSH_RUN))
+        for sid, s in found.by_id.items()
+    }
+    return infos, found.current
 
 
 def read_watermarks(spark: SparkSession, table: str) -> tuple[dict[str, int], int | None]:
     """The committed watermarks (:func:`~lakesync.lake.flush.fold_watermarks`) and the current snapshot id."""
-    refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
-    if not refs:
+    snapshots, current = _snapshots(spark, table)
+    if current is None:
         return {}, None
-    current = int(refs[0][0])
-    return fold_watermarks(_snapshots(spark, table), current), current
+    return fold_watermarks(snapshots, current), current
 
 
 def _ensure_table(spark: SparkSession, config: FlushConfig) -> None:
@@ -562,7 +563,7 @@ def keep_lease(spark: SparkSession, run_id: str, renew: Callable[[], bool], ever
 
 def _our_snapshot(spark: SparkSession, table: str, run_id: str, base_snapshot: int | None) -> int:
     """Our snapshot's id; fails if another flush appended between the snapshot we planned from and ours."""
-    return our_snapshot(_snapshots(spark, table), table, run_id, base_snapshot)
+    return our_snapshot(_snapshots(spark, table)[0], table, run_id, base_snapshot)
 
 
 class SparkDeltaLog:

@@ -30,18 +30,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakesync.lake.tables import COMPACT_WATERMARKS, FLUSH_WATERMARKS
-from lakesync.spark.compact import LOG_SNAPSHOT, Snapshot, ancestry
+from lakesync.spark.compact import LOG_SNAPSHOT
+from lakesync.spark.snapshots import ancestry, newest_with
 
 _WATERMARK_KEYS = (COMPACT_WATERMARKS, FLUSH_WATERMARKS)
 _COMPANIONS = {COMPACT_WATERMARKS: (LOG_SNAPSHOT,)}
 """Properties written in the same commit as a watermark key, carried along with it."""
-
-
-def _newest(chain: Sequence[Snapshot], key: str) -> tuple[Snapshot | None, int]:
-    for depth, snapshot in enumerate(chain, start=1):
-        if key in snapshot.summary:
-            return snapshot, depth
-    return None, 0
 
 
 __all__ = [
@@ -104,7 +98,7 @@ def snapshots_to_keep(spark: SparkSession, table: str, retain_last: int) -> int:
         retain_last: The wanted minimum.
     """
     chain = ancestry(spark, table)
-    return max(retain_last, *(_newest(chain, key)[1] for key in _WATERMARK_KEYS))
+    return max(retain_last, *(newest_with(chain, key)[1] for key in _WATERMARK_KEYS))
 
 
 def rewrite_data_files(spark: SparkSession, table: str, *, min_input_files: int = 2) -> tuple[int, int]:
@@ -116,7 +110,7 @@ def rewrite_data_files(spark: SparkSession, table: str, *, min_input_files: int 
     chain = ancestry(spark, table)
     carried = {}
     for key in _WATERMARK_KEYS:
-        snapshot, _ = _newest(chain, key)
+        snapshot, _ = newest_with(chain, key)
         if snapshot is not None:
             for name in (key, *_COMPANIONS.get(key, ())):
                 if name in snapshot.summary:
