@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -255,6 +256,52 @@ def _on_lambda(line: str, machine: str) -> bool:
         "python_full_version": f"{LAMBDA_PYTHON}.0",
     }
     return not marker.strip() or Marker(marker.strip()).evaluate(lambda_env)
+
+
+OURS = ("lakesync", "functions")
+
+
+def _pyc_of(source: Path) -> Path:
+    return source.parent / "__pycache__" / f"{source.stem}.cpython-{LAMBDA_PYTHON.replace('.', '')}.pyc"
+
+
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_ships_unchecked_bytecode_for_the_runtime_python(assets, asset_name):
+    # Given the asset's Python sources: ours, and those of its dependencies
+    asset = assets[asset_name]
+    sources = sorted(asset.rglob("*.py"))
+    ours = [p for p in sources if p.relative_to(asset).parts[0] in OURS]
+    # Then each of ours has the runtime Python's bytecode beside it, and so does every dependency's but the flush
+    # asset's (whose lake engine's bytecode would not fit under Lambda's limit)
+    compiled = sources if asset_name != FLUSH else ours
+    assert ours and [p for p in compiled if not _pyc_of(p).is_file()] == []
+    # And every file is hash-based and unchecked (PEP 552 flags 0b01): used whatever the deployed timestamps
+    flags = {int.from_bytes(_pyc_of(p).read_bytes()[4:8], "little") for p in compiled}
+    assert flags == {0b01}
+
+
+def test_asset_handlers_import_from_bytecode_without_reading_our_sources(cfn, assets, sdk_only, tmp_path):
+    # Given a copy of the API functions' asset whose every lakesync and functions source file now fails when run
+    asset = tmp_path / "asset"
+    shutil.copytree(assets["api"], asset, symlinks=True)
+    replaced = 0
+    for root in OURS:
+        for source in (asset / root).rglob("*.py"):
+            source.write_text("raise RuntimeError('compiled from the source, not the bytecode')\n", encoding="utf-8")
+            replaced += 1
+    # When every handler of that asset is imported in a clean interpreter that writes no bytecode, as on Lambda
+    code = f"import sys; sys.path[:0] = [{str(asset)!r}, {str(sdk_only)!r}]\n" + _PROBE
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-B", "-c", code, ",".join(_handlers(cfn, "api"))],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_DEFAULT_REGION": "us-east-1"},
+    )
+    # Then they import: the runtime runs the shipped bytecode and never compiles our modules
+    assert replaced > 50
+    assert done.returncode == 0, done.stderr
 
 
 def test_only_the_materialise_asset_carries_the_sql_drivers(assets):
