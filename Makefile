@@ -46,8 +46,7 @@ test: setup ## lint, type-check and run the whole test suite
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
-	$(RUN) pytest -m "not serial" -n auto --maxprocesses 4 --dist loadscope
-	$(RUN) pytest -m serial
+	$(RUN) pytest -n auto --maxprocesses 4 --dist loadscope
 
 unit: $(VENV)/.synced ## run only the fast pure tests
 	$(RUN) pytest tests/unit -q

@@ -16,10 +16,21 @@ VECTORS = Path(__file__).parent / "vectors"
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     """Refuse to run tests that share a node id on pytest-xdist workers: xdist schedules by node id, so all but one of
-    them would silently not run (mark such tests ``serial``; ``make test`` runs those without workers)."""
+    them would silently not run (give each its own id, as the hook below does for schemathesis' tests)."""
     shared = sorted(nodeid for nodeid, n in Counter(ids).items() if n > 1)
     if shared:
-        pytest.exit(f"tests sharing a node id cannot run on xdist workers (mark them serial): {shared}", returncode=4)
+        pytest.exit(f"tests sharing a node id cannot run on xdist workers (give each its own): {shared}", returncode=4)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each operation's test of a schemathesis ``parametrize`` its own node id, ``test[GET /health]`` as for a
+    parametrized test: schemathesis names its items so, but pytest 9 builds their ids from the bare function name, and
+    pytest-xdist would schedule one of them. (If pytest's ids change, the check above stops the run.)"""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        node_id = getattr(item, "_id", None)
+        if isinstance(label, str) and node_id is not None and node_id.params is None:
+            item._id = node_id.with_params(label)
 
 
 def load_vectors(name: str) -> dict[str, Any]:

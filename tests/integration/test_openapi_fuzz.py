@@ -130,9 +130,8 @@ def _headers(stack: LocalStack, path: str, *, gw: str = GATEWAY) -> dict[str, st
 schema = schemathesis.openapi.from_dict(build_document(), config=_config())
 
 
-# schemathesis gives each operation's test the same node id, and pytest-xdist schedules by node id (it would run one
-# of them): the fuzz runs in the suite's serial pass.
-@pytest.mark.serial
+# Each operation is a test of its own (tests/conftest.py gives each its node id), run on one pytest-xdist worker with
+# the module's stack.
 @schema.parametrize()
 def test_api_conforms_to_its_document(case: Any, stack: LocalStack, tables: Tables) -> None:
     # Given a generated request with a valid token for the operation
