@@ -33,6 +33,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item._id = node_id.with_params(label)
 
 
+SHARED_SCOPES = ("tests/infra/",)
+"""Directories whose modules share one session fixture that is costly to build (the CDK synth, ~25 s): each runs as
+one scope, on one pytest-xdist worker, so the fixture is built once instead of once per worker."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope``, but with each of :data:`SHARED_SCOPES` scheduled as one scope."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            shared = next((d for d in SHARED_SCOPES if nodeid.startswith(d)), None)
+            return shared if shared is not None else str(super()._split_scope(nodeid))
+
+    return SharedScopeScheduling(config, log)
+
+
 def load_vectors(name: str) -> dict[str, Any]:
     """One vector file of tests/vectors as a dict."""
     with (VECTORS / name).open(encoding="utf-8") as f:
