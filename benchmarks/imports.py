@@ -1,7 +1,10 @@
 """Cold import time of each Lambda handler module, in a fresh interpreter, as a Lambda cold start pays it.
 
-For each module, a fresh ``python -c "import functions.<name>"`` runs ``runs`` times (after one unmeasured run that
-warms the OS file cache and writes the bytecode caches, as a deployed package ships them). Two figures:
+The modules are imported from the API functions' Lambda asset as ``lakesync_infra.packaging`` builds it (its
+bytecode included; built for this machine's CPU, since the deployed ARM64 one would not load its extensions here),
+with only the AWS SDK beside it, as the runtime provides it (linked from this venv), and ``-I -S``: nothing of the
+repository or the venv is on the path. For each module, a fresh interpreter imports it ``runs`` times (after one
+unmeasured run that warms the OS file cache and writes the SDK's bytecode, which the runtime ships). Two figures:
 
 * **in-process** (the goal's verdict): the import statement timed inside the fresh interpreter with
   ``time.perf_counter`` -- what a Lambda cold start pays in its INIT phase (the runtime is already up, and the
@@ -22,12 +25,16 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from benchmarks._common import ROOT, progress, summarize
@@ -67,28 +74,74 @@ def _env() -> dict[str, str]:
             "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
         }
     )
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a deployed package ships its bytecode
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the warm-up writes the SDK's bytecode (the runtime ships it)
     return env
 
 
-def _wall(code: str, env: dict[str, str]) -> float:
+SDK_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six.py", "urllib3")
+"""What the Lambda runtime puts on the path besides the function's code: the AWS SDK and its dependencies."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where a measured interpreter runs: the asset and the SDK on its path, in an empty working directory."""
+
+    asset: Path
+    sdk: Path
+    cwd: Path
+
+    def command(self, code: str, *flags: str) -> list[str]:
+        prelude = f"import sys; sys.path[:0] = [{str(self.asset)!r}, {str(self.sdk)!r}]\n"
+        return [sys.executable, "-I", "-S", *flags, "-c", prelude + code]
+
+
+def build_asset() -> Path:
+    """The API functions' Lambda asset for this machine's CPU (cached under ``build/`` by its content hash)."""
+    platform_tag = f"{platform.machine()}-manylinux2014"
+    code = (
+        "from lakesync_infra.packaging import build_lambda_asset\n"
+        f"print(build_lambda_asset(platform={platform_tag!r}, name='bench-lambda'))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "infra")}
+    if "UV" not in env and (ROOT / ".tools" / "bin" / "uv").exists():
+        env["UV"] = str(ROOT / ".tools" / "bin" / "uv")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the Lambda asset failed: {done.stderr[-2000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _runtime(scratch: Path) -> Runtime:
+    import boto3
+
+    site = Path(boto3.__file__).resolve().parent.parent
+    sdk = scratch / "runtime-sdk"
+    sdk.mkdir()
+    for name in SDK_MODULES:
+        (sdk / name).symlink_to(site / name)
+    cwd = scratch / "cwd"
+    cwd.mkdir()
+    return Runtime(build_asset(), sdk, cwd)
+
+
+def _wall(code: str, env: dict[str, str], runtime: Runtime) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(runtime.command(code), cwd=runtime.cwd, env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
-def _import(module: str, env: dict[str, str]) -> tuple[float, float]:
+def _import(module: str, env: dict[str, str], runtime: Runtime) -> tuple[float, float]:
     """(wall seconds of the process, seconds of the import statement inside it)."""
     code = f"import time as _t\n_s = _t.perf_counter()\nimport {module}\nprint(_t.perf_counter() - _s)"
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run(runtime.command(code), cwd=runtime.cwd, env=env, check=True, capture_output=True, text=True)
     return time.perf_counter() - start, float(out.stdout.strip().splitlines()[-1])
 
 
-def _importtime(module: str, env: dict[str, str]) -> list[tuple[int, int, int, str]]:
+def _importtime(module: str, env: dict[str, str], runtime: Runtime) -> list[tuple[int, int, int, str]]:
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        cwd=ROOT,
+        runtime.command(f"import {module}", "-X", "importtime"),
+        cwd=runtime.cwd,
         env=env,
         check=True,
         capture_output=True,
@@ -127,17 +180,23 @@ def _offenders(rows: list[tuple[int, int, int, str]], top: int) -> dict[str, Any
 
 def run(*, runs: int, top: int = 10) -> dict[str, Any]:
     """Measure every handler module (see the module docstring). Returns the figures for the results file."""
+    progress("imports: building the Lambda asset (cached by its content hash)")
+    with tempfile.TemporaryDirectory(prefix="lakesync-imports-") as scratch:
+        return _run(runs, top, _runtime(Path(scratch)))
+
+
+def _run(runs: int, top: int, runtime: Runtime) -> dict[str, Any]:
     env = _env()
     for module in MODULES:  # warm the file cache and the bytecode caches
-        _wall(f"import {module}", env)
-    _wall("pass", env)
+        _wall(f"import {module}", env, runtime)
+    _wall("pass", env, runtime)
     bare: list[float] = []
     walls: dict[str, list[float]] = {m: [] for m in MODULES}
     inside: dict[str, list[float]] = {m: [] for m in MODULES}
     for i in range(runs):
-        bare.append(_wall("pass", env))
+        bare.append(_wall("pass", env, runtime))
         for module in MODULES:
-            wall_s, inside_s = _import(module, env)
+            wall_s, inside_s = _import(module, env, runtime)
             walls[module].append(wall_s)
             inside[module].append(inside_s)
         progress(f"imports: round {i + 1}/{runs} done")
@@ -152,22 +211,22 @@ def run(*, runs: int, top: int = 10) -> dict[str, Any]:
             "in_process_ms": in_process,
             "wall_minus_bare_ms": round(wall["median"] - bare_ms, 1),
             "wall_ms": wall,
-            "importtime": _offenders(_importtime(module, env), top),
+            "importtime": _offenders(_importtime(module, env, runtime), top),
         }
     dependencies = {}
     for module in DEPENDENCIES:
-        _import(module, env)
-        dependencies[module] = summarize([_import(module, env)[1] * 1000 for _ in range(max(2, runs - 2))], digits=1)
+        _import(module, env, runtime)
+        dependencies[module] = summarize(
+            [_import(module, env, runtime)[1] * 1000 for _ in range(max(2, runs - 2))], digits=1
+        )
     progress("imports: dependencies timed alone")
     loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import json, sys\n"
+        runtime.command(
+            "import json\n"
             + "".join(f"import {m}\n" for m in MODULES)
-            + f"print(json.dumps(sorted(m for m in {list(FORBIDDEN)!r} if m in sys.modules)))",
-        ],
-        cwd=ROOT,
+            + f"print(json.dumps(sorted(m for m in {list(FORBIDDEN)!r} if m in sys.modules)))"
+        ),
+        cwd=runtime.cwd,
         env=env,
         check=True,
         capture_output=True,
@@ -175,7 +234,9 @@ def run(*, runs: int, top: int = 10) -> dict[str, Any]:
     )
     progress("imports: done")
     return {
-        "method": f"{runs} fresh `python -c 'import <module>'` processes per module (after one warm-up run each): "
+        "method": f"{runs} fresh `python -I -S -c 'import <module>'` processes per module, the API functions' Lambda "
+        "asset (with its bytecode, built for this CPU) and the runtime's AWS SDK alone on the path (after one warm-up "
+        "run each): "
         "the import statement timed inside the process (median; the goal's verdict, what a Lambda INIT pays), and "
         f"the process's wall time minus that of `python -c pass` (medians of {runs}, interleaved)",
         "runs": runs,
