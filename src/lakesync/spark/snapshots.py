@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["Snapshot", "TableSnapshots", "ancestry", "current_snapshot_id", "newest_with", "table_snapshots"]
+__all__ = ["Snapshot", "TableSnapshots", "ancestry", "newest_with", "table_snapshots"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,6 @@ class Snapshot:
     parent_id: int | None
     operation: str
     summary: Mapping[str, str]
-    committed_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +56,6 @@ def _snapshot(entry: Mapping[str, Any]) -> Snapshot:
         parent_id=None if parent is None else int(parent),
         operation=summary.pop("operation", "None"),
         summary=summary,
-        committed_ms=int(entry.get("timestamp-ms", 0)),
     )
 
 
@@ -89,11 +87,6 @@ def ancestry(spark: SparkSession, table: str) -> list[Snapshot]:
         table: ``catalog.namespace.name``.
     """
     return table_snapshots(spark, table).ancestry()
-
-
-def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
-    """The snapshot the ``main`` branch of ``table`` (``catalog.namespace.name``) points at; ``None`` if none."""
-    return table_snapshots(spark, table).current
 
 
 def newest_with(chain: Sequence[Snapshot], key: str) -> tuple[Snapshot | None, int]:
