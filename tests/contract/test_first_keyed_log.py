@@ -6,6 +6,7 @@ takes, by a reader that knows the log's keys and by a new one that does not."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -331,6 +332,40 @@ def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: S
     counting.queries.clear()
     assert [e.seq for e in last_keyed.read_log(shard, 30, 5, images=False)] == [31, 32, 33, 34, 35]
     assert len(counting.queries) == 2
+
+
+class SlowLookBackClient(CountingClient):
+    """A DynamoDB client whose descending one-item Queries (a first-keyed read's look-back) answer late; it records
+    each Query when it has answered."""
+
+    def __init__(self, client: Any, delay_s: float) -> None:
+        super().__init__(client)
+        self._delay_s = delay_s
+        self.answered: list[dict[str, Any]] = []
+
+    def query(self, **kwargs: Any) -> Any:
+        if kwargs.get("ScanIndexForward") is False:
+            time.sleep(self._delay_s)
+        out = super().query(**kwargs)
+        self.answered.append(kwargs)
+        return out
+
+
+def test_no_request_of_a_read_outlives_it(contract_dynamodb: Any, shard: ShardId) -> None:
+    # Given pushes of 10, first-keyed, and a client whose look-back for the chunk holding a position answers late
+    client, names = contract_dynamodb
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, [10] * 4))
+    slow = SlowLookBackClient(client, delay_s=0.3)
+    buffer = DynamoDBBufferStore(slow, names, first_keyed=True)
+    # When reads start at chunk ends, where the look-back sent beside the forward Query turns out not to be needed,
+    # and inside chunks, where it is
+    for at, expected in ((10, [11, 12, 13]), (20, [21, 22, 23]), (25, [26, 27, 28])):
+        slow.queries.clear()
+        slow.answered.clear()
+        assert [e.seq for e in buffer.read_log(shard, at, 3, images=False)] == expected
+        # Then every request the read sent has answered by the time it returns (a Lambda's threads freeze when its
+        # invocation ends; one left running would answer into the next)
+        assert len(slow.queries) == 2 and len(slow.answered) == 2, at
 
 
 def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:

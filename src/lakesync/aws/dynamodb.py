@@ -23,7 +23,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -566,7 +566,13 @@ class DynamoDBBufferStore:
             else None
         )
         later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
-        following = next(later, None)
+        try:
+            following = next(later, None)
+        finally:
+            # Waited for even when not needed, or when the forward Query fails: no request outlives the read (Lambda
+            # freezes a function's threads between invocations).
+            if early is not None:
+                wait([early])
         if following is None or chunk_span(following)[0] != after_seq + 1:
             # Entry `after_seq + 1` is inside a first-keyed chunk that starts at or before `after_seq` (a position
             # inside a chunk), or in the last-keyed part of the log, or not in the log (yet, or any more).
