@@ -33,6 +33,7 @@ from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, In
 from lakesync.gateway.model import ROW_RECENT_KEYS, Commit, CommitConflict, LogEntry, ShardId, dedup_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
+from lakesync.gateway.since import InMemorySinceSessions, SinceSession
 
 GW = "default"
 T0 = 1_700_000_000_000
@@ -699,6 +700,40 @@ def test_push_over_the_backpressure_limit_gets_503_with_nothing_written() -> Non
     # And other tables still accept pushes
     env.push(quiet)
     assert env.row("notes", "r1") == {"title": "y"}
+
+
+class SlowSinceSessions(InMemorySinceSessions):
+    """Sessions whose reads answer late, noting when each has ended."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self._delay_s = delay_s
+        self.reads_ended = 0
+
+    def get(self, gateway: str, client_id: str) -> SinceSession | None:
+        time.sleep(self._delay_s)
+        found = super().get(gateway, client_id)
+        self.reads_ended += 1
+        return found
+
+
+def test_push_refused_after_its_session_read_started_returns_once_that_read_has_ended() -> None:
+    # Given a shard at its backpressure limit, and `since` sessions whose reads answer late
+    env = Env(flush_threshold_bytes=100, backpressure_bytes=200)
+    sessions = SlowSinceSessions(delay_s=0.3)
+    env.deps = replace(env.deps, since_sessions=sessions)
+    for i in range(20):
+        try:
+            env.push(d(row=f"r{i}", title="x" * 20))
+        except BackpressureError:
+            break
+    ended = sessions.reads_ended
+    # When a push is refused after its session read was sent (the read runs beside the commit)
+    with pytest.raises(BackpressureError):
+        env.push(d(row="late", title="z"))
+    # Then that read has ended by the time the push raises: no request outlives a push (a Lambda's threads freeze
+    # between invocations)
+    assert sessions.reads_ended == ended + 1
 
 
 # -- chunks, shards and commit retries ---------------------------------------------------------------------------

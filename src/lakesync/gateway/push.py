@@ -34,7 +34,7 @@ import json
 import random
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +149,40 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     sessions = deps.since_sessions
     session_read = io_pool().submit(sessions.get, gateway, client_id) if sessions is not None else None
 
+    try:
+        ordered, effective = _apply(deps, gateway, deltas, column_bytes)
+    except BaseException:
+        # The session read ends with the push, whichever way: no request outlives it.
+        if session_read is not None:
+            wait([session_read])
+        raise
+    server_hlc = deps.clock.now()
+    # A `since` client (the original one) is handed this serverHlc as its position: record what it stands for.
+    if session_read is not None:
+        note_push(
+            sessions,
+            gateway,
+            client_id,
+            deltas,
+            ordered,
+            server_hlc,
+            deps.wall_ms() // 1000,
+            prefetched=True,
+            session=session_read.result(),
+        )
+    return PushResult(
+        server_hlc=server_hlc,
+        accepted=len(deltas),
+        entries=tuple(effective),
+        receipts=ordered,
+    )
+
+
+def _apply(
+    deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], column_bytes: dict[int, int]
+) -> tuple[tuple[DeltaReceipt, ...], list[LogEntry]]:
+    """Commit a validated batch, chunk by chunk: each delta's receipt in batch order, and the effective entries."""
+    settings = deps.settings
     keys = [dedup_key(d.client_id, d.delta_id) for d in deltas]
     first_index: dict[str, int] = {}
     by_shard: dict[ShardId, list[_Keyed]] = {}
@@ -205,26 +239,7 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
         else receipts[key]
         for i, (key, d) in enumerate(zip(keys, deltas, strict=True))
     )
-    server_hlc = deps.clock.now()
-    # A `since` client (the original one) is handed this serverHlc as its position: record what it stands for.
-    if session_read is not None:
-        note_push(
-            sessions,
-            gateway,
-            client_id,
-            deltas,
-            ordered,
-            server_hlc,
-            deps.wall_ms() // 1000,
-            prefetched=True,
-            session=session_read.result(),
-        )
-    return PushResult(
-        server_hlc=server_hlc,
-        accepted=len(deltas),
-        entries=tuple(effective),
-        receipts=ordered,
-    )
+    return ordered, effective
 
 
 _Keyed = tuple[str, RowDelta]
