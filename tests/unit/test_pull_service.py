@@ -9,6 +9,7 @@ import base64
 import json
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -23,6 +24,7 @@ from lakesync.core.errors import (
     AdapterNotFoundError,
     CursorExpiredError,
     StorageBusyError,
+    StorageError,
     ValidationError,
 )
 from lakesync.core.hlc import HLC, encode
@@ -538,6 +540,61 @@ def test_pull_from_source_raising_a_lakesync_error_keeps_it() -> None:
 
 def _values(deltas: list[RowDelta]) -> list[dict[str, JsonValue]]:
     return [x.values() for x in deltas]
+
+
+# -- a failed read ends the pull only once its other reads have ended ---------------------------------------------
+
+
+class OneShardFailsBuffer:
+    """Wraps a buffer; log reads of table ``failing`` fail at once, reads of the others answer late and are counted
+    when they have answered."""
+
+    def __init__(self, inner: InMemoryBufferStore, failing: str, delay_s: float) -> None:
+        self.inner = inner
+        self.failing = failing
+        self.delay_s = delay_s
+        self.answered = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _read(self, shard: ShardId) -> None:
+        if shard.table == self.failing:
+            raise StorageError("the log read failed")
+        time.sleep(self.delay_s)
+
+    def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
+        self._read(shard)
+        found = self.inner.read_log(shard, after_seq, limit, images=images)
+        self.answered += 1
+        return found
+
+    def read_log_at(
+        self, shard: ShardId, seq: int, limit: int, *, images: bool = True
+    ) -> tuple[int | None, list[LogEntry]]:
+        self._read(shard)
+        found = self.inner.read_log_at(shard, seq, limit, images=images)
+        self.answered += 1
+        return found
+
+
+@pytest.mark.parametrize("by", ["cursor", "since"])
+def test_pull_whose_read_of_one_shard_fails_raises_once_the_reads_of_the_others_have_ended(by: str) -> None:
+    # Given three tables with entries, and a buffer whose reads of the first in shard order fail at once and of the
+    # others answer late
+    env = Env()
+    env.push(*(d(table=table, row="r1", title=table, hlc=t(i)) for i, table in enumerate(("notes", "todos", "tags"))))
+    first = env.pull()
+    slow = OneShardFailsBuffer(env.buffer, failing="notes", delay_s=0.3)
+    env.deps = replace(env.deps, buffer=slow)
+    # When a pull reads the shards side by side (from the start, or from a position)
+    with pytest.raises(StorageError):
+        if by == "cursor":
+            env.pull()
+        else:
+            env.pull(since=int(first.server_hlc) - 1)
+    # Then it failed only once the reads of the other two had answered: no request outlives the pull
+    assert slow.answered == 2
 
 
 # -- released buffer: 410 instead of a silent skip ----------------------------------------------------------------

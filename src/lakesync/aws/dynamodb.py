@@ -62,7 +62,7 @@ from lakesync.core.hlc import decode
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
-from lakesync.gateway.io_pool import io_pool
+from lakesync.gateway.io_pool import io_pool, results_of
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -317,7 +317,8 @@ class DynamoDBBufferStore:
             first_keyed = self._first_keyed or head.shard.key in self._first_keyed_shards
             reached = head.seq >= (reaching or {}).get(head.shard, head.seq + 1)
             found.append((head, io_pool().submit(self._past_head, head) if first_keyed and not reached else None))
-        return [(head, read.result() if read is not None else []) for head, read in found]
+        past = iter(results_of(read for _, read in found if read is not None))
+        return [(head, next(past) if read is not None else []) for head, read in found]
 
     def _past_head(self, head: ShardHead) -> list[LogEntry]:
         """The entries of the first-keyed chunks that follow ``head`` (one Query, usually empty)."""
@@ -368,7 +369,11 @@ class DynamoDBBufferStore:
         tail_read = None
         if head is not None and applied < head.seq:
             tail_read = io_pool().submit(self._tail, shard, applied, head.seq)
-        stored = self.get_rows(shard.gateway, rows)
+        try:
+            stored = self.get_rows(shard.gateway, rows)
+        finally:
+            if tail_read is not None:
+                wait([tail_read])
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(rows))
         return CommitBasis(head, stored)
@@ -937,8 +942,7 @@ class DynamoDBBufferStore:
         if len(puts) == 1:
             self._put_row(gateway, puts[0])
             return
-        for done in [io_pool().submit(self._put_row, gateway, row) for row in puts]:
-            done.result()
+        results_of([io_pool().submit(self._put_row, gateway, row) for row in puts])
 
     def _guarded_row_put(self, gateway: str, write: RowWrite) -> Item:
         """A row put inside the commit, guarded by the version the basis read (rows written in the commit)."""

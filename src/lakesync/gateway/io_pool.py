@@ -7,7 +7,11 @@ returns, so no request outlives the invocation that made it.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 _POOL: ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
@@ -20,3 +24,11 @@ def io_pool() -> ThreadPoolExecutor:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakesync-io")
         return _POOL
+
+
+def results_of(futures: Iterable[Future[_T]]) -> list[_T]:
+    """Each future's result, in order, once all of them have ended: a failure is raised only when the others are
+    done too, so none outlives the call."""
+    started = list(futures)
+    wait(started)
+    return [future.result() for future in started]

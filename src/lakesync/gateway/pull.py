@@ -54,7 +54,7 @@ from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.io_pool import io_pool
+from lakesync.gateway.io_pool import io_pool, results_of
 from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.resync import covering_checkpoint, resync_page
 from lakesync.gateway.since import (
@@ -281,7 +281,10 @@ class StoresPullBasis:
     def read_pull_basis(self, gateway: str) -> PullBasis:
         """The sync rules and the registered shards of ``gateway``."""
         rules_read = io_pool().submit(self._config.get_sync_rules, gateway)
-        shards = tuple(sorted(self._buffer.list_shards(gateway)))
+        try:
+            shards = tuple(sorted(self._buffer.list_shards(gateway)))
+        finally:
+            wait([rules_read])
         return PullBasis(rules_read.result(), shards)
 
 
@@ -368,9 +371,7 @@ def _pull_by_cursor(
     images = rules_apply(rules)  # the row images only serve the sync rules
     readers = [early.get(s.key) or new_reader(s, images) for s in basis.shards]
     try:
-        reads = [early_reads.get(r.shard.key) or io_pool().submit(r.peek) for r in readers]
-        for read in reads:
-            read.result()
+        results_of([early_reads.get(r.shard.key) or io_pool().submit(r.peek) for r in readers])
         # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
         # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
         idle = [reader.shard for reader in readers if reader.peek() is None]
@@ -585,8 +586,7 @@ def _pull_since_log(
     at_position = handout is not None
     readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), at_position=at_position) for s in shards]
     if len(readers) > 1:
-        for read in [io_pool().submit(reader.peek) for reader in readers]:
-            read.result()
+        results_of([io_pool().submit(reader.peek) for reader in readers])
     # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
     idle = [reader.shard for reader in readers if reader.peek() is None]
     checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
@@ -658,8 +658,9 @@ def _positions_after(
 
     starts = {s: io_pool().submit(before_first_after, s, start) for s in shards}
     ends = {s: io_pool().submit(before_first_after, s, since) for s in shards} if recent else {}
-    positions = {s.key: read.result() for s, read in starts.items()}
-    uncertain = {s.key: read.result() for s, read in ends.items()}
+    found = results_of([*starts.values(), *ends.values()])
+    positions = {s.key: position for s, position in zip(starts, found[: len(starts)], strict=True)}
+    uncertain = {s.key: position for s, position in zip(ends, found[len(starts) :], strict=True)}
     return positions, uncertain
 
 

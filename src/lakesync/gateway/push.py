@@ -53,7 +53,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.schema import validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import io_pool
+from lakesync.gateway.io_pool import io_pool, results_of
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -204,7 +204,11 @@ def _apply(
     # A push of one chunk checks backpressure on the head its basis reads (before its commit, its only write).
     single = len(chunks) == 1
     reading = _read_rows(deps, gateway, by_shard) if not single else None
-    heads = deps.buffer.get_heads(list(by_shard)) if not single else {}
+    try:
+        heads = deps.buffer.get_heads(list(by_shard)) if not single else {}
+    finally:
+        if reading is not None:
+            reading.wait()
     if reading is not None:
         _check_growth(deps, by_shard, reading.result(), column_bytes)
     for head in heads.values():
@@ -254,10 +258,13 @@ class _RowsRead:
     def __init__(self, parts: list[Future[dict[tuple[str, str], StoredRow]]]) -> None:
         self._parts = parts
 
+    def wait(self) -> None:
+        wait(self._parts)
+
     def result(self) -> dict[tuple[str, str], StoredRow]:
         found: dict[tuple[str, str], StoredRow] = {}
-        for part in self._parts:
-            found.update(part.result())
+        for part in results_of(self._parts):
+            found.update(part)
         return found
 
 
