@@ -41,6 +41,7 @@ from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from lakesync.core.canonical import RawJson
 from lakesync.core.delta import RowDelta, is_valid_client_id
 from lakesync.core.errors import (
     AdapterError,
@@ -127,8 +128,11 @@ class PullResult:
 
     def to_json(self) -> dict[str, object]:
         """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
+        texts = [item.wire_json for item in self.items if type(item) is LogEntry and item.wire_json is not None]
         body: dict[str, object] = {
-            "deltas": [_delta_json(item) for item in self.items],
+            "deltas": [RawJson(text) for text in texts]
+            if len(texts) == len(self.items)
+            else [_delta_json(item) for item in self.items],
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
@@ -222,6 +226,22 @@ class _ShardReader:
         self.after_seq = entry.seq
         self.last_hlc = entry.commit_hlc
         return entry
+
+    def take(self, count: int, max_bytes: int) -> list[LogEntry]:
+        """The next entries of the page read (at most ``count``, ending with the one that brings their sizes to
+        ``max_bytes``), as :meth:`pop` would give them one by one."""
+        buffer = self.buffer
+        taken = buffer[: -min(count, len(buffer)) - 1 : -1]
+        size = 0
+        for i, entry in enumerate(taken):
+            size += entry.size
+            if size >= max_bytes:
+                del taken[i + 1 :]
+                break
+        if taken:
+            del buffer[-len(taken) :]
+            self.after_seq, self.last_hlc = taken[-1].seq, taken[-1].commit_hlc
+        return taken
 
 
 class _Regressed(Exception):
@@ -327,10 +347,22 @@ def _collect(
 ) -> tuple[list[LogEntry], bool]:
     """Merge the shards by commit HLC and collect up to ``limit`` visible deltas, cutting the page early (with
     ``hasMore``) once it holds ``max_page_bytes`` or scanned ``max_scan_per_pull`` entries."""
-    collected: list[LogEntry] = []
+    settings = deps.settings
+    live = [reader for reader in readers if reader.peek() is not None]
+    if len(live) == 1 and not rules_apply(rules):
+        # Every entry is visible and one shard has any: its entries in their order, a page read at a time.
+        (reader,) = live
+        collected: list[LogEntry] = []
+        size = 0
+        cap = min(limit, settings.max_scan_per_pull)
+        while len(collected) < cap and size < settings.max_page_bytes and reader.peek() is not None:
+            taken = reader.take(cap - len(collected), settings.max_page_bytes - size)
+            collected += taken
+            size += sum(entry.size for entry in taken)
+        return collected, reader.peek() is not None
+    collected = []
     scanned = 0
     size = 0
-    settings = deps.settings
     for _reader, entry in _merged(readers):
         scanned += 1
         if entry_visible(entry, rules, claims):
