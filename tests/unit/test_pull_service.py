@@ -208,6 +208,38 @@ def test_pull_scan_limit_returns_early_with_has_more_and_progress() -> None:
     assert pages[-1].deltas[0].row_id == "mine"
 
 
+@pytest.mark.parametrize("tables", [("todos",), ("todos", "notes")])
+def test_pull_page_ends_with_the_entry_that_reaches_the_byte_cap(tables: tuple[str, ...]) -> None:
+    # Given entries of varied sizes in one shard or two, and a cap on a page's stored bytes
+    env = Env(max_page_bytes=1_000)
+    env.push(
+        *(d(table=tables[i % len(tables)], row=f"r{i}", hlc=t(i), title="x" * (20 + 37 * (i % 7))) for i in range(40))
+    )
+    log = sorted(env.log(), key=lambda e: e.commit_hlc)
+    # When a client follows the cursor
+    pages = []
+    cursor: str | None = None
+    while True:
+        page = env.pull(100, cursor=cursor) if cursor else env.pull(100)
+        pages.append(page)
+        cursor = page.cursor
+        if not page.has_more:
+            break
+    # Then each page ends at the first entry whose size brings it to the cap (or at the log's end), and every entry
+    # arrives once, in commit order
+    expected: list[int] = []
+    size = count = 0
+    for entry in log:
+        size, count = size + entry.size, count + 1
+        if size >= 1_000:
+            expected.append(count)
+            size = count = 0
+    if count:
+        expected.append(count)
+    assert [len(p.deltas) for p in pages] == expected
+    assert [x.delta_id for p in pages for x in p.deltas] == [e.delta.delta_id for e in log]
+
+
 def test_pull_scan_limit_reached_exactly_at_the_end_reports_no_more() -> None:
     env = Env(max_scan_per_pull=5)
     env.push(*(d(row=f"r{i}", v=i) for i in range(5)))
