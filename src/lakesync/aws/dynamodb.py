@@ -62,7 +62,7 @@ from lakesync.core.hlc import decode
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
-from lakesync.gateway.io_pool import io_pool, results_of
+from lakesync.gateway.io_pool import results_of, submit
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -316,7 +316,7 @@ class DynamoDBBufferStore:
             self._note_log_keys(head.shard, item)
             first_keyed = self._first_keyed or head.shard.key in self._first_keyed_shards
             reached = head.seq >= (reaching or {}).get(head.shard, head.seq + 1)
-            found.append((head, io_pool().submit(self._past_head, head) if first_keyed and not reached else None))
+            found.append((head, submit(self._past_head, head) if first_keyed and not reached else None))
         past = iter(results_of(read for _, read in found if read is not None))
         return [(head, next(past) if read is not None else []) for head, read in found]
 
@@ -368,7 +368,7 @@ class DynamoDBBufferStore:
         applied = _rows_applied(head_item)
         tail_read = None
         if head is not None and applied < head.seq:
-            tail_read = io_pool().submit(self._tail, shard, applied, head.seq)
+            tail_read = submit(self._tail, shard, applied, head.seq)
         try:
             stored = self.get_rows(shard.gateway, rows)
         finally:
@@ -565,11 +565,7 @@ class DynamoDBBufferStore:
     ) -> Iterator[Item]:
         # Sequences start at 1: no chunk starts at or before position 0.
         look_back = after_seq > 0
-        early = (
-            io_pool().submit(self._first_keyed_at_or_before, shard, after_seq, projection)
-            if inside and look_back
-            else None
-        )
+        early = submit(self._first_keyed_at_or_before, shard, after_seq, projection) if inside and look_back else None
         later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
         try:
             following = next(later, None)
@@ -942,7 +938,7 @@ class DynamoDBBufferStore:
         if len(puts) == 1:
             self._put_row(gateway, puts[0])
             return
-        results_of([io_pool().submit(self._put_row, gateway, row) for row in puts])
+        results_of([submit(self._put_row, gateway, row) for row in puts])
 
     def _guarded_row_put(self, gateway: str, write: RowWrite) -> Item:
         """A row put inside the commit, guarded by the version the basis read (rows written in the commit)."""

@@ -1,29 +1,48 @@
 """One thread pool for a service call's independent storage requests (the stores' clients are thread-safe).
 
 Made on first use and kept for a warm function's life; a service waits for everything it submitted before it
-returns, so no request outlives the invocation that made it.
+returns, so no request outlives the invocation that made it. Work submitted from one of the pool's own threads runs
+there and then: a pool thread that waited for the pool could wait forever once every thread does.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 _POOL: ThreadPoolExecutor | None = None
 _LOCK = threading.Lock()
+_THREAD = threading.local()
 
 
-def io_pool() -> ThreadPoolExecutor:
-    """The shared pool (8 threads)."""
+def _enter_pool() -> None:
+    _THREAD.in_pool = True
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The shared pool (8 threads), made on first use."""
     global _POOL
     with _LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakesync-io")
+            _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakesync-io", initializer=_enter_pool)
         return _POOL
+
+
+def submit(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+    """``fn(*args, **kwargs)`` on the pool; on one of its threads, run at once (the future is done when returned)."""
+    if not getattr(_THREAD, "in_pool", False):
+        return _pool().submit(fn, *args, **kwargs)
+    done: Future[_T] = Future()
+    try:
+        done.set_result(fn(*args, **kwargs))
+    except Exception as exc:
+        done.set_exception(exc)
+    return done
 
 
 def results_of(futures: Iterable[Future[_T]]) -> list[_T]:

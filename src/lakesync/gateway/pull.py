@@ -55,7 +55,7 @@ from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.io_pool import io_pool, results_of
+from lakesync.gateway.io_pool import results_of, submit
 from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.resync import covering_checkpoint, resync_page
 from lakesync.gateway.since import (
@@ -300,7 +300,7 @@ class StoresPullBasis:
 
     def read_pull_basis(self, gateway: str) -> PullBasis:
         """The sync rules and the registered shards of ``gateway``."""
-        rules_read = io_pool().submit(self._config.get_sync_rules, gateway)
+        rules_read = submit(self._config.get_sync_rules, gateway)
         try:
             shards = tuple(sorted(self._buffer.list_shards(gateway)))
         finally:
@@ -394,7 +394,7 @@ def _pull_by_cursor(
     # holds are served; a cursor naming more shards than a deployment plausibly has is not read ahead (a forged one
     # would make the pull read shards that do not exist).
     early = {key: new_reader(ShardId.parse(key), True) for key in positions} if len(positions) <= _EARLY_SHARDS else {}
-    early_reads = {key: io_pool().submit(r.peek) for key, r in early.items()}
+    early_reads = {key: submit(r.peek) for key, r in early.items()}
     try:
         basis = basis_reader.read_pull_basis(gateway)
     finally:
@@ -403,7 +403,7 @@ def _pull_by_cursor(
     images = rules_apply(rules)  # the row images only serve the sync rules
     readers = [early.get(s.key) or new_reader(s, images) for s in basis.shards]
     try:
-        results_of([early_reads.get(r.shard.key) or io_pool().submit(r.peek) for r in readers])
+        results_of([early_reads.get(r.shard.key) or submit(r.peek) for r in readers])
         # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
         # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
         idle = [reader.shard for reader in readers if reader.peek() is None]
@@ -618,7 +618,7 @@ def _pull_since_log(
     at_position = handout is not None
     readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), at_position=at_position) for s in shards]
     if len(readers) > 1:
-        results_of([io_pool().submit(reader.peek) for reader in readers])
+        results_of([submit(reader.peek) for reader in readers])
     # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
     idle = [reader.shard for reader in readers if reader.peek() is None]
     checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
@@ -688,8 +688,8 @@ def _positions_after(
             " retry the pull"
         )
 
-    starts = {s: io_pool().submit(before_first_after, s, start) for s in shards}
-    ends = {s: io_pool().submit(before_first_after, s, since) for s in shards} if recent else {}
+    starts = {s: submit(before_first_after, s, start) for s in shards}
+    ends = {s: submit(before_first_after, s, since) for s in shards} if recent else {}
     found = results_of([*starts.values(), *ends.values()])
     positions = {s.key: position for s, position in zip(starts, found[: len(starts)], strict=True)}
     uncertain = {s.key: position for s, position in zip(ends, found[len(starts) :], strict=True)}

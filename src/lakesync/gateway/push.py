@@ -53,7 +53,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.schema import validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import io_pool, results_of
+from lakesync.gateway.io_pool import results_of, submit
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -147,7 +147,7 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     column_bytes = _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
     # The pusher's `since` session (original clients only) is read while the push commits, not after it.
     sessions = deps.since_sessions
-    session_read = io_pool().submit(sessions.get, gateway, client_id) if sessions is not None else None
+    session_read = submit(sessions.get, gateway, client_id) if sessions is not None else None
 
     try:
         ordered, effective = _apply(deps, gateway, deltas, column_bytes)
@@ -227,7 +227,7 @@ def _apply(
             effective.extend(chunk_effective)
             if applied:
                 expires_at = deps.wall_ms() // 1000 + settings.dedup_ttl_s
-                records.append(io_pool().submit(deps.buffer.record_delta_ids, gateway, applied, expires_at))
+                records.append(submit(deps.buffer.record_delta_ids, gateway, applied, expires_at))
     finally:
         # Every record is written (or has failed) before the push answers or raises.
         for record in records:
@@ -323,7 +323,7 @@ def _read_rows(deps: GatewayDeps, gateway: str, by_shard: dict[ShardId, list[_Ke
     rows = list(dict.fromkeys((d.table, d.row_id) for pairs in by_shard.values() for _, d in pairs))
     return _RowsRead(
         [
-            io_pool().submit(deps.buffer.get_rows, gateway, rows[start : start + _ROWS_PER_READ])
+            submit(deps.buffer.get_rows, gateway, rows[start : start + _ROWS_PER_READ])
             for start in range(0, len(rows), _ROWS_PER_READ)
         ]
     )

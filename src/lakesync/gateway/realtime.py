@@ -41,7 +41,7 @@ from lakesync.core.rules import SyncRules
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import io_pool, results_of
+from lakesync.gateway.io_pool import results_of, submit
 from lakesync.gateway.model import LogEntry
 from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
@@ -418,7 +418,7 @@ def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) ->
         if visible:
             # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one
             # request, not for every one before it.
-            sends.append(io_pool().submit(_send_to, deps, connection, visible))
+            sends.append(submit(_send_to, deps, connection, visible))
     for sent in results_of(sends):
         report.add(sent)
     return report
