@@ -272,3 +272,41 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     assert CONFLICTS["CommitConflict"] > 0
     assert sorted({(s.table, s.sub) for s in log}) == [("notes", 0), ("todos", 0), ("todos", 1)]
     assert sum(r.duplicate for _, result in run.pushed for r in result.receipts) > 0
+
+
+def test_a_pull_of_more_shards_than_the_pool_has_threads_from_inside_their_chunks_completes(
+    shared_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given 12 first-keyed shards (more than the I/O pool's 8 threads), each holding one chunk of 10 entries
+    from lakesync.gateway.cursor import encode_cursor
+
+    deps = _deps(shared_client, dynamodb_tables, True)
+    deps = GatewayDeps(deps.buffer, deps.config, deps.actions, GatewaySettings(chunk_deltas=10), HLC())
+    tables = [f"t{i:02d}" for i in range(12)]
+    base_ms = system_clock() - 1000
+    for t, table in enumerate(tables):
+        batch = [
+            make_delta(
+                "INSERT", table=table, row_id=f"r{n}", client_id="c1", hlc=encode(base_ms + t, n), columns={"n": n}
+            )
+            for n in range(10)
+        ]
+        push(deps, GW, SyncPush("c1", tuple(batch)), client_id="c1")
+    log = _log(deps)
+    assert sorted(len(entries) for entries in log.values()) == [10] * 12
+    # When a process new to the shards (log keys `auto`: it has seen neither kind) pulls with a cursor standing at
+    # entry 5 of every shard: inside its chunk, so each shard's read, on the pool, looks back for the chunk holding it
+    cursor = encode_cursor({s.key: 5 for s in log}, {s.key: entries[4].commit_hlc for s, entries in log.items()})
+    reader = _deps(shared_client, dynamodb_tables, lambda: False)
+    done: list[Any] = []
+    puller = threading.Thread(
+        target=lambda: done.append(pull(reader, GW, limit=1000, claims={}, cursor=cursor)), daemon=True
+    )
+    puller.start()
+    puller.join(60)
+    # Then the pull completes with the 5 entries after the position of every shard
+    assert done, "the pull did not complete"
+    (page,) = done
+    assert sorted((d.table, d.row_id) for d in page.deltas) == sorted(
+        (t, f"r{n}") for t in tables for n in range(5, 10)
+    )
