@@ -227,9 +227,9 @@ class _ShardReader:
         self.last_hlc = entry.commit_hlc
         return entry
 
-    def take(self, count: int, max_bytes: int) -> list[LogEntry]:
+    def take(self, count: int, max_bytes: int) -> tuple[list[LogEntry], int]:
         """The next entries of the page read (at most ``count``, ending with the one that brings their sizes to
-        ``max_bytes``), as :meth:`pop` would give them one by one."""
+        ``max_bytes``), as :meth:`pop` would give them one by one, and their sizes' sum."""
         buffer = self.buffer
         taken = buffer[: -min(count, len(buffer)) - 1 : -1]
         size = 0
@@ -241,7 +241,7 @@ class _ShardReader:
         if taken:
             del buffer[-len(taken) :]
             self.after_seq, self.last_hlc = taken[-1].seq, taken[-1].commit_hlc
-        return taken
+        return taken, size
 
 
 class _Regressed(Exception):
@@ -356,9 +356,9 @@ def _collect(
         size = 0
         cap = min(limit, settings.max_scan_per_pull)
         while len(collected) < cap and size < settings.max_page_bytes and reader.peek() is not None:
-            taken = reader.take(cap - len(collected), settings.max_page_bytes - size)
+            taken, taken_bytes = reader.take(cap - len(collected), settings.max_page_bytes - size)
             collected += taken
-            size += sum(entry.size for entry in taken)
+            size += taken_bytes
         return collected, reader.peek() is not None
     collected = []
     scanned = 0
