@@ -17,6 +17,7 @@ from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
+from lakesync.gateway.io_pool import submit
 from lakesync.gateway.model import Commit, CommitConflict, LogEntry, ShardHead, ShardId
 from tests.contract.test_commit_marks import (
     Chunk,
@@ -366,6 +367,30 @@ def test_no_request_of_a_read_outlives_it(contract_dynamodb: Any, shard: ShardId
         # Then every request the read sent has answered by the time it returns (a Lambda's threads freeze when its
         # invocation ends; one left running would answer into the next)
         assert len(slow.queries) == 2 and len(slow.answered) == 2, at
+
+
+def test_a_read_on_a_pool_thread_looks_back_only_when_the_items_after_the_position_need_it(
+    contract_dynamodb: Any, shard: ShardId
+) -> None:
+    # Given pushes of 10, first-keyed, read from a thread of the I/O pool (as a pull reads its shards)
+    client, names = contract_dynamodb
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, [10] * 4))
+    counting = CountingClient(client)
+    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+
+    def on_the_pool(at: int) -> tuple[list[int], list[dict[str, Any]]]:
+        counting.queries.clear()
+        read = submit(buffer.read_log, shard, at, 3, images=False)
+        return [e.seq for e in read.result(timeout=30)], list(counting.queries)
+
+    # When it reads from a chunk's end, then from inside a chunk
+    at_end, sent_at_end = on_the_pool(20)
+    inside, sent_inside = on_the_pool(25)
+    # Then the read from the end takes one Query (the chunk after it starts right there), and the one from inside
+    # asks for the chunk holding it only after the items after it: no speculative request runs alone before them
+    assert at_end == [21, 22, 23] and inside == [26, 27, 28]
+    assert len(sent_at_end) == 1 and sent_at_end[0].get("ScanIndexForward") is not False
+    assert [q.get("ScanIndexForward") is False for q in sent_inside] == [False, True]
 
 
 def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:

@@ -62,7 +62,7 @@ from lakesync.core.hlc import decode
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
-from lakesync.gateway.io_pool import results_of, submit
+from lakesync.gateway.io_pool import on_pool_thread, results_of, submit
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -565,7 +565,14 @@ class DynamoDBBufferStore:
     ) -> Iterator[Item]:
         # Sequences start at 1: no chunk starts at or before position 0.
         look_back = after_seq > 0
-        early = submit(self._first_keyed_at_or_before, shard, after_seq, projection) if inside and look_back else None
+        # The chunk holding the position is asked for beside the items after it. On a pool thread it would run first
+        # and alone (submit runs work there at once), so there it is read only once the items after it show it is
+        # needed.
+        early = (
+            submit(self._first_keyed_at_or_before, shard, after_seq, projection)
+            if inside and look_back and not on_pool_thread()
+            else None
+        )
         later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
         try:
             following = next(later, None)

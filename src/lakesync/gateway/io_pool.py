@@ -33,9 +33,14 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def on_pool_thread() -> bool:
+    """Whether the calling thread is one of the pool's (where :func:`submit` runs work at once, not beside it)."""
+    return bool(getattr(_THREAD, "in_pool", False))
+
+
 def submit(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
     """``fn(*args, **kwargs)`` on the pool; on one of its threads, run at once (the future is done when returned)."""
-    if not getattr(_THREAD, "in_pool", False):
+    if not on_pool_thread():
         return _pool().submit(fn, *args, **kwargs)
     done: Future[_T] = Future()
     try:
