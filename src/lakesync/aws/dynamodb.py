@@ -23,7 +23,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -62,7 +62,7 @@ from lakesync.core.hlc import decode
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
-from lakesync.gateway.io_pool import on_pool_thread, results_of, submit
+from lakesync.gateway.io_pool import awaited, on_pool_thread, results_of, submit
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -369,11 +369,8 @@ class DynamoDBBufferStore:
         tail_read = None
         if head is not None and applied < head.seq:
             tail_read = submit(self._tail, shard, applied, head.seq)
-        try:
+        with awaited(tail_read):
             stored = self.get_rows(shard.gateway, rows)
-        finally:
-            if tail_read is not None:
-                wait([tail_read])
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(rows))
         return CommitBasis(head, stored)
@@ -574,13 +571,10 @@ class DynamoDBBufferStore:
             else None
         )
         later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
-        try:
+        # Waited for even when not needed, or when the forward Query fails: no request outlives the read (Lambda
+        # freezes a function's threads between invocations).
+        with awaited(early):
             following = next(later, None)
-        finally:
-            # Waited for even when not needed, or when the forward Query fails: no request outlives the read (Lambda
-            # freezes a function's threads between invocations).
-            if early is not None:
-                wait([early])
         if following is None or chunk_span(following)[0] != after_seq + 1:
             # Entry `after_seq + 1` is inside a first-keyed chunk that starts at or before `after_seq` (a position
             # inside a chunk), or in the last-keyed part of the log, or not in the log (yet, or any more).

@@ -8,9 +8,10 @@ there and then: a pool thread that waited for the pool could wait forever once e
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import ParamSpec, TypeVar
+from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -48,6 +49,16 @@ def submit(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Futu
     except Exception as exc:
         done.set_exception(exc)
     return done
+
+
+@contextmanager
+def awaited(*futures: Future[Any] | None) -> Iterator[None]:
+    """Wait for ``futures`` (``None``: nothing to wait for) when the block ends, however it ends: requests started
+    beside the block's own end with it."""
+    try:
+        yield
+    finally:
+        wait([future for future in futures if future is not None])
 
 
 def results_of(futures: Iterable[Future[_T]]) -> list[_T]:

@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from lakesync.core.canonical import RawJson
 from lakesync.core.delta import RowDelta, is_valid_client_id
 from lakesync.core.errors import (
     AdapterError,
@@ -55,7 +53,7 @@ from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.io_pool import results_of, submit
+from lakesync.gateway.io_pool import awaited, results_of, submit
 from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.resync import covering_checkpoint, resync_page
 from lakesync.gateway.since import (
@@ -128,11 +126,8 @@ class PullResult:
 
     def to_json(self) -> dict[str, object]:
         """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
-        texts = [item.wire_json for item in self.items if type(item) is LogEntry and item.wire_json is not None]
         body: dict[str, object] = {
-            "deltas": [RawJson(text) for text in texts]
-            if len(texts) == len(self.items)
-            else [_delta_json(item) for item in self.items],
+            "deltas": [_delta_json(item) for item in self.items],
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
@@ -301,10 +296,8 @@ class StoresPullBasis:
     def read_pull_basis(self, gateway: str) -> PullBasis:
         """The sync rules and the registered shards of ``gateway``."""
         rules_read = submit(self._config.get_sync_rules, gateway)
-        try:
+        with awaited(rules_read):
             shards = tuple(sorted(self._buffer.list_shards(gateway)))
-        finally:
-            wait([rules_read])
         return PullBasis(rules_read.result(), shards)
 
 
@@ -395,10 +388,8 @@ def _pull_by_cursor(
     # would make the pull read shards that do not exist).
     early = {key: new_reader(ShardId.parse(key), True) for key in positions} if len(positions) <= _EARLY_SHARDS else {}
     early_reads = {key: submit(r.peek) for key, r in early.items()}
-    try:
+    with awaited(*early_reads.values()):
         basis = basis_reader.read_pull_basis(gateway)
-    finally:
-        wait(early_reads.values())
     rules = basis.rules
     images = rules_apply(rules)  # the row images only serve the sync rules
     readers = [early.get(s.key) or new_reader(s, images) for s in basis.shards]

@@ -34,7 +34,7 @@ import json
 import random
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.schema import validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import results_of, submit
+from lakesync.gateway.io_pool import awaited, results_of, submit
 from lakesync.gateway.model import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
@@ -149,13 +149,8 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     sessions = deps.since_sessions
     session_read = submit(sessions.get, gateway, client_id) if sessions is not None else None
 
-    try:
+    with awaited(session_read):  # the session read ends with the push, whichever way: no request outlives it
         ordered, effective = _apply(deps, gateway, deltas, column_bytes)
-    except BaseException:
-        # The session read ends with the push, whichever way: no request outlives it.
-        if session_read is not None:
-            wait([session_read])
-        raise
     server_hlc = deps.clock.now()
     # A `since` client (the original one) is handed this serverHlc as its position: record what it stands for.
     if session_read is not None:
@@ -204,11 +199,8 @@ def _apply(
     # A push of one chunk checks backpressure on the head its basis reads (before its commit, its only write).
     single = len(chunks) == 1
     reading = _read_rows(deps, gateway, by_shard) if not single else None
-    try:
+    with awaited(*(reading.parts if reading is not None else ())):
         heads = deps.buffer.get_heads(list(by_shard)) if not single else {}
-    finally:
-        if reading is not None:
-            reading.wait()
     if reading is not None:
         _check_growth(deps, by_shard, reading.result(), column_bytes)
     for head in heads.values():
@@ -256,14 +248,11 @@ class _RowsRead:
     """The stored rows of a push, read in parallel slices; :meth:`result` waits for them."""
 
     def __init__(self, parts: list[Future[dict[tuple[str, str], StoredRow]]]) -> None:
-        self._parts = parts
-
-    def wait(self) -> None:
-        wait(self._parts)
+        self.parts = parts
 
     def result(self) -> dict[tuple[str, str], StoredRow]:
         found: dict[tuple[str, str], StoredRow] = {}
-        for part in results_of(self._parts):
+        for part in results_of(self.parts):
             found.update(part)
         return found
 
