@@ -169,6 +169,9 @@ def run(
             say("2. alice created t1, t2 (team red); dave created b1 (team blue); bob synced")
 
             say("3. alice and bob edit different columns of t1 at the same moment:")
+            # The sockets open once earlier commits have been broadcast, so they show the two edits alone.
+            if stack.broadcaster is None or not stack.broadcaster.drain():
+                raise RuntimeError("the local broadcaster did not catch up with the deltas table's stream")
             carol_socket, dave_socket = SocketWatcher(stack, "carol", "red"), SocketWatcher(stack, "dave", "blue")
             responses: dict[str, dict[str, object]] = {}
             acked: dict[str, float] = {}

@@ -70,6 +70,9 @@ class LocalStreamSource:
         self._iterators: dict[str, str | None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._polls = threading.Condition()
+        self._polls_started = 0
+        self._last_idle_poll = 0
         self.delivered = 0
         self.skipped = 0
 
@@ -86,6 +89,15 @@ class LocalStreamSource:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    def drain(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every record written before the call has been handed to the handler; false on timeout.
+
+        Caught up means a read of every shard that started after the call found nothing new.
+        """
+        with self._polls:
+            after = self._polls_started
+            return self._polls.wait_for(lambda: self._last_idle_poll > after, timeout_s)
 
     def poll_once(self) -> int:
         """Read every shard once and deliver what was admitted; returns the records read."""
@@ -104,8 +116,14 @@ class LocalStreamSource:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            with self._polls:
+                self._polls_started += 1
+                poll = self._polls_started
             try:
                 if self.poll_once() == 0:
+                    with self._polls:
+                        self._last_idle_poll = poll
+                        self._polls.notify_all()
                     self._stop.wait(self._poll_s)
             except Exception:
                 logger.exception("reading the stream %s failed", self._arn)
