@@ -10,14 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lakesync.core.connectors import ConnectorConfig
-from lakesync.core.delta import RowDelta
-from lakesync.core.destinations import DestinationConfig
-from lakesync.core.rules import SyncRules
-from lakesync.core.schema import TableSchema
-from lakesync.gateway.model import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
-
 if TYPE_CHECKING:
+    from lakesync.core.connectors import ConnectorConfig
+    from lakesync.core.delta import RowDelta
+    from lakesync.core.destinations import DestinationConfig
+    from lakesync.core.rules import SyncRules
+    from lakesync.core.schema import TableSchema
+    from lakesync.gateway.model import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
     from lakesync.gateway.realtime import Connection
 
 

@@ -52,14 +52,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Final, Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Final, Literal
 
 from lakesync.auth import MIN_SECRET_BYTES
 from lakesync.aws.tables import TableNames, connections_table_name
-from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, CompactPolicy
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import MIB, GatewaySettings
+
+if TYPE_CHECKING:
+    # Only the lake tick's settings need it: the API functions' INIT does not import the lake's work rules.
+    from lakesync.core.lake_work import CompactPolicy
 
 GATEWAY_IDS: Final = "LAKESYNC_GATEWAY_IDS"
 TABLE_PREFIX: Final = "LAKESYNC_TABLE_PREFIX"
@@ -452,6 +455,12 @@ class MaterialiseSettings:
         return cls(tables=tables, claim_check_bucket=bucket)
 
 
+def _default_compact_policy() -> CompactPolicy:
+    from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY
+
+    return DEFAULT_COMPACT_POLICY
+
+
 @dataclass(frozen=True, slots=True)
 class LakeTickSettings:
     """Validated configuration of the ``lake_tick`` function.
@@ -474,7 +483,7 @@ class LakeTickSettings:
     flush_publishes: bool
     checkpoint_bucket: str | None = None
     flush_function: FlushFunctionRef | None = None
-    compact_policy: CompactPolicy = DEFAULT_COMPACT_POLICY
+    compact_policy: CompactPolicy = field(default_factory=_default_compact_policy)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> LakeTickSettings:
@@ -502,13 +511,13 @@ class LakeTickSettings:
         if publishes not in ("true", "false"):
             errors.append(f"{FLUSH_PUBLISHES} must be true or false (whether the flush job publishes)")
         bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
-        default = DEFAULT_COMPACT_POLICY
+        default = _default_compact_policy()
         most = MAX_COMPACT_MIN_FLUSH_RUNS
         min_runs = _int(env, COMPACT_MIN_FLUSH_RUNS, default.min_flush_runs, 1, errors, maximum=most, unit="runs")
         wait_min = _int(env, COMPACT_MAX_WAIT_MINUTES, default.max_wait_ms // 60_000, 0, errors, unit="minutes")
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
-        policy = CompactPolicy(min_runs, wait_min * 60_000)
+        policy = replace(default, min_flush_runs=min_runs, max_wait_ms=wait_min * 60_000)
         return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function, policy)
 
 

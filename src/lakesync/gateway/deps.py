@@ -7,22 +7,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakesync.core.actions import ActionHandler
 from lakesync.core.hlc import HLC, system_clock
-from lakesync.gateway.since import SinceSessionStore
-from lakesync.ports import (
-    ActionStore,
-    BufferStore,
-    ConfigStore,
-    ConnectorPositionStore,
-    ConnectorScheduler,
-    ObjectStore,
-    PullBasisReader,
-    SourceAdapter,
-)
 
 if TYPE_CHECKING:
     from lakesync.connectors.runtime import ConnectorRuntime
+    from lakesync.core.actions import ActionHandler
+    from lakesync.gateway.since import SinceSessionStore
+    from lakesync.ports import (
+        ActionStore,
+        BufferStore,
+        ConfigStore,
+        ConnectorPositionStore,
+        ConnectorScheduler,
+        ObjectStore,
+        PullBasisReader,
+        SourceAdapter,
+    )
 
 MIB = 1024 * 1024
 

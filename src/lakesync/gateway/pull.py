@@ -55,7 +55,6 @@ from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.io_pool import awaited, results_of, submit
 from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
-from lakesync.gateway.resync import covering_checkpoint, resync_page
 from lakesync.gateway.since import (
     SESSION_TTL_S,
     Handout,
@@ -468,6 +467,8 @@ def _pull_since(
     except _Released as exc:
         if store is None or not client_id:
             raise _expired(gateway, exc.head) from None
+        from lakesync.gateway.resync import covering_checkpoint  # rare: not loaded at INIT
+
         heads = deps.buffer.get_heads(shards)
         manifest = covering_checkpoint(deps, gateway, heads)
         if manifest is None:
@@ -523,6 +524,8 @@ def _resync(
 ) -> PullResult:
     """A resync page (:mod:`lakesync.gateway.resync`); ``confirmed`` is what the ``since`` the client sent stands
     for (it applied everything up to there)."""
+    from lakesync.gateway.resync import covering_checkpoint, resync_page  # rare: not loaded at INIT
+
     store = deps.since_sessions
     assert store is not None
     known = set(session.pushed) | set(session.redeliver) if session is not None else set()
