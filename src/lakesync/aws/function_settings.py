@@ -49,6 +49,7 @@ An empty variable counts as unset. Every problem is reported at once in one :cla
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -226,8 +227,12 @@ _FUNCTION_NAME = re.compile(r"(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:functi
 DEFAULT_FLUSH_MAX_DELTAS: Final = 200_000
 """Most entries one run of the flush function appends: well inside its 15 minutes and its memory (a larger backlog
 is flushed by the runs that follow)."""
-_JOB_NAME = re.compile(r"[\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF\t]{1,255}")
-"""A Glue job name (its API's pattern)."""
+
+
+@functools.cache
+def _job_name() -> re.Pattern[str]:
+    """A Glue job name (its API's pattern); compiled on first use, as its character ranges take milliseconds."""
+    return re.compile(r"[\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF\t]{1,255}")
 
 
 class SettingsError(ValueError):
@@ -504,7 +509,7 @@ class LakeTickSettings:
             name = env.get(var, "").strip()
             if not name:
                 errors.append(f"missing {var}")
-            elif not _JOB_NAME.fullmatch(name):
+            elif not _job_name().fullmatch(name):
                 errors.append(f"{var} {name!r} is not a Glue job name")
             names[job] = name
         publishes = env.get(FLUSH_PUBLISHES, "").strip().lower()
