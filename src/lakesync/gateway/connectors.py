@@ -21,9 +21,6 @@ import logging
 import re
 from typing import Any, Final
 
-from lakesync.connectors import registry
-from lakesync.connectors.runtime import open_connector
-from lakesync.connectors.secrets import externalise, stored_secret_ids
 from lakesync.core.connectors import ConnectorConfig, ConnectorValidationError, validate_connector_config
 from lakesync.core.errors import AdapterError, AlreadyExistsError, LakeSyncError, NotFoundError, StorageError
 from lakesync.core.schema import is_valid_identifier
@@ -37,12 +34,20 @@ NAME_RE: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 DEFAULT_INTERVAL_MS: Final = 10_000
 
 
+# The connector registry (and the SQL and API connectors it holds) loads on the first connector request, not at
+# the admin function's INIT.
+
+
 def connector_types() -> list[dict[str, Any]]:
     """``GET /v1/connectors/types``: every registered type's descriptor, sorted by type."""
+    from lakesync.connectors import registry
+
     return [d.to_json() for d in registry.descriptors()]
 
 
 def _check_config(config: ConnectorConfig) -> None:
+    from lakesync.connectors import registry
+
     if not NAME_RE.match(config.name):
         raise ConnectorValidationError(
             "Connector name must be 1-64 characters: letters, digits, '_', '.', '-', starting with a letter or digit"
@@ -77,6 +82,10 @@ def register_connector(deps: GatewayDeps, gateway: str, document: object) -> dic
     Raises:
         ConnectorValidationError: 400. AlreadyExistsError: 409. AdapterError: 502 (source unreachable/refused).
     """
+    from lakesync.connectors import registry
+    from lakesync.connectors.runtime import open_connector
+    from lakesync.connectors.secrets import externalise
+
     runtime = _runtime_parts(deps)
     config = validate_connector_config(document)
     _check_config(config)
@@ -143,6 +152,9 @@ def unregister_connector(deps: GatewayDeps, gateway: str, name: str) -> dict[str
     if deps.positions is not None:
         deps.positions.delete_position(gateway, name)
     if deps.connectors is not None:
+        from lakesync.connectors import registry
+        from lakesync.connectors.secrets import stored_secret_ids
+
         found = registry.get_type(config.type)
         fields = tuple(found.descriptor.secret_fields) if found is not None else ()
         for secret_id in stored_secret_ids(config, fields, gateway=gateway, prefix=deps.connector_secret_prefix):
