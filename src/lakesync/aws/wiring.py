@@ -21,22 +21,24 @@ from lakesync.aws.function_settings import (
     Settings,
     SettingsError,
 )
-from lakesync.aws.lake_tick import JobRunner, LakeReader, LakeTick
 from lakesync.aws.log_keys import FirstKeysGate
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
-from lakesync.core.lake_work import JOB_KINDS, JobKind
 from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.materialise import MaterialiseDeps
-from lakesync.gateway.realtime import BroadcastDeps
-from lakesync.ports import ConnectionSender, ConnectionStore, PullBasisReader
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from lakesync.aws.flush_runs import FunctionJobStarter
+    from lakesync.aws.lake_tick import JobRunner, LakeTick
     from lakesync.aws.tables import TableNames
+    from lakesync.core.lake_work import JobKind
+    from lakesync.gateway.materialise import MaterialiseDeps
+    from lakesync.gateway.realtime import BroadcastDeps
+    from lakesync.ports import ConnectionSender, ConnectionStore, PullBasisReader
+
+# Each function's builder imports what only it needs, so a function's first request loads no other's modules.
 
 
 def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None) -> GatewayDeps:
@@ -108,6 +110,7 @@ def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:
     secrets read from Secrets Manager)."""
     from lakesync.aws.destinations import ConfiguredDestinations
     from lakesync.aws.secrets import secretsmanager_client
+    from lakesync.gateway.materialise import MaterialiseDeps
 
     config = DynamoDBConfigStore(dynamodb_client(), settings.tables)
     return MaterialiseDeps(
@@ -123,6 +126,8 @@ def lake_tick(settings: LakeTickSettings) -> LakeTick:
     configured, and a starter per Glue job over one Glue client (clients made here, on the first tick)."""
     from lakesync.aws.flush_store import FlushStore
     from lakesync.aws.jobs import GlueJobStarter, glue_client
+    from lakesync.aws.lake_tick import LakeReader, LakeTick
+    from lakesync.core.lake_work import JOB_KINDS
 
     client = dynamodb_client()
     bucket = settings.checkpoint_bucket
@@ -189,6 +194,8 @@ def realtime(settings: RealtimeSettings) -> Realtime:
 
 def broadcast_deps(settings: BroadcastSettings) -> BroadcastDeps:
     """The broadcaster's dependencies: sync rules from the config table, the sessions, the management API."""
+    from lakesync.gateway.realtime import BroadcastDeps
+
     live = realtime(settings.realtime)
     return BroadcastDeps(
         config=DynamoDBConfigStore(dynamodb_client(), settings.tables),
