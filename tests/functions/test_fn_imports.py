@@ -62,3 +62,38 @@ def test_handler_cold_import_is_light_and_offline(name):
     # Then it imported without configuration or network, without any of HEAVY, well within a Lambda init phase
     assert result["heavy"] == []
     assert result["ms"] < 5000
+
+
+API_HANDLERS = ["health", "push", "pull", "checkpoint", "actions", "admin"]
+NOT_THEIRS = (
+    "lakesync.aws.lake_tick",
+    "lakesync.core.lake_work",
+    "lakesync.gateway.materialise",
+    "lakesync.gateway.realtime",
+    "lakesync.gateway.resync",
+    "lakesync.connectors.registry",
+)
+"""Modules of other functions or of rare requests (the lake tick, the materialiser, the broadcaster, a pull's
+checkpoint resync, the connector registry of the admin's /connectors routes)."""
+
+_LOADED = """
+import importlib, json, sys
+importlib.import_module(sys.argv[1])
+importlib.import_module("lakesync.aws.wiring")  # what the first request's get_deps() imports
+print(json.dumps(sorted(m for m in sys.argv[2].split(",") if m in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("name", API_HANDLERS)
+def test_an_api_function_cold_start_loads_no_other_functions_modules(name):
+    # A module imported at INIT or by the wiring at the first request is paid by every cold start of the function.
+    unwanted = NOT_THEIRS if name == "actions" else (*NOT_THEIRS, "lakesync.core.actions")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKESYNC_", "AWS_"))}
+    out = subprocess.run(
+        [sys.executable, "-c", _LOADED, f"functions.{name}", ",".join(unwanted)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
