@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -45,20 +46,25 @@ print(json.dumps({"ms": round(elapsed * 1000), "heavy": heavy}))
 """
 
 
-@pytest.mark.parametrize("name", HANDLERS)
-def test_handler_cold_import_is_light_and_offline(name):
-    # Given a clean environment: no LakeSync variables, no credentials, an AWS endpoint nothing listens on
+def _probe(code: str, name: str, modules: tuple[str, ...]) -> Any:
+    """What ``code`` prints last (JSON), run in a fresh interpreter with ``functions.{name}`` and ``modules`` as
+    arguments, in a clean environment: no LakeSync variables, no credentials, an AWS endpoint nothing listens on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKESYNC_", "AWS_"))}
     env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"
-    # When the handler module is imported cold
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, f"functions.{name}", ",".join(HEAVY)],
+        [sys.executable, "-c", code, f"functions.{name}", ",".join(modules)],
         capture_output=True,
         text=True,
         env=env,
         check=True,
     )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", HANDLERS)
+def test_handler_cold_import_is_light_and_offline(name):
+    # When the handler module is imported cold
+    result = _probe(_PROBE, name, HEAVY)
     # Then it imported without configuration or network, without any of HEAVY, well within a Lambda init phase
     assert result["heavy"] == []
     assert result["ms"] < 5000
@@ -88,12 +94,4 @@ print(json.dumps(sorted(m for m in sys.argv[2].split(",") if m in sys.modules)))
 def test_an_api_function_cold_start_loads_no_other_functions_modules(name):
     # A module imported at INIT or by the wiring at the first request is paid by every cold start of the function.
     unwanted = NOT_THEIRS if name == "actions" else (*NOT_THEIRS, "lakesync.core.actions")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKESYNC_", "AWS_"))}
-    out = subprocess.run(
-        [sys.executable, "-c", _LOADED, f"functions.{name}", ",".join(unwanted)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert _probe(_LOADED, name, unwanted) == []
