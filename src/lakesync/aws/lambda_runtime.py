@@ -18,6 +18,7 @@ as Lambda does; the lock still guards in-process callers (``workers=0``, the loc
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import threading
@@ -166,5 +167,20 @@ def one_at_a_time(handler: Callable[_P, _R]) -> Callable[_P, _R]:
                 return handler(*args, **kwargs)
             finally:
                 metrics.clear_metrics()
+                _freeze_once()
 
     return wrapper
+
+
+_frozen = False
+
+
+def _freeze_once() -> None:
+    """After the process's first invocation: move everything alive (modules, the SDK's service models, the wired
+    stores) out of the collector's view, so the full collections of later requests do not walk it again (one costs
+    about 60 ms over a pull page's objects otherwise). Refcounting still frees what is frozen; only cycles among
+    frozen objects that die later stay, a bounded one-time amount."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
