@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import zlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.aws.log_chunks import FIRST_KEYED, chunk_first, chunk_key, decode_entries, encode_entries
+from lakesync.aws.log_chunks import (
+    FIRST_KEYED,
+    LOG_FORMAT,
+    chunk_first,
+    chunk_key,
+    decode_entries,
+    encode_entries,
+)
 from lakesync.core.canonical import JsonValue, js_stringify
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
@@ -41,19 +49,89 @@ def _entry(i: int, before: dict[str, JsonValue] | None, after: dict[str, JsonVal
     return LogEntry(SHARD, 7 + i, FIRST_HLC + i, delta, before, after, len(text), text)
 
 
-@given(st.lists(st.tuples(rows, rows), min_size=1, max_size=6))
-def test_every_entry_reads_back_with_its_images(images: list[tuple[dict[str, JsonValue] | None, ...]]) -> None:
+@given(st.lists(st.tuples(rows, rows), min_size=1, max_size=6), st.sampled_from([1, 2]))
+def test_every_entry_reads_back_with_its_images(
+    images: list[tuple[dict[str, JsonValue] | None, ...]], log_format: int
+) -> None:
     # Given a chunk of entries with arbitrary row images before and after (1, 1.0 and true all differ)
     entries = [_entry(i, before, after) for i, (before, after) in enumerate(images)]
 
-    # When it is stored and read back
-    back = decode_entries(SHARD, 7, FIRST_HLC, encode_entries(entries))
+    # When it is stored in either layout and read back, with its images and without
+    blob = encode_entries(entries, log_format)
+    back = decode_entries(SHARD, 7, FIRST_HLC, blob)
+    bare = decode_entries(SHARD, 7, FIRST_HLC, blob, images=False)
 
     # Then every entry is the same, down to the type of every value (column order aside)
     assert back == entries
     for got, want in zip(back, entries, strict=True):
         assert _typed(got.before) == _typed(want.before) and _typed(got.after) == _typed(want.after)
         assert got.wire_json == want.wire_json
+    assert [(e.seq, e.commit_hlc, e.size, e.wire_json, e.before, e.after) for e in bare] == [
+        (e.seq, e.commit_hlc, e.size, e.wire_json, None, None) for e in entries
+    ]
+
+
+@given(st.lists(st.text(max_size=6), min_size=1, max_size=5), st.sampled_from([1, 2]))
+def test_ids_and_values_of_any_text_read_back(texts: list[str], log_format: int) -> None:
+    # Given deltas whose row ids and values hold any characters (newlines, quotes, lone surrogates, non-ASCII)
+    entries = []
+    for i, text in enumerate(texts):
+        delta = make_delta("INSERT", table="todos", row_id=f"r{i}{text}", client_id="c1", hlc=FIRST_HLC + i,
+                           columns={"a": text})  # fmt: skip
+        wire = js_stringify(delta.to_json())
+        entries.append(
+            LogEntry(
+                SHARD, 7 + i, FIRST_HLC + i, delta, None, {"a": text}, len(wire.encode("utf-8", "surrogatepass")), wire
+            )
+        )
+
+    # When stored and read back, the wire JSON, the sizes and the deltas are the same
+    back = decode_entries(SHARD, 7, FIRST_HLC, encode_entries(entries, log_format))
+    assert [(e.wire_json, e.size, e.delta) for e in back] == [(e.wire_json, e.size, e.delta) for e in entries]
+
+
+def test_layout_2_keeps_each_wire_json_on_a_line_of_its_own_and_the_images_apart() -> None:
+    entries = [_entry(i, None, {"a": i}) for i in range(3)]
+    header, *wires, images = zlib.decompress(encode_entries(entries)).decode().split("\n")
+    assert LOG_FORMAT == 2 and header == "2"
+    assert wires == [e.wire_json for e in entries]
+    assert json.loads(images) == [[{"a": i}, None] for i in range(3)]
+
+
+def test_a_wire_json_with_a_raw_newline_is_stored_in_layout_1() -> None:
+    entry = _entry(0, None, {"a": 1})
+    assert entry.wire_json is not None
+    spaced = entry.wire_json.replace(",", ",\n", 1)  # JSON all the same, but not one line
+    odd = LogEntry(entry.shard, entry.seq, entry.commit_hlc, entry.delta, None, {"a": 1}, len(spaced), spaced)
+    blob = encode_entries([odd])
+    assert zlib.decompress(blob).startswith(b"[")
+    assert decode_entries(SHARD, 7, FIRST_HLC, blob)[0].wire_json == spaced
+
+
+def test_a_chunk_written_by_the_release_before_layout_2_reads_back() -> None:
+    # Stored by that release: [[wire JSON, after, before form, size?], ...]
+    wire = '{"op":"DELETE","table":"todos","rowId":"r1","clientId":"c1","columns":[],"hlc":"5","deltaId":"d"}'
+    text = json.dumps([[wire, None, {"f": {"a": 1}}], [wire, {"a": 2}, None, 3]])
+    (first, second) = decode_entries(SHARD, 7, FIRST_HLC, zlib.compress(text.encode()))
+    assert (first.seq, first.before, first.after, first.size, first.wire_json) == (7, {"a": 1}, None, len(wire), wire)
+    assert (second.seq, second.commit_hlc, second.before, second.after, second.size) == (
+        8,
+        FIRST_HLC + 1,
+        None,
+        {"a": 2},
+        3,
+    )
+
+
+@pytest.mark.parametrize("text", ["3\n{}\n[]", "2:1,2\n{}\n[[null,null]]", "2\n{}\n[]"])
+def test_a_chunk_in_a_layout_this_code_does_not_know_or_inconsistent_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        decode_entries(SHARD, 7, FIRST_HLC, zlib.compress(text.encode()))
+
+
+def test_there_is_no_layout_0() -> None:
+    with pytest.raises(ValueError):
+        encode_entries([_entry(0, None, None)], 0)
 
 
 def test_an_update_stores_the_row_once() -> None:
@@ -70,10 +148,14 @@ def test_an_update_stores_the_row_once() -> None:
     assert (bare.before, bare.after, bare.size, bare.wire_json) == (None, None, entry.size, entry.wire_json)
 
 
-def test_a_size_other_than_the_wire_length_is_kept() -> None:
+@pytest.mark.parametrize("log_format", [1, 2])
+def test_a_size_other_than_the_wire_length_is_kept(log_format: int) -> None:
     entry = _entry(0, None, {"a": 1})
     odd = LogEntry(entry.shard, entry.seq, entry.commit_hlc, entry.delta, None, {"a": 1}, 5, entry.wire_json)
-    assert decode_entries(SHARD, 7, FIRST_HLC, encode_entries([odd]))[0].size == 5
+    plain = _entry(1, None, {"a": 2})
+    blob = encode_entries([odd, plain], log_format)
+    assert [e.size for e in decode_entries(SHARD, 7, FIRST_HLC, blob)] == [5, plain.size]
+    assert [e.size for e in decode_entries(SHARD, 7, FIRST_HLC, blob, images=False)] == [5, plain.size]
 
 
 @given(first=st.integers(1, 10**14), count=st.integers(1, 100), first_keyed=st.booleans())

@@ -24,7 +24,15 @@ Each entry is stored as ``[wire JSON, after, before]`` (and its size when it is 
   whose value differs or that ``after`` lacks, and ``"m": [column, ...]`` for the columns ``after`` has and
   ``before`` lacked.
 
-The list is JSON, compressed with zlib.
+Two layouts of the compressed text, told apart by its first character (both are read; writers choose one,
+:data:`LOG_FORMAT` once the deployment says every reader knows it, :mod:`lakesync.aws.log_keys`):
+
+* **1**: the list of entries as JSON: ``[[wire, after, before, size?], ...]``.
+* **2**: a header line, then each entry's wire JSON on a line of its own, then the images as one JSON line
+  ``[[after, before], ...]``. The header is ``2``, or ``2:`` and every entry's size, comma-separated, when one of
+  them is not its wire JSON's UTF-8 length. A pull without sync rules (the images serve only them) splits the lines
+  and parses nothing: the wire JSON is sent as it is stored. Wire JSON is compact (a newline in it is escaped), so a
+  line holds one; a chunk whose wire JSON would hold a raw newline is written in layout 1.
 
 **Two keys.** A chunk is keyed by its last sequence (*last-keyed*, ``seq = last``) or by its first
 (*first-keyed*, ``seq = FIRST_KEYED + first``). A first-keyed chunk can be committed by a conditional put alone: two
@@ -48,6 +56,7 @@ from lakesync.gateway.model import LogEntry, ShardId
 __all__ = [
     "COMMIT_MARK_EVERY",
     "FIRST_KEYED",
+    "LOG_FORMAT",
     "chunk_first",
     "chunk_key",
     "decode_entries",
@@ -56,6 +65,9 @@ __all__ = [
 ]
 
 _LEVEL = 6
+
+LOG_FORMAT = 2
+"""The newest layout of a chunk's compressed text; this code reads it and every earlier one."""
 
 COMMIT_MARK_EVERY = 64
 """Entries per commit mark: the chunk holding each multiple of it carries ``chlc`` (an entry of ``by_commit``)."""
@@ -122,23 +134,64 @@ def _before(form: Any, after: dict[str, JsonValue] | None) -> dict[str, JsonValu
     return before
 
 
-def encode_entries(entries: Sequence[LogEntry]) -> bytes:
-    """The compressed form of a chunk's entries (consecutive, in sequence order)."""
-    rows = []
-    for entry in entries:
-        wire = entry.wire_json if entry.wire_json is not None else _dumps(entry.delta.to_json())
-        row = [wire, entry.after, _before_form(entry.before, entry.after)]
-        if entry.size != len(wire.encode("utf-8", "surrogatepass")):
-            row.append(entry.size)
-        rows.append(row)
-    return zlib.compress(_dumps(rows).encode("utf-8", "surrogatepass"), _LEVEL)
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def encode_entries(entries: Sequence[LogEntry], log_format: int = LOG_FORMAT) -> bytes:
+    """The compressed form of a chunk's entries (consecutive, in sequence order), in layout ``log_format``."""
+    if log_format not in (1, 2):
+        raise ValueError(f"no chunk layout {log_format}")
+    wires = [entry.wire_json if entry.wire_json is not None else _dumps(entry.delta.to_json()) for entry in entries]
+    if log_format == 2 and not any("\n" in wire for wire in wires):
+        sizes = [entry.size for entry in entries]
+        header = "2"
+        if any(size != _utf8_length(wire) for size, wire in zip(sizes, wires, strict=True)):
+            header += ":" + ",".join(map(str, sizes))
+        images = _dumps([[entry.after, _before_form(entry.before, entry.after)] for entry in entries])
+        text = "\n".join([header, *wires, images])
+    else:
+        rows = []
+        for entry, wire in zip(entries, wires, strict=True):
+            row = [wire, entry.after, _before_form(entry.before, entry.after)]
+            if entry.size != _utf8_length(wire):
+                row.append(entry.size)
+            rows.append(row)
+        text = _dumps(rows)
+    return zlib.compress(text.encode("utf-8", "surrogatepass"), _LEVEL)
 
 
 def decode_entries(
     shard: ShardId, first_seq: int, first_commit_hlc: int, blob: bytes, *, images: bool = True
 ) -> list[LogEntry]:
-    """The entries of a stored chunk; with ``images=False`` their ``before``/``after`` are ``None``."""
-    rows = json.loads(zlib.decompress(blob).decode("utf-8", "surrogatepass"))
+    """The entries of a stored chunk (either layout); with ``images=False`` their ``before``/``after`` are ``None``."""
+    text = zlib.decompress(blob).decode("utf-8", "surrogatepass")
+    if text.startswith("["):
+        return _decode_list(shard, first_seq, first_commit_hlc, json.loads(text), images)
+    header, *wires, image_line = text.split("\n")
+    if header == "2":
+        sizes = [_utf8_length(wire) for wire in wires]
+    elif header.startswith("2:"):
+        sizes = [int(size) for size in header[2:].split(",")]
+    else:
+        raise ValueError(f"not a chunk layout this code reads: {header[:20]!r}")
+    pairs = json.loads(image_line) if images else None
+    if len(sizes) != len(wires) or (pairs is not None and len(pairs) != len(wires)):
+        raise ValueError("a chunk's header, lines and images disagree on its entries")
+    if pairs is None:
+        return [
+            LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire)
+            for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
+        ]
+    return [
+        LogEntry(shard, first_seq + i, first_commit_hlc + i, None, _before(before, after), after, size, wire)
+        for i, (wire, size, (after, before)) in enumerate(zip(wires, sizes, pairs, strict=True))
+    ]
+
+
+def _decode_list(
+    shard: ShardId, first_seq: int, first_commit_hlc: int, rows: list[Any], images: bool
+) -> list[LogEntry]:
     return [
         LogEntry(
             shard,
@@ -147,7 +200,7 @@ def decode_entries(
             None,
             _before(before, after) if images else None,
             after if images else None,
-            size[0] if size else len(wire.encode("utf-8", "surrogatepass")),
+            size[0] if size else _utf8_length(wire),
             wire,
         )
         for i, (wire, after, before, *size) in enumerate(rows)
