@@ -5,6 +5,7 @@ set to auto commits last keys before and first keys after."""
 from __future__ import annotations
 
 import threading
+import zlib
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.log_keys import MARKER_GATEWAY, MARKER_SK, FirstKeysGate, remove_marker, write_marker
 from lakesync.aws.tables import TableNames
 from tests.contract.test_commit_by_put import _keys
-from tests.contract.test_row_cache import _delta, _deps, _push
+from tests.contract.test_row_cache import SHARD, _delta, _deps, _push
 
 GRACE_MS = 60_000
 
@@ -184,3 +185,55 @@ def test_a_store_set_to_auto_commits_last_keys_until_the_gate_opens(
     last_keyed = DynamoDBBufferStore(client, names, first_keyed=False)
     _push(_deps(last_keyed, client, names), _delta("r4", 4, title="d"))
     assert _keys(client, names) == [2, FIRST_KEYED + 3, FIRST_KEYED + 4]
+
+
+def _layouts(client: Any, names: TableNames) -> list[str]:
+    """The layout of each stored chunk's text, in key order (its first character: ``[`` for layout 1)."""
+    items = client.scan(TableName=names.deltas)["Items"]
+    return [zlib.decompress(item["z"]["B"])[:1].decode() for item in sorted(items, key=lambda i: int(i["seq"]["N"]))]
+
+
+def test_a_store_set_to_auto_writes_layout_2_only_once_the_gate_is_open(
+    dynamodb_client: Any, dynamodb_tables: TableNames
+) -> None:
+    # Given a store set to auto on a deployment whose marker (of a release that reads layout 2) has just been written
+    client, names = dynamodb_client, dynamodb_tables
+    write_marker(client, names.config, GRACE_MS)
+    clock = Clock()
+    gate = FirstKeysGate(client, names.config, now_ms=clock)
+    store = DynamoDBBufferStore(client, names, first_keyed=gate, log_format=gate.log_format)
+    deps = _deps(store, client, names)
+    # When it commits before the grace is over, then after
+    _push(deps, _delta("r1", 1, title="a"))
+    clock.ms += GRACE_MS
+    _push(deps, _delta("r2", 2, title="b"))
+    # Then the first chunk is in layout 1 (a reader of an earlier release may still run), the next in layout 2
+    assert _layouts(client, names) == ["[", "2"]
+    # And both read back
+    assert [e.delta.row_id for e in store.read_log(SHARD, 0, 10)] == ["r1", "r2"]
+
+
+@pytest.mark.parametrize("marker_format", [None, 1, 2, 7])
+def test_the_layout_is_the_markers_and_at_most_this_codes(
+    dynamodb_client: Any, dynamodb_tables: TableNames, marker_format: int | None
+) -> None:
+    # Given an open marker written by a release before layout 2 (no `lf`), or saying some layout
+    client, names = dynamodb_client, dynamodb_tables
+    item = {"gw": {"S": MARKER_GATEWAY}, "sk": {"S": MARKER_SK}, "grace_ms": {"N": "0"}}
+    if marker_format is not None:
+        item["lf"] = {"N": str(marker_format)}
+    client.put_item(TableName=names.config, Item=item)
+    gate = FirstKeysGate(client, names.config)
+    # Then, once stamped and open, writers use the marker's layout, never one this code does not write
+    assert gate()
+    assert gate.log_format() == min(marker_format or 1, 2)
+    # And the stamp kept the layout for every other process
+    stamped = _marker(client, names)
+    assert stamped is not None and "seen" in stamped
+    assert FirstKeysGate(client, names.config).log_format() == min(marker_format or 1, 2)
+
+
+def test_a_gate_not_open_says_layout_1(dynamodb_client: Any, dynamodb_tables: TableNames) -> None:
+    write_marker(dynamodb_client, dynamodb_tables.config, GRACE_MS)
+    gate = FirstKeysGate(dynamodb_client, dynamodb_tables.config, now_ms=Clock())
+    assert gate.log_format() == 1

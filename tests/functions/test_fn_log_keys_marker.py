@@ -17,6 +17,7 @@ import pytest
 
 import functions.log_keys_marker as marker_fn
 from lakesync.aws.deployment_marker import MarkerRequestError, parse_marker_event
+from lakesync.aws.log_chunks import LOG_FORMAT
 from lakesync.aws.log_keys import MARKER_GATEWAY, MARKER_SK, FirstKeysGate, write_marker
 from lakesync.aws.tables import TableNames
 from lakesync.local.front import LambdaContext
@@ -106,12 +107,13 @@ def test_create_update_delete(
     # When CloudFormation creates the resource
     create = _event("log_keys_marker_create", responses.url, table)
     _invoke(create)
-    # Then the marker holds the grace, unstamped, and CloudFormation is told, at the URL it gave, with the empty
-    # content type the presigned URL is signed for
+    # Then the marker holds the grace and the newest chunk layout this release reads, unstamped, and CloudFormation
+    # is told, at the URL it gave, with the empty content type the presigned URL is signed for
     assert _marker(dynamodb_client, table) == {
         "gw": {"S": MARKER_GATEWAY},
         "sk": {"S": MARKER_SK},
         "grace_ms": {"N": create["ResourceProperties"]["GraceMs"]},
+        "lf": {"N": str(LOG_FORMAT)},
     }
     assert responses.received[0]["path"].endswith("?X-Amz-Signature=abc")
     assert responses.received[0]["content_type"] == ""

@@ -123,10 +123,27 @@ def test_a_chunk_written_by_the_release_before_layout_2_reads_back() -> None:
     )
 
 
-@pytest.mark.parametrize("text", ["3\n{}\n[]", "2:1,2\n{}\n[[null,null]]", "2\n{}\n[]"])
+@pytest.mark.parametrize("text", ["3\n{}\n[]", "2:1,2\n{}\n[[null,null]]"])
 def test_a_chunk_in_a_layout_this_code_does_not_know_or_inconsistent_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         decode_entries(SHARD, 7, FIRST_HLC, zlib.compress(text.encode()))
+
+
+def test_images_that_disagree_with_the_lines_are_refused_when_first_asked_for() -> None:
+    blob = zlib.compress(b'2\n{"op":"INSERT"}\n[]')
+    (entry,) = decode_entries(SHARD, 7, FIRST_HLC, blob)
+    assert entry.wire_json == '{"op":"INSERT"}'
+    with pytest.raises(ValueError):
+        _ = entry.after
+
+
+def test_images_are_parsed_once_per_chunk_on_first_use() -> None:
+    entries = [_entry(i, {"a": i}, {"a": i + 1}) for i in range(3)]
+    back = decode_entries(SHARD, 7, FIRST_HLC, encode_entries(entries))
+    assert all(e._images is not None for e in back)  # nothing parsed yet
+    assert back[1].after == {"a": 2}
+    assert back[0]._images is not None and back[0]._images[0]._pairs is not None  # the chunk's line, parsed once
+    assert [(e.before, e.after) for e in back] == [({"a": i}, {"a": i + 1}) for i in range(3)]
 
 
 def test_there_is_no_layout_0() -> None:

@@ -33,6 +33,7 @@ from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.log_chunks import (
     COMMIT_MARK_EVERY,
     FIRST_KEYED,
+    LOG_FORMAT,
     chunk_first,
     chunk_key,
     decode_entries,
@@ -240,6 +241,9 @@ class DynamoDBBufferStore:
     records a first-keyed chunk (``lk``) gets first-keyed chunks from every writer, so its log never changes back. A
     callable (:class:`lakesync.aws.log_keys.FirstKeysGate`) is asked before a commit starts a shard on first keys, and
     reads then expect a shard's kind only once they have seen it.
+
+    ``log_format``: the layout of the chunks' text it writes (:mod:`lakesync.aws.log_chunks`; it reads every
+    layout), or a callable asked at each commit (:meth:`lakesync.aws.log_keys.FirstKeysGate.log_format`).
     """
 
     def __init__(
@@ -251,6 +255,7 @@ class DynamoDBBufferStore:
         rows_in_commit: bool = False,
         commit_mark_every: int = COMMIT_MARK_EVERY,
         first_keyed: bool | Callable[[], bool] = False,
+        log_format: int | Callable[[], int] = LOG_FORMAT,
     ) -> None:
         if commit_mark_every < 1:
             raise ValueError(f"commit_mark_every must be at least 1, not {commit_mark_every}")
@@ -259,6 +264,7 @@ class DynamoDBBufferStore:
         self._log_ttl_s = log_ttl_s
         self._rows_in_commit = rows_in_commit
         self._mark_every = commit_mark_every
+        self._log_format: Callable[[], int] = log_format if callable(log_format) else lambda: log_format
         self._first_keyed = first_keyed if isinstance(first_keyed, bool) else False
         self._starts_first_keys: Callable[[], bool] = first_keyed if callable(first_keyed) else self._by_setting
         self._first_keyed_shards: set[str] = set()
@@ -913,7 +919,7 @@ class DynamoDBBufferStore:
             "seq": _n(chunk_key(first.seq, last.seq, first_keyed=first_keyed)),
             "n": _n(len(commit.entries)),
             "c": _n(first.commit_hlc),
-            "z": {"B": encode_entries(commit.entries)},
+            "z": {"B": encode_entries(commit.entries, self._log_format())},
             TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
         }
         if first_keyed and first.seq > 1 and commit.previous_commit_hlc > 0:

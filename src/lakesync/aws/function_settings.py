@@ -19,7 +19,8 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
   with rows written after the commit, the commit is a conditional put of the log item), ``last`` (by their last
   sequence, each commit one transaction) or ``auto`` (default: ``last`` until the deployment's marker says every
   function and job reads first keys, then ``first``: :mod:`lakesync.aws.log_keys`). All read both kinds; first keys,
-  once written to a shard, are written to it by every writer, for good.
+  once written to a shard, are written to it by every writer, for good. The same marker lets ``auto`` write the
+  newest layout of a chunk's text; ``first`` and ``last`` write layout 1 (every release reads it).
 * ``LAKESYNC_PULL_BASIS_TTL_MS`` -- how long a process serves cursor pulls from its last read of the sync rules and
   the shard registry (default 1,000, at most 60,000; 0 reads them for every pull): :mod:`lakesync.gateway.basis_cache`.
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;

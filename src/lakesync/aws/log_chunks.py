@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakesync.core.canonical import JsonValue
-from lakesync.gateway.model import LogEntry, ShardId
+from lakesync.gateway.model import LogEntry, RowImages, ShardId
 
 __all__ = [
     "COMMIT_MARK_EVERY",
@@ -175,18 +175,37 @@ def decode_entries(
         sizes = [int(size) for size in header[2:].split(",")]
     else:
         raise ValueError(f"not a chunk layout this code reads: {header[:20]!r}")
-    pairs = json.loads(image_line) if images else None
-    if len(sizes) != len(wires) or (pairs is not None and len(pairs) != len(wires)):
-        raise ValueError("a chunk's header, lines and images disagree on its entries")
-    if pairs is None:
+    if len(sizes) != len(wires):
+        raise ValueError("a chunk's header and lines disagree on its entries")
+    if not images:
         return [
             LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire)
             for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
         ]
+    load = _ImageLine(image_line, len(wires))
     return [
-        LogEntry(shard, first_seq + i, first_commit_hlc + i, None, _before(before, after), after, size, wire)
-        for i, (wire, size, (after, before)) in enumerate(zip(wires, sizes, pairs, strict=True))
+        LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire, images=(load, i))
+        for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
     ]
+
+
+class _ImageLine:
+    """A layout-2 chunk's images, parsed when an entry first asks for its own."""
+
+    __slots__ = ("_count", "_line", "_pairs")
+
+    def __init__(self, line: str, count: int) -> None:
+        self._line = line
+        self._count = count
+        self._pairs: list[RowImages] | None = None
+
+    def __call__(self) -> list[RowImages]:
+        if self._pairs is None:
+            stored = json.loads(self._line)
+            if len(stored) != self._count:
+                raise ValueError("a chunk's lines and images disagree on its entries")
+            self._pairs = [(_before(before, after), after) for after, before in stored]
+        return self._pairs
 
 
 def _decode_list(

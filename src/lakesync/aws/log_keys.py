@@ -17,6 +17,10 @@ Writers start first keys once ``seen + grace_ms`` has passed, and the marker is 
 then each process reads the marker at most once a minute (and once more when the grace is over); from then on,
 never. Any failure reads as "not yet": last keys are always safe (a writer set to them
 still writes first keys to a shard whose head records them).
+
+The same marker says which layout of a chunk's text (:mod:`lakesync.aws.log_chunks`) every reader knows: ``lf``,
+the newest layout of the release that wrote it (a marker without it is older than layout 2: 1). Writers use
+``min(lf, LOG_FORMAT)`` once the gate is open, layout 1 before.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lakesync.aws.errors import condition_failed
+from lakesync.aws.log_chunks import LOG_FORMAT
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -43,17 +48,26 @@ RECHECK_MS: Final = 60_000
 """How often a process whose writers may not start first keys yet reads the marker again."""
 
 
-def marker_item(grace_ms: int, *, seen_ms: int | None = None) -> dict[str, dict[str, str]]:
-    """The marker as a config-table item (``seen_ms``: stamped already, as for tables created just now)."""
-    item = {"gw": {"S": MARKER_GATEWAY}, "sk": {"S": MARKER_SK}, "grace_ms": {"N": str(grace_ms)}}
+def marker_item(
+    grace_ms: int, *, seen_ms: int | None = None, log_format: int = LOG_FORMAT
+) -> dict[str, dict[str, str]]:
+    """The marker as a config-table item (``seen_ms``: stamped already, as for tables created just now;
+    ``log_format``: the newest chunk layout every reader knows)."""
+    item = {
+        "gw": {"S": MARKER_GATEWAY},
+        "sk": {"S": MARKER_SK},
+        "grace_ms": {"N": str(grace_ms)},
+        "lf": {"N": str(log_format)},
+    }
     if seen_ms is not None:
         item["seen"] = {"N": str(seen_ms)}
     return item
 
 
 def write_marker(client: DynamoDBClient, config_table: str, grace_ms: int, *, seen_ms: int | None = None) -> None:
-    """Say that every function and job now runs code that reads first keys (a later marker replaces an earlier one,
-    so its grace starts again)."""
+    """Say that every function and job now runs code that reads first keys and chunk layouts up to
+    :data:`~lakesync.aws.log_chunks.LOG_FORMAT` (a later marker replaces an earlier one, so its grace starts
+    again)."""
     client.put_item(TableName=config_table, Item=marker_item(grace_ms, seen_ms=seen_ms))
 
 
@@ -89,6 +103,7 @@ class FirstKeysGate:
         self._open = False
         self._opens_at: int | None = None
         self._next_read = 0
+        self._marker_format = 1
 
     def __call__(self) -> bool:
         """Whether first keys may be started now."""
@@ -115,6 +130,10 @@ class FirstKeysGate:
             self._open = True
             return True
 
+    def log_format(self) -> int:
+        """The chunk layout writers may use now: the marker's, once the gate is open; layout 1 before."""
+        return self._marker_format if self() else 1
+
     def _read_opens_at(self, now: int) -> int | None:
         try:
             item = self._marker()
@@ -122,9 +141,10 @@ class FirstKeysGate:
                 return None
             grace = int(item["grace_ms"]["N"])
             if "seen" not in item:
-                item = self._stamp(grace, now) or self._marker()
+                item = self._stamp(grace, _log_format(item), now) or self._marker()
                 if item is None or "seen" not in item:
                     return None
+            self._marker_format = min(_log_format(item), LOG_FORMAT)
             return int(item["seen"]["N"]) + grace
         except (ClientError, BotoCoreError, KeyError, ValueError) as exc:
             logger.warning("first keys stay off for now: the deployment marker could not be read (%s)", exc)
@@ -141,9 +161,9 @@ class FirstKeysGate:
         items = out.get("Items", [])
         return dict(items[0]) if items else None  # type: ignore[arg-type]
 
-    def _stamp(self, grace: int, now: int) -> dict[str, dict[str, str]] | None:
+    def _stamp(self, grace: int, log_format: int, now: int) -> dict[str, dict[str, str]] | None:
         """Stamp the marker with ``now`` unless another writer did; the stamped item, or ``None`` if one did."""
-        item = marker_item(grace, seen_ms=now)
+        item = marker_item(grace, seen_ms=now, log_format=log_format)
         try:
             self._db.put_item(
                 TableName=self._table,
@@ -155,3 +175,8 @@ class FirstKeysGate:
                 raise
             return None
         return item
+
+
+def _log_format(item: dict[str, dict[str, str]]) -> int:
+    """The marker's chunk layout (1 for a marker of a release before layout 2)."""
+    return max(1, int(item["lf"]["N"])) if "lf" in item else 1

@@ -46,12 +46,15 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
     (its S3 client made on first use), the gateway settings, and the registered connectors (:func:`connector_parts`)."""
     client = dynamodb_client()
     config = DynamoDBConfigStore(client, settings.tables)
-    first_keyed: bool | FirstKeysGate = (
-        FirstKeysGate(client, settings.tables.config) if settings.log_keys == "auto" else settings.log_keys == "first"
-    )
+    gate = FirstKeysGate(client, settings.tables.config) if settings.log_keys == "auto" else None
     deps = GatewayDeps(
         buffer=DynamoDBBufferStore(
-            client, settings.tables, rows_in_commit=settings.rows_in_commit, first_keyed=first_keyed
+            client,
+            settings.tables,
+            rows_in_commit=settings.rows_in_commit,
+            first_keyed=gate if gate is not None else settings.log_keys == "first",
+            # Layout 2 once the marker says every reader knows it (a deployment setting its log keys: layout 1).
+            log_format=gate.log_format if gate is not None else 1,
         ),
         config=config,
         actions=DynamoDBActionStore(client, settings.tables),

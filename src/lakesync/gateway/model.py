@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from lakesync.core.canonical import JsonValue, RawJson
 from lakesync.core.delta import RowDelta
@@ -139,6 +141,10 @@ class StoredRow:
     recent: tuple[str, ...] = ()
 
 
+RowImages: TypeAlias = "tuple[dict[str, JsonValue] | None, dict[str, JsonValue] | None]"
+"""A change's row values before and after it."""
+
+
 class LogEntry:
     """One committed change, as pullers see it (immutable).
 
@@ -148,19 +154,22 @@ class LogEntry:
     as stored (what ``JSON.stringify`` writes), when the store has it: pulls send it without rendering it again.
 
     A store may give ``wire_json`` alone (``delta=None``): the delta is then decoded from it on first use, so a pull
-    answered with the stored JSON never builds the objects. Equality ignores ``wire_json``, as it is derived.
+    answered with the stored JSON never builds the objects. Equality ignores ``wire_json``, as it is derived. A
+    store may also give the images as ``images=(load, i)``: ``load()`` returns its chunk's ``(before, after)`` pairs
+    and is called on first use of either image (a pull without sync rules never parses them).
     """
 
-    __slots__ = ("_delta", "after", "before", "commit_hlc", "seq", "shard", "size", "wire_json")
+    __slots__ = ("_after", "_before", "_delta", "_images", "commit_hlc", "seq", "shard", "size", "wire_json")
 
     shard: ShardId
     seq: int
     commit_hlc: int
-    before: dict[str, JsonValue] | None
-    after: dict[str, JsonValue] | None
     size: int
     wire_json: str | None
+    _before: dict[str, JsonValue] | None
+    _after: dict[str, JsonValue] | None
     _delta: RowDelta | None
+    _images: tuple[Callable[[], Sequence[RowImages]], int] | None
 
     def __init__(
         self,
@@ -172,6 +181,8 @@ class LogEntry:
         after: dict[str, JsonValue] | None,
         size: int,
         wire_json: str | None = None,
+        *,
+        images: tuple[Callable[[], Sequence[RowImages]], int] | None = None,
     ) -> None:
         if delta is None and wire_json is None:
             raise ValueError("a log entry needs its delta or its stored wire JSON")
@@ -181,10 +192,36 @@ class LogEntry:
         set_(self, "seq", seq)
         set_(self, "commit_hlc", commit_hlc)
         set_(self, "_delta", delta)
-        set_(self, "before", before)
-        set_(self, "after", after)
+        set_(self, "_before", before)
+        set_(self, "_after", after)
         set_(self, "size", size)
         set_(self, "wire_json", wire_json)
+        set_(self, "_images", images)
+
+    @property
+    def before(self) -> dict[str, JsonValue] | None:
+        """The row's values just before the change (``None``: it did not exist)."""
+        if self._images is not None:
+            self._load_images()
+        return self._before
+
+    @property
+    def after(self) -> dict[str, JsonValue] | None:
+        """The row's values just after the change (``None``: it is gone)."""
+        if self._images is not None:
+            self._load_images()
+        return self._after
+
+    def _load_images(self) -> None:
+        images = self._images
+        if images is None:  # loaded by another thread meanwhile
+            return
+        load, index = images
+        before, after = load()[index]
+        set_ = object.__setattr__
+        set_(self, "_before", before)
+        set_(self, "_after", after)
+        set_(self, "_images", None)
 
     @property
     def delta(self) -> RowDelta:
