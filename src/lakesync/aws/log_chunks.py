@@ -28,11 +28,12 @@ Two layouts of the compressed text, told apart by its first character (both are 
 :data:`LOG_FORMAT` once the deployment says every reader knows it, :mod:`lakesync.aws.log_keys`):
 
 * **1**: the list of entries as JSON: ``[[wire, after, before, size?], ...]``.
-* **2**: a header line, then each entry's wire JSON on a line of its own, then the images as one JSON line
-  ``[[after, before], ...]``. The header is ``2``, or ``2:`` and every entry's size, comma-separated, when one of
-  them is not its wire JSON's UTF-8 length. A pull without sync rules (the images serve only them) splits the lines
-  and parses nothing: the wire JSON is sent as it is stored. Wire JSON is compact (a newline in it is escaped), so a
-  line holds one; a chunk whose wire JSON would hold a raw newline is written in layout 1.
+* **2**: a header line, then two lines per entry: its wire JSON, then its images ``[after, before]`` as JSON. The
+  header is ``2``, or ``2:`` and every entry's size, comma-separated, when one of them is not its wire JSON's UTF-8
+  length. A pull without sync rules (the images serve only them) splits the lines and parses nothing: the wire JSON
+  is sent as it is stored. Each entry's images follow its wire JSON, whose values they mostly repeat, so they
+  compress against it (zlib looks back 32 KiB). Wire JSON is compact (a newline in it is escaped), so a line holds
+  one; a chunk whose wire JSON would hold a raw newline is written in layout 1.
 
 **Two keys.** A chunk is keyed by its last sequence (*last-keyed*, ``seq = last``) or by its first
 (*first-keyed*, ``seq = FIRST_KEYED + first``). A first-keyed chunk can be committed by a conditional put alone: two
@@ -148,8 +149,10 @@ def encode_entries(entries: Sequence[LogEntry], log_format: int = LOG_FORMAT) ->
         header = "2"
         if any(size != _utf8_length(wire) for size, wire in zip(sizes, wires, strict=True)):
             header += ":" + ",".join(map(str, sizes))
-        images = _dumps([[entry.after, _before_form(entry.before, entry.after)] for entry in entries])
-        text = "\n".join([header, *wires, images])
+        lines = [header]
+        for entry, wire in zip(entries, wires, strict=True):
+            lines += (wire, _dumps([entry.after, _before_form(entry.before, entry.after)]))
+        text = "\n".join(lines)
     else:
         rows = []
         for entry, wire in zip(entries, wires, strict=True):
@@ -168,42 +171,42 @@ def decode_entries(
     text = zlib.decompress(blob).decode("utf-8", "surrogatepass")
     if text.startswith("["):
         return _decode_list(shard, first_seq, first_commit_hlc, json.loads(text), images)
-    header, *wires, image_line = text.split("\n")
+    header, *lines = text.split("\n")
+    wires, image_lines = lines[::2], lines[1::2]
     if header == "2":
         sizes = [_utf8_length(wire) for wire in wires]
     elif header.startswith("2:"):
         sizes = [int(size) for size in header[2:].split(",")]
     else:
         raise ValueError(f"not a chunk layout this code reads: {header[:20]!r}")
-    if len(sizes) != len(wires):
+    if len(sizes) != len(wires) or len(image_lines) != len(wires):
         raise ValueError("a chunk's header and lines disagree on its entries")
     if not images:
         return [
             LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire)
             for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
         ]
-    load = _ImageLine(image_line, len(wires))
+    load = _ImageLines(image_lines)
     return [
         LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire, images=(load, i))
         for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
     ]
 
 
-class _ImageLine:
-    """A layout-2 chunk's images, parsed when an entry first asks for its own."""
+class _ImageLines:
+    """A layout-2 chunk's image lines, parsed (all at once) when an entry first asks for its own."""
 
-    __slots__ = ("_count", "_line", "_pairs")
+    __slots__ = ("_lines", "_pairs")
 
-    def __init__(self, line: str, count: int) -> None:
-        self._line = line
-        self._count = count
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
         self._pairs: list[RowImages] | None = None
 
     def __call__(self) -> list[RowImages]:
         if self._pairs is None:
-            stored = json.loads(self._line)
-            if len(stored) != self._count:
-                raise ValueError("a chunk's lines and images disagree on its entries")
+            stored = json.loads("[" + ",".join(self._lines) + "]")
+            if len(stored) != len(self._lines):
+                raise ValueError("a chunk's image lines do not hold one pair each")
             self._pairs = [(_before(before, after), after) for after, before in stored]
         return self._pairs
 
