@@ -5,7 +5,9 @@ of the stack, so on the deploy that adds it (the upgrade to this release, or a n
 are all updated. Writers set to ``logKeys: auto`` start first keys one grace after they first see it
 (:mod:`lakesync.aws.log_keys`): the grace outlasts anything that started with the code before, the longest Lambda
 invocation and the longest Glue job run. If the deploy rolls back, CloudFormation deletes the resource, and the
-marker with it.
+marker with it. The resource also names the newest chunk layout the release reads (``LogFormat``): a release that
+reads a newer one changes it, and the update, again after everything else, writes the marker afresh
+(:mod:`lakesync.aws.deployment_marker`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct, IConstruct
 
+from lakesync.aws.log_chunks import LOG_FORMAT
 from lakesync_infra.buffer import Buffer
 from lakesync_infra.config import LakeSyncConfig
 
@@ -53,7 +56,11 @@ class LogKeysMarker(Construct):
             "Resource",
             service_token=function.function_arn,
             resource_type="Custom::LogKeysMarker",
-            properties={"TableName": buffer.names.config, "GraceMs": str(marker_grace_ms(config))},
+            properties={
+                "TableName": buffer.names.config,
+                "GraceMs": str(marker_grace_ms(config)),
+                "LogFormat": str(LOG_FORMAT),
+            },
         )
         for construct in after:
             self.resource.node.add_dependency(construct)

@@ -122,7 +122,17 @@ def test_create_update_delete(
     assert not FirstKeysGate(dynamodb_client, table)()
     stamped = _marker(dynamodb_client, table)
     assert stamped is not None and "seen" in stamped
-    _invoke(_event("log_keys_marker_create", responses.url, table, RequestType="Update", PhysicalResourceId=physical))
+    same = _event("log_keys_marker_create", responses.url, table)["ResourceProperties"]
+    _invoke(
+        _event(
+            "log_keys_marker_create",
+            responses.url,
+            table,
+            RequestType="Update",
+            PhysicalResourceId=physical,
+            OldResourceProperties=same,
+        )
+    )
     # Then the marker keeps its stamp
     assert _answered(responses, create, "SUCCESS")["PhysicalResourceId"] == physical
     assert _marker(dynamodb_client, table) == stamped
@@ -132,6 +142,29 @@ def test_create_update_delete(
     # Then the marker is gone
     assert _answered(responses, delete, "SUCCESS")["PhysicalResourceId"] == physical
     assert _marker(dynamodb_client, table) is None
+
+
+def test_an_upgrade_to_a_release_reading_a_newer_chunk_layout_restarts_the_grace(
+    aws_env: None, dynamodb_client: Any, dynamodb_tables: TableNames, responses: ResponseServer
+) -> None:
+    # Given a deployment of the release before layout 2: its marker has no layout, and is stamped and open long ago
+    table = dynamodb_tables.config
+    key = {"gw": {"S": MARKER_GATEWAY}, "sk": {"S": MARKER_SK}}
+    dynamodb_client.put_item(TableName=table, Item={**key, "grace_ms": {"N": "3660000"}, "seen": {"N": "5"}})
+    assert FirstKeysGate(dynamodb_client, table).log_format() == 1
+    # When the upgrade's update reaches the resource (after every function and job), its layout now named
+    update = _event("log_keys_marker_update", responses.url, table)
+    assert "LogFormat" not in update["OldResourceProperties"]
+    _invoke(update)
+    # Then CloudFormation is told, and the marker is written afresh: the layout, the grace, no stamp
+    _answered(responses, update, "SUCCESS")
+    assert _marker(dynamodb_client, table) == {**key, "grace_ms": {"N": "3660000"}, "lf": {"N": str(LOG_FORMAT)}}
+    # So writers take the layout up only a grace after they first see it, when no code of the release before runs
+    now = [1_800_000_000_000]
+    gate = FirstKeysGate(dynamodb_client, table, now_ms=lambda: now[0])
+    assert gate.log_format() == 1
+    now[0] += 3_660_000
+    assert gate.log_format() == LOG_FORMAT
 
 
 def test_a_create_that_fails_is_reported_and_its_delete_succeeds(
@@ -160,6 +193,14 @@ def test_a_create_that_fails_is_reported_and_its_delete_succeeds(
         ({"ResourceProperties": {"TableName": "t", "GraceMs": "-5"}}, "GraceMs must be a whole number"),
         ({"ResourceProperties": {"GraceMs": "60000"}}, "ResourceProperties.TableName must name the config table"),
         ({"RequestId": ""}, "StackId, RequestId and LogicalResourceId must be non-empty strings"),
+        (
+            {"ResourceProperties": {"TableName": "t", "GraceMs": "1", "LogFormat": "two"}},
+            "ResourceProperties.LogFormat must be a chunk layout number",
+        ),
+        (
+            {"RequestType": "Update", "OldResourceProperties": {"TableName": "t", "GraceMs": "1", "LogFormat": "0"}},
+            "OldResourceProperties.LogFormat must be a chunk layout number",
+        ),
     ],
 )
 def test_a_malformed_request_is_answered_failed_and_writes_nothing(
@@ -186,6 +227,9 @@ def test_a_request_without_a_response_url_cannot_be_answered() -> None:
     with pytest.raises(MarkerRequestError, match="ResponseURL"):
         parse_marker_event(event)
     # and the sample events parse as they are
-    for name in ("log_keys_marker_create", "log_keys_marker_delete"):
+    for name in ("log_keys_marker_create", "log_keys_marker_update", "log_keys_marker_delete"):
         sample = json.loads((EVENTS / f"{name}.json").read_text(encoding="utf-8"))
-        assert parse_marker_event(sample).grace_ms == int(sample["ResourceProperties"]["GraceMs"])
+        parsed = parse_marker_event(sample)
+        assert parsed.grace_ms == int(sample["ResourceProperties"]["GraceMs"])
+        assert parsed.log_format == LOG_FORMAT
+        assert parsed.old_log_format == (1 if name.endswith("update") else None)

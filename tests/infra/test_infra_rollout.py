@@ -10,6 +10,8 @@ import pytest
 from lakesync_infra.config import LakeSyncConfig
 from lakesync_infra.rollout import marker_grace_ms
 
+from lakesync.aws.log_chunks import LOG_FORMAT
+
 
 def _marker(cfn: Any) -> dict[str, Any]:
     (marker,) = [r for r in cfn.resources.values() if r["Type"] == "Custom::LogKeysMarker"]
@@ -37,6 +39,8 @@ def test_the_marker_comes_after_every_function_and_job(cfn, ids, glue_cfn, glue_
         max(int(job["Timeout"]) * 60 for job in template.of_type("AWS::Glue::Job").values()),
     )
     assert int(props["GraceMs"]) > longest_s * 1000
+    # And it names the newest chunk layout this release reads: a release reading a newer one updates it
+    assert props["LogFormat"] == str(LOG_FORMAT)
 
 
 def test_the_grace_follows_the_glue_timeout():

@@ -2,8 +2,12 @@
 
 CloudFormation creates the resource after every function and job of the deploy is updated; the handler then writes
 the marker, and deletes it when the resource is deleted (the deploy that created it rolled back, or the stack is
-removed). An update changes nothing: a marker already seen keeps its stamp. Whatever happens, CloudFormation gets an
-answer at the request's presigned ``ResponseURL``: without one a deploy waits an hour for it.
+removed). The resource names the newest chunk layout its release reads (``LogFormat``), so a release that reads a
+newer one updates it, again after everything else: an update whose ``LogFormat`` differs from the one before writes
+the marker afresh, unstamped, so writers take up the layout (and first keys for shards that have none yet) only a
+grace after it, once no code of the release before runs. Any other update changes nothing: a marker already seen
+keeps its stamp. Whatever happens, CloudFormation gets an answer at the request's presigned ``ResponseURL``: without
+one a deploy waits an hour for it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import ClientError
 
 from lakesync.aws.errors import error_code
+from lakesync.aws.log_chunks import LOG_FORMAT
 from lakesync.aws.log_keys import MARKER_GATEWAY, MARKER_SK, remove_marker, write_marker
 
 if TYPE_CHECKING:
@@ -43,6 +48,10 @@ class MarkerRequest:
     response_url: str
     reply: Mapping[str, str]
     """What the response must echo: ``StackId``, ``RequestId``, ``LogicalResourceId``."""
+    log_format: int = 1
+    """The newest chunk layout the deployed release reads (``LogFormat``; a template without it: 1)."""
+    old_log_format: int | None = None
+    """An update's ``LogFormat`` before it (``None``: not an update)."""
 
     @property
     def physical_id(self) -> str:
@@ -68,7 +77,25 @@ def parse_marker_event(event: Mapping[str, Any]) -> MarkerRequest:
     # CloudFormation passes every property as a string.
     if not isinstance(grace, str | int) or not str(grace).isdigit():
         raise MarkerRequestError("ResourceProperties.GraceMs must be a whole number of milliseconds")
-    return MarkerRequest(kind, table, int(grace), url, {k: str(v) for k, v in reply.items()})
+    log_format = _log_format(props, "ResourceProperties")
+    old = event.get("OldResourceProperties")
+    old_log_format = _log_format(old if isinstance(old, Mapping) else {}, "OldResourceProperties")
+    return MarkerRequest(
+        kind,
+        table,
+        int(grace),
+        url,
+        {k: str(v) for k, v in reply.items()},
+        log_format=log_format,
+        old_log_format=old_log_format if kind == "Update" else None,
+    )
+
+
+def _log_format(props: Mapping[str, Any], where: str) -> int:
+    raw = props.get("LogFormat", "1")
+    if not isinstance(raw, str | int) or not str(raw).isdigit() or int(raw) < 1:
+        raise MarkerRequestError(f"{where}.LogFormat must be a chunk layout number (1 or more)")
+    return int(raw)
 
 
 def _response_url(event: Mapping[str, Any]) -> str | None:
@@ -77,9 +104,12 @@ def _response_url(event: Mapping[str, Any]) -> str | None:
 
 
 def apply_marker_request(request: MarkerRequest, client: DynamoDBClient) -> None:
-    """Create: write the marker. Delete: remove it (a table that is gone holds none). Update: nothing."""
-    if request.request_type == "Create":
-        write_marker(client, request.table, request.grace_ms)
+    """Create: write the marker. Delete: remove it (a table that is gone holds none). Update: write it afresh if the
+    release's chunk layout changed, else nothing."""
+    log_format = min(request.log_format, LOG_FORMAT)
+    changed = request.old_log_format is not None and request.old_log_format != request.log_format
+    if request.request_type == "Create" or (request.request_type == "Update" and changed):
+        write_marker(client, request.table, request.grace_ms, log_format=log_format)
     elif request.request_type == "Delete":
         try:
             remove_marker(client, request.table)

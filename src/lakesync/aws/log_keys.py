@@ -64,11 +64,17 @@ def marker_item(
     return item
 
 
-def write_marker(client: DynamoDBClient, config_table: str, grace_ms: int, *, seen_ms: int | None = None) -> None:
-    """Say that every function and job now runs code that reads first keys and chunk layouts up to
-    :data:`~lakesync.aws.log_chunks.LOG_FORMAT` (a later marker replaces an earlier one, so its grace starts
-    again)."""
-    client.put_item(TableName=config_table, Item=marker_item(grace_ms, seen_ms=seen_ms))
+def write_marker(
+    client: DynamoDBClient,
+    config_table: str,
+    grace_ms: int,
+    *,
+    seen_ms: int | None = None,
+    log_format: int = LOG_FORMAT,
+) -> None:
+    """Say that every function and job now runs code that reads first keys and chunk layouts up to ``log_format``
+    (a later marker replaces an earlier one, so its grace starts again)."""
+    client.put_item(TableName=config_table, Item=marker_item(grace_ms, seen_ms=seen_ms, log_format=log_format))
 
 
 def remove_marker(client: DynamoDBClient, config_table: str) -> None:
