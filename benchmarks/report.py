@@ -170,7 +170,8 @@ def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
     if profile:
         lines += [
             f"### Where the push time goes (cProfile, {profile['deltas']} deltas, client and moto profiled "
-            "separately; profiling inflates absolute times)",
+            "separately, the client's storage requests one after another so that its profile sees them; profiling "
+            "inflates absolute times)",
             "",
             "Client process (the Lambda side), self time by owner; stdlib time is charged to its caller:",
             "",
@@ -245,7 +246,7 @@ def _pull_section(r: dict[str, Any], pull: dict[str, Any]) -> list[str]:
     if profile:
         lines += [
             f"### Where the pull time goes (cProfile of the first {profile['pages']} pages of a handler pass, "
-            "client process)",
+            "client process, its storage requests one after another so that the profile sees them)",
             "",
             "| owner | s | share |",
             "|---|---|---|",

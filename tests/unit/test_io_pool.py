@@ -64,3 +64,14 @@ def test_a_failure_of_work_submitted_from_a_pool_thread_is_raised_by_its_future(
         return type(nested.exception()).__name__
 
     assert submit(job).result(timeout=5) == "ValueError"
+
+
+def test_inline_runs_submitted_work_in_the_calling_thread_for_the_block_only() -> None:
+    from lakesync.gateway.io_pool import inline, on_pool_thread
+
+    caller = threading.get_ident()
+    with inline():
+        assert submit(threading.get_ident).result() == caller
+        assert on_pool_thread()
+    assert not on_pool_thread()
+    assert submit(threading.get_ident).result() != caller

@@ -39,6 +39,18 @@ def on_pool_thread() -> bool:
     return bool(getattr(_THREAD, "in_pool", False))
 
 
+@contextmanager
+def inline() -> Iterator[None]:
+    """For the block, work submitted from this thread runs in it, at once, as on one of the pool's threads (a
+    profiler of this thread then sees it; the requests go one after another)."""
+    previous = on_pool_thread()
+    _THREAD.in_pool = True
+    try:
+        yield
+    finally:
+        _THREAD.in_pool = previous
+
+
 def submit(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
     """``fn(*args, **kwargs)`` on the pool; on one of its threads, run at once (the future is done when returned)."""
     if not on_pool_thread():
