@@ -106,10 +106,9 @@ def _response_url(event: Mapping[str, Any]) -> str | None:
 def apply_marker_request(request: MarkerRequest, client: DynamoDBClient) -> None:
     """Create: write the marker. Delete: remove it (a table that is gone holds none). Update: write it afresh if the
     release's chunk layout changed, else nothing."""
-    log_format = min(request.log_format, LOG_FORMAT)
     changed = request.old_log_format is not None and request.old_log_format != request.log_format
     if request.request_type == "Create" or (request.request_type == "Update" and changed):
-        write_marker(client, request.table, request.grace_ms, log_format=log_format)
+        write_marker(client, request.table, request.grace_ms, log_format=min(request.log_format, LOG_FORMAT))
     elif request.request_type == "Delete":
         try:
             remove_marker(client, request.table)

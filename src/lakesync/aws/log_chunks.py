@@ -144,22 +144,19 @@ def encode_entries(entries: Sequence[LogEntry], log_format: int = LOG_FORMAT) ->
     if log_format not in (1, 2):
         raise ValueError(f"no chunk layout {log_format}")
     wires = [entry.wire_json if entry.wire_json is not None else _dumps(entry.delta.to_json()) for entry in entries]
+    images = [[entry.after, _before_form(entry.before, entry.after)] for entry in entries]
+    sized = [entry.size == _utf8_length(wire) for entry, wire in zip(entries, wires, strict=True)]
     if log_format == 2 and not any("\n" in wire for wire in wires):
-        sizes = [entry.size for entry in entries]
-        header = "2"
-        if any(size != _utf8_length(wire) for size, wire in zip(sizes, wires, strict=True)):
-            header += ":" + ",".join(map(str, sizes))
+        header = "2" if all(sized) else "2:" + ",".join(str(entry.size) for entry in entries)
         lines = [header]
-        for entry, wire in zip(entries, wires, strict=True):
-            lines += (wire, _dumps([entry.after, _before_form(entry.before, entry.after)]))
+        for wire, image in zip(wires, images, strict=True):
+            lines += (wire, _dumps(image))
         text = "\n".join(lines)
     else:
-        rows = []
-        for entry, wire in zip(entries, wires, strict=True):
-            row = [wire, entry.after, _before_form(entry.before, entry.after)]
-            if entry.size != _utf8_length(wire):
-                row.append(entry.size)
-            rows.append(row)
+        rows = [
+            [wire, *image] if plain else [wire, *image, entry.size]
+            for entry, wire, image, plain in zip(entries, wires, images, sized, strict=True)
+        ]
         text = _dumps(rows)
     return zlib.compress(text.encode("utf-8", "surrogatepass"), _LEVEL)
 
@@ -181,14 +178,19 @@ def decode_entries(
         raise ValueError(f"not a chunk layout this code reads: {header[:20]!r}")
     if len(sizes) != len(wires) or len(image_lines) != len(wires):
         raise ValueError("a chunk's header and lines disagree on its entries")
-    if not images:
-        return [
-            LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire)
-            for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
-        ]
-    load = _ImageLines(image_lines)
+    load = _ImageLines(image_lines) if images else None
     return [
-        LogEntry(shard, first_seq + i, first_commit_hlc + i, None, None, None, size, wire, images=(load, i))
+        LogEntry(
+            shard,
+            first_seq + i,
+            first_commit_hlc + i,
+            None,
+            None,
+            None,
+            size,
+            wire,
+            images=(load, i) if load is not None else None,
+        )
         for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
     ]
 
