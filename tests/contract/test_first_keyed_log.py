@@ -328,8 +328,10 @@ def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: S
     last_keyed = DynamoDBBufferStore(counting, names)
     counting.queries.clear()
     assert [e.seq for e in last_keyed.read_log(shard, 50, 5, images=False)] == [51, 52, 53, 54, 55]
-    forward = [q["ExpressionAttributeValues"][":a"]["N"] for q in counting.queries if not descending(q)]
-    assert forward == ["50", str(FIRST_KEYED + 50)]
+    forward = [q["ExpressionAttributeValues"] for q in counting.queries if not descending(q)]
+    assert [values[":a"]["N"] for values in forward] == ["50", str(FIRST_KEYED + 51)]
+    # (read no further than the chunks that can hold the entries wanted: those starting at 51..55)
+    assert forward[1][":b"]["N"] == str(FIRST_KEYED + 55)
     counting.queries.clear()
     assert [e.seq for e in last_keyed.read_log(shard, 30, 5, images=False)] == [31, 32, 33, 34, 35]
     assert len(counting.queries) == 2
@@ -430,6 +432,36 @@ class ItemCountingClient(CountingClient):
             first, count, _ = chunk_span(item)
             self.spans.append((first, first + count - 1))
         return out
+
+
+def test_reads_by_position_stop_at_the_chunk_holding_the_last_entry_wanted(
+    contract_dynamodb: Any, shard: ShardId
+) -> None:
+    # Given pushes of 48, first-keyed (chunks starting at 1, 49, ..., 433)
+    client, names = contract_dynamodb
+    size, total = 48, 480
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, [size] * 10))
+    counting = ItemCountingClient(client)
+    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+    for after_seq, limit in ((0, 25), (48, 101), (96, 200), (100, 101), (144, 1001), (480, 5)):
+        wanted = list(range(after_seq + 1, min(after_seq + limit, total) + 1))
+        # The chunks holding them: from the one holding the first to the one holding the last
+        holding = len({(seq - 1) // size for seq in wanted})
+        # (a cursor stands on an entry, mostly the last of a chunk, where a page of whole chunks ended; one inside a
+        # chunk is read as read_log reads after the entry before it)
+        for read in ("read_log", "read_log_at") if after_seq and after_seq % size == 0 else ("read_log",):
+            counting.spans.clear()
+            if read == "read_log":
+                got = buffer.read_log(shard, after_seq, limit, images=False)
+            else:
+                _, got = buffer.read_log_at(shard, after_seq, limit, images=False)
+            # When the entries after a position are read, by a page or by a cursor
+            # Then they are all there, and no chunk past the one holding the last is read (a read from inside a chunk
+            # reads the chunk holding the position once more)
+            where = (read, after_seq, limit, counting.spans)
+            assert [e.seq for e in got] == wanted, where
+            assert all(first <= (wanted or [after_seq])[-1] for first, _ in counting.spans), where
+            assert holding <= len(counting.spans) <= holding + 1, where
 
 
 def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_dynamodb: Any, shard: ShardId) -> None:

@@ -464,9 +464,12 @@ class DynamoDBBufferStore:
         (``None`` for the HLC: the caller checks the position against the head). ``None`` otherwise (a position
         inside a chunk, a gap, a chunk without ``pv``)."""
         first_items: list[Item] = []
+        # The chunks holding entries `seq + 1 .. seq + limit` start in that range: the key bounds the read. It spans a
+        # chunk's most entries at least, so that nothing in it still shows `seq` is in the log's last chunk, or past it.
+        bounds = {":a": FIRST_KEYED + seq + 1, ":b": FIRST_KEYED + seq + max(limit, LOG_CHUNK_MAX_ENTRIES)}
 
         def after_it(request_size: Callable[[], int]) -> Iterator[Item]:
-            for item in self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + seq}, request_size, None):
+            for item in self._chunk_pages(shard, "seq BETWEEN :a AND :b", bounds, request_size, None):
                 if not first_items:
                     first_items.append(item)
                     if chunk_span(item)[0] != seq + 1 or "pv" not in item:
@@ -531,12 +534,15 @@ class DynamoDBBufferStore:
         *,
         projection: str | None = None,
         inside: bool = False,
+        through: int | None = None,
     ) -> Iterator[Item]:
         """The shard's log items after ``after_seq`` in sequence order, starting with the one holding entry
         ``after_seq + 1`` when the log has it; requests are made as the items are consumed, each asking for
         ``request_size()`` items. ``projection``: a ProjectionExpression (it must name ``seq``, ``n`` and ``c``).
         ``inside``: the position is likely inside a chunk (a cursor pull reads from the entry it stands on, the last
-        of a chunk), so a first-keyed log is asked for the chunk holding it at once, beside the items after it."""
+        of a chunk), so a first-keyed log is asked for the chunk holding it at once, beside the items after it.
+        ``through``: the last entry wanted; a first-keyed log is then read no further than the chunk holding it (the
+        items may still end later where the log is last-keyed)."""
         if self._reads_last_keyed(shard):
             # Last-keyed, `seq > after_seq` starts with the chunk holding `after_seq + 1`, and the first-keyed part of
             # a log that changed kind follows in key order from its start. That is right for a position in the
@@ -553,7 +559,7 @@ class DynamoDBBufferStore:
                 return
             self._first_keyed_shards.add(shard.key)
             self._last_keyed_shards.discard(shard.key)
-        yield from self._first_keyed_items(shard, after_seq, request_size, projection, inside=inside)
+        yield from self._first_keyed_items(shard, after_seq, request_size, projection, inside=inside, through=through)
 
     def _knows_first_keys(self, shard: ShardId) -> bool:
         return self._first_keyed or shard.key in self._first_keyed_shards
@@ -564,7 +570,14 @@ class DynamoDBBufferStore:
         return shard.key in self._last_keyed_shards or not self._guesses_first_keys
 
     def _first_keyed_items(
-        self, shard: ShardId, after_seq: int, request_size: Callable[[], int], projection: str | None, *, inside: bool
+        self,
+        shard: ShardId,
+        after_seq: int,
+        request_size: Callable[[], int],
+        projection: str | None,
+        *,
+        inside: bool,
+        through: int | None = None,
     ) -> Iterator[Item]:
         # Sequences start at 1: no chunk starts at or before position 0.
         look_back = after_seq > 0
@@ -576,7 +589,17 @@ class DynamoDBBufferStore:
             if inside and look_back and not on_pool_thread()
             else None
         )
-        later = self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
+        later = (
+            self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
+            if through is None
+            else self._chunk_pages(
+                shard,
+                "seq BETWEEN :a AND :b",
+                {":a": FIRST_KEYED + after_seq + 1, ":b": FIRST_KEYED + max(through, after_seq + 1)},
+                request_size,
+                projection,
+            )
+        )
         # Waited for even when not needed, or when the forward Query fails: no request outlives the read (Lambda
         # freezes a function's threads between invocations).
         with awaited(early):
@@ -667,7 +690,14 @@ class DynamoDBBufferStore:
         items = (
             source(request_size)
             if source is not None
-            else self.chunk_items(shard, after_seq, request_size, inside=inside)
+            else self.chunk_items(
+                shard,
+                after_seq,
+                request_size,
+                inside=inside,
+                # By sequence alone, the entries wanted end at `after_seq + limit`.
+                through=after_seq + limit if after_hlc is None and not skip else None,
+            )
         )
         for item in items:
             first, count, first_hlc = chunk_span(item)
