@@ -103,13 +103,14 @@ PUSH_METHOD = [
 ]
 PULL_METHOD = [
     "* Setup (not timed): the deltas go through the real push service over in-memory stores whose commits are "
-    "also rendered by the real DynamoDB store code; the rendered log items, the shard head and the registry item "
-    "are written to fresh tables. No sync rules are set (every delta is visible).",
+    "also rendered by the real DynamoDB store code; the rendered log items (first-keyed, as a deployment writes them "
+    "by default), the shard head and the registry item are written to fresh tables. No sync rules are set (every "
+    "delta is visible).",
     "* **handler**: `functions.pull.lambda_handler` from an empty cursor, each later request carrying the previous "
     "response's `cursor`, until `hasMore` is false; only the time inside the handler calls counts. Each call: JWT "
     "verification, query parsing, one config `Query` for the sync rules and the shard registry, consistent log "
-    "`Query` pages (at most 1,000 items), decoding into deltas, JSON response (the heads' release marks are read "
-    "only for a shard whose log read comes back empty: none here).",
+    "`Query` pages (the chunks that can hold the page's entries, by key), decoding into deltas, JSON response (the "
+    "heads' release marks are read only for a shard whose log read comes back empty: none here).",
     "* **raw (the goal's reference)**: a consistent `Query` of the shard's log with `Limit` = the pull `limit`, "
     "following `LastEvaluatedKey` to the end; items left as boto3 returns them.",
     "* **replay**: the exact DynamoDB requests of one handler pass, recorded on its client and sent again by the "

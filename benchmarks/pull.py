@@ -3,8 +3,9 @@
 Setup (not timed): ``deltas`` INSERTs of distinct rows of one table go through the real push service, over
 in-memory stores whose commits are also rendered by the real DynamoDB store code (:class:`_RenderingBuffer`);
 the rendered log items, the shard head and the shard-registry item are then written with ``BatchWriteItem`` /
-``PutItem``. The log is thus exactly what pushes write, without paying moto's slow ``TransactWriteItems`` for
-setup. Row and dedup items are not written: a pull reads neither.
+``PutItem``. The log is thus exactly what pushes write (first-keyed chunks, as a deployment writes them by default),
+without paying moto's slow ``TransactWriteItems`` for setup. Row and dedup items are not written: a pull reads
+neither.
 
 One repetition, on the same seeded tables:
 
@@ -79,7 +80,7 @@ class _RenderingBuffer:
         self.memory = InMemoryBufferStore()
         self.capture = _Capture()
         # Rows inside the transactions: the seed replays them, and needs no reads of its own.
-        self.renderer = DynamoDBBufferStore(self.capture, names, rows_in_commit=True)  # type: ignore[arg-type]
+        self.renderer = DynamoDBBufferStore(self.capture, names, rows_in_commit=True, first_keyed=True)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.memory, name)
