@@ -220,16 +220,18 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
     "health": FunctionAccess(api=False),
     # push: the basis (head by GetItem, then rows and deltaIds by BatchGetItem, log entries whose rows are pending by
     # Query), a transaction putting the log item and the head (put/update) and the shard registry, then the rows
-    # (PutItem) and the head's rows-applied mark (UpdateItem); deltaIds recorded with BatchWriteItem; schemas read;
-    # flush requested.
+    # (BatchWriteItem on the chunk's turn, else PutItem) and the head's rows-applied mark (UpdateItem); deltaIds
+    # recorded with BatchWriteItem; schemas read; flush requested. A writer that takes a turn over records the runs
+    # it declares in doubt (config PutItem), reads their records (GetItem, Query) and, retiring them, deletes them
+    # (DeleteItem) and their alternate rows (BatchWriteItem).
     "push": FunctionAccess(
         tables={
             "heads": ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
-            "rows": ("dynamodb:BatchGetItem", "dynamodb:PutItem"),
+            "rows": ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:BatchWriteItem"),
             # deltaId records; the pusher's `since` session (GetItem/PutItem: lakesync.aws.since_sessions)
             "dedup": ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:GetItem", "dynamodb:PutItem"),
             "deltas": ("dynamodb:PutItem", "dynamodb:Query"),
-            "config": ("dynamodb:Query", "dynamodb:PutItem"),
+            "config": ("dynamodb:Query", "dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"),
         }
     ),
     # pull: the sync rules with the shard registry (one Query), heads (release marks), log pages by sequence or by

@@ -31,7 +31,7 @@ class StopsAfterThePut(DynamoDBBufferStore):
 class StopsBeforeTheHead(DynamoDBBufferStore):
     """A writer that stops after writing its rows, before the head."""
 
-    def _advance_head(self, commit: Commit) -> None:
+    def _advance_head(self, commit: Commit, *_: Any) -> None:
         return None
 
 

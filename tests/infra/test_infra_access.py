@@ -146,6 +146,26 @@ def _forget_rows_applied(env: dict[str, Any]) -> int:
     return 200
 
 
+def _expire_doubts(env: dict[str, Any]) -> int:
+    """Move the sample shard's in-doubt runs (the push after ``_forget_rows_applied`` took the turn over, on a
+    first-keyed log; a last-keyed one has none) past their ``until``: as if no late batch could land any more; and let
+    a new process serve the next request."""
+    from functions._runtime import reset_runtime
+
+    client = boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE)
+    key = {"shard": {"S": f"{GW}#todos#0"}}
+    head = client.get_item(TableName=env["tables"].heads, Key=key, ConsistentRead=True)["Item"]
+    if "lk" not in head:
+        return 200
+    runs = [[first, last, 0] for first, last, _ in json.loads(head["dq"]["S"])]
+    client.update_item(
+        TableName=env["tables"].heads, Key=key, UpdateExpression="SET dq = :dq",
+        ExpressionAttributeValues={":dq": {"S": json.dumps(runs)}},
+    )  # fmt: skip
+    reset_runtime()
+    return 200
+
+
 def _second_push_body(hlc_ms: int = 1_763_000_000_000) -> dict[str, Any]:
     """The sample push with another write to the same row (newer by default): a second commit to the same shard."""
     from lakesync.core.delta import make_delta
@@ -509,8 +529,12 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
         _invoke("push", "push_json", body=_two_chunk_push_body()),
         _forget_rows_applied(env),
         # the rows of the first commit seem unwritten (its writer stopped): this push folds them from the log, waits
-        # for them briefly, then writes them itself
+        # for them briefly, then takes the turn over (the commits in doubt: recorded, their rows at alternate keys)
         _invoke("push", "push_json", body=_second_push_body()),
+        # once no late batch can land, a push in a new process retires them: their record read, rows copied back,
+        # record and alternate rows deleted
+        _expire_doubts(env),
+        _invoke("push", "push_json", body=_second_push_body(hlc_ms=1_763_000_000_001)),
         # a delta that loses to the row (its row is not written, so its deltaId gets a record of its own)
         _invoke("push", "push_json", body=_second_push_body(hlc_ms=1_700_000_000_000)),
     ],

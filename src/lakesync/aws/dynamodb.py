@@ -41,6 +41,7 @@ from lakesync.aws.log_chunks import (
     is_commit_mark,
 )
 from lakesync.aws.log_keys import write_marker
+from lakesync.aws.row_doubts import Doubt, alt_key, deadline_ms, decode_doubts, encode_doubts, until_ms
 from lakesync.aws.tables import (
     COMMIT_INDEX,
     TTL_ATTRIBUTE,
@@ -244,6 +245,11 @@ class DynamoDBBufferStore:
 
     ``log_format``: the layout of the chunks' text it writes (:mod:`lakesync.aws.log_chunks`; it reads every
     layout), or a callable asked at each commit (:meth:`lakesync.aws.log_keys.FirstKeysGate.log_format`).
+
+    With first keys and rows after the commit, a chunk's rows are written in batches on the chunk's turn, and a
+    writer that takes a turn over declares the chunks it takes over in doubt (:mod:`lakesync.aws.row_doubts`):
+    ``turn_wait_s`` is how long it waits for the writer before it, ``clock_ms`` the wall clock it judges the
+    writers' deadlines by.
     """
 
     def __init__(
@@ -256,6 +262,8 @@ class DynamoDBBufferStore:
         commit_mark_every: int = COMMIT_MARK_EVERY,
         first_keyed: bool | Callable[[], bool] = False,
         log_format: int | Callable[[], int] = LOG_FORMAT,
+        turn_wait_s: float = 2.0,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         if commit_mark_every < 1:
             raise ValueError(f"commit_mark_every must be at least 1, not {commit_mark_every}")
@@ -274,6 +282,12 @@ class DynamoDBBufferStore:
         self._guesses_first_keys = first_keyed is not False
         self._last_keyed_shards: set[str] = set()
         self._claimed: set[str] = set()
+        self._turn_wait_s = turn_wait_s
+        self._clock_ms: Callable[[], int] = clock_ms or (lambda: int(time.time() * 1000))
+        # The rows of in-doubt runs, by (shard, first and last position): their main keys.
+        self._doubt_rows: dict[tuple[str, int, int], frozenset[str]] = {}
+        # The last basis read of each shard: the head's `seq`, `ra` and in-doubt runs.
+        self._bases: dict[str, tuple[int, int, tuple[Doubt, ...]]] = {}
 
     def _by_setting(self) -> bool:
         return self._first_keyed
@@ -352,7 +366,39 @@ class DynamoDBBufferStore:
         by_pk = _row_keys(gateway, rows)
         if not by_pk:
             return {}
-        return _rows_from_items(by_pk, self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]))
+        # The gateway's in-doubt chunks first: one retired meanwhile has its rows back at their main keys.
+        alternates: dict[str, tuple[str, str]] = {}
+        for item in self._query(
+            TableName=self._t.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(_DOUBT_PREFIX)},
+            ConsistentRead=True,
+        ):
+            doubt = _doubt_from_item(item)
+            alternates.update((alt_key(doubt, pk), by_pk[pk]) for pk in _doubt_pks(item) if pk in by_pk)
+        return self._newest_rows({**by_pk, **alternates})
+
+    def _read_rows(
+        self, gateway: str, rows: Iterable[tuple[str, str]], doubts: Sequence[Doubt]
+    ) -> dict[tuple[str, str], StoredRow]:
+        """The rows as a shard whose head lists ``doubts`` holds them: the newest of each row's main key and its
+        alternate keys."""
+        by_pk = _row_keys(gateway, list(rows))
+        keys = dict(by_pk)
+        for doubt in doubts:
+            keys.update((alt_key(doubt, pk), row) for pk, row in by_pk.items())
+        return self._newest_rows(keys)
+
+    def _newest_rows(self, keys: Mapping[str, tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
+        if not keys:
+            return {}
+        found: dict[tuple[str, str], StoredRow] = {}
+        for item in self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in keys]):
+            key = keys[item["pk"]["S"]]
+            row = _row_from_item(key, item)
+            if key not in found or found[key].version < row.version:
+                found[key] = row
+        return found
 
     def seen_delta_ids(self, gateway: str, delta_ids: Sequence[str], now_s: int) -> set[str]:
         ids = list(dict.fromkeys(delta_ids))
@@ -375,8 +421,10 @@ class DynamoDBBufferStore:
         tail_read = None
         if head is not None and applied < head.seq:
             tail_read = submit(self._tail, shard, applied, head.seq)
+        doubts = _doubts(head_item)
+        self._bases[shard.key] = (head.seq, applied, doubts) if head is not None else (0, 0, ())
         with awaited(tail_read):
-            stored = self.get_rows(shard.gateway, rows)
+            stored = self._read_rows(shard.gateway, rows, doubts)
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(rows))
         return CommitBasis(head, stored)
@@ -390,7 +438,7 @@ class DynamoDBBufferStore:
         found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
         heads = found.get(self._t.heads) or []
         self._note_log_keys(shard, heads[0] if heads else None)
-        if heads and _rows_applied(heads[0]) < int(heads[0]["seq"]["N"]):
+        if heads and (_rows_applied(heads[0]) < int(heads[0]["seq"]["N"]) or "dq" in heads[0]):
             return None
         return CommitBasis(
             head=_head_from_item(heads[0]) if heads else None,
@@ -807,7 +855,8 @@ class DynamoDBBufferStore:
         Every writer's key is the sequence after the head it read, and the head only moves to the end of a chunk
         that exists: two writers that read the same head claim the same key, and a writer that read an older head
         claims a key taken already. So the log stays one chain. A taken key means a chunk is past the head (its
-        writer has not moved the head yet, or stopped): the head is rolled forward over it, and the push retries.
+        writer has not moved the head yet, or stopped): its writer is waited for, or the head rolled forward over it,
+        and the push retries.
         """
         shard = commit.shard
         expected = max(commit.expected_seq, 0)
@@ -830,9 +879,49 @@ class DynamoDBBufferStore:
             logger.warning("head of %s not moved past %s yet: %s", shard.key, commit.entries[-1].seq, exc)
 
     def _apply_put(self, commit: Commit) -> None:
-        """After a chunk's put: its rows, then the head over it."""
-        self._put_rows(commit.shard.gateway, [w.row for w in commit.rows])
-        self._advance_head(commit)
+        """After a chunk's put, on its turn (every chunk before it has its rows written, ``seq = ra``): its rows, in
+        batches while its deadline allows, then the head over it (``seq``, ``ra`` and the totals in one update). A
+        turn that does not come is taken (:meth:`_roll_forward`), which writes this chunk's rows too; in-doubt chunks
+        whose late writers can no longer land anything are retired on the way."""
+        shard, entries = commit.shard, commit.entries
+        previous, last = entries[0].seq - 1, entries[-1].seq
+        # A basis at `seq = ra = previous` showed the turn already: `ra` only moves past the position before this
+        # chunk with this chunk (or when a writer takes its turn over, and then this writer's head update fails),
+        # and the in-doubt runs change only with `ra`.
+        seq, applied, doubts = self._bases.get(shard.key, (-1, -1, ()))
+        if not seq == applied == previous:
+            head_item = self._await_turn(shard, previous, last)
+            if head_item is None:
+                return
+            doubts = _doubts(head_item)
+        kept = self._retire(shard, doubts)
+        rows = [w.row for w in commit.rows]
+        self._write_home(shard, rows, kept, batch_until=deadline_ms(entries[-1].commit_hlc))
+        self._advance_head(commit, doubts, kept)
+
+    def _await_turn(self, shard: ShardId, previous: int, last: int) -> Item | None:
+        """The head item once it is at ``seq = ra = previous`` (this chunk's turn); ``None`` once another writer has
+        moved the head over the chunk (its rows written). A turn that does not come within ``turn_wait_s`` is taken:
+        the chunks before this one are rolled over (in doubt where their writers may still write), this one's rows
+        written with them."""
+        for _ in range(3):
+            waited_until = time.monotonic() + self._turn_wait_s
+            delay = 0.002
+            while True:
+                item = self._head_item(shard)
+                if item is None:
+                    return None
+                seq, applied = int(item["seq"]["N"]), _rows_applied(item)
+                if seq >= last:
+                    return None
+                if seq == previous and applied == previous:
+                    return item
+                if time.monotonic() >= waited_until:
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+            self._roll_forward(shard, own=(previous + 1, last), wait=False)
+        raise StorageError(f"the head of {shard.key!r} did not reach {previous}: the rows after it wait")
 
     def _claim_first_keys(self, shard: ShardId, expected: int, *, new_shard: bool) -> None:
         """Before this process's first put to a shard: the head exists and records first keys (``lk``), so a
@@ -870,25 +959,28 @@ class DynamoDBBufferStore:
         self._claimed.add(shard.key)
         self._first_keyed_shards.add(shard.key)
 
-    def _advance_head(self, commit: Commit) -> None:
-        """Move the head from the chunk's first position - 1 to its last. An earlier chunk whose head update is
-        still to come is waited for briefly, then rolled over (with this one)."""
-        shard, entries = commit.shard, commit.entries
-        previous, last = entries[0].seq - 1, entries[-1].seq
-        for attempt in range(_APPLIED_WAITS + 1):
-            if self._set_head(shard, previous, previous, entries):
-                return
-            item = self._head_item(shard)
-            if item is not None and int(item["seq"]["N"]) >= last:
-                return  # another writer rolled the head past this chunk
-            if attempt < _APPLIED_WAITS:
-                time.sleep(0.002 * 2**attempt)
-        self._roll_forward(shard)
+    def _advance_head(self, commit: Commit, doubts: Sequence[Doubt], kept: Sequence[Doubt]) -> None:
+        """On the chunk's turn, its rows written: move the head from the chunk's first position - 1 to its last, the
+        in-doubt runs from ``doubts`` to ``kept`` (the retired ones' records and alternate rows then go). A head
+        that is not there any more was moved over the chunk by a writer that took its turn."""
+        entries = commit.entries
+        previous = entries[0].seq - 1
+        if self._set_head(commit.shard, previous, previous, entries, doubts=kept if kept != doubts else None):
+            self._forget(commit.shard, [d for d in doubts if d not in kept])
 
-    def _set_head(self, shard: ShardId, seq: int, applied: int | None, entries: Sequence[LogEntry]) -> bool:
+    def _set_head(
+        self,
+        shard: ShardId,
+        seq: int,
+        applied: int | None,
+        entries: Sequence[LogEntry],
+        *,
+        doubts: Sequence[Doubt] | None = None,
+    ) -> bool:
         """Move the head from ``seq`` over ``entries`` (those after ``seq``); ``False`` if it was not there. With
         ``applied`` (the head's rows-applied mark), their rows are all written and ``ra`` moves with it; with
-        ``None``, their rows stay pending (``ra`` where it is)."""
+        ``None``, their rows stay pending (``ra`` where it is). ``doubts``: the head's in-doubt chunks from now on
+        (``None`` leaves them as they are; they change only with ``ra``)."""
         end = entries[-1]
         values = {
             ":end": _n(end.seq),
@@ -904,6 +996,7 @@ class DynamoDBBufferStore:
             update += ", ra = :end"
             condition += " AND (ra = :ra OR attribute_not_exists(ra))"
             values[":ra"] = _n(applied)
+            update += _doubts_update(doubts, values)
         try:
             self._db.update_item(
                 TableName=self._t.heads,
@@ -918,25 +1011,127 @@ class DynamoDBBufferStore:
             return False
         return True
 
-    def _roll_forward(self, shard: ShardId) -> None:
-        """Bring the head over every chunk the log holds past it: their rows written from the log, then ``seq``,
-        ``ra`` and the totals moved in one update (if the head is still where it was read)."""
-        item = self._head_item(shard)
-        self._note_log_keys(shard, item)
-        if item is None:
-            return
-        head, applied = _head_from_item(item), _rows_applied(item)
-        # Every entry up to the head is committed, so all of them are read (`_tail` waits out a transaction being
-        # applied); the chunks past it are those that continue it.
-        behind = self._tail(shard, applied, head.seq) if applied < head.seq else []
-        past = self._past_head(head)
-        if not behind and not past:
-            return
-        self._write_rows_of(shard, behind + past)
+    def _roll_forward(self, shard: ShardId, *, own: tuple[int, int] | None = None, wait: bool = True) -> None:
+        """Bring the head over every chunk the log holds past it, and ``ra`` over every chunk whose rows are pending:
+        their rows written from the log, then ``seq``, ``ra`` and the totals moved in one update (if the head is
+        still where it was read).
+
+        A chunk whose writer may still write a batch of its rows (its last signature not yet expired) is waited for
+        first (``wait``: up to ``turn_wait_s``), then taken over *in doubt*: its rows, and every later write of them
+        until that writer can no longer land anything, go to alternate keys (:mod:`lakesync.aws.row_doubts`).
+        ``own``: this writer's own chunk, whose rows it writes here and in no batch."""
+        for attempt in range(2):
+            item = self._head_item(shard)
+            self._note_log_keys(shard, item)
+            if item is None:
+                return
+            head, applied, doubts = _head_from_item(item), _rows_applied(item), _doubts(item)
+            behind = self._tail(shard, applied, head.seq) if applied < head.seq else []
+            past = self._past_head(head)
+            entries = behind + past
+            if not entries:
+                return
+            now = self._clock_ms()
+            late = [
+                e
+                for e in entries
+                if not self._rows_in_commit
+                and until_ms(e.commit_hlc) > now
+                and not (own is not None and own[0] <= e.seq <= own[1])
+            ]
+            if not late or not wait or attempt:
+                break
+            if self._wait_for_head(shard, entries[-1].seq):
+                return  # their writers finished
+            # waited in vain: read the head and the log again, and take over
+        declared = self._declare(shard, [e for e in entries if e.seq <= late[-1].seq]) if late else ()
+        after = (*doubts, *declared)
+        self._write_rows_of(shard, entries, after)
+        changed = after if declared else None
         if past:
-            self._set_head(shard, head.seq, applied, behind + past)
+            self._set_head(shard, head.seq, applied, entries, doubts=changed)
         else:
-            self._set_applied(shard, applied, head.seq)
+            self._set_applied(shard, applied, head.seq, doubts=changed)
+
+    def _wait_for_head(self, shard: ShardId, last: int) -> bool:
+        """Wait up to ``turn_wait_s`` for the head to reach ``last`` with every row written (``seq`` and ``ra``);
+        whether it did."""
+        waited_until = time.monotonic() + self._turn_wait_s
+        delay = 0.002
+        while time.monotonic() < waited_until:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+            item = self._head_item(shard)
+            if item is not None and int(item["seq"]["N"]) >= last and _rows_applied(item) >= last:
+                return True
+        return False
+
+    def _declare(self, shard: ShardId, entries: Sequence[LogEntry]) -> tuple[Doubt, ...]:
+        """Record the chunks of ``entries`` in doubt (a record of their rows' main keys each, written before any head
+        lists them), in runs of at most a chunk's most entries, so that a record stays well within an item."""
+        doubts = []
+        for start in range(0, len(entries), LOG_CHUNK_MAX_ENTRIES):
+            run = entries[start : start + LOG_CHUNK_MAX_ENTRIES]
+            doubt = Doubt(run[0].seq, run[-1].seq, max(until_ms(e.commit_hlc) for e in run))
+            pks = list(dict.fromkeys(row_key(shard.gateway, e.delta.table, e.delta.row_id) for e in run))
+            try:
+                self._db.put_item(
+                    TableName=self._t.config,
+                    Item={
+                        **_doubt_record_key(shard, doubt),
+                        "first": _n(doubt.first),
+                        "last": _n(doubt.last),
+                        "until": _n(doubt.until_ms),
+                        "rows": {"L": [_s(pk) for pk in pks]},
+                    },
+                )
+            except ClientError as exc:
+                raise _client_error(exc, "PutItem") from exc
+            self._doubt_rows[(shard.key, doubt.first, doubt.last)] = frozenset(pks)
+            doubts.append(doubt)
+        return tuple(doubts)
+
+    def _doubt_pks(self, shard: ShardId, doubt: Doubt) -> frozenset[str]:
+        """The main keys of the rows of an in-doubt run (its record, read once per process)."""
+        cached = self._doubt_rows.get((shard.key, doubt.first, doubt.last))
+        if cached is not None:
+            return cached
+        try:
+            out = self._db.get_item(TableName=self._t.config, Key=_doubt_record_key(shard, doubt), ConsistentRead=True)
+        except ClientError as exc:
+            raise _client_error(exc, "GetItem") from exc
+        if "Item" not in out:
+            raise StorageError(f"the record of the in-doubt chunks {doubt.first}.. of {shard.key!r} is gone")
+        pks = frozenset(_doubt_pks(out["Item"]))
+        self._doubt_rows[(shard.key, doubt.first, doubt.last)] = pks
+        return pks
+
+    def _retire(self, shard: ShardId, doubts: Sequence[Doubt]) -> tuple[Doubt, ...]:
+        """Copy the rows of the in-doubt runs whose late writers can no longer land anything back to their main keys
+        (never backwards); returns the runs still in doubt."""
+        now = self._clock_ms()
+        expired = [d for d in doubts if d.until_ms <= now]
+        for doubt in expired:
+            alternates = {alt_key(doubt, pk): pk for pk in self._doubt_pks(shard, doubt)}
+            items = self._batch_get(self._t.rows, [{"pk": _s(key)} for key in alternates])
+            results_of([submit(self._put_row_item, {**item, "pk": _s(alternates[item["pk"]["S"]])}) for item in items])
+        return tuple(d for d in doubts if d not in expired)
+
+    def _forget(self, shard: ShardId, retired: Sequence[Doubt]) -> None:
+        """After the head stopped listing them: the retired runs' records and alternate rows go."""
+        for doubt in retired:
+            keys = [{"pk": _s(alt_key(doubt, pk))} for pk in self._doubt_pks(shard, doubt)]
+            for start in range(0, len(keys), 25):
+                requests = [{"DeleteRequest": {"Key": key}} for key in keys[start : start + 25]]
+                try:
+                    self._db.batch_write_item(RequestItems=cast(Any, {self._t.rows: requests}))
+                except ClientError as exc:
+                    logger.warning("alternate rows of %s %s not deleted: %s", shard.key, doubt.first, exc)
+            try:
+                self._db.delete_item(TableName=self._t.config, Key=_doubt_record_key(shard, doubt))
+            except ClientError as exc:
+                logger.warning("record of the in-doubt chunks %s of %s not deleted: %s", doubt.first, shard.key, exc)
+            self._doubt_rows.pop((shard.key, doubt.first, doubt.last), None)
 
     def _chunk_item(self, commit: Commit, *, first_keyed: bool) -> Item:
         first, last = commit.entries[0], commit.entries[-1]
@@ -987,28 +1182,81 @@ class DynamoDBBufferStore:
             put["ExpressionAttributeValues"] = {":v": _n(write.expected_version)}
         return put
 
+    def _write_home(
+        self, shard: ShardId, rows: Sequence[StoredRow], doubts: Sequence[Doubt], *, batch_until: int | None
+    ) -> None:
+        """Write each row where it lives: at its alternate key for the newest in-doubt run holding it (a conditional
+        put), else at its main key: in batches while the wall clock is before ``batch_until`` (only on the chunk's
+        turn), else by conditional puts."""
+        main: list[StoredRow] = []
+        alternate: list[Item] = []
+        for row in rows:
+            pk = row_key(shard.gateway, row.state.table, row.state.row_id)
+            home = next((d for d in reversed(doubts) if pk in self._doubt_pks(shard, d)), None)
+            if home is None:
+                main.append(row)
+            else:
+                alternate.append({**_row_item(shard.gateway, row), "pk": _s(alt_key(home, pk))})
+        puts = [submit(self._put_row_item, item) for item in alternate]
+        with awaited(*puts):
+            if batch_until is not None:
+                self._batch_rows(shard.gateway, main, batch_until)
+            else:
+                self._put_rows(shard.gateway, main)
+        results_of(puts)
+
+    def _batch_rows(self, gateway: str, rows: Sequence[StoredRow], until: int) -> None:
+        """Unconditional ``BatchWriteItem``s of rows (on their chunk's turn), none sent after ``until`` (the rest by
+        conditional puts)."""
+        items = [_row_item(gateway, row) for row in rows]
+        results_of(
+            [submit(self._batch_of_rows, items[start : start + 25], until) for start in range(0, len(items), 25)]
+        )
+
+    def _batch_of_rows(self, items: list[Item], until: int) -> None:
+        request: list[Item] = [{"PutRequest": {"Item": item}} for item in items]
+        for attempt in range(8):
+            if self._clock_ms() >= until:
+                for put in request:
+                    self._put_row_item(put["PutRequest"]["Item"])
+                return
+            try:
+                out = self._db.batch_write_item(RequestItems=cast(Any, {self._t.rows: request}))
+            except ClientError as exc:
+                raise _client_error(exc, "BatchWriteItem") from exc
+            request = cast(list[Item], (out.get("UnprocessedItems") or {}).get(self._t.rows, []))
+            if not request:
+                return
+            time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.0))
+        raise StorageError("DynamoDB BatchWriteItem left rows unprocessed after 8 attempts")
+
     def _put_row(self, gateway: str, row: StoredRow) -> None:
-        item = _row_item(gateway, row)
+        self._put_row_item(_row_item(gateway, row))
+
+    def _put_row_item(self, item: Item) -> None:
+        """Put a row item unless the stored one is at or past its position (``v``): never backwards."""
         try:
             self._db.put_item(
                 TableName=self._t.rows,
                 Item=item,
                 ConditionExpression="attribute_not_exists(pk) OR v < :v",
-                ExpressionAttributeValues={":v": _n(row.version)},
+                ExpressionAttributeValues={":v": item["v"]},
             )
         except ClientError as exc:
             if not condition_failed(exc):
                 raise
 
-    def _set_applied(self, shard: ShardId, expected: int, to: int) -> bool:
-        """Move the head's ``ra`` from ``expected`` to ``to``; ``False`` if it was not at ``expected``."""
+    def _set_applied(self, shard: ShardId, expected: int, to: int, *, doubts: Sequence[Doubt] | None = None) -> bool:
+        """Move the head's ``ra`` from ``expected`` to ``to``; ``False`` if it was not at ``expected``. ``doubts`` as
+        for :meth:`_set_head`."""
+        values = {":to": _n(to), ":expected": _n(expected)}
         try:
             self._db.update_item(
                 TableName=self._t.heads,
                 Key={"shard": _s(shard.key)},
-                UpdateExpression="SET ra = :to",
+                UpdateExpression="SET ra = :to" + _doubts_update(doubts, values),
                 ConditionExpression="ra = :expected",
-                ExpressionAttributeValues={":to": _n(to), ":expected": _n(expected)},
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if not condition_failed(exc):
@@ -1023,24 +1271,26 @@ class DynamoDBBufferStore:
         for attempt in range(_APPLIED_WAITS + 1):
             if self._set_applied(shard, previous, last):
                 return
-            applied = _rows_applied(self._head_item(shard))
+            item = self._head_item(shard)
+            applied = _rows_applied(item)
             if applied >= last:
                 return  # another writer repaired past this chunk
             if attempt < _APPLIED_WAITS:
                 time.sleep(0.002 * 2**attempt)
-        self._repair(shard, applied, previous)
+        self._repair(shard, applied, previous, _doubts(item))
         self._set_applied(shard, applied, last)
 
-    def _repair(self, shard: ShardId, after_seq: int, through_seq: int) -> None:
+    def _repair(self, shard: ShardId, after_seq: int, through_seq: int, doubts: Sequence[Doubt]) -> None:
         """Write the rows of the entries ``after_seq + 1 .. through_seq`` from the log."""
-        self._write_rows_of(shard, self._tail(shard, after_seq, through_seq))
+        self._write_rows_of(shard, self._tail(shard, after_seq, through_seq), doubts)
 
-    def _write_rows_of(self, shard: ShardId, entries: Sequence[LogEntry]) -> None:
-        """Write the rows of ``entries`` (in order) folded into the stored ones."""
-        by_pk = _row_keys(shard.gateway, [(e.delta.table, e.delta.row_id) for e in entries])
-        stored = _rows_from_items(by_pk, self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in by_pk]))
-        changed = _fold(stored, entries, wanted=set(by_pk.values()))
-        self._put_rows(shard.gateway, [stored[key] for key in changed])
+    def _write_rows_of(self, shard: ShardId, entries: Sequence[LogEntry], doubts: Sequence[Doubt]) -> None:
+        """Write the rows of ``entries`` (in order) folded into the stored ones, by conditional puts where they live
+        (the shard's in-doubt runs ``doubts``)."""
+        keys = list(dict.fromkeys((e.delta.table, e.delta.row_id) for e in entries))
+        stored = self._read_rows(shard.gateway, keys, doubts)
+        changed = _fold(stored, entries, wanted=set(keys))
+        self._write_home(shard, [stored[key] for key in changed], doubts, batch_until=None)
 
 
 def _check_rows(commit: Commit) -> None:
@@ -1221,14 +1471,55 @@ def _row_keys(gateway: str, rows: Sequence[tuple[str, str]]) -> dict[str, tuple[
 def _rows_from_items(by_pk: Mapping[str, tuple[str, str]], items: Iterable[Item]) -> dict[tuple[str, str], StoredRow]:
     found = {}
     for item in items:
-        table, row_id = by_pk[item["pk"]["S"]]
-        recent = item["k"]["S"] if "k" in item else ""
-        found[(table, row_id)] = StoredRow(
-            decode_row_state(table, row_id, item["s"]["S"]),
-            int(item["v"]["N"]),
-            tuple(recent[i : i + ROW_RECENT_KEY_CHARS] for i in range(0, len(recent), ROW_RECENT_KEY_CHARS)),
-        )
+        key = by_pk[item["pk"]["S"]]
+        found[key] = _row_from_item(key, item)
     return found
+
+
+def _row_from_item(key: tuple[str, str], item: Item) -> StoredRow:
+    table, row_id = key
+    recent = item["k"]["S"] if "k" in item else ""
+    return StoredRow(
+        decode_row_state(table, row_id, item["s"]["S"]),
+        int(item["v"]["N"]),
+        tuple(recent[i : i + ROW_RECENT_KEY_CHARS] for i in range(0, len(recent), ROW_RECENT_KEY_CHARS)),
+    )
+
+
+_DOUBT_PREFIX = "#doubt#"
+"""Config sort keys of the in-doubt runs' records: ``#doubt#{shard}#{first}#{last}``, holding their rows' main
+keys."""
+
+
+def _doubts_update(doubts: Sequence[Doubt] | None, values: dict[str, Any]) -> str:
+    """The part of a head update that sets its in-doubt runs (``dq``), if given."""
+    if doubts is None:
+        return ""
+    if not doubts:
+        return " REMOVE dq"
+    values[":dq"] = _s(encode_doubts(doubts))
+    return ", dq = :dq"
+
+
+def _doubts(head_item: Item | None) -> tuple[Doubt, ...]:
+    """The in-doubt chunks a head lists (``dq``)."""
+    if head_item is None or "dq" not in head_item:
+        return ()
+    return decode_doubts(head_item["dq"]["S"])
+
+
+def _doubt_record_key(shard: ShardId, doubt: Doubt) -> Item:
+    # By first and last: two writers that take the same turn over may read different ends of the log, and each
+    # record must list the rows of its own run (their alternate keys, by first position, hold the same states).
+    return {"gw": _s(shard.gateway), "sk": _s(f"{_DOUBT_PREFIX}{shard.key}#{doubt.first}#{doubt.last}")}
+
+
+def _doubt_from_item(item: Item) -> Doubt:
+    return Doubt(int(item["first"]["N"]), int(item["last"]["N"]), int(item["until"]["N"]))
+
+
+def _doubt_pks(item: Item) -> list[str]:
+    return [value["S"] for value in item["rows"]["L"]]
 
 
 def _live_delta_ids(gateway: str, items: Iterable[Item], now_s: int) -> set[str]:

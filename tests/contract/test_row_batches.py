@@ -1,0 +1,224 @@
+"""Rows written in batches on their chunk's turn (docs/design/row-writes-in-batches.md), on the moto server: a push's
+rows go in ``BatchWriteItem``s; a writer that takes a stopped writer's turn declares its chunk in doubt, and the
+stopped writer's batch, landing late, changes nothing anyone reads; once no late batch can land, the rows go back to
+their main keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.row_doubts import BATCH_DEADLINE_MS, decode_doubts, until_ms
+from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.errors import StorageError
+from lakesync.core.hlc import HLC, encode
+from lakesync.core.merge import fold
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.model import Commit, row_key
+from tests.contract.test_row_cache import GW, SHARD, _head, _push
+
+START_MS = 1_800_000_000_000
+
+
+class Clock:
+    """The wall clock of the gateway (its HLC) and of the stores, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now_ms = START_MS
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class Recording:
+    """A DynamoDB client that records its write calls (operation and table)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.writes: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        if name not in {"put_item", "update_item", "batch_write_item", "transact_write_items", "delete_item"}:
+            return method
+
+        def record(**kwargs: Any) -> Any:
+            tables = kwargs.get("RequestItems", {}).keys() if name == "batch_write_item" else [kwargs["TableName"]]
+            self.writes.extend(f"{name}:{table}" for table in tables)
+            return method(**kwargs)
+
+        return record
+
+
+class StopsInItsBatch(DynamoDBBufferStore):
+    """A writer that stops as it sends its rows' batch: the batch is kept (as a request still in flight would be),
+    the rows are not written and the head does not move."""
+
+    held: list[list[dict[str, Any]]]
+
+    def _batch_of_rows(self, items: list[dict[str, Any]], until: int) -> None:
+        self.held.append(items)
+        raise StorageError("stopped")
+
+
+def _store(client: Any, names: Any, clock: Clock, cls: type[DynamoDBBufferStore] = DynamoDBBufferStore) -> Any:
+    return cls(client, names, first_keyed=True, turn_wait_s=0.05, clock_ms=clock)
+
+
+def _deps(buffer: DynamoDBBufferStore, client: Any, names: Any, clock: Clock) -> GatewayDeps:
+    return GatewayDeps(
+        buffer, DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names), GatewaySettings(), HLC(clock)
+    )
+
+
+def _delta(row: str, clock: Clock, **columns: Any) -> RowDelta:
+    return make_delta(
+        "UPDATE", table="todos", row_id=row, client_id="c1", hlc=encode(clock.now_ms - 10, 0), columns=columns
+    )
+
+
+def _doubt_records(client: Any, names: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = client.query(
+        TableName=names.config,
+        KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":gw": {"S": GW}, ":p": {"S": "#doubt#"}},
+        ConsistentRead=True,
+    )["Items"]
+    return items
+
+
+def test_a_push_writes_its_rows_in_batches_on_its_turn(dynamodb_client: Any, dynamodb_tables: Any) -> None:
+    # Given a shard with a head
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    recording = Recording(client)
+    deps = _deps(_store(recording, names, clock), client, names, clock)  # type: ignore[arg-type]
+    _push(deps, _delta("r0", clock, v=0))
+    recording.writes.clear()
+
+    # When 60 rows are pushed (two chunks: 48 and 12)
+    deltas = [_delta(f"r{i}", clock, v=i) for i in range(1, 61)]
+    _push(deps, *deltas)
+
+    # Then each chunk is one put of its log item, its rows in batches of at most 25, and one head update: no put of
+    # a row, no transaction
+    assert sorted(recording.writes) == sorted(
+        [f"put_item:{names.deltas}"] * 2 + [f"batch_write_item:{names.rows}"] * 3 + [f"update_item:{names.heads}"] * 2
+    )
+    # And the rows are the pushes', and the head says every row is written
+    rows = deps.buffer.get_rows(GW, [("todos", f"r{i}") for i in range(61)])
+    assert {key[1]: row.state.values() for key, row in rows.items()} == {f"r{i}": {"v": i} for i in range(61)}
+    head = _head(client, names)
+    assert head["seq"]["N"] == head["ra"]["N"] == "61" and "dq" not in head
+
+
+def test_a_writer_past_its_deadline_writes_its_rows_by_conditional_puts(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a writer whose clock runs past the deadline of the chunks it commits (a stalled writer, as it resumes)
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    recording = Recording(client)
+    late_clock = Clock()
+    late_clock.now_ms = clock.now_ms + BATCH_DEADLINE_MS + 1
+    deps = _deps(_store(recording, names, late_clock), client, names, clock)  # type: ignore[arg-type]
+
+    # When it pushes three rows
+    _push(deps, *[_delta(f"r{i}", clock, v=i) for i in range(3)])
+
+    # Then it sends no batch: each row is a put, which never goes backwards
+    assert f"batch_write_item:{names.rows}" not in recording.writes
+    assert recording.writes.count(f"put_item:{names.rows}") == 3
+
+
+def test_a_late_batch_of_a_stopped_writer_changes_nothing_anyone_reads(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a writer that committed a chunk and stopped while its rows' batch was on its way
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    stopped = _store(client, names, clock, StopsInItsBatch)
+    stopped.held = []
+    first = _delta("r1", clock, title="a", n=1)
+    _push(_deps(stopped, client, names, clock), first)
+    assert len(stopped.held) == 1 and _head(client, names)["seq"]["N"] == "0"
+
+    # When another writer pushes a change to the same row (it waits for the stopped writer, then takes its turn)
+    clock.now_ms += 1000
+    store = _store(client, names, clock)
+    deps = _deps(store, client, names, clock)
+    second = _delta("r1", clock, done=True)
+    result = _push(deps, second)
+
+    # Then it merged against the row as the log has it, and declared the stopped writer's chunk in doubt until no
+    # batch of that writer can land
+    (entry,) = result.entries
+    assert entry.before == {"title": "a", "n": 1} and entry.after == {"title": "a", "n": 1, "done": True}
+    head = _head(client, names)
+    assert head["seq"]["N"] == head["ra"]["N"] == "2"
+    (doubt,) = decode_doubts(head["dq"]["S"])
+    (stopped_entry,) = store.read_log(SHARD, 0, 1)
+    assert (doubt.first, doubt.last, doubt.until_ms) == (1, 1, until_ms(stopped_entry.commit_hlc))
+
+    # When the stopped writer's batch lands now, late (its row as chunk 1 left it, at the row's main key)
+    client.batch_write_item(RequestItems={names.rows: [{"PutRequest": {"Item": item}} for item in stopped.held[0]]})
+
+    # Then every read of the row still has both changes: a basis, get_rows, and the next push's merge
+    expected = fold([first, second])
+    assert store.read_commit_basis(SHARD, [("todos", "r1")]).rows[("todos", "r1")].state == expected
+    fresh = _store(client, names, clock)
+    (row,) = fresh.get_rows(GW, [("todos", "r1")]).values()
+    assert (row.state, row.version) == (expected, 2)
+    clock.now_ms += 1000
+    third = _delta("r1", clock, n=2)
+    (entry,) = _push(_deps(fresh, client, names, clock), third).entries
+    assert entry.before == {"title": "a", "n": 1, "done": True}
+
+    # When no batch of the stopped writer can land any more, and a push to the shard takes its turn
+    clock.now_ms = doubt.until_ms + 1
+    _push(deps, _delta("r2", clock, title="b"))
+
+    # Then the row is back at its main key, as the log has it, and nothing is in doubt any more
+    head = _head(client, names)
+    assert "dq" not in head and head["seq"]["N"] == head["ra"]["N"] == "4"
+    assert _doubt_records(client, names) == []
+    main = client.get_item(TableName=names.rows, Key={"pk": {"S": row_key(GW, "todos", "r1")}}, ConsistentRead=True)[
+        "Item"
+    ]
+    assert main["v"]["N"] == "3"
+    (row,) = _store(client, names, clock).get_rows(GW, [("todos", "r1")]).values()
+    assert row.state == fold([first, second, third])
+    scanned = client.scan(TableName=names.rows, ConsistentRead=True)["Items"]
+    assert sorted(item["pk"]["S"] for item in scanned) == sorted(
+        [row_key(GW, "todos", "r1"), row_key(GW, "todos", "r2")]
+    )
+
+
+class StopsAfterThePut(DynamoDBBufferStore):
+    """A writer that stops right after its put: the log has the chunk, its rows and the head never move."""
+
+    def _apply_put(self, commit: Commit) -> None:
+        return None
+
+
+def test_a_turn_that_does_not_come_is_taken_over_in_doubt(dynamodb_client: Any, dynamodb_tables: Any) -> None:
+    # Given a chunk whose writer stopped after its put, and a head moved over it without its rows (as the flush
+    # settles a quiet shard's head: `seq` over the chunk, `ra` before it)
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    first = _delta("r1", clock, title="a")
+    _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), first)
+    store = _store(client, names, clock)
+    store.settle_heads([SHARD], committed_before_ms=clock.now_ms + 1)
+    head = _head(client, names)
+    assert (head["seq"]["N"], head["ra"]["N"]) == ("1", "0")
+
+    # When another writer commits a change to the row (its basis folds the pending chunk from the log; its turn
+    # never comes, since the stopped writer will not move `ra`)
+    clock.now_ms += 1000
+    second = _delta("r1", clock, done=True)
+    (entry,) = _push(_deps(store, client, names, clock), second).entries
+
+    # Then it took the turn over: the stopped writer's chunk in doubt, both chunks' rows written, the head past both
+    assert entry.seq == 2 and entry.before == {"title": "a"}
+    head = _head(client, names)
+    assert head["seq"]["N"] == head["ra"]["N"] == "2"
+    assert [(d.first, d.last) for d in decode_doubts(head["dq"]["S"])] == [(1, 1)]
+    (row,) = _store(client, names, clock).get_rows(GW, [("todos", "r1")]).values()
+    assert (row.state, row.version) == (fold([first, second]), 2)
