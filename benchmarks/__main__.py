@@ -89,9 +89,9 @@ PUSH_METHOD = [
     "* **handler**: `functions.push.lambda_handler` per request: routing, JWT verification, JSON parsing, "
     "whole-batch validation, then per chunk of 48 deltas: the shard head (`GetItem`), one `BatchGetItem` of its rows "
     "(consistent) and deltaId records (eventually consistent), the chunk's log item by one conditional `PutItem` "
-    "(first keys, the default; the first commit to the shard also records `lk` on its head), then one conditional "
-    "`PutItem` per row (only forward) and the head moved over the chunk (`UpdateItem`: `seq`, `ra`, totals), and "
-    "`BatchWriteItem` of the deltaId records of deltas that changed nothing (none here).",
+    "(first keys, the default; the first commit to the shard also records `lk` on its head), then on the chunk's "
+    "turn its rows by `BatchWriteItem` (25 a request) and the head moved over the chunk (`UpdateItem`: `seq`, `ra`, "
+    "totals), and `BatchWriteItem` of the deltaId records of deltas that changed nothing (none here).",
     "* **floor A (issue 15's reference)**: `BatchWriteItem` of one log item per delta (the log as it was before it was "
     "chunked: the delta with its row images).",
     "* **floor C (the same items)**: `BatchWriteItem` (25 items per request) of every item the handler run stored -- "

@@ -6,8 +6,9 @@ One repetition, on fresh tables each side:
   would) carrying JSON bodies of ``batch`` deltas: routing, JWT verification, body parsing, whole-batch validation,
   then the push service, which per chunk of 48 deltas reads its basis (the shard head, the rows and the deltaId
   records), commits the chunk's log item (first keys, the default: one conditional ``PutItem``; last keys: a
-  ``TransactWriteItems`` with the conditional head update), writes a row item per delta (a ``PutItem`` conditional
-  on its version), moves the head, and records the deltaIds of deltas that changed nothing with ``BatchWriteItem``.
+  ``TransactWriteItems`` with the conditional head update), writes the chunk's rows on its turn (``BatchWriteItem``,
+  25 a request; docs/design/row-writes-in-batches.md), moves the head, and records the deltaIds of deltas that
+  changed nothing with ``BatchWriteItem``.
 * **floor C, raw writes of the same items** (the figure the goal is set against): ``BatchWriteItem`` (25 per
   request) of every item the handler run stored -- log, row, deltaId, head and shard-registry items, read back
   from its tables -- unconditional, no reads.
