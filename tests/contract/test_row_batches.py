@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
-from lakesync.aws.row_doubts import BATCH_DEADLINE_MS, decode_doubts, until_ms
+from lakesync.aws.row_doubts import BATCH_DEADLINE_MS, Doubt, decode_doubts, encode_doubts, until_ms
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.errors import StorageError
 from lakesync.core.hlc import HLC, encode
@@ -222,3 +222,27 @@ def test_a_turn_that_does_not_come_is_taken_over_in_doubt(dynamodb_client: Any, 
     assert [(d.first, d.last) for d in decode_doubts(head["dq"]["S"])] == [(1, 1)]
     (row,) = _store(client, names, clock).get_rows(GW, [("todos", "r1")]).values()
     assert (row.state, row.version) == (fold([first, second]), 2)
+
+
+def test_a_take_over_that_finds_a_run_retired_meanwhile_leaves_the_head_to_the_turn_that_retired_it(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a chunk past the head (its writer stopped after its put, long ago: nothing of it can land any more), and a
+    # head read listing a run in doubt whose record a turn has deleted since (it retired the run, and moved on)
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), _delta("r1", clock, title="a"))
+    clock.now_ms = until_ms(encode(clock.now_ms + 1000, 0))
+    client.update_item(
+        TableName=names.heads,
+        Key={"shard": {"S": SHARD.key}},
+        UpdateExpression="SET dq = :dq",
+        ExpressionAttributeValues={":dq": {"S": encode_doubts([Doubt(1, 1, clock.now_ms + 60_000)])}},
+    )
+
+    # When another writer takes the turn over
+    store = _store(client, names, clock)
+    store._roll_forward(SHARD, wait=False)
+
+    # Then it stops without an error, and leaves the head as it was (the next commit reads it afresh)
+    head = _head(client, names)
+    assert (head["seq"]["N"], head["ra"]["N"]) == ("0", "0")

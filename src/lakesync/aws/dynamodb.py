@@ -1046,7 +1046,10 @@ class DynamoDBBufferStore:
             # waited in vain: read the head and the log again, and take over
         declared = self._declare(shard, [e for e in entries if e.seq <= late[-1].seq]) if late else ()
         after = (*doubts, *declared)
-        self._write_rows_of(shard, entries, after)
+        try:
+            self._write_rows_of(shard, entries, after)
+        except _RunRetired:
+            return  # a turn retired a run of the head read here: the head has moved on
         changed = after if declared else None
         if past:
             self._set_head(shard, head.seq, applied, entries, doubts=changed)
@@ -1101,7 +1104,7 @@ class DynamoDBBufferStore:
         except ClientError as exc:
             raise _client_error(exc, "GetItem") from exc
         if "Item" not in out:
-            raise StorageError(f"the record of the in-doubt chunks {doubt.first}.. of {shard.key!r} is gone")
+            raise _RunRetired(f"the record of the in-doubt run {doubt.first}..{doubt.last} of {shard.key!r} is gone")
         pks = frozenset(_doubt_pks(out["Item"]))
         self._doubt_rows[(shard.key, doubt.first, doubt.last)] = pks
         return pks
@@ -1484,6 +1487,10 @@ def _row_from_item(key: tuple[str, str], item: Item) -> StoredRow:
         int(item["v"]["N"]),
         tuple(recent[i : i + ROW_RECENT_KEY_CHARS] for i in range(0, len(recent), ROW_RECENT_KEY_CHARS)),
     )
+
+
+class _RunRetired(StorageError):
+    """The record of an in-doubt run the head listed is gone: a turn retired it since the head was read."""
 
 
 _DOUBT_PREFIX = "#doubt#"
