@@ -60,8 +60,47 @@ def shared_client(moto_endpoint: str, dynamodb_tables: Any) -> Any:
 CONFLICTS = Counter[str]()
 
 
-def _deps(client: Any, names: Any, first_keyed: bool | Callable[[], bool] = False) -> GatewayDeps:
+class LateBatches:
+    """Writers that stop as they send a chunk's rows (the push is committed; its rows and head never come from
+    them), their batches landing late, at random, from another thread: while other writers take their turns over."""
+
+    def __init__(self, client: Any, rows_table: str, every: float) -> None:
+        self.client, self.rows_table, self.every = client, rows_table, every
+        self.rnd = random.Random(7)
+        self.held: list[tuple[float, list[dict[str, Any]]]] = []
+        self.landed = 0
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def hold(self, items: list[dict[str, Any]]) -> bool:
+        """Whether this batch is held back (its writer stops)."""
+        with self.lock:
+            if self.rnd.random() >= self.every:
+                return False
+            self.held.append((time.monotonic() + self.rnd.uniform(0.05, 1.5), items))
+            return True
+
+    def land(self) -> None:
+        """Send each held batch once its time comes, until every writer is done and nothing is held."""
+        while True:
+            with self.lock:
+                due = [h for h in self.held if h[0] <= time.monotonic()]
+                self.held = [h for h in self.held if h[0] > time.monotonic()]
+                idle = not self.held
+            for _, items in due:
+                requests = [{"PutRequest": {"Item": item}} for item in items]
+                self.client.batch_write_item(RequestItems={self.rows_table: requests})
+                self.landed += 1
+            if idle and self.done.is_set():
+                return
+            time.sleep(0.01)
+
+
+def _deps(
+    client: Any, names: Any, first_keyed: bool | Callable[[], bool] = False, late: LateBatches | None = None
+) -> GatewayDeps:
     from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+    from lakesync.core.errors import StorageError
 
     class CountingBufferStore(DynamoDBBufferStore):
         def commit(self, commit: Commit) -> None:
@@ -71,8 +110,13 @@ def _deps(client: Any, names: Any, first_keyed: bool | Callable[[], bool] = Fals
                 CONFLICTS[type(exc).__name__] += 1
                 raise
 
+        def _batch_of_rows(self, items: list[dict[str, Any]], until: int) -> None:
+            if late is not None and late.hold(items):
+                raise StorageError("the writer stopped as it sent its rows")
+            super()._batch_of_rows(items, until)
+
     return GatewayDeps(
-        buffer=CountingBufferStore(client, names, first_keyed=first_keyed),
+        buffer=CountingBufferStore(client, names, first_keyed=first_keyed, turn_wait_s=0.1 if late else 2.0),
         config=DynamoDBConfigStore(client, names),
         actions=DynamoDBActionStore(client, names),
         settings=GatewaySettings(chunk_deltas=4, sub_shards={"todos": 2}, commit_attempts=400),
@@ -157,12 +201,12 @@ def _log(deps: GatewayDeps) -> dict[Any, list[LogEntry]]:
 
 
 @pytest.mark.parametrize(
-    ("first_keyed", "new_readers"),
-    [(False, False), (True, False), (True, True)],
-    ids=["last-keys", "first-keys", "first-keys-new-readers"],
+    ("first_keyed", "new_readers", "stopping"),
+    [(False, False, False), (True, False, False), (True, True, False), (True, False, True)],
+    ids=["last-keys", "first-keys", "first-keys-new-readers", "first-keys-writers-stop-batches-land-late"],
 )
 def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_nothing(
-    shared_client: Any, dynamodb_tables: Any, first_keyed: bool, new_readers: bool
+    shared_client: Any, dynamodb_tables: Any, first_keyed: bool, new_readers: bool, stopping: bool
 ) -> None:
     # Given writer and puller threads, each with its own gateway deps over one boto3 client (with first keys: the
     # commit by a put, and cursors checked by the chunk after them; with new readers, every pull is served by a
@@ -178,9 +222,14 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     run = Run()
     base_ms = system_clock() - 3000
     received: list[list[RowDelta]] = [[] for _ in range(PULLERS)]
+    # (with stopping writers: a tenth of the row batches held back, landing late while the others go on)
+    late = LateBatches(shared_client, dynamodb_tables.rows, 0.1) if stopping else None
+    lander = threading.Thread(target=run.guard(late.land)) if late is not None else None
     writers = [
         threading.Thread(
-            target=run.guard(lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, first_keyed), i, base_ms))
+            target=run.guard(
+                lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, first_keyed, late), i, base_ms)
+            )
         )
         for i in range(WRITERS)
     ]
@@ -189,12 +238,15 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
         for i in range(PULLERS)
     ]
 
-    # When they all run, and the pullers drain after the writers finish
-    for thread in pullers + writers:
+    # When they all run, and the pullers drain after the writers finish (and every late batch has landed)
+    for thread in pullers + writers + ([lander] if lander is not None else []):
         thread.start()
     for thread in writers:
         thread.join(120)
     run.writers_done.set()
+    if late is not None and lander is not None:
+        late.done.set()
+        lander.join(60)
     for thread in pullers:
         thread.join(120)
 
@@ -269,7 +321,17 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
         }
 
     # And the run did exercise what it proves: optimistic-commit conflicts, sub-shards and duplicate acknowledgements
+    # (and, with stopping writers, batches that landed after their chunks were taken over)
     assert CONFLICTS["CommitConflict"] > 0
+    if late is not None:
+        assert late.landed > 0
+        declared = shared_client.query(
+            TableName=dynamodb_tables.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": {"S": GW}, ":p": {"S": "#doubt#"}},
+            ConsistentRead=True,
+        )["Items"]
+        assert declared, "no writer took a stopped writer's turn over"
     assert sorted({(s.table, s.sub) for s in log}) == [("notes", 0), ("todos", 0), ("todos", 1)]
     assert sum(r.duplicate for _, result in run.pushed for r in result.receipts) > 0
 
