@@ -246,3 +246,31 @@ def test_a_take_over_that_finds_a_run_retired_meanwhile_leaves_the_head_to_the_t
     # Then it stops without an error, and leaves the head as it was (the next commit reads it afresh)
     head = _head(client, names)
     assert (head["seq"]["N"], head["ra"]["N"]) == ("0", "0")
+
+
+def test_a_turn_behind_chunks_past_their_deadline_is_taken_over_without_waiting(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a stopped writer's chunk that the flush settled (`seq` over it, `ra` before it), committed a minute ago
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), _delta("r1", clock, title="a"))
+    clock.now_ms += 60_000
+    patient = DynamoDBBufferStore(client, names, first_keyed=True, turn_wait_s=60.0, clock_ms=clock)
+    patient.settle_heads([SHARD], committed_before_ms=clock.now_ms)
+    reads: list[str] = []
+    event, hook = "provide-client-params.dynamodb.GetItem", "test-turn-reads"
+    client.meta.events.register(event, lambda params, **_: reads.append(params["TableName"]), unique_id=hook)
+
+    # When a writer whose turn waits up to a minute commits after it
+    try:
+        (entry,) = _push(_deps(patient, client, names, clock), _delta("r1", clock, done=True)).entries
+    finally:
+        client.meta.events.unregister(event, unique_id=hook)
+
+    # Then it took the turn over at once (its writer sends no batch past its deadline): a few head reads, not a
+    # minute of polling; the chunk is in doubt, as its writer's last batch may still land
+    assert entry.before == {"title": "a"}
+    assert reads.count(names.heads) <= 6, reads
+    head = _head(client, names)
+    assert head["seq"]["N"] == head["ra"]["N"] == "2"
+    assert [(d.first, d.last) for d in decode_doubts(head["dq"]["S"])] == [(1, 1)]

@@ -903,7 +903,8 @@ class DynamoDBBufferStore:
         """The head item once it is at ``seq = ra = previous`` (this chunk's turn); ``None`` once another writer has
         moved the head over the chunk (its rows written). A turn that does not come within ``turn_wait_s`` is taken:
         the chunks before this one are rolled over (in doubt where their writers may still write), this one's rows
-        written with them."""
+        written with them. It is taken at once when the chunks whose rows are pending are past their deadline (a head
+        the flush moved over a stopped writer's chunk): their writers send no batch any more."""
         for _ in range(3):
             waited_until = time.monotonic() + self._turn_wait_s
             delay = 0.002
@@ -918,6 +919,8 @@ class DynamoDBBufferStore:
                     return item
                 if time.monotonic() >= waited_until:
                     break
+                if seq == previous and deadline_ms(int(item["lch"]["N"])) <= self._clock_ms():
+                    break  # the chunks whose rows are pending are past their deadline: nobody will batch them
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
             self._roll_forward(shard, own=(previous + 1, last), wait=False)
