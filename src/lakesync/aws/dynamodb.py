@@ -196,18 +196,32 @@ def _batch_get_tables(db: DynamoDBClient, keys: Mapping[str, list[Item]]) -> dic
 def _batch_write_all(db: DynamoDBClient, table: str, items: list[Item], *, attempts: int = 8) -> None:
     """BatchWriteItem of any number of puts (25 per request), retrying UnprocessedItems with backoff."""
     for start in range(0, len(items), 25):
-        request: dict[str, Any] = {table: [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]}
-        for attempt in range(attempts):
-            try:
-                out = db.batch_write_item(RequestItems=request)
-            except ClientError as exc:
-                raise _client_error(exc, "BatchWriteItem") from exc
-            request = dict(out.get("UnprocessedItems") or {})
-            if not request:
-                break
-            time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.0))
-        else:
-            raise StorageError(f"DynamoDB BatchWriteItem left items unprocessed after {attempts} attempts")
+        puts = [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]
+        _batch_write(db, table, puts, attempts=attempts)
+
+
+def _batch_write(
+    db: DynamoDBClient,
+    table: str,
+    requests: list[Item],
+    *,
+    attempts: int = 8,
+    sending: Callable[[], bool] | None = None,
+) -> list[Item]:
+    """One BatchWriteItem of up to 25 write requests, retrying UnprocessedItems with backoff. ``sending``: asked
+    before each request; once it says no, the requests not written yet are returned unsent."""
+    for attempt in range(attempts):
+        if sending is not None and not sending():
+            return requests
+        try:
+            out = db.batch_write_item(RequestItems=cast(Any, {table: requests}))
+        except ClientError as exc:
+            raise _client_error(exc, "BatchWriteItem") from exc
+        requests = cast(list[Item], (out.get("UnprocessedItems") or {}).get(table, []))
+        if not requests:
+            return []
+        time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.0))
+    raise StorageError(f"DynamoDB BatchWriteItem left items unprocessed after {attempts} attempts")
 
 
 def _query_all(db: DynamoDBClient, *, page_size: Callable[[], int] | None = None, **kwargs: Any) -> Iterator[Item]:
@@ -375,7 +389,7 @@ class DynamoDBBufferStore:
             ConsistentRead=True,
         ):
             doubt = _doubt_from_item(item)
-            alternates.update((alt_key(doubt, pk), by_pk[pk]) for pk in _doubt_pks(item) if pk in by_pk)
+            alternates.update((alt_key(doubt, pk), by_pk[pk]) for pk in _record_pks(item) if pk in by_pk)
         return self._newest_rows({**by_pk, **alternates})
 
     def _read_rows(
@@ -906,10 +920,7 @@ class DynamoDBBufferStore:
         written with them. It is taken at once when the chunks whose rows are pending are past their deadline (a head
         the flush moved over a stopped writer's chunk): their writers send no batch any more."""
         for _ in range(3):
-            waited_until = time.monotonic() + self._turn_wait_s
-            delay = 0.002
-            while True:
-                item = self._head_item(shard)
+            for item in self._head_polls(shard, at_once=True):
                 if item is None:
                     return None
                 seq, applied = int(item["seq"]["N"]), _rows_applied(item)
@@ -917,12 +928,8 @@ class DynamoDBBufferStore:
                     return None
                 if seq == previous and applied == previous:
                     return item
-                if time.monotonic() >= waited_until:
-                    break
                 if seq == previous and deadline_ms(int(item["lch"]["N"])) <= self._clock_ms():
                     break  # the chunks whose rows are pending are past their deadline: nobody will batch them
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
             self._roll_forward(shard, own=(previous + 1, last), wait=False)
         raise StorageError(f"the head of {shard.key!r} did not reach {previous}: the rows after it wait")
 
@@ -1034,14 +1041,12 @@ class DynamoDBBufferStore:
             entries = behind + past
             if not entries:
                 return
-            now = self._clock_ms()
-            late = [
-                e
-                for e in entries
-                if not self._rows_in_commit
-                and until_ms(e.commit_hlc) > now
-                and not (own is not None and own[0] <= e.seq <= own[1])
-            ]
+            # Rows written in the commit are never batched: no writer of them can land anything late.
+            late: list[LogEntry] = []
+            if not self._rows_in_commit:
+                now = self._clock_ms()
+                mine = range(own[0], own[1] + 1) if own is not None else range(0)
+                late = [e for e in entries if until_ms(e.commit_hlc) > now and e.seq not in mine]
             if not late or not wait or attempt:
                 break
             if self._wait_for_head(shard, entries[-1].seq):
@@ -1062,15 +1067,22 @@ class DynamoDBBufferStore:
     def _wait_for_head(self, shard: ShardId, last: int) -> bool:
         """Wait up to ``turn_wait_s`` for the head to reach ``last`` with every row written (``seq`` and ``ra``);
         whether it did."""
+        return any(
+            item is not None and int(item["seq"]["N"]) >= last and _rows_applied(item) >= last
+            for item in self._head_polls(shard, at_once=False)
+        )
+
+    def _head_polls(self, shard: ShardId, *, at_once: bool) -> Iterator[Item | None]:
+        """The head item, read again and again (``at_once``: first without a pause; then 2 ms apart, doubling up to
+        0.1 s) for up to ``turn_wait_s``."""
         waited_until = time.monotonic() + self._turn_wait_s
+        if at_once:
+            yield self._head_item(shard)
         delay = 0.002
         while time.monotonic() < waited_until:
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
-            item = self._head_item(shard)
-            if item is not None and int(item["seq"]["N"]) >= last and _rows_applied(item) >= last:
-                return True
-        return False
+            yield self._head_item(shard)
 
     def _declare(self, shard: ShardId, entries: Sequence[LogEntry]) -> tuple[Doubt, ...]:
         """Record the chunks of ``entries`` in doubt (a record of their rows' main keys each, written before any head
@@ -1108,7 +1120,7 @@ class DynamoDBBufferStore:
             raise _client_error(exc, "GetItem") from exc
         if "Item" not in out:
             raise _RunRetired(f"the record of the in-doubt run {doubt.first}..{doubt.last} of {shard.key!r} is gone")
-        pks = frozenset(_doubt_pks(out["Item"]))
+        pks = frozenset(_record_pks(out["Item"]))
         self._doubt_rows[(shard.key, doubt.first, doubt.last)] = pks
         return pks
 
@@ -1126,12 +1138,12 @@ class DynamoDBBufferStore:
     def _forget(self, shard: ShardId, retired: Sequence[Doubt]) -> None:
         """After the head stopped listing them: the retired runs' records and alternate rows go."""
         for doubt in retired:
-            keys = [{"pk": _s(alt_key(doubt, pk))} for pk in self._doubt_pks(shard, doubt)]
-            for start in range(0, len(keys), 25):
-                requests = [{"DeleteRequest": {"Key": key}} for key in keys[start : start + 25]]
+            alternates = [alt_key(doubt, pk) for pk in self._doubt_pks(shard, doubt)]
+            deletes = [{"DeleteRequest": {"Key": {"pk": _s(key)}}} for key in alternates]
+            for start in range(0, len(deletes), 25):
                 try:
-                    self._db.batch_write_item(RequestItems=cast(Any, {self._t.rows: requests}))
-                except ClientError as exc:
+                    _batch_write(self._db, self._t.rows, deletes[start : start + 25])
+                except StorageError as exc:
                     logger.warning("alternate rows of %s %s not deleted: %s", shard.key, doubt.first, exc)
             try:
                 self._db.delete_item(TableName=self._t.config, Key=_doubt_record_key(shard, doubt))
@@ -1220,21 +1232,10 @@ class DynamoDBBufferStore:
         )
 
     def _batch_of_rows(self, items: list[Item], until: int) -> None:
-        request: list[Item] = [{"PutRequest": {"Item": item}} for item in items]
-        for attempt in range(8):
-            if self._clock_ms() >= until:
-                for put in request:
-                    self._put_row_item(put["PutRequest"]["Item"])
-                return
-            try:
-                out = self._db.batch_write_item(RequestItems=cast(Any, {self._t.rows: request}))
-            except ClientError as exc:
-                raise _client_error(exc, "BatchWriteItem") from exc
-            request = cast(list[Item], (out.get("UnprocessedItems") or {}).get(self._t.rows, []))
-            if not request:
-                return
-            time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.0))
-        raise StorageError("DynamoDB BatchWriteItem left rows unprocessed after 8 attempts")
+        requests = [{"PutRequest": {"Item": item}} for item in items]
+        unsent = _batch_write(self._db, self._t.rows, requests, sending=lambda: self._clock_ms() < until)
+        for put in unsent:
+            self._put_row_item(put["PutRequest"]["Item"])
 
     def _put_row(self, gateway: str, row: StoredRow) -> None:
         self._put_row_item(_row_item(gateway, row))
@@ -1528,7 +1529,7 @@ def _doubt_from_item(item: Item) -> Doubt:
     return Doubt(int(item["first"]["N"]), int(item["last"]["N"]), int(item["until"]["N"]))
 
 
-def _doubt_pks(item: Item) -> list[str]:
+def _record_pks(item: Item) -> list[str]:
     return [value["S"] for value in item["rows"]["L"]]
 
 
