@@ -67,7 +67,11 @@ def _store(client: Any, names: Any, clock: Clock, cls: type[DynamoDBBufferStore]
 
 def _deps(buffer: DynamoDBBufferStore, client: Any, names: Any, clock: Clock) -> GatewayDeps:
     return GatewayDeps(
-        buffer, DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names), GatewaySettings(), HLC(clock)
+        buffer,
+        DynamoDBConfigStore(client, names),
+        DynamoDBActionStore(client, names),
+        GatewaySettings(chunk_deltas=48),  # pushes of a few chunks
+        HLC(clock),
     )
 
 

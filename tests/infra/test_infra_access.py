@@ -507,15 +507,16 @@ _MATERIALISE_ADMIN = tuple(
 
 
 def _two_chunk_push_body() -> dict[str, Any]:
-    """The sample push with 49 new rows: two chunks, whose heads (backpressure) and rows (growth) are read before
-    the first commit."""
+    """The sample push with 49 new rows of two tables: two chunks (one per table's shard), whose heads (backpressure)
+    and rows (growth) are read before the first commit."""
     from lakesync.core.delta import make_delta
     from lakesync.core.hlc import encode
 
     doc = json.loads(json.loads((EVENTS / "push_json.json").read_text(encoding="utf-8"))["body"])
     doc["deltas"] = [
         make_delta(
-            "INSERT", table="todos", row_id=f"bulk-{i}", client_id="client-a", hlc=encode(1_763_000_000_000, i),
+            "INSERT", table=("todos", "notes")[i % 2], row_id=f"bulk-{i}", client_id="client-a",
+            hlc=encode(1_763_000_000_000, i),
             columns={"title": f"row {i}"},
         ).to_json()
         for i in range(49)

@@ -30,7 +30,15 @@ from lakesync.core.messages import SyncPush
 from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import ROW_RECENT_KEYS, Commit, CommitConflict, LogEntry, ShardId, dedup_key
+from lakesync.gateway.model import (
+    LOG_CHUNK_MAX_ENTRIES,
+    ROW_RECENT_KEYS,
+    Commit,
+    CommitConflict,
+    LogEntry,
+    ShardId,
+    dedup_key,
+)
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 from lakesync.gateway.since import InMemorySinceSessions, SinceSession
@@ -592,6 +600,40 @@ def test_push_of_several_chunks_reads_the_rows_in_slices_of_100() -> None:
     env.push(*[d(row=f"r{i}", v=i) for i in range(250)])
     assert sorted(counting.row_reads) == [50, 100, 100]
     assert len(env.log()) == 250
+
+
+def test_a_push_commits_as_few_chunks_as_log_items_hold() -> None:
+    # Given the default settings
+    env = Env()
+    counting = CountingBuffer(env.buffer)
+    env.deps = replace(env.deps, buffer=counting)
+
+    # When 600 small rows are pushed, and then 2,500
+    env.push(*[d(op="INSERT", row=f"a{i}", v=i) for i in range(600)])
+    small = len(counting.commits)
+    env.push(*[d(op="INSERT", row=f"b{i}", v=i) for i in range(2500)])
+
+    # Then the 600 are one commit, and the 2,500 three, each of at most a chunk's most entries
+    assert small == 1
+    assert [len(c.entries) for c in counting.commits[1:]] == [LOG_CHUNK_MAX_ENTRIES, LOG_CHUNK_MAX_ENTRIES, 500]
+    assert len(env.log()) == 3100
+
+
+def test_a_push_of_large_rows_is_cut_into_chunks_that_fit_a_log_item_before_any_is_planned() -> None:
+    # Given a push of 300 new rows of about 2 KB each (about 1.2 MB of log: the wire JSON and the row after it)
+    env = Env()
+    counting = CountingBuffer(env.buffer)
+    bases: list[int] = []
+    read_basis = counting.inner.read_commit_basis
+    counting.read_commit_basis = lambda shard, rows: bases.append(len(rows)) or read_basis(shard, rows)  # type: ignore[attr-defined]
+    env.deps = replace(env.deps, buffer=counting)
+    env.push(*[d(op="INSERT", row=f"r{i}", body=f"{i:04d}" + "x" * 2000) for i in range(300)])
+
+    # Then each chunk's basis is read once (none is planned whole and then split), every chunk's entries fit an item
+    sizes = [sum(e.size + len(str(e.after)) for e in c.entries) for c in counting.commits]
+    assert len(bases) == len(counting.commits) >= 3
+    assert all(size < 400_000 for size in sizes), sizes
+    assert sum(len(c.entries) for c in counting.commits) == 300
 
 
 def test_push_row_whose_state_outgrows_an_item_is_refused_before_anything_is_written() -> None:

@@ -41,7 +41,15 @@ from lakesync.aws.log_chunks import (
     is_commit_mark,
 )
 from lakesync.aws.log_keys import write_marker
-from lakesync.aws.row_doubts import Doubt, alt_key, deadline_ms, decode_doubts, encode_doubts, until_ms
+from lakesync.aws.row_doubts import (
+    DOUBT_RUN_ENTRIES,
+    Doubt,
+    alt_key,
+    deadline_ms,
+    decode_doubts,
+    encode_doubts,
+    until_ms,
+)
 from lakesync.aws.tables import (
     COMMIT_INDEX,
     TTL_ATTRIBUTE,
@@ -1086,10 +1094,10 @@ class DynamoDBBufferStore:
 
     def _declare(self, shard: ShardId, entries: Sequence[LogEntry]) -> tuple[Doubt, ...]:
         """Record the chunks of ``entries`` in doubt (a record of their rows' main keys each, written before any head
-        lists them), in runs of at most a chunk's most entries, so that a record stays well within an item."""
+        lists them), in runs of at most :data:`DOUBT_RUN_ENTRIES`, so that a record stays well within an item."""
         doubts = []
-        for start in range(0, len(entries), LOG_CHUNK_MAX_ENTRIES):
-            run = entries[start : start + LOG_CHUNK_MAX_ENTRIES]
+        for start in range(0, len(entries), DOUBT_RUN_ENTRIES):
+            run = entries[start : start + DOUBT_RUN_ENTRIES]
             doubt = Doubt(run[0].seq, run[-1].seq, max(until_ms(e.commit_hlc) for e in run))
             pks = list(dict.fromkeys(row_key(shard.gateway, e.delta.table, e.delta.row_id) for e in run))
             try:
@@ -1156,7 +1164,9 @@ class DynamoDBBufferStore:
         if len(commit.entries) > LOG_CHUNK_MAX_ENTRIES or any(
             e.seq != first.seq + i or e.commit_hlc != first.commit_hlc + i for i, e in enumerate(commit.entries)
         ):
-            raise ValueError("a commit holds at most 100 entries with consecutive sequences and commit HLCs")
+            raise ValueError(
+                f"a commit holds at most {LOG_CHUNK_MAX_ENTRIES} entries with consecutive sequences and commit HLCs"
+            )
         chunk: Item = {
             "shard": _s(commit.shard.key),
             "seq": _n(chunk_key(first.seq, last.seq, first_keyed=first_keyed)),

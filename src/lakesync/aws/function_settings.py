@@ -225,6 +225,9 @@ _CALLBACK_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9.
 """A stage's callback URL (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; ``http`` for local)."""
 _FUNCTION_NAME = re.compile(r"(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}")
 """A Lambda function's name or ARN (no version or alias)."""
+TRANSACTION_CHUNK_DELTAS: Final = 48
+"""Deltas per chunk when each commit's transaction also writes its rows (at most 100 items with the log item, the
+head and the registry, and a chunk's basis in one 100-key read)."""
 DEFAULT_FLUSH_MAX_DELTAS: Final = 200_000
 """Most entries one run of the flush function appends: well inside its 15 minutes and its memory (a larger backlog
 is flushed by the runs that follow)."""
@@ -309,6 +312,8 @@ class Settings:
             flush_threshold_bytes=self.flush_threshold_bytes,
             backpressure_bytes=self.backpressure_bytes,
             sub_shards=dict(self.sub_shards),
+            # A transaction holds at most 100 items: a chunk's rows, its log item and the head.
+            **({"chunk_deltas": TRANSACTION_CHUNK_DELTAS} if self.rows_in_commit else {}),
         )
 
 

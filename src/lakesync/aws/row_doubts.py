@@ -30,6 +30,9 @@ RETRY_SPAN_MS: Final = 15_000
 to connect and 2 s to read, with backoff); each attempt is signed afresh."""
 CLOCK_MARGIN_MS: Final = 60_000
 """Skew between a writer's clock and AWS's (Lambda keeps time with the Amazon Time Sync Service)."""
+DOUBT_RUN_ENTRIES: Final = 100
+"""Most entries one in-doubt run records: its record lists their rows' main keys (up to 2,048 bytes each), so that it
+stays well within an item."""
 ALT_PREFIX: Final = "~"
 """No main row key starts with it (gateway ids are identifiers)."""
 

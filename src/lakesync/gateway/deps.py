@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakesync.core.hlc import HLC, system_clock
+from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from lakesync.connectors.runtime import ConnectorRuntime
@@ -42,8 +43,8 @@ class GatewaySettings:
             than this, so the answer goes out before the timeout; the actions not started are answered with the
             retryable ``ACTION_DEFERRED``.
         max_deltas_per_push: Larger pushes are rejected with 400.
-        chunk_deltas: Deltas per atomic commit (at most two transaction items each, plus the head: 48 stays within
-            the 100-item transaction and the 100-key read of a chunk's basis).
+        chunk_deltas: Most deltas per atomic commit (one log item; the push also keeps a chunk's estimated log bytes
+            within an item). A deployment writing rows inside a transaction sets 48 (a transaction holds 100 items).
         max_row_bytes: Largest merged row (UTF-8 JSON of its values). A log item holds a delta and the row before
             and after it, so three of these stay under DynamoDB's 400 KB item limit.
         max_commit_bytes: Byte budget of one atomic commit, under DynamoDB's 4 MB per transaction; a chunk whose
@@ -65,7 +66,7 @@ class GatewaySettings:
     action_claim_ttl_s: int = 120
     action_reserve_ms: int = 5_000
     max_deltas_per_push: int = 10_000
-    chunk_deltas: int = 48
+    chunk_deltas: int = LOG_CHUNK_MAX_ENTRIES
     max_row_bytes: int = 100_000
     max_commit_bytes: int = 3_500_000
     since_window_ms: int = 10_000

@@ -25,7 +25,7 @@ limit lies a little above (measured between 409 and 410 KB), so every item a pus
 PARTITION_KEY_LIMIT_BYTES = 2048
 """DynamoDB's partition-key limit, counted over the whole stored key (our prefixes included)."""
 SORT_KEY_LIMIT_BYTES = 1024
-LOG_CHUNK_MAX_ENTRIES = 100
+LOG_CHUNK_MAX_ENTRIES = 1000
 """Most entries one commit stores together (one log item on DynamoDB, whose size bounds it long before this)."""
 LOG_TTL_S = 14 * 24 * 3600
 """How long the DynamoDB log keeps an entry (its item's TTL, counted from its commit). Release is a mark on the head

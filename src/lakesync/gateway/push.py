@@ -188,11 +188,7 @@ def _apply(
         shard = ShardId.for_row(gateway, delta.table, delta.row_id, settings.sub_shards.get(delta.table, 1))
         by_shard.setdefault(shard, []).append((key, delta))
     per_chunk = min(settings.chunk_deltas, LOG_CHUNK_MAX_ENTRIES)
-    chunks = [
-        (shard, pairs[start : start + per_chunk])
-        for shard, pairs in by_shard.items()
-        for start in range(0, len(pairs), per_chunk)
-    ]
+    chunks = [(shard, chunk) for shard, pairs in by_shard.items() for chunk in _chunked(pairs, per_chunk, column_bytes)]
 
     # A single chunk checks its rows' growth against its own basis before its commit; a push of several chunks
     # checks every chunk's growth before the first commit, against the rows read here (alongside the heads).
@@ -240,6 +236,31 @@ def _apply(
 
 _Keyed = tuple[str, RowDelta]
 """A delta with its dedup key."""
+
+
+def _chunked(pairs: Sequence[_Keyed], most: int, column_bytes: dict[int, int]) -> list[Sequence[_Keyed]]:
+    """A shard's deltas in order, cut into chunks of at most ``most`` deltas whose estimated log bytes
+    (:func:`_log_estimate`) fit one log item (:data:`_LOG_CHUNK_BUDGET`). A chunk whose merged entries still outgrow
+    an item (an update of a large row) is split when planned."""
+    chunks: list[Sequence[_Keyed]] = []
+    start = size = 0
+    for i, (_, delta) in enumerate(pairs):
+        estimate = _log_estimate(delta, column_bytes[id(delta)])
+        if i > start and (i - start == most or size + estimate > _LOG_CHUNK_BUDGET):
+            chunks.append(pairs[start:i])
+            start, size = i, 0
+        size += estimate
+    chunks.append(pairs[start:])
+    return chunks
+
+
+def _log_estimate(delta: RowDelta, column_bytes: int) -> int:
+    """About what a delta adds to its chunk's log item, uncompressed: its wire JSON (columns, ids, field names) and
+    its columns once more as the row after it. That is an INSERT's; an UPDATE of a row larger than it logs more, and
+    its chunk is split when planned."""
+    ids = len(delta.table) + len(delta.row_id) + len(delta.client_id) + len(delta.delta_id)
+    return 8 + column_bytes + ids + 128 + column_bytes
+
 
 _ROWS_PER_READ = 100
 
