@@ -90,6 +90,62 @@ def test_ids_and_values_of_any_text_read_back(texts: list[str], log_format: int)
     assert [(e.wire_json, e.size, e.delta) for e in back] == [(e.wire_json, e.size, e.delta) for e in entries]
 
 
+@given(
+    st.lists(st.tuples(rows, rows, st.text(max_size=300)), min_size=1, max_size=40),
+    st.sampled_from([1, 2]),
+    st.integers(0, 45),
+    st.integers(0, 45),
+    st.booleans(),
+)
+def test_a_slice_of_a_chunk_decodes_as_the_same_slice_of_the_whole(
+    images: list[tuple[dict[str, JsonValue] | None, dict[str, JsonValue] | None, str]],
+    log_format: int,
+    start: int,
+    length: int,
+    sized: bool,
+) -> None:
+    # Given a chunk of entries whose wire JSON is long enough (and sometimes sized otherwise) for a chunk's text to
+    # span several inflate steps
+    entries = []
+    for i, (before, after, text) in enumerate(images):
+        delta = make_delta("INSERT", table="todos", row_id=f"r{i}", client_id="c1", hlc=FIRST_HLC + i,
+                           columns={"a": text * 60})  # fmt: skip
+        wire = js_stringify(delta.to_json())
+        size = len(wire.encode("utf-8", "surrogatepass")) + (i if sized else 0)
+        entries.append(LogEntry(SHARD, 7 + i, FIRST_HLC + i, delta, before, after, size, wire))
+    blob = encode_entries(entries, log_format)
+
+    # When entries start .. start + length are decoded alone, with their images and without
+    part = decode_entries(SHARD, 7, FIRST_HLC, blob, start=start, stop=start + length)
+    bare = decode_entries(SHARD, 7, FIRST_HLC, blob, images=False, start=start, stop=start + length)
+
+    # Then they are the same slice of the whole chunk's entries, images, sizes and positions included
+    whole = decode_entries(SHARD, 7, FIRST_HLC, blob)
+    want = whole[start : start + length]
+    assert part == want
+    assert [(e.seq, e.commit_hlc, e.size, e.wire_json) for e in bare] == [
+        (e.seq, e.commit_hlc, e.size, e.wire_json) for e in want
+    ]
+
+
+def test_the_first_entries_of_a_long_chunk_are_read_without_inflating_the_rest() -> None:
+    # Given a chunk whose later entries would not inflate (the stream cut short after its first part)
+    entries = [_entry(i, None, {"a": "x" * 2000 + str(i)}) for i in range(200)]
+    blob = encode_entries(entries, 2)
+    inflater = zlib.decompressobj()
+    inflater.decompress(blob, 20_000)
+    consumed = len(blob) - len(inflater.unconsumed_tail)
+
+    # When its first entry is read from the first part alone
+    got = decode_entries(SHARD, 7, FIRST_HLC, blob[: consumed + 64], stop=1)
+
+    # Then it is there, whole, with its images
+    assert got == entries[:1]
+    # And the whole chunk cut short does not inflate
+    with pytest.raises(zlib.error):
+        zlib.decompress(blob[: consumed + 64])
+
+
 def test_layout_2_keeps_each_wire_json_on_a_line_of_its_own_followed_by_its_images() -> None:
     entries = [_entry(i, None, {"a": i}) for i in range(3)]
     header, *lines = zlib.decompress(encode_entries(entries)).decode().split("\n")

@@ -773,13 +773,17 @@ class DynamoDBBufferStore:
             first, count, first_hlc = chunk_span(item)
             items_read += 1
             entries_read += count
-            chunk = decode_entries(shard, first, first_hlc, item["z"]["B"], images=images)
-            kept = [e for e in chunk if e.seq > after_seq and e.commit_hlc > floor]
-            skipped += count - len(kept)
+            # The entries past the position (and the commit HLC) that the read still wants, decoded alone.
+            start = max(0, after_seq + 1 - first, floor + 1 - first_hlc)
+            stop = start + limit - len(entries)
+            kept = decode_entries(
+                shard, first, first_hlc, item["z"]["B"], images=images, start=start, stop=stop if stop < count else None
+            )
+            skipped += min(start, count)
             entries.extend(kept)
             if len(entries) >= limit:
                 break
-        return entries[:limit]
+        return entries
 
     # -- the commit ----------------------------------------------------------------------------------------------
     def commit(self, commit: Commit) -> None:

@@ -162,37 +162,80 @@ def encode_entries(entries: Sequence[LogEntry], log_format: int = LOG_FORMAT) ->
 
 
 def decode_entries(
-    shard: ShardId, first_seq: int, first_commit_hlc: int, blob: bytes, *, images: bool = True
+    shard: ShardId,
+    first_seq: int,
+    first_commit_hlc: int,
+    blob: bytes,
+    *,
+    images: bool = True,
+    start: int = 0,
+    stop: int | None = None,
 ) -> list[LogEntry]:
-    """The entries of a stored chunk (either layout); with ``images=False`` their ``before``/``after`` are ``None``."""
-    text = zlib.decompress(blob).decode("utf-8", "surrogatepass")
+    """The entries of a stored chunk (either layout); with ``images=False`` their ``before``/``after`` are ``None``.
+
+    ``start``/``stop``: only the entries at those indexes, as a slice of them; a layout-2 chunk is then inflated no
+    further than the last entry wanted (a page that ends at the start of a chunk reads little of it).
+    """
+    if stop is not None and stop <= start:
+        return []
+    text = _inflate(blob, stop)
     if text.startswith("["):
-        return _decode_list(shard, first_seq, first_commit_hlc, json.loads(text), images)
+        rows = json.loads(text)[start:stop]
+        return _decode_list(shard, first_seq + start, first_commit_hlc + start, rows, images)
     header, *lines = text.split("\n")
-    wires, image_lines = lines[::2], lines[1::2]
     if header == "2":
-        sizes = [_utf8_length(wire) for wire in wires]
+        sizes = None
     elif header.startswith("2:"):
         sizes = [int(size) for size in header[2:].split(",")]
     else:
         raise ValueError(f"not a chunk layout this code reads: {header[:20]!r}")
-    if len(sizes) != len(wires) or len(image_lines) != len(wires):
-        raise ValueError("a chunk's header and lines disagree on its entries")
-    load = _ImageLines(image_lines) if images else None
+    wires, image_lines = lines[::2], lines[1::2]
+    if stop is None or len(wires) < stop or len(image_lines) < stop:
+        # Whole (or shorter than asked): every line is there, and agrees with the header.
+        if len(image_lines) != len(wires) or (sizes is not None and len(sizes) != len(wires)):
+            raise ValueError("a chunk's header and lines disagree on its entries")
+    end = len(wires) if stop is None else min(stop, len(wires))
+    wires = wires[start:end]
+    load = _ImageLines(image_lines[:end]) if images else None
+    seq, hlc = first_seq + start, first_commit_hlc + start
+    stored = LogEntry.stored
+    plain = sizes is None and text.isascii()  # then every size is its wire JSON's length
     return [
-        LogEntry(
+        stored(
             shard,
-            first_seq + i,
-            first_commit_hlc + i,
-            None,
-            None,
-            None,
-            size,
+            seq + i,
+            hlc + i,
+            len(wire) if plain else _utf8_length(wire) if sizes is None else sizes[start + i],
             wire,
-            images=(load, i) if load is not None else None,
+            (load, start + i) if load is not None else None,
         )
-        for i, (wire, size) in enumerate(zip(wires, sizes, strict=True))
+        for i, wire in enumerate(wires)
     ]
+
+
+_INFLATE_STEP = 16 * 1024
+
+
+def _inflate(blob: bytes, entries: int | None) -> str:
+    """A chunk's text: whole, or (``entries``) at least as far as that many entries of a layout-2 chunk reach (its
+    header, then two lines each), cut at a line's end."""
+    if entries is None:
+        return zlib.decompress(blob).decode("utf-8", "surrogatepass")
+    inflater = zlib.decompressobj()
+    pieces = [inflater.decompress(blob, _INFLATE_STEP)]
+    lines = 1 + 2 * entries
+    newlines = pieces[0].count(b"\n")
+    while not inflater.eof and newlines < lines:
+        pieces.append(inflater.decompress(inflater.unconsumed_tail, _INFLATE_STEP))
+        newlines += pieces[-1].count(b"\n")
+    data = b"".join(pieces)
+    if inflater.eof:
+        return data.decode("utf-8", "surrogatepass")
+    # Up to the end of the last line wanted: UTF-8 never has a newline byte inside a character.
+    cut = -1
+    for _ in range(lines):
+        cut = data.index(b"\n", cut + 1)
+    return data[:cut].decode("utf-8", "surrogatepass")
 
 
 class _ImageLines:

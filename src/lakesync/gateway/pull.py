@@ -38,8 +38,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, cast
 
+from lakesync.core.canonical import RawJson
 from lakesync.core.delta import RowDelta, is_valid_client_id
 from lakesync.core.errors import (
     AdapterError,
@@ -126,13 +127,21 @@ class PullResult:
     def to_json(self) -> dict[str, object]:
         """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
         body: dict[str, object] = {
-            "deltas": [_delta_json(item) for item in self.items],
+            "deltas": _deltas_json(self.items),
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
         if self.cursor is not None:
             body["cursor"] = self.cursor
         return body
+
+
+def _deltas_json(items: Sequence[LogEntry | RowDelta]) -> list[object]:
+    """The deltas' JSON: log entries' stored wire JSON as it is (a page holds a thousand)."""
+    texts = [item.wire_json if type(item) is LogEntry else None for item in items]
+    if None in texts:
+        return [_delta_json(item) for item in items]
+    return [RawJson(text) for text in cast(list[str], texts)]
 
 
 def _delta_json(item: LogEntry | RowDelta) -> object:
