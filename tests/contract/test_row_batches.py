@@ -5,6 +5,7 @@ their main keys."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
@@ -278,3 +279,34 @@ def test_a_turn_behind_chunks_past_their_deadline_is_taken_over_without_waiting(
     head = _head(client, names)
     assert head["seq"]["N"] == head["ra"]["N"] == "2"
     assert [(d.first, d.last) for d in decode_doubts(head["dq"]["S"])] == [(1, 1)]
+
+
+class MeetsInBatchGets:
+    """A DynamoDB client whose ``BatchGetItem`` waits until ``parties`` of them are in flight at once."""
+
+    def __init__(self, client: Any, parties: int) -> None:
+        self._client = client
+        self.barrier = threading.Barrier(parties, timeout=10)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        self.barrier.wait()
+        return self._client.batch_get_item(**kwargs)
+
+
+def test_a_basis_of_many_rows_is_read_in_requests_side_by_side(dynamodb_client: Any, dynamodb_tables: Any) -> None:
+    # Given 250 rows
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    deps = _deps(_store(client, names, clock), client, names, clock)
+    _push(deps, *[_delta(f"r{i}", clock, v=i) for i in range(250)])
+
+    # When a chunk's basis holds all of them (three requests of at most 100 keys), read through a client whose
+    # BatchGetItem answers only once three are in flight (one after another, the first would wait in vain)
+    meeting = MeetsInBatchGets(client, 3)
+    basis = _store(meeting, names, clock).read_commit_basis(SHARD, [("todos", f"r{i}") for i in range(250)])
+
+    # Then every row is there, and the three requests met
+    assert sorted(int(row.state.values()["v"]) for row in basis.rows.values()) == list(range(250))
+    assert not meeting.barrier.broken

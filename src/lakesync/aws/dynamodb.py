@@ -183,21 +183,35 @@ def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Ite
 
 
 def _batch_get_tables(db: DynamoDBClient, keys: Mapping[str, list[Item]]) -> dict[str, list[Item]]:
-    """Consistent BatchGetItem of keys of several tables (100 keys per request), following UnprocessedKeys."""
-    found: dict[str, list[Item]] = {table: [] for table in keys}
+    """Consistent BatchGetItem of keys of several tables (100 keys per request, the requests side by side),
+    following UnprocessedKeys."""
     flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
-    for start in range(0, len(flat), 100):
-        request: dict[str, Any] = {}
-        for table, key in flat[start : start + 100]:
-            request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
-        while request:
-            try:
-                out = db.batch_get_item(RequestItems=request)
-            except ClientError as exc:
-                raise _client_error(exc, "BatchGetItem") from exc
-            for table, items in out["Responses"].items():
-                found[table].extend(items)
-            request = dict(out.get("UnprocessedKeys") or {})
+    slices = [flat[start : start + 100] for start in range(0, len(flat), 100)]
+    parts = (
+        [_batch_get_slice(db, slices[0])]
+        if len(slices) == 1
+        else results_of([submit(_batch_get_slice, db, part) for part in slices])
+    )
+    found: dict[str, list[Item]] = {table: [] for table in keys}
+    for part in parts:
+        for table, items in part:
+            found[table].extend(items)
+    return found
+
+
+def _batch_get_slice(db: DynamoDBClient, keys: list[tuple[str, Item]]) -> list[tuple[str, list[Item]]]:
+    """One BatchGetItem of up to 100 keys, following UnprocessedKeys: the items found, by table."""
+    request: dict[str, Any] = {}
+    for table, key in keys:
+        request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
+    found: list[tuple[str, list[Item]]] = []
+    while request:
+        try:
+            out = db.batch_get_item(RequestItems=request)
+        except ClientError as exc:
+            raise _client_error(exc, "BatchGetItem") from exc
+        found.extend(out["Responses"].items())
+        request = dict(out.get("UnprocessedKeys") or {})
     return found
 
 
