@@ -115,6 +115,8 @@ PULL_METHOD = [
     "following `LastEvaluatedKey` to the end; items left as boto3 returns them.",
     "* **replay**: the exact DynamoDB requests of one handler pass, recorded on its client and sent again by the "
     "raw client: handler / replay is what our code adds to its own requests.",
+    "* **raw + inflate** (not a goal; a floor): the raw side, then `zlib.decompress` of every item's entries, the "
+    "least any reader that sends the deltas must do with the log as stored (compressed chunks of a push's entries).",
 ]
 
 

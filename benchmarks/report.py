@@ -232,10 +232,24 @@ def _pull_section(r: dict[str, Any], pull: dict[str, Any]) -> list[str]:
         f"{pull['raw_query_deltas_per_s']['median']:.0f} |",
         f"| raw replay of the handler's own DynamoDB requests | {_range(pull['replay_of_handler_calls_s'], '{:.2f}')} "
         "| – |",
+        *(
+            [
+                f"| raw paginated `Query`, then every item's entries inflated | "
+                f"{_range(pull['raw_query_and_inflate_s'], '{:.3f}')} | – |"
+            ]
+            if "raw_query_and_inflate_s" in pull
+            else []
+        ),
         "",
         f"Ratios (per repetition, then median): handler / raw Query = "
         f"{_range(pull['ratio_handler_over_raw'], '{:.2f}')}; handler / replay of its own requests = "
-        f"{_range(pull['ratio_handler_over_replay'], '{:.2f}')}.",
+        f"{_range(pull['ratio_handler_over_replay'], '{:.2f}')}"
+        + (
+            f"; raw + inflate / raw Query = {_range(pull['ratio_raw_and_inflate_over_raw'], '{:.2f}')}; handler / "
+            f"(raw + inflate) = {_range(pull['ratio_handler_over_raw_and_inflate'], '{:.2f}')}."
+            if "ratio_handler_over_raw_and_inflate" in pull
+            else "."
+        ),
         "",
         f"Requests of one pass: {req['handler_invocations']} handler invocations making "
         f"{_calls(req['handler_dynamodb_calls_per_pass'])} DynamoDB requests, against {req['raw_queries']} "
