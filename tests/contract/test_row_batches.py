@@ -66,6 +66,12 @@ def _store(client: Any, names: Any, clock: Clock, cls: type[DynamoDBBufferStore]
     return cls(client, names, first_keyed=True, turn_wait_s=0.05, clock_ms=clock)
 
 
+def _stops_in_its_batch(client: Any, names: Any, clock: Clock) -> StopsInItsBatch:
+    stopped: StopsInItsBatch = _store(client, names, clock, StopsInItsBatch)
+    stopped.held = []
+    return stopped
+
+
 def _deps(buffer: DynamoDBBufferStore, client: Any, names: Any, clock: Clock) -> GatewayDeps:
     return GatewayDeps(
         buffer,
@@ -139,8 +145,7 @@ def test_a_late_batch_of_a_stopped_writer_changes_nothing_anyone_reads(
 ) -> None:
     # Given a writer that committed a chunk and stopped while its rows' batch was on its way
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
-    stopped = _store(client, names, clock, StopsInItsBatch)
-    stopped.held = []
+    stopped = _stops_in_its_batch(client, names, clock)
     first = _delta("r1", clock, title="a", n=1)
     _push(_deps(stopped, client, names, clock), first)
     assert len(stopped.held) == 1 and _head(client, names)["seq"]["N"] == "0"
@@ -310,3 +315,55 @@ def test_a_basis_of_many_rows_is_read_in_requests_side_by_side(dynamodb_client: 
     # Then every row is there, and the three requests met
     assert sorted(int(row.state.values()["v"]) for row in basis.rows.values()) == list(range(250))
     assert not meeting.barrier.broken
+
+
+def test_a_stopped_writer_of_a_chunk_longer_than_a_run_is_taken_over_in_runs(
+    dynamodb_client: Any, dynamodb_tables: Any
+) -> None:
+    # Given a writer that committed one chunk of 250 rows and stopped while its batches were on their way
+    client, names, clock = dynamodb_client, dynamodb_tables, Clock()
+    stopped = _stops_in_its_batch(client, names, clock)
+    settings = GatewaySettings()
+    config, actions = DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names)
+    firsts = [_delta(f"r{i}", clock, n=i) for i in range(250)]
+    _push(GatewayDeps(stopped, config, actions, settings, HLC(clock)), *firsts)
+    assert sum(len(batch) for batch in stopped.held) == 250 and _head(client, names)["seq"]["N"] == "0"
+
+    # When another writer changes rows of its first and its last run
+    clock.now_ms += 1000
+    store = _store(client, names, clock)
+    deps = GatewayDeps(store, config, actions, settings, HLC(clock))
+    seconds = [_delta("r7", clock, done=True), _delta("r249", clock, done=True)]
+    _push(deps, *seconds)
+
+    # Then the stopped writer's chunk is in doubt in runs of at most DOUBT_RUN_ENTRIES, each with its record
+    head = _head(client, names)
+    assert head["seq"]["N"] == head["ra"]["N"] == "252"
+    doubts = decode_doubts(head["dq"]["S"])
+    assert [(d.first, d.last) for d in doubts] == [(1, 100), (101, 200), (201, 250)]
+    assert len(_doubt_records(client, names)) == 3
+
+    # When the stopped writer's batches land now, late
+    for batch in stopped.held:
+        client.batch_write_item(RequestItems={names.rows: [{"PutRequest": {"Item": item}} for item in batch]})
+
+    # Then every row reads as the log has it, the two changed ones with both changes
+    expected = {("todos", f"r{i}"): fold([d]) for i, d in enumerate(firsts)}
+    expected[("todos", "r7")] = fold([firsts[7], seconds[0]])
+    expected[("todos", "r249")] = fold([firsts[249], seconds[1]])
+    rows = _store(client, names, clock).get_rows(GW, list(expected))
+    assert {key: row.state for key, row in rows.items()} == expected
+
+    # When no batch can land any more, and a push takes its turn
+    clock.now_ms = max(d.until_ms for d in doubts) + 1
+    _push(deps, _delta("r0", clock, n=-1))
+
+    # Then every run is retired: nothing in doubt, no record, no alternate row, and the rows at their main keys
+    head = _head(client, names)
+    assert "dq" not in head and head["seq"]["N"] == head["ra"]["N"] == "253"
+    assert _doubt_records(client, names) == []
+    scanned = client.scan(TableName=names.rows, ConsistentRead=True)["Items"]
+    assert sorted(item["pk"]["S"] for item in scanned) == sorted(row_key(GW, "todos", f"r{i}") for i in range(250))
+    del expected[("todos", "r0")]
+    rows = _store(client, names, clock).get_rows(GW, list(expected))
+    assert {key: row.state for key, row in rows.items()} == expected
