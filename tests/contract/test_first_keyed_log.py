@@ -19,6 +19,7 @@ from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.gateway.io_pool import submit
 from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, ShardHead, ShardId
+from lakesync.ports import read_from_entry
 from tests.contract.test_commit_marks import (
     Chunk,
     CountingClient,
@@ -412,7 +413,10 @@ def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, 
     # Then a cursor at the end of a chunk (where a caught-up pull leaves it) is checked and read in one Query
     for at in (10, 20, 50):
         assert cursor_read(at) == (entries[at - 1].commit_hlc, list(range(at + 1, min(at + 15, 60) + 1)), 1), at
-    # And a cursor at the end of the log reads nothing in one Query, leaving its entry to the head's check
+    # And a cursor at the end of the log reads nothing in one Query: a store that read the log's last chunk just now
+    # tells its entry's commit HLC from it, one that did not leaves the entry to the head's check
+    assert cursor_read(60) == (entries[59].commit_hlc, [], 1)
+    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
     assert cursor_read(60) == (None, [], 1)
     # And a cursor inside a chunk (a page that ended inside one) is still checked, with the chunk holding it
     at_hlc, after, sent = cursor_read(25)
@@ -495,9 +499,11 @@ def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_d
         # process that knew the log's keys
         assert all(last >= at for _, last in spans[False]), (at, spans)
         assert len(spans[False]) <= len(spans[True]) + 1, (at, spans)
-        # And it now knows the shard: a caught-up cursor is checked in one Query
+        # And it now knows the shard: a caught-up cursor is checked in one Query (the cursor's entry by its chunk
+        # where that is the chunk the store read last, else by the head later)
         counting.queries.clear()
-        assert store.read_log_at(shard, 300, 5, images=False) == (None, [])
+        at_end = entries[299].commit_hlc if at == 300 else None
+        assert store.read_log_at(shard, 300, 5, images=False) == (at_end, [])
         assert len(counting.queries) == 1
 
 
@@ -519,3 +525,52 @@ def test_a_new_flush_store_reads_a_range_of_a_long_first_keyed_log_from_its_star
         # chunks, which a read expecting last keys got first)
         assert [r["seq"] for r in records] == [e.seq for e in entries[lo:hi]]
         assert all(last >= lo for _, last in counting.spans), (lo, counting.spans)
+
+
+@pytest.mark.parametrize(("sizes", "limit"), [([48] * 10, 101), ([10] * 30, 25), ([250, 3, 250, 1, 100], 101)])
+def test_a_cursor_paging_through_the_log_reads_each_page_in_one_query_from_the_chunk_it_read_last(
+    contract_dynamodb: Any, shard: ShardId, sizes: list[int], limit: int
+) -> None:
+    # Given a first-keyed log of chunks of several sizes
+    client, names = contract_dynamodb
+    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, sizes))
+    total = sum(sizes)
+    counting = ItemCountingClient(client)
+    wall = [1_800_000_000_000]
+    warm = DynamoDBBufferStore(counting, names, first_keyed=True, clock_ms=lambda: wall[0])
+
+    # When a cursor pages through it as a pull does (each page ending inside a chunk, or at a chunk's end)
+    position, pages = 0, 0
+    while position < total:
+        counting.queries.clear()
+        if position == 0:
+            at_hlc, got = None, warm.read_log(shard, 0, limit, images=False)
+        else:
+            at_hlc, got = warm.read_log_at(shard, position, limit, images=False)
+            sent = len(counting.queries)
+            # Then each page is what a store that remembers nothing reads, the cursor's entry checked the same (where
+            # that store finds nothing after a position inside the log's last chunk, the pull reads from the entry)
+            cold_hlc, cold = _cold_read_at(client, names, shard, position, limit)
+            assert [(e.seq, e.commit_hlc, e.wire_json) for e in got] == [
+                (e.seq, e.commit_hlc, e.wire_json) for e in cold
+            ], position
+            assert at_hlc == cold_hlc, position
+            # And it takes one Query at most: the chunk holding the position (or opening after it) is the one read last
+            assert sent <= 1, (position, counting.queries)
+        assert [e.seq for e in got] == list(range(position + 1, min(position + limit, total) + 1))
+        position, pages = got[-1].seq, pages + 1
+        wall[0] += 1000
+    assert pages == -(-total // limit)
+
+    # And a chunk read longer ago than a client pages is not used again: a cursor at the log's end (standing in the
+    # chunk read last) reads as a cold store's, its entry left to the head's check
+    wall[0] += 31_000
+    assert warm.read_log_at(shard, total, limit, images=False) == (None, [])
+
+
+def _cold_read_at(client: Any, names: TableNames, shard: ShardId, position: int, limit: int) -> tuple[Any, Any]:
+    cold = DynamoDBBufferStore(client, names, first_keyed=True)
+    at_hlc, got = cold.read_log_at(shard, position, limit, images=False)
+    if at_hlc is None and not got:
+        return read_from_entry(cold, shard, position, limit, images=False)
+    return at_hlc, got

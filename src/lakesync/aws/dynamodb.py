@@ -20,6 +20,7 @@ import logging
 import math
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -262,6 +263,11 @@ def _query_all(db: DynamoDBClient, *, page_size: Callable[[], int] | None = None
         kwargs["ExclusiveStartKey"] = last
 
 
+_REMEMBERED_CHUNKS = 32
+"""Shards whose last chunk read a store keeps (a chunk is at most an item: 400 KB)."""
+_REMEMBERED_CHUNK_MS = 30_000
+"""How long a chunk read is used again (a client paging through a backlog asks for its next page at once)."""
+
 _PER_CHUNK = 48
 """Entries per log item to expect before a read has seen any: a full push chunk."""
 
@@ -324,6 +330,9 @@ class DynamoDBBufferStore:
         self._doubt_rows: dict[tuple[str, int, int], frozenset[str]] = {}
         # The last basis read of each shard: the head's `seq`, `ra` and in-doubt runs.
         self._bases: dict[str, tuple[int, int, tuple[Doubt, ...]]] = {}
+        # The last first-keyed chunk a read of each shard decoded, and when it was read (`clock_ms`).
+        self._last_chunks: dict[str, tuple[int, Item]] = {}
+        self._last_chunks_lock = threading.Lock()
 
     def _by_setting(self) -> bool:
         return self._first_keyed
@@ -529,6 +538,11 @@ class DynamoDBBufferStore:
     def read_log_at(
         self, shard: ShardId, seq: int, limit: int, *, images: bool = True
     ) -> tuple[int | None, list[LogEntry]]:
+        remembered = self._remembered_chunk(shard, seq)
+        if remembered is not None:
+            found = self._read_from_remembered(shard, remembered, seq, limit, images)
+            if found is not None:
+                return found
         known_first = self._knows_first_keys(shard)
         if seq > 0 and not self._reads_last_keyed(shard):
             found = self._read_after_chunk_end(shard, seq, limit, images)
@@ -539,6 +553,57 @@ class DynamoDBBufferStore:
                 return found
         # Last keys: the chunk holding entry `seq` is the first one read, one Query.
         return read_from_entry(self, shard, seq, limit, images=images)
+
+    # -- the last chunk read: a cursor's next page starts in it, or right after it ---------------------------------
+    def _remember_chunk(self, shard: ShardId, item: Item) -> None:
+        """Keep the last first-keyed chunk a read decoded (items are never changed once put: the same key always
+        holds the same entries)."""
+        if int(item["seq"]["N"]) < FIRST_KEYED or "z" not in item:
+            return
+        with self._last_chunks_lock:
+            self._last_chunks.pop(shard.key, None)
+            self._last_chunks[shard.key] = (self._clock_ms(), item)
+            while len(self._last_chunks) > _REMEMBERED_CHUNKS:
+                del self._last_chunks[next(iter(self._last_chunks))]
+
+    def _remembered_chunk(self, shard: ShardId, seq: int) -> Item | None:
+        """The chunk remembered for ``shard`` if it holds entry ``seq`` or starts right after it (where a page that
+        ended inside it, or opened it to see whether more follows, leaves the next one), read in the last
+        :data:`_REMEMBERED_CHUNK_MS`."""
+        with self._last_chunks_lock:
+            remembered = self._last_chunks.get(shard.key)
+        if remembered is None or not 0 <= self._clock_ms() - remembered[0] <= _REMEMBERED_CHUNK_MS:
+            return None
+        item = remembered[1]
+        first, count, _ = chunk_span(item)
+        if first <= seq <= first + count - 1 or (first == seq + 1 and "pv" in item):
+            return item
+        return None
+
+    def _read_from_remembered(
+        self, shard: ShardId, item: Item, seq: int, limit: int, images: bool
+    ) -> tuple[int | None, list[LogEntry]] | None:
+        """A cursor read from the remembered chunk: the commit HLC of entry ``seq`` and the entries after it, the
+        chunk's own first, then by one Query the chunks after it. ``None`` when the log after it does not continue
+        from it (the caller then reads as if nothing were remembered)."""
+        first, count, first_hlc = chunk_span(item)
+        last = first + count - 1
+        at_hlc = first_hlc + (seq - first) if seq >= first else int(item["pv"]["N"])
+        start = seq + 1 - first
+        stop = start + limit
+        entries = (
+            decode_entries(
+                shard, first, first_hlc, item["z"]["B"], images=images, start=start, stop=stop if stop < count else None
+            )
+            if start < count
+            else []
+        )
+        if len(entries) >= limit:
+            return at_hlc, entries
+        after = self._read_after_chunk_end(shard, last, limit - len(entries), images)
+        if after is None or (after[0] is not None and after[0] != first_hlc + count - 1):
+            return None
+        return at_hlc, entries + after[1]
 
     def _read_after_chunk_end(
         self, shard: ShardId, seq: int, limit: int, images: bool
@@ -783,7 +848,9 @@ class DynamoDBBufferStore:
                 through=after_seq + limit if after_hlc is None and not skip else None,
             )
         )
+        last_item: Item | None = None
         for item in items:
+            last_item = item
             first, count, first_hlc = chunk_span(item)
             items_read += 1
             entries_read += count
@@ -797,6 +864,8 @@ class DynamoDBBufferStore:
             entries.extend(kept)
             if len(entries) >= limit:
                 break
+        if last_item is not None:
+            self._remember_chunk(shard, last_item)
         return entries
 
     # -- the commit ----------------------------------------------------------------------------------------------
