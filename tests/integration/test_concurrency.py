@@ -17,16 +17,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from lakesync.aws.row_doubts import DOUBT_RUN_ENTRIES
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC, encode, system_clock
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit, CommitConflict, LogEntry, dedup_key, recent_key
+from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, dedup_key, recent_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 
@@ -39,6 +41,29 @@ PUSHES_PER_WRITER = 20
 ROWS = {"todos": [f"t{i}" for i in range(5)], "notes": [f"n{i}" for i in range(3)]}
 COLUMNS = ["a", "b", "c", "d"]
 CLIENTS = ["alice", "bob", "carol", "dave", "ève"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the writers push and the pullers ask for."""
+
+    rows: dict[str, list[str]]
+    batch: tuple[int, int]
+    pushes_per_writer: int
+    chunk_deltas: int
+    pull_limit: tuple[int, int]
+
+
+SMALL = Shape(ROWS, (1, 4), PUSHES_PER_WRITER, 4, (1, 40))
+"""Pushes of a few deltas to a key space of 8 rows, in chunks of 4: conflicts on almost every commit."""
+LARGE = Shape(
+    {"todos": [f"t{i}" for i in range(300)], "notes": [f"n{i}" for i in range(150)]},
+    (200, 500),
+    5,
+    LOG_CHUNK_MAX_ENTRIES,
+    (1, 600),
+)
+"""Pushes of up to 500 deltas in chunks as large as an item holds: runs of a taken-over chunk split at 100 entries."""
 
 
 @pytest.fixture
@@ -97,7 +122,11 @@ class LateBatches:
 
 
 def _deps(
-    client: Any, names: Any, first_keyed: bool | Callable[[], bool] = False, late: LateBatches | None = None
+    client: Any,
+    names: Any,
+    first_keyed: bool | Callable[[], bool] = False,
+    late: LateBatches | None = None,
+    shape: Shape = SMALL,
 ) -> GatewayDeps:
     from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
     from lakesync.core.errors import StorageError
@@ -119,14 +148,14 @@ def _deps(
         buffer=CountingBufferStore(client, names, first_keyed=first_keyed, turn_wait_s=0.1 if late else 2.0),
         config=DynamoDBConfigStore(client, names),
         actions=DynamoDBActionStore(client, names),
-        settings=GatewaySettings(chunk_deltas=4, sub_shards={"todos": 2}, commit_attempts=400),
+        settings=GatewaySettings(chunk_deltas=shape.chunk_deltas, sub_shards={"todos": 2}, commit_attempts=400),
         clock=HLC(),
     )
 
 
-def _random_delta(rnd: random.Random, base_ms: int, tag: str) -> RowDelta:
-    table = rnd.choice(list(ROWS))
-    row = rnd.choice(ROWS[table])
+def _random_delta(rnd: random.Random, base_ms: int, tag: str, rows: dict[str, list[str]] = ROWS) -> RowDelta:
+    table = rnd.choice(list(rows))
+    row = rnd.choice(rows[table])
     client = rnd.choice(CLIENTS)
     # A narrow HLC range: equal versions (ties by clientId, then by value) happen often
     stamp = encode(base_ms + rnd.randrange(40), rnd.randrange(2))
@@ -161,14 +190,16 @@ class Run:
         return run
 
 
-def _writer(run: Run, deps: GatewayDeps, seed: int, base_ms: int) -> None:
+def _writer(run: Run, deps: GatewayDeps, seed: int, base_ms: int, shape: Shape = SMALL) -> None:
     rnd = random.Random(seed)
     mine: list[tuple[RowDelta, ...]] = []
-    for i in range(PUSHES_PER_WRITER):
+    for i in range(shape.pushes_per_writer):
         if mine and rnd.random() < 0.15:
             batch = rnd.choice(mine)  # a client retrying a push whose answer it lost
         else:
-            batch_list = [_random_delta(rnd, base_ms, f"w{seed}.{i}.{j}") for j in range(rnd.randint(1, 4))]
+            batch_list = [
+                _random_delta(rnd, base_ms, f"w{seed}.{i}.{j}", shape.rows) for j in range(rnd.randint(*shape.batch))
+            ]
             with run.lock:
                 if run.pool and rnd.random() < 0.3:
                     batch_list.append(rnd.choice(run.pool))  # another writer's delta, possibly in flight
@@ -182,12 +213,14 @@ def _writer(run: Run, deps: GatewayDeps, seed: int, base_ms: int) -> None:
             run.pool.extend(batch)
 
 
-def _puller(run: Run, deps_of_pull: Callable[[], GatewayDeps], seed: int, received: list[RowDelta]) -> None:
+def _puller(
+    run: Run, deps_of_pull: Callable[[], GatewayDeps], seed: int, received: list[RowDelta], shape: Shape = SMALL
+) -> None:
     rnd = random.Random(1000 + seed)
     cursor: str | None = None
     while True:
         finished = run.writers_done.is_set()
-        page = pull(deps_of_pull(), GW, limit=rnd.randint(1, 40), claims={}, cursor=cursor)
+        page = pull(deps_of_pull(), GW, limit=rnd.randint(*shape.pull_limit), claims={}, cursor=cursor)
         received.extend(page.deltas)
         cursor = page.cursor
         if finished and not page.has_more:
@@ -201,12 +234,24 @@ def _log(deps: GatewayDeps) -> dict[Any, list[LogEntry]]:
 
 
 @pytest.mark.parametrize(
-    ("first_keyed", "new_readers", "stopping"),
-    [(False, False, False), (True, False, False), (True, True, False), (True, False, True)],
-    ids=["last-keys", "first-keys", "first-keys-new-readers", "first-keys-writers-stop-batches-land-late"],
+    ("first_keyed", "new_readers", "stopping", "shape"),
+    [
+        (False, False, False, SMALL),
+        (True, False, False, SMALL),
+        (True, True, False, SMALL),
+        (True, False, True, SMALL),
+        (True, False, True, LARGE),
+    ],
+    ids=[
+        "last-keys",
+        "first-keys",
+        "first-keys-new-readers",
+        "first-keys-writers-stop-batches-land-late",
+        "first-keys-large-chunks-writers-stop",
+    ],
 )
 def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_nothing(
-    shared_client: Any, dynamodb_tables: Any, first_keyed: bool, new_readers: bool, stopping: bool
+    shared_client: Any, dynamodb_tables: Any, first_keyed: bool, new_readers: bool, stopping: bool, shape: Shape
 ) -> None:
     # Given writer and puller threads, each with its own gateway deps over one boto3 client (with first keys: the
     # commit by a put, and cursors checked by the chunk after them; with new readers, every pull is served by a
@@ -222,19 +267,22 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     run = Run()
     base_ms = system_clock() - 3000
     received: list[list[RowDelta]] = [[] for _ in range(PULLERS)]
-    # (with stopping writers: a tenth of the row batches held back, landing late while the others go on)
-    late = LateBatches(shared_client, dynamodb_tables.rows, 0.1) if stopping else None
+    # (with stopping writers: a tenth of the row batches, a quarter with large chunks, held back, landing late while
+    # the others go on)
+    late = LateBatches(shared_client, dynamodb_tables.rows, 0.25 if shape is LARGE else 0.1) if stopping else None
     lander = threading.Thread(target=run.guard(late.land)) if late is not None else None
     writers = [
         threading.Thread(
             target=run.guard(
-                lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, first_keyed, late), i, base_ms)
+                lambda i=i: _writer(
+                    run, _deps(shared_client, dynamodb_tables, first_keyed, late, shape), i, base_ms, shape
+                )
             )
         )
         for i in range(WRITERS)
     ]
     pullers = [
-        threading.Thread(target=run.guard(lambda i=i: _puller(run, deps_of_pull(), i, received[i])))
+        threading.Thread(target=run.guard(lambda i=i: _puller(run, deps_of_pull(), i, received[i], shape)))
         for i in range(PULLERS)
     ]
 
@@ -257,7 +305,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     entries = [e for shard_log in log.values() for e in shard_log]
 
     # Then every push acknowledged every deltaId it carried, in order
-    assert len(run.pushed) == WRITERS * PUSHES_PER_WRITER
+    assert len(run.pushed) == WRITERS * shape.pushes_per_writer
     for batch, result in run.pushed:
         assert result.accepted == len(batch)
         assert [r.delta_id for r in result.receipts] == [d.delta_id for d in batch]
@@ -301,7 +349,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
         )
 
     # And the row index equals the sequential LWW fold of all accepted deltas, row by row
-    keys = [(t, r) for t, rows in ROWS.items() for r in rows]
+    keys = [(t, r) for t, rows in shape.rows.items() for r in rows]
     stored = deps.buffer.get_rows(GW, keys)
     expected: dict[tuple[str, str], RowState] = {}
     for key in keys:
@@ -332,6 +380,9 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
             ConsistentRead=True,
         )["Items"]
         assert declared, "no writer took a stopped writer's turn over"
+    if shape is LARGE:
+        chunks = shared_client.scan(TableName=dynamodb_tables.deltas, ProjectionExpression="n")["Items"]
+        assert max(int(item["n"]["N"]) for item in chunks) > DOUBT_RUN_ENTRIES, "no chunk longer than an in-doubt run"
     assert sorted({(s.table, s.sub) for s in log}) == [("notes", 0), ("todos", 0), ("todos", 1)]
     assert sum(r.duplicate for _, result in run.pushed for r in result.receipts) > 0
 
