@@ -589,15 +589,7 @@ class DynamoDBBufferStore:
         first, count, first_hlc = chunk_span(item)
         last = first + count - 1
         at_hlc = first_hlc + (seq - first) if seq >= first else int(item["pv"]["N"])
-        start = seq + 1 - first
-        stop = start + limit
-        entries = (
-            decode_entries(
-                shard, first, first_hlc, item["z"]["B"], images=images, start=start, stop=stop if stop < count else None
-            )
-            if start < count
-            else []
-        )
+        entries = _decode_part(shard, item, seq + 1 - first, limit, images)
         if len(entries) >= limit:
             return at_hlc, entries
         after = self._read_after_chunk_end(shard, last, limit - len(entries), images)
@@ -856,10 +848,7 @@ class DynamoDBBufferStore:
             entries_read += count
             # The entries past the position (and the commit HLC) that the read still wants, decoded alone.
             start = max(0, after_seq + 1 - first, floor + 1 - first_hlc)
-            stop = start + limit - len(entries)
-            kept = decode_entries(
-                shard, first, first_hlc, item["z"]["B"], images=images, start=start, stop=stop if stop < count else None
-            )
+            kept = _decode_part(shard, item, start, limit - len(entries), images)
             skipped += min(start, count)
             entries.extend(kept)
             if len(entries) >= limit:
@@ -1435,6 +1424,18 @@ def chunk_span(item: Item) -> tuple[int, int, int]:
     """``(first sequence, count, first commit HLC)`` of a log item (either kind of key)."""
     count = int(item["n"]["N"])
     return chunk_first(int(item["seq"]["N"]), count), count, int(item["c"]["N"])
+
+
+def _decode_part(shard: ShardId, item: Item, start: int, wanted: int, images: bool) -> list[LogEntry]:
+    """Up to ``wanted`` entries of a chunk item from its ``start``-th on, decoded alone (the text inflated no further
+    than they reach when the chunk holds more)."""
+    first, count, first_hlc = chunk_span(item)
+    if start >= count:
+        return []
+    stop = start + wanted
+    return decode_entries(
+        shard, first, first_hlc, item["z"]["B"], images=images, start=start, stop=stop if stop < count else None
+    )
 
 
 def _rows_applied(head_item: Item | None) -> int:

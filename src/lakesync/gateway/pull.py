@@ -38,7 +38,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final, cast
+from typing import Final
 
 from lakesync.core.canonical import RawJson
 from lakesync.core.delta import RowDelta, is_valid_client_id
@@ -127,7 +127,7 @@ class PullResult:
     def to_json(self) -> dict[str, object]:
         """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
         body: dict[str, object] = {
-            "deltas": _deltas_json(self.items),
+            "deltas": [_delta_json(item) for item in self.items],
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
@@ -136,15 +136,9 @@ class PullResult:
         return body
 
 
-def _deltas_json(items: Sequence[LogEntry | RowDelta]) -> list[object]:
-    """The deltas' JSON: log entries' stored wire JSON as it is (a page holds a thousand)."""
-    texts = [item.wire_json if type(item) is LogEntry else None for item in items]
-    if None in texts:
-        return [_delta_json(item) for item in items]
-    return [RawJson(text) for text in cast(list[str], texts)]
-
-
 def _delta_json(item: LogEntry | RowDelta) -> object:
+    if type(item) is LogEntry and item.wire_json is not None:
+        return RawJson(item.wire_json)  # a page holds a thousand: the stored text as it is, without more dispatch
     return item.to_json() if isinstance(item, RowDelta) else item.wire_value()
 
 

@@ -258,8 +258,7 @@ def _log_estimate(delta: RowDelta, column_bytes: int) -> int:
     """About what a delta adds to its chunk's log item, uncompressed: its wire JSON (columns, ids, field names) and
     its columns once more as the row after it. That is an INSERT's; an UPDATE of a row larger than it logs more, and
     its chunk is split when planned."""
-    ids = len(delta.table) + len(delta.row_id) + len(delta.client_id) + len(delta.delta_id)
-    return 8 + column_bytes + ids + 128 + column_bytes
+    return 8 + column_bytes + _id_chars(delta) + 128 + column_bytes
 
 
 _ROWS_PER_READ = 100
@@ -325,8 +324,11 @@ def _versions_bound(state: lww.RowState) -> int:
 def _wire_bound(delta: RowDelta, column_bytes: int) -> int:
     """An upper bound of the delta's wire JSON size: its columns' (measured by :func:`_validate`), its ids escaped,
     the field names."""
-    ids = len(delta.table) + len(delta.row_id) + len(delta.client_id) + len(delta.delta_id)
-    return column_bytes + 6 * ids + 128
+    return column_bytes + 6 * _id_chars(delta) + 128
+
+
+def _id_chars(delta: RowDelta) -> int:
+    return len(delta.table) + len(delta.row_id) + len(delta.client_id) + len(delta.delta_id)
 
 
 def _read_rows(deps: GatewayDeps, gateway: str, by_shard: dict[ShardId, list[_Keyed]]) -> _RowsRead:
