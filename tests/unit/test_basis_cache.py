@@ -13,7 +13,7 @@ from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.admin import save_sync_rules
-from lakesync.gateway.basis_cache import CachedPullBasis, fresh_reader
+from lakesync.gateway.basis_cache import CachedPullBasis, fresh_reader, kept_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
 from lakesync.gateway.model import PullBasis, ShardId
@@ -112,6 +112,26 @@ def test_fresh_reader_is_the_reader_underneath() -> None:
     reader = CountingReader()
     assert fresh_reader(CachedPullBasis(reader, 1.0)) is reader
     assert fresh_reader(reader) is reader
+
+
+def test_kept_answers_within_the_ttl_without_reading_and_nothing_after_it() -> None:
+    # Given a cache of 1 s that has read a gateway
+    reader, clock = CountingReader(), Clock()
+    cache = CachedPullBasis(reader, 1.0, clock=clock)
+    assert kept_basis(cache, GW) is None  # nothing read yet: nothing kept, and nothing read to find out
+    first = cache.read_pull_basis(GW)
+    # Then within the second it is kept, after it (or invalidated) it is not; and asking never reads
+    clock.now += 0.999
+    assert kept_basis(cache, GW) is first
+    assert kept_basis(cache, "other") is None
+    clock.now += 0.001
+    assert kept_basis(cache, GW) is None
+    cache.read_pull_basis(GW)
+    cache.invalidate(GW)
+    assert kept_basis(cache, GW) is None
+    assert reader.reads == 2
+    # And a reader that keeps nothing has nothing kept
+    assert kept_basis(reader, GW) is None
 
 
 @pytest.mark.parametrize("ttl", [0.0, -1.0])
@@ -236,3 +256,33 @@ def test_a_cached_basis_is_what_a_fresh_one_would_be_for_a_quiet_gateway() -> No
         assert (page.deltas, page.cursor, page.has_more) == (expected.deltas, expected.cursor, expected.has_more)
         cursor = page.cursor
     assert gw.reader.reads == 1
+
+
+def test_a_pull_with_the_basis_kept_reads_a_lone_shard_in_its_own_thread_without_images_and_loses_nothing() -> None:
+    # Given a process that kept the basis (no rules), its buffer recording the thread and the images of each read
+    gw = Gateway()
+    reads: list[tuple[str, bool]] = []
+    buffer = gw.buffer
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(buffer, name)
+
+        def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> Any:
+            reads.append((threading.current_thread().name, images))
+            return buffer.read_log(shard, after_seq, limit, images=images)
+
+        def read_log_at(self, shard: ShardId, seq: int, limit: int, *, images: bool = True) -> Any:
+            reads.append((threading.current_thread().name, images))
+            return buffer.read_log_at(shard, seq, limit, images=images)
+
+    gw.deps = replace(gw.deps, buffer=Recording())  # type: ignore[arg-type]
+    gw.push(gw.other, *(_d("todos", f"r{i}", "blue", i) for i in range(5)))
+    first = pull(gw.deps, GW, limit=3, claims={})
+    reads.clear()
+    # When the next page is pulled with the basis at hand
+    second = pull(gw.deps, GW, limit=3, claims={}, cursor=first.cursor)
+    # Then the log was read in the pulling thread, without row images (no rules need them), and every delta came once
+    assert reads and all(thread == threading.current_thread().name and not images for thread, images in reads)
+    assert [d.row_id for d in first.deltas + second.deltas] == [f"r{i}" for i in range(5)]
+    assert not second.has_more

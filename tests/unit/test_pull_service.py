@@ -1103,3 +1103,27 @@ def test_pull_since_behind_a_head_whose_entries_the_first_read_missed_reads_them
     # And the session moved past them: the next pull is empty
     again = env.pull(100, since=page.server_hlc, client_id="orig")
     assert again.deltas == () and again.server_hlc == page.server_hlc
+
+
+@pytest.mark.parametrize("kinds", ["", "s", "sss", "sd", "ds", "sw", "d"])
+def test_a_page_renders_as_each_of_its_deltas_rendered_in_order(kinds: str) -> None:
+    # Given a page of stored entries ("s", their wire JSON as stored), entries without it ("w") and deltas ("d")
+    from lakesync.core.canonical import js_stringify
+
+    items: list[LogEntry | RowDelta] = []
+    for i, kind in enumerate(kinds):
+        delta = make_delta("INSERT", table="todos", row_id=f"r{i}", client_id="c", hlc=encode(T0 + i, 0),
+                           columns={"title": f"t\u00e9{i}", "n": i})  # fmt: skip
+        wire = js_stringify(delta.to_json())
+        shard = ShardId(GW, "todos", 0)
+        if kind == "d":
+            items.append(delta)
+        else:
+            items.append(LogEntry(shard, i + 1, i + 1, delta, None, None, len(wire), wire if kind == "s" else None))
+    page = PullResult(tuple(items), 7, False, None)
+    # When it is rendered as a response is
+    text = js_stringify(page.to_json())  # type: ignore[arg-type]
+    # Then its deltas are each delta's wire JSON, in order (an empty page: an empty list)
+    body = json.loads(text)
+    assert body["deltas"] == [json.loads(js_stringify(d.to_json())) for d in page.deltas]
+    assert text.startswith('{"deltas":[' + ",".join(js_stringify(d.to_json()) for d in page.deltas) + "]")

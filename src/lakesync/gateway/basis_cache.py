@@ -51,11 +51,24 @@ class CachedPullBasis:
                 self._kept[gateway] = (now, basis)
         return basis
 
+    def kept(self, gateway: str) -> PullBasis | None:
+        """The gateway's rules and registry if read less than ``ttl_s`` ago, else ``None`` (nothing is read)."""
+        now = self._clock()
+        with self._lock:
+            kept = self._kept.get(gateway)
+        return kept[1] if kept is not None and now - kept[0] < self._ttl_s else None
+
     def invalidate(self, gateway: str) -> None:
         """Forget what was read of ``gateway`` (this process changed its rules or registry)."""
         with self._lock:
             self._kept.pop(gateway, None)
             self._generation += 1
+
+
+def kept_basis(reader: PullBasisReader, gateway: str) -> PullBasis | None:
+    """What :meth:`~lakesync.ports.PullBasisReader.read_pull_basis` would answer without a read, when ``reader`` is
+    a :class:`CachedPullBasis` that keeps it; else ``None``."""
+    return reader.kept(gateway) if isinstance(reader, CachedPullBasis) else None
 
 
 def fresh_reader(reader: PullBasisReader) -> PullBasisReader:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -51,7 +52,7 @@ from lakesync.core.errors import (
     StorageBusyError,
 )
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
-from lakesync.gateway.basis_cache import fresh_reader
+from lakesync.gateway.basis_cache import fresh_reader, kept_basis
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.io_pool import awaited, results_of, submit
@@ -127,7 +128,7 @@ class PullResult:
     def to_json(self) -> dict[str, object]:
         """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
         body: dict[str, object] = {
-            "deltas": [_delta_json(item) for item in self.items],
+            "deltas": _deltas_json(self.items),
             "serverHlc": str(self.server_hlc),
             "hasMore": self.has_more,
         }
@@ -136,10 +137,12 @@ class PullResult:
         return body
 
 
-def _delta_json(item: LogEntry | RowDelta) -> object:
-    if type(item) is LogEntry and item.wire_json is not None:
-        return RawJson(item.wire_json)  # a page holds a thousand: the stored text as it is, without more dispatch
-    return item.to_json() if isinstance(item, RowDelta) else item.wire_value()
+def _deltas_json(items: Sequence[LogEntry | RowDelta]) -> object:
+    # A page of stored entries (the usual one holds a thousand) is their stored text, joined once.
+    wires = [item.wire_json if type(item) is LogEntry else None for item in items]
+    if wires and None not in wires:
+        return RawJson("[" + ",".join(wires) + "]")  # type: ignore[arg-type]  # no None left
+    return [item.to_json() if isinstance(item, RowDelta) else item.wire_value() for item in items]
 
 
 @dataclass
@@ -387,16 +390,25 @@ def _pull_by_cursor(
     # The shards the cursor names are read while the rules and the registry are (with the row images, which only
     # the rules need: they are not known yet); the log read does not depend on them. Only the shards the registry
     # holds are served; a cursor naming more shards than a deployment plausibly has is not read ahead (a forged one
-    # would make the pull read shards that do not exist).
-    early = {key: new_reader(ShardId.parse(key), True) for key in positions} if len(positions) <= _EARLY_SHARDS else {}
-    early_reads = {key: submit(r.peek) for key, r in early.items()}
-    with awaited(*early_reads.values()):
-        basis = basis_reader.read_pull_basis(gateway)
+    # would make the pull read shards that do not exist). When the rules and the registry are at hand without a
+    # read, the log is read knowing them: a lone shard in this thread, without handing it to the pool.
+    basis = kept_basis(basis_reader, gateway)
+    early: dict[str, _ShardReader] = {}
+    early_reads: dict[str, Future[LogEntry | None]] = {}
+    if basis is None:
+        if len(positions) <= _EARLY_SHARDS:
+            early = {key: new_reader(ShardId.parse(key), True) for key in positions}
+        early_reads = {key: submit(r.peek) for key, r in early.items()}
+        with awaited(*early_reads.values()):
+            basis = basis_reader.read_pull_basis(gateway)
     rules = basis.rules
     images = rules_apply(rules)  # the row images only serve the sync rules
     readers = [early.get(s.key) or new_reader(s, images) for s in basis.shards]
     try:
-        results_of([early_reads.get(r.shard.key) or submit(r.peek) for r in readers])
+        if len(readers) == 1 and not early_reads:
+            readers[0].peek()
+        else:
+            results_of([early_reads.get(r.shard.key) or submit(r.peek) for r in readers])
         # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
         # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
         idle = [reader.shard for reader in readers if reader.peek() is None]
