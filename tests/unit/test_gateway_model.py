@@ -7,7 +7,7 @@ import pytest
 
 from lakesync.core.canonical import js_stringify
 from lakesync.core.delta import make_delta
-from lakesync.gateway.model import LogEntry, ShardId
+from lakesync.gateway.model import LogEntry, ShardId, stored_entry
 
 SHARD = ShardId("gw", "todos", 0)
 DELTA = make_delta("UPDATE", table="todos", row_id="r1", client_id="c1", hlc=7 << 16, columns={"t": "ü", "n": 1.5})
@@ -39,3 +39,25 @@ def test_log_entry_is_immutable_and_needs_its_delta_or_its_text() -> None:
         entry.seq = 4  # type: ignore[misc]
     with pytest.raises(ValueError):
         LogEntry(SHARD, 3, 9, None, None, None, 40)
+
+
+@pytest.mark.parametrize("with_images", [True, False])
+def test_an_entry_read_back_is_a_plain_immutable_log_entry_equal_to_the_one_built(with_images: bool) -> None:
+    # Given an entry read back from the log by its wire JSON, its images loaded on first use (or left out)
+    loads: list[int] = []
+
+    def load() -> list[tuple[dict[str, object] | None, dict[str, object] | None]]:
+        loads.append(1)
+        return [({"t": "a"}, {"t": "ü", "n": 1.5})]
+
+    entry = stored_entry(SHARD, 3, 9, 40, TEXT, (load, 0) if with_images else None)
+    # Then it is a LogEntry itself (not a subclass), as immutable as any
+    assert type(entry) is LogEntry
+    with pytest.raises(AttributeError):
+        entry.seq = 4  # type: ignore[misc]
+    # And equal to the entry built with its delta, its images read only when asked for
+    assert loads == []
+    images = ({"t": "a"}, {"t": "ü", "n": 1.5}) if with_images else (None, None)
+    assert entry == LogEntry(SHARD, 3, 9, DELTA, *images, 40)
+    assert (entry.before, entry.after, entry.wire_json) == (*images, TEXT)
+    assert loads == ([1] if with_images else [])

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakesync.core.canonical import JsonValue
-from lakesync.gateway.model import LogEntry, RowImages, ShardId
+from lakesync.gateway.model import LogEntry, RowImages, ShardId, stored_entry
 
 __all__ = [
     "COMMIT_MARK_EVERY",
@@ -198,7 +198,7 @@ def decode_entries(
     wires = wires[start:end]
     load = _ImageLines(image_lines[:end]) if images else None
     seq, hlc = first_seq + start, first_commit_hlc + start
-    stored = LogEntry.stored
+    stored = stored_entry
     plain = sizes is None and text.isascii()  # then every size is its wire JSON's length
     return [
         stored(

@@ -12,7 +12,7 @@ import base64
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from lakesync.core.canonical import JsonValue, RawJson
 from lakesync.core.delta import RowDelta
@@ -198,30 +198,6 @@ class LogEntry:
         set_(self, "wire_json", wire_json)
         set_(self, "_images", images)
 
-    @classmethod
-    def stored(
-        cls,
-        shard: ShardId,
-        seq: int,
-        commit_hlc: int,
-        size: int,
-        wire_json: str,
-        images: tuple[Callable[[], Sequence[RowImages]], int] | None,
-    ) -> LogEntry:
-        """An entry read back from the log: its wire JSON, its images loaded on first use (``None``: left out).
-        Half the cost of the constructor, which a pull page pays a thousand times."""
-        entry = _new(cls)
-        _set_shard(entry, shard)
-        _set_seq(entry, seq)
-        _set_commit_hlc(entry, commit_hlc)
-        _set_size(entry, size)
-        _set_wire_json(entry, wire_json)
-        _set_images(entry, images)
-        _set_delta(entry, None)
-        _set_before(entry, None)
-        _set_after(entry, None)
-        return entry
-
     @property
     def before(self) -> dict[str, JsonValue] | None:
         """The row's values just before the change (``None``: it did not exist)."""
@@ -282,18 +258,39 @@ class LogEntry:
         )
 
 
-_new = object.__new__
-# The slots' own setters: they bypass LogEntry.__setattr__, which refuses every change once made.
-_SLOTS = vars(LogEntry)
-_set_shard = _SLOTS["shard"].__set__
-_set_seq = _SLOTS["seq"].__set__
-_set_commit_hlc = _SLOTS["commit_hlc"].__set__
-_set_size = _SLOTS["size"].__set__
-_set_wire_json = _SLOTS["wire_json"].__set__
-_set_images = _SLOTS["_images"].__set__
-_set_delta = _SLOTS["_delta"].__set__
-_set_before = _SLOTS["_before"].__set__
-_set_after = _SLOTS["_after"].__set__
+class _StoredEntry(LogEntry):
+    """A :class:`LogEntry` read back from the log, built by plain slot stores and then turned into a ``LogEntry``
+    (the same slots, so immutable again): a pull page builds a thousand, at half the cost of the constructor."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        shard: ShardId,
+        seq: int,
+        commit_hlc: int,
+        size: int,
+        wire_json: str,
+        images: tuple[Callable[[], Sequence[RowImages]], int] | None,
+    ) -> None:
+        self.shard = shard
+        self.seq = seq
+        self.commit_hlc = commit_hlc
+        self.size = size
+        self.wire_json = wire_json
+        self._images = images
+        self._delta = None
+        self._before = None
+        self._after = None
+        self.__class__ = LogEntry  # type: ignore[assignment]
+
+
+stored_entry: Final[
+    Callable[[ShardId, int, int, int, str, tuple[Callable[[], Sequence[RowImages]], int] | None], LogEntry]
+] = _StoredEntry
+"""An entry read back from the log: ``(shard, seq, commit_hlc, size, wire_json, images)``, its images loaded on
+first use (``None``: left out)."""
 
 
 @dataclass(frozen=True, slots=True)
