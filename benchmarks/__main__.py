@@ -111,8 +111,15 @@ PULL_METHOD = [
     "verification, query parsing, one config `Query` for the sync rules and the shard registry, consistent log "
     "`Query` pages (the chunks that can hold the page's entries, by key), decoding into deltas, JSON response (the "
     "heads' release marks are read only for a shard whose log read comes back empty: none here).",
-    "* **raw (the goal's reference)**: a consistent `Query` of the shard's log with `Limit` = the pull `limit`, "
-    "following `LastEvaluatedKey` to the end; items left as boto3 returns them.",
+    "* **floor A (issue 15's reference, as for push)**: consistent `Query` pages of the log as the issue measured it, "
+    "one item per delta (the delta with its row images), `Limit` = the pull `limit`, as many pages as the handler "
+    "serves; items left as boto3 returns them. Its table holds exactly one page of such items, read again for each "
+    "page: moto scans the table and sorts the partition on every `Query`, and a partition of all the deltas would "
+    "charge each page for the rest. The SDK's own parse of one such page (botocore's parser on the recorded body, no "
+    "emulator) is given beside it.",
+    "* **raw**: a consistent `Query` of the shard's log as stored (compressed chunks of a push's entries), `Limit` = "
+    "the number of items that hold `limit` deltas, following `LastEvaluatedKey` to the end; items left as boto3 "
+    "returns them.",
     "* **replay**: the exact DynamoDB requests of one handler pass, recorded on its client and sent again by the "
     "raw client: handler / replay is what our code adds to its own requests.",
     "* **raw + inflate** (not a goal; a floor): the raw side, then `zlib.decompress` of every item's entries, the "

@@ -340,6 +340,33 @@ def batch_write(client: Any, table: str, items: Sequence[dict[str, Any]]) -> int
     return calls
 
 
+def one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The log as issue 15 measured it (its floor A): the entries of stored chunk items as one item per delta, each
+    with its delta and its row images -- the reference push and pull goals are set against, whatever the layout."""
+    from lakesync.aws.dynamodb import chunk_span
+    from lakesync.aws.log_chunks import decode_entries
+    from lakesync.gateway.model import ShardId
+
+    items = []
+    for chunk in chunks:
+        shard = ShardId.parse(chunk["shard"]["S"])
+        first, _, first_hlc = chunk_span(chunk)
+        for entry in decode_entries(shard, first, first_hlc, chunk["z"]["B"]):
+            item = {
+                "shard": chunk["shard"],
+                "seq": {"N": str(entry.seq)},
+                "chlc": {"N": str(entry.commit_hlc)},
+                "d": {"S": entry.wire_json or ""},
+                "sz": {"N": str(entry.size)},
+            }
+            if entry.after is not None:
+                item["a"] = {"S": json.dumps(entry.after, separators=(",", ":"))}
+            if entry.before is not None:
+                item["b"] = {"S": json.dumps(entry.before, separators=(",", ":"))}
+            items.append(item)
+    return items
+
+
 def query_all(client: Any, table: str, shard: str, *, page: int) -> tuple[list[dict[str, Any]], int]:
     """Every log item of ``shard`` by a paginated consistent ``Query`` of ``page`` items. Returns (items, requests)."""
     kwargs: dict[str, Any] = {

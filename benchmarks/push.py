@@ -9,11 +9,11 @@ One repetition, on fresh tables each side:
   ``TransactWriteItems`` with the conditional head update), writes the chunk's rows on its turn (``BatchWriteItem``,
   25 a request; docs/design/row-writes-in-batches.md), moves the head, and records the deltaIds of deltas that
   changed nothing with ``BatchWriteItem``.
-* **floor C, raw writes of the same items** (the figure the goal is set against): ``BatchWriteItem`` (25 per
-  request) of every item the handler run stored -- log, row, deltaId, head and shard-registry items, read back
-  from its tables -- unconditional, no reads.
-* **floor A, raw log writes** (the strictest view): ``BatchWriteItem`` of the log alone, one item per delta (the
-  handler's entries with their delta and row images, as the buffer stored them before it kept a chunk per item).
+* **floor C, raw writes of the same items**: ``BatchWriteItem`` (25 per request) of every item the handler run
+  stored -- log, row, deltaId, head and shard-registry items, read back from its tables -- unconditional, no reads.
+* **floor A, raw log writes** (the figure the goal is set against): ``BatchWriteItem`` of the log alone, one item
+  per delta (the handler's entries with their delta and row images, as the buffer stored them before it kept a
+  chunk per item).
 * **floor B, raw replay**: the very write requests the handler run sent (``PutItem``, ``UpdateItem``,
   ``TransactWriteItems`` and ``BatchWriteItem``, recorded on its client), replayed in order on fresh tables: the
   storage work of a push without its reads and without our code.
@@ -24,7 +24,6 @@ Workload: ``deltas`` INSERTs of distinct rows of one table (one shard), three co
 from __future__ import annotations
 
 import cProfile
-import json
 import statistics
 import tempfile
 import time
@@ -38,6 +37,7 @@ from benchmarks._common import (
     HandlerEnv,
     batch_write,
     make_deltas,
+    one_item_per_delta,
     progress,
     push_events,
     query_all,
@@ -48,10 +48,7 @@ from benchmarks._common import (
     timed,
 )
 from benchmarks._profile import breakdown, cumulative
-from lakesync.aws.dynamodb import chunk_span
-from lakesync.aws.log_chunks import decode_entries
 from lakesync.gateway.io_pool import inline
-from lakesync.gateway.model import ShardId
 
 SHARD = f"{GATEWAY}#{TABLE}#0"
 GOAL_RATIO = 0.7
@@ -71,29 +68,6 @@ def _handler_run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: in
             if result["statusCode"] != 200:
                 raise RuntimeError(f"push failed: {result['statusCode']} {result.get('body', '')[:300]}")
     return {"names": names, "seconds": seconds, "recorder": recorder, "requests": len(events)}
-
-
-def _one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Floor A's items: the handler's log entries (stored one chunk item per commit) as one item per delta, each
-    with its delta and its row images -- the reference the goal is set against, whatever the buffer's layout."""
-    items = []
-    for chunk in chunks:
-        shard = ShardId.parse(chunk["shard"]["S"])
-        first, _, first_hlc = chunk_span(chunk)
-        for entry in decode_entries(shard, first, first_hlc, chunk["z"]["B"]):
-            item = {
-                "shard": chunk["shard"],
-                "seq": {"N": str(entry.seq)},
-                "chlc": {"N": str(entry.commit_hlc)},
-                "d": {"S": entry.wire_json or ""},
-                "sz": {"N": str(entry.size)},
-            }
-            if entry.after is not None:
-                item["a"] = {"S": json.dumps(entry.after, separators=(",", ":"))}
-            if entry.before is not None:
-                item["b"] = {"S": json.dumps(entry.before, separators=(",", ":"))}
-            items.append(item)
-    return items
 
 
 def _floor_log_writes(env: HandlerEnv, log_items: list[dict[str, Any]]) -> tuple[float, int]:
@@ -155,7 +129,7 @@ def _repetition(env: HandlerEnv, push_module: Any, count: int, batch: int, tag: 
     run = _handler_run(env, push_module, deltas, batch)
     names = run["names"]
     chunks, _ = query_all(env.raw_client(), names.deltas, SHARD, page=1000)
-    log_items = _one_item_per_delta(chunks)
+    log_items = one_item_per_delta(chunks)
     if len(log_items) != count:
         raise RuntimeError(f"expected {count} log entries after the push, found {len(log_items)}")
     floor_a, floor_a_requests = _floor_log_writes(env, log_items)
@@ -395,7 +369,7 @@ def quick_summary(result: dict[str, Any]) -> str:
     """One line for the console."""
     return (
         f"push: handler {result['handler_deltas_per_s']['median']:.0f} deltas/s; "
-        f"vs raw writes of the same items {result['ratio_vs_all_items']['median']:.3f}x (goal >= {GOAL_RATIO}); "
-        f"vs raw log writes {result['ratio_vs_log_writes']['median']:.3f}x; "
+        f"vs raw log writes of one item per delta (floor A) {result['ratio_vs_log_writes']['median']:.3f}x "
+        f"(goal >= {GOAL_RATIO}); vs raw writes of the same items {result['ratio_vs_all_items']['median']:.3f}x; "
         f"vs raw replay {result['ratio_vs_replay']['median']:.3f}x"
     )
