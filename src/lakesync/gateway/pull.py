@@ -36,12 +36,9 @@ move a row out of a bucket reach the clients that held the row.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from itertools import accumulate
-from operator import attrgetter
 from typing import Final
 
 from lakesync.core.canonical import RawJson
@@ -140,16 +137,11 @@ class PullResult:
         return body
 
 
-_wire_json_of: Final = attrgetter("wire_json")
-_size_of: Final = attrgetter("size")
-
-
 def _deltas_json(items: Sequence[LogEntry | RowDelta]) -> object:
     # A page of stored entries (the usual one holds a thousand) is their stored text, joined once.
-    if items and set(map(type, items)) == {LogEntry}:
-        wires = list(map(_wire_json_of, items))
-        if None not in wires:
-            return RawJson("[" + ",".join(wires) + "]")
+    wires = [item.wire_json if type(item) is LogEntry else None for item in items]
+    if wires and None not in wires:
+        return RawJson("[" + ",".join(wires) + "]")  # type: ignore[arg-type]  # no None left
     return [item.to_json() if isinstance(item, RowDelta) else item.wire_value() for item in items]
 
 
@@ -240,12 +232,12 @@ class _ShardReader:
         ``max_bytes``), as :meth:`pop` would give them one by one, and their sizes' sum."""
         buffer = self.buffer
         taken = buffer[: -min(count, len(buffer)) - 1 : -1]
-        running = list(accumulate(map(_size_of, taken)))
-        size = running[-1] if running else 0
-        if size >= max_bytes:
-            last = bisect_left(running, max_bytes)  # the entry that brings the sum to max_bytes
-            del taken[last + 1 :]
-            size = running[last]
+        size = 0
+        for i, entry in enumerate(taken):
+            size += entry.size
+            if size >= max_bytes:
+                del taken[i + 1 :]
+                break
         if taken:
             del buffer[-len(taken) :]
             self.after_seq, self.last_hlc = taken[-1].seq, taken[-1].commit_hlc
