@@ -367,8 +367,8 @@ def one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def query_all(client: Any, table: str, shard: str, *, page: int) -> tuple[list[dict[str, Any]], int]:
-    """Every log item of ``shard`` by a paginated consistent ``Query`` of ``page`` items. Returns (items, requests)."""
+def query_page(client: Any, table: str, shard: str, *, page: int, start: Any = None) -> dict[str, Any]:
+    """One consistent ``Query`` of up to ``page`` log items of ``shard`` (after ``start``, a ``LastEvaluatedKey``)."""
     kwargs: dict[str, Any] = {
         "TableName": table,
         "KeyConditionExpression": "#sh = :s",
@@ -377,16 +377,24 @@ def query_all(client: Any, table: str, shard: str, *, page: int) -> tuple[list[d
         "ConsistentRead": True,
         "Limit": page,
     }
+    if start:
+        kwargs["ExclusiveStartKey"] = start
+    out: dict[str, Any] = client.query(**kwargs)
+    return out
+
+
+def query_all(client: Any, table: str, shard: str, *, page: int) -> tuple[list[dict[str, Any]], int]:
+    """Every log item of ``shard`` by a paginated consistent ``Query`` of ``page`` items. Returns (items, requests)."""
     items: list[dict[str, Any]] = []
     calls = 0
+    last = None
     while True:
-        out = client.query(**kwargs)
+        out = query_page(client, table, shard, page=page, start=last)
         calls += 1
         items.extend(out.get("Items", []))
         last = out.get("LastEvaluatedKey")
         if not last:
             return items, calls
-        kwargs["ExclusiveStartKey"] = last
 
 
 def timed(action: Callable[[], Any]) -> tuple[float, Any]:

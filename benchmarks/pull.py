@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import cProfile
 import json
-import statistics
 import tempfile
 import time
 import zlib
@@ -59,6 +58,7 @@ from benchmarks._common import (
     progress,
     pull_event,
     query_all,
+    query_page,
     replay,
     summarize,
     timed,
@@ -208,15 +208,7 @@ def run(*, deltas: int, limit: int, repetitions: int, profile: bool | None = Non
         floor_pages = [min(limit, deltas - start) for start in range(0, deltas, limit)]
 
         def floor_a_query(page: int) -> dict[str, Any]:
-            out: dict[str, Any] = raw.query(
-                TableName=floor_names.deltas,
-                KeyConditionExpression="#sh = :s",
-                ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":s": {"S": SHARD}},
-                ConsistentRead=True,
-                Limit=page,
-            )
-            return out
+            return query_page(raw, floor_names.deltas, SHARD, page=page)
 
         def floor_a_side() -> float:
             elapsed, counts = timed(lambda: [len(floor_a_query(page)["Items"]) for page in floor_pages])
@@ -275,6 +267,7 @@ def run(*, deltas: int, limit: int, repetitions: int, profile: bool | None = Non
                 f"({handler_s[-1] / raw_s[-1]:.2f}x), the handler's own calls replayed raw {replay_s[-1]:.3f}s, "
                 f"raw Query then inflated {inflate_s[-1]:.3f}s"
             )
+        handler_summary, floor_a_summary = summarize(handler_s), summarize(floor_a_s)
         ratio_floor_a = summarize([h / f for h, f in zip(handler_s, floor_a_s, strict=True)], digits=3)
         ratio = summarize([h / r for h, r in zip(handler_s, raw_s, strict=True)], digits=3)
         ratio_replay = summarize([h / r for h, r in zip(handler_s, replay_s, strict=True)], digits=3)
@@ -292,14 +285,14 @@ def run(*, deltas: int, limit: int, repetitions: int, profile: bool | None = Non
             "shape": "INSERTs of distinct rows, one table (one shard), 3 columns; no sync rules; JSON responses",
             "repetitions": repetitions,
         },
-        "handler_s": summarize(handler_s),
+        "handler_s": handler_summary,
         "raw_query_s": summarize(raw_s),
         "handler_deltas_per_s": summarize([deltas / s for s in handler_s], digits=1),
-        "floor_a_s": summarize(floor_a_s),
+        "floor_a_s": floor_a_summary,
         "floor_a_deltas_per_s": summarize([deltas / s for s in floor_a_s], digits=1),
         "ratio_handler_over_floor_a": ratio_floor_a,
-        "handler_ms_per_page": round(statistics.median(handler_s) * 1000 / len(floor_pages), 2),
-        "floor_a_ms_per_page": round(statistics.median(floor_a_s) * 1000 / len(floor_pages), 2),
+        "handler_ms_per_page": round(handler_summary["median"] * 1000 / len(floor_pages), 2),
+        "floor_a_ms_per_page": round(floor_a_summary["median"] * 1000 / len(floor_pages), 2),
         "floor_a_sdk_parse_ms_per_page": sdk_parse_ms,
         "raw_query_deltas_per_s": summarize([deltas / s for s in raw_s], digits=1),
         "replay_of_handler_calls_s": summarize(replay_s),
