@@ -124,6 +124,10 @@ class ConfigStore(Protocol):
         """Every table schema of the gateway with its version."""
         ...
 
+    def get_push_config(self, gateway: str) -> tuple[SyncRules | None, dict[str, tuple[TableSchema, int]]]:
+        """What a push checks its deltas against, in one read: the sync rules and every table schema (versioned)."""
+        ...
+
     def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
         """Store a schema version; fails with ``CommitConflict`` if the stored version is not ``expected_version``."""
         ...
@@ -174,22 +178,26 @@ class ConfigStore(Protocol):
 
 
 class ActionStore(Protocol):
-    """Action idempotency records: results cached by actionId and idempotency key, with a TTL."""
+    """Action idempotency records: results cached by actionId and idempotency key, with a TTL, one namespace per
+    (gateway, client): a key of one client is never the key of another (:func:`lakesync.core.actions.action_record_key`
+    is the stored key)."""
 
-    def get(self, gateway: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
-        """Unexpired records by key."""
+    def get(self, gateway: str, client_id: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
+        """The client's unexpired records by key."""
         ...
 
-    def claim(self, gateway: str, key: str, expires_at: int, now_s: int) -> bool:
-        """Atomically mark ``key`` as in progress; ``False`` if an unexpired record already exists."""
+    def claim(self, gateway: str, client_id: str, key: str, expires_at: int, now_s: int) -> bool:
+        """Atomically mark the client's ``key`` as in progress; ``False`` if an unexpired record already exists."""
         ...
 
-    def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
-        """Store a final record under every key."""
+    def put(
+        self, gateway: str, client_id: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int
+    ) -> None:
+        """Store a final record under every key of the client."""
         ...
 
-    def release(self, gateway: str, key: str) -> None:
-        """Drop an in-progress claim (the action failed and may be retried)."""
+    def release(self, gateway: str, client_id: str, key: str) -> None:
+        """Drop the client's in-progress claim on ``key`` (the action failed and may be retried)."""
         ...
 
 
@@ -352,4 +360,20 @@ class ConnectorScheduler(Protocol):
 
     def unschedule(self, gateway: str, name: str) -> None:
         """Remove the connector's schedule (a missing one is not an error)."""
+        ...
+
+
+class RateLimitCounter(Protocol):
+    """The shared state of the per-caller rate limits: a request count per caller key and fixed window, shared by
+    every process serving the gateway (:mod:`lakesync.gateway.limits` takes allowance from it in slices)."""
+
+    def take(self, key: str, window: int, want: int, limit: int, expires_at: int) -> int:
+        """Add up to ``want`` (at least 1) to the count of ``key`` in ``window``, never past ``limit``, atomically.
+
+        Returns:
+            How much was added: ``want``, what was left below ``limit`` when that is less, or 0 when the window's
+            count had reached ``limit``.
+
+        ``expires_at`` (Unix seconds): the counter may be forgotten after it (the window has ended by then).
+        """
         ...

@@ -20,6 +20,7 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     │   └── AdapterNotFoundError          NOT_FOUND          404  (domain code ADAPTER_NOT_FOUND)
     ├── CursorExpiredError                CURSOR_EXPIRED     410  (the log behind the position was released)
     ├── RateLimitedError                  RATE_LIMITED       429
+    │   └── CallerRateLimitedError        RATE_LIMITED       429  (a caller over its own limit; ``Retry-After``)
     ├── BackpressureError                 BACKPRESSURE_ERROR 503
     ├── AdapterError                      ADAPTER_ERROR      502
     │   └── DestinationError              ADAPTER_ERROR      502  (domain code DESTINATION_ERROR; materialisation)
@@ -29,6 +30,7 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     │   └── StorageBusyError              INTERNAL_ERROR     503  (the store is throttling; retry later)
     └── ActionError                       (results inside a 200 ActionResponse, never an HTTP status)
         ├── ActionNotSupportedError       code ACTION_NOT_SUPPORTED
+        ├── ActionForbiddenError          code ACTION_FORBIDDEN (the connector's action policy refuses the caller)
         └── ActionExecutionError          code ACTION_EXECUTION_ERROR, with ``retryable``
 """
 
@@ -190,6 +192,15 @@ class RateLimitedError(LakeSyncError):
     status = 429
 
 
+class CallerRateLimitedError(RateLimitedError):
+    """One caller (gateway and client) is over its rate limit: it may come back after ``retry_after_s`` seconds
+    (the edges send it as ``Retry-After``)."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class BackpressureError(LakeSyncError):
     """The buffer is over its limit until a flush releases it."""
 
@@ -259,6 +270,12 @@ class ActionNotSupportedError(ActionError):
     """No handler for the connector, or the handler does not support the action type."""
 
     code = "ACTION_NOT_SUPPORTED"
+
+
+class ActionForbiddenError(ActionError):
+    """The connector's action policy does not let the caller run this action (it was not run)."""
+
+    code = "ACTION_FORBIDDEN"
 
 
 class ActionExecutionError(ActionError):

@@ -12,7 +12,9 @@ from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from lakesync.connectors.runtime import ConnectorRuntime
+    from lakesync.core.action_policy import ActionPolicy
     from lakesync.core.actions import ActionHandler
+    from lakesync.gateway.limits import RateLimiter
     from lakesync.gateway.since import SinceSessionStore
     from lakesync.ports import (
         ActionStore,
@@ -91,8 +93,11 @@ class GatewayDeps:
     ``pull_basis`` reads a pull's sync rules and shard registry together; ``None`` reads them from ``config`` and
     ``buffer`` (two requests, sent at once).
     ``connectors`` opens each gateway's registered connectors (``source=`` pulls, action handlers, pollers; ``None``:
-    only the static ``sources`` and ``action_handlers``); ``positions`` stores their poll positions and
+    only the static ``sources`` and ``action_handlers``, whose clients may run what ``action_policies`` allows by
+    handler name: a handler without a policy is admin-only); ``positions`` stores their poll positions and
     ``connector_scheduler`` runs their pollers; ``connector_secret_prefix`` names the secrets registration creates.
+    ``limiter`` counts each caller's requests against the per-caller rate limits (:mod:`lakesync.gateway.limits`);
+    ``None``: no limits.
     """
 
     buffer: BufferStore
@@ -102,6 +107,7 @@ class GatewayDeps:
     clock: HLC = field(default_factory=HLC)
     wall_ms: Callable[[], int] = system_clock
     action_handlers: Mapping[str, ActionHandler] = field(default_factory=dict)
+    action_policies: Mapping[str, ActionPolicy] = field(default_factory=dict)
     sources: Mapping[str, SourceAdapter] = field(default_factory=dict)
     sleep: Callable[[float], None] = time.sleep
     objects: ObjectStore | None = None
@@ -111,3 +117,4 @@ class GatewayDeps:
     positions: ConnectorPositionStore | None = None
     connector_scheduler: ConnectorScheduler | None = None
     connector_secret_prefix: str = "lakesync/connectors"
+    limiter: RateLimiter | None = None

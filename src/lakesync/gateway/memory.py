@@ -169,6 +169,10 @@ class InMemoryConfigStore:
         with self._lock:
             return dict(self._schemas.get(gateway, {}))
 
+    def get_push_config(self, gateway: str) -> tuple[SyncRules | None, dict[str, tuple[TableSchema, int]]]:
+        with self._lock:
+            return self._rules.get(gateway), dict(self._schemas.get(gateway, {}))
+
     def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
         with self._lock:
             tables = self._schemas.setdefault(gateway, {})
@@ -278,37 +282,39 @@ class RecordingScheduler:
 
 
 class InMemoryActionStore:
-    """Action idempotency records in process memory, with expiry."""
+    """Action idempotency records in process memory, with expiry, per (gateway, client)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._records: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
+        self._records: dict[tuple[str, str, str], tuple[dict[str, Any], int]] = {}
 
-    def get(self, gateway: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
+    def get(self, gateway: str, client_id: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
         with self._lock:
             found = {}
             for key in keys:
-                entry = self._records.get((gateway, key))
+                entry = self._records.get((gateway, client_id, key))
                 if entry is not None and entry[1] > now_s:
                     found[key] = entry[0]
             return found
 
-    def claim(self, gateway: str, key: str, expires_at: int, now_s: int) -> bool:
+    def claim(self, gateway: str, client_id: str, key: str, expires_at: int, now_s: int) -> bool:
         with self._lock:
-            entry = self._records.get((gateway, key))
+            entry = self._records.get((gateway, client_id, key))
             if entry is not None and entry[1] > now_s:
                 return False
-            self._records[(gateway, key)] = ({"status": "pending"}, expires_at)
+            self._records[(gateway, client_id, key)] = ({"status": "pending"}, expires_at)
             return True
 
-    def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
+    def put(
+        self, gateway: str, client_id: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int
+    ) -> None:
         with self._lock:
             for key in keys:
-                self._records[(gateway, key)] = (dict(record), expires_at)
+                self._records[(gateway, client_id, key)] = (dict(record), expires_at)
 
-    def release(self, gateway: str, key: str) -> None:
+    def release(self, gateway: str, client_id: str, key: str) -> None:
         with self._lock:
-            self._records.pop((gateway, key), None)
+            self._records.pop((gateway, client_id, key), None)
 
 
 class InMemoryConnectionStore:
@@ -354,3 +360,24 @@ class InMemoryObjectStore:
     def list_keys(self, prefix: str) -> list[str]:
         with self._lock:
             return sorted(k for k in self.objects if k.startswith(prefix))
+
+
+class InMemoryRateLimitCounter:
+    """:class:`~lakesync.ports.RateLimitCounter` in process memory; thread-safe. Counters are kept for the life of
+    the store (tests and one process: ``expires_at`` is not needed to bound it there)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, int], int] = {}
+
+    def take(self, key: str, window: int, want: int, limit: int, expires_at: int) -> int:
+        with self._lock:
+            count = self._counts.get((key, window), 0)
+            granted = max(0, min(want, limit - count))
+            self._counts[(key, window)] = count + granted
+            return granted
+
+    def count(self, key: str, window: int) -> int:
+        """The requests counted for ``key`` in ``window`` (tests)."""
+        with self._lock:
+            return self._counts.get((key, window), 0)
