@@ -34,6 +34,7 @@ def action(gw: str) -> Response:
         batch.actions,
         client_id=claims.client_id,
         claims=claims.custom_claims,
+        role=claims.role,
         time_left_ms=http.time_left_ms(app),
     )
     if edge.wants_protobuf(app.current_event, default=protobuf):
@@ -43,9 +44,9 @@ def action(gw: str) -> Response:
 
 @app.get("/v1/sync/{gw}/actions")
 def discover(gw: str) -> Response:
-    """200 ``{connectors: {name: [ActionDescriptor]}}``."""
-    http.authorize(app, gw)
-    return http.json_response(service.describe(get_deps(), gw))
+    """200 ``{connectors: {name: [ActionDescriptor]}}``: what the caller may run (an admin: everything)."""
+    claims = http.authorize(app, gw)
+    return http.json_response(service.describe(get_deps(), gw, role=claims.role, claims=claims.custom_claims))
 
 
 @one_at_a_time

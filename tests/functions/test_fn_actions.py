@@ -121,19 +121,25 @@ def test_action_invalid_later_action_rejects_the_batch_before_any_runs(api):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("actionId", "a" * 2048, "actionId is too long: its record key would be 2,056 bytes; the limit is 2,048"),
+        (
+            "actionId",
+            "a" * 2048,
+            "actionId is too long: its record key (gateway, client id and actionId) would be 2,065 bytes; "
+            "the limit is 2,048",
+        ),
         ("actionId", "a\ud800", "actionId is not valid UTF-8 text (it holds a lone surrogate)"),
         (
             "idempotencyKey",
             "k" * 2048,
-            "idempotencyKey is too long: its record key would be 2,061 bytes; the limit is 2,048",
+            "idempotencyKey is too long: its record key (gateway, client id and idempotencyKey) would be 2,070 "
+            "bytes; the limit is 2,048",
         ),
         ("idempotencyKey", "\udc00", "idempotencyKey is not valid UTF-8 text (it holds a lone surrogate)"),
     ],
 )
 def test_action_unstorable_record_key_rejects_the_batch_before_any_runs(api, field, value, message):
     # Given a valid action, then one whose actionId or idempotency key cannot be a DynamoDB key
-    # (the record keys are "{gw}#{actionId}" and "{gw}#idem:{key}": at most 2,048 bytes of UTF-8)
+    # (the record keys are "{gw}#{clientId}#{actionId}" and "{gw}#{clientId}#idem:{key}": at most 2,048 bytes)
     ok = make_action("client-a", encode(1_763_000_000_000, 0), "github", "x", {}).to_json()
     bad = {**ok, "actionId": "b", field: value}
     # When posted, Then 400 naming the field (not a 500 from storage) and not even the first action was recorded
@@ -143,10 +149,10 @@ def test_action_unstorable_record_key_rejects_the_batch_before_any_runs(api, fie
 
 
 def test_action_record_key_at_the_limit_is_accepted(api):
-    # "default#" + 2,040 bytes is exactly DynamoDB's 2,048-byte partition-key limit
+    # "default#client-a#" + 2,031 bytes is exactly DynamoDB's 2,048-byte partition-key limit
     action = {
         **make_action("client-a", encode(1_763_000_000_000, 0), "github", "x", {}).to_json(),
-        "actionId": "a" * 2040,
+        "actionId": "a" * 2031,
     }
     reply = api.call(actions_fn, api.event("action", body={"clientId": "client-a", "actions": [action]}))
     assert reply.status == 200 and reply.json()["results"][0]["code"] == "ACTION_NOT_SUPPORTED"

@@ -113,7 +113,16 @@ def test_actions_dispatch_dedup_errors_discovery_and_provenance(stack: LocalStac
         stack,
         "POST",
         "/v1/admin/connectors/default",
-        {"name": "tickets", "type": "tickets", "tickets": {"apiToken": "tk-123456"}},
+        {
+            "name": "tickets",
+            "type": "tickets",
+            "tickets": {"apiToken": "tk-123456"},
+            # the agent (a client) may run the connector's actions: they are off for clients without a policy
+            "actions": {
+                "allow": [{"type": t} for t in ("create", "flaky", "permanent", "unsupported")],
+                "requireRole": "client",
+            },
+        },
         role="admin",
     )
     assert (status, body) == (200, {"registered": True, "name": "tickets"})

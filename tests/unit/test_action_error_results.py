@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from lakesync.core.action_policy import ActionGrant, ActionPolicy
 from lakesync.core.actions import Action, ActionContext, ActionDescriptor, ActionResult, make_action
 from lakesync.core.errors import ActionError, ActionExecutionError, ActionNotSupportedError
 from lakesync.gateway import actions as service
@@ -35,7 +36,11 @@ class Handler:
 def _run(error: BaseException) -> tuple[list[dict[str, Any]], Handler]:
     handler = Handler(error)
     deps = GatewayDeps(
-        InMemoryBufferStore(), InMemoryConfigStore(), InMemoryActionStore(), action_handlers={"svc": handler}
+        InMemoryBufferStore(),
+        InMemoryConfigStore(),
+        InMemoryActionStore(),
+        action_handlers={"svc": handler},
+        action_policies={"svc": ActionPolicy((ActionGrant("do"),), roles=("client",))},
     )
     action = make_action("c1", 1, "svc", "do", {})
     results = [service.dispatch(deps, "default", [action], client_id="c1", claims={}).results[0] for _ in range(2)]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lakesync.core.action_policy import ActionGrant, ActionPolicy
 from lakesync.core.actions import (
     Action,
     ActionContext,
@@ -47,6 +48,10 @@ class Handler:
         return self.behaviour(action, context)
 
 
+# What these tests' clients may run: every action type of the scripted connectors (actions are off by default)
+POLICY = ActionPolicy((ActionGrant("create"), ActionGrant("close")), roles=("client",))
+
+
 class Env:
     def __init__(self, *handlers: Handler, **settings: Any) -> None:
         self.wall = T0
@@ -59,6 +64,7 @@ class Env:
             clock=HLC(lambda: self.wall),
             wall_ms=lambda: self.wall,
             action_handlers={h.name: h for h in handlers},
+            action_policies={h.name: POLICY for h in handlers},
         )
 
     def dispatch(self, *actions: Action, client: str = "c1", claims: dict[str, Any] | None = None) -> list[Any]:
@@ -123,7 +129,7 @@ def test_dispatch_retryable_error_is_not_cached_so_a_retry_runs_again() -> None:
 
     (first,) = env.dispatch(action)
     assert first == ActionErrorResult(action.action_id, "ACTION_EXECUTION_ERROR", "rate limited", True)
-    assert env.store.get(GW, [action.action_id, "idem:k"], T0 // 1000) == {}
+    assert env.store.get(GW, "c1", [action.action_id, "idem:k"], T0 // 1000) == {}
 
     (second,) = env.dispatch(action)
     assert second == ActionResult(action.action_id, {"ok": True}, 1)
@@ -157,7 +163,7 @@ def test_dispatch_unknown_connector_or_action_type_is_not_supported_and_cached()
     assert [(r.code, r.retryable) for r in results] == [("ACTION_NOT_SUPPORTED", False)] * 2
     assert results[0].message == 'No action handler registered for connector "salesforce"'
     assert results[1].message == 'Action type "delete" not supported by connector "jira"'
-    assert set(env.store.get(GW, [no_handler.action_id, unsupported.action_id], T0 // 1000)) == {
+    assert set(env.store.get(GW, "c1", [no_handler.action_id, unsupported.action_id], T0 // 1000)) == {
         no_handler.action_id,
         unsupported.action_id,
     }
@@ -217,7 +223,7 @@ def test_dispatch_concurrent_requests_for_one_action_run_it_once() -> None:
 def test_dispatch_pending_idempotency_key_blocks_another_action_with_that_key() -> None:
     handler = Handler()
     env = Env(handler)
-    env.store.claim(GW, "idem:k", T0 // 1000 + 60, T0 // 1000)
+    env.store.claim(GW, "c1", "idem:k", T0 // 1000 + 60, T0 // 1000)
     (result,) = env.dispatch(act(key="k"))
     assert result.code == IN_PROGRESS and result.retryable
     assert handler.calls == []
@@ -254,13 +260,13 @@ def test_dispatch_in_progress_leaves_no_claim_behind() -> None:
     # Given the idempotency key claimed by a running action
     handler = Handler()
     env = Env(handler)
-    env.store.claim(GW, "idem:k", T0 // 1000 + 60, T0 // 1000)
+    env.store.claim(GW, "c1", "idem:k", T0 // 1000 + 60, T0 // 1000)
     action = act(key="k")
     # When another action with that key is refused, its own actionId stays unclaimed
     (result,) = env.dispatch(action)
     assert result.code == IN_PROGRESS
-    assert env.store.get(GW, [action.action_id], T0 // 1000) == {}
-    env.store.release(GW, "idem:k")
+    assert env.store.get(GW, "c1", [action.action_id], T0 // 1000) == {}
+    env.store.release(GW, "c1", "idem:k")
     assert isinstance(env.dispatch(action)[0], ActionResult)
 
 
@@ -296,7 +302,7 @@ def test_dispatch_client_id_mismatch_is_forbidden_before_any_action_runs() -> No
         env.dispatch(act(0), act(1, client="mallory"), client="c1")
     assert err.value.status == 403
     assert handler.calls == []
-    assert env.store.get(GW, [act(0).action_id], T0 // 1000) == {}
+    assert env.store.get(GW, "c1", [act(0).action_id], T0 // 1000) == {}
 
 
 def test_dispatch_passes_claims_to_the_handler_and_stamps_the_response() -> None:
@@ -318,7 +324,7 @@ def test_dispatch_results_are_per_gateway() -> None:
 
 def test_describe_lists_every_connector_and_its_action_types_in_order() -> None:
     env = Env(Handler("jira"), Handler("github"))
-    body = describe(env.deps)
+    body = describe(env.deps, role="client")
     assert list(body["connectors"]) == ["jira", "github"]
     assert body["connectors"]["jira"] == [
         {"actionType": "create", "description": "Create an issue"},

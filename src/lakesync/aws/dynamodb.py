@@ -59,6 +59,7 @@ from lakesync.aws.tables import (
     connections_table_spec,
     table_specs,
 )
+from lakesync.core.actions import action_record_key
 from lakesync.core.canonical import JsonValue
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig, parse_destination
@@ -1865,30 +1866,30 @@ class DynamoDBPullBasisReader:
 
 
 class DynamoDBActionStore:
-    """Action idempotency records with a TTL."""
+    """Action idempotency records with a TTL, one item per (gateway, client, key): the partition key is
+    :func:`~lakesync.core.actions.action_record_key`."""
 
     def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
         self._db = client
         self._t = names
 
-    def get(self, gateway: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
+    def get(self, gateway: str, client_id: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
+        by_pk = {action_record_key(gateway, client_id, k): k for k in keys}
+        if not by_pk:
             return {}
-        items = _batch_get_all(self._db, self._t.actions, [{"pk": _s(f"{gateway}#{k}")} for k in wanted])
-        prefix = len(gateway) + 1
+        items = _batch_get_all(self._db, self._t.actions, [{"pk": _s(pk)} for pk in by_pk])
         found = {}
         for item in items:
             if int(item[TTL_ATTRIBUTE]["N"]) > now_s:
-                found[item["pk"]["S"][prefix:]] = json.loads(item["rec"]["S"])
+                found[by_pk[item["pk"]["S"]]] = json.loads(item["rec"]["S"])
         return found
 
-    def claim(self, gateway: str, key: str, expires_at: int, now_s: int) -> bool:
+    def claim(self, gateway: str, client_id: str, key: str, expires_at: int, now_s: int) -> bool:
         try:
             self._db.put_item(
                 TableName=self._t.actions,
                 Item={
-                    "pk": _s(f"{gateway}#{key}"),
+                    "pk": _s(action_record_key(gateway, client_id, key)),
                     "rec": _s(utf8_json({"status": "pending"})),
                     TTL_ATTRIBUTE: _n(expires_at),
                 },
@@ -1902,20 +1903,28 @@ class DynamoDBActionStore:
             raise _client_error(exc, "PutItem") from exc
         return True
 
-    def put(self, gateway: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int) -> None:
+    def put(
+        self, gateway: str, client_id: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int
+    ) -> None:
         text = utf8_json(dict(record))
         try:
             for key in dict.fromkeys(keys):
                 self._db.put_item(
                     TableName=self._t.actions,
-                    Item={"pk": _s(f"{gateway}#{key}"), "rec": _s(text), TTL_ATTRIBUTE: _n(expires_at)},
+                    Item={
+                        "pk": _s(action_record_key(gateway, client_id, key)),
+                        "rec": _s(text),
+                        TTL_ATTRIBUTE: _n(expires_at),
+                    },
                 )
         except ClientError as exc:
             raise _client_error(exc, "PutItem") from exc
 
-    def release(self, gateway: str, key: str) -> None:
+    def release(self, gateway: str, client_id: str, key: str) -> None:
         try:
-            self._db.delete_item(TableName=self._t.actions, Key={"pk": _s(f"{gateway}#{key}")})
+            self._db.delete_item(
+                TableName=self._t.actions, Key={"pk": _s(action_record_key(gateway, client_id, key))}
+            )
         except ClientError as exc:
             raise _client_error(exc, "DeleteItem") from exc
 

@@ -619,6 +619,7 @@ ACTIONS: tuple[ActionDescriptor, ...] = (
     ),
     ActionDescriptor(
         "update_record",
+        target_param="sobject",
         "Update fields of a Salesforce record.",
         {
             "type": "object",
@@ -632,6 +633,7 @@ ACTIONS: tuple[ActionDescriptor, ...] = (
     ),
 )
 
+        target_param="sobject",
 
 # -- registration ------------------------------------------------------------------------------------------------------
 

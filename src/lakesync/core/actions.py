@@ -42,6 +42,17 @@ IDEMPOTENCY_PREFIX = "idem:"
 """Cache keys for idempotency keys are ``"idem:" + key``; plain actionIds are cached under themselves."""
 
 
+def _escaped(part: str) -> str:
+    return part.replace("%", "%25").replace("#", "%23")
+
+
+def action_record_key(gateway: str, client_id: str, key: str) -> str:
+    """The stored key of an action record: ``{gateway}#{clientId}#{key}``, one namespace per client, so one client
+    can neither read nor claim another's actionIds and idempotency keys. ``%`` and ``#`` in the gateway and client id
+    are escaped (``%25``, ``%23``): no two (gateway, client, key) triples share a stored key."""
+    return f"{_escaped(gateway)}#{_escaped(client_id)}#{key}"
+
+
 def action_id(client_id: str, hlc: int, connector: str, action_type: str, params: Mapping[str, JsonValue]) -> str:
     """The deterministic actionId: lowercase hex SHA-256 of the canonical JSON of the action's identity.
 
@@ -315,11 +326,16 @@ class ActionResponse:
 
 @dataclass(frozen=True, slots=True)
 class ActionDescriptor:
-    """An action type a connector supports, for discovery."""
+    """An action type a connector supports, for discovery.
+
+    ``target_param`` names the parameter that holds the object the action targets (Salesforce's ``sobject``), so an
+    action policy may limit the type to some objects (:mod:`lakesync.core.action_policy`); it is not on the wire.
+    """
 
     action_type: str
     description: str
     params_schema: Mapping[str, JsonValue] | None = None
+    target_param: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The wire JSON shape ``{"actionType", "description", "paramsSchema"?}``."""
