@@ -237,9 +237,10 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "actionId": {"type": "string"},
             "code": {
                 "type": "string",
-                "description": "`ACTION_NOT_SUPPORTED`, `ACTION_EXECUTION_ERROR` or a handler's own code; retryable "
-                "`ACTION_IN_PROGRESS` (another request is running it) and `ACTION_DEFERRED` (not started: the "
-                "request ran out of time; send it again).",
+                "description": "`ACTION_NOT_SUPPORTED`, `ACTION_FORBIDDEN` (the connector's `actions` policy does "
+                "not let this caller run it: not run, not stored), `ACTION_EXECUTION_ERROR` or a handler's own code; "
+                "retryable `ACTION_IN_PROGRESS` (another request is running it) and `ACTION_DEFERRED` (not started: "
+                "the request ran out of time; send it again).",
             },
             "message": {"type": "string"},
             "retryable": {"type": "boolean", "description": "Send the action again later; the result is not stored."},
@@ -252,6 +253,50 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "results": {"type": "array", "items": {"anyOf": [_ref("ActionResult"), _ref("ActionErrorResult")]}},
             "serverHlc": _ref("Hlc"),
         },
+    },
+    "ConnectorActionPolicy": {
+        "type": "object",
+        "description": "Which clients may run the connector's actions (without it: none; admins always may). A "
+        "client may run an action when its token has the required role and/or claim, the action's type is in "
+        "`allow` and, for an entry with `objects`, the action targets one of them (Salesforce's `sobject`, compared "
+        "ignoring ASCII case). See docs/connectors.md.",
+        "required": ["allow"],
+        "additionalProperties": False,
+        "properties": {
+            "allow": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["type"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "type": {**_NON_EMPTY, "description": "An action type of the connector (once each)."},
+                        "objects": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": _NON_EMPTY,
+                            "description": "Only these objects (Salesforce sObjects); absent: any.",
+                        },
+                    },
+                },
+            },
+            "requireRole": {
+                "anyOf": [_NON_EMPTY, {"type": "array", "minItems": 1, "items": _NON_EMPTY}],
+                "description": "The token's `role` must be this (or one of these).",
+            },
+            "requireClaim": {
+                "type": "object",
+                "required": ["name", "values"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {**_NON_EMPTY, "description": "A custom claim (or `sub`), not a reserved one."},
+                    "values": {"type": "array", "minItems": 1, "items": _NON_EMPTY},
+                },
+                "description": "The token's claim `name` must be (an array claim: contain) one of `values`.",
+            },
+        },
+        "anyOf": [{"required": ["requireRole"]}, {"required": ["requireClaim"]}],
     },
     "ActionDiscovery": {
         "type": "object",
@@ -523,7 +568,8 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "action",
         "Run actions",
         "Validates the whole batch, then runs each action on its connector; failures are results, not HTTP "
-        "errors. JSON or protobuf `ActionPush`.",
+        "errors. A client may run only what the connector's `actions` policy allows it (`ACTION_FORBIDDEN` "
+        "otherwise; an admin runs anything); results are stored per client. JSON or protobuf `ActionPush`.",
         "actions",
         "client",
         body={JSON: _ref("ActionPush"), PROTOBUF: {"type": "string", "format": "binary"}},
@@ -554,7 +600,8 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     "GET /v1/sync/{gw}/actions": Operation(
         "discoverActions",
         "List connectors and their action types",
-        "",
+        "The actions the caller may run, by connector: its connectors' `actions` policies decide (an entry limited "
+        "to `objects` narrows the target parameter's schema to them); an admin sees every action.",
         "actions",
         "client",
         responses={"200": _json(_ref("ActionDiscovery"), "The discovery document.")},
@@ -780,10 +827,18 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "Register a connector",
         "Validates the config (reference §14.2), moves plaintext credentials into Secrets Manager (the config keeps "
         "`secret://` references), checks the source (502 when unreachable), stores the config and schedules its "
-        'poller. 409 `Connector "{name}" already exists` when the name is taken. See docs/connectors.md.',
+        'poller. 409 `Connector "{name}" already exists` when the name is taken. An `actions` policy (which '
+        "clients may run its actions) is checked against the connector's action types (400 naming the bad field). "
+        "See docs/connectors.md.",
         "admin",
         "admin",
-        body={JSON: {"type": "object", "required": ["name", "type"]}},
+        body={
+            JSON: {
+                "type": "object",
+                "required": ["name", "type"],
+                "properties": {"actions": _ref("ConnectorActionPolicy")},
+            }
+        },
         body_example={
             "name": "crm",
             "type": "postgres",
