@@ -35,6 +35,8 @@ def connectors_api(api: Any, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
     monkeypatch.setenv("LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN", ROLE_ARN)
     prefix = f"lakesync/test-{id(api)}"
     monkeypatch.setenv("LAKESYNC_CONNECTOR_SECRET_PREFIX", prefix)
+    # The test database listens on loopback: this deployment allows it, as `lakesync local` does.
+    monkeypatch.setenv("LAKESYNC_ALLOWED_NETWORKS", "127.0.0.0/8")
     kwargs = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
     scheduler = boto3.client("scheduler", **kwargs)
     try:
@@ -167,8 +169,9 @@ def test_missing_secret_is_400_unreachable_source_502_and_neither_stores_anythin
     api = connectors_api
     token = api.admin_token()
     before = api.items()
-    # The sample event references a secret that does not exist: the request's mistake, a 400
-    missing = api.call(admin_fn, api.event("admin_connectors_post", token=token))
+    # A reference to a secret of this gateway that does not exist: the request's mistake, a 400
+    body = _body(f"secret://{api.prefix}/default/crm/connectionString")
+    missing = api.call(admin_fn, api.event("admin_connectors_post", token=token, body=body))
     assert missing.status == 400 and missing.json()["code"] == "VALIDATION_ERROR"
     assert "references a secret that does not exist" in missing.json()["error"]
     dead = api.call(

@@ -33,6 +33,7 @@ from lakesync.aws.function_settings import (
     LAMBDA_PAYLOAD_BYTES,
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES_LIMIT,
+    NETWORK_ENV_VARS,
     TABLE_PREFIX,
     TABLE_VARS,
     WS_CALLBACK_URL,
@@ -201,7 +202,13 @@ def test_function_env_vars_cover_what_settings_read():
         *function,
         *policy,
     }
-    assert FUNCTION_ENV_VARS["materialise"] == {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}
+    # materialise dials the destinations: it reads the network policy too
+    assert FUNCTION_ENV_VARS["materialise"] == {
+        TABLE_PREFIX,
+        *TABLE_VARS.values(),
+        CLAIM_CHECK_BUCKET,
+        *NETWORK_ENV_VARS,
+    }
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
     assert FUNCTION_ENV_VARS["ws_connect"] == API_ENV_VARS | {CONNECTIONS_TABLE}
     assert FUNCTION_ENV_VARS["ws_message"] == API_ENV_VARS | realtime

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from lakesync import egress
 from lakesync.connectors.runtime import ConnectorRuntime
 from lakesync.connectors.secrets import InMemorySecretStore
 from lakesync.core.hlc import HLC
+from lakesync.core.network import LOCAL_DEVELOPMENT
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import (
     InMemoryActionStore,
@@ -50,6 +52,14 @@ class Source:
 
     def close(self) -> None:
         self.conn.close()
+
+
+@pytest.fixture(autouse=True)
+def local_network_policy() -> Iterator[None]:
+    """The test servers listen on loopback: these tests run under ``lakesync local``'s policy (restored after)."""
+    previous = egress.configure(LOCAL_DEVELOPMENT)
+    yield
+    egress.configure(previous)
 
 
 @pytest.fixture(params=["postgres", "mysql"])

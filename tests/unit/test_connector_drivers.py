@@ -14,8 +14,8 @@ from lakesync.core.errors import AdapterError
 @pytest.mark.parametrize(
     ("runner", "module"),
     [
-        (lambda: PostgresRunner("postgresql://u:secret-pw@127.0.0.1:1/db", name="crm"), "psycopg"),
-        (lambda: MySQLRunner("mysql://u:secret-pw@127.0.0.1:1/db", name="crm"), "pymysql"),
+        (lambda: PostgresRunner("postgresql://u:secret-pw@db.example.com:1/db", name="crm"), "psycopg"),
+        (lambda: MySQLRunner("mysql://u:secret-pw@db.example.com:1/db", name="crm"), "pymysql"),
     ],
 )
 def test_a_missing_driver_is_a_clear_502(monkeypatch: pytest.MonkeyPatch, runner, module: str) -> None:

@@ -24,11 +24,18 @@ if TYPE_CHECKING:
 class SecretsManagerSecretStore:
     """See the module docstring. ``client`` makes the Secrets Manager client on first use."""
 
-    def __init__(self, client: Callable[[], SecretsManagerClient], *, kms_key_id: str | None = None) -> None:
+    def __init__(
+        self, client: Callable[[], SecretsManagerClient], *, kms_key_id: str | None = None, account: str | None = None
+    ) -> None:
         self._factory = client
         self._client: SecretsManagerClient | None = None
         self._lock = threading.Lock()
         self._kms = kms_key_id
+        self._account = account
+
+    def home(self) -> tuple[str | None, str | None]:
+        """``(region, account)`` a referenced ARN must belong to: the client's region, and the account when known."""
+        return self._sm().meta.region_name, self._account
 
     def _sm(self) -> SecretsManagerClient:
         with self._lock:

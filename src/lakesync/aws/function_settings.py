@@ -65,6 +65,7 @@ from lakesync.gateway.deps import MIB, GatewaySettings
 if TYPE_CHECKING:
     # Only the lake tick's settings need it: the API functions' INIT does not import the lake's work rules.
     from lakesync.core.lake_work import CompactPolicy
+    from lakesync.core.network import IPNetwork, NetworkPolicy
 
 GATEWAY_IDS: Final = "LAKESYNC_GATEWAY_IDS"
 TABLE_PREFIX: Final = "LAKESYNC_TABLE_PREFIX"
@@ -127,6 +128,11 @@ CONNECTOR_ENV_VARS: Final = frozenset(
 )
 """Read by the functions that open connectors (:class:`ConnectorSettings`), all optional."""
 
+ALLOWED_NETWORKS: Final = "LAKESYNC_ALLOWED_NETWORKS"
+ALLOW_PLAIN_HTTP: Final = "LAKESYNC_ALLOW_PLAIN_HTTP"
+NETWORK_ENV_VARS: Final = frozenset({ALLOWED_NETWORKS, ALLOW_PLAIN_HTTP})
+"""Where connectors and destinations may connect (:func:`network_policy`), read by the functions that open them."""
+
 API_ENV_VARS: Final = frozenset(
     {
         GATEWAY_IDS,
@@ -145,6 +151,7 @@ API_ENV_VARS: Final = frozenset(
         PULL_BASIS_TTL_MS,
         # every API function builds its deps with the registered connectors (all optional)
         *CONNECTOR_ENV_VARS,
+        *NETWORK_ENV_VARS,
     }
 )
 """Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
@@ -174,7 +181,7 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
             FLUSH_MAX_DELTAS,
         }
     ),
-    "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET}),
+    "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET, *NETWORK_ENV_VARS}),
     "rotate_secret": frozenset(),
     "log_keys_marker": frozenset(),
     "lake_tick": frozenset(
@@ -446,6 +453,7 @@ class MaterialiseSettings:
 
     tables: TableNames
     claim_check_bucket: str
+    network: NetworkPolicy = field(default_factory=lambda: network_policy({}))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> MaterialiseSettings:
@@ -460,10 +468,11 @@ class MaterialiseSettings:
         bucket = _bucket(env.get(CLAIM_CHECK_BUCKET), errors, CLAIM_CHECK_BUCKET)
         if bucket is None:
             errors.append(f"missing {CLAIM_CHECK_BUCKET}")
+        network = network_policy(env, errors)
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         assert bucket is not None
-        return cls(tables=tables, claim_check_bucket=bucket)
+        return cls(tables=tables, claim_check_bucket=bucket, network=network)
 
 
 def _default_compact_policy() -> CompactPolicy:
@@ -744,6 +753,8 @@ class ConnectorSettings:
     * ``LAKESYNC_CONNECTOR_SECRETS_DIR`` -- keep connector secrets as 0600 files there (the embedded default);
       unset: AWS Secrets Manager.
     * ``LAKESYNC_CONNECTOR_SECRET_PREFIX`` -- name prefix of the secrets registration creates (``lakesync/connectors``).
+    * ``LAKESYNC_ALLOWED_NETWORKS`` / ``LAKESYNC_ALLOW_PLAIN_HTTP`` -- where connectors may connect
+      (:func:`network_policy`).
     """
 
     scheduler: str | None = None
@@ -752,6 +763,7 @@ class ConnectorSettings:
     scheduler_role_arn: str | None = None
     secrets_dir: str | None = None
     secret_prefix: str = "lakesync/connectors"
+    network: NetworkPolicy = field(default_factory=lambda: network_policy({}))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConnectorSettings:
@@ -771,6 +783,7 @@ class ConnectorSettings:
         prefix = env.get(CONNECTOR_SECRET_PREFIX, "lakesync/connectors")
         if not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,256}", prefix):
             errors.append(f"{CONNECTOR_SECRET_PREFIX} is not a valid secret name prefix")
+        network = network_policy({k: v.strip() for k, v in environ.items() if k in NETWORK_ENV_VARS}, errors)
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         return cls(
@@ -780,4 +793,26 @@ class ConnectorSettings:
             scheduler_role_arn=env.get(CONNECTOR_SCHEDULER_ROLE_ARN),
             secrets_dir=env.get(CONNECTOR_SECRETS_DIR),
             secret_prefix=prefix.rstrip("/"),
+            network=network,
         )
+
+
+def network_policy(env: Mapping[str, str], errors: list[str] | None = None) -> NetworkPolicy:
+    """Where connectors and destinations may connect (:class:`lakesync.core.network.NetworkPolicy`).
+
+    * ``LAKESYNC_ALLOWED_NETWORKS`` -- comma-separated CIDRs dialled although loopback or private (an RDS in the VPC:
+      ``10.0.0.0/16``); link-local and metadata ranges can never be allowed. Unset: public addresses only.
+    * ``LAKESYNC_ALLOW_PLAIN_HTTP`` -- ``true`` lets API connectors use ``http://`` (``lakesync local`` only).
+    """
+    from lakesync.core.network import NetworkPolicy, parse_networks
+
+    problems: list[str] = [] if errors is None else errors
+    allowed: tuple[IPNetwork, ...] = ()
+    try:
+        allowed = parse_networks(env.get(ALLOWED_NETWORKS, "").split(","))
+    except ValueError as exc:
+        problems.append(f"{ALLOWED_NETWORKS}: {exc}")
+    http = env.get(ALLOW_PLAIN_HTTP, "false").strip().lower()
+    if http not in ("true", "false"):
+        problems.append(f"{ALLOW_PLAIN_HTTP} must be true or false")
+    return NetworkPolicy(allowed=allowed, allow_http=http == "true")

@@ -74,13 +74,16 @@ def _pull_basis(reader: PullBasisReader, ttl_ms: int) -> PullBasisReader:
 
 def connector_parts(deps: GatewayDeps, client: object, settings: Settings, connectors: ConnectorSettings) -> None:
     """Give ``deps`` the connector runtime (secrets in Secrets Manager, or files in ``secrets_dir``), the position
-    store and the scheduler (EventBridge Scheduler, the local poll loop's, or none)."""
+    store and the scheduler (EventBridge Scheduler, the local poll loop's, or none); make the settings' network
+    policy the process's (:mod:`lakesync.egress`)."""
     from pathlib import Path
 
+    from lakesync import egress
     from lakesync.aws.connector_positions import DynamoDBPositionStore
     from lakesync.connectors.runtime import ConnectorRuntime
     from lakesync.connectors.secrets import FileSecretStore, SecretStore
 
+    egress.configure(connectors.network)
     secrets: SecretStore
     if connectors.secrets_dir:
         secrets = FileSecretStore(Path(connectors.secrets_dir))
@@ -89,7 +92,7 @@ def connector_parts(deps: GatewayDeps, client: object, settings: Settings, conne
         from lakesync.aws.secrets import secretsmanager_client
 
         secrets = SecretsManagerSecretStore(secretsmanager_client)
-    deps.connectors = ConnectorRuntime(deps.config, secrets)
+    deps.connectors = ConnectorRuntime(deps.config, secrets, secret_prefix=connectors.secret_prefix)
     deps.positions = DynamoDBPositionStore(client, settings.tables)  # type: ignore[arg-type]
     deps.connector_secret_prefix = connectors.secret_prefix
     if connectors.scheduler == "eventbridge":
@@ -111,10 +114,12 @@ def connector_parts(deps: GatewayDeps, client: object, settings: Settings, conne
 def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:
     """The consumer's dependencies: the claim-check bucket, the config store and the configured destinations (their
     secrets read from Secrets Manager)."""
+    from lakesync import egress
     from lakesync.aws.destinations import ConfiguredDestinations
     from lakesync.aws.secrets import secretsmanager_client
     from lakesync.gateway.materialise import MaterialiseDeps
 
+    egress.configure(settings.network)
     config = DynamoDBConfigStore(dynamodb_client(), settings.tables)
     return MaterialiseDeps(
         payloads=S3ObjectStore(settings.claim_check_bucket),

@@ -35,11 +35,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lakesync import egress
 from lakesync.core.errors import AdapterError
+from lakesync.core.redact import Redactor
 
 __all__ = [
     "ApiAuthError",
@@ -184,19 +186,15 @@ def _lower_headers(message: email.message.Message) -> dict[str, str]:
     return {k.lower(): v for k, v in message.items()}
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Vendor APIs answer JSON; a redirect would re-send the Authorization header to another host."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 class ResponseTooLargeError(OSError):
     """The response body is larger than the transport accepts (no use retrying the same request at once)."""
 
 
 class UrllibTransport:
-    """The default transport: :mod:`urllib.request`, no redirects followed, no proxies from the environment.
+    """The default transport: :mod:`urllib.request` through :func:`lakesync.egress.opener` -- only the https handler
+    (http where the deployment allows it), the host's addresses checked against the network policy and the checked
+    one dialled, no redirects followed (a redirect would re-send the Authorization header elsewhere), no proxies from
+    the environment.
 
     ``timeout`` bounds each socket operation; ``max_seconds`` the whole response, so a server trickling bytes cannot
     hold a poll past its Lambda timeout; ``max_body_bytes`` the body, so an enormous page fails instead of
@@ -204,14 +202,19 @@ class UrllibTransport:
     """
 
     def __init__(self, *, max_seconds: float = 60.0, max_body_bytes: int = 64 << 20) -> None:
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+        self._opener = egress.opener()
         self.max_seconds = max_seconds
         self.max_body_bytes = max_body_bytes
 
     def __call__(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
     ) -> HttpResponse:
-        """Send the request and read the whole response."""
+        """Send the request and read the whole response.
+
+        Raises:
+            ForbiddenTargetError: the URL's scheme or host is not allowed (never sent).
+        """
+        egress.check_url(url, what="the API URL")
         request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
         deadline = time.monotonic() + self.max_seconds
         try:
@@ -303,30 +306,6 @@ class NoAuth:
     def refresh(self) -> bool:
         """Nothing to renew."""
         return False
-
-
-class Redactor:
-    """Replaces secret values with ``***`` in text that may reach a message or a log."""
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._secrets: set[str] = set()
-        self.add(*secrets)
-
-    def add(self, *secrets: str | None) -> None:
-        """Also hide these values (short values are ignored: hiding ``"a"`` would mangle every message)."""
-        for s in secrets:
-            if s and len(s) >= 4:
-                self._secrets.add(s)
-                # The same value percent-encoded, as it would appear in a form body or a URL.
-                self._secrets.add(urllib.parse.quote(s, safe=""))
-                self._secrets.add(urllib.parse.quote_plus(s))
-
-    def __call__(self, text: str) -> str:
-        """``text`` with every known secret replaced."""
-        for s in sorted(self._secrets, key=len, reverse=True):
-            if s in text:
-                text = text.replace(s, "***")
-        return text
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from lakesync import egress
 from lakesync.connectors.api_cursor import IncrementalState, advancing, format_utc, parse_time, vendor_time
 from lakesync.connectors.base import ChangedRow, Connector, ConnectorTypeDescriptor, PollBatch, Position
 from lakesync.connectors.http_api import (
@@ -120,13 +121,16 @@ class JiraSettings:
 
         Raises:
             ValidationError: a setting of the wrong type.
+            ForbiddenTargetError: the domain is not an https URL of an allowed host (400).
         """
         s = config.settings or {}
         token = secrets.get("apiToken") or s.get("apiToken")
         if not isinstance(token, str) or not token or token.startswith("secret://"):
             raise ValidationError("Jira connector requires a resolved apiToken secret")
+        base_url = base_url_for(_str(s, "domain", required=True))
+        egress.check_url(base_url, what="Jira domain")
         return cls(
-            base_url=base_url_for(_str(s, "domain", required=True)),
+            base_url=base_url,
             email=_str(s, "email", required=True),
             api_token=token,
             jql=_strip_order_by(_str(s, "jql")),

@@ -1,7 +1,8 @@
 """The registered connectors of each gateway, opened on demand and kept open between requests.
 
 :class:`ConnectorRuntime` reads a gateway's connector configs from the config store (re-read at most every
-``config_ttl_s``), resolves their ``secret://`` references through the secret store and opens each connector with its
+``config_ttl_s``), resolves their ``secret://`` references through the secret store (only those under the gateway's
+``{secret_prefix}/{gateway}/``) and opens each connector with its
 type's factory (:mod:`lakesync.connectors.registry`). The pull service asks it for ``source=`` adapters, the action
 dispatcher for handlers, the poller for ingest sources. A connector whose config changed or vanished is closed.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from lakesync.connectors import registry
 from lakesync.connectors.base import Connector
-from lakesync.connectors.secrets import SecretStore, resolve
+from lakesync.connectors.secrets import SecretStore, resolve, store_scope
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.connectors import ConnectorConfig
 
@@ -28,15 +29,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def open_connector(config: ConnectorConfig, secrets: SecretStore) -> Connector:
-    """Resolve the config's secrets and open it with its type's factory.
+def open_connector(config: ConnectorConfig, secrets: SecretStore, *, gateway: str, prefix: str) -> Connector:
+    """Resolve the config's secrets (only those under ``{prefix}/{gateway}/``) and open it with its type's factory.
 
     Raises:
+        SecretScopeError: a reference outside the gateway's secrets (400; nothing read).
         AdapterError: no factory for the type, a secret cannot be read, or the factory refused.
     """
     found = registry.get_type(config.type)
     fields = tuple(found.descriptor.secret_fields) if found is not None else ()
-    resolved, values = resolve(config, fields, secrets)
+    scope = store_scope(secrets, prefix=prefix, gateway=gateway)
+    resolved, values = resolve(config, fields, secrets, scope)
     return registry.build(resolved, values)
 
 
@@ -52,11 +55,13 @@ class ConnectorRuntime:
         config: ConfigStore,
         secrets: SecretStore,
         *,
+        secret_prefix: str = "lakesync/connectors",
         config_ttl_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self._secrets = secrets
+        self.secret_prefix = secret_prefix
         self._ttl = config_ttl_s
         self._clock = clock
         self._lock = threading.RLock()
@@ -102,7 +107,7 @@ class ConnectorRuntime:
                 return opened[1]
             if opened is not None:
                 self._close((gateway, name))
-            connector = open_connector(config, self._secrets)
+            connector = open_connector(config, self._secrets, gateway=gateway, prefix=self.secret_prefix)
             self._open[(gateway, name)] = (fingerprint, connector)
             return connector
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lakesync import egress
 from lakesync.connectors.api_cursor import IncrementalState, advancing, format_utc, vendor_time
 from lakesync.connectors.base import ChangedRow, Connector, ConnectorTypeDescriptor, PollBatch, Position
 from lakesync.connectors.http_api import (
@@ -176,6 +177,8 @@ class SalesforceSettings:
                 "https://test.salesforce.com" if s.get("isSandbox") is True else "https://login.salesforce.com"
             )
             token_url = (_text(s, "loginUrl") or default_login).rstrip("/")
+        egress.check_url(instance_url, what="Salesforce instanceUrl")
+        egress.check_url(token_url, what="Salesforce loginUrl")
         needed = {"password": ("clientSecret", "password"), "client_credentials": ("clientSecret",)}.get(
             flow, ("privateKey",)
         )
@@ -616,10 +619,10 @@ ACTIONS: tuple[ActionDescriptor, ...] = (
             "required": ["sobject", "fields"],
             "properties": {"sobject": _SOBJECT, "fields": {"type": "object", "minProperties": 1}},
         },
+        target_param="sobject",
     ),
     ActionDescriptor(
         "update_record",
-        target_param="sobject",
         "Update fields of a Salesforce record.",
         {
             "type": "object",
@@ -630,10 +633,10 @@ ACTIONS: tuple[ActionDescriptor, ...] = (
                 "fields": {"type": "object", "minProperties": 1},
             },
         },
+        target_param="sobject",
     ),
 )
 
-        target_param="sobject",
 
 # -- registration ------------------------------------------------------------------------------------------------------
 

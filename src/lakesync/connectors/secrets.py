@@ -9,6 +9,13 @@ each of them is a **reference**, a string::
 
 where the secret id is a Secrets Manager ARN or name (locally, the embedded default's secret-file name).
 
+**A reference stays inside its gateway** (:class:`SecretScope`): its secret's name must lie under
+``{prefix}/{gateway}/`` -- the prefix registration stores plaintext credentials under -- and an ARN must be of the
+function's own region and account (where the store knows them). Anything else (another gateway's secret, the JWT
+signing key, any other secret the function's role could read) is refused with a 400 that names neither the secret's
+value nor its content, and is never read: at registration (:func:`externalise`) and again at every resolution
+(:func:`resolve`), so a config stored before this rule cannot resolve a foreign secret either.
+
 At registration (:func:`externalise`) a credential field may be given either way:
 
 * as a reference: kept as it is (the secret must exist and be readable: registration resolves it before storing);
@@ -40,6 +47,8 @@ __all__ = [
     "FileSecretStore",
     "InMemorySecretStore",
     "SecretRef",
+    "SecretScope",
+    "SecretScopeError",
     "SecretStore",
     "externalise",
     "is_reference",
@@ -107,6 +116,62 @@ def parse_reference(value: str, *, where: str = "secret") -> SecretRef:
     return SecretRef(secret_id, key or None)
 
 
+class SecretScopeError(ValidationError):
+    """A ``secret://`` reference names a secret outside its gateway's prefix (400; the secret is never read)."""
+
+    code = "SECRET_OUT_OF_SCOPE"
+
+
+_ARN_RE: Final = re.compile(
+    r"\Aarn:(?P<partition>aws[a-z-]*):secretsmanager:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):secret:(?P<name>.+)\Z"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SecretScope:
+    """Which secrets a gateway's configs may reference: names under ``{prefix}/{gateway}/``, ARNs of the function's
+    own ``region`` and ``account`` (each checked when known).
+
+    Attributes:
+        prefix: The deployment's connector secret prefix (no trailing ``/``).
+        gateway: The gateway whose configs these are.
+        region: The function's region, when known.
+        account: The function's account, when known.
+    """
+
+    prefix: str
+    gateway: str
+    region: str | None = None
+    account: str | None = None
+
+    @property
+    def root(self) -> str:
+        """``{prefix}/{gateway}/``: every secret of the gateway is named under it."""
+        return f"{self.prefix.rstrip('/')}/{self.gateway}/"
+
+    def check(self, ref: SecretRef, *, where: str) -> None:
+        """Raise unless ``ref`` names a secret of this gateway.
+
+        Raises:
+            SecretScopeError: another prefix, another gateway, a foreign region or account, or a name with ``..``.
+        """
+        secret_id = ref.secret_id
+        name = secret_id
+        if secret_id.startswith("arn:"):
+            match = _ARN_RE.match(secret_id)
+            if match is None:
+                raise SecretScopeError(f"{where} is not a Secrets Manager secret ARN")
+            name = match["name"]
+            for part, own in (("region", self.region), ("account", self.account)):
+                if own is not None and match[part] != own:
+                    raise SecretScopeError(f"{where} references a secret of another {part}")
+        rest = name[len(self.root) :] if name.startswith(self.root) else ""
+        if not rest or any(segment in ("", ".", "..") for segment in rest.split("/")):
+            raise SecretScopeError(
+                f"{where} must reference a secret of this gateway: its name must start with {self.root}"
+            )
+
+
 def secret_name(prefix: str, gateway: str, connector: str, field: str) -> str:
     """The name a plaintext credential is stored under: ``{prefix}/{gateway}/{connector}/{field}``."""
     return f"{prefix}/{gateway}/{connector}/{field}"
@@ -127,10 +192,12 @@ def externalise(
 ) -> tuple[ConnectorConfig, list[str]]:
     """The config with every credential field a ``secret://`` reference, and the ids of the secrets it created.
 
-    Plaintext values are stored (``secret_name``); references are checked for form and readability. On failure the
-    secrets created so far are deleted again.
+    Plaintext values are stored (``secret_name``); references are checked for scope (:class:`SecretScope`: nothing
+    outside the gateway's prefix is ever read), form and readability. On failure the secrets created so far are
+    deleted again.
 
     Raises:
+        SecretScopeError: a reference outside ``{prefix}/{gateway}/`` (400; the secret is not read).
         ValidationError: a credential field is neither a string nor a well-formed reference, or references a secret
             that does not exist (400).
         AdapterError: the secret store refused, or a referenced secret cannot be read (502).
@@ -140,6 +207,7 @@ def externalise(
     created: list[str] = []
     if settings is None:
         return config, created
+    scope = store_scope(store, prefix=prefix, gateway=gateway)
     try:
         for field in secret_fields:
             if field not in settings or settings[field] is None:
@@ -150,6 +218,7 @@ def externalise(
                 raise ValidationError(f"{where} must be a string")
             if is_reference(value):
                 ref = parse_reference(value, where=where)
+                scope.check(ref, where=where)
                 try:
                     _read(store, ref, where)
                 except SecretNotFoundError:
@@ -195,14 +264,24 @@ def _read(store: SecretStore, ref: SecretRef, where: str) -> str:
     return str(value)
 
 
+def store_scope(store: SecretStore, *, prefix: str, gateway: str) -> SecretScope:
+    """The :class:`SecretScope` of ``gateway``, with the store's region and account when it knows them
+    (``store.home``: ``(region, account)``)."""
+    home = getattr(store, "home", None)
+    region, account = home() if callable(home) else (None, None)
+    return SecretScope(prefix, gateway, region, account)
+
+
 def resolve(
-    config: ConnectorConfig, secret_fields: Sequence[str], store: SecretStore
+    config: ConnectorConfig, secret_fields: Sequence[str], store: SecretStore, scope: SecretScope
 ) -> tuple[ConnectorConfig, dict[str, str]]:
     """The config with its references replaced by the secret values, and those values by field.
 
-    A plaintext credential (a config stored before externalisation, or a test's) is passed through.
+    Every reference is checked against ``scope`` before its secret is read, whenever the config was stored. A
+    plaintext credential (a config stored before externalisation, or a test's) is passed through.
 
     Raises:
+        SecretScopeError: a reference outside the gateway's prefix (400; nothing is read).
         AdapterError: a referenced secret cannot be read (502).
     """
     document = copy.deepcopy(dict(config.document))
@@ -216,7 +295,9 @@ def resolve(
             continue
         if is_reference(value):
             where = f"{config.type}.{field}"
-            value = _read(store, parse_reference(value, where=where), where)
+            ref = parse_reference(value, where=where)
+            scope.check(ref, where=where)
+            value = _read(store, ref, where)
             settings[field] = value
         resolved[field] = value
     return ConnectorConfig(config.name, config.type, document), resolved

@@ -10,8 +10,12 @@ Config (reference §14.2; validated by :func:`lakesync.core.connectors.validate_
                                                                "lookbackMs": 5000}},
                            {"table": "plans", "query": "SELECT * FROM plans", "strategy": {"type": "diff"}}]}}
 
-Every query runs in a **read-only** transaction (``SET TRANSACTION READ ONLY`` / ``START TRANSACTION READ ONLY``):
-a connector never writes to its source, whatever its configured query says.
+Every query runs as **one statement in a read-only transaction** (``BEGIN READ ONLY`` over PostgreSQL's extended
+protocol / ``START TRANSACTION READ ONLY`` without MySQL multi-statements; the sessions default to read-only too): a
+connector never writes to its source, whatever its configured query says, and ``...; COMMIT; DROP ...`` is refused
+by the server (and by registration, which refuses a query with a ``;`` outside quotes and comments). The connection
+string may carry only its location and options that do not redirect it (:mod:`lakesync.sql.targets`), and its host
+is resolved and checked against the deployment's network policy at every connect (:mod:`lakesync.egress`).
 
 **Cursor strategy** (incremental; cannot see deletes), as the original's: the first poll reads
 ``SELECT * FROM ({query}) AS _src ORDER BY {c} ASC``, later ones ``... WHERE {c} > %s`` with the stored cursor minus
@@ -43,6 +47,7 @@ import decimal
 import hashlib
 import importlib
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,8 +65,8 @@ from lakesync.core.canonical import JsonValue, stable_stringify
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.core.errors import AdapterError
-from lakesync.sql.connect import mask_url
-from lakesync.sql.executor import scrub
+from lakesync.core.redact import redact
+from lakesync.sql.targets import mysql_kwargs, mysql_target, postgres_target
 
 __all__ = [
     "BIGQUERY",
@@ -99,43 +104,48 @@ class QueryRunner(Protocol):
         ...
 
 
+_READ_ONLY_SESSION: Final = "-c default_transaction_read_only=on"
+
+
 class PostgresRunner:
-    """psycopg 3, one connection (opened on first use, reopened after a failure), read-only transactions."""
+    """psycopg 3, one connection (opened on first use, reopened after a failure), read-only transactions.
+
+    The connection string is checked when the runner is made (:func:`lakesync.sql.targets.postgres_target`: only
+    its location and options that do not redirect it) and its host resolved and checked at every connect, which
+    dials the checked address (``hostaddr``). The session defaults to read-only transactions, each query runs in
+    ``BEGIN READ ONLY`` through the extended protocol (pipeline mode), which carries exactly one statement: a query
+    smuggling ``; COMMIT; DROP ...`` is refused by the server, not executed.
+    """
 
     dialect = "postgres"
 
     def __init__(self, conninfo: str, *, name: str, connect_timeout_s: int = 10) -> None:
-        self._conninfo = conninfo
         self._name = name
+        self._what = f'Connector "{name}" connectionString'
+        self._target = postgres_target(conninfo, what=self._what)
         self._timeout = connect_timeout_s
         self._conn: Any = None
 
     def _fail(self, exc: BaseException) -> AdapterError:
-        secrets = tuple(s for s in (self._password(),) if s)
-        detail = scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, secrets)
-        return AdapterError(f'Connector "{self._name}": PostgreSQL at {mask_url(self._conninfo)} failed: {detail}')
-
-    def _password(self) -> str | None:
-        from urllib.parse import unquote, urlsplit
-
-        try:
-            password = urlsplit(self._conninfo).password
-        except ValueError:
-            return None
-        return unquote(password) if password else None
+        text = str(exc).strip()
+        detail = redact(text.splitlines()[0] if text else type(exc).__name__, (self._target.password or "",))
+        return AdapterError(f'Connector "{self._name}": PostgreSQL at {self._target.location} failed: {detail}')
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
         psycopg = _driver("psycopg", self._name, "PostgreSQL")
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(
-                    self._conninfo, connect_timeout=self._timeout, application_name="lakesync-connector"
+                    **self._target.postgres_kwargs(what=self._what),
+                    connect_timeout=self._timeout,
+                    application_name="lakesync-connector",
+                    options=_READ_ONLY_SESSION,
                 )
                 self._conn.read_only = True
-            with self._conn.transaction(), self._conn.cursor() as cur:
+            with self._conn.pipeline(), self._conn.transaction(), self._conn.cursor() as cur:
                 cur.execute(sql, tuple(params) if params else None)
-                names = [d.name for d in cur.description or ()]
-                return names, cur.fetchall()
+                rows = cur.fetchall()  # in pipeline mode, the result (and its description) arrives here
+                return [d.name for d in cur.description or ()], rows
         except psycopg.Error as exc:
             self.close()
             raise self._fail(exc) from None
@@ -161,33 +171,45 @@ def _driver(module: str, connector: str, database: str) -> Any:
 
 
 class MySQLRunner:
-    """PyMySQL, one connection (opened on first use, reopened after a failure), read-only transactions."""
+    """PyMySQL, one connection (opened on first use, reopened after a failure), read-only transactions.
+
+    As :class:`PostgresRunner`: the URL checked when made, the host resolved, checked and dialled by address at every
+    connect; the session's transactions default to read-only, each query runs inside ``START TRANSACTION READ ONLY``,
+    and the connection never enables multi-statements (``client_flag`` without ``MULTI_STATEMENTS``), so a query is
+    one statement.
+    """
 
     dialect = "mysql"
 
     def __init__(self, url: str, *, name: str, connect_timeout_s: int = 10) -> None:
-        from urllib.parse import unquote, urlsplit
-
-        parts = urlsplit(url)
-        self._location = mask_url(url)
         self._name = name
-        self._password = unquote(parts.password) if parts.password else None
-        self._params: dict[str, Any] = {
-            "host": parts.hostname or "localhost",
-            "port": parts.port or 3306,
-            "user": unquote(parts.username) if parts.username else None,
-            "password": self._password or "",
-            "database": unquote(parts.path.lstrip("/")) or None,
-            "connect_timeout": connect_timeout_s,
-            "charset": "utf8mb4",
-        }
+        self._what = f'Connector "{name}" connectionString'
+        self._target = mysql_target(url, what=self._what)
+        self._timeout = connect_timeout_s
         self._conn: Any = None
+
+    def _connect(self, pymysql: Any) -> Any:
+        last: Exception | None = None
+        for address in self._target.addresses(what=self._what):
+            try:
+                return pymysql.connect(
+                    **{"connect_timeout": self._timeout, **mysql_kwargs(self._target, address)},
+                    charset="utf8mb4",
+                    client_flag=0,
+                    local_infile=False,
+                    autocommit=False,
+                    init_command="SET SESSION TRANSACTION READ ONLY",
+                )
+            except pymysql.err.OperationalError as exc:
+                last = exc
+        assert last is not None
+        raise last
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
         pymysql = _driver("pymysql", self._name, "MySQL")
         try:
             if self._conn is None or not self._conn.open:
-                self._conn = pymysql.connect(**self._params)
+                self._conn = self._connect(pymysql)
             with self._conn.cursor() as cur:
                 cur.execute("START TRANSACTION READ ONLY")
                 try:
@@ -199,9 +221,8 @@ class MySQLRunner:
                 return names, rows
         except pymysql.Error as exc:
             self.close()
-            secrets = (self._password,) if self._password else ()
-            detail = scrub(str(exc), secrets)
-            raise AdapterError(f'Connector "{self._name}": MySQL at {self._location} failed: {detail}') from None
+            detail = redact(str(exc), (self._target.password or "",))
+            raise AdapterError(f'Connector "{self._name}": MySQL at {self._target.location} failed: {detail}') from None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -604,6 +625,74 @@ def bigquery_poll_statement(
     }
 
 
+_DOLLAR_TAG: Final = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def _skip_quoted(query: str, i: int, quote: str, backslash: bool) -> int:
+    """The index after the literal or identifier opened at ``i`` (a doubled quote escapes it; ``\\`` too in MySQL)."""
+    i += 1
+    while i < len(query):
+        if backslash and query[i] == "\\":
+            i += 2
+            continue
+        if query[i] == quote:
+            if query[i + 1 : i + 2] == quote:
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return i
+
+
+def _skip(query: str, i: int, dialect: str) -> int | None:
+    """The index after a literal, identifier or comment starting at ``i``, or ``None`` when none starts there."""
+    ch, pair = query[i], query[i : i + 2]
+    if pair == "--" or (ch == "#" and dialect == "mysql"):
+        end = query.find("\n", i)
+        return len(query) if end < 0 else end + 1
+    if pair == "/*":
+        end = query.find("*/", i + 2)
+        return len(query) if end < 0 else end + 2
+    if ch in "'\"`":
+        return _skip_quoted(query, i, ch, backslash=dialect == "mysql" and ch != "`")
+    if ch == "$" and dialect == "postgres":
+        tag = _DOLLAR_TAG.match(query, i)
+        if tag is not None:
+            end = query.find(tag.group(), tag.end())
+            return len(query) if end < 0 else end + len(tag.group())
+    return None
+
+
+def is_single_statement(query: str, dialect: str) -> bool:
+    """Whether ``query`` holds no ``;`` outside literals, quoted identifiers and comments (a trailing one aside).
+
+    A check at registration with a clear message; the guarantee is the driver's (one statement per execution)."""
+    text = query.strip().rstrip(";")
+    i = 0
+    while i < len(text):
+        after = _skip(text, i, dialect)
+        if after is not None:
+            i = after
+            continue
+        if text[i] == ";":
+            return False
+        i += 1
+    return True
+
+
+def check_single_statements(tables: Sequence[IngestTable], dialect: str) -> None:
+    """Refuse an ingest query of more than one statement.
+
+    Raises:
+        ConnectorValidationError: naming the table's index (400).
+    """
+    from lakesync.core.connectors import ConnectorValidationError
+
+    for i, table in enumerate(tables):
+        if not is_single_statement(table.query, dialect):
+            raise ConnectorValidationError(f"Ingest table at index {i} query must be a single statement (no ';')")
+
+
 def ingest_tables(config: ConnectorConfig) -> list[IngestTable]:
     """The config's ingest tables (none without an ``ingest`` section)."""
     ingest = config.ingest
@@ -619,8 +708,6 @@ RunnerFactory = Callable[[str, str], QueryRunner]
 def _runner(kind: str, connection: str, name: str) -> QueryRunner:
     if kind == "postgres":
         return PostgresRunner(connection, name=name)
-    if not connection.lower().startswith(("mysql://", "mariadb://")):
-        raise AdapterError(f'Connector "{name}": the MySQL connectionString must be a mysql:// URL')
     return MySQLRunner(connection, name=name)
 
 
@@ -628,10 +715,15 @@ def open_sql_connector(config: ConnectorConfig, secrets: Mapping[str, str]) -> C
     """The connector of a ``postgres`` or ``mysql`` config (its ``connectionString`` resolved in ``secrets``).
 
     Nothing connects here: the first poll or pull does (and reports an unreachable source as ``AdapterError``).
+
+    Raises:
+        ForbiddenTargetError: the connection string carries a parameter that redirects it, or names a refused host.
+        ConnectorValidationError: an ingest query of more than one statement.
     """
     settings = config.settings or {}
     connection = secrets.get("connectionString") or str(settings.get("connectionString", ""))
     tables = ingest_tables(config)
+    check_single_statements(tables, config.type)
     ingest_runner = _runner(config.type, connection, config.name)
     source_runner = _runner(config.type, connection, config.name)
     return Connector(

@@ -104,7 +104,7 @@ def register_connector(deps: GatewayDeps, gateway: str, document: object) -> dic
     )
     added = False
     try:
-        connector = open_connector(stored, runtime.secrets)
+        connector = open_connector(stored, runtime.secrets, gateway=gateway, prefix=deps.connector_secret_prefix)
         try:
             actions_service.check_connector_policy(stored, connector.actions)
             for part in (connector.source, connector.ingest, connector.actions):

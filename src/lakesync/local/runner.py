@@ -163,6 +163,10 @@ class LocalStack:
             # Connectors: secrets as 0600 files beside the journal, pollers on the local loop (connector_poller).
             "LAKESYNC_CONNECTOR_SECRETS_DIR": str(self.data_dir / CONNECTOR_SECRETS_DIR),
             "LAKESYNC_CONNECTOR_SCHEDULER": "local",
+            # Development: connectors and destinations may reach this machine (loopback) and plain-http vendor
+            # stand-ins; link-local and metadata addresses stay refused whatever is set.
+            "LAKESYNC_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
+            "LAKESYNC_ALLOW_PLAIN_HTTP": "true",
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_SERVICE_NAME": "lakesync",
             "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
@@ -175,8 +179,11 @@ class LocalStack:
         os.environ.update(env)
         # Imported only now: the handlers' logger reads POWERTOOLS_LOG_LEVEL when it is first imported.
         from functions._runtime import reset_runtime
+        from lakesync import egress
+        from lakesync.aws.function_settings import network_policy
 
         reset_runtime()
+        egress.configure(network_policy(os.environ))
         client = self.dynamodb_client()
         names = TableNames.with_prefix(TABLE_PREFIX)
         # moto's state lives as long as the process: start from exactly the snapshot (or nothing), not leftovers.

@@ -16,6 +16,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from lakesync.core.errors import DestinationError
+from lakesync.core.redact import mask_url
 from lakesync.sql.destination import SqlDestination
 
 __all__ = ["connect", "connect_params", "mask_url"]
@@ -44,21 +45,6 @@ _MYSQL_QUERY: Final = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_
 
 def _refuse(message: str) -> DestinationError:
     return DestinationError(message, retryable=False)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its password (and any query value) replaced by ``***``; safe to log."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def connect(

@@ -67,11 +67,10 @@ class Executor(ABC):
 
 
 def scrub(message: str, secrets: tuple[str, ...]) -> str:
-    """``message`` with every secret replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            message = message.replace(secret, "***")
-    return message
+    """``message`` with every secret and credential shape replaced by ``***`` (:func:`lakesync.core.redact.redact`)."""
+    from lakesync.core.redact import redact
+
+    return redact(message, secrets)
 
 
 def iter_chunks(rows: list[Any], size: int) -> Iterator[list[Any]]:
