@@ -45,7 +45,9 @@ def push(gw: str) -> Response:
         raise ValidationError(f"Too many deltas in a single push (max {limit:,})")
     if not protobuf:
         message = SyncPush.from_json(doc)
-    result = service.push(deps, gw, message, client_id=claims.client_id, trusted=claims.role == "admin")
+    result = service.push(
+        deps, gw, message, client_id=claims.client_id, trusted=claims.role == "admin", claims=claims.custom_claims
+    )
     metrics.add_metric(name="AcceptedDeltas", unit=MetricUnit.Count, value=result.accepted)
     if edge.wants_protobuf(app.current_event, default=protobuf):
         return http.protobuf_response(encode_sync_response(SyncResponse(result.deltas, result.server_hlc)))

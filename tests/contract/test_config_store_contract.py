@@ -95,6 +95,28 @@ def test_config_schemas_are_per_table_and_per_gateway(store: ConfigStore, gw: st
     assert set(store.get_schemas(gw)) == {"todos", "notes"}
 
 
+def test_config_push_config_holds_the_rules_and_every_schema_and_nothing_else(store: ConfigStore, gw: str) -> None:
+    assert store.get_push_config(gw) == (None, {})
+    todos, notes = _schema("todos", "title"), _schema("notes", "body")
+    store.put_schema(gw, todos, 1, 0)
+    assert store.get_push_config(gw) == (None, {"todos": (todos, 1)})
+    rules = parse_sync_rules(
+        {
+            "version": 2,
+            "buckets": [{"name": "b", "tables": ["todos"], "filters": [], "write": {"ops": ["insert"]}}],
+            "tables": {"notes": {"write": {"readOnlyColumns": ["owner"]}}, "audit": {"adminOnly": True}},
+        }
+    )
+    store.put_sync_rules(gw, rules)
+    store.put_schema(gw, notes, 1, 0)
+    store.put_schema(gw + "-b", todos, 1, 0)
+    # Items of other kinds, and of other gateways, stay out
+    store.request_flush(gw, {"id": "r1", "reason": "admin", "atMs": 1})
+    assert store.get_push_config(gw) == (rules, {"todos": (todos, 1), "notes": (notes, 1)})
+    assert store.get_push_config(gw)[0] == store.get_sync_rules(gw)
+    assert store.get_push_config(gw + "-b") == (None, {"todos": (todos, 1)})
+
+
 def test_config_flush_requests_are_listed_oldest_first(store: ConfigStore, gw: str) -> None:
     requests = [
         {"id": f"req-{i}", "reason": "admin", "requestedBy": "ü", "atMs": 1_700_000_000_000 + i} for i in range(3)

@@ -60,7 +60,7 @@ def _push_rows(subject: Subject, gateway: str, tables: dict[str, int], sub_shard
         for table, rows in tables.items()
         for i in range(rows)
     )
-    push(deps, gateway, SyncPush("c1", deltas), client_id="c1")
+    push(deps, gateway, SyncPush("c1", deltas), client_id="c1", trusted=True)  # the rows are any table's
 
 
 def test_pull_basis_of_an_unknown_gateway_is_empty(subject: Subject, gw: str) -> None:

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakesync.core.checkpoint import Manifest, checkpoint_id
-from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.delta import DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import CursorExpiredError, NotFoundError
-from lakesync.core.hlc import HLC
+from lakesync.core.hlc import HLC, encode
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules
@@ -95,7 +95,9 @@ class World:
                 world.tick()
                 world.keys.update((d.table, d.row_id) for d in deltas)
                 wire = [RowDelta.from_json(d.to_json()) for d in deltas]
-                result = push(world.deps, GW, SyncPush(client_id, tuple(wire), last_seen), client_id=client_id)
+                result = push(
+                    world.deps, GW, SyncPush(client_id, tuple(wire), last_seen), client_id=client_id, claims=claims
+                )
                 return result.to_json()
 
             def pull(self, client_id: str, since: int, limit: int) -> dict[str, Any] | None:
@@ -108,6 +110,15 @@ class World:
         made = OriginalClient(name, Transport(), TABLES, lambda: self.now[0] + skew_ms)
         self.clients[name] = made
         return made
+
+    def admin_write(self, op: str, row_id: str, values: dict[str, Any]) -> None:
+        """An admin's change of a row (trusted: write rules do not confine it), as the admin API's push makes it."""
+        self.tick()
+        self.keys.add(("todos", row_id))
+        delta = make_delta(
+            DeltaOp(op), table="todos", row_id=row_id, client_id="ops", hlc=encode(self.now[0], 0), columns=values
+        )
+        push(self.deps, GW, SyncPush("ops", (delta,)), client_id="ops", trusted=True)
 
     def server_rows(self, visible: Callable[[dict[str, Any]], bool] = lambda _row: True) -> dict[str, dict[str, Any]]:
         """What a cursor client folds the whole log to (the server's rows), optionally filtered."""
@@ -353,13 +364,40 @@ def test_sync_rules_deliver_rows_moving_in_and_out_of_a_clients_buckets() -> Non
     red.sync_once()
     blue.sync_once()
     assert blue.rows("todos") == {}
-    red.update("todos", "t1", {"team": "blue"})
+    world.admin_write("UPDATE", "t1", {"team": "blue"})  # a client may not move a row out of its scope; an admin may
     red.sync_once()
     blue.sync_once()
     world.settle()
     teams = {"red": "red", "blue": "blue"}
     assert_converged(world, visible=lambda name, row: row.get("team") == teams[name])
     assert blue.rows("todos") == {"t1": {"title": "milk", "team": "blue"}}
+
+
+@pytest.mark.parametrize("case", ["forbidden update", "insert into another team", "move out of scope", "mixed batch"])
+def test_the_original_client_converges_after_its_writes_are_rejected(case: str) -> None:
+    """The original client reads no receipts: its since session sends the rejected rows' true state (or their
+    removal) with the next pull, at HLC 0, so it converges to exactly its team's rows."""
+    world = World(rules=RULES)
+    red, blue = world.client("red", team="red"), world.client("blue", team="blue")
+    red.insert("todos", "r1", {"title": "mine", "team": "red"})
+    blue.insert("todos", "b1", {"title": "theirs", "team": "blue"})
+    red.sync_once()
+    blue.sync_once()
+    if case == "forbidden update":
+        red.insert("todos", "b1", {"title": "defaced by red", "team": "red"})  # it guessed blue's row id
+    elif case == "insert into another team":
+        red.insert("todos", "r2", {"title": "planted", "team": "blue"})
+    elif case == "move out of scope":
+        red.update("todos", "r1", {"team": "blue"})
+    else:
+        red.insert("todos", "r3", {"title": "fine", "team": "red"})
+        red.update("todos", "r1", {"team": "blue"})
+        red.insert("todos", "r2", {"title": "planted", "team": "blue"})
+        red.update("todos", "r3", {"title": "fine, edited"})
+    world.settle()
+    assert_converged(world, visible=lambda name, row: row.get("team") == TEAMS[name])
+    assert world.server_rows(lambda row: row.get("team") == "blue") == {"b1": {"title": "theirs", "team": "blue"}}
+    assert red.rows("todos")["r1"] == {"title": "mine", "team": "red"}
 
 
 # -- behind a release: resynced from the checkpoint instead of 410 ---------------------------------------------------
@@ -469,9 +507,9 @@ def test_a_client_behind_a_release_with_sync_rules_converges() -> None:
     for client in (red, blue, red2):
         client.sync_once()
     red.sync_once()
-    red2.update("todos", "r2", {"team": "blue"})
+    world.admin_write("UPDATE", "r2", {"team": "blue"})
     red2.delete("todos", "r3")
-    blue.update("todos", "b1", {"team": "red"})
+    world.admin_write("UPDATE", "b1", {"team": "red"})
     red2.sync_once()
     blue.sync_once()
     world.release(world.cut_checkpoint())

@@ -1650,6 +1650,25 @@ def _previous_bytes(commit: Commit) -> int:
     return commit.head.bytes_total - sum(e.size for e in commit.entries)
 
 
+def _rules_and(db: DynamoDBClient, table: str, gateway: str, prefix: str) -> Iterator[Item]:
+    """The gateway's ``rules`` item and its items keyed ``prefix...`` (``prefix`` ends in ``#`` and sorts after
+    ``rules``), in one consistent Query: the range ends at ``prefix`` with ``$``, which sorts right after ``#``, and
+    skips what lies between."""
+    return _query_all(
+        db,
+        TableName=table,
+        KeyConditionExpression="gw = :gw AND sk BETWEEN :rules AND :end",
+        FilterExpression="sk = :rules OR begins_with(sk, :prefix)",
+        ExpressionAttributeValues={
+            ":gw": _s(gateway),
+            ":rules": _s("rules"),
+            ":end": _s(prefix[:-1] + "$"),
+            ":prefix": _s(prefix),
+        },
+        ConsistentRead=True,
+    )
+
+
 class DynamoDBConfigStore:
     """Gateway configuration items in the config table."""
 
@@ -1692,6 +1711,17 @@ class DynamoDBConfigStore:
             schema = parse_table_schema(json.loads(item["doc"]["S"]))
             schemas[schema.table] = (schema, int(item["ver"]["N"]))
         return schemas
+
+    def get_push_config(self, gateway: str) -> tuple[SyncRules | None, dict[str, tuple[TableSchema, int]]]:
+        rules: SyncRules | None = None
+        schemas = {}
+        for item in _rules_and(self._db, self._t.config, gateway, "schema#"):
+            if item["sk"]["S"] == "rules":
+                rules = parse_sync_rules(json.loads(item["doc"]["S"]))
+            else:
+                schema = parse_table_schema(json.loads(item["doc"]["S"]))
+                schemas[schema.table] = (schema, int(item["ver"]["N"]))
+        return rules, schemas
 
     def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
         request: dict[str, Any] = {
@@ -1843,20 +1873,7 @@ class DynamoDBPullBasisReader:
         """The sync rules and the registered shards of ``gateway``."""
         rules: SyncRules | None = None
         shards = []
-        for item in _query_all(
-            self._db,
-            TableName=self._t.config,
-            # "$" sorts right after "#": the range ends after the last shard# key.
-            KeyConditionExpression="gw = :gw AND sk BETWEEN :rules AND :end",
-            FilterExpression="sk = :rules OR begins_with(sk, :shard)",
-            ExpressionAttributeValues={
-                ":gw": _s(gateway),
-                ":rules": _s("rules"),
-                ":end": _s("shard$"),
-                ":shard": _s(REGISTRY_PREFIX),
-            },
-            ConsistentRead=True,
-        ):
+        for item in _rules_and(self._db, self._t.config, gateway, REGISTRY_PREFIX):
             key = item["sk"]["S"]
             if key == "rules":
                 rules = parse_sync_rules(json.loads(item["doc"]["S"]))
@@ -1922,9 +1939,7 @@ class DynamoDBActionStore:
 
     def release(self, gateway: str, client_id: str, key: str) -> None:
         try:
-            self._db.delete_item(
-                TableName=self._t.actions, Key={"pk": _s(action_record_key(gateway, client_id, key))}
-            )
+            self._db.delete_item(TableName=self._t.actions, Key={"pk": _s(action_record_key(gateway, client_id, key))})
         except ClientError as exc:
             raise _client_error(exc, "DeleteItem") from exc
 

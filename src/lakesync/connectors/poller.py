@@ -175,7 +175,11 @@ def poll_connector(
             for start in range(0, len(deltas), step):
                 chunk = tuple(deltas[start : start + step])
                 result = push_service.push(
-                    deps, gateway, SyncPush(ingest_client_id(name), chunk), client_id=ingest_client_id(name)
+                    deps,
+                    gateway,
+                    SyncPush(ingest_client_id(name), chunk),
+                    client_id=ingest_client_id(name),
+                    trusted=True,
                 )
                 applied += sum(
                     1

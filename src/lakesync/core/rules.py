@@ -37,12 +37,21 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from lakesync.core.canonical import JsonValue, js_string_coerce, utf8_size, utf16_key
-from lakesync.core.delta import RowDelta
+from lakesync.core.canonical import JsonValue, js_string_coerce, js_stringify, utf8_size, utf16_key
+from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import PayloadTooLargeError, SyncRuleError
+from lakesync.core.write_policy import (
+    DEFAULT_POLICY,
+    TablePolicy,
+    WriteOp,
+    WritePolicy,
+    is_reserved_table,
+    parse_table_policies,
+    parse_write_policy,
+)
 
 Claims = Mapping[str, str | Sequence[str]]
 """Resolved JWT claims: each a string or a list of strings."""
@@ -93,31 +102,49 @@ class Filter:
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
-    """A named set of rows: rows of ``tables`` (empty = every table) passing every filter."""
+    """A named set of rows: rows of ``tables`` (empty = every table) passing every filter; ``write`` narrows what a
+    client may do to them (:mod:`lakesync.core.write_policy`)."""
 
     name: str
     tables: tuple[str, ...] = ()
     filters: tuple[Filter, ...] = ()
+    write: WritePolicy = DEFAULT_POLICY
 
     def covers_table(self, table: str) -> bool:
         """Whether rows of ``table`` can fall into this bucket."""
         return not self.tables or table in self.tables
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON shape ``{"name", "tables", "filters"}``."""
-        return {"name": self.name, "tables": list(self.tables), "filters": [f.to_json() for f in self.filters]}
+        """The JSON shape ``{"name", "tables", "filters", "write"?}``."""
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "tables": list(self.tables),
+            "filters": [f.to_json() for f in self.filters],
+        }
+        if not self.write.is_default:
+            doc["write"] = self.write.to_json()
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
 class SyncRules:
-    """A validated sync-rules document."""
+    """A validated sync-rules document: its buckets and the policies of some tables."""
 
     version: int
     buckets: tuple[Bucket, ...] = ()
+    tables: Mapping[str, TablePolicy] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON shape ``{"version", "buckets"}``."""
-        return {"version": self.version, "buckets": [b.to_json() for b in self.buckets]}
+        """The JSON shape ``{"version", "buckets", "tables"?}``."""
+        doc: dict[str, Any] = {"version": self.version, "buckets": [b.to_json() for b in self.buckets]}
+        if self.tables:
+            doc["tables"] = {name: policy.to_json() for name, policy in self.tables.items()}
+        return doc
+
+    def admin_only(self, table: str) -> bool:
+        """Whether only admins may read and write ``table``."""
+        policy = self.tables.get(table)
+        return policy is not None and policy.admin_only
 
 
 def pass_all_rules() -> SyncRules:
@@ -195,7 +222,8 @@ def _parse_bucket(raw: object, i: int, seen: set[str], *, unknown_op_ok: bool = 
     filters = [_parse_filter(f, name, j, unknown_op_ok=unknown_op_ok) for j, f in enumerate(raw_filters)]
     if any(f is None for f in filters):
         return None
-    return Bucket(name, tuple(tables), tuple(f for f in filters if f is not None))
+    write = parse_write_policy(obj.get("write"), f'Bucket "{name}"')
+    return Bucket(name, tuple(tables), tuple(f for f in filters if f is not None), write)
 
 
 def parse_sync_rules(obj: object) -> SyncRules:
@@ -223,7 +251,12 @@ def parse_sync_rules(obj: object) -> SyncRules:
         bucket = _parse_bucket(raw, i, seen)
         assert bucket is not None
         buckets.append(bucket)
-    return SyncRules(int(version), tuple(buckets))
+    tables = parse_table_policies(config.get("tables"))
+    for bucket in buckets:
+        for table in bucket.tables:
+            if table in tables and tables[table].admin_only:
+                raise SyncRuleError(f'Bucket "{bucket.name}" lists table "{table}", which is admin-only')
+    return SyncRules(int(version), tuple(buckets), tables)
 
 
 def check_sync_rules_limits(rules: SyncRules) -> None:
@@ -380,13 +413,21 @@ def delta_matches_bucket(delta: dict[str, Any], bucket: dict[str, Any], claims: 
 
 
 def rules_apply(rules: SyncRules | None) -> TypeGuard[SyncRules]:
-    """Whether ``rules`` filter anything: ``None`` or zero buckets make everything visible."""
-    return rules is not None and bool(rules.buckets)
+    """Whether ``rules`` filter what clients see: ``None``, or zero buckets and no admin-only table, make everything
+    visible."""
+    return rules is not None and (bool(rules.buckets) or any(p.admin_only for p in rules.tables.values()))
 
 
 def row_matches(rules: SyncRules | None, claims: Claims, table: str, row: Row | None) -> bool:
-    """Whether the client with ``claims`` may see ``row`` of ``table`` (``None`` = the row does not exist)."""
+    """Whether the client with ``claims`` may see ``row`` of ``table`` (``None`` = the row does not exist).
+
+    Rows of an admin-only table are never visible to a client; without buckets every other row is.
+    """
     if not rules_apply(rules):
+        return True
+    if rules.admin_only(table):
+        return False
+    if not rules.buckets:
         return True
     return any(bucket_matches_row(b, table, row, claims) for b in rules.buckets)
 
@@ -398,6 +439,114 @@ def change_visible(rules: SyncRules | None, claims: Claims, table: str, before: 
     INSERT has no ``before``, a DELETE no ``after``).
     """
     return row_matches(rules, claims, table, before) or row_matches(rules, claims, table, after)
+
+
+# --- writes -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRefusal:
+    """Why a client may not make a write: a stable ``code`` and a ``reason`` for people."""
+
+    code: str
+    reason: str
+
+
+RESERVED_TABLE = "RESERVED_TABLE"
+"""Refusal code: the table is one of the engine's own (``_lakesync_*``)."""
+ADMIN_ONLY_TABLE = "ADMIN_ONLY_TABLE"
+"""Refusal code: only admins may write the table."""
+OPERATION_NOT_ALLOWED = "OPERATION_NOT_ALLOWED"
+"""Refusal code: a policy does not allow this kind of write (insert, update, delete)."""
+COLUMN_NOT_WRITABLE = "COLUMN_NOT_WRITABLE"
+"""Refusal code: the write sets a read-only column, or changes an immutable one."""
+OUT_OF_SCOPE = "OUT_OF_SCOPE"
+"""Refusal code: the row is outside the client's buckets before or after the write."""
+
+
+def write_kind(delta: RowDelta, before: Row | None) -> WriteOp:
+    """What ``delta`` does to a row whose live values are ``before`` (``None``: it does not exist)."""
+    if delta.op is DeltaOp.DELETE:
+        return WriteOp.DELETE
+    return WriteOp.INSERT if before is None else WriteOp.UPDATE
+
+
+def _same_value(before: Row | None, column: str, value: JsonValue) -> bool:
+    return before is not None and column in before and js_stringify(before[column]) == js_stringify(value)
+
+
+def _policy_refusal(
+    policy: WritePolicy, where: str, kind: WriteOp, delta: RowDelta, before: Row | None
+) -> WriteRefusal | None:
+    """Why ``policy`` (of a bucket or table named by ``where``) refuses the write, or ``None``."""
+    if kind not in policy.ops:
+        return WriteRefusal(OPERATION_NOT_ALLOWED, f"{where} does not allow a client to {kind.value} rows")
+    if kind is WriteOp.DELETE or not (policy.read_only_columns or policy.immutable_columns):
+        return None
+    for col in delta.columns:
+        if _same_value(before, col.column, col.value):
+            continue
+        if col.column in policy.read_only_columns:
+            return WriteRefusal(COLUMN_NOT_WRITABLE, f"{where}: column {col.column!r} is read-only for clients")
+        if kind is WriteOp.UPDATE and col.column in policy.immutable_columns:
+            return WriteRefusal(
+                COLUMN_NOT_WRITABLE, f"{where}: column {col.column!r} is set when the row is created, never changed"
+            )
+    return None
+
+
+def _scope_refusal(
+    rules: SyncRules, claims: Claims, delta: RowDelta, kind: WriteOp, row: Row, when: str, before: Row | None
+) -> WriteRefusal | None:
+    """Why no bucket holding ``row`` (the row ``when`` the change) lets the client make the write, or ``None``."""
+    refusal = None
+    for bucket in rules.buckets:
+        if bucket_matches_row(bucket, delta.table, row, claims):
+            refusal = _policy_refusal(bucket.write, f'Bucket "{bucket.name}"', kind, delta, before)
+            if refusal is None:
+                return None
+    return refusal or WriteRefusal(
+        OUT_OF_SCOPE, f"Row {delta.table}:{delta.row_id} is outside the client's sync rules {when} the write"
+    )
+
+
+def check_write(
+    rules: SyncRules | None, claims: Claims, delta: RowDelta, before: Row | None, after: Row | None
+) -> WriteRefusal | None:
+    """Why a client with ``claims`` may not make ``delta``, or ``None`` when it may.
+
+    ``before`` and ``after`` are the row's live values just before the delta and merged with it (``None``: the row
+    does not exist). A client may write a row only if a bucket holds it before the write and one holds it after
+    (:func:`row_matches`, the read rule), each of them allowing the write by its policy, and the table's policy
+    allows it too. Tables named ``_lakesync_*`` are never written by clients. Without buckets every row may be
+    written, as far as the table policies allow. A write that leaves no row on either side (a delete of a row that
+    is gone) needs a bucket of the table whose policy allows it.
+    """
+    if is_reserved_table(delta.table):
+        return WriteRefusal(RESERVED_TABLE, f"Table {delta.table!r} is written by the engine only")
+    if rules is None:
+        return None
+    kind = write_kind(delta, before)
+    table_policy = rules.tables.get(delta.table)
+    if table_policy is not None:
+        if table_policy.admin_only:
+            return WriteRefusal(ADMIN_ONLY_TABLE, f"Table {delta.table!r} is written by admins only")
+        refusal = _policy_refusal(table_policy.write, f"Table {delta.table!r}", kind, delta, before)
+        if refusal is not None:
+            return refusal
+    if not rules.buckets:
+        return None
+    sides = [(row, when) for row, when in ((before, "before"), (after, "after")) if row is not None]
+    for row, when in sides:
+        refusal = _scope_refusal(rules, claims, delta, kind, row, when, before)
+        if refusal is not None:
+            return refusal
+    if sides:
+        return None
+    covering = [b for b in rules.buckets if b.covers_table(delta.table)]
+    if any(_policy_refusal(b.write, "", kind, delta, before) is None for b in covering):
+        return None
+    return WriteRefusal(OUT_OF_SCOPE, f"No sync rule lets the client write table {delta.table!r}")
 
 
 def filter_deltas(rules: SyncRules | None, claims: Claims, deltas: Iterable[RowDelta]) -> list[RowDelta]:
@@ -419,15 +568,22 @@ def resolve_client_buckets(rules: SyncRules | None, claims: Claims) -> list[str]
 
 
 __all__ = [
+    "ADMIN_ONLY_TABLE",
+    "COLUMN_NOT_WRITABLE",
     "JWT_PREFIX",
+    "OPERATION_NOT_ALLOWED",
+    "OUT_OF_SCOPE",
+    "RESERVED_TABLE",
     "Bucket",
     "Claims",
     "Filter",
     "FilterOp",
     "Row",
     "SyncRules",
+    "WriteRefusal",
     "bucket_matches_row",
     "change_visible",
+    "check_write",
     "compare_filter_values",
     "delta_matches_bucket",
     "filter_deltas",
@@ -438,4 +594,5 @@ __all__ = [
     "resolve_filter_value",
     "row_matches",
     "rules_apply",
+    "write_kind",
 ]

@@ -50,7 +50,8 @@ from lakesync.core.errors import (
     ValidationError,
 )
 from lakesync.core.messages import SyncPush
-from lakesync.core.schema import validate_delta, validate_table_name
+from lakesync.core.rules import Claims, SyncRules, WriteRefusal, check_write, row_matches
+from lakesync.core.schema import TableSchema, validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.io_pool import awaited, results_of, submit
@@ -75,19 +76,30 @@ from lakesync.gateway.since import note_push
 
 @dataclass(frozen=True, slots=True)
 class DeltaReceipt:
-    """What happened to one pushed delta: per-column outcomes, or that it was a duplicate."""
+    """What happened to one pushed delta: per-column outcomes, that it was a duplicate, or that it was rejected.
+
+    A rejected delta (``rejected``: the write rules refused it) was not applied; ``row`` is the row's state as stored,
+    when the client may read it, so that it can roll its write back (``None``: gone, or not the client's to see).
+    """
 
     delta_id: str
     duplicate: bool
     columns: tuple[lww.ColumnReceipt, ...]
     deleted: bool = False
+    rejected: WriteRefusal | None = None
+    row: lww.RowState | None = None
 
     def to_json(self) -> dict[str, object]:
         """The JSON shape returned to the pusher."""
+        rejected: dict[str, object] = {}
+        if self.rejected is not None:
+            row = lww.state_to_json(self.row) if self.row is not None else None
+            rejected = {"rejected": True, "code": self.rejected.code, "reason": self.rejected.reason, "row": row}
         return {
             "deltaId": self.delta_id,
             "duplicate": self.duplicate,
             **({"deleted": True} if self.deleted else {}),
+            **rejected,
             "columns": [
                 {
                     "column": r.column,
@@ -98,6 +110,31 @@ class DeltaReceipt:
                 for r in self.columns
             ],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class WriteGuard:
+    """What an untrusted client may write: the gateway's rules judged against its claims (:func:`check_write`)."""
+
+    rules: SyncRules | None
+    claims: Claims
+
+    def refusal(self, delta: RowDelta, before: lww.RowState | None, after: lww.RowState | None) -> WriteRefusal | None:
+        """Why the client may not merge ``delta`` into the row ``before`` (giving ``after``), or ``None``."""
+        return check_write(
+            self.rules,
+            self.claims,
+            delta,
+            before.values() if before is not None else None,
+            after.values() if after is not None else None,
+        )
+
+    def readable(self, table: str, state: lww.RowState | None) -> lww.RowState | None:
+        """``state`` when the row exists and the client may read it, else ``None``."""
+        values = state.values() if state is not None else None
+        if values is None or not row_matches(self.rules, self.claims, table, values):
+            return None
+        return state
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +162,28 @@ class PushResult:
         }
 
 
-def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, trusted: bool = False) -> PushResult:
+def push(
+    deps: GatewayDeps,
+    gateway: str,
+    message: SyncPush,
+    *,
+    client_id: str,
+    trusted: bool = False,
+    claims: Claims | None = None,
+) -> PushResult:
     """Validate and commit a push for ``gateway`` from the authenticated ``client_id``.
+
+    An untrusted client's deltas are judged one by one against the gateway's write rules (:class:`WriteGuard`): a
+    forbidden delta is rejected in its receipt and the rest of the batch commits.
 
     Args:
         deps: Stores, clock and settings.
         gateway: The gateway id (already checked against the caller's token).
         message: The decoded push.
         client_id: The authenticated client; every delta must carry it unless ``trusted``.
-        trusted: Admin callers (connectors, backfills) may push deltas on behalf of other clients.
+        trusted: Admin callers, connectors and the engine itself may push deltas on behalf of other clients, to any
+            row and table.
+        claims: The client's JWT claims, for the write rules (``None``: none).
 
     Raises:
         ValidationError, SchemaError, ClockDriftError, ForbiddenError: the batch is invalid; nothing was written.
@@ -144,13 +194,15 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
     deltas = message.deltas
     if len(deltas) > settings.max_deltas_per_push:
         raise ValidationError(f"Too many deltas in a single push (max {settings.max_deltas_per_push:,})")
-    column_bytes = _validate(deps, gateway, deltas, client_id=client_id, trusted=trusted)
+    rules, schemas = deps.config.get_push_config(gateway) if deltas else (None, {})
+    column_bytes = _validate(deps, gateway, deltas, schemas, client_id=client_id, trusted=trusted)
+    guard = None if trusted else WriteGuard(rules, claims or {})
     # The pusher's `since` session (original clients only) is read while the push commits, not after it.
     sessions = deps.since_sessions
     session_read = submit(sessions.get, gateway, client_id) if sessions is not None else None
 
     with awaited(session_read):  # the session read ends with the push, whichever way: no request outlives it
-        ordered, effective = _apply(deps, gateway, deltas, column_bytes)
+        ordered, effective = _apply(deps, gateway, deltas, column_bytes, guard)
     server_hlc = deps.clock.now()
     # A `since` client (the original one) is handed this serverHlc as its position: record what it stands for.
     if session_read is not None:
@@ -167,14 +219,18 @@ def push(deps: GatewayDeps, gateway: str, message: SyncPush, *, client_id: str, 
         )
     return PushResult(
         server_hlc=server_hlc,
-        accepted=len(deltas),
+        accepted=sum(1 for r in ordered if r.rejected is None),
         entries=tuple(effective),
         receipts=ordered,
     )
 
 
 def _apply(
-    deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], column_bytes: dict[int, int]
+    deps: GatewayDeps,
+    gateway: str,
+    deltas: Sequence[RowDelta],
+    column_bytes: dict[int, int],
+    guard: WriteGuard | None,
 ) -> tuple[tuple[DeltaReceipt, ...], list[LogEntry]]:
     """Commit a validated batch, chunk by chunk: each delta's receipt in batch order, and the effective entries."""
     settings = deps.settings
@@ -198,7 +254,7 @@ def _apply(
     with awaited(*(reading.parts if reading is not None else ())):
         heads = deps.buffer.get_heads(list(by_shard)) if not single else {}
     if reading is not None:
-        _check_growth(deps, by_shard, reading.result(), column_bytes)
+        _check_growth(deps, by_shard, reading.result(), column_bytes, guard)
     for head in heads.values():
         _check_backpressure(settings.backpressure_limit, head)
 
@@ -210,7 +266,9 @@ def _apply(
     records: list[Future[None]] = []
     try:
         for shard, chunk in chunks:
-            chunk_receipts, chunk_effective, applied = _commit_chunk(deps, shard, chunk, check_backpressure=single)
+            chunk_receipts, chunk_effective, applied = _commit_chunk(
+                deps, shard, chunk, guard, check_backpressure=single
+            )
             receipts.update(chunk_receipts)
             effective.extend(chunk_effective)
             if applied:
@@ -224,11 +282,11 @@ def _apply(
         record.result()
 
     # A delta repeated within the batch (same clientId and deltaId) was applied once: its later occurrences are
-    # duplicates.
+    # duplicates (a rejected one is rejected each time).
     ordered = tuple(
-        DeltaReceipt(d.delta_id, duplicate=True, columns=())
-        if i != first_index[key] or key not in receipts
-        else receipts[key]
+        receipts[key]
+        if key in receipts and (i == first_index[key] or receipts[key].rejected is not None)
+        else DeltaReceipt(d.delta_id, duplicate=True, columns=())
         for i, (key, d) in enumerate(zip(keys, deltas, strict=True))
     )
     return ordered, effective
@@ -282,6 +340,7 @@ def _check_growth(
     by_shard: dict[ShardId, list[_Keyed]],
     stored: dict[tuple[str, str], StoredRow],
     column_bytes: dict[int, int],
+    guard: WriteGuard | None,
 ) -> None:
     """Refuse a push of several chunks, before its first commit, if any change would outgrow a row or an item.
 
@@ -308,7 +367,7 @@ def _check_growth(
             if values > settings.max_row_bytes or state > ITEM_LIMIT_BYTES or logged > ITEM_LIMIT_BYTES:
                 unclear[key] = row if row is not None else StoredRow(lww.RowState(key[0], key[1]), 0)
         if unclear:
-            merger = _Merger(deps, shard, {key: row for key, row in unclear.items() if key in stored})
+            merger = _Merger(deps, shard, {key: row for key, row in unclear.items() if key in stored}, guard)
             for _, delta in pairs:
                 if (delta.table, delta.row_id) in unclear:
                     merger.merge(delta)
@@ -342,14 +401,20 @@ def _read_rows(deps: GatewayDeps, gateway: str, by_shard: dict[ShardId, list[_Ke
 
 
 def _validate(
-    deps: GatewayDeps, gateway: str, deltas: Sequence[RowDelta], *, client_id: str, trusted: bool
+    deps: GatewayDeps,
+    gateway: str,
+    deltas: Sequence[RowDelta],
+    stored: dict[str, tuple[TableSchema, int]],
+    *,
+    client_id: str,
+    trusted: bool,
 ) -> dict[int, int]:
-    """Check every delta; returns the size of each delta's columns (wire JSON) by ``id(delta)``."""
+    """Check every delta against the fields' rules and the ``stored`` schemas; returns the size of each delta's
+    columns (wire JSON) by ``id(delta)``."""
     # The fields first, for the whole batch: JSON bodies had them checked while parsing, so a JSON and a protobuf
     # push of the same deltas fail alike.
     for i, delta in enumerate(deltas):
         validate_row_delta(delta, where=f"deltas[{i}]")
-    stored = deps.config.get_schemas(gateway) if deltas else {}
     # A schema describes the deltas of its source table (``sourceTable``, else ``table``).
     schemas = {schema.delta_table: (schema, version) for schema, version in stored.values()}
     column_bytes: dict[int, int] = {}
@@ -391,11 +456,17 @@ def _check_backpressure(limit: int, head: ShardHead) -> None:
 
 
 def _commit_chunk(
-    deps: GatewayDeps, shard: ShardId, chunk: Sequence[_Keyed], *, check_backpressure: bool = False
+    deps: GatewayDeps,
+    shard: ShardId,
+    chunk: Sequence[_Keyed],
+    guard: WriteGuard | None,
+    *,
+    check_backpressure: bool = False,
 ) -> tuple[dict[str, DeltaReceipt], list[LogEntry], list[str]]:
     """Merge and commit one chunk; returns its receipts (by dedup key), its effective entries and the dedup keys to
-    record: those of deltas whose row the commit does not write (a row written keeps its deltas' keys itself).
-    ``check_backpressure``: refuse the chunk if its basis head is over the limit (a push of this one chunk)."""
+    record: those of deltas whose row the commit does not write (a row written keeps its deltas' keys itself), never
+    a rejected delta's. ``check_backpressure``: refuse the chunk if its basis head is over the limit (a push of this
+    one chunk)."""
     settings = deps.settings
     now_s = deps.wall_ms() // 1000
     row_keys = list(dict.fromkeys((d.table, d.row_id) for _, d in chunk))
@@ -407,12 +478,14 @@ def _commit_chunk(
         pending = [(key, d) for key, d in chunk if key not in kept]
         if not pending:
             return {}, [], []
-        commit, receipts, effective, size, log_bytes, unchanged = _plan(deps, shard, basis.head, basis.rows, pending)
+        commit, receipts, effective, size, log_bytes, unchanged = _plan(
+            deps, shard, basis.head, basis.rows, pending, guard
+        )
         if len(pending) > 1 and (size > settings.max_commit_bytes or log_bytes > _LOG_CHUNK_BUDGET):
             # Too big for one transaction or one log item: commit the halves one after the other (each atomic).
             half = len(pending) // 2
-            first_receipts, first_effective, first_keys = _commit_chunk(deps, shard, pending[:half])
-            rest_receipts, rest_effective, rest_keys = _commit_chunk(deps, shard, pending[half:])
+            first_receipts, first_effective, first_keys = _commit_chunk(deps, shard, pending[:half], guard)
+            rest_receipts, rest_effective, rest_keys = _commit_chunk(deps, shard, pending[half:], guard)
             return {**first_receipts, **rest_receipts}, first_effective + rest_effective, first_keys + rest_keys
         if commit is not None:
             try:
@@ -432,7 +505,11 @@ def _commit_chunk(
         return (
             receipts,
             effective,
-            [key for key, d in pending if (d.table, d.row_id) not in written and key not in recorded],
+            [
+                key
+                for key, d in pending
+                if (d.table, d.row_id) not in written and key not in recorded and receipts[key].rejected is None
+            ],
         )
     raise CommitConflictError(
         f"Could not commit to table {shard.table!r} after {settings.commit_attempts} attempts; retry the push"
@@ -459,15 +536,23 @@ class _Merger:
     commits anything, against the rows read then (so a push whose later chunk would fail writes nothing).
     """
 
-    def __init__(self, deps: GatewayDeps, shard: ShardId, stored: dict[tuple[str, str], StoredRow]) -> None:
+    def __init__(
+        self,
+        deps: GatewayDeps,
+        shard: ShardId,
+        stored: dict[tuple[str, str], StoredRow],
+        guard: WriteGuard | None = None,
+    ) -> None:
         self._settings = deps.settings
         self._shard = shard
+        self._guard = guard
         self.states: dict[tuple[str, str], lww.RowState | None] = {key: row.state for key, row in stored.items()}
         self.value_bytes: dict[tuple[str, str], int] = {}
         """UTF-8 JSON size of each changed row's values, as last merged."""
 
-    def merge(self, delta: RowDelta) -> tuple[lww.MergeResult, _Change | None]:
-        """Merge ``delta`` into its row; the change is ``None`` when the delta changes nothing.
+    def merge(self, delta: RowDelta) -> tuple[lww.MergeResult, _Change | None] | DeltaReceipt:
+        """Merge ``delta`` into its row; the change is ``None`` when the delta changes nothing. A delta the write
+        rules refuse leaves the row as it was and is answered by its receipt.
 
         Raises:
             SchemaError: the row would grow beyond ``max_row_bytes``, or its stored state beyond an item (422).
@@ -476,6 +561,11 @@ class _Merger:
         key = (delta.table, delta.row_id)
         before_state = self.states.get(key)
         result = lww.merge(before_state, delta)
+        if self._guard is not None:
+            refusal = self._guard.refusal(delta, before_state, result.state)
+            if refusal is not None:
+                row = self._guard.readable(delta.table, before_state)
+                return DeltaReceipt(delta.delta_id, duplicate=False, columns=(), rejected=refusal, row=row)
         self.states[key] = result.state
         if result.effective is None or not result.changed:
             return result, None
@@ -525,6 +615,7 @@ def _plan(
     head: ShardHead | None,
     stored: dict[tuple[str, str], StoredRow],
     pending: Sequence[_Keyed],
+    guard: WriteGuard | None,
 ) -> tuple[Commit | None, dict[str, DeltaReceipt], list[LogEntry], int, int, list[str]]:
     """Merge ``pending`` into the stored rows; the commit is ``None`` when no delta changes anything.
 
@@ -532,15 +623,19 @@ def _plan(
     its log entries' size (uncompressed: the bound the log item is checked against) and the dedup keys of the deltas
     that changed nothing.
     """
-    merger = _Merger(deps, shard, stored)
+    merger = _Merger(deps, shard, stored, guard)
     touched: dict[tuple[str, str], None] = {}
     receipts: dict[str, DeltaReceipt] = {}
     changes: list[_Change] = []
     unchanged: list[str] = []
     row_deltas: dict[tuple[str, str], list[str]] = {}
     for key, delta in pending:
+        merged = merger.merge(delta)
+        if isinstance(merged, DeltaReceipt):
+            receipts[key] = merged
+            continue
+        result, change = merged
         row_deltas.setdefault((delta.table, delta.row_id), []).append(recent_key(key))
-        result, change = merger.merge(delta)
         receipts[key] = DeltaReceipt(
             delta.delta_id,
             duplicate=False,

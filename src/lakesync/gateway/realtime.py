@@ -30,6 +30,7 @@ from typing import Final
 from lakesync.auth import AuthClaims, ClaimValue, parse_bearer, verify_token
 from lakesync.core.errors import (
     AuthError,
+    CallerRateLimitedError,
     CodecError,
     ForbiddenError,
     LakeSyncError,
@@ -38,6 +39,7 @@ from lakesync.core.errors import (
 )
 from lakesync.core.messages import SyncResponse
 from lakesync.core.rules import SyncRules
+from lakesync.gateway import limits
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
@@ -72,6 +74,7 @@ CLOSE_INVALID_PAYLOAD: Final = 1007
 CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_MESSAGE_TOO_BIG: Final = 1009
 CLOSE_INTERNAL_ERROR: Final = 1011
+CLOSE_TRY_AGAIN_LATER: Final = 1013
 
 MAX_FRAME_BYTES: Final = 1024 * 1024
 """The largest client frame served (the original's 1 MiB push payload limit)."""
@@ -215,9 +218,16 @@ def serve_message(deps: GatewayDeps, connection: Connection, data: bytes | str) 
     """The reply to one client message, both in the session's encoding (:func:`decode_client_message`,
     :func:`handle_frame` with pull pages of at most :data:`SOCKET_PAGE_BYTES` stored bytes, :func:`encode_message`).
 
+    Each message counts against the client's ``socket`` rate limit first (:mod:`lakesync.gateway.limits`); over it,
+    the session closes with 1013 (try again later) and the reason says when.
+
     Raises:
         SessionClose: the session must close.
     """
+    try:
+        limits.check(deps.limiter, connection.gateway, connection.client_id, "socket")
+    except CallerRateLimitedError as exc:
+        raise SessionClose(CLOSE_TRY_AGAIN_LATER, _reason(exc.message)) from None
     frame = decode_client_message(connection, data)
     return encode_message(
         connection, handle_frame(pull_service.with_page_bytes(deps, SOCKET_PAGE_BYTES), connection, frame)
@@ -286,7 +296,9 @@ def _push(deps: GatewayDeps, connection: Connection, payload: bytes) -> bytes:
     limit = deps.settings.max_deltas_per_push
     if len(message.deltas) > limit:
         raise ValidationError(f"Too many deltas in a single push (max {limit:,})")
-    result = push_service.push(deps, connection.gateway, message, client_id=connection.client_id)
+    result = push_service.push(
+        deps, connection.gateway, message, client_id=connection.client_id, claims=connection.claims
+    )
     return encode_sync_response(SyncResponse((), result.server_hlc, False))
 
 

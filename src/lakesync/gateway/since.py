@@ -274,13 +274,19 @@ def visible_values(
 
 def lost_rows(deltas: Sequence[RowDelta], receipts: Sequence[Any]) -> list[RowKey]:
     """Rows of pushed deltas whose push may leave the pusher holding what the server does not: a losing column, a
-    duplicate, or any delete (the client's row is gone while the server's may live on in newer columns).
+    duplicate, a delta the write rules rejected, or any delete (the client's row is gone while the server's may live
+    on in newer columns).
 
     ``receipts`` are the push's :class:`~lakesync.gateway.push.DeltaReceipt` in the deltas' order.
     """
     out: dict[RowKey, None] = {}
     for delta, receipt in zip(deltas, receipts, strict=False):
-        if receipt.duplicate or delta.op is DeltaOp.DELETE or any(not c.applied for c in receipt.columns):
+        if (
+            receipt.duplicate
+            or receipt.rejected is not None
+            or delta.op is DeltaOp.DELETE
+            or any(not c.applied for c in receipt.columns)
+        ):
             out[(delta.table, delta.row_id)] = None
     return list(out)
 
