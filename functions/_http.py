@@ -13,11 +13,12 @@ from typing import cast
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from functions._runtime import get_settings, jwt_secrets, logger, metrics
+from functions._runtime import get_deps, get_settings, jwt_secrets, logger, metrics
 from lakesync import edge
 from lakesync.auth import AuthClaims
 from lakesync.core.canonical import js_stringify
-from lakesync.core.errors import LakeSyncError
+from lakesync.core.errors import CallerRateLimitedError, LakeSyncError
+from lakesync.gateway import limits
 from lakesync.router import Response, RouteNotFound, Router
 
 json_response = edge.json_response
@@ -45,7 +46,9 @@ def new_app() -> Router:
             logger.exception("request failed: %s %s", exc.api_code, exc.message)
         else:
             logger.info("request rejected", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
-        return edge.json_response(exc.to_body(), exc.status)
+        if isinstance(exc, CallerRateLimitedError):
+            metrics.add_metric(name="RateLimited", unit=MetricUnit.Count, value=1)
+        return edge.error_response(exc)
 
     def _unexpected(exc: Exception) -> Response:
         logger.exception("unhandled error: %s", type(exc).__name__)
@@ -58,9 +61,17 @@ def new_app() -> Router:
 
 
 def authorize(app: Router, gateway: str, *, admin: bool = False) -> AuthClaims:
-    """:func:`lakesync.edge.authorize` with this function's secrets and gateways; tags the log with the caller."""
+    """:func:`lakesync.edge.authorize` with this function's secrets and gateways; tags the log with the caller; then
+    counts the request against the caller's rate limit on the sync routes (:func:`lakesync.edge.rate_family`).
+
+    Raises:
+        CallerRateLimitedError: 429, the caller is over its limit.
+    """
     claims = edge.authorize(app.current_event, gateway, jwt_secrets(), get_settings().gateway_ids, admin=admin)
     logger.append_keys(gateway=gateway, client_id=claims.client_id)
+    family = edge.rate_family(app.current_event.path)
+    if family is not None:
+        limits.check(get_deps().limiter, gateway, claims.client_id, family)
     return claims
 
 

@@ -5,7 +5,9 @@ Pipeline of every API route (the worker's order, reference §12.4): route match 
 known path with another method 405 ``Method not allowed``) → Bearer token (401 ``AUTH_ERROR``) → admin role on
 ``/v1/admin`` routes (403 ``FORBIDDEN`` ``Admin role required``) → token ``gw`` equals the route's gateway (403
 ``FORBIDDEN`` ``Gateway ID mismatch: ...``) → the gateway is served here (404 ``NOT_FOUND`` ``Gateway not found``;
-checked after the token so that callers cannot probe which gateways exist) → body size (413) → decode → service.
+checked after the token so that callers cannot probe which gateways exist) → the caller's rate limit on sync routes
+(429 ``RATE_LIMITED`` with ``Retry-After``: :func:`rate_family`, :mod:`lakesync.gateway.limits`) → body size (413)
+→ decode → service.
 
 Bodies: base64-decoded when ``isBase64Encoded``; larger than the limit by ``Content-Length`` or by actual length →
 413 ``VALIDATION_ERROR``; JSON parsed strictly (``Invalid JSON body``); ``Content-Type: application/x-protobuf``
@@ -24,6 +26,8 @@ from lakesync.api_routes import ROUTES
 from lakesync.auth import AuthClaims, parse_bearer, verify_token
 from lakesync.core.canonical import JsonValue
 from lakesync.core.errors import (
+    AuthError,
+    CallerRateLimitedError,
     ForbiddenError,
     LakeSyncError,
     NotFoundError,
@@ -47,6 +51,14 @@ NO_STORE_PREFIXES: Final = ("/v1/sync/", "/v1/admin/")
 """Responses under these paths are never cached."""
 INTERNAL_ERROR: Final = "Internal error"
 """The message of every 500: an unexpected failure's details never leave the function."""
+RATE_FAMILIES: Final = {
+    "push": "push",
+    "pull": "pull",
+    "checkpoint": "checkpoint",
+    "action": "actions",
+    "actions": "actions",
+}
+"""The last segment of a ``/v1/sync/{gw}/...`` route -> its rate limit family."""
 
 
 def json_response(body: JsonValue, status: int = 200) -> Response:
@@ -57,6 +69,45 @@ def json_response(body: JsonValue, status: int = 200) -> Response:
 def protobuf_response(data: bytes, headers: dict[str, str] | None = None) -> Response:
     """A protobuf response (the router base64-encodes ``bytes``)."""
     return Response(200, PROTOBUF, data, headers=headers or {})
+
+
+AUTHORIZED_PREFIXES: Final = ("/v1/sync/", "/v1/admin/")
+"""Routes under these paths need a token: API Gateway's authorizer (:func:`authorizer_admits`) runs before their
+functions. Health, the API document and the connector types are public."""
+EXPIRED_TOKEN: Final = "JWT has expired"
+""":func:`lakesync.auth.verify_token`'s message for a well-signed token past its ``exp``."""
+
+
+def authorizer_admits(authorization: str | None, secrets: Sequence[str], served: Collection[str]) -> bool:
+    """Whether the API's authorizer lets a request with this ``Authorization`` header reach a function.
+
+    Admitted: a token :func:`lakesync.auth.verify_token` accepts for a gateway in ``served``, and a well-signed
+    token that has expired -- its function answers 401 ``AUTH_ERROR`` ``JWT has expired``, the answer on which
+    clients fetch a new token (API Gateway can refuse only with 403, which clients take as final). Refused:
+    everything else (no bearer token, malformed, badly signed -- forged, or signed with a key no longer held --,
+    over the lifetime limit, another deployment's gateway). The function verifies every token again, so an
+    admitted answer cached past a token's expiry or a key's rotation grants nothing.
+    """
+    try:
+        claims = verify_token(parse_bearer(authorization), secrets)
+    except AuthError as exc:
+        return exc.message == EXPIRED_TOKEN
+    return claims.gateway_id in served
+
+
+def error_response(exc: LakeSyncError) -> Response:
+    """``{"error", "code"}`` with the error's status; a caller over its rate limit is told ``Retry-After`` too."""
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, CallerRateLimitedError) else {}
+    return Response(exc.status, JSON, exc.to_body(), headers=headers)
+
+
+def rate_family(path: str) -> str | None:
+    """The rate limit family of a request path: ``push``, ``pull``, ``checkpoint`` or ``actions`` for the sync
+    routes; ``None`` (not limited per caller) for the admin routes, health and the API document."""
+    parts = path.split("/")
+    if len(parts) == 5 and parts[1] == "v1" and parts[2] == "sync":
+        return RATE_FAMILIES.get(parts[4])
+    return None
 
 
 def is_internal(exc: LakeSyncError) -> bool:

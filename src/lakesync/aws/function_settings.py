@@ -9,6 +9,9 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
 * ``LAKESYNC_JWT_SECRET`` (+ optional ``LAKESYNC_JWT_SECRET_PREVIOUS`` during a rotation) *or*
   ``LAKESYNC_JWT_SECRET_ARN`` (Secrets Manager; the ``AWSCURRENT`` and ``AWSPREVIOUS`` versions are both accepted).
 * ``LAKESYNC_FLUSH_THRESHOLD_BYTES``, ``LAKESYNC_BACKPRESSURE_BYTES`` -- buffer limits per shard.
+* ``LAKESYNC_RATE_LIMITS`` -- per-caller rate limits over the defaults (:mod:`lakesync.gateway.limits`):
+  ``family=requests/seconds`` entries, comma-separated (families ``push``, ``pull``, ``checkpoint``, ``actions``,
+  ``socket``), ``family=off`` to lift one, ``off`` to lift all.
 * ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB, at most :data:`MAX_BODY_BYTES_LIMIT`: a
   protobuf body arrives base64-encoded inside the API Gateway event, which must fit Lambda's invocation payload).
@@ -61,6 +64,7 @@ from lakesync.auth import MIN_SECRET_BYTES
 from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import MIB, GatewaySettings
+from lakesync.gateway.limits import DEFAULT_LIMITS, RateLimit, parse_limits
 
 if TYPE_CHECKING:
     # Only the lake tick's settings need it: the API functions' INIT does not import the lake's work rules.
@@ -105,6 +109,7 @@ WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
 ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 LOG_KEYS: Final = "LAKESYNC_LOG_KEYS"
 PULL_BASIS_TTL_MS: Final = "LAKESYNC_PULL_BASIS_TTL_MS"
+RATE_LIMITS: Final = "LAKESYNC_RATE_LIMITS"
 DEFAULT_PULL_BASIS_TTL_MS: Final = 1_000
 MAX_PULL_BASIS_TTL_MS: Final = 60_000
 LOG_KEY_KINDS: Final = ("auto", "last", "first")
@@ -149,6 +154,7 @@ API_ENV_VARS: Final = frozenset(
         ROW_WRITES,
         LOG_KEYS,
         PULL_BASIS_TTL_MS,
+        RATE_LIMITS,
         # every API function builds its deps with the registered connectors (all optional)
         *CONNECTOR_ENV_VARS,
         *NETWORK_ENV_VARS,
@@ -268,6 +274,7 @@ class Settings:
         log_keys: How log items are keyed (``LAKESYNC_LOG_KEYS``): ``auto``, ``last`` or ``first``.
         pull_basis_ttl_ms: How long a process serves cursor pulls from its last read of the sync rules and the shard
             registry (``LAKESYNC_PULL_BASIS_TTL_MS``; 0 reads them for every pull).
+        rate_limits: Per-caller rate limits by route family (``LAKESYNC_RATE_LIMITS``; empty: none).
     """
 
     gateway_ids: frozenset[str]
@@ -282,6 +289,7 @@ class Settings:
     rows_in_commit: bool = False
     log_keys: LogKeys = "auto"
     pull_basis_ttl_ms: int = DEFAULT_PULL_BASIS_TTL_MS
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: dict(DEFAULT_LIMITS), hash=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -307,6 +315,7 @@ class Settings:
             pull_basis_ttl_ms=_int(
                 env, PULL_BASIS_TTL_MS, DEFAULT_PULL_BASIS_TTL_MS, 0, errors, maximum=MAX_PULL_BASIS_TTL_MS, unit="ms"
             ),
+            rate_limits=_rate_limits(env.get(RATE_LIMITS), errors),
         )
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
@@ -322,6 +331,16 @@ class Settings:
             # A transaction holds at most 100 items: a chunk's rows, its log item and the head.
             **({"chunk_deltas": TRANSACTION_CHUNK_DELTAS} if self.rows_in_commit else {}),
         )
+
+
+def _rate_limits(raw: str | None, errors: list[str]) -> dict[str, RateLimit]:
+    if raw is None:
+        return dict(DEFAULT_LIMITS)
+    try:
+        return parse_limits(raw)
+    except ValueError as exc:
+        errors.append(f"{RATE_LIMITS}: {exc}")
+        return dict(DEFAULT_LIMITS)
 
 
 def _row_writes(raw: str, errors: list[str]) -> bool:

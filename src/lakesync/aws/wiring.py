@@ -23,9 +23,11 @@ from lakesync.aws.function_settings import (
 )
 from lakesync.aws.log_keys import FirstKeysGate
 from lakesync.aws.objects import S3ObjectStore
+from lakesync.aws.rate_limits import DynamoDBRateLimitCounter
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.limits import RateLimiter
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -62,10 +64,18 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
         objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
         pull_basis=_pull_basis(DynamoDBPullBasisReader(client, settings.tables), settings.pull_basis_ttl_ms),
         since_sessions=DynamoDBSinceSessions(client, settings.tables),
+        limiter=_limiter(client, settings),
     )
     if connectors is not None:
         connector_parts(deps, client, settings, connectors)
     return deps
+
+
+def _limiter(client: DynamoDBClient, settings: Settings) -> RateLimiter | None:
+    """The per-caller rate limits over counters in the dedup table (``None`` when every limit is lifted)."""
+    if not settings.rate_limits:
+        return None
+    return RateLimiter(DynamoDBRateLimitCounter(client, settings.tables), settings.rate_limits)
 
 
 def _pull_basis(reader: PullBasisReader, ttl_ms: int) -> PullBasisReader:

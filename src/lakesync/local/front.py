@@ -121,6 +121,7 @@ class LocalFront:
         timeout_seconds: float = 30.0,
         idle_timeout_seconds: float = 60.0,
         sockets: SocketHub | None = None,
+        authorizer: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
     ) -> None:
         """Configure the front; nothing listens until :meth:`start`.
 
@@ -135,6 +136,9 @@ class LocalFront:
             idle_timeout_seconds: How long an idle keep-alive connection stays open.
             sockets: Serves WebSocket upgrades to the real-time socket and the management API of its sessions
                 (:mod:`lakesync.local.websocket`); ``None``: those requests go to the handler like any other.
+            authorizer: Runs before the handler as API Gateway runs a route's authorizer: given the event, it
+                returns the refusal (a handler result) or ``None`` to call the handler
+                (:class:`lakesync.local.authorizer.LocalAuthorizer`).
         """
         if max_body_bytes < 0:
             raise ValueError("max_body_bytes must not be negative")
@@ -146,6 +150,7 @@ class LocalFront:
         self.timeout_seconds = timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
         self.sockets = sockets
+        self.authorizer = authorizer
         self._requested_port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -233,7 +238,9 @@ class LocalFront:
             deadline_monotonic=time.monotonic() + self.timeout_seconds,
         )
         try:
-            status, out_headers, out_body = response_to_http(self.handler(event, context))
+            refusal = self.authorizer(event) if self.authorizer is not None else None
+            result = refusal if refusal is not None else self.handler(event, context)
+            status, out_headers, out_body = response_to_http(result)
         # Lambda reports any handler failure as a failed invocation, which API Gateway turns into a 500.
         except Exception:
             logger.exception("%s %s failed (request %s)", method, path, request_id)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from lakesync.api_routes import allowed_methods, find_route
+from lakesync.local.authorizer import LocalAuthorizer
 from lakesync.local.front import LocalFront
 from lakesync.local.journal import DurableState
 from lakesync.local.materialiser import MAX_RECEIVE_COUNT, LocalMaterialiser
@@ -212,7 +213,11 @@ class LocalStack:
 
             self._pool = WorkerPool(self.workers, dict(os.environ)).start()
             handler = self._pool.invoke
-        self._front = LocalFront(handler, self.host, self.port, sockets=self._socket_hub()).start()
+        # API Gateway's authorizer before the routes that need a token, as deployed (lakesync.local.authorizer)
+        authorizer = LocalAuthorizer()
+        self._front = LocalFront(
+            handler, self.host, self.port, sockets=self._socket_hub(), authorizer=authorizer
+        ).start()
         self._start_broadcaster(names.deltas)
         self._start_connector_poller()
         return self
