@@ -28,6 +28,17 @@ SCHEMA = parse_table_schema({"table": "todos", "columns": [{"name": "title", "ty
 PASSWORD = "hunter2-never-in-logs"
 
 
+@pytest.fixture(autouse=True)
+def loopback_allowed() -> Any:
+    """The test PostgreSQL listens on loopback: this deployment allows it, as `lakesync local` does."""
+    from lakesync import egress
+    from lakesync.core.network import LOCAL_DEVELOPMENT
+
+    previous = egress.configure(LOCAL_DEVELOPMENT)
+    yield
+    egress.configure(previous)
+
+
 @pytest.fixture
 def secrets(moto_endpoint: str) -> Any:
     return boto3.client("secretsmanager", endpoint_url=moto_endpoint, **FAKE_AWS)

@@ -28,18 +28,21 @@ Connector = Callable[[DestinationConfig, Mapping[str, Any] | None], Destination]
 
 
 def open_destination(config: DestinationConfig, secret: Mapping[str, Any] | None) -> Destination:
-    """Open a destination with :mod:`lakesync.sql`: the secret's ``url``, its RDS-style fields, or the config's url.
+    """Open a destination with :mod:`lakesync.sql`: the secret's ``url``, its RDS-style fields, or the config's url,
+    vetted (an admin configured it): no parameter that redirects the connection, and the host resolved, checked
+    against the network policy and dialled by address (:mod:`lakesync.sql.targets`).
 
     Raises:
         DestinationError: nothing to connect with, or the connection failed.
+        ForbiddenTargetError: a redirecting parameter or a refused host.
     """
     from lakesync import sql
 
     if secret is not None:
-        return sql.connect_params(secret, name=config.name, type=config.type.value, url=config.url)
+        return sql.connect_params(secret, name=config.name, type=config.type.value, url=config.url, vet=True)
     if config.url is None:
         raise DestinationError(f"Destination {config.name!r} has neither a secret nor a url", retryable=False)
-    return sql.connect(config.url, name=config.name)
+    return sql.connect(config.url, name=config.name, vet=True)
 
 
 class ConfiguredDestinations:

@@ -12,6 +12,11 @@ Invariants of a :class:`DestinationConfig` built by :func:`parse_destination`:
   ARN (``secretArn``); a ``url`` is a password-free locator: a URL whose user-info carries a password (``user:pw@``),
   or whose query has a credential-like parameter (``password``, ``pwd``, ``secret``, ``token``, ...), is refused.
   Error messages never echo a ``url`` (it might hold the very secret being refused).
+* A postgres/mysql ``url`` names *where* only: its query may carry only options that cannot redirect the connection
+  (:data:`POSTGRES_OPTIONS`, :data:`MYSQL_OPTIONS`): never ``host``/``hostaddr``/``port``/``service`` (which would
+  send the stored password elsewhere), files of the function (``passfile``, ``sslrootcert``, ``ssl_ca``...), a socket
+  (``unix_socket``) or session ``options``; a literal host address is checked again against the network policy when
+  the destination is dialled (:mod:`lakesync.sql.targets`).
 * ``name`` matches ``[A-Za-z0-9][A-Za-z0-9_-]{0,63}`` (it is part of a storage key and of URLs).
 * ``type`` decides what is required: ``postgres`` / ``mysql`` need ``secretArn`` or a ``url`` (a ``url`` alone suits
   IAM or trust authentication), ``sqlite`` needs ``url`` ``sqlite:///path`` and takes no ``secretArn``, ``bigquery``
@@ -39,7 +44,9 @@ __all__ = [
     "MAX_SECRET_ARN_LENGTH",
     "MAX_TABLES",
     "MAX_URL_LENGTH",
+    "MYSQL_OPTIONS",
     "NAME_RE",
+    "POSTGRES_OPTIONS",
     "DestinationConfig",
     "DestinationType",
     "parse_destination",
@@ -66,6 +73,35 @@ _FIELDS: Final = ("name", "type", "secretArn", "url", "tables")
 # containing one of the words, or equal to one of the short names (``passfile`` or ``sslkey`` name files, not secrets).
 _CREDENTIAL_WORDS: Final = ("password", "passwd", "secret", "token", "apikey", "accesskey", "credential", "privatekey")
 _CREDENTIAL_NAMES: Final = frozenset({"pwd", "pass", "key", "auth", "sig", "signature"})
+
+POSTGRES_OPTIONS: Final = frozenset(
+    {
+        "sslmode",
+        "sslnegotiation",
+        "sslcompression",
+        "sslsni",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "channel_binding",
+        "gssencmode",
+        "require_auth",
+        "connect_timeout",
+        "application_name",
+        "client_encoding",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "target_session_attrs",
+    }
+)
+"""libpq parameters a PostgreSQL URL or connection string may carry besides its location: none changes where it
+connects, reads a file of the function or sets session options."""
+
+MYSQL_OPTIONS: Final = frozenset({"ssl_verify_cert", "ssl_verify_identity", "connect_timeout"})
+"""Query parameters a ``mysql://`` URL may carry (``unix_socket`` and the ``ssl_ca``/``ssl_cert``/``ssl_key`` files
+are refused)."""
 
 _USE_SECRET_ARN: Final = (
     "put the connection (with its password) in a Secrets Manager secret and give its ARN as secretArn"
@@ -229,7 +265,21 @@ def _url(value: object, kind: DestinationType) -> str | None:
             )
     elif not parts.hostname:
         raise ValidationError(f"url of a {kind.value} destination must name a host: {schemes[0]}://host:port/db")
+    else:
+        _refuse_redirects(parts, kind)
     return value
+
+
+def _refuse_redirects(parts: SplitResult, kind: DestinationType) -> None:
+    if "," in parts.netloc.rpartition("@")[2]:
+        raise ValidationError(f"url of a {kind.value} destination must name one host (no host lists)")
+    allowed = POSTGRES_OPTIONS if kind is DestinationType.POSTGRES else MYSQL_OPTIONS
+    for key, _value in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in allowed:
+            raise ValidationError(
+                f"url of a {kind.value} destination may not carry the parameter {_quote(key)}: only options that do "
+                f"not redirect the connection are allowed ({', '.join(sorted(allowed))})"
+            )
 
 
 def _refuse_credentials(parts: SplitResult) -> None:

@@ -11,6 +11,7 @@ destination scrubs the password from driver errors. Nothing here connects: the f
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
@@ -53,6 +54,7 @@ def connect(
     name: str,
     password: str | None = None,
     bigquery_client_factory: Callable[[str], Any] | None = None,
+    vet: bool = False,
 ) -> SqlDestination:
     """A destination for ``url`` (see the module docstring for the schemes).
 
@@ -62,9 +64,13 @@ def connect(
         password: A password kept out of the URL (e.g. from a secret); overrides one in the URL.
         bigquery_client_factory: For ``bigquery://``: builds the client from the project id (default:
             ``google.cloud.bigquery.Client(project=...)`` with the default credentials).
+        vet: The URL is an admin's (a configured destination, not the operator's own): it may carry only its
+            location and options that do not redirect it (:mod:`lakesync.sql.targets`), and its host is resolved
+            and checked against the network policy at every connect, which dials the checked address.
 
     Raises:
         DestinationError: not retryable, for an unsupported scheme or a malformed URL (the message masks it).
+        ForbiddenTargetError: with ``vet``, a redirecting parameter or a refused literal host (400).
     """
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     kind = _TYPES.get(scheme)
@@ -81,6 +87,8 @@ def connect(
         raise _refuse(f"destination {name}: malformed URL {mask_url(url)!r}") from None
     secret = password if password is not None else (unquote(parts.password) if parts.password else None)
     secrets = (secret,) if secret else ()
+    if vet:
+        return _vetted(url, kind, name, password, secrets)
     if kind == "postgres":
         from lakesync.sql.postgres import PostgresExecutor
 
@@ -114,6 +122,25 @@ def connect(
     return SqlDestination(name, MySQLExecutor(params, location=mask_url(url), secrets=secrets))
 
 
+def _vetted(url: str, kind: str, name: str, password: str | None, secrets: tuple[str, ...]) -> SqlDestination:
+    from lakesync.sql.targets import mysql_target, postgres_target
+
+    what = f"destination {name} url"
+    target = (postgres_target if kind == "postgres" else mysql_target)(url, what=what)
+    if password is not None:
+        target = dataclasses.replace(target, password=password)
+    executor: Any
+    if kind == "postgres":
+        from lakesync.sql.postgres import PostgresExecutor
+
+        executor = PostgresExecutor(location=mask_url(url), secrets=secrets, target=target)
+    else:
+        from lakesync.sql.mysql import MySQLExecutor
+
+        executor = MySQLExecutor({}, location=mask_url(url), secrets=secrets, target=target)
+    return SqlDestination(name, executor)
+
+
 def connect_params(
     params: Mapping[str, Any],
     *,
@@ -121,6 +148,7 @@ def connect_params(
     type: str,
     url: str | None = None,
     bigquery_client_factory: Callable[[str], Any] | None = None,
+    vet: bool = False,
 ) -> SqlDestination:
     """A destination from connection parameters, e.g. an RDS secret or ``{"url": ...}``.
 
@@ -133,9 +161,11 @@ def connect_params(
             DestinationType` value); the secret's ``engine``, when given, must agree.
         url: A password-free locator that ``params`` complete (its host/database are defaults for the secret's).
         bigquery_client_factory: As in :func:`connect`.
+        vet: As in :func:`connect` (the secret's host is checked and dialled by address too).
 
     Raises:
         DestinationError: not retryable, when the parameters are incomplete or contradict ``type``.
+        ForbiddenTargetError: with ``vet``, a redirecting parameter or a refused host (400).
     """
     kind = _ENGINES.get(str(type).lower())
     if kind is None:
@@ -152,7 +182,7 @@ def connect_params(
     if password is not None and not isinstance(password, str):
         raise _refuse(f"destination {name}: password must be a string")
     if "url" in params:
-        return connect(str(params["url"]), name=name, password=password)
+        return connect(str(params["url"]), name=name, password=password, vet=vet)
     if kind == "sqlite":
         if url is None:
             raise _refuse(f"destination {name}: a sqlite destination needs url sqlite:///path")
@@ -168,7 +198,7 @@ def connect_params(
     netloc = (quote(str(user), safe="") + "@" if user else "") + str(host) + (f":{int(port)}" if port else "")
     query = base.query if base else ""
     locator = urlunsplit((scheme, netloc, "/" + quote(str(dbname or ""), safe=""), query, ""))
-    return connect(locator, name=name, password=password)
+    return connect(locator, name=name, password=password, vet=vet)
 
 
 def _sqlite(url: str, name: str) -> SqlDestination:

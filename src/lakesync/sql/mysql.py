@@ -18,6 +18,8 @@ from lakesync.sql.executor import ErrorKind, Executor, Run
 if TYPE_CHECKING:
     import pymysql.connections
 
+    from lakesync.sql.targets import DatabaseTarget
+
 __all__ = ["MySQLExecutor"]
 
 _RETRY_CODES = frozenset({1213, 1205, 1050, 1060, 1061, 1412})
@@ -36,27 +38,54 @@ class MySQLExecutor(Executor):
             ``ssl``, ``unix_socket``, ...).
         location: Password-free description for messages.
         secrets: Strings to scrub from messages (the password).
+        target: A checked admin-configured target (:mod:`lakesync.sql.targets`): resolved, checked against the
+            network policy and dialled by address at every connect (``params`` then add to it).
     """
 
     dialect: MySQLDialect
 
-    def __init__(self, params: Mapping[str, Any], *, location: str = "mysql", secrets: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        params: Mapping[str, Any],
+        *,
+        location: str = "mysql",
+        secrets: tuple[str, ...] = (),
+        target: DatabaseTarget | None = None,
+    ) -> None:
         self._params = dict(params)
         self.location = location
         self.secrets = secrets
+        self._target = target
         self.dialect = MySQLDialect()
         self._conn: pymysql.connections.Connection[Any] | None = None
 
-    def _connection(self) -> pymysql.connections.Connection[Any]:
+    def _open(self) -> pymysql.connections.Connection[Any]:
         import pymysql
 
+        if self._target is None:
+            choices = [self._params]
+        else:
+            from lakesync.sql.targets import mysql_kwargs
+
+            what = f"destination at {self._target.location}"
+            choices = [{**mysql_kwargs(self._target, a), **self._params} for a in self._target.addresses(what=what)]
+        for i, params in enumerate(choices):
+            try:
+                return pymysql.connect(
+                    **{"connect_timeout": 10, **params},
+                    charset="utf8mb4",
+                    autocommit=True,
+                    local_infile=False,
+                    init_command=_SESSION,
+                )
+            except pymysql.err.OperationalError:
+                if i == len(choices) - 1:
+                    raise
+        raise AssertionError("no address to connect to")
+
+    def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None or not self._conn.open:
-            conn = pymysql.connect(
-                **{"connect_timeout": 10, **self._params},
-                charset="utf8mb4",
-                autocommit=True,
-                init_command=_SESSION,
-            )
+            conn = self._open()
             with conn.cursor() as cur:
                 cur.execute("SELECT VERSION()")
                 row = cur.fetchone()

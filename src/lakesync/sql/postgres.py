@@ -17,6 +17,8 @@ from lakesync.sql.executor import ErrorKind, Executor, Run
 if TYPE_CHECKING:
     import psycopg
 
+    from lakesync.sql.targets import DatabaseTarget
+
 __all__ = ["PostgresExecutor"]
 
 _RETRY_SQLSTATES = frozenset({"40P01", "40001", "55P03", "42P07", "42701", "42710"})
@@ -31,6 +33,8 @@ class PostgresExecutor(Executor):
         kwargs: Connection parameters (``host``, ``port``, ``user``, ``password``, ``dbname``, ``sslmode``, ...).
         location: Password-free description for messages.
         secrets: Strings to scrub from messages (the password).
+        target: A checked admin-configured target (:mod:`lakesync.sql.targets`): resolved, checked against the
+            network policy and dialled by address (``hostaddr``) at every connect; ``conninfo`` is then unused.
     """
 
     def __init__(
@@ -40,12 +44,14 @@ class PostgresExecutor(Executor):
         kwargs: Mapping[str, Any] | None = None,
         location: str = "postgresql",
         secrets: tuple[str, ...] = (),
+        target: DatabaseTarget | None = None,
     ) -> None:
         self.dialect = PostgresDialect()
         self._conninfo = conninfo
         self._kwargs = dict(kwargs or {})
         self.location = location
         self.secrets = secrets
+        self._target = target
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -54,7 +60,10 @@ class PostgresExecutor(Executor):
         if self._conn is None or self._conn.closed:
             self._kwargs.setdefault("connect_timeout", 10)
             self._kwargs.setdefault("application_name", "lakesync-materialise")
-            self._conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
+            kwargs = dict(self._kwargs)
+            if self._target is not None:
+                kwargs.update(self._target.postgres_kwargs(what=f"destination at {self._target.location}"))
+            self._conn = psycopg.connect(self._conninfo, autocommit=True, **kwargs)
         return self._conn
 
     @contextlib.contextmanager

@@ -21,6 +21,7 @@ from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from lakesync import egress
+from lakesync.core.destinations import MYSQL_OPTIONS, POSTGRES_OPTIONS
 from lakesync.core.network import ForbiddenTargetError, NetworkPolicy
 
 __all__ = [
@@ -32,36 +33,7 @@ __all__ = [
     "postgres_target",
 ]
 
-POSTGRES_OPTIONS: Final = frozenset(
-    {
-        "sslmode",
-        "sslnegotiation",
-        "sslcompression",
-        "sslsni",
-        "ssl_min_protocol_version",
-        "ssl_max_protocol_version",
-        "channel_binding",
-        "gssencmode",
-        "require_auth",
-        "connect_timeout",
-        "application_name",
-        "client_encoding",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "tcp_user_timeout",
-        "target_session_attrs",
-    }
-)
-"""libpq parameters a connection string may carry besides its location: none changes where it connects, reads a
-file or sets session options."""
-
 _POSTGRES_LOCATION: Final = frozenset({"host", "port", "dbname", "user", "password"})
-MYSQL_OPTIONS: Final = frozenset({"ssl_verify_cert", "ssl_verify_identity", "connect_timeout"})
-"""Query parameters of a ``mysql://`` URL (``unix_socket`` and the ``ssl_ca``/``ssl_cert``/``ssl_key`` files are
-refused)."""
-
 _KEYWORD: Final = re.compile(r"\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*")
 _PORT: Final = re.compile(r"\A[0-9]{1,5}\Z")
 
