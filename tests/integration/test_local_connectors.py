@@ -86,10 +86,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 
 def http(
-    stack: LocalStack, method: str, path: str, body: Any = None, *, sub: str = "agent", role: str = "client"
+    stack: LocalStack,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    sub: str = "agent",
+    role: str = "client",
+    claims: dict[str, Any] | None = None,
 ) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    token = mint_token(sub, "default", stack.secret, role=role)
+    token = mint_token(sub, "default", stack.secret, role=role, claims=claims)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     req = urllib.request.Request(stack.url + path, data=data, method=method, headers=headers)
     try:

@@ -14,9 +14,6 @@ real HTTP against ``lakesync local``.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +23,6 @@ import pytest
 import functions.actions as actions_fn
 import functions.admin as admin_fn
 import functions.pull as pull_fn
-from lakesync.auth import mint_token
 from lakesync.core.actions import Action, make_action
 from lakesync.local.runner import LocalStack
 from tests.connectors.jira_server import JiraState
@@ -34,6 +30,7 @@ from tests.connectors.jira_server import running as jira_running
 from tests.connectors.salesforce_server import SalesforceState
 from tests.connectors.salesforce_server import running as salesforce_running
 from tests.functions.conftest import Api, api, aws_env
+from tests.integration.test_local_connectors import http
 
 __all__ = ["api", "aws_env"]
 
@@ -250,22 +247,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         yield running
 
 
-def http(stack: LocalStack, method: str, path: str, body: Any = None, *, sub: str, **claims: Any) -> Any:
-    role = claims.pop("role", "client")
-    token = mint_token(sub, "default", stack.secret, role=role, claims=claims or None)
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    req = urllib.request.Request(stack.url + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def act(stack: LocalStack, sub: str, *actions: Action, **claims: Any) -> list[dict[str, Any]]:
     body = {"clientId": sub, "actions": [a.to_json() for a in actions]}
-    status, reply = http(stack, "POST", "/v1/sync/default/action", body, sub=sub, **claims)
+    role = claims.pop("role", "client")
+    status, reply = http(stack, "POST", "/v1/sync/default/action", body, sub=sub, role=role, claims=claims)
     assert status == 200, reply
     return list(reply["results"])
 
@@ -303,7 +288,7 @@ def test_local_front_enforces_the_policy_and_keeps_records_per_client(stack: Loc
         assert theirs["data"]["commentId"] != ran["data"]["commentId"]
         assert act(stack, "agent", mine, team="support") == [ran]
         # Discovery: the support client sees add_comment only, the guest nothing
-        status, shown = http(stack, "GET", "/v1/sync/default/actions", sub="agent", team="support")
+        status, shown = http(stack, "GET", "/v1/sync/default/actions", sub="agent", claims={"team": "support"})
         assert [d["actionType"] for d in shown["connectors"]["jira"]] == ["add_comment"]
         assert http(stack, "GET", "/v1/sync/default/actions", sub="guest")[1] == {"connectors": {}}
     finally:
