@@ -183,15 +183,22 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> None:
 def api(aws_env: None, monkeypatch: pytest.MonkeyPatch, dynamodb_tables: TableNames, dynamodb_client: Any) -> Any:
     """The functions configured on fresh tables, gateways ``default`` and ``other``, a cold runtime."""
     from functions._runtime import reset_runtime
+    from lakesync import egress
     from lakesync.aws.function_settings import TABLE_VARS
 
     for kind, var in TABLE_VARS.items():
         monkeypatch.setenv(var, getattr(dynamodb_tables, kind))
     monkeypatch.setenv("LAKESYNC_JWT_SECRET", SECRET)
     monkeypatch.setenv("LAKESYNC_GATEWAY_IDS", f"{GATEWAY},{OTHER_GATEWAY}")
+    # The test databases and vendor stand-ins listen on loopback over plain http: this test deployment allows them,
+    # as `lakesync local` does (link-local and metadata addresses stay refused whatever is set).
+    monkeypatch.setenv("LAKESYNC_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+    monkeypatch.setenv("LAKESYNC_ALLOW_PLAIN_HTTP", "true")
+    policy = egress.current()
     reset_runtime()
     yield Api(dynamodb_tables, dynamodb_client)
     reset_runtime()
+    egress.configure(policy)  # the handlers' wiring made this deployment's policy the process's
 
 
 @pytest.fixture

@@ -35,8 +35,6 @@ def connectors_api(api: Any, monkeypatch: pytest.MonkeyPatch, moto_endpoint: str
     monkeypatch.setenv("LAKESYNC_CONNECTOR_SCHEDULER_ROLE_ARN", ROLE_ARN)
     prefix = f"lakesync/test-{id(api)}"
     monkeypatch.setenv("LAKESYNC_CONNECTOR_SECRET_PREFIX", prefix)
-    # The test database listens on loopback: this deployment allows it, as `lakesync local` does.
-    monkeypatch.setenv("LAKESYNC_ALLOWED_NETWORKS", "127.0.0.0/8")
     kwargs = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
     scheduler = boto3.client("scheduler", **kwargs)
     try:

@@ -135,12 +135,13 @@ class PostgresRunner:
         psycopg = _driver("psycopg", self._name, "PostgreSQL")
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(
+                kwargs = {
+                    "connect_timeout": self._timeout,
+                    "application_name": "lakesync-connector",
                     **self._target.postgres_kwargs(what=self._what),
-                    connect_timeout=self._timeout,
-                    application_name="lakesync-connector",
-                    options=_READ_ONLY_SESSION,
-                )
+                    "options": _READ_ONLY_SESSION,
+                }
+                self._conn = psycopg.connect(**kwargs)
                 self._conn.read_only = True
             with self._conn.pipeline(), self._conn.transaction(), self._conn.cursor() as cur:
                 cur.execute(sql, tuple(params) if params else None)
