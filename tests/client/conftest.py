@@ -59,7 +59,7 @@ def open_store(stack: LocalStack, tmp_path: Path) -> Iterator[Callable[..., Loca
             gateway="default",
             token=options.pop("token", None)
             or (None if "get_token" in options else mint_token(name, "default", stack.secret)),
-            schemas=[todo_schema(t) for t in tables],
+            schemas=options.pop("schemas", None) or [todo_schema(t) for t in tables],
             **options,
         )
         opened.append(store)

@@ -195,20 +195,23 @@ def test_pull_vector(api, case):
 # -- our behaviour: cursors, rules, protobuf -----------------------------------------------------------------------
 
 
-def _push_rows(api, *rows: tuple[str, str]):
+def _push_rows(api, *rows: tuple[str, str], writer: str = "client-a"):
+    """``writer`` pushes the rows (``rowId``, owner); returns the receipts."""
     deltas = [
         make_delta(
             "UPDATE",
             table="todos",
             row_id=row,
-            client_id="client-a",
+            client_id=writer,
             hlc=encode(1_763_000_000_000 + i, 0),
             columns={"user_id": owner, "title": row},
         ).to_json()
         for i, (row, owner) in enumerate(rows)
     ]
-    reply = api.call(push_fn, api.event("push_json", body={"clientId": "client-a", "deltas": deltas}))
+    body = {"clientId": writer, "deltas": deltas}
+    reply = api.call(push_fn, api.event("push_json", body=body, token=api.token(writer)))
     assert reply.status == 200
+    return reply.json()["receipts"]
 
 
 def test_pull_sample_event_returns_pushed_deltas(api):
@@ -258,8 +261,12 @@ def test_pull_filters_by_the_token_claims(api):
     # Given rules scoping todos to their owner, and rows of two owners
     rules = json.loads(api.event("admin_sync_rules_post")["body"])
     assert api.call(admin_fn, api.event("admin_sync_rules_post", token=api.admin_token())).status == 200
-    _push_rows(api, ("mine", "client-a"), ("theirs", "client-b"))
+    _push_rows(api, ("mine", "client-a"))
+    _push_rows(api, ("theirs", "client-b"), writer="client-b")
     assert rules["buckets"][0]["filters"][0]["value"] == "jwt:sub"
+    # (client-a may not write a row outside its bucket: rejected, and the row stays client-b's)
+    [receipt] = _push_rows(api, ("theirs", "client-a"))
+    assert receipt["rejected"] is True and receipt["code"] == "OUT_OF_SCOPE" and receipt["row"] is None
     # When each owner pulls
     pages = {
         sub: api.call(pull_fn, api.event("pull", token=api.token(sub))).json()["deltas"]
@@ -268,7 +275,7 @@ def test_pull_filters_by_the_token_claims(api):
     rows = {sub: [d["rowId"] for d in deltas if d["op"] != "DELETE"] for sub, deltas in pages.items()}
     # Then each sees only their rows
     assert rows == {"client-a": ["mine"], "client-b": ["theirs"]}
-    # And client-a, which wrote "theirs" (so holds it), is told to delete it: it is outside its bucket
+    # And client-a, which wrote "theirs" (so may hold it), is told to delete it: it is outside its bucket
     assert [(d["op"], d["rowId"]) for d in pages["client-a"] if d["op"] == "DELETE"] == [("DELETE", "theirs")]
 
 

@@ -65,6 +65,7 @@ from typing import Any, Literal, Self
 from lakesync.client import _fast
 from lakesync.client.backoff import Backoff
 from lakesync.client.http import ApiError, SyncClient
+from lakesync.client.rejections import REJECTED_STATUS, accepted_after, last_by_row, rejections, rolled_back
 from lakesync.client.tables import (
     KIND_CODES,
     KINDS_BY_CODE,
@@ -160,13 +161,16 @@ class Conflict:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """A local delta the gateway refused for good (moved out of the outbox into ``_lakesync_rejected``)."""
+    """A local delta the gateway refused for good (moved out of the outbox into ``_lakesync_rejected``): a push it
+    failed (``status`` 400, 413, 422), or a write the gateway's write rules forbid (403, with the rule's ``code``;
+    the local row was rolled back to the gateway's state)."""
 
     delta_id: str
     table: str
     row_id: str
     status: int
     error: str
+    code: str = ""
 
 
 @dataclass
@@ -309,6 +313,7 @@ class LocalStore:
         debounce: float = 0.05,
         backoff: Backoff | None = None,
         on_conflict: Callable[[Conflict], None] | None = None,
+        on_rejected: Callable[[Rejected], None] | None = None,
         clock: Clock = system_clock,
         timeout: float = 30.0,
         pull_limit: int = PULL_LIMIT,
@@ -331,6 +336,7 @@ class LocalStore:
         self.tables = load_tables(schemas)
         self.http = SyncClient(self.url, gateway, token, self.client_id, timeout=timeout, get_token=get_token)
         self.on_conflict = on_conflict
+        self.on_rejected = on_rejected
         self.poll_interval = poll_interval
         self.connected_poll_interval = connected_poll_interval
         self.debounce = debounce
@@ -932,12 +938,8 @@ class LocalStore:
             report.cursor = self.cursor
         self._resolve_conflicts(report)
         self._notify(report.changed, "remote")
-        if self.on_conflict is not None:
-            for conflict in report.conflicts:
-                try:
-                    self.on_conflict(conflict)
-                except Exception:
-                    logger.exception("on_conflict callback failed")
+        _call_each(self.on_conflict, report.conflicts, "on_conflict")
+        _call_each(self.on_rejected, report.rejected, "on_rejected")
         return report
 
     # push
@@ -981,7 +983,7 @@ class LocalStore:
             self._receive_hlc(answer.get("serverHlc"))
             self._collect_receipts(plan.deltas, receipts, report)
             report.pushed += accepted
-            self._ack(plan.acks)
+            self._settle(plan.acks, plan.deltas, receipts, report)
 
     def _ack(self, acks: Sequence[tuple[int, int, bool]]) -> None:
         """Drop acknowledged deltas from the outbox (only after the gateway's answer; a crash before this re-sends
@@ -1023,7 +1025,48 @@ class LocalStore:
             accepted, receipts = _push_answer(answer, [wire])
             self._collect_receipts([wire], receipts, report)
             report.pushed += accepted
-            self._ack(plan.acks_of_first(index + 1))
+            self._settle(plan.acks_of_first(index + 1), [wire], receipts, report)
+
+    def _settle(
+        self,
+        acks: Sequence[tuple[int, int, bool]],
+        wires: Sequence[str],
+        receipts: Sequence[Mapping[str, Any]],
+        report: SyncReport,
+    ) -> None:
+        """Drop the answered deltas from the outbox; in the same transaction, record the ones the write rules
+        rejected in ``_lakesync_rejected`` and roll their rows back to the gateway's state
+        (:mod:`lakesync.client.rejections`), so an interruption never leaves a rejected write in place."""
+        found = rejections(wires, receipts)
+        if not found:
+            self._ack(acks)
+            return
+        last = last_by_row(found)
+        later = accepted_after(last, wires, receipts)
+        at_ms = int(time.time() * 1000)
+        with self._tx() as db:
+            self._advance(acks)
+            db.executemany(
+                "INSERT INTO _lakesync_rejected (delta_id, delta, status, error, at_ms) VALUES (?, ?, ?, ?, ?)",
+                [(r.delta_id, r.wire, REJECTED_STATUS, r.error, at_ms) for r in found],
+            )
+            pending = self._pending_deltas(set(last))
+            for key, rejection in last.items():
+                self._put_state(rolled_back(key[0], key[1], rejection.row, [*later[key], *pending.get(key, ())]))
+                report.changed.setdefault(key[0], set()).add(key[1])
+        for r in found:
+            report.rejected.append(Rejected(r.delta_id, r.table, r.row_id, REJECTED_STATUS, r.error, r.code))
+            logger.warning("the gateway's write rules rejected local delta %s: %s", r.delta_id, r.error)
+
+    def _pending_deltas(self, rows: set[tuple[str, str]]) -> dict[tuple[str, str], list[RowDelta]]:
+        """The outbox's unsent deltas of ``rows``, in order (inside a transaction)."""
+        found: dict[tuple[str, str], list[RowDelta]] = {}
+        for text, sent in self._db.execute("SELECT deltas, sent FROM _lakesync_outbox ORDER BY seq").fetchall():
+            for wire in _entry_wires(text, self.client_id)[sent:]:
+                delta = RowDelta.from_json(json.loads(wire))
+                if (delta.table, delta.row_id) in rows:
+                    found.setdefault((delta.table, delta.row_id), []).append(delta)
+        return found
 
     def _collect_receipts(
         self, wires: Sequence[str], receipts: Sequence[Mapping[str, Any]], report: SyncReport
@@ -1553,6 +1596,17 @@ def _pull_page(answer: Any) -> _PullPage:
     except ValidationError as exc:
         raise SyncStateError(f"The gateway's pull answer has a malformed delta: {exc}") from exc
     return _PullPage(deltas, cursor, has_more, answer.get("serverHlc"))
+
+
+def _call_each(callback: Callable[[Any], None] | None, items: Iterable[Any], name: str) -> None:
+    """Hand each item to the application's ``callback``; one that fails is logged, never raised into the sync."""
+    if callback is None:
+        return
+    for item in items:
+        try:
+            callback(item)
+        except Exception:
+            logger.exception("%s callback failed", name)
 
 
 def _push_answer(answer: Any, wires: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:

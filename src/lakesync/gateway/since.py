@@ -321,11 +321,21 @@ def note_push(
     if store is None:
         return
     lost = lost_rows(deltas, receipts)
+    rejected = [(d.table, d.row_id) for d, r in zip(deltas, receipts, strict=False) if r.rejected is not None]
     for attempt in range(attempts):
         # The first attempt may use the session the caller read meanwhile (``prefetched``); a retry reads again.
         if attempt or not prefetched:
             session = store.get(gateway, client_id)
         if session is None:
+            if not rejected:
+                return
+            # A client that pushes before its first pull holds rows the write rules refused: its first pull, served
+            # as for a client without a session, puts them right.
+            updated = SinceSession(redeliver=merge_redeliver((), rejected), pushed=merge_redeliver((), rejected))
+            try:
+                store.put(gateway, client_id, updated, now_s + SESSION_TTL_S)
+            except CommitConflict:
+                continue
             return
         latest = session.handouts[-1] if session.handouts else None
         base = session.confirmed if session.confirmed is not None else (latest.positions if latest else {})
