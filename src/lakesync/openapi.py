@@ -102,6 +102,14 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "requestId": {"type": "string"},
         },
     },
+    "GatewayError": {
+        "type": "object",
+        "description": "API Gateway's own refusal of a route that needs a token, before any function runs: "
+        '`{"message": "Unauthorized"}` (401, no `Authorization` header) or `{"message": "Forbidden"}` (403, the '
+        "authorizer refused the token: malformed, badly signed, over the lifetime limit or for a gateway not served).",
+        "required": ["message"],
+        "properties": {"message": {"type": "string"}},
+    },
     "Hlc": {
         "type": "string",
         "pattern": "^[0-9]{1,20}$",
@@ -178,6 +186,30 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "duplicate": {"type": "boolean", "description": "The deltaId was already applied: nothing merged."},
             "deleted": {"type": "boolean", "const": True},
             "columns": {"type": "array", "items": _ref("ColumnReceipt")},
+            "rejected": {
+                "type": "boolean",
+                "const": True,
+                "description": "The write rules forbid this delta for the caller: nothing was written (the rest of"
+                " the push was). A re-sent rejected delta is judged again, never answered as a duplicate.",
+            },
+            "code": {
+                "type": "string",
+                "enum": [
+                    "OUT_OF_SCOPE",
+                    "OPERATION_NOT_ALLOWED",
+                    "COLUMN_NOT_WRITABLE",
+                    "ADMIN_ONLY_TABLE",
+                    "RESERVED_TABLE",
+                ],
+                "description": "Why the delta was rejected (with `rejected`).",
+            },
+            "reason": {"type": "string", "description": "The rejection, for people (with `rejected`)."},
+            "row": {
+                "type": ["object", "null"],
+                "description": "With `rejected`: the row's per-column state as stored (`{c: {column: [value, hlc,"
+                " clientId]}, t, w}`) when the caller may read it, to roll its write back to; null when the row is"
+                " gone or not the caller's to see.",
+            },
         },
     },
     "PushResponse": {
@@ -319,12 +351,55 @@ SCHEMAS: Final[dict[str, Schema]] = {
             }
         },
     },
+    "WritePolicy": {
+        "type": "object",
+        "description": "What a client may do to the rows of a bucket or table (absent: everything its buckets allow).",
+        "additionalProperties": False,
+        "properties": {
+            "ops": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["insert", "update", "delete"]},
+                "description": "Kinds of write allowed, judged on the stored row (absent: all; `[]`: read-only).",
+            },
+            "readOnlyColumns": {
+                "type": "array",
+                "items": _NON_EMPTY,
+                "maxItems": 256,
+                "description": "Columns a client may never set (sending the stored value again is not setting it).",
+            },
+            "immutableColumns": {
+                "type": "array",
+                "items": _NON_EMPTY,
+                "maxItems": 256,
+                "description": "Columns a client may set when it creates the row, never change afterwards.",
+            },
+        },
+    },
     "SyncRules": {
         "type": "object",
-        "description": "Which rows each client may see; no buckets means no filtering. Extra fields are ignored.",
+        "description": "Which rows each client may see, and write: a client writes a row only if a bucket holds it"
+        " before the write and one holds it after, each allowing the write. No buckets means no filtering. Admin"
+        " tokens and connectors are not confined; `_lakesync_*` tables are never written by clients. Extra fields"
+        " are ignored.",
         "required": ["version", "buckets"],
         "properties": {
             "version": {"type": "integer", "minimum": 1},
+            "tables": {
+                "type": "object",
+                "maxProperties": 256,
+                "description": "Per-table policies, on top of the buckets'.",
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "adminOnly": {
+                            "type": "boolean",
+                            "description": "Only admins and connectors read and write the table.",
+                        },
+                        "write": _ref("WritePolicy"),
+                    },
+                },
+            },
             "buckets": {
                 "type": "array",
                 "description": "Bucket names must be unique.",
@@ -346,6 +421,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
                                 },
                             },
                         },
+                        "write": _ref("WritePolicy"),
                     },
                 },
             },
@@ -423,14 +499,19 @@ _PUSH_EXAMPLE: Final = {
 _ERROR_TEXT: Final = {
     400: "Invalid request: malformed JSON, base64 or protobuf, missing or mistyped fields, bad parameters "
     "(`VALIDATION_ERROR`; `SCHEMA_ERROR` for an invalid table schema).",
-    401: "Missing, malformed, expired or badly signed Bearer token (`AUTH_ERROR`).",
+    401: "Missing, malformed, expired or badly signed Bearer token (`AUTH_ERROR`). Without an `Authorization` "
+    'header API Gateway answers itself, `{"message": "Unauthorized"}`; an expired token is always the function\'s '
+    "`AUTH_ERROR` (`JWT has expired`): fetch a new token.",
     403: "The token does not grant this: another gateway, not admin, or a body `clientId` that is not the "
-    "token's `sub` (`FORBIDDEN`).",
+    "token's `sub` (`FORBIDDEN`); or API Gateway's authorizer refused the token (malformed, badly signed, over the "
+    'lifetime limit, a gateway not served): `{"message": "Forbidden"}`.',
     404: "The gateway is not served here, or the named resource does not exist (`NOT_FOUND`).",
     409: "Conflict: an HLC too far ahead of the server clock (`CLOCK_DRIFT`) or a name already taken.",
     410: "The cursor or `since` is behind the released part of the log: reload the checkpoint (`CURSOR_EXPIRED`).",
     413: "Body larger than the limit (`VALIDATION_ERROR`).",
     422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`).",
+    429: "The caller (this token's `sub` on this gateway) is over its rate limit for the route family "
+    "(`RATE_LIMITED`): retry after `Retry-After` seconds, when its window ends.",
     500: "Unexpected failure (`INTERNAL_ERROR`, with `requestId`; details only in the log).",
     502: "An external system failed (`ADAPTER_ERROR`).",
     503: "Backpressure (buffer full until a flush: `BACKPRESSURE_ERROR`), a commit lost to concurrent writers "
@@ -488,7 +569,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 409, 413, 422, 500, 503),
+        errors=(400, *_AUTH_ERRORS, 409, 413, 422, 429, 500, 503),
     ),
     "GET /v1/sync/{gw}/pull": Operation(
         "pull",
@@ -528,7 +609,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 410, 500, 502, 503),
+        errors=(400, *_AUTH_ERRORS, 410, 429, 500, 502, 503),
     ),
     "GET /v1/sync/{gw}/checkpoint": Operation(
         "checkpoint",
@@ -562,7 +643,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 413, 500, 503),
+        errors=(400, *_AUTH_ERRORS, 413, 429, 500, 503),
     ),
     "POST /v1/sync/{gw}/action": Operation(
         "action",
@@ -595,7 +676,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                 },
             }
         },
-        errors=(400, *_AUTH_ERRORS, 413, 500, 503),
+        errors=(400, *_AUTH_ERRORS, 413, 429, 500, 503),
     ),
     "GET /v1/sync/{gw}/actions": Operation(
         "discoverActions",
@@ -605,7 +686,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "actions",
         "client",
         responses={"200": _json(_ref("ActionDiscovery"), "The discovery document.")},
-        errors=(*_AUTH_ERRORS, 500, 503),
+        errors=(*_AUTH_ERRORS, 429, 500, 503),
     ),
     "POST /v1/admin/sync-rules/{gw}": Operation(
         "saveSyncRules",
@@ -977,12 +1058,27 @@ def _operation(route: Route, operation: Operation) -> dict[str, Any]:
     return doc
 
 
+_GATEWAY_REFUSALS: Final = (401, 403)
+"""Statuses API Gateway's authorizer answers too, with its own body (:data:`SCHEMAS` ``GatewayError``)."""
+_RETRY_AFTER: Final = {
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    "description": "Seconds until the caller's window ends and it is served again.",
+}
+
+
 def _components() -> dict[str, Any]:
     error_responses = {
         f"E{status}": {
             "description": text,
-            "headers": _RESPONSE_HEADERS,
-            "content": {JSON: {"schema": _ref("Error")}},
+            "headers": {**_RESPONSE_HEADERS, **({"Retry-After": _RETRY_AFTER} if status == 429 else {})},
+            "content": {
+                JSON: {
+                    "schema": {"anyOf": [_ref("Error"), _ref("GatewayError")]}
+                    if status in _GATEWAY_REFUSALS
+                    else _ref("Error")
+                }
+            },
         }
         for status, text in _ERROR_TEXT.items()
     }

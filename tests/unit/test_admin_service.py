@@ -146,6 +146,20 @@ def test_admin_invalid_schema_document_is_refused() -> None:
     assert admin.list_schemas(deps, GW) == {"schemas": []}
 
 
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"table": "_lakesync_provenance", "columns": [{"name": "who", "type": "string"}]},
+        {"table": "audit", "sourceTable": "_LAKESYNC_provenance", "columns": [{"name": "who", "type": "string"}]},
+    ],
+)
+def test_admin_the_engines_own_tables_cannot_be_given_a_schema(document: dict[str, Any]) -> None:
+    deps = _deps()
+    with pytest.raises(SchemaDefinitionError, match="engine's own"):
+        admin.save_schema(deps, GW, document)
+    assert admin.list_schemas(deps, GW) == {"schemas": []}
+
+
 class RacingConfig(InMemoryConfigStore):
     """A config store where a rival saves a schema right before each of our first ``times`` writes."""
 

@@ -11,9 +11,10 @@ import uuid
 from typing import Any
 
 from lakesync.core.destinations import NAME_RE, parse_destination
-from lakesync.core.errors import CommitConflictError, NotFoundError
+from lakesync.core.errors import CommitConflictError, NotFoundError, SchemaDefinitionError
 from lakesync.core.rules import check_sync_rules_limits, parse_sync_rules
 from lakesync.core.schema import TableSchema, check_schema_limits, evolve_schema, parse_table_schema
+from lakesync.core.write_policy import is_reserved_table
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.model import CommitConflict
@@ -44,6 +45,9 @@ def save_schema(deps: GatewayDeps, gateway: str, document: object) -> dict[str, 
     """
     proposed = parse_table_schema(document)
     check_schema_limits(proposed)
+    for name in (proposed.table, proposed.delta_table):
+        if is_reserved_table(name):
+            raise SchemaDefinitionError(f"Table {name!r} is the engine's own; it cannot be given a schema")
     for _ in range(5):
         current = deps.config.get_schemas(gateway).get(proposed.table)
         schema, version, expected = _next_version(current, proposed)
