@@ -68,11 +68,12 @@ def check_host(host: str, *, what: str, policy: NetworkPolicy | None = None) -> 
         (policy or current()).check_address(address, what=what)
 
 
-def check_url(url: str, *, what: str, policy: NetworkPolicy | None = None) -> None:
-    """An API base URL: https (http where allowed), a host, and no refused literal address (no DNS here).
+def check_url(url: str, *, what: str, policy: NetworkPolicy | None = None, resolve_host: bool = False) -> None:
+    """An API base URL: https (http where allowed), a host, and no refused literal address; with ``resolve_host``,
+    no refused address of the host name either (a name that does not resolve now is left to the dial-time check).
 
     Raises:
-        ForbiddenTargetError: another scheme, no host, credentials in the URL or a refused literal address.
+        ForbiddenTargetError: another scheme, no host, credentials in the URL or a refused address.
     """
     from urllib.parse import urlsplit
 
@@ -88,6 +89,11 @@ def check_url(url: str, *, what: str, policy: NetworkPolicy | None = None) -> No
     if not parts.hostname:
         raise ForbiddenTargetError(f"{what} must name a host")
     check_host(parts.hostname, what=what, policy=chosen)
+    if resolve_host:
+        try:
+            resolve(parts.hostname, parts.port or 443, what=what, policy=chosen)
+        except AdapterError:
+            pass  # not resolvable now: every connection resolves and checks again
 
 
 def resolve(host: str, port: int, *, what: str, policy: NetworkPolicy | None = None) -> list[IPAddress]:
@@ -194,6 +200,7 @@ def opener(policy: NetworkPolicy | None = None) -> urllib.request.OpenerDirector
     director = urllib.request.OpenerDirector()
     handlers: list[urllib.request.BaseHandler] = [
         _HTTPSHandler(),
+        urllib.request.UnknownHandler(),  # any other scheme (file:, ftp:, data:): URLError "unknown url type"
         _NoRedirect(),
         urllib.request.HTTPDefaultErrorHandler(),
         urllib.request.HTTPErrorProcessor(),

@@ -42,17 +42,16 @@ from lakesync.core.errors import AdapterError, LakeSyncError, ValidationError
 from lakesync.core.network import LOCAL_DEVELOPMENT, STRICT, ForbiddenTargetError
 from lakesync.core.redact import Redactor, mask_conninfo, redact
 from lakesync.gateway.connectors import register_connector
-from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.memory import InMemoryConfigStore, RecordingScheduler
+from lakesync.gateway.memory import InMemoryConfigStore
 from lakesync.local.runner import LocalStack
 from tests.functions.conftest import Api, api, aws_env
+from tests.security.connector_deps import PREFIX, connector_deps
 from tests.sql.servers import Server, mariadb_server, postgres_server
 
 __all__ = ["api", "aws_env", "mariadb_server", "postgres_server"]
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "lakesync/connectors"
 PASSWORD = "kw-S3cret-pw-4711"
 QUOTED_PASSWORD = "two words ' and-a-quote"
 SMUGGLED = "SELECT 1 AS id) AS a; COMMIT; DROP TABLE victims; SELECT * FROM (SELECT 1 AS id"
@@ -84,22 +83,6 @@ def loopback() -> Iterator[None]:
     previous = egress.configure(LOCAL_DEVELOPMENT)
     yield
     egress.configure(previous)
-
-
-def _deps(store: SpyStore) -> GatewayDeps:
-    from lakesync.core.hlc import HLC
-    from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore
-
-    config = InMemoryConfigStore()
-    return GatewayDeps(
-        buffer=InMemoryBufferStore(),
-        config=config,
-        actions=InMemoryActionStore(),
-        clock=HLC(),
-        connectors=ConnectorRuntime(config, store, secret_prefix=PREFIX, config_ttl_s=0.0),
-        connector_scheduler=RecordingScheduler(),
-        connector_secret_prefix=PREFIX,
-    )
 
 
 # -- one redaction helper ---------------------------------------------------------------------------------------------
@@ -157,7 +140,7 @@ def test_a_reference_outside_the_gateway_is_400_and_never_read(reference: str) -
     store = SpyStore()
     for name in (reference.removeprefix("secret://"), f"{PREFIX}/other/crm/connectionString"):
         store.secrets[name] = f"postgresql://u:{PASSWORD}@db/x"
-    deps = _deps(store)
+    deps = connector_deps(store)
     # When a gateway admin registers a connector referencing it
     with pytest.raises(ValidationError) as refused:
         register_connector(deps, "default", _pg_body(reference))
@@ -171,7 +154,7 @@ def test_a_foreign_reference_stored_before_the_rule_is_refused_when_opened() -> 
     # Given a config written straight to the store, as one registered before the rule was
     store = SpyStore()
     store.secrets[f"{PREFIX}/other/crm/connectionString"] = f"postgresql://u:{PASSWORD}@db/x"
-    deps = _deps(store)
+    deps = connector_deps(store)
     foreign = ConnectorConfig("crm", "postgres", _pg_body(f"secret://{PREFIX}/other/crm/connectionString"))
     deps.config.add_connector("default", foreign)
     # When the poller, a source pull or an action opens it
@@ -398,7 +381,7 @@ def maria_victims(mariadb_server: Server) -> Iterator[str]:
 )
 def test_a_smuggled_statement_is_refused_at_registration(payload: str, loopback: None, pg_victims: str) -> None:
     store = SpyStore()
-    deps = _deps(store)
+    deps = connector_deps(store)
     with pytest.raises(ValidationError, match="single statement"):
         register_connector(deps, "default", _pg_body(pg_victims, query=payload))
     assert deps.config.list_connectors("default") == []
@@ -459,7 +442,7 @@ def test_a_server_refusal_never_quotes_the_password(loopback: None, postgres_ser
 )
 def test_connector_connection_strings_that_redirect_are_400(connection: str) -> None:
     store = SpyStore()
-    deps = _deps(store)
+    deps = connector_deps(store)
     with pytest.raises(LakeSyncError) as refused:
         register_connector(deps, "default", _pg_body(connection))
     assert refused.value.status == 400 and connection not in refused.value.message

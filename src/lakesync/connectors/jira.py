@@ -128,7 +128,7 @@ class JiraSettings:
         if not isinstance(token, str) or not token or token.startswith("secret://"):
             raise ValidationError("Jira connector requires a resolved apiToken secret")
         base_url = base_url_for(_str(s, "domain", required=True))
-        egress.check_url(base_url, what="Jira domain")
+        egress.check_url(base_url, what="Jira domain", resolve_host=True)
         return cls(
             base_url=base_url,
             email=_str(s, "email", required=True),

@@ -177,8 +177,8 @@ class SalesforceSettings:
                 "https://test.salesforce.com" if s.get("isSandbox") is True else "https://login.salesforce.com"
             )
             token_url = (_text(s, "loginUrl") or default_login).rstrip("/")
-        egress.check_url(instance_url, what="Salesforce instanceUrl")
-        egress.check_url(token_url, what="Salesforce loginUrl")
+        egress.check_url(instance_url, what="Salesforce instanceUrl", resolve_host=True)
+        egress.check_url(token_url, what="Salesforce loginUrl", resolve_host=True)
         needed = {"password": ("clientSecret", "password"), "client_credentials": ("clientSecret",)}.get(
             flow, ("privateKey",)
         )

@@ -176,10 +176,9 @@ def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
             network = ipaddress.ip_network(text, strict=False)
         except ValueError:
             raise ValueError(f"{text!r} is not a CIDR") from None
-        if any(network.overlaps(n) for n in NEVER_ALLOWED if n.version == network.version) or any(
-            a in network for a in METADATA_ADDRESSES if a.version == network.version
-        ):
-            raise ValueError(f"{text} overlaps link-local, metadata, multicast or reserved addresses")
+        # (A range holding a metadata address, fd00::/8 say, may be allowed: the metadata address itself never is.)
+        if any(network.overlaps(n) for n in NEVER_ALLOWED if n.version == network.version):
+            raise ValueError(f"{text} overlaps link-local, unspecified, multicast or reserved addresses")
         networks.append(network)
     return tuple(networks)
 
