@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import imports, lake, pull, push, report
+from benchmarks import imports, lake, pull, push, report, write_rules
 from benchmarks._common import machine_info, progress
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -132,15 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
         "--only",
-        default="push,pull,imports",
-        help="comma-separated subset of push,pull,imports,lake (lake: named only)",
+        default="push,pull,imports,write_rules",
+        help="comma-separated subset of push,pull,imports,write_rules,lake (lake: named only)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny workloads (smoke check)")
     parser.add_argument("--out", type=Path, help="results directory (default benchmarks/results)")
     parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto")
     args = parser.parse_args(argv)
     selected = {name.strip() for name in args.only.split(",") if name.strip()}
-    unknown = selected - {"push", "pull", "imports", "lake"}
+    unknown = selected - {"push", "pull", "imports", "write_rules", "lake"}
     if unknown:
         parser.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
     sizes = QUICK if args.quick else FULL
@@ -188,6 +188,15 @@ def main(argv: list[str] | None = None) -> int:
             profile=profile_mode,
         )
         summaries.append(pull.quick_summary(results["pull"]))
+        progress(summaries[-1])
+    if "write_rules" in selected:
+        results["write_rules"] = write_rules.run(
+            deltas=sizes.push_deltas,
+            batch=sizes.push_batch,
+            repetitions=sizes.push_repetitions,
+            warmup_deltas=sizes.push_warmup,
+        )
+        summaries.append(write_rules.quick_summary(results["write_rules"]))
         progress(summaries[-1])
     if "imports" in selected:
         results["imports"] = imports.run(runs=sizes.import_runs)

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks.write_rules import markdown as write_rules_markdown
+
 
 def write(results: dict[str, Any], directory: Path, *, stem: str = "latest", render: Any = None) -> tuple[Path, Path]:
     """Write ``{stem}.json`` and ``{stem}.md`` (``render(results)``, default :func:`markdown`) into ``directory``;
@@ -85,6 +87,12 @@ def markdown(r: dict[str, Any]) -> str:
             f"≤ {pull['goal']['ratio_at_most']} | "
             f"{pull['ratio_handler_over_floor_a']['median']:.2f}× | {_verdict(pull['goal']['met'])} |"
         )
+    write = r.get("write_rules")
+    if write:
+        lines.append(
+            f"| push with write rules / push without (same run) | ≥ {write['goal']['ratio_at_least']} | "
+            f"{write['ratio_with_over_without']['median']:.3f}× | {_verdict(write['goal']['met'])} |"
+        )
     if imports:
         for module, figures in imports["modules"].items():
             lines.append(
@@ -108,6 +116,8 @@ def markdown(r: dict[str, Any]) -> str:
         lines += _push_section(r, push)
     if pull:
         lines += _pull_section(r, pull)
+    if write:
+        lines += write_rules_markdown(write)
     if imports:
         lines += _imports_section(imports)
     return "\n".join(lines) + "\n"
