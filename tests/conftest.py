@@ -67,7 +67,9 @@ def vectors() -> Any:
 
 # -- AWS on a real moto server -----------------------------------------------------------------------------------
 # One moto server per test session (server mode: the same HTTP path boto3 takes on AWS). Each test gets its own
-# uniquely prefixed DynamoDB tables, so tests never see each other's data and need no reset.
+# uniquely prefixed DynamoDB tables, so tests never see each other's data and need no reset. The server's credential
+# is FAKE_AWS's key pair, which many modules spell out: it refuses requests signed with any other (as every
+# MotoServer does with its own), so a client that is not handed the credential fails here too.
 
 FAKE_AWS = {
     "region_name": "us-east-1",
@@ -76,11 +78,43 @@ FAKE_AWS = {
 }
 
 
+_CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+_seen_credentials: list[tuple[str | None, ...]] = []
+
+
+def _follow_environment_credentials() -> None:
+    """Make boto3's default session re-read credentials the environment changed since it last read them.
+
+    The session keeps the first credentials it resolves for the life of the process (right on Lambda, where they never
+    change); tests set them per test (``monkeypatch``), and a moto server refuses any but its own.
+    """
+    import os
+
+    current = tuple(os.environ.get(name) for name in _CREDENTIAL_VARS)
+    if _seen_credentials != [current]:
+        import boto3
+
+        boto3.DEFAULT_SESSION = None
+        _seen_credentials[:] = [current]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _follow_environment_credentials()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    _follow_environment_credentials()
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Any:
+    from lakesync.local.access import LocalCredentials
     from lakesync.local.moto import MotoServer
 
-    with MotoServer() as server:
+    credentials = LocalCredentials(FAKE_AWS["aws_access_key_id"], FAKE_AWS["aws_secret_access_key"])
+    with MotoServer(credentials=credentials) as server:
         yield server.endpoint_url
     from lakesync.local.moto_requests import fast_responses_disabled
 

@@ -6,14 +6,23 @@ import json
 import urllib.request
 from typing import Any
 
+from lakesync.local.access import LocalCredentials, sign
 
-def moto_state_manager(endpoint: str, action: str, body: dict[str, Any]) -> None:
+SESSION_CREDENTIALS = LocalCredentials("testing", "testing")
+"""The session moto server's key pair (``tests.conftest.FAKE_AWS``): the server refuses unsigned requests."""
+
+
+def moto_state_manager(
+    endpoint: str, action: str, body: dict[str, Any], credentials: LocalCredentials = SESSION_CREDENTIALS
+) -> None:
     """POST ``body`` to ``/moto-api/state-manager/{action}`` (``set-transition``, ``unset-transition``)."""
+    url = f"{endpoint}/moto-api/state-manager/{action}"
+    data = json.dumps(body).encode()
     request = urllib.request.Request(
-        f"{endpoint}/moto-api/state-manager/{action}",
-        data=json.dumps(body).encode(),
+        url,
+        data=data,
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **sign(credentials, "POST", url, data)},
     )
     with urllib.request.urlopen(request, timeout=10):
         pass

@@ -140,8 +140,9 @@ def allow(role: iam.IRole, actions: Sequence[str], resources: Sequence[str], sid
 
 
 def via(service: str) -> str:
-    """The ``kms:ViaService`` value of ``service`` in the stack's region (``dynamodb.<region>.amazonaws.com``)."""
-    return f"{service}.{cdk.Aws.REGION}.amazonaws.com"
+    """The ``kms:ViaService`` value of ``service`` in the stack's region and partition
+    (``dynamodb.<region>.amazonaws.com``; ``.amazonaws.com.cn`` in China)."""
+    return f"{service}.{cdk.Aws.REGION}.{cdk.Aws.URL_SUFFIX}"
 
 
 def allow_key(

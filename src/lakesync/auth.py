@@ -7,14 +7,22 @@ Invariants:
 * :func:`verify_token` runs the original's checks in the original's order and raises
   :class:`~lakesync.core.errors.AuthError` with the original's exact messages: segments, empty segment, header
   base64url, header alg/typ, signature base64url, HMAC, payload base64url, payload JSON (must be truthy), ``exp``
-  present and a number, ``exp <= floor(now_ms / 1000)`` is expired, ``sub`` then ``gw`` non-empty strings.
-  ``nbf``, ``iat``, ``iss`` and ``aud`` are not checked, as in the original.
+  present and a number, ``exp <= floor(now_ms / 1000)`` is expired, then (ours) the lifetime below, ``sub`` then
+  ``gw`` non-empty strings. ``nbf``, ``iss`` and ``aud`` are not checked, as in the original.
 * :func:`sign_token` writes the header ``{"alg":"HS256","typ":"JWT"}`` and the payload as ``JSON.stringify`` does
   (insertion order, compact), with ``role: "client"`` then ``exp: floor(now / 1000) + 3600`` appended when absent,
   all unpadded base64url: for ASCII payloads the token is byte-identical to the original's ``signToken``.
 * Secrets shorter than :data:`MIN_SECRET_BYTES` UTF-8 bytes are refused before any token parsing or crypto.
+* A deployment's signing keys (the settings, Secrets Manager, rotation, the local key file, ``lakesync token``) are
+  held to :data:`MIN_KEY_BYTES` (32) by :func:`check_signing_key`; the lower :data:`MIN_SECRET_BYTES` is only the
+  verifier's floor, kept so that the original's wire vectors still verify.
 
 Our semantics (where we deliberately differ from the original):
+
+* A token may not live longer than a maximum lifetime (:data:`DEFAULT_MAX_LIFETIME_S`, 24 hours, unless the caller
+  or its :class:`TokenKeys` says otherwise): ``exp - iat`` above it (when ``iat`` is a number), or ``exp`` more than
+  the maximum plus :data:`LIFETIME_LEEWAY_S` ahead of now, is refused with ``JWT lifetime exceeds the maximum (N s)``.
+  The original accepts any ``exp``, so a leaked ten-year token would be a ten-year credential.
 
 * Rotation takes any number of secrets ``[primary, previous, ...]`` (the original: exactly two). The first secret
   whose HMAC matches decides. If none matches the error is ``Invalid JWT signature``; if one matches, its claim
@@ -41,16 +49,21 @@ import secrets as _secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, TypeGuard, overload
 
 from lakesync.core.canonical import js_stringify
 from lakesync.core.errors import AuthError
 
 __all__ = [
+    "DEFAULT_MAX_LIFETIME_S",
     "DEFAULT_TTL_S",
+    "LIFETIME_LEEWAY_S",
+    "MIN_KEY_BYTES",
     "MIN_SECRET_BYTES",
     "AuthClaims",
     "ClaimValue",
+    "TokenKeys",
+    "check_signing_key",
     "generate_secret",
     "mint_token",
     "parse_bearer",
@@ -66,8 +79,20 @@ secret ``"new-primary-secret"`` (the others are 19 and 28 bytes), and the contra
 therefore the strongest minimum we can enforce. Secrets made by :func:`generate_secret` are 32 random bytes.
 """
 
+MIN_KEY_BYTES: Final = 32
+"""Shortest signing key a deployment may configure, in UTF-8 bytes: RFC 7518 §3.2's minimum for HS256 (the hash's
+output size). Checked by :func:`check_signing_key` wherever a key is set up, rotated in or loaded for verification."""
+
 DEFAULT_TTL_S: Final = 3600
 """Lifetime given to tokens signed without an ``exp`` claim."""
+
+DEFAULT_MAX_LIFETIME_S: Final = 86_400
+"""The longest lifetime a token may claim unless configured otherwise (``LAKESYNC_MAX_TOKEN_LIFETIME_S``): 24 hours,
+long enough for a day's offline work on one token, short enough that a leaked token is not a standing credential."""
+
+LIFETIME_LEEWAY_S: Final = 60
+"""Clock skew allowed between a token's minter and the verifier when a token has no ``iat`` (its ``exp`` may lie up
+to the maximum lifetime plus this many seconds ahead)."""
 
 ClaimValue = str | tuple[str, ...]
 """A custom-claim value: a string or an array of strings."""
@@ -114,6 +139,30 @@ class AuthClaims:
     expires_at: int | float
 
 
+@dataclass(frozen=True, slots=True)
+class TokenKeys(Sequence[str]):
+    """The keys tokens may be signed with, primary first, and the longest lifetime a token may claim.
+
+    A sequence of the secrets, so it goes wherever a ``Sequence[str]`` of secrets does; :func:`verify_token` applies
+    its ``max_lifetime_s``.
+    """
+
+    secrets: tuple[str, ...]
+    max_lifetime_s: int = DEFAULT_MAX_LIFETIME_S
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self.secrets[index]
+
+    def __len__(self) -> int:
+        return len(self.secrets)
+
+
 def parse_bearer(header: str | None) -> str:
     """The token of an ``Authorization`` header matching ``^Bearer\\s+(\\S+)$`` (JavaScript ``\\s``).
 
@@ -126,17 +175,23 @@ def parse_bearer(header: str | None) -> str:
     return match.group(1)
 
 
-def verify_token(token: str, secret: str | Sequence[str], *, now_ms: int | None = None) -> AuthClaims:
+def verify_token(
+    token: str, secret: str | Sequence[str], *, now_ms: int | None = None, max_lifetime_s: int | None = None
+) -> AuthClaims:
     """Verify an HS256 token and return its claims.
 
     Args:
         token: The compact JWT ``header.payload.signature``.
-        secret: The secret, or ``[primary, previous, ...]`` during a rotation (the first matching one wins).
+        secret: The secret, or ``[primary, previous, ...]`` during a rotation (the first matching one wins); a
+            :class:`TokenKeys` brings its maximum lifetime.
         now_ms: The current time in Unix milliseconds; the wall clock if omitted.
+        max_lifetime_s: The longest lifetime accepted; default the :class:`TokenKeys`' or
+            :data:`DEFAULT_MAX_LIFETIME_S`.
 
     Raises:
         AuthError: The token is malformed, unsupported, badly signed, expired or lacks ``sub``/``gw``, with the
-            original's message; or a secret is shorter than :data:`MIN_SECRET_BYTES` or none is given.
+            original's message; it claims a lifetime over the maximum; or a secret is shorter than
+            :data:`MIN_SECRET_BYTES` or none is given.
     """
     keys = _verification_keys(secret)
     parts = token.split(".")
@@ -171,8 +226,10 @@ def verify_token(token: str, secret: str | Sequence[str], *, now_ms: int | None 
     exp = claims.get("exp")
     if not _is_number(exp):
         raise AuthError('Missing or invalid "exp" claim (expiry)')
-    if exp <= _now_ms(now_ms) // 1000:
+    now_s = _now_ms(now_ms) // 1000
+    if exp <= now_s:
         raise AuthError("JWT has expired")
+    _check_lifetime(claims, exp, now_s, _max_lifetime(secret, max_lifetime_s))
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub:
         raise AuthError('Missing or invalid "sub" claim (clientId)')
@@ -197,6 +254,19 @@ def verify_token(token: str, secret: str | Sequence[str], *, now_ms: int | None 
         custom_claims=custom,
         expires_at=exp,
     )
+
+
+def _max_lifetime(secret: str | Sequence[str], given: int | None) -> int:
+    if given is not None:
+        return given
+    return secret.max_lifetime_s if isinstance(secret, TokenKeys) else DEFAULT_MAX_LIFETIME_S
+
+
+def _check_lifetime(claims: Mapping[str, Any], exp: int | float, now_s: int, max_lifetime_s: int) -> None:
+    iat = claims.get("iat")
+    too_long = _is_number(iat) and exp - iat > max_lifetime_s
+    if too_long or exp - now_s > max_lifetime_s + LIFETIME_LEEWAY_S:
+        raise AuthError(f"JWT lifetime exceeds the maximum ({max_lifetime_s} s)")
 
 
 def sign_token(payload: Mapping[str, Any], secret: str, *, now_ms: int | None = None) -> str:
@@ -262,8 +332,32 @@ def mint_token(
 
 
 def generate_secret() -> str:
-    """A new signing secret: 32 random bytes, base64url without padding (43 characters)."""
+    """A new signing secret: 32 random bytes, base64url without padding (43 characters, 43 bytes)."""
     return _secrets.token_urlsafe(32)
+
+
+def check_signing_key(secret: str, name: str = "JWT secret") -> None:
+    """Raise unless ``secret`` is fit to be a deployment's signing key.
+
+    Args:
+        secret: The key.
+        name: What to call it in the error (a variable, a file, a secret's id); never its value.
+
+    Raises:
+        ValueError: It is shorter than :data:`MIN_KEY_BYTES` UTF-8 bytes or is not usable as an HMAC key.
+    """
+    if not isinstance(secret, str):
+        raise ValueError(f"{name} must be a string")
+    size = len(secret.encode("utf-8", "surrogatepass"))
+    if size < MIN_KEY_BYTES:
+        raise ValueError(
+            f"{name} must be at least {MIN_KEY_BYTES} bytes (it has {size}); generate one with"
+            " `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )
+    try:
+        _hmac_key(secret)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def _now_ms(now_ms: int | None) -> int:

@@ -16,7 +16,14 @@ DEFAULT_DATA_DIR = Path(".lakesync")
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from lakesync.local.runner import LocalStack
+    from lakesync.local.runner import (
+        SECRET_FILE,
+        LocalKeyError,
+        LocalStack,
+        exposure_warning,
+        load_or_create_secret,
+        load_previous_secret,
+    )
 
     # Every file of the data directory (snapshot, journal, lake, SQLite) is private to the user: 0600 / 0700.
     os.umask(0o077)
@@ -31,11 +38,25 @@ def _cmd_local(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
     data_dir = Path(args.data_dir)
+    try:
+        if (data_dir / SECRET_FILE).exists():
+            load_or_create_secret(data_dir)
+        load_previous_secret(data_dir)
+    except LocalKeyError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 2
+    warning = exposure_warning(args.host, data_dir)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
     stack_options = {"host": args.host, "port": args.port, "moto_port": args.moto_port, "aws_parity": args.aws_parity}
     with LocalStack(
         data_dir, materialise_url=args.materialise, workers=args.workers, fsync=not args.no_fsync, **stack_options
     ) as stack:
-        print(f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint})", flush=True)
+        print(
+            f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint}: loopback only,"
+            " signed with this run's random credential)",
+            flush=True,
+        )
         socket_url = stack.url.replace("http://", "ws://") + "/v1/sync/default/ws"
         print(f"real-time socket: {socket_url}{'  (AWS parity)' if args.aws_parity else ''}", flush=True)
         if stack.recovery is not None and (stack.recovery.snapshot_items or stack.recovery.replayed):
@@ -106,18 +127,104 @@ def _lake_scheduler(stack: Any, data_dir: Path, interval_s: float) -> Any:
 
 
 def _cmd_token(args: argparse.Namespace) -> int:
-    from lakesync.auth import mint_token
+    from lakesync.auth import check_signing_key, mint_token
     from lakesync.local.runner import SECRET_FILE, load_or_create_secret
 
+    max_lifetime = _max_token_lifetime()
+    if max_lifetime is None:
+        return 2
+    if args.ttl <= 0 or args.ttl > max_lifetime:
+        print(
+            f"--ttl {args.ttl} is outside 1..{max_lifetime} s: the gateway refuses tokens that live longer than"
+            f" {max_lifetime} s ({MAX_TOKEN_LIFETIME_VAR}; default 86400, at most 2592000)",
+            file=sys.stderr,
+        )
+        return 2
     secret = os.environ.get("LAKESYNC_JWT_SECRET")
-    if not secret:
-        data_dir = Path(args.data_dir)
-        if not (data_dir / SECRET_FILE).exists():
-            print(f"no JWT secret: set LAKESYNC_JWT_SECRET or run `lakesync local` once in {data_dir}", file=sys.stderr)
-            return 2
-        secret = load_or_create_secret(data_dir)
+    try:
+        if secret:
+            check_signing_key(secret, "LAKESYNC_JWT_SECRET")
+        else:
+            data_dir = Path(args.data_dir)
+            if not (data_dir / SECRET_FILE).exists():
+                print(
+                    f"no JWT secret: set LAKESYNC_JWT_SECRET or run `lakesync local` once in {data_dir}",
+                    file=sys.stderr,
+                )
+                return 2
+            secret = load_or_create_secret(data_dir)
+    except ValueError as exc:
+        print(f"cannot mint: {exc}", file=sys.stderr)
+        return 2
     claims = dict(pair.split("=", 1) for pair in args.claim)
     print(mint_token(args.sub, args.gw, secret, role=args.role, ttl_s=args.ttl, claims=claims))
+    return 0
+
+
+MAX_TOKEN_LIFETIME_VAR = "LAKESYNC_MAX_TOKEN_LIFETIME_S"
+
+
+def _max_token_lifetime() -> int | None:
+    """The gateway's maximum token lifetime as the functions read it (``None``, with a message, when invalid)."""
+    from lakesync.auth import DEFAULT_MAX_LIFETIME_S
+    from lakesync.aws.function_settings import MAX_TOKEN_LIFETIME_LIMIT_S, MIN_TOKEN_LIFETIME_LIMIT_S
+
+    raw = os.environ.get(MAX_TOKEN_LIFETIME_VAR, "").strip()
+    if not raw:
+        return DEFAULT_MAX_LIFETIME_S
+    if raw.isascii() and raw.isdigit() and MIN_TOKEN_LIFETIME_LIMIT_S <= int(raw) <= MAX_TOKEN_LIFETIME_LIMIT_S:
+        return int(raw)
+    print(
+        f"{MAX_TOKEN_LIFETIME_VAR} must be an integer from {MIN_TOKEN_LIFETIME_LIMIT_S} to"
+        f" {MAX_TOKEN_LIFETIME_LIMIT_S}, got {raw!r}",
+        file=sys.stderr,
+    )
+    return None
+
+
+def _cmd_rotate_key(args: argparse.Namespace) -> int:
+    if args.secret_id:
+        return _rotate_aws_key(args.secret_id, emergency=args.emergency)
+    from lakesync.local.runner import rotate_local_key
+
+    data_dir = Path(args.data_dir)
+    rotate_local_key(data_dir, emergency=args.emergency)
+    kept = (
+        "no previous key is kept: every token signed before now is refused"
+        if args.emergency
+        else ("the previous key still verifies until the next rotation (--emergency drops it)")
+    )
+    print(f"rotated the JWT key in {data_dir.resolve()}; {kept}.")
+    print("restart `lakesync local` to apply it, then mint new tokens with `lakesync token`.")
+    return 0
+
+
+def _rotate_aws_key(secret_id: str, *, emergency: bool) -> int:
+    from lakesync.aws.rotation import emergency_rotate, start_rotation
+    from lakesync.aws.secrets import secretsmanager_client
+    from lakesync.core.errors import LakeSyncError
+
+    client = secretsmanager_client()
+    try:
+        if not emergency:
+            start_rotation(client, secret_id)
+            print(
+                f"rotation of {secret_id} started (its rotation function runs the four steps); tokens signed with"
+                " the replaced key stay valid until the next rotation"
+            )
+            return 0
+        done = emergency_rotate(client, secret_id)
+    except LakeSyncError as exc:
+        print(f"rotate-key failed: {exc.message}", file=sys.stderr)
+        return 1
+    dropped = ", ".join(done.dropped_versions) or "none"
+    print(
+        f"new AWSCURRENT version {done.current_version} of {secret_id}; versions taken out of verification: {dropped}"
+    )
+    print(
+        "warm functions refuse tokens signed with the old keys within 60 s, new ones at once;"
+        " mint new tokens with the new key"
+    )
     return 0
 
 
@@ -252,10 +359,32 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--sub", required=True, help="client id")
     token.add_argument("--gw", default="default", help="gateway id")
     token.add_argument("--role", default="client", choices=["client", "admin"])
-    token.add_argument("--ttl", type=int, default=3600, help="seconds until expiry")
+    token.add_argument(
+        "--ttl",
+        type=int,
+        default=3600,
+        help="seconds until expiry (at most LAKESYNC_MAX_TOKEN_LIFETIME_S, default 86400; longer is refused)",
+    )
     token.add_argument("--claim", action="append", default=[], metavar="KEY=VALUE", help="custom claim (repeatable)")
     token.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     token.set_defaults(func=_cmd_token)
+
+    rotate = sub.add_parser(
+        "rotate-key",
+        help="replace the JWT signing key: the local data directory's, or a deployed stack's (--secret-id)",
+    )
+    rotate.add_argument(
+        "--emergency",
+        action="store_true",
+        help="drop the previous key at once (a leaked key): every token signed before now is refused",
+    )
+    rotate.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    rotate.add_argument(
+        "--secret-id",
+        metavar="ARN",
+        help="the stack's JWT secret in Secrets Manager (output JwtSecretArn); AWS credentials from the environment",
+    )
+    rotate.set_defaults(func=_cmd_rotate_key)
 
     query = sub.add_parser(
         "query",

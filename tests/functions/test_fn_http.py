@@ -66,11 +66,11 @@ def test_auth_token_of_another_secret_is_401(api):
 
 def test_auth_previous_secret_is_accepted_during_rotation(api, monkeypatch):
     # Given a rotation: the old secret became the previous one
-    monkeypatch.setenv("LAKESYNC_JWT_SECRET", "the-new-primary-secret-0001")
+    monkeypatch.setenv("LAKESYNC_JWT_SECRET", "the-new-primary-secret-0001-of-32-bytes")
     monkeypatch.setenv("LAKESYNC_JWT_SECRET_PREVIOUS", SECRET)
     reset_runtime()
     # When tokens signed with either secret arrive, Then both are accepted
-    for secret in ("the-new-primary-secret-0001", SECRET):
+    for secret in ("the-new-primary-secret-0001-of-32-bytes", SECRET):
         assert api.call(pull_fn, api.event("pull", token=api.token(secret=secret))).status == 200
 
 
@@ -203,23 +203,23 @@ def test_secret_arn_tokens_verify(api, secret_arn):
 def test_secret_rotation_accepts_current_and_previous(api, secret_arn):
     # Given the secret rotated to a new value (the old one becomes AWSPREVIOUS)
     client, arn = secret_arn
-    client.put_secret_value(SecretId=arn, SecretString="rotated-secret-value-0002")
+    client.put_secret_value(SecretId=arn, SecretString="rotated-secret-value-0002-of-32-bytes")
     reset_runtime()
     # Then tokens of both values verify, and the current one is tried first
-    assert jwt_secrets() == ("rotated-secret-value-0002", SECRET)
-    for secret in ("rotated-secret-value-0002", SECRET):
+    assert tuple(jwt_secrets()) == ("rotated-secret-value-0002-of-32-bytes", SECRET)
+    for secret in ("rotated-secret-value-0002-of-32-bytes", SECRET):
         assert api.call(pull_fn, api.event("pull", token=api.token(secret=secret))).status == 200
 
 
 def test_secret_is_cached_and_kept_when_a_refresh_fails(api, secret_arn, monkeypatch):
     # Given the secret was read once
     client, arn = secret_arn
-    assert jwt_secrets() == (SECRET,)
+    assert tuple(jwt_secrets()) == (SECRET,)
     client.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
     # When it is read again within the TTL, and after the TTL while Secrets Manager fails
-    assert jwt_secrets() == (SECRET,)
+    assert tuple(jwt_secrets()) == (SECRET,)
     monkeypatch.setattr("lakesync.aws.lambda_runtime.SECRET_TTL_S", -1.0)
-    assert jwt_secrets() == (SECRET,)  # refreshes now, fails, keeps the cached value
+    assert tuple(jwt_secrets()) == (SECRET,)  # refreshes now, fails, keeps the cached value
     # Then a cold start without a cached value fails the request with a generic 500
     reset_runtime()
     assert api.call(pull_fn, api.event("pull")).status == 500

@@ -21,10 +21,10 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import SecretsManagerEvent
 
 import functions.rotate_secret as rotate_fn
-from lakesync.auth import MIN_SECRET_BYTES, mint_token, verify_token
-from lakesync.aws.rotation import STEPS, RotationError
+from lakesync.auth import MIN_KEY_BYTES, MIN_SECRET_BYTES, mint_token, verify_token
+from lakesync.aws.rotation import STEPS, RotationError, SecretRotator, emergency_rotate, parse_rotation_event
 from lakesync.aws.secrets import fetch_jwt_secrets, secretsmanager_client
-from lakesync.core.errors import StorageError
+from lakesync.core.errors import AuthError, StorageError
 from lakesync.local.front import LambdaContext
 
 EVENTS = Path(__file__).resolve().parent.parent.parent / "events"
@@ -238,3 +238,61 @@ def test_rotate_secret_missing_secret_is_a_storage_error(secret):
     secret.start_rotation()
     with pytest.raises(StorageError, match="DescribeSecret failed: ResourceNotFoundException"):
         _invoke(secret.event("rotate_secret_create", SecretId="lakesync-no-such-secret"))
+
+
+# --- emergency rotation -------------------------------------------------------------------------------------------
+
+
+def test_emergency_rotation_leaves_only_the_new_key_to_verify_with(secret):
+    # Given an ordinary rotation done (the original is AWSPREVIOUS) and a token minted with each key
+    _rotate(secret)
+    current = secret.value("AWSCURRENT")
+    tokens = [mint_token("client-a", "default", key) for key in (ORIGINAL, current)]
+    assert len(fetch_jwt_secrets(secret.client, secret.name)) == 2
+    # When the key is rotated in an emergency
+    done = emergency_rotate(secret.client, secret.name)
+    # Then the new version alone is staged, alone is fetched, and neither earlier token verifies
+    new = secret.value("AWSCURRENT")
+    assert secret.stages() == {done.current_version: ["AWSCURRENT"]}
+    assert fetch_jwt_secrets(secret.client, secret.name) == (new,)
+    assert new not in (ORIGINAL, current) and len(new.encode()) >= MIN_KEY_BYTES
+    for token in tokens:
+        with pytest.raises(AuthError, match="Invalid JWT signature"):
+            verify_token(token, fetch_jwt_secrets(secret.client, secret.name))
+    assert verify_token(mint_token("c", "default", new), (new,)).client_id == "c"
+
+
+def test_emergency_rotation_cancels_a_rotation_in_progress(secret):
+    # Given a rotation whose pending value exists but is not current yet
+    token = secret.start_rotation()
+    _invoke(secret.event("rotate_secret_create"))
+    # When the key is rotated in an emergency
+    done = emergency_rotate(secret.client, secret.name)
+    # Then nothing but the new key is staged: the pending version can never be finished into use
+    assert done.dropped_versions and token not in secret.stages()
+    # (moto may list a moved stage twice on the version it moved to)
+    assert {version: set(stages) for version, stages in secret.stages().items()} == {
+        done.current_version: {"AWSCURRENT"}
+    }
+    with pytest.raises(RotationError, match="not staged AWSPENDING"):
+        _invoke(secret.event("rotate_secret_finish"))
+
+
+def test_emergency_rotation_refuses_a_short_generated_key_and_changes_nothing(secret):
+    before = secret.stages()
+
+    with pytest.raises(RotationError, match="at least 32 bytes"):
+        emergency_rotate(secret.client, secret.name, generate=lambda: "k" * 31)
+
+    assert secret.stages() == before
+
+
+def test_rotation_refuses_to_create_a_key_under_32_bytes(secret):
+    secret.start_rotation()
+    rotate_fn.get_rotator.cache_clear()
+    rotator = SecretRotator(secret.client, generate=lambda: "k" * 31)
+
+    with pytest.raises(RotationError, match="at least 32 bytes"):
+        rotator.rotate(parse_rotation_event(secret.event("rotate_secret_create")))
+
+    assert secret.stages()[secret.token] == ["AWSPENDING"]

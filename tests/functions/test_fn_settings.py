@@ -47,7 +47,7 @@ from lakesync.aws.function_settings import (
 from lakesync.aws.tables import TableNames
 from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, CompactPolicy
 
-SECRET = "a-secret-of-enough-bytes"
+SECRET = "a-secret-of-enough-bytes-32-bytes"
 TABLES = {var: f"tbl-{kind}" for kind, var in TABLE_VARS.items()}
 
 
@@ -72,7 +72,7 @@ def test_settings_reads_every_variable():
     settings = Settings.from_env(
         _env(
             LAKESYNC_GATEWAY_IDS=" a , b.c ",
-            LAKESYNC_JWT_SECRET_PREVIOUS="the-previous-secret-xx",
+            LAKESYNC_JWT_SECRET_PREVIOUS="the-previous-secret-of-32-bytes-x",
             LAKESYNC_FLUSH_THRESHOLD_BYTES="1000",
             LAKESYNC_BACKPRESSURE_BYTES="0",
             LAKESYNC_SUB_SHARDS='{"todos": 4}',
@@ -84,7 +84,7 @@ def test_settings_reads_every_variable():
     )
     assert settings.rows_in_commit and settings.log_keys == "first" and settings.pull_basis_ttl_ms == 0
     assert settings.gateway_ids == frozenset({"a", "b.c"})
-    assert settings.jwt_secrets == (SECRET, "the-previous-secret-xx")
+    assert settings.jwt_secrets == (SECRET, "the-previous-secret-of-32-bytes-x")
     gateway = settings.gateway_settings()
     assert (gateway.flush_threshold_bytes, gateway.backpressure_limit) == (1000, 0)
     assert gateway.sub_shards == {"todos": 4} and gateway.gateway_ids == frozenset({"a", "b.c"})
@@ -114,8 +114,14 @@ def test_settings_ignore_empty_and_foreign_variables():
         (_env(LAKESYNC_TABLE_PREFIX="dev"), "set either LAKESYNC_TABLE_PREFIX or the 6 LAKESYNC_TABLE_* names"),
         (_env(LAKESYNC_TABLE_ROWS="a b"), "table name 'a b' (rows) is not a valid DynamoDB table name"),
         (TABLES, "missing LAKESYNC_JWT_SECRET (or LAKESYNC_JWT_SECRET_ARN)"),
-        (_env(LAKESYNC_JWT_SECRET="short"), "LAKESYNC_JWT_SECRET must be at least 18 bytes"),
-        (_env(LAKESYNC_JWT_SECRET_PREVIOUS="short"), "LAKESYNC_JWT_SECRET_PREVIOUS must be at least 18 bytes"),
+        (_env(LAKESYNC_JWT_SECRET="short"), "LAKESYNC_JWT_SECRET must be at least 32 bytes (it has 5)"),
+        (_env(LAKESYNC_JWT_SECRET="k" * 31), "LAKESYNC_JWT_SECRET must be at least 32 bytes (it has 31)"),
+        (_env(LAKESYNC_JWT_SECRET_PREVIOUS="short"), "LAKESYNC_JWT_SECRET_PREVIOUS must be at least 32 bytes"),
+        (_env(LAKESYNC_MAX_TOKEN_LIFETIME_S="59"), "LAKESYNC_MAX_TOKEN_LIFETIME_S must be an integer >= 60, got '59'"),
+        (
+            _env(LAKESYNC_MAX_TOKEN_LIFETIME_S="2592001"),
+            "LAKESYNC_MAX_TOKEN_LIFETIME_S must be at most 2,592,000 s, got 2,592,001",
+        ),
         (_env(LAKESYNC_JWT_SECRET_ARN="arn:x"), "set either LAKESYNC_JWT_SECRET_ARN or LAKESYNC_JWT_SECRET"),
         (_env(LAKESYNC_GATEWAY_IDS="a,,b"), "LAKESYNC_GATEWAY_IDS holds invalid gateway ids ['']"),
         (_env(LAKESYNC_GATEWAY_IDS="a/b"), "invalid gateway ids ['a/b']"),

@@ -183,7 +183,8 @@ def test_every_data_key_grant_goes_through_the_services_that_use_it(either_engin
         (via,) = condition["StringEquals"].values()
         assert list(condition["StringEquals"]) == ["kms:ViaService"], (roles, condition)
         services = {cfn.render(v) for v in (via if isinstance(via, list) else [via])}
-        assert services and all(s.endswith(".<AWS::Region>.amazonaws.com") for s in services), services
+        # (in the stack's partition: the URL suffix is amazonaws.com.cn in China, so it is never spelt out)
+        assert services and all(s.endswith(".<AWS::Region>.<AWS::URLSuffix>") for s in services), services
         granted |= {(role, s.split(".")[0]) for role in roles for s in services}
     # And the services are the ones holding data with the key: tables, buckets, queues, the secret
     assert {s for _, s in granted} == {"dynamodb", "s3", "sqs", "secretsmanager"}

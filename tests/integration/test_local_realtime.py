@@ -23,6 +23,7 @@ from lakesync.client.http import SyncClient
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC
 from lakesync.core.messages import SyncPull, SyncPush
+from lakesync.local.access import LocalCredentials, sign
 from lakesync.local.runner import LocalStack
 from lakesync.wire.codec import decode_sync_response, encode_sync_pull, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame
@@ -223,8 +224,14 @@ def test_closed_and_gone_sessions_are_forgotten(stack: LocalStack) -> None:
 
 
 def test_the_management_api_answers_like_api_gateways(stack: LocalStack) -> None:
+    aws = stack.aws_kwargs()
+    credentials = LocalCredentials(aws["aws_access_key_id"], aws["aws_secret_access_key"])
+
     def call(method: str, connection_id: str, body: bytes | None = None) -> tuple[int, str]:
-        req = urllib.request.Request(f"{stack.url}/@connections/{connection_id}", data=body, method=method)
+        url = f"{stack.url}/@connections/{connection_id}"
+        # Signed as the broadcaster's management-API client signs (the stack's credential; unsigned calls get 403).
+        headers = sign(credentials, method, url, body or b"", service="execute-api")
+        req = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
                 return resp.status, ""

@@ -380,7 +380,70 @@ def test_verify_token_with_no_secrets_fails():
     assert auth_message(token, []) == "No JWT secret configured"
 
 
+# --- lifetime --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("claims", "accepted"),
+    [
+        ({"exp": NOW_S + 86_400}, True),  # no iat: exp at most the maximum ahead
+        ({"exp": NOW_S + 86_400 + auth.LIFETIME_LEEWAY_S}, True),  # plus the clock-skew leeway
+        ({"exp": NOW_S + 86_400 + auth.LIFETIME_LEEWAY_S + 1}, False),
+        ({"exp": NOW_S + 10 * 365 * 86_400}, False),  # the ten-year token
+        ({"iat": NOW_S - 82_800, "exp": NOW_S + 3600}, True),  # issued 23 h ago, 1 h left: exactly 24 h
+        ({"iat": NOW_S - 82_801, "exp": NOW_S + 3600}, False),  # a second more: refused though 1 h is left
+        ({"iat": NOW_S + 10 * 86_400, "exp": NOW_S + 10 * 86_400 + 60}, False),  # a future iat buys nothing
+        ({"iat": "yesterday", "exp": NOW_S + 3600}, True),  # a non-numeric iat is not a lifetime
+    ],
+)
+def test_verify_token_refuses_lifetimes_over_the_maximum(claims, accepted):
+    token = hand_token(HS256_JWT, {"sub": "c", "gw": "g", **claims})
+
+    if accepted:
+        assert auth.verify_token(token, SECRET, now_ms=NOW_MS).client_id == "c"
+    else:
+        assert auth_message(token) == f"JWT lifetime exceeds the maximum ({auth.DEFAULT_MAX_LIFETIME_S} s)"
+
+
+def test_verify_token_lifetime_comes_from_the_argument_then_the_key_set():
+    token = auth.mint_token("c", "g", SECRET, ttl_s=3600, now_ms=NOW_MS)
+    keys = auth.TokenKeys((PREVIOUS, SECRET), max_lifetime_s=600)
+
+    assert auth.verify_token(token, SECRET, now_ms=NOW_MS).client_id == "c"
+    with pytest.raises(AuthError, match=r"maximum \(600 s\)"):
+        auth.verify_token(token, keys, now_ms=NOW_MS)
+    assert auth.verify_token(token, keys, now_ms=NOW_MS, max_lifetime_s=3600).client_id == "c"
+    assert list(keys) == [PREVIOUS, SECRET] and len(keys) == 2 and keys[1] == SECRET
+
+
+def test_verify_token_lifetime_is_checked_after_expiry_and_before_identity():
+    expired = hand_token(HS256_JWT, {"exp": NOW_S - 1, "iat": NOW_S - 10**9})
+    anonymous = hand_token(HS256_JWT, {"exp": NOW_S + 10**9})
+
+    assert auth_message(expired) == "JWT has expired"
+    assert auth_message(anonymous).startswith("JWT lifetime exceeds the maximum")
+
+
 # --- key length ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 18, 31])
+def test_check_signing_key_refuses_keys_under_32_bytes_without_echoing_them(size):
+    key = "k" * size
+
+    with pytest.raises(ValueError) as refused:
+        auth.check_signing_key(key, "LAKESYNC_JWT_SECRET")
+
+    assert str(refused.value).startswith(f"LAKESYNC_JWT_SECRET must be at least 32 bytes (it has {size})")
+    assert size == 0 or key not in str(refused.value)
+
+
+def test_check_signing_key_accepts_32_bytes_and_generated_keys():
+    auth.check_signing_key("k" * auth.MIN_KEY_BYTES)
+    auth.check_signing_key("é" * (auth.MIN_KEY_BYTES // 2))  # UTF-8 bytes count
+    auth.check_signing_key(auth.generate_secret())
+    with pytest.raises(ValueError, match="asymmetric"):
+        auth.check_signing_key("-----BEGIN PUBLIC KEY-----" + "A" * 40)
 
 
 def test_verify_token_refuses_short_secret_before_parsing():
@@ -508,7 +571,7 @@ extra_claims = st.dictionaries(
 def test_mint_then_verify_round_trips(sub, gw, role, extra, ttl_s):
     token = auth.mint_token(sub, gw, SECRET, role=role, ttl_s=ttl_s, claims=extra, now_ms=NOW_MS)
 
-    claims = auth.verify_token(token, [PREVIOUS, SECRET], now_ms=NOW_MS)
+    claims = auth.verify_token(token, [PREVIOUS, SECRET], now_ms=NOW_MS, max_lifetime_s=10**6)
 
     assert (claims.client_id, claims.gateway_id, claims.role, claims.expires_at) == (sub, gw, role, NOW_S + ttl_s)
     expected = {k: tuple(v) if isinstance(v, list) else v for k, v in extra.items()} | {"sub": sub}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakesync.auth import MIN_SECRET_BYTES, generate_secret
+from lakesync.auth import MIN_KEY_BYTES, MIN_SECRET_BYTES, generate_secret
 from lakesync.aws.rotation import (
     STEPS,
     RotationError,
@@ -85,10 +85,11 @@ def test_check_usable_accepts_a_generated_secret():
 @pytest.mark.parametrize(
     ("secret", "fragment"),
     [
-        ("x" * (MIN_SECRET_BYTES - 1), f"shorter than {MIN_SECRET_BYTES} bytes"),
-        ("-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n", "not a usable HS256 secret"),
+        ("x" * (MIN_SECRET_BYTES - 1), f"at least {MIN_KEY_BYTES} bytes"),
+        ("x" * (MIN_KEY_BYTES - 1), f"at least {MIN_KEY_BYTES} bytes \\(it has {MIN_KEY_BYTES - 1}\\)"),
+        ("-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n", "not usable as an HMAC key"),
     ],
-    ids=["short", "pem"],
+    ids=["short", "under-32-bytes", "pem"],
 )
 def test_check_usable_refuses_what_cannot_sign(secret, fragment):
     with pytest.raises(RotationError, match=fragment):

@@ -8,6 +8,9 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
   names (CDK generates them), *or* ``LAKESYNC_TABLE_PREFIX`` alone (``{prefix}-deltas`` ..., the local shortcut).
 * ``LAKESYNC_JWT_SECRET`` (+ optional ``LAKESYNC_JWT_SECRET_PREVIOUS`` during a rotation) *or*
   ``LAKESYNC_JWT_SECRET_ARN`` (Secrets Manager; the ``AWSCURRENT`` and ``AWSPREVIOUS`` versions are both accepted).
+  Every key is at least :data:`~lakesync.auth.MIN_KEY_BYTES` (32) bytes.
+* ``LAKESYNC_MAX_TOKEN_LIFETIME_S`` -- the longest lifetime a token may claim (default 86,400: 24 hours; 60 to
+  2,592,000): longer tokens are refused with 401 (:func:`lakesync.auth.verify_token`).
 * ``LAKESYNC_FLUSH_THRESHOLD_BYTES``, ``LAKESYNC_BACKPRESSURE_BYTES`` -- buffer limits per shard.
 * ``LAKESYNC_RATE_LIMITS`` -- per-caller rate limits over the defaults (:mod:`lakesync.gateway.limits`):
   ``family=requests/seconds`` entries, comma-separated (families ``push``, ``pull``, ``checkpoint``, ``actions``,
@@ -60,7 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Final, Literal
 
-from lakesync.auth import MIN_SECRET_BYTES
+from lakesync.auth import DEFAULT_MAX_LIFETIME_S, check_signing_key
 from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import MIB, GatewaySettings
@@ -77,6 +80,9 @@ TABLE_VARS: Final = {f.name: f"LAKESYNC_TABLE_{f.name.upper()}" for f in fields(
 JWT_SECRET: Final = "LAKESYNC_JWT_SECRET"
 JWT_SECRET_PREVIOUS: Final = "LAKESYNC_JWT_SECRET_PREVIOUS"
 JWT_SECRET_ARN: Final = "LAKESYNC_JWT_SECRET_ARN"
+MAX_TOKEN_LIFETIME_S: Final = "LAKESYNC_MAX_TOKEN_LIFETIME_S"
+MIN_TOKEN_LIFETIME_LIMIT_S: Final = 60
+MAX_TOKEN_LIFETIME_LIMIT_S: Final = 30 * 86_400
 FLUSH_THRESHOLD_BYTES: Final = "LAKESYNC_FLUSH_THRESHOLD_BYTES"
 BACKPRESSURE_BYTES: Final = "LAKESYNC_BACKPRESSURE_BYTES"
 SUB_SHARDS: Final = "LAKESYNC_SUB_SHARDS"
@@ -146,6 +152,7 @@ API_ENV_VARS: Final = frozenset(
         JWT_SECRET,
         JWT_SECRET_PREVIOUS,
         JWT_SECRET_ARN,
+        MAX_TOKEN_LIFETIME_S,
         FLUSH_THRESHOLD_BYTES,
         BACKPRESSURE_BYTES,
         SUB_SHARDS,
@@ -265,6 +272,7 @@ class Settings:
         tables: Physical DynamoDB table names.
         jwt_secrets: ``(primary, previous?)`` from the environment; empty when ``jwt_secret_arn`` is set.
         jwt_secret_arn: Secrets Manager id of the JWT secret, fetched on first use.
+        max_token_lifetime_s: The longest lifetime a token may claim (``LAKESYNC_MAX_TOKEN_LIFETIME_S``).
         flush_threshold_bytes: Unflushed bytes per shard that request a flush.
         backpressure_bytes: Unflushed bytes per shard that make pushes 503 (``None``: twice the threshold).
         sub_shards: Hash sub-shards per hot table.
@@ -281,6 +289,7 @@ class Settings:
     tables: TableNames
     jwt_secrets: tuple[str, ...] = ()
     jwt_secret_arn: str | None = None
+    max_token_lifetime_s: int = DEFAULT_MAX_LIFETIME_S
     flush_threshold_bytes: int = _DEFAULTS.flush_threshold_bytes
     backpressure_bytes: int | None = None
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
@@ -305,6 +314,15 @@ class Settings:
             tables=_tables(env, errors),
             jwt_secrets=_secrets(env, errors),
             jwt_secret_arn=env.get(JWT_SECRET_ARN),
+            max_token_lifetime_s=_int(
+                env,
+                MAX_TOKEN_LIFETIME_S,
+                DEFAULT_MAX_LIFETIME_S,
+                MIN_TOKEN_LIFETIME_LIMIT_S,
+                errors,
+                maximum=MAX_TOKEN_LIFETIME_LIMIT_S,
+                unit="s",
+            ),
             flush_threshold_bytes=_int(env, FLUSH_THRESHOLD_BYTES, _DEFAULTS.flush_threshold_bytes, 1, errors),
             backpressure_bytes=_optional_int(env, BACKPRESSURE_BYTES, 0, errors),
             sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
@@ -398,8 +416,10 @@ def _secrets(env: Mapping[str, str], errors: list[str]) -> tuple[str, ...]:
         return ()
     secrets = tuple(env[var] for var in (JWT_SECRET, JWT_SECRET_PREVIOUS) if var in env)
     for var, secret in zip((JWT_SECRET, JWT_SECRET_PREVIOUS), secrets, strict=False):
-        if len(secret.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES:
-            errors.append(f"{var} must be at least {MIN_SECRET_BYTES} bytes")
+        try:
+            check_signing_key(secret, var)
+        except ValueError as exc:
+            errors.append(str(exc))
     return secrets
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 
+from lakesync.auth import TokenKeys
 from lakesync.aws.function_settings import BroadcastSettings, MaterialiseSettings, RealtimeSettings, Settings
 from lakesync.aws.tracing import OptionalTracer
 from lakesync.lazy import Lazy
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 
 SERVICE: Final = "lakesync"
 NAMESPACE: Final = "LakeSync"
-SECRET_TTL_S: Final = 300.0
+SECRET_TTL_S: Final = 60.0
+"""How long a warm function trusts its copy of the JWT keys: the most an emergency rotation (which drops the previous
+key, docs/deployment.md) waits to reach every function; two ``GetSecretValue`` calls per function per minute at most."""
 
 
 def apply_configured_log_level(environ: Mapping[str, str]) -> None:
@@ -119,16 +122,18 @@ def get_broadcast_deps() -> BroadcastDeps:
     return broadcast_deps(BroadcastSettings.from_env(os.environ))
 
 
-def jwt_secrets() -> tuple[str, ...]:
-    """The secrets tokens may be signed with, primary first.
+def jwt_secrets() -> TokenKeys:
+    """The secrets tokens may be signed with, primary first, with the configured maximum token lifetime.
 
     Raises:
         StorageError: Secrets Manager cannot be read and no earlier value is cached.
     """
     settings = get_settings()
     if settings.jwt_secret_arn is None:
-        return settings.jwt_secrets
-    return _secret_source(settings.jwt_secret_arn).get()
+        secrets = settings.jwt_secrets
+    else:
+        secrets = _secret_source(settings.jwt_secret_arn).get()
+    return TokenKeys(secrets, settings.max_token_lifetime_s)
 
 
 @functools.lru_cache(maxsize=4)

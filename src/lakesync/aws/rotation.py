@@ -6,8 +6,9 @@ token is the id of the new version, which ``RotateSecret`` created with the ``AW
 * ``createSecret`` -- give the pending version a value: a new random secret (:func:`lakesync.auth.generate_secret`,
   32 random bytes as 43 base64url characters), unless it already has one.
 * ``setSecret`` -- nothing: the secret is a signing key and lives nowhere else.
-* ``testSecret`` -- the pending value is a usable HS256 secret: at least :data:`~lakesync.auth.MIN_SECRET_BYTES`, and
-  a token minted with it verifies with it (:mod:`lakesync.auth`).
+* ``testSecret`` -- the pending value is a usable HS256 secret: at least :data:`~lakesync.auth.MIN_KEY_BYTES` (32
+  bytes, :func:`~lakesync.auth.check_signing_key`), and a token minted with it verifies with it
+  (:mod:`lakesync.auth`).
 * ``finishSecret`` -- move ``AWSCURRENT`` to the new version (Secrets Manager moves ``AWSPREVIOUS`` to the old one)
   and take ``AWSPENDING`` off it, leaving no rotation in progress.
 
@@ -17,19 +18,24 @@ four steps; rotation must be enabled; the token must be a version of the secret 
 ``AWSCURRENT``, in which case the rotation is complete and every step does nothing. The gateway accepts tokens signed
 with ``AWSCURRENT`` or ``AWSPREVIOUS`` (:mod:`lakesync.aws.secrets`), so tokens minted before a rotation stay valid
 through one rotation.
+
+:func:`emergency_rotate` is the other way, for a key that leaked: a new ``AWSCURRENT`` now, and no ``AWSPREVIOUS`` (nor
+``AWSPENDING``) left, so tokens signed with any earlier key fail as soon as a function re-reads the secret (at once
+for a new function instance, within :data:`lakesync.aws.lambda_runtime.SECRET_TTL_S` for a warm one).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.auth import MIN_SECRET_BYTES, generate_secret, mint_token, verify_token
+from lakesync.auth import check_signing_key, generate_secret, mint_token, verify_token
 from lakesync.aws.errors import error_code
-from lakesync.aws.secrets import CURRENT
+from lakesync.aws.secrets import CURRENT, PREVIOUS
 from lakesync.core.errors import AuthError, StorageError, ValidationError
 
 if TYPE_CHECKING:
@@ -38,13 +44,16 @@ if TYPE_CHECKING:
 __all__ = [
     "PENDING",
     "STEPS",
+    "EmergencyRotation",
     "RotationError",
     "RotationRequest",
     "SecretRotator",
     "Step",
     "check_usable",
+    "emergency_rotate",
     "parse_rotation_event",
     "rotation_state",
+    "start_rotation",
 ]
 
 PENDING: Final = "AWSPENDING"
@@ -129,8 +138,10 @@ def check_usable(secret: str) -> None:
     Raises:
         RotationError: the value is too short, not usable as an HMAC key, or the round trip fails.
     """
-    if len(secret.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES:
-        raise RotationError(f"The pending secret is shorter than {MIN_SECRET_BYTES} bytes")
+    try:
+        check_signing_key(secret, "The pending secret")
+    except ValueError as exc:
+        raise RotationError(str(exc)) from None
     try:
         claims = verify_token(mint_token(_TEST_SUBJECT, _TEST_SUBJECT, secret, ttl_s=_TEST_TTL_S), secret)
     except (ValueError, AuthError) as exc:
@@ -184,8 +195,7 @@ class SecretRotator:
         if self._value(request.secret_id, version_id=request.token, stage=PENDING) is not None:
             return "exists"
         secret = self._generate()
-        if len(secret.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES:
-            raise RotationError(f"Generated secret is shorter than {MIN_SECRET_BYTES} bytes")
+        check_usable(secret)
         self._call(
             "PutSecretValue",
             self.client.put_secret_value,
@@ -241,6 +251,85 @@ class SecretRotator:
             return method(**kwargs)
         except (ClientError, BotoCoreError) as exc:
             raise _storage_error(operation, exc) from exc
+
+
+def start_rotation(client: SecretsManagerClient, secret_id: str) -> None:
+    """Start an ordinary rotation now (``RotateSecret``: the rotation function runs the four steps).
+
+    Raises:
+        StorageError: Secrets Manager refused (no rotation function configured, no access, ...).
+    """
+    SecretRotator._call("RotateSecret", client.rotate_secret, SecretId=secret_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EmergencyRotation:
+    """What :func:`emergency_rotate` did.
+
+    Attributes:
+        current_version: The new key's version id, now ``AWSCURRENT``.
+        dropped_versions: The versions taken out of verification (their ``AWSPREVIOUS`` or ``AWSPENDING`` stage
+            removed).
+    """
+
+    current_version: str
+    dropped_versions: tuple[str, ...]
+
+
+def emergency_rotate(
+    client: SecretsManagerClient,
+    secret_id: str,
+    *,
+    generate: Callable[[], str] = generate_secret,
+    version_id: str | None = None,
+) -> EmergencyRotation:
+    """Replace a leaked signing key at once: a new ``AWSCURRENT`` and no other version left that verifies.
+
+    A scheduled rotation keeps the old key as ``AWSPREVIOUS`` so that tokens minted just before it stay valid; here
+    that version loses the stage (and a rotation in progress loses its ``AWSPENDING`` version), so every token signed
+    before now fails once the functions re-read the secret.
+
+    Args:
+        client: A Secrets Manager client with ``PutSecretValue``, ``DescribeSecret`` and ``UpdateSecretVersionStage``
+            on the secret.
+        secret_id: The secret's ARN or name.
+        generate: Makes the new key (32 random bytes by default).
+        version_id: The new version's id (``ClientRequestToken``); a random UUID by default.
+
+    Raises:
+        RotationError: the generated key is not usable. StorageError: Secrets Manager failed.
+    """
+    secret = generate()
+    check_usable(secret)
+    token = version_id or str(uuid.uuid4())
+    call = SecretRotator._call
+    call(
+        "PutSecretValue",
+        client.put_secret_value,
+        SecretId=secret_id,
+        ClientRequestToken=token,
+        SecretString=secret,
+        VersionStages=[CURRENT],
+    )
+    dropped: list[str] = []
+    # Moving AWSCURRENT stages AWSPREVIOUS on the version it leaves: clean up after the move, from a fresh read.
+    for stages_to_drop in ((CURRENT,), (PREVIOUS, PENDING)):
+        described = call("DescribeSecret", client.describe_secret, SecretId=secret_id)
+        versions: Mapping[str, Sequence[str]] = described.get("VersionIdsToStages") or {}
+        for version, stages in versions.items():
+            for stage in stages_to_drop:
+                if version != token and stage in stages:
+                    move = {"MoveToVersionId": token} if stage == CURRENT else {}
+                    call(
+                        "UpdateSecretVersionStage",
+                        client.update_secret_version_stage,
+                        SecretId=secret_id,
+                        VersionStage=stage,
+                        RemoveFromVersionId=version,
+                        **move,
+                    )
+                    dropped.append(version)
+    return EmergencyRotation(current_version=token, dropped_versions=tuple(dict.fromkeys(dropped)))
 
 
 def _storage_error(operation: str, exc: ClientError | BotoCoreError) -> StorageError:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from lakesync.auth import MIN_SECRET_BYTES
+from lakesync.auth import check_signing_key
 from lakesync.aws.errors import error_code
 from lakesync.core.errors import StorageError
 
@@ -66,11 +66,14 @@ def load_jwt_secrets(secret_id: str) -> tuple[str, ...]:
     """:func:`fetch_jwt_secrets` with a client made from the environment; every value must be a usable HS256 key.
 
     Raises:
-        StorageError: unreadable, or a value shorter than ``MIN_SECRET_BYTES``.
+        StorageError: unreadable, or a value shorter than :data:`~lakesync.auth.MIN_KEY_BYTES` (32).
     """
     secrets = fetch_jwt_secrets(secretsmanager_client(), secret_id)
-    if any(len(s.encode("utf-8", "surrogatepass")) < MIN_SECRET_BYTES for s in secrets):
-        raise StorageError(f"JWT secret {secret_id} is shorter than {MIN_SECRET_BYTES} bytes")
+    for stage, secret in zip((CURRENT, PREVIOUS), secrets, strict=False):
+        try:
+            check_signing_key(secret, f"JWT secret {secret_id} ({stage})")
+        except ValueError as exc:
+            raise StorageError(str(exc)) from None
     return secrets
 
 

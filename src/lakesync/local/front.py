@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from lakesync.core.errors import LakeSyncError, PayloadTooLargeError, ValidationError
 from lakesync.local.events import DEFAULT_ACCOUNT_ID, http_event, response_to_http
-from lakesync.local.websocket import SocketHub, is_socket_path
+from lakesync.local.websocket import ManagementRequest, SocketHub, is_socket_path
 
 __all__ = ["API_GATEWAY_MAX_BODY_BYTES", "Handler", "LambdaContext", "LocalFront"]
 
@@ -370,7 +370,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if length is None or length > API_GATEWAY_MAX_BODY_BYTES:
             self.send_error(HTTPStatus.BAD_REQUEST, "Invalid Content-Length")
             return True
-        answer = sockets.manage(self.command, path, self.rfile.read(length) if length else b"")
+        body = self.rfile.read(length) if length else b""
+        words = self.requestline.split()
+        request = ManagementRequest(
+            method=self.command,
+            target=words[1] if len(words) == 3 else self.path,
+            headers={name.lower(): value for name, value in self.headers.items()},
+            peer=str(self.client_address[0]) if self.client_address else "",
+            local_address=_local_address(self.connection),
+        )
+        answer = sockets.refusal(request, body) or sockets.manage(self.command, path, body)
         if answer is None:
             return False
         self._write(*answer)
@@ -462,6 +471,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def log_error(self, format: str, *args: Any) -> None:
         logger.info("%s " + format, self.address_string(), *args)
+
+
+def _local_address(connection: socket.socket) -> str:
+    """The address a TCP client connected to (empty for other sockets)."""
+    try:
+        address = connection.getsockname()
+    except OSError:
+        return ""
+    return str(address[0]) if isinstance(address, tuple) else ""
 
 
 def _json(error: LakeSyncError) -> bytes:

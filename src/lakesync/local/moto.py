@@ -6,9 +6,13 @@ or ``env()`` to a subprocess, as they choose.
 
 Invariants:
 
+* The server listens on a loopback address only (another host is refused), and answers only requests signed (AWS
+  SigV4, :mod:`lakesync.local.access`) with its own credential: a random key pair per server unless the caller gives
+  one. Anything else -- unsigned, another key (moto itself takes any), a bad signature, a presigned URL -- is
+  refused 403 before moto sees it, ``/moto-api`` (reset, dashboard, state manager) included.
 * moto keeps its state in module globals: every server in a process (and every ``mock_aws`` block) shares it, and
   :meth:`MotoServer.reset` (``POST /moto-api/reset``) clears all of it.
-* No AWS call leaves the machine: the endpoint is the local server and the credentials are fake.
+* No AWS call leaves the machine: the endpoint is the local server and the credentials are valid nowhere else.
 * Werkzeug's per-request log lines stay out of stderr unless the caller configures the ``werkzeug`` logger.
 * Readiness and reset use plain HTTP; this module does not import boto3.
 * Transactions cost what they cost on DynamoDB, not more as tables grow (:mod:`lakesync.local.moto_fast`).
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import logging
 import socket
 import threading
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from werkzeug.serving import BaseWSGIServer
 
+from lakesync.local.access import LocalCredentials, SignatureRefused, is_loopback_host, sign, verify
 from lakesync.local.journal import RecordedRequest, journaled
 from lakesync.local.moto_fast import install_fast_transactions
 from lakesync.local.moto_requests import install_fast_requests
@@ -56,8 +62,8 @@ class AwsEndpoint:
     Attributes:
         endpoint_url: Base URL of the server, e.g. ``http://127.0.0.1:5000``.
         region: AWS region name.
-        access_key_id: Fake access key.
-        secret_access_key: Fake secret key.
+        access_key_id: The server's access key id.
+        secret_access_key: The server's secret key.
     """
 
     endpoint_url: str
@@ -96,16 +102,30 @@ class MotoServer:
             dynamodb = boto3.client("dynamodb", **moto.aws().client_kwargs())
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, region: str = DEFAULT_REGION) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        region: str = DEFAULT_REGION,
+        credentials: LocalCredentials | None = None,
+    ) -> None:
         """Configure the server; nothing listens until :meth:`start`.
 
         Args:
-            host: Address to bind.
+            host: Loopback address to bind.
             port: Port to bind; 0 picks a free one.
             region: Region reported by :meth:`aws`.
+            credentials: The only key pair requests may be signed with; a random one by default.
+
+        Raises:
+            ValueError: ``host`` is not a loopback address.
         """
+        if not is_loopback_host(host):
+            raise ValueError(f"the moto server listens on loopback only, not {host!r}: every table and bucket is there")
         self.host = host
         self.region = region
+        self.credentials = credentials or LocalCredentials.generate()
         self._requested_port = port
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -126,8 +146,13 @@ class MotoServer:
         return f"http://{host}:{self.port}"
 
     def aws(self) -> AwsEndpoint:
-        """Endpoint, region and fake credentials for clients of this server."""
-        return AwsEndpoint(endpoint_url=self.endpoint_url, region=self.region)
+        """Endpoint, region and this server's credentials for its clients."""
+        return AwsEndpoint(
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.credentials.access_key_id,
+            secret_access_key=self.credentials.secret_access_key,
+        )
 
     def start(self) -> Self:
         """Bind and serve in a background thread.
@@ -151,7 +176,7 @@ class MotoServer:
         )
         from werkzeug.serving import make_server
 
-        app = _Isolation(DomainDispatcherApplication(create_backend_app))
+        app = _Isolation(DomainDispatcherApplication(create_backend_app), self.credentials)
         server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=MotoRequestHandler)
         thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
         thread.start()
@@ -174,7 +199,9 @@ class MotoServer:
 
     def reset(self) -> None:
         """Clear every moto backend of this process (``POST /moto-api/reset``)."""
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", data=b"", method="POST")
+        url = f"{self.endpoint_url}/moto-api/reset"
+        headers = sign(self.credentials, "POST", url, region=self.region)
+        request = urllib.request.Request(url, data=b"", method="POST", headers=headers)
         with urllib.request.urlopen(request, timeout=30) as response:
             response.read()
 
@@ -236,8 +263,9 @@ class _Isolation:
     and the moto API run concurrently; object writes to journaled buckets take the lock too, to order the journal.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, credentials: LocalCredentials) -> None:
         self.app = app
+        self.credentials = credentials
         self.lock = threading.Lock()
         self.journal: Journal | None = None
         self.buckets: frozenset[str] = frozenset()
@@ -246,6 +274,9 @@ class _Isolation:
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
         body = _read_body(environ)
+        refused = _refusal(self.credentials, environ, body)
+        if refused is not None:
+            return refused(start_response)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
@@ -294,6 +325,39 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     if environ.get("wsgi.input_terminated"):
         return bytes(stream.read())
     return b""
+
+
+def _refusal(
+    credentials: LocalCredentials, environ: dict[str, Any], body: bytes
+) -> Callable[[Any], list[bytes]] | None:
+    """``None`` when the request is signed with the server's credential, else the 403 answering it."""
+    headers = {
+        name[5:].replace("_", "-").lower(): str(value) for name, value in environ.items() if name.startswith("HTTP_")
+    }
+    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(name):
+            headers[name.replace("_", "-").lower()] = str(environ[name])
+    target = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or environ.get("PATH_INFO") or "/")
+    try:
+        verify(credentials, str(environ.get("REQUEST_METHOD", "GET")), target, headers, body)
+    except SignatureRefused as refused:
+        logger.warning("moto server refused a request: %s", refused)
+        if "x-amz-target" in headers:
+            kind, payload = (
+                "application/x-amz-json-1.0",
+                json.dumps({"__type": refused.code, "message": refused.message}),
+            )
+        else:
+            kind = "application/xml"
+            payload = f"<Error><Code>{refused.code}</Code><Message>{refused.message}</Message></Error>"
+        data = payload.encode()
+
+        def answer(start_response: Any) -> list[bytes]:
+            start_response("403 Forbidden", [("Content-Type", kind), ("Content-Length", str(len(data)))])
+            return [data]
+
+        return answer
+    return None
 
 
 def _check_bindable(host: str, port: int) -> None:

@@ -1,5 +1,11 @@
 """The embedded default: moto in server mode as AWS, the real Lambda handlers served over HTTP on 127.0.0.1.
 
+Exposure: the HTTP front (API, real-time socket) binds ``host``; moto binds 127.0.0.1 whatever ``host`` is and answers
+only requests signed with its random per-instance credential, which this process hands to the handlers, the worker
+processes and its own clients (the environment, :meth:`LocalStack.aws_kwargs`); the sockets' management API answers
+only this machine's peers signed with the same credential. :func:`exposure_warning` says what a non-loopback ``host``
+exposes.
+
 This process plays the Lambda runtime: it sets the environment the handlers read (table names, JWT secret, AWS
 endpoint), routes each request as API Gateway would (route key and path parameters from
 :mod:`lakesync.api_routes`) and calls the handler module's ``lambda_handler``: in this process one invocation at a
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from lakesync.api_routes import allowed_methods, find_route
+from lakesync.auth import check_signing_key, generate_secret
+from lakesync.local.access import is_loopback_host
 from lakesync.local.authorizer import LocalAuthorizer
 from lakesync.local.front import LocalFront
 from lakesync.local.journal import DurableState
@@ -42,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 TABLE_PREFIX = "lakesync"
 SECRET_FILE = "jwt-secret"
+PREVIOUS_SECRET_FILE = "jwt-secret.previous"
 SNAPSHOT_FILE = "snapshot.json"
 CHECKPOINT_BUCKET = "lakesync-checkpoints"
 CLAIM_CHECK_BUCKET = "lakesync-claim-check"
@@ -49,19 +58,88 @@ MATERIALISE_QUEUE = "lakesync-materialise"
 MATERIALISE_DLQ = "lakesync-materialise-dlq"
 MATERIALISED_DB = "materialised.db"
 CONNECTOR_SECRETS_DIR = "connector-secrets"
+MOTO_HOST = "127.0.0.1"
+"""Where the moto server listens, whatever the front's ``host``: every table, bucket and secret is behind it."""
+
+
+def exposure_warning(host: str, data_dir: Path) -> str | None:
+    """What serving the front on ``host`` exposes, for stderr; ``None`` for a loopback host."""
+    if is_loopback_host(host):
+        return None
+    return (
+        f"WARNING: --host {host} serves the gateway API and its real-time socket over plain HTTP to every machine that"
+        " can reach this address. A gateway has no sync rules by default (POST /v1/admin/sync-rules/{gw}): until it"
+        " has some, any valid client token reads and writes every row of it. Tokens are signed with the key in"
+        f" {data_dir / SECRET_FILE}; keep it private. The moto endpoint (every table, bucket and secret) and the"
+        " sockets' management API stay on 127.0.0.1. Use --host 127.0.0.1 unless other machines must connect,"
+        " and then put TLS in front."
+    )
+
+
+class LocalKeyError(ValueError):
+    """A JWT key file of the data directory is not a usable signing key (the message says how to replace it)."""
 
 
 def load_or_create_secret(data_dir: Path) -> str:
-    """The local JWT secret, created (32 random bytes) on first use and kept in the data directory."""
+    """The local JWT secret, created (32 random bytes) on first use and kept in the data directory.
+
+    Raises:
+        LocalKeyError: the kept secret is shorter than :data:`~lakesync.auth.MIN_KEY_BYTES` or unusable.
+    """
     path = data_dir / SECRET_FILE
-    if path.exists():
-        return path.read_text().strip()
+    if not path.exists():
+        make_data_dir(data_dir)
+        secret = generate_secret()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+        return secret
+    return _read_key(path, data_dir)
+
+
+def load_previous_secret(data_dir: Path) -> str | None:
+    """The key replaced by the last ordinary :func:`rotate_local_key`, still accepted; ``None`` when there is none.
+
+    Raises:
+        LocalKeyError: the file holds an unusable key.
+    """
+    path = data_dir / PREVIOUS_SECRET_FILE
+    return _read_key(path, data_dir) if path.exists() else None
+
+
+def rotate_local_key(data_dir: Path, *, emergency: bool = False) -> None:
+    """Replace the local JWT key with a new random one (applies when ``lakesync local`` next starts).
+
+    An ordinary rotation keeps the replaced key as the previous one, so tokens signed with it still verify until the
+    next rotation; an emergency rotation keeps no previous key, so every token signed before it fails.
+    """
     make_data_dir(data_dir)
-    secret = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
+    current, previous = data_dir / SECRET_FILE, data_dir / PREVIOUS_SECRET_FILE
+    if emergency or not current.exists():
+        previous.unlink(missing_ok=True)
+    else:
+        os.replace(current, previous)
+    _write_private(current, generate_secret() + "\n")
+
+
+def _read_key(path: Path, data_dir: Path) -> str:
+    secret = path.read_text().strip()
+    try:
+        check_signing_key(secret, f"the JWT key in {path}")
+    except ValueError as exc:
+        raise LocalKeyError(f"{exc}; replace it with `lakesync rotate-key --emergency --data-dir {data_dir}`") from None
     return secret
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0600) atomically: a temporary file renamed over it."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
 
 
 def make_data_dir(data_dir: Path) -> None:
@@ -148,11 +226,14 @@ class LocalStack:
 
         make_data_dir(self.data_dir)
         self.secret = load_or_create_secret(self.data_dir)
-        self._moto = MotoServer(self.host, self.moto_port).start()
+        previous = load_previous_secret(self.data_dir)
+        self._moto = MotoServer(MOTO_HOST, self.moto_port).start()
         env = {
             **self._moto.aws().env(),
             "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
             "LAKESYNC_JWT_SECRET": self.secret,
+            # Empty counts as unset: a previous key in the caller's environment must not be accepted here.
+            "LAKESYNC_JWT_SECRET_PREVIOUS": previous or "",
             "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
             # Requests cost time here and write units nothing: rows go inside each commit (LAKESYNC_ROW_WRITES).
             "LAKESYNC_ROW_WRITES": "in-commit",
@@ -184,6 +265,7 @@ class LocalStack:
         from lakesync.aws.function_settings import network_policy
 
         reset_runtime()
+        _forget_default_credentials()
         egress.configure(network_policy(os.environ))
         client = self.dynamodb_client()
         names = TableNames.with_prefix(TABLE_PREFIX)
@@ -242,7 +324,8 @@ class LocalStack:
         sessions = GatewaySessions(
             get_deps, lambda: get_realtime().connections, jwt_secrets, lambda: get_settings().gateway_ids
         )
-        return SocketHub(sessions, aws_parity=self.aws_parity)
+        assert self._moto is not None
+        return SocketHub(sessions, aws_parity=self.aws_parity, management_credentials=self._moto.credentials)
 
     def _start_broadcaster(self, deltas_table: str) -> None:
         """The broadcaster function on the deltas table's stream, sending through the front's management API."""
@@ -377,12 +460,21 @@ class LocalStack:
             else:
                 os.environ[key] = value
         self._saved_env = {}
+        _forget_default_credentials()
 
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _forget_default_credentials() -> None:
+    """Make boto3's default session read the environment again: it keeps the credentials it first resolved, and the
+    moto server answers only its own (set in the environment by :meth:`LocalStack.start`, restored by ``stop``)."""
+    import boto3
+
+    boto3.DEFAULT_SESSION = None
 
 
 def _empty_bucket(s3: Any, bucket: str) -> None:

@@ -12,7 +12,10 @@ The embedded default serves the real-time protocol of :mod:`lakesync.gateway.rea
   ``Rate limit exceeded``.
 * ``POST /@connections/{id}`` sends the body to a session, ``DELETE`` closes it and ``GET`` describes it, with API
   Gateway's answers (410 ``GoneException`` for a session that is not open), so the broadcaster Lambda's
-  management-API sender works unchanged against the local front.
+  management-API sender works unchanged against the local front. As on AWS (where it is IAM-signed) it is not for
+  clients: only a peer on this machine (a loopback address, or the address it connected to) is answered, and, when
+  the hub has ``management_credentials``, only a request SigV4-signed with them (the embedded default's moto
+  credential, which its broadcaster signs with); others get 403 ``ForbiddenException`` (:meth:`SocketHub.refusal`).
 
 With ``aws_parity`` the hub applies API Gateway's limits instead of the original's, so what passes locally in that
 mode works on AWS: binary frames from the client close the session with 1003, messages over 128 KB with 1009, and
@@ -53,6 +56,7 @@ from lakesync.gateway.realtime import (
     Encoding,
     SessionClose,
 )
+from lakesync.local.access import LocalCredentials, SignatureRefused, is_loopback_host, verify
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
@@ -60,7 +64,7 @@ if TYPE_CHECKING:
     from lakesync.gateway.deps import GatewayDeps
     from lakesync.ports import ConnectionStore
 
-__all__ = ["GatewaySessions", "SessionBackend", "SocketHub", "is_socket_path"]
+__all__ = ["GatewaySessions", "ManagementRequest", "SessionBackend", "SocketHub", "is_local_peer", "is_socket_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +153,8 @@ class SocketHub:
         ping_interval: Seconds between server pings (``None``: none).
         idle_timeout_s: With ``aws_parity``, a session with no client message for this long is closed (1001).
         max_session_s: With ``aws_parity``, a session is closed this long after it opened (1001).
+        management_credentials: The key pair management-API calls must be signed with (``None``: no signature
+            check, the peer check alone).
     """
 
     def __init__(
@@ -161,8 +167,10 @@ class SocketHub:
         ping_interval: float | None = 20.0,
         idle_timeout_s: float = AWS_IDLE_S,
         max_session_s: float = AWS_MAX_SESSION_S,
+        management_credentials: LocalCredentials | None = None,
     ) -> None:
         self.backend = backend
+        self.management_credentials = management_credentials
         self.aws_parity = aws_parity
         self.max_connections = max_connections
         self.rate_limit = rate_limit
@@ -343,6 +351,20 @@ class SocketHub:
             with contextlib.suppress(Exception):
                 session.socket.close(CLOSE_GOING_AWAY, "Server shutting down")
 
+    def refusal(self, request: ManagementRequest, body: bytes) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """The 403 refusing a management-API call from another machine or not signed with the hub's credential;
+        ``None`` when it may be served."""
+        if not is_local_peer(request.peer, request.local_address):
+            logger.warning("management API call from %s refused: not on this machine", request.peer)
+            return _management_error(403, "ForbiddenException", "Forbidden")
+        if self.management_credentials is not None:
+            try:
+                verify(self.management_credentials, request.method, request.target, request.headers, body)
+            except SignatureRefused as refused:
+                logger.warning("management API call refused: %s", refused)
+                return _management_error(403, "ForbiddenException", "Forbidden")
+        return None
+
     def manage(self, method: str, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], bytes] | None:
         """Serve API Gateway's management API for the sessions; ``None`` when ``path`` is not one of its routes."""
         match = MANAGEMENT_PATH.match(path)
@@ -370,6 +392,33 @@ class SocketHub:
     def _session(self, connection_id: str) -> _Session | None:
         with self._lock:
             return self._sessions.get(connection_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagementRequest:
+    """A management-API call as the front received it.
+
+    Attributes:
+        method: The HTTP method.
+        target: The request target as sent (path and query, percent-encoded).
+        headers: The request headers, names in lower case.
+        peer: The client's address.
+        local_address: The address the client connected to.
+    """
+
+    method: str
+    target: str
+    headers: Mapping[str, str]
+    peer: str
+    local_address: str
+
+
+def is_local_peer(peer: str, local_address: str) -> bool:
+    """Whether a connection from ``peer`` to ``local_address`` comes from this machine: a loopback peer, or one
+    whose address is the very address it connected to (a TCP peer elsewhere cannot complete a handshake from it)."""
+    if is_loopback_host(peer):
+        return True
+    return bool(peer) and peer == local_address and not peer.startswith(("0.", "::"))
 
 
 def _connection_id() -> str:
