@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 
 from lakesync.api_routes import FUNCTIONS
 from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
+from lakesync.core.network import parse_networks
 from lakesync.core.schema import is_valid_identifier
 from lakesync.lake.tables import GLUE_NAME, NAMESPACE
 
@@ -254,7 +255,11 @@ class LakeSyncConfig:
         materialise_vpc: Run the materialise function in this VPC (``None``: outside any VPC, which suffices for
             databases reachable over the internet and for BigQuery).
         destination_secret_prefix: Name prefix of the destinations' Secrets Manager secrets, which the materialise
-            function may read (``None``: ``lakesync/<name>/destinations/``; must end with ``/``).
+            function may read (``None``: ``lakesync/<name>/destinations/``; must end with ``/``). A gateway's
+            destinations may name only secrets under ``<prefix><gateway>/``.
+        allowed_networks: CIDRs connectors and destinations may reach although private (an RDS in the VPC:
+            ``["10.0.0.0/16"]``); loopback, private and CGNAT addresses are refused otherwise, link-local and
+            metadata addresses always (``LAKESYNC_ALLOWED_NETWORKS``).
     """
 
     name: str
@@ -301,6 +306,7 @@ class LakeSyncConfig:
     materialise_memory_mb: int = 1024
     materialise_vpc: MaterialiseVpc | None = None
     destination_secret_prefix: str | None = None
+    allowed_networks: tuple[str, ...] = ()
 
     @property
     def stack_name(self) -> str:
@@ -342,7 +348,7 @@ class LakeSyncConfig:
         if unknown:
             errors.append(f"unknown settings {unknown} (known: {sorted(known)})")
         values: dict[str, Any] = {known[k]: _maybe_json(v) for k, v in settings.items() if k in known}
-        for key in ("gateway_ids", "cors_origins"):
+        for key in ("gateway_ids", "cors_origins", "allowed_networks"):
             if isinstance(values.get(key), list):
                 values[key] = tuple(values[key])
         if "gateway_ids" in values and isinstance(values["gateway_ids"], str):
@@ -422,6 +428,7 @@ class LakeSyncConfig:
             out.append(
                 "destinationSecretPrefix must be a secret name prefix ending with '/' (letters, digits, /_+=.@-)"
             )
+        out.extend(_allowed_networks_errors(self.allowed_networks))
         return out
 
 
@@ -570,3 +577,13 @@ def environments(context: Mapping[str, Any]) -> list[LakeSyncConfig]:
         )
         for name in names
     ]
+
+
+def _allowed_networks_errors(value: object) -> list[str]:
+    if not _is_tuple_of(value, str):
+        return ["allowedNetworks must be a list of CIDRs"]
+    try:
+        parse_networks(value)  # type: ignore[arg-type]
+    except ValueError as exc:
+        return [f"allowedNetworks: {exc}"]
+    return []

@@ -72,11 +72,13 @@ from constructs import Construct
 
 from lakesync.aws.flush_runs import ASYNC_EVENT_AGE_S
 from lakesync.aws.function_settings import (
+    ALLOWED_NETWORKS,
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
     COMPACT_MAX_WAIT_MINUTES,
     COMPACT_MIN_FLUSH_RUNS,
+    DESTINATION_SECRET_PREFIX,
     FLUSH_FUNCTION_NAME,
     FLUSH_FUNCTION_TIMEOUT_S,
     FLUSH_JOB_NAME,
@@ -575,6 +577,7 @@ class Functions(Construct):
 
 def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secretsmanager.ISecret) -> dict[str, str]:
     env = {GATEWAY_IDS: ",".join(config.gateway_ids), JWT_SECRET_ARN: jwt_secret.secret_arn}
+    env.update(_egress_environment(config))
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)
     if config.sub_shards:
@@ -663,6 +666,16 @@ def _materialise_environment(config: LakeSyncConfig, buffer: Buffer, queues: Que
     env = {CLAIM_CHECK_BUCKET: queues.claim_check.bucket_name}  # the job names its gateway
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)
+    env.update(_egress_environment(config))
+    return env
+
+
+def _egress_environment(config: LakeSyncConfig) -> dict[str, str]:
+    """What the functions that dial admin-configured targets need: the destination secret prefix (a gateway's
+    destinations name secrets under ``<prefix><gateway>/`` only) and the allowed private networks."""
+    env = {DESTINATION_SECRET_PREFIX: config.destination_secrets}
+    if config.allowed_networks:
+        env[ALLOWED_NETWORKS] = ",".join(config.allowed_networks)
     return env
 
 

@@ -868,7 +868,11 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     "POST /v1/admin/materialise/{gw}": Operation(
         "registerDestination",
         "Register a materialisation destination",
-        "409 when the name is taken.",
+        "409 when the name is taken. 400 when the url carries a parameter that could redirect the connection "
+        "(`host`, `hostaddr`, `port`, `service`, `passfile`, `sslrootcert`, `options`, `unix_socket`, ...: only "
+        "options such as `sslmode` or `connect_timeout` are allowed) or the `secretArn` names a secret outside the "
+        "gateway's `<destination secret prefix><gw>/`. A host the deployment's network policy refuses (loopback, "
+        "private, link-local, metadata) fails when the destination is opened.",
         "admin",
         "admin",
         body={JSON: _ref("Destination")},
@@ -908,7 +912,11 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "Register a connector",
         "Validates the config (reference §14.2), moves plaintext credentials into Secrets Manager (the config keeps "
         "`secret://` references), checks the source (502 when unreachable), stores the config and schedules its "
-        'poller. 409 `Connector "{name}" already exists` when the name is taken. An `actions` policy (which '
+        'poller. 409 `Connector "{name}" already exists` when the name is taken. 400 when a `secret://` reference '
+        "names a secret outside `<connector secret prefix>/{gw}/` (never read), the connection string carries a "
+        "parameter that could redirect it, an ingest query holds more than one statement, an API connector's URL is "
+        "not https, or a host resolves to an address the deployment's network policy refuses (loopback, private, "
+        "link-local, metadata). Error bodies never carry a credential. An `actions` policy (which "
         "clients may run its actions) is checked against the connector's action types (400 naming the bad field). "
         "See docs/connectors.md.",
         "admin",
@@ -924,7 +932,8 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
             "name": "crm",
             "type": "postgres",
             "postgres": {
-                "connectionString": "secret://arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-AbCdEf"
+                "connectionString": "secret://arn:aws:secretsmanager:eu-west-1:123456789012:secret:"
+                "lakesync/prod/connectors/default/crm-AbCdEf"
             },
             "ingest": {
                 "intervalMs": 60000,

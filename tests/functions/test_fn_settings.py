@@ -16,6 +16,7 @@ from lakesync.aws.function_settings import (
     COMPACT_MAX_WAIT_MINUTES,
     COMPACT_MIN_FLUSH_RUNS,
     CONNECTIONS_TABLE,
+    DESTINATION_SECRET_PREFIX,
     EVENT_OVERHEAD_BYTES,
     FLUSH_FUNCTION_NAME,
     FLUSH_FUNCTION_TIMEOUT_S,
@@ -208,12 +209,13 @@ def test_function_env_vars_cover_what_settings_read():
         *function,
         *policy,
     }
-    # materialise dials the destinations: it reads the network policy too
+    # materialise dials the destinations: it reads the network policy and the destination secret prefix too
     assert FUNCTION_ENV_VARS["materialise"] == {
         TABLE_PREFIX,
         *TABLE_VARS.values(),
         CLAIM_CHECK_BUCKET,
         *NETWORK_ENV_VARS,
+        DESTINATION_SECRET_PREFIX,
     }
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
     assert FUNCTION_ENV_VARS["ws_connect"] == API_ENV_VARS | {CONNECTIONS_TABLE}

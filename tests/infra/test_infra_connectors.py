@@ -204,3 +204,24 @@ def test_stack_alarms_on_poll_errors(cfn: Any) -> None:
     assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "Errors")
     assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": poll}}]
     assert alarm["Threshold"] == 1 and alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_stack_tells_the_functions_that_dial_admin_targets_the_destination_secret_prefix(cfn: Any) -> None:
+    # Given the functions that register or open destinations and connectors
+    for name in ("admin", "materialise", "connector_poll", "pull", "actions"):
+        env = cfn.functions()[name]["Environment"]["Variables"]
+        # Then each knows the destination secret prefix, under which a gateway's destinations name their secrets
+        assert env["LAKESYNC_DESTINATION_SECRET_PREFIX"] == "lakesync/dev/destinations/", name
+        # And, with no allowedNetworks configured, no private network is allowed
+        assert "LAKESYNC_ALLOWED_NETWORKS" not in env and "LAKESYNC_ALLOW_PLAIN_HTTP" not in env, name
+
+
+def test_allowed_networks_reach_the_functions_and_never_open_link_local() -> None:
+    from lakesync_infra.config import ConfigError, LakeSyncConfig
+    from lakesync_infra.functions import _egress_environment
+
+    config = LakeSyncConfig.from_settings("dev", {"allowedNetworks": ["10.0.0.0/16", "fd12::/48"]})
+    assert _egress_environment(config)["LAKESYNC_ALLOWED_NETWORKS"] == "10.0.0.0/16,fd12::/48"
+    for bad in (["169.254.0.0/16"], ["0.0.0.0/0"], ["fe80::/64"], ["not-a-cidr"], "10.0.0.0/8"):
+        with pytest.raises(ConfigError, match="allowedNetworks"):
+            LakeSyncConfig.from_settings("dev", {"allowedNetworks": bad})

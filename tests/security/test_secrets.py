@@ -447,3 +447,50 @@ def test_connector_connection_strings_that_redirect_are_400(connection: str) -> 
         register_connector(deps, "default", _pg_body(connection))
     assert refused.value.status == 400 and connection not in refused.value.message
     assert deps.config.list_connectors("default") == [] and store.secrets == {}
+
+
+# -- destinations name only their gateway's secrets ------------------------------------------------------------------
+
+DESTINATION_PREFIX = "lakesync/test/destinations/"
+
+
+def _arn(name: str) -> str:
+    return f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{name}-AbCdEf"
+
+
+def test_lambda_destination_secret_of_another_gateway_is_400(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    from functions._runtime import reset_runtime
+
+    monkeypatch.setenv("LAKESYNC_DESTINATION_SECRET_PREFIX", DESTINATION_PREFIX)
+    reset_runtime()
+    for name in (f"{DESTINATION_PREFIX}other/analytics", "JwtSecretB8834B39", f"{DESTINATION_PREFIX}default-x/a"):
+        body = {"name": "analytics", "type": "postgres", "secretArn": _arn(name)}
+        reply = api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token(), body=body))
+        assert reply.status == 400 and "must name a secret of this gateway" in reply.json()["error"], reply.body
+    own = {"name": "analytics", "type": "postgres", "secretArn": _arn(f"{DESTINATION_PREFIX}default/analytics")}
+    reply = api.call(admin_fn, api.event("admin_materialise_post", token=api.admin_token(), body=own))
+    assert reply.status == 200 and api.items()["config"] == 1
+
+
+def test_a_destination_stored_before_the_rule_never_reads_a_foreign_secret() -> None:
+    from lakesync.aws.destinations import ConfiguredDestinations
+
+    # Given a destination naming another gateway's secret, stored before the rule
+    config = InMemoryConfigStore()
+    foreign = DestinationConfig(
+        "analytics", DestinationType.POSTGRES, secret_arn=_arn(f"{DESTINATION_PREFIX}other/analytics")
+    )
+    config.add_destination("default", foreign)
+    asked: list[str] = []
+
+    class Client:
+        def get_secret_value(self, SecretId: str) -> dict[str, str]:
+            asked.append(SecretId)
+            return {"SecretString": json.dumps({"url": f"postgresql://u:{PASSWORD}@db.example.com/x"})}
+
+    provider = ConfiguredDestinations(config, Client, secret_prefix=DESTINATION_PREFIX)  # type: ignore[arg-type]
+    # When the materialiser resolves the gateway's destinations
+    resolved = provider.destinations("default", "todos")
+    # Then that one is a failure naming the rule, and its secret was never read
+    assert resolved.opened == () and asked == []
+    assert "must name a secret of this gateway" in resolved.failures["analytics"].message

@@ -4,7 +4,8 @@
 ``config_ttl_s``, so an added or removed destination takes effect within that time), fetches each one's secret
 (cached for ``secret_ttl_s``: a rotated password reaches warm functions) and keeps one open connection per
 destination between invocations. A destination that fails is closed and forgotten, so the next job reconnects
-(with a fresh secret). Connection details never reach logs or errors: failures name the destination only.
+(with a fresh secret). Connection details never reach logs or errors: failures name the destination only. A secret
+outside the gateway's ``{secret_prefix}{gateway}/`` is never read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakesync.core.destinations import DestinationConfig
+from lakesync.core.destinations import DestinationConfig, check_secret_scope
 from lakesync.core.errors import DestinationError, LakeSyncError
 from lakesync.gateway.materialise import ResolvedDestinations
 from lakesync.ports import ConfigStore, Destination
@@ -53,6 +54,9 @@ class ConfiguredDestinations:
         secrets: A Secrets Manager client factory (called on first use).
         connect: Opens one destination (default: :func:`open_destination`).
         extra: Destinations every gateway and table also get (the embedded default's local database).
+        secret_prefix: The deployment's destination secret prefix: a destination's secret is read only when named
+            under ``{secret_prefix}{gateway}/`` (checked before every read, whenever the config was stored);
+            ``None``: not checked (a deployment that names no prefix).
         config_ttl_s: How long a gateway's destination list is reused.
         secret_ttl_s: How long a fetched secret is reused.
         clock: Monotonic seconds (tests).
@@ -65,6 +69,7 @@ class ConfiguredDestinations:
         *,
         connect: Connector = open_destination,
         extra: Sequence[Destination] = (),
+        secret_prefix: str | None = None,
         config_ttl_s: float = 60.0,
         secret_ttl_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
@@ -74,6 +79,7 @@ class ConfiguredDestinations:
         self._secrets_client: SecretsManagerClient | None = None
         self._connect = connect
         self._extra = tuple(extra)
+        self._secret_prefix = secret_prefix
         self._config_ttl_s = config_ttl_s
         self._secret_ttl_s = secret_ttl_s
         self._clock = clock
@@ -97,7 +103,7 @@ class ConfiguredDestinations:
                 key = (gateway, cfg)
                 if key not in self._open:
                     try:
-                        self._open[key] = self._connect(cfg, self._secret(cfg))
+                        self._open[key] = self._connect(cfg, self._secret(gateway, cfg))
                     except LakeSyncError as exc:
                         failures[cfg.name] = exc
                         continue
@@ -149,10 +155,12 @@ class ConfiguredDestinations:
         self._configs[gateway] = (now, configs)
         return configs
 
-    def _secret(self, cfg: DestinationConfig) -> Mapping[str, Any] | None:
+    def _secret(self, gateway: str, cfg: DestinationConfig) -> Mapping[str, Any] | None:
         arn = cfg.secret_arn
         if arn is None:
             return None
+        if self._secret_prefix is not None:
+            check_secret_scope(cfg, prefix=self._secret_prefix, gateway=gateway)
         now = self._clock()
         cached = self._secret_cache.get(arn)
         if cached is not None and now - cached[0] < self._secret_ttl_s:

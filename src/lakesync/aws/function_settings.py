@@ -143,6 +143,9 @@ ALLOWED_NETWORKS: Final = "LAKESYNC_ALLOWED_NETWORKS"
 ALLOW_PLAIN_HTTP: Final = "LAKESYNC_ALLOW_PLAIN_HTTP"
 NETWORK_ENV_VARS: Final = frozenset({ALLOWED_NETWORKS, ALLOW_PLAIN_HTTP})
 """Where connectors and destinations may connect (:func:`network_policy`), read by the functions that open them."""
+DESTINATION_SECRET_PREFIX: Final = "LAKESYNC_DESTINATION_SECRET_PREFIX"
+"""Name prefix of the destinations' secrets: a destination's ``secretArn`` must lie under ``{prefix}{gateway}/``
+(checked by ``admin`` at registration and by ``materialise`` before reading it)."""
 
 API_ENV_VARS: Final = frozenset(
     {
@@ -165,6 +168,7 @@ API_ENV_VARS: Final = frozenset(
         # every API function builds its deps with the registered connectors (all optional)
         *CONNECTOR_ENV_VARS,
         *NETWORK_ENV_VARS,
+        DESTINATION_SECRET_PREFIX,
     }
 )
 """Every variable an API function may read (some are alternatives: table names or prefix, secret or ARN)."""
@@ -194,7 +198,9 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
             FLUSH_MAX_DELTAS,
         }
     ),
-    "materialise": frozenset({TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET, *NETWORK_ENV_VARS}),
+    "materialise": frozenset(
+        {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET, *NETWORK_ENV_VARS, DESTINATION_SECRET_PREFIX}
+    ),
     "rotate_secret": frozenset(),
     "log_keys_marker": frozenset(),
     "lake_tick": frozenset(
@@ -493,6 +499,7 @@ class MaterialiseSettings:
     tables: TableNames
     claim_check_bucket: str
     network: NetworkPolicy = field(default_factory=lambda: network_policy({}))
+    destination_secret_prefix: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> MaterialiseSettings:
@@ -508,10 +515,11 @@ class MaterialiseSettings:
         if bucket is None:
             errors.append(f"missing {CLAIM_CHECK_BUCKET}")
         network = network_policy(env, errors)
+        prefix = destination_secret_prefix(env, errors)
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         assert bucket is not None
-        return cls(tables=tables, claim_check_bucket=bucket, network=network)
+        return cls(tables=tables, claim_check_bucket=bucket, network=network, destination_secret_prefix=prefix)
 
 
 def _default_compact_policy() -> CompactPolicy:
@@ -794,6 +802,7 @@ class ConnectorSettings:
     * ``LAKESYNC_CONNECTOR_SECRET_PREFIX`` -- name prefix of the secrets registration creates (``lakesync/connectors``).
     * ``LAKESYNC_ALLOWED_NETWORKS`` / ``LAKESYNC_ALLOW_PLAIN_HTTP`` -- where connectors may connect
       (:func:`network_policy`).
+    * ``LAKESYNC_DESTINATION_SECRET_PREFIX`` -- the destinations' secret prefix, checked at their registration.
     """
 
     scheduler: str | None = None
@@ -803,6 +812,7 @@ class ConnectorSettings:
     secrets_dir: str | None = None
     secret_prefix: str = "lakesync/connectors"
     network: NetworkPolicy = field(default_factory=lambda: network_policy({}))
+    destination_secret_prefix: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ConnectorSettings:
@@ -823,6 +833,7 @@ class ConnectorSettings:
         if not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,256}", prefix):
             errors.append(f"{CONNECTOR_SECRET_PREFIX} is not a valid secret name prefix")
         network = network_policy({k: v.strip() for k, v in environ.items() if k in NETWORK_ENV_VARS}, errors)
+        destinations = destination_secret_prefix(environ, errors)
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         return cls(
@@ -833,7 +844,18 @@ class ConnectorSettings:
             secrets_dir=env.get(CONNECTOR_SECRETS_DIR),
             secret_prefix=prefix.rstrip("/"),
             network=network,
+            destination_secret_prefix=destinations,
         )
+
+
+def destination_secret_prefix(env: Mapping[str, str], errors: list[str]) -> str | None:
+    """``LAKESYNC_DESTINATION_SECRET_PREFIX`` (``lakesync/prod/destinations/``), or ``None`` when unset."""
+    raw = env.get(DESTINATION_SECRET_PREFIX, "").strip()
+    if not raw:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,400}", raw):
+        errors.append(f"{DESTINATION_SECRET_PREFIX} is not a valid secret name prefix")
+    return raw
 
 
 def network_policy(env: Mapping[str, str], errors: list[str] | None = None) -> NetworkPolicy:

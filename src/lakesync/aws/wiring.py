@@ -105,6 +105,7 @@ def connector_parts(deps: GatewayDeps, client: object, settings: Settings, conne
     deps.connectors = ConnectorRuntime(deps.config, secrets, secret_prefix=connectors.secret_prefix)
     deps.positions = DynamoDBPositionStore(client, settings.tables)  # type: ignore[arg-type]
     deps.connector_secret_prefix = connectors.secret_prefix
+    deps.destination_secret_prefix = connectors.destination_secret_prefix
     if connectors.scheduler == "eventbridge":
         from lakesync.aws.connector_scheduler import EventBridgeConnectorScheduler, scheduler_client
 
@@ -135,7 +136,9 @@ def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:
         payloads=S3ObjectStore(settings.claim_check_bucket),
         bucket=settings.claim_check_bucket,
         config=config,
-        destinations=ConfiguredDestinations(config, secretsmanager_client),
+        destinations=ConfiguredDestinations(
+            config, secretsmanager_client, secret_prefix=settings.destination_secret_prefix
+        ),
     )
 
 

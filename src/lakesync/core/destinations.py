@@ -17,6 +17,9 @@ Invariants of a :class:`DestinationConfig` built by :func:`parse_destination`:
   send the stored password elsewhere), files of the function (``passfile``, ``sslrootcert``, ``ssl_ca``...), a socket
   (``unix_socket``) or session ``options``; a literal host address is checked again against the network policy when
   the destination is dialled (:mod:`lakesync.sql.targets`).
+* ``secretArn`` names a secret of the gateway (:func:`check_secret_scope`, where the deployment names its destination
+  secret prefix): under ``{prefix}{gateway}/``, so one gateway's admin cannot have the materialiser read another
+  gateway's credentials (nor the JWT signing key, nor any other secret the function may read).
 * ``name`` matches ``[A-Za-z0-9][A-Za-z0-9_-]{0,63}`` (it is part of a storage key and of URLs).
 * ``type`` decides what is required: ``postgres`` / ``mysql`` need ``secretArn`` or a ``url`` (a ``url`` alone suits
   IAM or trust authentication), ``sqlite`` needs ``url`` ``sqlite:///path`` and takes no ``secretArn``, ``bigquery``
@@ -49,6 +52,7 @@ __all__ = [
     "POSTGRES_OPTIONS",
     "DestinationConfig",
     "DestinationType",
+    "check_secret_scope",
     "parse_destination",
 ]
 
@@ -211,6 +215,22 @@ def parse_destination(doc: object) -> DestinationConfig:
 
 
 _TYPES: Final = frozenset(t.value for t in DestinationType)
+
+
+def check_secret_scope(config: DestinationConfig, *, prefix: str, gateway: str) -> None:
+    """Raise unless the destination's secret (if any) is named under ``{prefix}{gateway}/``.
+
+    Raises:
+        ValidationError: 400, naming the rule (never the secret's content; the secret is not read).
+    """
+    if config.secret_arn is None:
+        return
+    root = prefix if prefix.endswith("/") else prefix + "/"
+    root += f"{gateway}/"
+    name = config.secret_arn.split(":secret:", 1)[-1]
+    rest = name[len(root) :] if name.startswith(root) else ""
+    if not rest or any(segment in ("", ".", "..") for segment in rest.split("/")):
+        raise ValidationError(f"secretArn must name a secret of this gateway: its name must start with {root}")
 
 
 def _secret_arn(value: object, kind: DestinationType) -> str | None:

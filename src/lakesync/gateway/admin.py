@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from lakesync.core.destinations import NAME_RE, parse_destination
+from lakesync.core.destinations import NAME_RE, check_secret_scope, parse_destination
 from lakesync.core.errors import CommitConflictError, NotFoundError, SchemaDefinitionError
 from lakesync.core.rules import check_sync_rules_limits, parse_sync_rules
 from lakesync.core.schema import TableSchema, check_schema_limits, evolve_schema, parse_table_schema
@@ -130,6 +130,8 @@ def register_destination(deps: GatewayDeps, gateway: str, document: object) -> d
         ValidationError: the document is invalid (400). AlreadyExistsError: the name is taken (409).
     """
     config = parse_destination(document)
+    if deps.destination_secret_prefix is not None:
+        check_secret_scope(config, prefix=deps.destination_secret_prefix, gateway=gateway)
     deps.config.add_destination(gateway, config)
     return {"registered": True, "name": config.name}
 

@@ -117,4 +117,6 @@ class GatewayDeps:
     positions: ConnectorPositionStore | None = None
     connector_scheduler: ConnectorScheduler | None = None
     connector_secret_prefix: str = "lakesync/connectors"
+    destination_secret_prefix: str | None = None
+    """Destinations' secrets must lie under ``{prefix}{gateway}/`` (``None``: the deployment names no prefix)."""
     limiter: RateLimiter | None = None
