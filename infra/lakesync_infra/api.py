@@ -5,9 +5,14 @@ Routes come from the same table the local runner serves, so the two cannot drift
 protobuf needs no binary media type setting. The ``$default`` stage auto-deploys, throttles (rate and burst from
 the configuration) and writes JSON access logs to a log group with retention.
 
-Authentication is the functions' own: every sync and admin handler verifies the HS256 JWT (``sub``, ``gw``,
-``role``, ``exp``) exactly as the original gateway does, so no API Gateway authorizer sits in front (see the
-acknowledgments in :mod:`lakesync_infra.stack`). The WebSocket API for real-time sync is its own construct,
+Every ``/v1/sync/...`` and ``/v1/admin/...`` route has the Lambda authorizer ``functions.authorizer`` (payload 2.0,
+simple responses, the ``Authorization`` header as identity source, answers cached per token for
+``authorizerCacheSeconds``): a request without the header is refused 401 by API Gateway with nothing invoked, a bad
+token 403 after one authorizer invocation per token and cache period, so neither reaches (nor bills) an API function.
+The functions still verify every token themselves (the same HS256 JWT code, ``sub``, ``gw``, ``role``, ``exp``) and
+apply the per-caller rate limits (429 with ``Retry-After``, :mod:`lakesync.gateway.limits`). The public routes
+(health, the API document, the connector types) have their own, lower throttle (``publicThrottleRate``/``Burst``), so
+anonymous callers cannot spend the sync routes' throttle. The WebSocket API for real-time sync is its own construct,
 :mod:`lakesync_infra.realtime`.
 """
 
@@ -17,15 +22,18 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
+import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from lakesync.api_routes import ROUTES
+from lakesync.edge import AUTHORIZED_PREFIXES
 from lakesync_infra.common import log_group
 from lakesync_infra.config import LakeSyncConfig
 
@@ -52,6 +60,7 @@ CORS_EXPOSED: Final = (
     "X-Checkpoint-Hlc",
     "X-Checkpoint-Chunks",
     "X-Checkpoint-Cursor",
+    "Retry-After",
 )
 
 
@@ -61,6 +70,7 @@ class Api(Construct):
     Attributes:
         http_api: The API.
         stage: The ``$default`` stage.
+        authorizer: The token authorizer of the sync and admin routes.
         url: The API's base URL.
     """
 
@@ -100,6 +110,23 @@ class Api(Construct):
             ),
             access_log_settings=AccessLogs(access_logs),
         )
+        self.authorizer = authorizers.HttpLambdaAuthorizer(
+            "TokenAuthorizer",
+            functions["authorizer"],
+            response_types=[authorizers.HttpLambdaResponseType.SIMPLE],
+            identity_source=["$request.header.Authorization"],
+            results_cache_ttl=cdk.Duration.seconds(config.authorizer_cache_seconds),
+        )
+        public_throttle = {
+            "ThrottlingRateLimit": config.public_throttle_rate,
+            "ThrottlingBurstLimit": config.public_throttle_burst,
+        }
+        stage = self.stage.node.default_child
+        assert isinstance(stage, apigwv2.CfnStage)
+        stage.add_property_override(
+            "RouteSettings",
+            {r.route_key: public_throttle for r in ROUTES if not r.path.startswith(AUTHORIZED_PREFIXES)},
+        )
         integration_of: dict[str, integrations.HttpLambdaIntegration] = {}
         for route in ROUTES:
             name = route.module.removeprefix("functions.")
@@ -110,7 +137,10 @@ class Api(Construct):
                     payload_format_version=apigwv2.PayloadFormatVersion.VERSION_2_0,
                 )
             self.http_api.add_routes(
-                path=route.path, methods=[apigwv2.HttpMethod(route.method)], integration=integration_of[name]
+                path=route.path,
+                methods=[apigwv2.HttpMethod(route.method)],
+                integration=integration_of[name],
+                authorizer=self.authorizer if route.path.startswith(AUTHORIZED_PREFIXES) else None,
             )
         self.url = self.http_api.api_endpoint
 

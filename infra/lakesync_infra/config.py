@@ -24,6 +24,7 @@ from lakesync.api_routes import FUNCTIONS
 from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
 from lakesync.core.network import parse_networks
 from lakesync.core.schema import is_valid_identifier
+from lakesync.gateway.limits import parse_limits
 from lakesync.lake.tables import GLUE_NAME, NAMESPACE
 
 ENVIRONMENTS_KEY: Final = "lakesync:environments"
@@ -40,6 +41,7 @@ EXTRA_FUNCTIONS: Final = (
     "connector_poll",
     FLUSH_FUNCTION,
     "log_keys_marker",
+    "authorizer",
 )
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
 REALTIME_FUNCTIONS: Final = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
@@ -207,6 +209,13 @@ class LakeSyncConfig:
         api_timeout_seconds: Timeout of the API functions (API Gateway gives up after 30 s).
         api_throttle_rate: Steady-state requests per second of the API stage.
         api_throttle_burst: Burst requests of the API stage.
+        public_throttle_rate: Steady-state requests per second of each public route (health, the API document, the
+            connector types): the only routes an anonymous caller reaches a function on.
+        public_throttle_burst: Burst requests of each public route.
+        authorizer_cache_seconds: How long API Gateway reuses the authorizer's answer for a token (0 to 3,600; 0:
+            every request invokes it).
+        rate_limits: The per-caller rate limits of the API functions (``LAKESYNC_RATE_LIMITS``: ``family=requests/
+            seconds`` entries; ``None``: the defaults of :mod:`lakesync.gateway.limits`).
         cors_origins: Origins allowed by CORS preflight (empty: no CORS configuration).
         log_retention_days: Retention of every log group.
         log_level: ``POWERTOOLS_LOG_LEVEL`` of the functions.
@@ -282,6 +291,10 @@ class LakeSyncConfig:
     api_timeout_seconds: int = 20
     api_throttle_rate: int = 200
     api_throttle_burst: int = 400
+    public_throttle_rate: int = 20
+    public_throttle_burst: int = 40
+    authorizer_cache_seconds: int = 300
+    rate_limits: str | None = None
     cors_origins: tuple[str, ...] = ()
     log_retention_days: int = 30
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -380,6 +393,8 @@ class LakeSyncConfig:
             if not isinstance(value, str) or not _SCHEDULE.fullmatch(value):
                 out.append(f"{_camel(key)} must be an EventBridge Scheduler rate(...) or cron(...) expression")
         out.extend(_check_reserved_concurrency(self.reserved_concurrency, self.account_concurrency))
+        if self.rate_limits is not None:
+            out.extend(_check_rate_limits(self.rate_limits))
         if not _is_tuple_of(self.cors_origins, str):
             out.append("corsOrigins must be a list of strings")
         if self.log_retention_days not in LOG_RETENTION_DAYS:
@@ -447,6 +462,9 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "api_timeout_seconds": (1, 29, False),
     "api_throttle_rate": (1, 1_000_000, False),
     "api_throttle_burst": (1, 1_000_000, False),
+    "public_throttle_rate": (1, 1_000_000, False),
+    "public_throttle_burst": (1, 1_000_000, False),
+    "authorizer_cache_seconds": (0, 3600, False),  # API Gateway's range for a Lambda authorizer's cache TTL
     "lake_noncurrent_days": (1, 3650, False),
     "claim_check_days": (15, 3650, False),
     "access_log_days": (1, 3650, False),
@@ -456,6 +474,16 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "materialise_concurrency": (2, 1000, False),  # the SQS event source's MaximumConcurrency range
     "materialise_memory_mb": (128, 10240, False),
 }
+
+
+def _check_rate_limits(raw: object) -> list[str]:
+    if not isinstance(raw, str):
+        return ["rateLimits must be a string of family=requests/seconds entries"]
+    try:
+        parse_limits(raw)
+    except ValueError as exc:
+        return [f"rateLimits: {exc}"]
+    return []
 
 
 def _check_ints(config: LakeSyncConfig) -> list[str]:

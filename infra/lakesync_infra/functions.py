@@ -95,9 +95,11 @@ from lakesync.aws.function_settings import (
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES,
     PULL_BASIS_TTL_MS,
+    RATE_LIMITS,
     SUB_SHARDS,
     TABLE_VARS,
 )
+from lakesync.aws.rate_limits import KEY_PREFIX as RATE_LIMIT_KEY_PREFIX
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS
 from lakesync.lake.tables import DELTA_LOG
 from lakesync_infra.buffer import STREAM_TABLE, Buffer
@@ -139,6 +141,13 @@ LAKE_TICK_TIMEOUT_S: Final = 60
 STREAM_RETRY_ATTEMPTS: Final = 30
 STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
 MATERIALISE: Final = "materialise"
+AUTHORIZER: Final = "authorizer"
+AUTHORIZER_TIMEOUT_S: Final = 10
+AUTHORIZER_MEMORY_MB: Final = 512
+"""The HTTP API's authorizer verifies one HMAC per call and reads no table: a small function (its answers cached)."""
+RATE_LIMITED: Final = frozenset({"push", "pull", "checkpoint", "actions", "ws_message"})
+"""The functions counting callers' requests in the dedup table (:mod:`lakesync.aws.rate_limits`): they may
+``UpdateItem`` the counters' keys there, and no other key (``dynamodb:LeadingKeys``)."""
 CONNECTOR_POLL: Final = "connector_poll"
 CONNECTOR_POLL_TIMEOUT_S: Final = 900
 """Lambda's maximum: a poll may read up to 10 rounds of 10,000 rows; its lease (15 minutes) outlives it."""
@@ -356,6 +365,8 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
         tables=_union(_ACCESS["push"].tables, _ACCESS["pull"].tables),
         index_actions=_union(_ACCESS["push"].index_actions, _ACCESS["pull"].index_actions),
     ),
+    # the HTTP API's authorizer: the API settings' gateways and JWT keys (the secret), no table.
+    AUTHORIZER: FunctionAccess(timeout_s=AUTHORIZER_TIMEOUT_S),
     # the broadcaster: each gateway's sync rules (GetItem), once per batch.
     BROADCAST: FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, api=False, timeout_s=BROADCAST_TIMEOUT_S),
 }
@@ -469,6 +480,8 @@ class Functions(Construct):
             self.functions[name] = fn
             self.log_groups[name] = group
             self._grant_tables(role, access, buffer, key)
+            if name in RATE_LIMITED:
+                _grant_rate_limits(role, access, buffer, key)
             wildcards = {"Resource::*": XRAY_REASON}
             if name == "rotate_secret":
                 wildcards["Resource::*"] = (
@@ -589,6 +602,7 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         (BACKPRESSURE_BYTES, config.backpressure_bytes),
         (MAX_BODY_BYTES, config.max_body_bytes),
         (PULL_BASIS_TTL_MS, config.pull_basis_ttl_ms),
+        (RATE_LIMITS, config.rate_limits),
     ):
         if value is not None:
             env[var] = str(value)
@@ -692,7 +706,24 @@ def _architecture(name: str, with_drivers: frozenset[str]) -> lambda_.Architectu
     return MATERIALISE_ARCHITECTURE if name in with_drivers else LAMBDA_ARCHITECTURE
 
 
+def _grant_rate_limits(role: iam.Role, access: FunctionAccess, buffer: Buffer, key: kms.IKey) -> None:
+    """Let ``role`` count requests in the dedup table: ``UpdateItem`` on the rate limit counters' keys only."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="RateLimitCounters",
+            actions=["dynamodb:UpdateItem"],
+            resources=[buffer.tables["dedup"].table_arn],
+            conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{RATE_LIMIT_KEY_PREFIX}*"]}},
+        )
+    )
+    writes = any(not a.endswith(("GetItem", "Query")) for actions in access.tables.values() for a in actions)
+    if not writes:  # a reading function's table key grant holds no encryption
+        allow_key(role, key, ["kms:Encrypt", "kms:GenerateDataKey"], ["dynamodb"], sid="RateLimitKey")
+
+
 def _memory(config: LakeSyncConfig, name: str, access: FunctionAccess) -> int:
+    if name == AUTHORIZER:
+        return AUTHORIZER_MEMORY_MB
     if name == FLUSH:
         return FLUSH_MEMORY_MB
     if name == MATERIALISE:

@@ -78,21 +78,22 @@ EXPIRED_TOKEN: Final = "JWT has expired"
 """:func:`lakesync.auth.verify_token`'s message for a well-signed token past its ``exp``."""
 
 
-def authorizer_admits(authorization: str | None, secrets: Sequence[str], served: Collection[str]) -> bool:
+def authorizer_admits(authorization: str | None, secrets: Sequence[str]) -> bool:
     """Whether the API's authorizer lets a request with this ``Authorization`` header reach a function.
 
-    Admitted: a token :func:`lakesync.auth.verify_token` accepts for a gateway in ``served``, and a well-signed
-    token that has expired -- its function answers 401 ``AUTH_ERROR`` ``JWT has expired``, the answer on which
-    clients fetch a new token (API Gateway can refuse only with 403, which clients take as final). Refused:
-    everything else (no bearer token, malformed, badly signed -- forged, or signed with a key no longer held --,
-    over the lifetime limit, another deployment's gateway). The function verifies every token again, so an
-    admitted answer cached past a token's expiry or a key's rotation grants nothing.
+    Admitted: a token :func:`lakesync.auth.verify_token` accepts, and a well-signed token that has expired -- its
+    function answers 401 ``AUTH_ERROR`` ``JWT has expired``, the answer on which clients fetch a new token (API
+    Gateway can refuse only with 403, which clients take as final). Refused: everything else (no bearer token,
+    malformed, badly signed -- forged, or signed with a key no longer held --, over the lifetime limit). Whether the
+    token's gateway, role and ``sub`` fit the route stays the function's to answer (403, or 404 for a gateway not
+    served): the authorizer's answer is cached per token, for every route. The function verifies every token again,
+    so an answer cached past a token's expiry or a key's rotation grants nothing.
     """
     try:
-        claims = verify_token(parse_bearer(authorization), secrets)
+        verify_token(parse_bearer(authorization), secrets)
     except AuthError as exc:
         return exc.message == EXPIRED_TOKEN
-    return claims.gateway_id in served
+    return True
 
 
 def error_response(exc: LakeSyncError) -> Response:

@@ -156,9 +156,11 @@ def test_only_the_api_functions_read_the_jwt_secret(cfn, ids):
         for action, resource in cfn.allowed(cfn.role_of(fn)):
             if action == "secretsmanager:GetSecretValue" and resource == f"<{ids['secret:jwt']}>":
                 readers.add(name)
-    # Then it is the API functions that verify tokens (the WebSocket upgrade's and messages' too), and the rotation
-    # function
-    assert readers == {"push", "pull", "actions", "admin", "checkpoint", "ws_connect", "ws_message", "rotate_secret"}
+    # Then it is the API functions that verify tokens (the WebSocket upgrade's and messages' too, and the HTTP API's
+    # authorizer), and the rotation function
+    assert readers == {
+        "push", "pull", "actions", "admin", "checkpoint", "ws_connect", "ws_message", "authorizer", "rotate_secret"
+    }  # fmt: skip
 
 
 def _data_key_statements(cfn, ids):

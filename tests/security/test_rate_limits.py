@@ -238,7 +238,9 @@ def test_the_authorizer_keeps_anonymous_and_bad_tokens_from_the_functions(
     assert _raw(front.url, "POST", push_path, b"{}")[0] == 401
     assert authorizer.invocations == 0
     # Bad tokens: the authorizer refuses them, 403; its answer is cached for the token
-    for token in ("garbage", api.token(secret="another-secret-of-enough-length-0123"), api.token(gw="elsewhere")):
+    valid = api.token()
+    tampered = valid[:-10] + ("A" if valid[-10] != "A" else "B") + valid[-9:]  # a signature byte changed
+    for token in ("garbage", api.token(secret="another-secret-of-enough-length-0123"), tampered):
         assert _raw(front.url, "POST", push_path, b"{}", token)[0] == 403
         assert _raw(front.url, "GET", "/v1/sync/default/pull", None, token)[0] == 403
     assert authorizer.invocations == 3

@@ -224,6 +224,8 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "ws_message": API_ENV_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
     # the broadcaster: sync rules (config table), the sessions, the management API.
     "ws_broadcast": _BUFFER_TABLE_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
+    # the HTTP API's authorizer: the API settings (it reads the JWT keys and their lifetime).
+    "authorizer": API_ENV_VARS,
     # connectors: the API functions that open them, and the scheduled poller.
     "connector_poll": API_ENV_VARS,
 }
