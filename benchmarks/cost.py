@@ -17,6 +17,12 @@ directory unless ``--out`` is given). The method, in short (docs/cost.md has the
   Glue job scripts (``glue_jobs/*.py``) on local Spark against the same moto: flush (which publishes claim-check jobs
   to S3 and SQS), the materialise function on those messages (polled as Lambda's event source would), compaction
   with maintenance, a checkpoint, a flush that releases the log, and idle runs of each job.
+* **The API's authorizer.** API Gateway runs ``functions.authorizer`` before every sync route and caches its answer
+  per token for 300 s, so how often it runs depends on how often a client calls within that time, which a compressed
+  workload cannot show. Every API call here runs the real authorizer (timed like the handlers) and is charged
+  :data:`AUTHORIZER_MISS_RATIO` of an invocation: the assumption of a client calling ten times a token and cache
+  period (a pull every 30 s). The per-caller rate limits' counters (one conditional ``UpdateItem`` per slice of a
+  client's allowance, :mod:`lakesync.gateway.limits`) are issued by the handlers, so the meter counts them.
 * **Idle month.** From the synthesized CloudFormation template: schedules and the Glue runs they start (idle runs
   measured, billed at least a minute), SQS long polls of the event source mappings, alarms, dashboards; KMS keys and
   the secret apart.
@@ -83,6 +89,11 @@ CLAIM_CHECK_BUCKET = "cost-claim-check"
 CHECKPOINT_BUCKET = "cost-checkpoints"
 QUEUE = "cost-materialise"
 LAKE_PUSH_BATCH = 500
+AUTHORIZER = "authorizer"
+AUTHORIZER_MISS_RATIO = 0.1
+"""Authorizer invocations per API request (an assumption: API Gateway caches an answer per token for 300 s, and a
+syncing client calls about ten times in that time; a client calling once every 5 minutes or less misses every
+time)."""
 RUN_SIZES = (1_000, 10_000, 100_000, 1_000_000)
 PRICE_STORAGE = price("dynamodb.storage") + price("dynamodb.pitr")
 """Dollars per GB-month a DynamoDB item costs kept (storage and point-in-time recovery, as the stack enables)."""
@@ -184,10 +195,14 @@ class Recorded:
     by_function: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def add(self, function: str, **figures: float) -> None:
+        self.add_share(function, 1.0, **figures)
+
+    def add_share(self, function: str, share: float, **figures: float) -> None:
+        """``share`` of one invocation with these figures (an invocation that happens that often)."""
         into = self.by_function.setdefault(function, {})
-        into["count"] = into.get("count", 0.0) + 1
+        into["count"] = into.get("count", 0.0) + share
         for key, value in figures.items():
-            into[key] = into.get(key, 0.0) + value
+            into[key] = into.get(key, 0.0) + share * value
 
 
 class CostEnv:
@@ -353,8 +368,31 @@ class CostEnv:
                     request_bytes=float(request),
                     response_bytes=float(response),
                 )
-            self.recorded.setdefault(self.phase, Recorded()).add(function, **figures)
+            recorded = self.recorded.setdefault(self.phase, Recorded())
+            recorded.add(function, **figures)
+            if api:
+                recorded.add_share(AUTHORIZER, AUTHORIZER_MISS_RATIO, **self._authorize(event))
         return result
+
+    def _authorize(self, event: Mapping[str, Any]) -> dict[str, float]:
+        """Run the API's authorizer on ``event``'s token as API Gateway would on a cache miss: its figures."""
+        import functions.authorizer as authorizer
+
+        headers = event.get("headers") or {}
+        call = {**event, "type": "REQUEST", "identitySource": [headers.get("authorization", "")]}
+        lookups = self.meter.lookup_seconds
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            answer = authorizer.lambda_handler(call, self._context)
+        seconds = max(0.0, time.perf_counter() - start - (self.meter.lookup_seconds - lookups))
+        if answer != {"isAuthorized": True}:
+            raise RuntimeError(f"the authorizer refused a workload token: {answer}")
+        memory = int(self.functions.get(AUTHORIZER, {}).get("memory_mb", 512))
+        return {
+            "seconds": seconds,
+            "gb_s": lambda_gb_seconds(seconds, memory),
+            "log_bytes": float(len(printed.getvalue().encode("utf-8"))),
+        }
 
     def _note_emf(self, printed: str) -> None:
         for line in printed.splitlines():
