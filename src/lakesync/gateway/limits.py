@@ -9,13 +9,14 @@ boundary; that is the burst a limit allows.
 
 The count is shared by every process serving the gateway (many Lambda instances at once) through a
 :class:`~lakesync.ports.RateLimitCounter`, and taken from it in **slices**: a process that has used up its allowance
-takes the next one, 1, then 2, 4, ... up to ``requests // 10`` requests of the window, in one conditional write, and
-serves that many requests with no storage request at all. So a busy client costs a write every tenth of its limit,
-and a quiet one a write per window (at most one per request); the shared count never passes the limit, so no caller
-is ever served more than its limit. A process holds back at most what its last slice has not used yet, which is
-never more than what it has already served in the window (the slices double): a client spread over many processes
-still gets at least half its limit. A refusal is remembered by the process until the window ends, so a caller
-hammering a refused limit costs no storage request either.
+takes the next one -- a hundredth of the limit (at least 1) at its first request of the window, then twice as much
+each time, up to a tenth -- in one conditional write, and serves that many requests with no storage request at all.
+So a busy client costs a write every tenth of its limit, and a quiet one a write per window (at most one per
+request); the shared count never passes the limit, so no caller is ever served more than its limit. A process holds
+back at most what its last slice has not used yet: a hundredth of the limit, or no more than it has already served
+in the window (the slices double), so a client spread over a few processes still gets most of its limit. A refusal
+is remembered by the process until the window ends, so a caller hammering a refused limit costs no storage request
+either.
 
 A counter that cannot be read (the store fails) lets the request through: the limit protects the service and the
 bill, and must never be what takes the service down.
@@ -42,6 +43,9 @@ FAMILIES: Final = ("push", "pull", "checkpoint", "actions", "socket")
 """The route families limited separately."""
 SLICE_FRACTION: Final = 10
 """A process's largest slice is a tenth of the limit: at most ten shared writes per busy client and window."""
+FIRST_SLICE_FRACTION: Final = 100
+"""A process's first slice of a window is a hundredth of the limit: a client calling less often than that costs one
+shared write per window, and a process holds back at most that much of a window it barely used."""
 _MAX_TRACKED: Final = 50_000
 """Allowances a process keeps before it forgets those of ended windows."""
 
@@ -100,8 +104,8 @@ def parse_limits(raw: str) -> dict[str, RateLimit]:
 @dataclass(slots=True)
 class _Allowance:
     window: int
+    next_slice: int
     left: int = 0
-    next_slice: int = 1
     refused: bool = False
 
 
@@ -132,7 +136,7 @@ class RateLimiter:
         window = int(now // limit.window_s)
         retry_after = max(1, math.ceil((window + 1) * limit.window_s - now))
         with self._lock:
-            allowance = self._allowance((gateway, family, client_id), window)
+            allowance = self._allowance((gateway, family, client_id), window, limit)
             if allowance.left > 0:
                 allowance.left -= 1
                 return
@@ -140,7 +144,8 @@ class RateLimiter:
                 granted = self._take(gateway, family, client_id, window, allowance.next_slice, limit)
                 if granted > 0:
                     allowance.left = granted - 1
-                    allowance.next_slice = min(2 * allowance.next_slice, max(1, limit.requests // SLICE_FRACTION))
+                    largest = max(1, limit.requests // SLICE_FRACTION)
+                    allowance.next_slice = max(allowance.next_slice, min(2 * allowance.next_slice, largest))
                     return
                 allowance.refused = True
         raise CallerRateLimitedError(
@@ -149,12 +154,13 @@ class RateLimiter:
             retry_after_s=retry_after,
         )
 
-    def _allowance(self, key: tuple[str, str, str], window: int) -> _Allowance:
+    def _allowance(self, key: tuple[str, str, str], window: int, limit: RateLimit) -> _Allowance:
         allowance = self._allowances.get(key)
         if allowance is None or allowance.window != window:
             if len(self._allowances) >= _MAX_TRACKED:
                 self._allowances.clear()  # rare: each forgotten slice was counted, so the limit still holds
-            allowance = self._allowances[key] = _Allowance(window)
+            first = max(1, limit.requests // FIRST_SLICE_FRACTION)
+            allowance = self._allowances[key] = _Allowance(window, first)
         return allowance
 
     def _take(self, gateway: str, family: str, client_id: str, window: int, want: int, limit: RateLimit) -> int:
