@@ -34,6 +34,7 @@ from lakesync.core.errors import (
     PayloadTooLargeError,
     ValidationError,
 )
+from lakesync.core.redact import redact
 from lakesync.gateway.deps import MIB
 from lakesync.router import Request, Response
 from lakesync.wire.jsonapi import loads
@@ -97,9 +98,13 @@ def authorizer_admits(authorization: str | None, secrets: Sequence[str]) -> bool
 
 
 def error_response(exc: LakeSyncError) -> Response:
-    """``{"error", "code"}`` with the error's status; a caller over its rate limit is told ``Retry-After`` too."""
+    """``{"error", "code"}`` with the error's status (the message passed through
+    :func:`lakesync.core.redact.redact`); a caller over its rate limit is told ``Retry-After`` too."""
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, CallerRateLimitedError) else {}
-    return Response(exc.status, JSON, exc.to_body(), headers=headers)
+    body = exc.to_body()
+    # Messages are built without credentials where they arise; this is the last line of defence for the body.
+    body["error"] = redact(str(body["error"]))
+    return Response(exc.status, JSON, body, headers=headers)
 
 
 def rate_family(path: str) -> str | None:

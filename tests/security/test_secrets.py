@@ -494,3 +494,14 @@ def test_a_destination_stored_before_the_rule_never_reads_a_foreign_secret() -> 
     # Then that one is a failure naming the rule, and its secret was never read
     assert resolved.opened == () and asked == []
     assert "must name a secret of this gateway" in resolved.failures["analytics"].message
+
+
+def test_an_error_body_is_redacted_at_the_edge_whatever_raised_it() -> None:
+    # Given an error whose message was built carelessly (a driver's text quoted as it came)
+    from lakesync import edge
+
+    error = AdapterError(f"could not connect: host=db.internal password={PASSWORD} (postgresql://u:{PASSWORD}@db/x)")
+    # When it is answered, Then the body keeps what happened and where, never the credential
+    body = edge.error_response(error).body
+    assert isinstance(body, dict)
+    assert PASSWORD not in body["error"] and "host=db.internal" in body["error"] and body["code"] == "ADAPTER_ERROR"
