@@ -18,6 +18,7 @@ from lakesync import edge
 from lakesync.auth import AuthClaims
 from lakesync.core.canonical import js_stringify
 from lakesync.core.errors import CallerRateLimitedError, LakeSyncError
+from lakesync.core.redact import redact
 from lakesync.gateway import limits
 from lakesync.router import Response, RouteNotFound, Router
 
@@ -40,12 +41,13 @@ def new_app() -> Router:
     def _lakesync_error(exc: LakeSyncError) -> Response:
         if edge.is_internal(exc):
             return _unexpected(exc)
+        message = redact(exc.message)  # built without credentials where it arose; the log's last line of defence
         if exc.status == 503:  # backpressure or lost commit races: expected under load, retried by clients
-            logger.warning("request deferred", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
+            logger.warning("request deferred", extra={"status": exc.status, "code": exc.api_code, "error": message})
         elif exc.status >= 500:
-            logger.exception("request failed: %s %s", exc.api_code, exc.message)
+            logger.error("request failed: %s %s", exc.api_code, message)
         else:
-            logger.info("request rejected", extra={"status": exc.status, "code": exc.api_code, "error": exc.message})
+            logger.info("request rejected", extra={"status": exc.status, "code": exc.api_code, "error": message})
         if isinstance(exc, CallerRateLimitedError):
             metrics.add_metric(name="RateLimited", unit=MetricUnit.Count, value=1)
         return edge.error_response(exc)

@@ -505,3 +505,27 @@ def test_an_error_body_is_redacted_at_the_edge_whatever_raised_it() -> None:
     body = edge.error_response(error).body
     assert isinstance(body, dict)
     assert PASSWORD not in body["error"] and "host=db.internal" in body["error"] and body["code"] == "ADAPTER_ERROR"
+
+
+def test_lambda_a_careless_adapter_message_reaches_neither_body_nor_logs(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a connector type (a plugin's) whose failure quotes its connection string as it came
+    from lakesync.connectors import registry
+    from lakesync.connectors.base import ConnectorTypeDescriptor
+
+    descriptor = ConnectorTypeDescriptor("careless", "Careless", "test", "database", {}, {})
+
+    def careless(config: ConnectorConfig, secrets: Any) -> Any:
+        raise AdapterError(f"cannot reach host=db.internal user=app password={PASSWORD} sslmode=require")
+
+    registry.register(descriptor, careless)
+    caplog.set_level(logging.DEBUG)
+    try:
+        body = {"name": "c", "type": "careless", "careless": {}}
+        reply = api.call(admin_fn, api.event("admin_connectors_post", token=api.admin_token(), body=body))
+    finally:
+        registry.unregister("careless")
+    # Then the request fails as the adapter said, and neither the body nor any log line holds the password
+    assert reply.status == 502 and b"host=db.internal" in reply.body
+    assert PASSWORD.encode() not in reply.body and PASSWORD not in caplog.text
