@@ -83,19 +83,20 @@ _seen_credentials: list[tuple[str | None, ...]] = []
 
 
 def _follow_environment_credentials() -> None:
-    """Make boto3's default session re-read credentials the environment changed since it last read them.
+    """Make boto3's default session re-read its credentials when the environment changed them since it last read.
 
     The session keeps the first credentials it resolves for the life of the process (right on Lambda, where they never
-    change); tests set them per test (``monkeypatch``), and a moto server refuses any but its own.
+    change); tests set them per test (``monkeypatch``), and a moto server refuses any but its own. Only the cached
+    credentials are dropped: the session, its loaded models and its registered event handlers stay.
     """
     import os
 
-    current = tuple(os.environ.get(name) for name in _CREDENTIAL_VARS)
-    if _seen_credentials != [current]:
-        import boto3
+    import boto3
 
-        boto3.DEFAULT_SESSION = None
-        _seen_credentials[:] = [current]
+    current = tuple(os.environ.get(name) for name in _CREDENTIAL_VARS)
+    if _seen_credentials != [current] and boto3.DEFAULT_SESSION is not None:
+        boto3.DEFAULT_SESSION._session._credentials = None
+    _seen_credentials[:] = [current]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -17,6 +17,8 @@ DEFAULT_DATA_DIR = Path(".lakesync")
 
 def _cmd_local(args: argparse.Namespace) -> int:
     from lakesync.local.runner import (
+        AWS_CONFIG_FILE,
+        AWS_PROFILE,
         SECRET_FILE,
         LocalKeyError,
         LocalStack,
@@ -52,9 +54,10 @@ def _cmd_local(args: argparse.Namespace) -> int:
     with LocalStack(
         data_dir, materialise_url=args.materialise, workers=args.workers, fsync=not args.no_fsync, **stack_options
     ) as stack:
+        print(f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint})", flush=True)
         print(
-            f"LakeSync local gateway 'default' at {stack.url}  (AWS/moto at {stack.aws_endpoint}: loopback only,"
-            " signed with this run's random credential)",
+            "AWS/moto listens on 127.0.0.1 only and answers only this run's random credential: AWS_CONFIG_FILE="
+            f"{data_dir.resolve() / AWS_CONFIG_FILE} AWS_PROFILE={AWS_PROFILE} aws dynamodb list-tables",
             flush=True,
         )
         socket_url = stack.url.replace("http://", "ws://") + "/v1/sync/default/ws"

@@ -28,6 +28,7 @@ from lakesync.client.http import SyncClient
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC
 from lakesync.local.journal import Journal
+from lakesync.local.runner import aws_profile
 
 pytestmark = pytest.mark.integration
 
@@ -217,26 +218,16 @@ def test_durability_flush_requests_and_checkpoint_objects_survive_kill_9(tmp_pat
     local.wait_ready()
     admin = SyncClient(local.url, "default", token(tmp_path, "ops", role="admin"), "ops")
     admin.admin("POST", "flush")
-    s3 = boto3.client(
-        "s3", endpoint_url=local.aws, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
-    )
+    s3 = boto3.client("s3", **aws_profile(tmp_path))  # moto answers only the run's credential
     s3.put_object(Bucket="lakesync-checkpoints", Key="default/latest.json", Body=b'{"v":1}')
     local.kill9()
 
     local = start(tmp_path)
     try:
         local.wait_ready()
-        s3 = boto3.client(
-            "s3", endpoint_url=local.aws, region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t"
-        )
+        s3 = boto3.client("s3", **aws_profile(tmp_path))
         body = s3.get_object(Bucket="lakesync-checkpoints", Key="default/latest.json")["Body"].read()
-        dynamodb = boto3.client(
-            "dynamodb",
-            endpoint_url=local.aws,
-            region_name="us-east-1",
-            aws_access_key_id="t",
-            aws_secret_access_key="t",
-        )
+        dynamodb = boto3.client("dynamodb", **aws_profile(tmp_path))
         items = dynamodb.scan(TableName="lakesync-config", ConsistentRead=True)["Items"]
     finally:
         local.stop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import socket
+import stat
 import subprocess
 import sys
 import urllib.error
@@ -32,7 +33,7 @@ from botocore.exceptions import ClientError
 from lakesync.auth import mint_token
 from lakesync.local.access import LocalCredentials, is_loopback_host, sign
 from lakesync.local.moto import MotoServer
-from lakesync.local.runner import LocalStack, exposure_warning
+from lakesync.local.runner import AWS_CONFIG_FILE, LocalStack, aws_profile, exposure_warning
 from lakesync.local.websocket import is_local_peer
 
 pytestmark = pytest.mark.integration
@@ -116,8 +117,18 @@ def test_moto_refuses_unsigned_requests_to_its_control_api_and_keeps_its_data(ex
     assert _status(f"{endpoint}/moto-api/data.json") == 403
     assert _status(f"{endpoint}/moto-api/reset", method="POST", body=b"") == 403
     assert _status(f"{endpoint}/", method="POST", body=b"Action=ListQueues") == 403
-    tables = boto3.client("dynamodb", **exposed.aws_kwargs()).list_tables()["TableNames"]
-    assert "lakesync-deltas" in tables
+    deltas = boto3.client("dynamodb", **exposed.aws_kwargs()).describe_table(TableName="lakesync-deltas")
+    assert deltas["Table"]["TableStatus"] == "ACTIVE"
+
+
+def test_the_run_writes_its_credential_only_where_its_jwt_key_is(exposed: LocalStack) -> None:
+    profile = exposed.data_dir / AWS_CONFIG_FILE
+
+    assert aws_profile(exposed.data_dir) == exposed.aws_kwargs()
+    assert stat.S_IMODE(profile.stat().st_mode) == 0o600
+    assert stat.S_IMODE(exposed.data_dir.stat().st_mode) == 0o700
+    dynamodb = boto3.client("dynamodb", **aws_profile(exposed.data_dir))
+    assert dynamodb.describe_table(TableName="lakesync-deltas")["Table"]["TableStatus"] == "ACTIVE"
 
 
 def test_the_handlers_in_a_worker_process_reach_moto_with_the_instance_credential(exposed: LocalStack) -> None:

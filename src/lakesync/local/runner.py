@@ -21,6 +21,7 @@ The data directory is 0700; the files this module writes in it are 0600.
 
 from __future__ import annotations
 
+import configparser
 import importlib
 import logging
 import os
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from lakesync.aws.publish import PublishConfig
     from lakesync.connectors.local_scheduler import LocalConnectorScheduler
     from lakesync.local.journal import RecoveryReport
+    from lakesync.local.moto import AwsEndpoint
     from lakesync.local.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ MATERIALISE_QUEUE = "lakesync-materialise"
 MATERIALISE_DLQ = "lakesync-materialise-dlq"
 MATERIALISED_DB = "materialised.db"
 CONNECTOR_SECRETS_DIR = "connector-secrets"
+AWS_CONFIG_FILE = "aws-config"
+AWS_PROFILE = "lakesync-local"
 MOTO_HOST = "127.0.0.1"
 """Where the moto server listens, whatever the front's ``host``: every table, bucket and secret is behind it."""
 
@@ -228,6 +232,7 @@ class LocalStack:
         self.secret = load_or_create_secret(self.data_dir)
         previous = load_previous_secret(self.data_dir)
         self._moto = MotoServer(MOTO_HOST, self.moto_port).start()
+        _write_aws_profile(self.data_dir, self._moto.aws())
         env = {
             **self._moto.aws().env(),
             "LAKESYNC_TABLE_PREFIX": TABLE_PREFIX,
@@ -467,6 +472,38 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def aws_profile(data_dir: Path) -> dict[str, str]:
+    """boto3 client arguments for the moto server of the ``lakesync local`` running on ``data_dir``: its endpoint,
+    region and credential, from the profile it writes there (``AWS_CONFIG_FILE=<data-dir>/aws-config
+    AWS_PROFILE=lakesync-local`` gives the same to the AWS CLI).
+
+    Raises:
+        FileNotFoundError: no stack has started on ``data_dir``. KeyError: the file holds no such profile.
+    """
+    parser = configparser.ConfigParser()
+    with (data_dir / AWS_CONFIG_FILE).open(encoding="utf-8") as f:
+        parser.read_file(f)
+    section = parser[f"profile {AWS_PROFILE}"]
+    return {
+        "endpoint_url": section["endpoint_url"],
+        "region_name": section["region"],
+        "aws_access_key_id": section["aws_access_key_id"],
+        "aws_secret_access_key": section["aws_secret_access_key"],
+    }
+
+
+def _write_aws_profile(data_dir: Path, aws: AwsEndpoint) -> None:
+    """The run's moto endpoint and credential as an AWS CLI profile in the data directory (0600, like the JWT key)."""
+    _write_private(
+        data_dir / AWS_CONFIG_FILE,
+        f"[profile {AWS_PROFILE}]\n"
+        f"endpoint_url = {aws.endpoint_url}\n"
+        f"region = {aws.region}\n"
+        f"aws_access_key_id = {aws.access_key_id}\n"
+        f"aws_secret_access_key = {aws.secret_access_key}\n",
+    )
 
 
 def _forget_default_credentials() -> None:
