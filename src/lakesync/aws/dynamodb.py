@@ -59,7 +59,6 @@ from lakesync.aws.tables import (
     connections_table_spec,
     table_specs,
 )
-from lakesync.core.actions import action_record_key
 from lakesync.core.canonical import JsonValue
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig, parse_destination
@@ -1882,6 +1881,14 @@ class DynamoDBPullBasisReader:
         return PullBasis(rules, tuple(sorted(shards)))
 
 
+def _action_record_key(gateway: str, client_id: str, key: str) -> str:
+    """:func:`lakesync.core.actions.action_record_key`, imported on the first use: only the actions function stores
+    action records, and every other function loads this module without ``core.actions`` (``test_fn_imports``)."""
+    from lakesync.core.actions import action_record_key
+
+    return action_record_key(gateway, client_id, key)
+
+
 class DynamoDBActionStore:
     """Action idempotency records with a TTL, one item per (gateway, client, key): the partition key is
     :func:`~lakesync.core.actions.action_record_key`."""
@@ -1891,7 +1898,7 @@ class DynamoDBActionStore:
         self._t = names
 
     def get(self, gateway: str, client_id: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
-        by_pk = {action_record_key(gateway, client_id, k): k for k in keys}
+        by_pk = {_action_record_key(gateway, client_id, k): k for k in keys}
         if not by_pk:
             return {}
         items = _batch_get_all(self._db, self._t.actions, [{"pk": _s(pk)} for pk in by_pk])
@@ -1906,7 +1913,7 @@ class DynamoDBActionStore:
             self._db.put_item(
                 TableName=self._t.actions,
                 Item={
-                    "pk": _s(action_record_key(gateway, client_id, key)),
+                    "pk": _s(_action_record_key(gateway, client_id, key)),
                     "rec": _s(utf8_json({"status": "pending"})),
                     TTL_ATTRIBUTE: _n(expires_at),
                 },
@@ -1929,7 +1936,7 @@ class DynamoDBActionStore:
                 self._db.put_item(
                     TableName=self._t.actions,
                     Item={
-                        "pk": _s(action_record_key(gateway, client_id, key)),
+                        "pk": _s(_action_record_key(gateway, client_id, key)),
                         "rec": _s(text),
                         TTL_ATTRIBUTE: _n(expires_at),
                     },
@@ -1939,7 +1946,7 @@ class DynamoDBActionStore:
 
     def release(self, gateway: str, client_id: str, key: str) -> None:
         try:
-            self._db.delete_item(TableName=self._t.actions, Key={"pk": _s(action_record_key(gateway, client_id, key))})
+            self._db.delete_item(TableName=self._t.actions, Key={"pk": _s(_action_record_key(gateway, client_id, key))})
         except ClientError as exc:
             raise _client_error(exc, "DeleteItem") from exc
 

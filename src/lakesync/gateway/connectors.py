@@ -24,7 +24,6 @@ from typing import Any, Final
 from lakesync.core.connectors import ConnectorConfig, ConnectorValidationError, validate_connector_config
 from lakesync.core.errors import AdapterError, AlreadyExistsError, LakeSyncError, NotFoundError, StorageError
 from lakesync.core.schema import is_valid_identifier
-from lakesync.gateway import actions as actions_service
 from lakesync.gateway.deps import GatewayDeps
 
 __all__ = ["connector_types", "list_connectors", "register_connector", "unregister_connector"]
@@ -62,6 +61,8 @@ def _check_config(config: ConnectorConfig) -> None:
             raise ConnectorValidationError(
                 f"Ingest table at index {i} table name must be an identifier ([A-Za-z_][A-Za-z0-9_]{{0,63}})"
             )
+    from lakesync.gateway import actions as actions_service  # registration only: not loaded at INIT
+
     actions_service.validate_connector_policy(config)
 
 
@@ -106,6 +107,8 @@ def register_connector(deps: GatewayDeps, gateway: str, document: object) -> dic
     try:
         connector = open_connector(stored, runtime.secrets, gateway=gateway, prefix=deps.connector_secret_prefix)
         try:
+            from lakesync.gateway import actions as actions_service
+
             actions_service.check_connector_policy(stored, connector.actions)
             for part in (connector.source, connector.ingest, connector.actions):
                 check = getattr(part, "check", None)
