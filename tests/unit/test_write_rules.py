@@ -131,6 +131,10 @@ def test_write_rules_round_trip_and_validate() -> None:
         ({"tables": {"_lakesync_provenance": {"adminOnly": True}}}, "engine's own"),
         ({"tables": {"audit": {"adminOnly": "yes"}}}, "adminOnly must be"),
         ({"tables": []}, "tables must be an object"),
+        ({"tables": None}, "tables must be an object"),
+        ({"buckets": [{"name": "b", "tables": [], "filters": [], "write": None}]}, "write must be an object"),
+        ({"buckets": [{"name": "b", "tables": [], "filters": [], "write": {"ops": None}}]}, "write ops"),
+        ({"tables": {"t": {"write": {"immutableColumns": None}}}}, "immutableColumns"),
         (
             {"buckets": [{"name": "b", "tables": ["audit"], "filters": []}], "tables": {"audit": {"adminOnly": True}}},
             "admin-only",

@@ -44,6 +44,7 @@ from lakesync.core.canonical import JsonValue, js_string_coerce, js_stringify, u
 from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import PayloadTooLargeError, SyncRuleError
 from lakesync.core.write_policy import (
+    ABSENT,
     DEFAULT_POLICY,
     TablePolicy,
     WriteOp,
@@ -222,7 +223,7 @@ def _parse_bucket(raw: object, i: int, seen: set[str], *, unknown_op_ok: bool = 
     filters = [_parse_filter(f, name, j, unknown_op_ok=unknown_op_ok) for j, f in enumerate(raw_filters)]
     if any(f is None for f in filters):
         return None
-    write = parse_write_policy(obj.get("write"), f'Bucket "{name}"')
+    write = parse_write_policy(obj.get("write", ABSENT), f'Bucket "{name}"')
     return Bucket(name, tuple(tables), tuple(f for f in filters if f is not None), write)
 
 
@@ -251,7 +252,7 @@ def parse_sync_rules(obj: object) -> SyncRules:
         bucket = _parse_bucket(raw, i, seen)
         assert bucket is not None
         buckets.append(bucket)
-    tables = parse_table_policies(config.get("tables"))
+    tables = parse_table_policies(config.get("tables", ABSENT))
     for bucket in buckets:
         for table in bucket.tables:
             if table in tables and tables[table].admin_only:

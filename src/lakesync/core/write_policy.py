@@ -50,6 +50,8 @@ class WriteOp(enum.StrEnum):
 
 
 ALL_OPS = frozenset(WriteOp)
+ABSENT: Any = object()
+"""What a parser is given for a field the document leaves out (a field given as ``null`` is not absent)."""
 _OP_LIST = ", ".join(op.value for op in WriteOp)
 
 
@@ -102,7 +104,7 @@ class TablePolicy:
 
 
 def _column_list(raw: object, where: str, name: str) -> frozenset[str]:
-    if raw is None:
+    if raw is ABSENT:
         return frozenset()
     if not isinstance(raw, list) or not all(isinstance(c, str) and c for c in raw):
         raise SyncRuleError(f"{where} {name} must be an array of non-empty column names")
@@ -112,36 +114,38 @@ def _column_list(raw: object, where: str, name: str) -> frozenset[str]:
 
 
 def parse_write_policy(raw: object, where: str) -> WritePolicy:
-    """Validate a ``"write"`` object of a bucket or a table (``where`` names it in messages).
+    """Validate a ``"write"`` object of a bucket or a table (``where`` names it in messages); :data:`ABSENT` gives the
+    default policy.
 
     Raises:
-        SyncRuleError: the object or one of its fields is malformed.
+        SyncRuleError: the object or one of its fields is malformed (``null`` included).
     """
-    if raw is None:
+    if raw is ABSENT:
         return DEFAULT_POLICY
     if not isinstance(raw, Mapping):
         raise SyncRuleError(f"{where} write must be an object")
     unknown = sorted(set(raw) - {"ops", "readOnlyColumns", "immutableColumns"})
     if unknown:
         raise SyncRuleError(f"{where} write has unknown fields: {', '.join(unknown)}")
-    raw_ops = raw.get("ops")
+    raw_ops = raw.get("ops", ABSENT)
     ops = ALL_OPS
-    if raw_ops is not None:
+    if raw_ops is not ABSENT:
         if not isinstance(raw_ops, list) or not all(isinstance(op, str) and op in ALL_OPS for op in raw_ops):
             raise SyncRuleError(f"{where} write ops must be an array of: {_OP_LIST}")
         ops = frozenset(WriteOp(op) for op in raw_ops)
-    read_only = _column_list(raw.get("readOnlyColumns"), where, "write readOnlyColumns")
-    immutable = _column_list(raw.get("immutableColumns"), where, "write immutableColumns")
+    read_only = _column_list(raw.get("readOnlyColumns", ABSENT), where, "write readOnlyColumns")
+    immutable = _column_list(raw.get("immutableColumns", ABSENT), where, "write immutableColumns")
     return WritePolicy(ops, read_only, immutable)
 
 
 def parse_table_policies(raw: object) -> dict[str, TablePolicy]:
-    """Validate a rules document's ``"tables"`` object: table name -> ``{"adminOnly"?, "write"?}``.
+    """Validate a rules document's ``"tables"`` object: table name -> ``{"adminOnly"?, "write"?}`` (:data:`ABSENT`:
+    none).
 
     Raises:
-        SyncRuleError: malformed, a reserved table, or more than :data:`MAX_TABLE_POLICIES` tables.
+        SyncRuleError: malformed (``null`` included), a reserved table, or more than :data:`MAX_TABLE_POLICIES` tables.
     """
-    if raw is None:
+    if raw is ABSENT:
         return {}
     if not isinstance(raw, Mapping):
         raise SyncRuleError("Sync rules tables must be an object of table name to policy")
@@ -162,11 +166,12 @@ def parse_table_policies(raw: object) -> dict[str, TablePolicy]:
         admin_only = body.get("adminOnly", False)
         if not isinstance(admin_only, bool):
             raise SyncRuleError(f"{where} adminOnly must be true or false")
-        policies[table] = TablePolicy(admin_only, parse_write_policy(body.get("write"), where))
+        policies[table] = TablePolicy(admin_only, parse_write_policy(body.get("write", ABSENT), where))
     return policies
 
 
 __all__ = [
+    "ABSENT",
     "ALL_OPS",
     "DEFAULT_POLICY",
     "RESERVED_TABLE_PREFIX",
