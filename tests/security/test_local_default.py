@@ -31,7 +31,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lakesync.auth import mint_token
-from lakesync.local.access import LocalCredentials, is_loopback_host, sign
+from lakesync.local.access import LocalCredentials, SignatureRefused, is_loopback_host, sign, verify
 from lakesync.local.moto import MotoServer
 from lakesync.local.runner import AWS_CONFIG_FILE, LocalStack, aws_profile, exposure_warning
 from lakesync.local.websocket import is_local_peer
@@ -254,3 +254,40 @@ def test_signed_requests_name_no_secret(exposed: LocalStack) -> None:
 
     assert credentials.secret_access_key not in json.dumps(headers)
     assert credentials.secret_access_key not in repr(credentials)
+
+
+def test_moto_refuses_a_presigned_url_even_of_its_own_credential(exposed: LocalStack) -> None:
+    s3 = boto3.client("s3", **exposed.aws_kwargs())
+    url = s3.generate_presigned_url("list_objects_v2", Params={"Bucket": "lakesync-checkpoints"}, ExpiresIn=60)
+
+    assert "Signature=" in url
+    assert _status(url) == 403
+
+
+@pytest.mark.parametrize(
+    ("target", "tamper"),
+    [
+        ("/bucket/a%20b/c%2Bd%3De.txt?versionId=1&acl", None),
+        ("/?Action=ListQueues&Version=2012-11-05", None),
+        ("/bucket/key?b=2&a=1", "body"),
+        ("/bucket/key?b=2&a=1", "query"),
+        ("/bucket/key", "header"),
+    ],
+)
+def test_a_signature_covers_method_path_query_headers_and_body(target: str, tamper: str | None) -> None:
+    credentials = LocalCredentials.generate()
+    body = b'{"TableName": "t"}'
+    signed = {k.lower(): v for k, v in sign(credentials, "PUT", f"http://127.0.0.1:1{target}", body).items()}
+    if tamper == "body":
+        body += b" "
+    elif tamper == "query":
+        target = target.replace("a=1", "a=2")
+    elif tamper == "header":
+        signed["x-amz-date"] = "20200101T000000Z"
+
+    if tamper is None:
+        verify(credentials, "PUT", target, signed, body)
+    else:
+        with pytest.raises(SignatureRefused) as refused:
+            verify(credentials, "PUT", target, signed, body)
+        assert refused.value.code == ("XAmzContentSHA256Mismatch" if tamper == "body" else "SignatureDoesNotMatch")

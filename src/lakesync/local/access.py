@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import posixpath
+import re
 import secrets
 import string
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ __all__ = ["ALGORITHM", "LocalCredentials", "SignatureRefused", "is_loopback_hos
 
 ALGORITHM: Final = "AWS4-HMAC-SHA256"
 _KEY_ALPHABET: Final = string.ascii_uppercase + string.digits
+_SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
 
 
 def is_loopback_host(host: str) -> bool:
@@ -90,7 +92,7 @@ def verify(credentials: LocalCredentials, method: str, target: str, headers: Map
     """
     header = headers.get("authorization")
     if not header:
-        if "x-amz-credential=" in target.lower():
+        if "x-amz-credential=" in target.lower() or "signature=" in target.lower():
             raise SignatureRefused("AccessDenied", "presigned requests are not accepted by this local endpoint")
         raise SignatureRefused("MissingAuthenticationToken", "the request is not signed (AWS SigV4)")
     fields = _parse_authorization(header)
@@ -112,6 +114,9 @@ def verify(credentials: LocalCredentials, method: str, target: str, headers: Map
     )
     if not hmac.compare_digest(expected.encode(), fields["Signature"].encode()):
         raise SignatureRefused("SignatureDoesNotMatch", "the request signature does not match")
+    declared = headers.get("x-amz-content-sha256", "")
+    if _SHA256_HEX.fullmatch(declared) and not hmac.compare_digest(declared, hashlib.sha256(body).hexdigest()):
+        raise SignatureRefused("XAmzContentSHA256Mismatch", "the body is not the one the request was signed with")
 
 
 def sign(
