@@ -191,12 +191,10 @@ def _cmd_rotate_key(args: argparse.Namespace) -> int:
     from lakesync.local.runner import rotate_local_key
 
     data_dir = Path(args.data_dir)
-    rotate_local_key(data_dir, emergency=args.emergency)
-    kept = (
-        "no previous key is kept: every token signed before now is refused"
-        if args.emergency
-        else ("the previous key still verifies until the next rotation (--emergency drops it)")
-    )
+    if rotate_local_key(data_dir, emergency=args.emergency):
+        kept = "the previous key still verifies until the next rotation (--emergency drops it)"
+    else:
+        kept = "no previous key is kept: every token signed before now is refused"
     print(f"rotated the JWT key in {data_dir.resolve()}; {kept}.")
     print("restart `lakesync local` to apply it, then mint new tokens with `lakesync token`.")
     return 0

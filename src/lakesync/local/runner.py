@@ -111,19 +111,24 @@ def load_previous_secret(data_dir: Path) -> str | None:
     return _read_key(path, data_dir) if path.exists() else None
 
 
-def rotate_local_key(data_dir: Path, *, emergency: bool = False) -> None:
+def rotate_local_key(data_dir: Path, *, emergency: bool = False) -> bool:
     """Replace the local JWT key with a new random one (applies when ``lakesync local`` next starts).
 
     An ordinary rotation keeps the replaced key as the previous one, so tokens signed with it still verify until the
     next rotation; an emergency rotation keeps no previous key, so every token signed before it fails.
+
+    Returns:
+        Whether a previous key is kept.
     """
     make_data_dir(data_dir)
     current, previous = data_dir / SECRET_FILE, data_dir / PREVIOUS_SECRET_FILE
-    if emergency or not current.exists():
-        previous.unlink(missing_ok=True)
-    else:
+    keep = not emergency and current.exists()
+    if keep:
         os.replace(current, previous)
+    else:
+        previous.unlink(missing_ok=True)
     _write_private(current, generate_secret() + "\n")
+    return keep
 
 
 def _read_key(path: Path, data_dir: Path) -> str:
