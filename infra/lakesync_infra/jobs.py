@@ -417,7 +417,7 @@ class Jobs(Construct):
                 temp=temp,
                 log_prefix=log_prefix,
             )
-            self._acknowledge_role(kind, role, lake, queues, prefix, temp)
+            self._acknowledge_role(kind, role, lake, queues, prefix, temp, log_prefix)
         self._config = config
 
     def job_arn(self, kind: str) -> str:
@@ -463,9 +463,16 @@ class Jobs(Construct):
             },
         )
 
-    def _acknowledge_role(self, kind: str, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str) -> None:
+    def _acknowledge_role(
+        self, kind: str, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str, log_prefix: str
+    ) -> None:
         artifacts = arn_token(self.artifacts)
         findings = {
+            f"Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:{log_prefix}/*": (
+                "The Glue jobs' log groups and streams under the stack's own prefix: the Glue developer guide names "
+                "two layouts (<prefix>/<stream>, and <prefix>/<security configuration>-role/<role>/<stream>); until a "
+                "run on AWS shows which one these jobs use, the role may write both (docs/deployment.md)."
+            ),
             f"Resource::{artifacts}/{prefix}/*": "Reads its script and the zip of wheels: exactly the files of this "
             "deployment's content-addressed bundle prefix.",
             f"Resource::{artifacts}/{temp}/*": "Glue's temporary directory for this job; Glue names the objects.",
