@@ -235,6 +235,28 @@ def test_an_expired_token_is_refreshed_once_through_get_token(stack: LocalStack,
     assert gateway_rows(stack, table) == {"r": {"title": "x"}}
 
 
+def test_a_token_the_authorizer_refuses_is_refreshed_once_through_get_token(
+    stack: LocalStack, open_store: Open
+) -> None:
+    # Given a first token signed with a key the gateway no longer accepts (an emergency rotation dropped it): API
+    # Gateway's authorizer answers 403 {"message": "Forbidden"} before any function runs
+    table = unique_table()
+    tokens = [mint_token("rotated", "default", "k" * 32), mint_token("rotated", "default", stack.secret)]
+    calls: list[int] = []
+
+    def get_token() -> str:
+        calls.append(1)
+        return tokens[len(calls) - 1]
+
+    store = open_store("rotated", table, get_token=get_token)
+    store.insert(table, "r", {"title": "x"})
+    # When it syncs, Then it asks for a fresh token once and goes on
+    report = store.sync()
+    assert report.pushed == 1
+    assert len(calls) == 2
+    assert gateway_rows(stack, table) == {"r": {"title": "x"}}
+
+
 def test_a_token_that_stays_refused_raises_instead_of_looping(stack: LocalStack, open_store: Open) -> None:
     expired = mint_token("stale", "default", stack.secret, now_ms=0)
     store = open_store("stale", unique_table(), get_token=lambda: expired)

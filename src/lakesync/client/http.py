@@ -48,6 +48,13 @@ class ApiError(Exception):
         code = self.body.get("code")
         return code if isinstance(code, str) else None
 
+    @property
+    def refused_by_authorizer(self) -> bool:
+        """API Gateway's own 403 ``{"message": "Forbidden"}``: its token authorizer refused the token (signed with a
+        key an emergency rotation dropped, or living longer than the deployment allows) before any function ran. A
+        fresh token may pass, as after a 401."""
+        return self.status == 403 and self.body == {"message": "Forbidden"}
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointStream:
@@ -136,7 +143,10 @@ class SyncClient:
                 if exc.code == 401 and attempt == 0 and self.refresh_token(token):
                     exc.close()
                     continue
-                raise _api_error(exc, deadline, self.max_answer_bytes) from None
+                error = _api_error(exc, deadline, self.max_answer_bytes)
+                if error.refused_by_authorizer and attempt == 0 and self.refresh_token(token):
+                    continue
+                raise error from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request(self, method: str, path: str, *, body: object = None, query: Mapping[str, Any] | None = None) -> Any:
