@@ -216,6 +216,8 @@ class LakeSyncConfig:
             every request invokes it).
         rate_limits: The per-caller rate limits of the API functions (``LAKESYNC_RATE_LIMITS``: ``family=requests/
             seconds`` entries; ``None``: the defaults of :mod:`lakesync.gateway.limits`).
+        max_token_lifetime_seconds: The longest lifetime a token may claim, enforced by every function and the
+            authorizer that verify tokens (``LAKESYNC_MAX_TOKEN_LIFETIME_S``; 60 s to 30 days, default 24 h).
         cors_origins: Origins allowed by CORS preflight (empty: no CORS configuration).
         log_retention_days: Retention of every log group.
         log_level: ``POWERTOOLS_LOG_LEVEL`` of the functions.
@@ -295,6 +297,7 @@ class LakeSyncConfig:
     public_throttle_burst: int = 40
     authorizer_cache_seconds: int = 300
     rate_limits: str | None = None
+    max_token_lifetime_seconds: int = 86_400
     cors_origins: tuple[str, ...] = ()
     log_retention_days: int = 30
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -465,6 +468,7 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "public_throttle_rate": (1, 1_000_000, False),
     "public_throttle_burst": (1, 1_000_000, False),
     "authorizer_cache_seconds": (0, 3600, False),  # API Gateway's range for a Lambda authorizer's cache TTL
+    "max_token_lifetime_seconds": (60, 30 * 86_400, False),  # the functions' own range (function_settings)
     "lake_noncurrent_days": (1, 3650, False),
     "claim_check_days": (15, 3650, False),
     "access_log_days": (1, 3650, False),

@@ -94,6 +94,7 @@ from lakesync.aws.function_settings import (
     LOG_KEYS,
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES,
+    MAX_TOKEN_LIFETIME_S,
     PULL_BASIS_TTL_MS,
     RATE_LIMITS,
     SUB_SHARDS,
@@ -590,6 +591,7 @@ class Functions(Construct):
 
 def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secretsmanager.ISecret) -> dict[str, str]:
     env = {GATEWAY_IDS: ",".join(config.gateway_ids), JWT_SECRET_ARN: jwt_secret.secret_arn}
+    env[MAX_TOKEN_LIFETIME_S] = str(config.max_token_lifetime_seconds)
     env.update(_egress_environment(config))
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)

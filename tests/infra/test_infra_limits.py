@@ -102,3 +102,27 @@ def test_rate_limits_and_authorizer_cache_settings_are_validated() -> None:
     for bad in ({"rateLimits": "pushes=1/60"}, {"authorizerCacheSeconds": 3601}, {"publicThrottleRate": 0}):
         with pytest.raises(ConfigError):
             LakeSyncConfig.from_settings("dev", bad)
+
+
+def test_every_function_that_verifies_tokens_gets_the_maximum_token_lifetime(cfn: Any) -> None:
+    # Given the functions whose code verifies tokens (they read the JWT secret) and their environments
+    from lakesync.aws.function_settings import MAX_TOKEN_LIFETIME_S, Settings
+
+    verifying = {
+        name: props["Environment"]["Variables"]
+        for name, props in cfn.functions().items()
+        if "LAKESYNC_JWT_SECRET_ARN" in props["Environment"]["Variables"]
+    }
+    assert {"push", "pull", "authorizer", "ws_connect", "ws_message"} <= set(verifying)
+    # Then each gets the stack's maximum lifetime (the default: a day), in a form its settings parser accepts
+    for name, variables in verifying.items():
+        assert variables.get(MAX_TOKEN_LIFETIME_S) == "86400", name
+    env = {MAX_TOKEN_LIFETIME_S: "86400", "LAKESYNC_JWT_SECRET": "k" * 32, "LAKESYNC_TABLE_PREFIX": "t"}
+    assert Settings.from_env(env).max_token_lifetime_s == 86_400
+
+
+def test_the_maximum_token_lifetime_setting_is_validated() -> None:
+    assert LakeSyncConfig.from_settings("dev", {"maxTokenLifetimeSeconds": 3600}).max_token_lifetime_seconds == 3600
+    for bad in (59, 30 * 86_400 + 1, "1h"):
+        with pytest.raises(ConfigError):
+            LakeSyncConfig.from_settings("dev", {"maxTokenLifetimeSeconds": bad})
