@@ -70,6 +70,12 @@ def _cmd_local(args: argparse.Namespace) -> int:
             )
         print(f"materialising flushed rows into {_masked(stack.materialise_target)}", flush=True)
         print(f"data directory: {data_dir.resolve()}   mint a token: lakesync token --sub me", flush=True)
+        for gateway in stack.open_gateways():
+            print(
+                f"gateway {gateway!r} has no sync rules: any valid token reads and writes every row of it"
+                f" (POST /v1/admin/sync-rules/{gateway} confines clients; docs/security.md)",
+                flush=True,
+            )
         scheduler = _lake_scheduler(stack, data_dir, args.lake_interval)
         print("Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):

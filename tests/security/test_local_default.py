@@ -239,6 +239,10 @@ def test_lakesync_local_warns_when_the_host_is_not_loopback(tmp_path: Path) -> N
     assert "no sync rules by default" in err and "stay on 127.0.0.1" in err
     banner = next(line for line in lines if line.startswith("LakeSync local gateway"))
     assert "AWS/moto at http://127.0.0.1:" in banner
+    # And the banner says plainly that the gateway, without rules, is open
+    assert any(
+        line.startswith("gateway 'default' has no sync rules: any valid token reads and writes") for line in lines
+    )
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])

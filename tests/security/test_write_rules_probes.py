@@ -215,3 +215,11 @@ def test_lambda_every_probe_is_rejected_and_admins_stay_trusted(api: Api) -> Non
     fixed = _push(api, "ops", None, [_delta("ops", "UPDATE", "b1", title="fixed by ops")])
     assert fixed["accepted"] == 1 and fixed["receipts"][0].get("rejected") is None
     assert _pull(api, "blue", "blue")["todos:b1"]["title"] == "fixed by ops"
+
+
+def test_local_names_the_gateways_that_have_no_sync_rules(tmp_path: Path) -> None:
+    with LocalStack(tmp_path / "open", port=0, persist=False) as fresh:
+        assert fresh.open_gateways() == ["default"]
+        admin_token = mint_token("ops", GW, fresh.secret, role="admin")
+        assert _http(fresh, "POST", f"/v1/admin/sync-rules/{GW}", RULES, admin_token)[0] == 200
+        assert fresh.open_gateways() == []

@@ -404,6 +404,14 @@ class LocalStack:
         )
         self.materialiser = LocalMaterialiser(sqs, self.queue_url, lambda_handler).start()
 
+    def open_gateways(self) -> list[str]:
+        """The gateways without sync rules: any valid token of one reads and writes every row of it."""
+        from lakesync.aws.dynamodb import DynamoDBConfigStore
+        from lakesync.aws.tables import TableNames
+
+        config = DynamoDBConfigStore(self.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX))
+        return [gw for gw in self.gateway_ids if config.get_sync_rules(gw) is None]
+
     def sqs_client(self) -> Any:
         """A boto3 SQS client for the local moto server."""
         import boto3
