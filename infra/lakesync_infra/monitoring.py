@@ -71,18 +71,22 @@ BROADCAST_AGE_LIMIT = cdk.Duration.minutes(1)
 DEPLOY_FUNCTIONS = ("log_keys_marker",)
 """Functions CloudFormation calls during a deploy (a failure of theirs fails the deploy, which says why): neither
 alarmed nor graphed."""
-ERROR_ALARMED = (*(f for f in EXTRA_FUNCTIONS if f not in DEPLOY_FUNCTIONS), BROADCASTER)
-"""Functions with an error alarm: those no client waits for (an API function's failure is a 5xx answer; a WebSocket
-route's failure is a refused upgrade or a closed socket, which the client sees and retries)."""
+AUTHORIZER = "authorizer"
+"""The HTTP API's token authorizer: API Gateway answers 500 when it fails, so ``Api5xx`` alarms on it."""
+ERROR_ALARMED = (*(f for f in EXTRA_FUNCTIONS if f not in (*DEPLOY_FUNCTIONS, AUTHORIZER)), BROADCASTER)
+"""Functions with an error alarm: those no client waits for (an API function's failure, the authorizer's included, is
+a 5xx answer; a WebSocket route's failure is a refused upgrade or a closed socket, which the client sees and
+retries)."""
 QUIET_FUNCTIONS = ("rotate_secret", "connector_poll", *(f for f in REALTIME_FUNCTIONS if f != BROADCASTER))
 """Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed); the
 WebSocket routes and the connector poller (one invocation per connector and schedule tick; its errors alarm) are here
 so the dashboard stays within :data:`DASHBOARD_METRICS`."""
-UNGRAPHED = ("health", "ws_disconnect", "flush", *DEPLOY_FUNCTIONS)
+UNGRAPHED = ("health", AUTHORIZER, "ws_disconnect", "flush", *DEPLOY_FUNCTIONS)
 """Functions left off the dashboard entirely (the dashboard has no room): ``health`` does no I/O, a failure of it is
-an API 5xx (graphed and alarmed); ``ws_disconnect`` is a ``DeleteItem`` per closed socket; the flush function runs at
-most one run at a time, and its errors alarm is on the dashboard's alarm widget (as the Glue flush job's failures are
-on its graph of failed runs)."""
+an API 5xx (graphed and alarmed), as is one of the authorizer (about one invocation per token and cache period);
+``ws_disconnect`` is a ``DeleteItem`` per closed socket; the flush function runs at most one run at a time, and its
+errors alarm is on the dashboard's alarm widget (as the Glue flush job's failures are on its graph of failed
+runs)."""
 OWN_ROW = "materialise"
 """The function with its own dashboard row (left out of the per-function graphs)."""
 DASHBOARD_METRICS = 50

@@ -49,13 +49,19 @@ SCHEMA = {
 @pytest.fixture
 def env(aws_env: None, monkeypatch: pytest.MonkeyPatch, dynamodb_tables: Any, claim_check: Any) -> Any:
     from functions._runtime import reset_runtime
+    from lakesync import egress
 
     for kind, var in TABLE_VARS.items():
         monkeypatch.setenv(var, getattr(dynamodb_tables, kind))
     monkeypatch.setenv(CLAIM_CHECK_BUCKET, claim_check.bucket)
+    # The test PostgreSQL listens on loopback: this test deployment allows it, as `lakesync local` does (the default
+    # refusal is tested in tests/security/test_ssrf.py).
+    monkeypatch.setenv("LAKESYNC_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+    policy = egress.current()
     reset_runtime()
     yield
     reset_runtime()
+    egress.configure(policy)
 
 
 @pytest.fixture

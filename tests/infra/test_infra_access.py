@@ -326,7 +326,7 @@ def _claim_idempotency_key(env: dict[str, Any]) -> None:
     from lakesync.aws.dynamodb import DynamoDBActionStore
 
     client = boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE)
-    assert DynamoDBActionStore(client, env["tables"]).claim(GW, "idem:issue-42", 2**40, 0)
+    assert DynamoDBActionStore(client, env["tables"]).claim(GW, "client-a", "idem:issue-42", 2**40, 0)
 
 
 def _since_session(env: dict[str, Any]) -> None:
@@ -425,6 +425,8 @@ def _connector_body() -> dict[str, Any]:
             "intervalMs": 60_000,
             "tables": [{"table": "todos", "query": "tickets", "strategy": {"type": "diff"}}],
         },
+        # clients may run its `create` (actions are off for clients without a policy)
+        "actions": {"allow": [{"type": "create"}], "requireRole": "client"},
     }
 
 
