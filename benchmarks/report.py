@@ -53,7 +53,13 @@ def machine_lines(m: dict[str, Any]) -> list[str]:
     return [
         f"Machine: {m['cpu']}, {m['cpu_count']} CPUs, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
         f"load average {m['load_average_start']} at the start, {m['load_average_end']} at the end "
-        "(other work on the machine makes absolute figures noisy; the ratios pair sides measured back to back).",
+        "(other work on the machine makes absolute figures noisy; the ratios pair sides measured back to back)"
+        + (
+            f"; the fixed Python yardstick took {m['yardstick_ms']} ms: absolute times (the cold imports' goal among"
+            " them) scale with it, ratios do not."
+            if m.get("yardstick_ms")
+            else "."
+        ),
         f"Code: commit `{(m['git']['commit'] or 'unknown')[:12]}`"
         + (" with uncommitted changes in src/ or functions/." if m["git"]["src_or_functions_modified"] else "."),
         f"Packages: {', '.join(f'{k} {v}' for k, v in m['packages'].items())}.",
