@@ -218,42 +218,36 @@ def test_the_clock_never_goes_backwards_across_a_restart(open_store: Open, tmp_p
     assert again.rows(table)["r"]["title"] == "later"
 
 
-def test_an_expired_token_is_refreshed_once_through_get_token(stack: LocalStack, open_store: Open) -> None:
+@pytest.mark.parametrize(
+    "stale",
+    [
+        # expired: the function answers 401 AUTH_ERROR "JWT has expired"
+        "expired",
+        # signed with a key the gateway no longer accepts (an emergency rotation dropped it): API Gateway's
+        # authorizer answers 403 {"message": "Forbidden"} before any function runs
+        "dropped key",
+    ],
+)
+def test_a_stale_token_is_refreshed_once_through_get_token(stack: LocalStack, open_store: Open, stale: str) -> None:
     table = unique_table()
-    tokens = [mint_token("refresh", "default", stack.secret, now_ms=0), mint_token("refresh", "default", stack.secret)]
+    name = "refresh" if stale == "expired" else "rotated"
+    first = (
+        mint_token(name, "default", stack.secret, now_ms=0)
+        if stale == "expired"
+        else mint_token(name, "default", "k" * 32)
+    )
+    tokens = [first, mint_token(name, "default", stack.secret)]
     calls: list[int] = []
 
     def get_token() -> str:
         calls.append(1)
         return tokens[len(calls) - 1]
 
-    store = open_store("refresh", table, get_token=get_token)
+    store = open_store(name, table, get_token=get_token)
     store.insert(table, "r", {"title": "x"})
     report = store.sync()
     assert report.pushed == 1
-    assert len(calls) == 2  # the first token, then one refresh after the 401
-    assert gateway_rows(stack, table) == {"r": {"title": "x"}}
-
-
-def test_a_token_the_authorizer_refuses_is_refreshed_once_through_get_token(
-    stack: LocalStack, open_store: Open
-) -> None:
-    # Given a first token signed with a key the gateway no longer accepts (an emergency rotation dropped it): API
-    # Gateway's authorizer answers 403 {"message": "Forbidden"} before any function runs
-    table = unique_table()
-    tokens = [mint_token("rotated", "default", "k" * 32), mint_token("rotated", "default", stack.secret)]
-    calls: list[int] = []
-
-    def get_token() -> str:
-        calls.append(1)
-        return tokens[len(calls) - 1]
-
-    store = open_store("rotated", table, get_token=get_token)
-    store.insert(table, "r", {"title": "x"})
-    # When it syncs, Then it asks for a fresh token once and goes on
-    report = store.sync()
-    assert report.pushed == 1
-    assert len(calls) == 2
+    assert len(calls) == 2  # the first token, then one refresh after the refusal
     assert gateway_rows(stack, table) == {"r": {"title": "x"}}
 
 
