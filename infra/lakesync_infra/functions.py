@@ -7,11 +7,12 @@ tracing, its own log group (with retention) and its own role holding exactly wha
 lists, per function, the DynamoDB actions on each logical table (the stores' calls in ``lakesync.aws.dynamodb``), and
 the environment is the subset of :data:`lakesync.aws.function_settings.FUNCTION_ENV_VARS` the function needs.
 
-``flush_trigger`` consumes the ``config`` table's stream, filtered to inserted flush requests (``sk`` beginning
-with ``flush#``), and reports batch item failures. Each invocation may wait minutes for a busy flush job (see
-:mod:`lakesync.aws.flush_trigger`), so its timeout covers that wait and the mapping retries a reported batch up to
-:data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`; a batch that still fails lands (as
-metadata) in a DLQ, and the lake tick starts the flush for its requests anyway (they stay recorded until served).
+``flush_trigger`` consumes the ``config`` table's stream, filtered to new flush requests
+(:data:`FLUSH_REQUEST_FILTER`: ``sk`` beginning with ``flush#``), and reports batch item failures. Each invocation
+may wait minutes for a busy flush job (see :mod:`lakesync.aws.flush_trigger`), so its timeout covers that wait and
+the mapping retries a reported batch up to :data:`STREAM_RETRY_ATTEMPTS` times within :data:`STREAM_MAX_RECORD_AGE`;
+a batch that still fails lands (as metadata) in a DLQ, and the lake tick starts the flush for its requests anyway
+(they stay recorded until served).
 
 ``ws_connect``, ``ws_disconnect``, ``ws_message`` and ``ws_broadcast`` are the WebSocket API's routes and the
 broadcaster on the ``deltas`` table's stream; their access here is what they touch of the buffer (``ws_message``
@@ -141,6 +142,19 @@ LAKE_TICK_TIMEOUT_S: Final = 60
 """Covers the trigger's wait for a busy flush job (``lakesync.aws.flush_trigger.MAX_WAIT_S`` + ``SAFETY_S``)."""
 STREAM_RETRY_ATTEMPTS: Final = 30
 STREAM_MAX_RECORD_AGE: Final = cdk.Duration.hours(2)
+FLUSH_REQUEST_FILTER: Final = {
+    "dynamodb": {
+        "NewImage": {
+            "gw": {"S": lambda_.FilterRule.exists()},
+            "sk": {"S": lambda_.FilterRule.begins_with(FLUSH_REQUEST_PREFIX)},
+        }
+    }
+}
+"""New flush requests (the keys :func:`lakesync.core.flush_requests.parse_flush_request_key` reads) invoke the
+trigger. DynamoDB event source mappings filter only on the ``dynamodb`` key
+(https://docs.aws.amazon.com/lambda/latest/dg/with-ddb-filtering.html), so not on ``eventName``: the flush deleting a
+request streams a ``REMOVE`` without ``NewImage``, which fails the filter; requests are never updated, and the handler
+drops anything but an ``INSERT`` itself."""
 MATERIALISE: Final = "materialise"
 AUTHORIZER: Final = "authorizer"
 AUTHORIZER_TIMEOUT_S: Final = 10
@@ -562,14 +576,7 @@ class Functions(Construct):
             starting_position=lambda_.StartingPosition.LATEST,
             batch_size=100,
             max_batching_window=cdk.Duration.seconds(1),
-            filters=[
-                lambda_.FilterCriteria.filter(
-                    {
-                        "eventName": lambda_.FilterRule.is_equal("INSERT"),
-                        "dynamodb": {"NewImage": {"sk": {"S": lambda_.FilterRule.begins_with(FLUSH_REQUEST_PREFIX)}}},
-                    }
-                )
-            ],
+            filters=[lambda_.FilterCriteria.filter(FLUSH_REQUEST_FILTER)],
             report_batch_item_failures=True,
             retry_attempts=STREAM_RETRY_ATTEMPTS,
             max_record_age=STREAM_MAX_RECORD_AGE,

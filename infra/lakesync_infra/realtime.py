@@ -12,8 +12,8 @@
 * **The sessions table** (:func:`lakesync.aws.tables.connections_table_spec`): on demand, the stack's key,
   point-in-time recovery like the other tables, TTL on ``exp``, removed with the stack (sessions are ephemeral).
 * **The broadcaster.** ``ws_broadcast`` reads the ``deltas`` table's stream (new images) through an event source
-  mapping whose filter lets only ``INSERT``\\ s of log items through (items carrying the ``z`` blob), so releases,
-  TTL deletes and anything else cost no invocation; it reports batch item failures, bisects a failing batch, retries
+  mapping whose filter lets only new images of log items through (:data:`LOG_ITEM_FILTER`), so releases, TTL
+  deletes and anything else cost no invocation; it reports batch item failures, bisects a failing batch, retries
   :data:`BROADCAST_RETRY_ATTEMPTS` times within :data:`BROADCAST_MAX_RECORD_AGE` (a broadcast is an optimisation:
   clients pull, so old records are not worth sending) and records what still fails in an SQS queue (alarmed).
 * **Least privilege.** Each function gets exactly its calls on the sessions table (and the key);
@@ -53,10 +53,21 @@ BROADCAST_RETRY_ATTEMPTS: Final = 5
 BROADCAST_MAX_RECORD_AGE: Final = cdk.Duration.minutes(10)
 """A change older than API Gateway's idle timeout is not worth pushing: the clients it was for have pulled since."""
 LOG_ITEM_FILTER: Final = {
-    "eventName": lambda_.FilterRule.is_equal("INSERT"),
-    "dynamodb": {"NewImage": {"z": {"B": lambda_.FilterRule.exists()}}},
+    "dynamodb": {
+        "NewImage": {
+            "shard": {"S": lambda_.FilterRule.exists()},
+            "seq": {"N": lambda_.FilterRule.exists()},
+            "n": {"N": lambda_.FilterRule.exists()},
+            "c": {"N": lambda_.FilterRule.exists()},
+            "z": {"B": lambda_.FilterRule.exists()},
+        }
+    }
 }
-"""Only inserted log chunks (``lakesync.aws.log_chunks``: the entries are in ``z``) invoke the broadcaster."""
+"""Only new log chunks (``lakesync.aws.log_chunks``: every attribute :func:`lakesync.aws.log_stream.decode_record`
+reads) invoke the broadcaster. DynamoDB event source mappings filter only on the ``dynamodb`` key
+(https://docs.aws.amazon.com/lambda/latest/dg/with-ddb-filtering.html), so ``eventName`` cannot be matched: a removal
+(the flush's release, a TTL delete) carries no ``NewImage`` and fails every ``exists``; a ``MODIFY`` would pass, but
+log items are never changed once put, and the handler drops anything but an ``INSERT`` itself."""
 ACCESS_LOG_FORMAT: Final = json.dumps(
     {
         "requestId": "$context.requestId",
@@ -140,6 +151,12 @@ class Realtime(Construct):
         stage.route_settings = {
             "$connect": {"ThrottlingRateLimit": connect_rate, "ThrottlingBurstLimit": 2 * connect_rate}
         }
+        # RouteSettings name $connect: without the dependency CloudFormation may create the stage before the route
+        # and fail ("Unable to find Route by key $connect within the provided RouteSettings").
+        (connect,) = [
+            c for c in self.api.node.children if isinstance(c, apigwv2.WebSocketRoute) and c.route_key == "$connect"
+        ]
+        stage.add_dependency(connect.node.default_child)  # type: ignore[arg-type]
         self.url = self.stage.url
         acknowledge(
             self.api,

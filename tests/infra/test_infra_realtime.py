@@ -56,13 +56,21 @@ def test_the_deltas_table_streams_new_images_to_the_broadcaster(cfn, ids):
     assert mapping["StartingPosition"] == "LATEST"
 
 
-def test_only_inserted_log_items_invoke_the_broadcaster(cfn):
+def test_only_new_log_items_invoke_the_broadcaster(cfn):
     # Given the mapping's filter
     (flt,) = _mapping(cfn, "ws_broadcast")["FilterCriteria"]["Filters"]
-    # Then only INSERTs of items carrying a log chunk's entries (z) pass: releases, TTL deletes cost no invocation
+    # Then it asks, under the dynamodb key alone, for a new image with every attribute of a log chunk: releases and
+    # TTL deletes (no new image) cost no invocation (run against records in test_infra_streams)
     assert json.loads(flt["Pattern"]) == {
-        "eventName": ["INSERT"],
-        "dynamodb": {"NewImage": {"z": {"B": [{"exists": True}]}}},
+        "dynamodb": {
+            "NewImage": {
+                "shard": {"S": [{"exists": True}]},
+                "seq": {"N": [{"exists": True}]},
+                "n": {"N": [{"exists": True}]},
+                "c": {"N": [{"exists": True}]},
+                "z": {"B": [{"exists": True}]},
+            }
+        }
     }
 
 
@@ -117,6 +125,19 @@ def test_stage_throttles_its_routes_and_logs_access(cfn, rt, options):
     assert {"connectionId", "eventType", "routeKey", "status"} <= set(fields)
     group = stage["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"][0]
     assert cfn.resources[group]["Properties"]["RetentionInDays"] == options["logRetentionDays"]
+
+
+def test_stage_is_created_after_every_route_its_route_settings_name(cfn, rt):
+    # Given the stage's per-route settings and the API's routes by key
+    stage = cfn.resources[rt["stage"]]
+    routes = {
+        r["RouteKey"]: k for k, r in cfn.of_type("AWS::ApiGatewayV2::Route").items() if r["ApiId"] == {"Ref": rt["api"]}
+    }
+    # Then the stage depends on each route it names, so CloudFormation never creates it first ("Unable to find Route
+    # by key $connect within the provided RouteSettings")
+    assert set(stage["Properties"]["RouteSettings"]) == {"$connect"}
+    for key in stage["Properties"]["RouteSettings"]:
+        assert routes[key] in stage.get("DependsOn", [])
 
 
 def test_sessions_table_is_on_demand_encrypted_with_ttl_and_a_gateway_index(cfn, rt, ids):
