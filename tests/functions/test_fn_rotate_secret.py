@@ -296,3 +296,61 @@ def test_rotation_refuses_to_create_a_key_under_32_bytes(secret):
         rotator.rotate(parse_rotation_event(secret.event("rotate_secret_create")))
 
     assert secret.stages()[secret.token] == ["AWSPENDING"]
+
+
+# --- the first rotation, during the deploy ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def deployed_secret(aws_env: None) -> Any:
+    """The JWT secret as the stack creates it seconds before its rotation schedule: a value Secrets Manager
+    generates with the construct's settings (no value of ours, no previous version), rotation not yet enabled."""
+    from lakesync_infra.secrets import SECRET_LENGTH
+
+    client = secretsmanager_client()
+    name = f"lakesync-jwt-{uuid.uuid4().hex[:8]}"
+    value = client.get_random_password(PasswordLength=SECRET_LENGTH, ExcludePunctuation=True, IncludeSpace=False)
+    client.create_secret(Name=name, SecretString=value["RandomPassword"])
+    rotate_fn.get_rotator.cache_clear()
+    yield Secret(client, name)
+    rotate_fn.get_rotator.cache_clear()
+
+
+def test_rotate_secret_deploy_time_test_of_a_new_secret_passes_and_changes_nothing(deployed_secret):
+    # Given the secret just created, and its rotation schedule created without an immediate rotation: Secrets
+    # Manager enables rotation and runs testSecret alone, on an AWSPENDING version holding the current value, which
+    # it removes afterwards (RotateSecret, RotateImmediately=false:
+    # https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_RotateSecret.html)
+    secret = deployed_secret
+    (original_version,) = secret.stages()
+    generated = secret.value("AWSCURRENT")
+    token = secret.start_rotation()
+    secret.client.put_secret_value(
+        SecretId=secret.name, ClientRequestToken=token, SecretString=generated, VersionStages=["AWSPENDING"]
+    )
+    # When the rotation function runs that step, Then it passes
+    _invoke(secret.event("rotate_secret_test"))
+    # And wrote nothing: once Secrets Manager removes the test's version, the generated value is the only one staged,
+    # no rotation is left in progress to block the first scheduled one, and no earlier key verifies
+    assert secret.stages() == {original_version: ["AWSCURRENT"], token: ["AWSPENDING"]}
+    assert secret.value("AWSPENDING", token) == generated
+    secret.client.update_secret_version_stage(
+        SecretId=secret.name, VersionStage="AWSPENDING", RemoveFromVersionId=token
+    )
+    assert secret.stages() == {original_version: ["AWSCURRENT"]}
+    assert fetch_jwt_secrets(secret.client, secret.name) == (generated,)
+
+
+def test_rotate_secret_four_steps_pass_on_a_secret_created_seconds_earlier(deployed_secret):
+    # Given the secret just created with its generated value (a single version, never rotated)
+    secret = deployed_secret
+    (original_version,) = secret.stages()
+    generated = secret.value("AWSCURRENT")
+    assert len(generated.encode()) >= MIN_KEY_BYTES
+    # When rotation is enabled with an immediate rotation and the four steps run at once
+    token = _rotate(secret)
+    # Then the rotation completed: a new current key, the generated one previous, nothing pending
+    assert secret.stages() == {token: ["AWSCURRENT"], original_version: ["AWSPREVIOUS"]}
+    new = secret.value("AWSCURRENT")
+    assert new != generated and len(new.encode()) >= MIN_SECRET_BYTES
+    assert fetch_jwt_secrets(secret.client, secret.name) == (new, generated)
