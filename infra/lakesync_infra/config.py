@@ -53,6 +53,7 @@ LOG_RETENTION_DAYS: Final = frozenset(
     {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
 )
 FLUSH_ENGINES: Final = ("function", "glue")
+API_GATEWAY_LOGS_ROLES: Final = ("existing", "create")
 GLUE_WORKER_TYPES: Final = frozenset({"G.1X", "G.2X", "G.4X", "G.8X"})
 _ENV_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -271,6 +272,10 @@ class LakeSyncConfig:
         allowed_networks: CIDRs connectors and destinations may reach although private (an RDS in the VPC:
             ``["10.0.0.0/16"]``); loopback, private and CGNAT addresses are refused otherwise, link-local and
             metadata addresses always (``LAKESYNC_ALLOWED_NETWORKS``).
+        api_gateway_logs_role: API Gateway's CloudWatch Logs role, which a WebSocket stage's access logs need: one
+            setting per account and region. ``existing`` (default): the account already has it (a prerequisite, or
+            another stack manages it). ``create``: this stack creates it (retained when the stack is deleted); at
+            most one environment per account and region may say so.
     """
 
     name: str
@@ -323,6 +328,7 @@ class LakeSyncConfig:
     materialise_vpc: MaterialiseVpc | None = None
     destination_secret_prefix: str | None = None
     allowed_networks: tuple[str, ...] = ()
+    api_gateway_logs_role: Literal["existing", "create"] = "existing"
 
     @property
     def stack_name(self) -> str:
@@ -447,6 +453,8 @@ class LakeSyncConfig:
                 "destinationSecretPrefix must be a secret name prefix ending with '/' (letters, digits, /_+=.@-)"
             )
         out.extend(_allowed_networks_errors(self.allowed_networks))
+        if self.api_gateway_logs_role not in API_GATEWAY_LOGS_ROLES:
+            out.append(f"apiGatewayLogsRole must be one of {list(API_GATEWAY_LOGS_ROLES)}")
         return out
 
 
@@ -603,12 +611,31 @@ def environments(context: Mapping[str, Any]) -> list[LakeSyncConfig]:
     if len(set(names)) != len(names):
         raise ConfigError(f"{ENVIRONMENTS_KEY} names an environment twice: {names}")
     defaults = _as_object(DEFAULTS_KEY, context.get(DEFAULTS_KEY))
-    return [
+    configs = [
         LakeSyncConfig.from_settings(
             name, {**defaults, **_as_object(ENV_KEY_PREFIX + name, context.get(ENV_KEY_PREFIX + name))}
         )
         for name in names
     ]
+    _check_one_logs_role(configs)
+    return configs
+
+
+def _check_one_logs_role(configs: list[LakeSyncConfig]) -> None:
+    # AWS::ApiGateway::Account is one setting per account and region: two stacks creating it would overwrite each
+    # other's role. Environments without an account or region deploy to the CLI's, so those compare equal.
+    creators: dict[tuple[str | None, str | None], list[str]] = {}
+    for config in configs:
+        if config.api_gateway_logs_role == "create":
+            creators.setdefault((config.account, config.region), []).append(config.name)
+    for (account, region), names in creators.items():
+        if len(names) > 1:
+            where = f"account {account or '(the CLI default)'}, region {region or '(the CLI default)'}"
+            raise ConfigError(
+                f"environments {names} all set apiGatewayLogsRole: create in {where}: API Gateway keeps one "
+                "CloudWatch Logs role per account and region, so let one environment create it and set the others "
+                "to 'existing'"
+            )
 
 
 def _allowed_networks_errors(value: object) -> list[str]:

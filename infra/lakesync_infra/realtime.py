@@ -28,9 +28,11 @@ from collections.abc import Mapping
 from typing import Final
 
 import aws_cdk as cdk
+from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -157,6 +159,8 @@ class Realtime(Construct):
             c for c in self.api.node.children if isinstance(c, apigwv2.WebSocketRoute) and c.route_key == "$connect"
         ]
         stage.add_dependency(connect.node.default_child)  # type: ignore[arg-type]
+        if config.api_gateway_logs_role == "create":
+            stage.add_dependency(self._logs_role())
         self.url = self.stage.url
         acknowledge(
             self.api,
@@ -199,6 +203,33 @@ class Realtime(Construct):
         )
         functions["ws_broadcast"].add_event_source(self.broadcast_source)  # CDK grants the stream reads
         allow_key(functions["ws_broadcast"].role, key, ["kms:Decrypt"], ["dynamodb"], sid="StreamKey")  # type: ignore[arg-type]
+
+    def _logs_role(self) -> apigw.CfnAccount:
+        """API Gateway's account-wide CloudWatch Logs role, which access logging on a WebSocket (or REST) stage
+        needs (https://docs.aws.amazon.com/apigateway/latest/developerguide/websocket-api-logging.html). One
+        setting per account and region
+        (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-apigateway-account.html):
+        the role and the setting are retained when the stack is deleted, because every API of the account and region
+        logs through it, and a deleted role would stop their logs."""
+        role = iam.Role(
+            self,
+            "ApiGatewayLogsRole",
+            assumed_by=iam.ServicePrincipal("apigateway.amazonaws.com"),
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AmazonAPIGatewayPushToCloudWatchLogs")
+            ],
+        )
+        role.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+        acknowledge(
+            role,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AmazonAPIGatewayPushToCloudWatchLogs]",
+            "API Gateway's account-wide logging role: AWS's managed policy for it, which covers the log groups every "
+            "API of the account and region may log to (API Gateway creates the execution log groups itself).",
+        )
+        account = apigw.CfnAccount(self, "ApiGatewayAccount", cloud_watch_role_arn=role.role_arn)
+        account.apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+        return account
 
     def _sessions_table(self, key: kms.IKey) -> dynamodb.Table:
         spec = connections_table_spec("connections")

@@ -44,6 +44,7 @@ OPTIONS = {
     "sqlSourcePulls": True,
     "logKeys": "first",
     "pullBasisTtlMs": 2500,
+    "apiGatewayLogsRole": "create",
 }
 """Settings layered over cdk.json's ``dev`` environment for the test synth."""
 

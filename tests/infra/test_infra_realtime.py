@@ -140,6 +140,44 @@ def test_stage_is_created_after_every_route_its_route_settings_name(cfn, rt):
         assert routes[key] in stage.get("DependsOn", [])
 
 
+def test_the_stack_sets_api_gateways_logs_role_before_the_stage_when_asked_and_keeps_it(cfn, rt, options):
+    # Given an environment saying its account and region have no API Gateway CloudWatch Logs role
+    assert options["apiGatewayLogsRole"] == "create"
+    ((account_id, account),) = [(k, r) for k, r in cfn.resources.items() if r["Type"] == "AWS::ApiGateway::Account"]
+    # Then the stack sets it to a role API Gateway may assume, with AWS's managed policy for pushing logs
+    role_id = account["Properties"]["CloudWatchRoleArn"]["Fn::GetAtt"][0]
+    role = cfn.resources[role_id]
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "apigateway.amazonaws.com"} and trust["Action"] == "sts:AssumeRole"
+    (policy,) = role["Properties"]["ManagedPolicyArns"]
+    assert cfn.render(policy).endswith(":iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs")
+    # And keeps both when the stack goes: every API of the account and region logs through them
+    assert account["DeletionPolicy"] == role["DeletionPolicy"] == "Retain"
+    # And the stage, whose access logs need the role, is created after it
+    assert account_id in cfn.resources[rt["stage"]]["DependsOn"]
+
+
+def test_the_logs_role_is_an_existing_prerequisite_unless_one_environment_per_region_creates_it():
+    from lakesync_infra.config import ConfigError, LakeSyncConfig, environments
+
+    # Given environments that leave the setting alone, then ones asking to create the role
+    assert LakeSyncConfig.from_settings("dev", {}).api_gateway_logs_role == "existing"
+    with pytest.raises(ConfigError, match="apiGatewayLogsRole must be one of"):
+        LakeSyncConfig.from_settings("dev", {"apiGatewayLogsRole": "yes"})
+    create = {"gatewayIds": ["default"], "apiGatewayLogsRole": "create"}
+
+    def context(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return {"lakesync:environments": "a,b", "lakesync:env:a": a, "lakesync:env:b": b}
+
+    # Then one environment per account and region may create it
+    assert len(environments(context(create, {"gatewayIds": ["default"]}))) == 2
+    assert len(environments(context({**create, "region": "eu-west-1"}, {**create, "region": "us-east-1"}))) == 2
+    # And two in the same account and region (the CLI's, when neither names one) are refused at synth, saying why
+    for a, b in ((create, create), ({**create, "region": "eu-west-1"}, {**create, "region": "eu-west-1"})):
+        with pytest.raises(ConfigError, match=r"environments \['a', 'b'\] all set apiGatewayLogsRole: create"):
+            environments(context(a, b))
+
+
 def test_sessions_table_is_on_demand_encrypted_with_ttl_and_a_gateway_index(cfn, rt, ids):
     table = cfn.resources[rt["table"]]["Properties"]
     assert table["BillingMode"] == "PAY_PER_REQUEST"
