@@ -3,7 +3,9 @@
 * **The API.** A WebSocket API with routes ``$connect`` (``ws_connect``: authenticates and records the session),
   ``$disconnect`` (``ws_disconnect``) and ``$default`` (``ws_message``, two-way: a route response returns the reply)
   on Lambda proxy integrations; messages are text (the sessions' base64 frames), passed through untouched. The stage
-  auto-deploys and writes JSON access logs. **Throttling**: API Gateway throttles per stage and route for all clients
+  auto-deploys, is created after the ``$connect`` route its route settings name, and writes JSON access logs, which
+  need API Gateway's account-wide CloudWatch Logs role: a prerequisite, or created here (``apiGatewayLogsRole``).
+  **Throttling**: API Gateway throttles per stage and route for all clients
   together (a token bucket per account and Region), never per client, so the original's limit of 50 messages per
   second *per client* cannot be expressed. The closest: ``$default`` gets the HTTP API's rate and burst
   (``apiThrottleRate``/``apiThrottleBurst``: the same functions' capacity), and ``$connect`` at most
