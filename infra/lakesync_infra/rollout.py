@@ -8,6 +8,11 @@ invocation and the longest Glue job run. If the deploy rolls back, CloudFormatio
 marker with it. The resource also names the newest chunk layout the release reads (``LogFormat``): a release that
 reads a newer one changes it, and the update, again after everything else, writes the marker afresh
 (:mod:`lakesync.aws.deployment_marker`).
+
+CloudFormation waits an hour by default for a custom resource's answer, so a function that cannot answer (one that
+fails at import) would hold the deploy an hour, and its rollback another: the resource's ``ServiceTimeout``
+(:data:`SERVICE_TIMEOUT_S`, a few times the function's own timeout) fails it within minutes instead
+(https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-cloudformation-customresource.html).
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ from lakesync_infra.config import LakeSyncConfig
 
 LAMBDA_MAX_TIMEOUT_S: Final = 900
 MARGIN_S: Final = 60
+SERVICE_TIMEOUT_S: Final = 10 * 60
+"""How long CloudFormation waits for the marker function's answer (1..3600 s; CloudFormation's default is 3600). It
+invokes the function asynchronously, so a failed attempt is retried twice, a minute and then two after it; three
+attempts of the function's timeout (:data:`lakesync_infra.functions.LOG_KEYS_MARKER_TIMEOUT_S`, a minute) end within
+six minutes."""
 
 
 def marker_grace_ms(config: LakeSyncConfig) -> int:
@@ -56,6 +66,7 @@ class LogKeysMarker(Construct):
             "Resource",
             service_token=function.function_arn,
             resource_type="Custom::LogKeysMarker",
+            service_timeout=cdk.Duration.seconds(SERVICE_TIMEOUT_S),
             properties={
                 "TableName": buffer.names.config,
                 "GraceMs": str(marker_grace_ms(config)),

@@ -54,3 +54,13 @@ def test_the_marker_function_writes_only_the_config_table(cfn, ids):
     dynamodb = sorted((a, r) for a, r in cfn.allowed(role) if a.startswith("dynamodb:"))
     config = f"<{ids['table:config']}.Arn>"
     assert dynamodb == [("dynamodb:DeleteItem", config), ("dynamodb:PutItem", config)]
+
+
+def test_the_marker_fails_within_minutes_when_its_function_never_answers(cfn):
+    # CloudFormation waits an hour for a custom resource without ServiceTimeout: a function that fails at import
+    # would hold the deploy an hour, and its rollback another
+    marker = _marker(cfn)
+    timeout_s = int(marker["Properties"]["ServiceTimeout"])
+    # It waits out the function's three asynchronous attempts (a minute and two between them), and not much more
+    function_s = int(cfn.functions()["log_keys_marker"]["Timeout"])
+    assert 3 * function_s + 3 * 60 <= timeout_s <= 15 * 60
