@@ -75,9 +75,16 @@ DEFAULT_ACCOUNT_CONCURRENCY: Final = 1000
 """Lambda's default quota of concurrent executions per account and region. New accounts often start far lower (some
 at 10) and AWS raises the quota with use: state the account's real quota (``accountConcurrency``; the Service Quotas
 console, "Concurrent executions") when reserving concurrency."""
-CONNECTOR_FUNCTIONS: Final = ("connector_poll", "pull", "actions")
+CONNECTOR_POLL: Final = "connector_poll"
+DEFAULT_CONNECTOR_POLL_CONCURRENCY: Final = 5
+"""Concurrent executions reserved for -- and so the most taken by -- the connector pollers by default
+(``connectorPollConcurrency``). Each connector's schedule invokes the poller every minute and a poll may last 15
+minutes, so a few slow connectors could otherwise hold dozens of executions and throttle the API; polls over the cap
+are throttled and retried by Lambda (asynchronous invocations), and the next tick polls again anyway."""
+CONNECTOR_FUNCTIONS: Final = (CONNECTOR_POLL, "pull", "actions")
 """The functions that open connectors (the poller, ``source=`` pulls, action handlers): ``materialiseVpc`` may place
 them in its VPC too (``connectorFunctions``), so they reach private databases."""
+_MAX_RESERVED = 10_000
 _MAX_SUBNETS = 16  # Lambda's limits on a function's VPC configuration
 _MAX_SECURITY_GROUPS = 5
 
@@ -201,8 +208,13 @@ class LakeSyncConfig:
         pull_basis_ttl_ms: How long a pull function serves cursor pulls from its last read of the sync rules and
             the shard registry (``None``: the code's default, a second; 0 reads them for every pull): a rules change
             or a new table reaches other functions' cursor pulls within it (docs/architecture.md, "What a pull reads").
-        reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved). Their sum must
-            leave :data:`UNRESERVED_MINIMUM` of ``account_concurrency`` unreserved, as Lambda requires.
+        reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved; the connector
+            poller's is ``connector_poll_concurrency``). With the poller's, their sum must leave
+            :data:`UNRESERVED_MINIMUM` of ``account_concurrency`` unreserved, as Lambda requires.
+        connector_poll_concurrency: Concurrent executions reserved for the connector poller, which also caps it.
+            ``auto`` (default): :data:`DEFAULT_CONNECTOR_POLL_CONCURRENCY` if ``account_concurrency`` leaves room for
+            it beside ``reserved_concurrency``, else none (an account at 100 or less can reserve nothing, so the
+            poller runs unreserved there). A number is reserved as given and must fit; ``None``: unreserved.
         account_concurrency: The account's Lambda quota of concurrent executions in the region, which the
             reservations are checked against (default :data:`DEFAULT_ACCOUNT_CONCURRENCY`, the standard quota; a
             new account may have far less, and with 100 or less nothing can be reserved).
@@ -294,6 +306,7 @@ class LakeSyncConfig:
     pull_basis_ttl_ms: int | None = None
     reserved_concurrency: Mapping[str, int] = field(default_factory=dict, hash=False)
     account_concurrency: int = DEFAULT_ACCOUNT_CONCURRENCY
+    connector_poll_concurrency: int | Literal["auto"] | None = "auto"
     lambda_memory_mb: int = 1024
     api_timeout_seconds: int = 20
     api_throttle_rate: int = 200
@@ -339,6 +352,14 @@ class LakeSyncConfig:
     def deployed_functions(self) -> tuple[str, ...]:
         """The functions the environment deploys: :data:`ALL_FUNCTIONS`, without ``flush`` on the Glue engine."""
         return tuple(f for f in ALL_FUNCTIONS if f != FLUSH_FUNCTION or self.flush_engine == "function")
+
+    @property
+    def connector_poll_reserved(self) -> int | None:
+        """The connector poller's reserved concurrency (``connector_poll_concurrency`` with ``auto`` resolved)."""
+        if self.connector_poll_concurrency != "auto":
+            return self.connector_poll_concurrency
+        room = self.account_concurrency - UNRESERVED_MINIMUM - sum(self.reserved_concurrency.values())
+        return DEFAULT_CONNECTOR_POLL_CONCURRENCY if room >= DEFAULT_CONNECTOR_POLL_CONCURRENCY else None
 
     @property
     def database_name(self) -> str:
@@ -401,7 +422,12 @@ class LakeSyncConfig:
             value = getattr(self, key)
             if not isinstance(value, str) or not _SCHEDULE.fullmatch(value):
                 out.append(f"{_camel(key)} must be an EventBridge Scheduler rate(...) or cron(...) expression")
-        out.extend(_check_reserved_concurrency(self.reserved_concurrency, self.account_concurrency))
+        poll = self.connector_poll_concurrency
+        valid = poll in ("auto", None) or (isinstance(poll, int) and _is_int(poll) and 1 <= poll <= _MAX_RESERVED)
+        if not valid:
+            out.append(f"connectorPollConcurrency must be 'auto', null or an integer in 1..{_MAX_RESERVED}")
+        else:
+            out.extend(_check_reserved_concurrency(self.reserved_concurrency, self.account_concurrency, poll))
         if self.rate_limits is not None:
             out.extend(_check_rate_limits(self.rate_limits))
         if not _is_tuple_of(self.cors_origins, str):
@@ -509,25 +535,36 @@ def _check_ints(config: LakeSyncConfig) -> list[str]:
     return out
 
 
-def _check_reserved_concurrency(reserved: object, quota: object) -> list[str]:
+def _check_reserved_concurrency(reserved: object, quota: object, poll: object) -> list[str]:
     if not isinstance(reserved, Mapping):
         return ["reservedConcurrency must be an object {function: n}"]
     out = []
     for fn, n in reserved.items():
-        if fn not in ALL_FUNCTIONS:
+        if fn == CONNECTOR_POLL:
+            out.append(f"reservedConcurrency: set {fn}'s with connectorPollConcurrency")
+        elif fn not in ALL_FUNCTIONS:
             out.append(f"reservedConcurrency: unknown function {fn!r} (known: {list(ALL_FUNCTIONS)})")
         elif not _is_int(n) or n < 0:
             out.append(f"reservedConcurrency: {fn} must be an integer >= 0")
-    if out or not _is_int(quota):
+    if out or not _is_int(quota) or not all(_is_int(n) for n in reserved.values()):
         return out
-    total = sum(reserved.values())
     assert isinstance(quota, int)
-    if total > max(quota - UNRESERVED_MINIMUM, 0):
+    # "auto" reserves only what fits: only a number the configuration states can be refused
+    reservations = {**reserved, **({CONNECTOR_POLL: poll} if _is_int(poll) else {})}
+    total = sum(reservations.values())
+    allowed = max(quota - UNRESERVED_MINIMUM, 0)
+    if total > allowed:
+        listed = ", ".join(
+            f"{fn} {n}" + (" (connectorPollConcurrency)" if fn == CONNECTOR_POLL else "")
+            for fn, n in reservations.items()
+        )
         out.append(
-            f"reservedConcurrency reserves {total} concurrent executions, but Lambda keeps {UNRESERVED_MINIMUM} of "
-            f"the account's {quota} (accountConcurrency) unreserved, so at most {max(quota - UNRESERVED_MINIMUM, 0)} "
-            "can be reserved; new accounts often have a far lower quota than the standard 1000 -- check the "
-            "account's Lambda 'Concurrent executions' quota and set accountConcurrency to it"
+            f"the functions reserve {total} concurrent executions ({listed}), but Lambda keeps {UNRESERVED_MINIMUM} "
+            f"of the account's {quota} (accountConcurrency) unreserved for the rest, the API's functions among them, "
+            f"so at most {allowed} can be reserved: lower reservedConcurrency or connectorPollConcurrency (null leaves "
+            "the connector poller unreserved and uncapped), or raise the account's quota; new accounts often have a "
+            "far lower quota than the standard 1000 -- check the account's Lambda 'Concurrent executions' quota and "
+            "set accountConcurrency to it"
         )
     return out
 

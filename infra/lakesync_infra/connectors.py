@@ -5,10 +5,12 @@ The admin function creates and deletes one schedule per connector (:mod:`lakesyn
 :attr:`ConnectorSchedules.group`, each invoking the ``connector_poll`` function through :attr:`ConnectorSchedules.role`
 -- which may invoke that function and nothing else, and only EventBridge Scheduler of this account may assume it. The
 admin function may pass exactly that role, only to EventBridge Scheduler (``iam:PassedToService``), and manage
-schedules only in that group. Connector credentials are secrets named under ``{prefix}/``: the admin function creates,
-updates and deletes them (registration moves plaintext credentials there); the functions that open connectors (the
-poller, ``source=`` pulls, actions) read them. Every such function gets the connector variables of
-:class:`lakesync.aws.function_settings.ConnectorSettings`.
+schedules only in that group. The poll function's reserved concurrency (``connectorPollConcurrency``,
+:attr:`lakesync_infra.config.LakeSyncConfig.connector_poll_reserved`) caps how many polls run at once, so slow
+connectors cannot take the executions the API needs. Connector credentials are secrets named under ``{prefix}/``:
+the admin function creates, updates and deletes them (registration moves plaintext credentials there); the functions
+that open connectors (the poller, ``source=`` pulls, actions) read them. Every such function gets the connector
+variables of :class:`lakesync.aws.function_settings.ConnectorSettings`.
 
 :class:`lakesync_infra.stack.LakeSyncStack` wires it with the stack's functions (``connector_poll``, ``admin``, and
 ``pull`` and ``actions`` as readers) and a per-environment secret prefix. Only the admin function gets the scheduler
@@ -53,6 +55,7 @@ class ConnectorSchedules(Construct):
         admin: The admin function (registers connectors: schedules and secrets).
         readers: The other functions that open connectors (``pull``, ``actions``).
         secret_prefix: Name prefix of connector secrets.
+        concurrency: Reserved (and most) concurrent executions of ``poll`` (``None``: unreserved).
     """
 
     def __init__(
@@ -64,9 +67,15 @@ class ConnectorSchedules(Construct):
         admin: lambda_.Function,
         readers: Sequence[lambda_.Function] = (),
         secret_prefix: str = DEFAULT_SECRET_PREFIX,
+        concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
+        if concurrency is not None:
+            cfn_poll = poll.node.default_child
+            if not isinstance(cfn_poll, lambda_.CfnFunction):
+                raise TypeError(f"the poll function has no CfnFunction to reserve concurrency on: {cfn_poll!r}")
+            cfn_poll.reserved_concurrent_executions = concurrency
         self.group = scheduler.CfnScheduleGroup(self, "Group", name=f"{stack.stack_name}-connectors")
         self.role = iam.Role(
             self,

@@ -129,6 +129,7 @@ class LakeSyncStack(cdk.Stack):
             admin=functions["admin"],
             readers=[functions["pull"], functions["actions"]],
             secret_prefix=config.connector_secrets,
+            concurrency=config.connector_poll_reserved,
         )
         self.api = Api(self, "Api", config=config, functions=self.functions.functions)
         self.realtime = Realtime(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from lakesync_infra.config import (
+    DEFAULT_CONNECTOR_POLL_CONCURRENCY,
     DEFAULTS_KEY,
     ENV_KEY_PREFIX,
     ENVIRONMENTS_KEY,
@@ -241,6 +242,55 @@ def test_reserved_concurrency_leaves_lambdas_unreserved_minimum():
     # And an account at 100 or below (new accounts start as low as 10) can reserve nothing
     with pytest.raises(ConfigError, match="at most 0 can be reserved"):
         LakeSyncConfig.from_settings("p", {"accountConcurrency": 10, "reservedConcurrency": {"push": 1}})
+
+
+def test_connector_poller_is_capped_by_default_where_the_account_leaves_room():
+    # Given no setting: the poller reserves (and is capped at) the default on the standard quota
+    assert LakeSyncConfig.from_settings("p", {}).connector_poll_reserved == DEFAULT_CONNECTOR_POLL_CONCURRENCY
+    # And beside other reservations while they leave room for it, counted in the same budget (1000 - 100)
+    fits = {"reservedConcurrency": {"push": 900 - DEFAULT_CONNECTOR_POLL_CONCURRENCY}}
+    assert LakeSyncConfig.from_settings("p", fits).connector_poll_reserved == DEFAULT_CONNECTOR_POLL_CONCURRENCY
+    # But where nothing is left (or can be reserved at all: a new account at 10), the default reserves nothing, so
+    # the stack still deploys
+    full = {"reservedConcurrency": {"push": 900 - DEFAULT_CONNECTOR_POLL_CONCURRENCY + 1}}
+    assert LakeSyncConfig.from_settings("p", full).connector_poll_reserved is None
+    assert LakeSyncConfig.from_settings("p", {"accountConcurrency": 10}).connector_poll_reserved is None
+    # And null leaves it unreserved, a number reserves that
+    assert LakeSyncConfig.from_settings("p", {"connectorPollConcurrency": None}).connector_poll_reserved is None
+    assert LakeSyncConfig.from_settings("p", {"connectorPollConcurrency": "12"}).connector_poll_reserved == 12
+
+
+def test_connector_poller_reservation_counts_in_the_unreserved_minimum():
+    # Given a stated cap for the poller beside the API's reservations
+    small = {"accountConcurrency": 150, "reservedConcurrency": {"push": 40}}
+    assert LakeSyncConfig.from_settings("p", {**small, "connectorPollConcurrency": 10}).problems() == []
+    # Then one more than the account's 50 reservable is refused at synth, naming every reservation and the way out
+    with pytest.raises(ConfigError) as caught:
+        LakeSyncConfig.from_settings("p", {**small, "connectorPollConcurrency": 11})
+    message = str(caught.value)
+    assert "reserve 51 concurrent executions (push 40, connector_poll 11 (connectorPollConcurrency))" in message
+    assert "Lambda keeps 100 of the account's 150 (accountConcurrency) unreserved" in message
+    assert (
+        "at most 50 can be reserved" in message and "lower reservedConcurrency or connectorPollConcurrency" in message
+    )
+    # And on a new account's quota a stated cap cannot be reserved at all
+    with pytest.raises(ConfigError, match="at most 0 can be reserved"):
+        LakeSyncConfig.from_settings("p", {"accountConcurrency": 10, "connectorPollConcurrency": 2})
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"connectorPollConcurrency": 0}, "connectorPollConcurrency must be 'auto', null or an integer in 1..10000"),
+        ({"connectorPollConcurrency": True}, "connectorPollConcurrency must be 'auto', null or an integer"),
+        ({"connectorPollConcurrency": "many"}, "connectorPollConcurrency must be 'auto', null or an integer"),
+        ({"reservedConcurrency": {"connector_poll": 3}}, "set connector_poll's with connectorPollConcurrency"),
+    ],
+    ids=["zero", "bool", "word", "in-reserved-concurrency"],
+)
+def test_connector_poller_concurrency_is_validated(settings, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        LakeSyncConfig.from_settings("p", settings)
 
 
 def test_shipped_environments_deploy_on_a_new_account():

@@ -225,3 +225,47 @@ def test_allowed_networks_reach_the_functions_and_never_open_link_local() -> Non
     for bad in (["169.254.0.0/16"], ["0.0.0.0/0"], ["fe80::/64"], ["not-a-cidr"], "10.0.0.0/8"):
         with pytest.raises(ConfigError, match="allowedNetworks"):
             LakeSyncConfig.from_settings("dev", {"allowedNetworks": bad})
+
+
+def test_stack_caps_the_pollers_within_the_accounts_reservable_concurrency(cfn: Any, options: dict[str, Any]) -> None:
+    from lakesync_infra.config import (
+        DEFAULT_ACCOUNT_CONCURRENCY,
+        DEFAULT_CONNECTOR_POLL_CONCURRENCY,
+        UNRESERVED_MINIMUM,
+    )
+
+    # Given the test environment (no connectorPollConcurrency, the standard account quota, push and pull reserved)
+    functions = cfn.functions()
+    # Then the poll function reserves the default, which also caps how many polls run at once
+    assert functions["connector_poll"]["ReservedConcurrentExecutions"] == DEFAULT_CONNECTOR_POLL_CONCURRENCY
+    # And with the configured reservations it leaves Lambda's unreserved minimum to the rest (the API among them)
+    reserved = {
+        name: fn["ReservedConcurrentExecutions"]
+        for name, fn in functions.items()
+        if "ReservedConcurrentExecutions" in fn
+    }
+    assert reserved == {**options["reservedConcurrency"], "connector_poll": DEFAULT_CONNECTOR_POLL_CONCURRENCY}
+    assert sum(reserved.values()) <= DEFAULT_ACCOUNT_CONCURRENCY - UNRESERVED_MINIMUM
+
+
+def test_poll_concurrency_is_reserved_on_the_poll_function_only() -> None:
+    import aws_cdk as cdk
+    from aws_cdk import aws_lambda as lambda_
+    from aws_cdk.assertions import Template
+    from lakesync_infra.connectors import ConnectorSchedules
+
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="123456789012", region="eu-west-1"))
+    made = {
+        name: lambda_.Function(
+            stack, name, code=lambda_.Code.from_inline("x"), handler="x.h", runtime=lambda_.Runtime.PYTHON_3_11
+        )
+        for name in ("Poll", "Admin", "Pull")
+    }
+    ConnectorSchedules(
+        stack, "Connectors", poll=made["Poll"], admin=made["Admin"], readers=[made["Pull"]], concurrency=3
+    )
+    functions = Template.from_stack(stack).find_resources("AWS::Lambda::Function")
+    reserved = {
+        k.rstrip("0123456789ABCDEF"): f["Properties"].get("ReservedConcurrentExecutions") for k, f in functions.items()
+    }
+    assert reserved == {"Poll": 3, "Admin": None, "Pull": None}
