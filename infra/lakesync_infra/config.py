@@ -105,10 +105,10 @@ class MaterialiseVpc:
         private_subnet_ids: Private subnets the function's network interfaces go in (one per zone).
         security_group_ids: Security groups of the function (they must allow its outbound traffic: HTTPS 443 to
             the endpoints, the databases' ports).
-        private_subnet_route_table_ids: The subnets' route tables (same order), where the S3 and DynamoDB gateway
-            endpoints are added; required when ``create_endpoints``.
+        private_subnet_route_table_ids: The subnets' route tables (same order; subnets sharing one repeat it), where
+            the S3 and DynamoDB gateway endpoints are added; required when ``create_endpoints``.
         create_endpoints: Whether the stack creates the VPC endpoints the function needs to reach AWS (gateway:
-            S3, DynamoDB; interface: Secrets Manager, KMS). ``False``: the VPC provides them, or a NAT gateway.
+            S3, DynamoDB; interface: Secrets Manager). ``False``: the VPC provides them, or a NAT gateway.
         connector_functions: Connector functions (of :data:`CONNECTOR_FUNCTIONS`) placed in the same subnets and
             security groups, to reach connector sources in the VPC. The endpoints serve them too; a connector of an
             internet API (Jira, Salesforce) then needs a NAT gateway in the VPC.
@@ -150,7 +150,8 @@ class MaterialiseVpc:
                     f"{key}.{name} must be a list of {'zone names' if name == 'availabilityZones' else 'ids'}"
                 )
                 value = []
-            elif len(set(value)) != len(value):
+            elif len(set(value)) != len(value) and name != "privateSubnetRouteTableIds":
+                # (route tables may repeat: subnets commonly share one, e.g. behind a single NAT gateway)
                 errors.append(f"{key}.{name} lists an entry twice")
             lists[name] = tuple(value)
         zones, subnets, groups = lists["availabilityZones"], lists["privateSubnetIds"], lists["securityGroupIds"]

@@ -5,15 +5,17 @@ The VPC, its subnets and security groups are imported from the configured ids (`
 never looked up: the synth stays offline. A function in private subnets has no internet; what it calls, and how:
 
 * DynamoDB (the config table) and S3 (claim-check payloads): **gateway endpoints**, routes in the subnets' route
-  tables (free). They apply to every workload in those subnets, with the default full-access policy, so other
-  workloads keep working -- only their S3/DynamoDB traffic no longer goes through a NAT.
-* Secrets Manager (the destinations' secrets) and KMS (decrypting payloads and secrets): **interface endpoints** in
-  the subnets with private DNS (billed per AZ-hour), behind a security group that admits HTTPS from the function's
-  security groups only.
-* Not needed: SQS -- the Lambda service polls the queue and deletes the messages (the event source mapping), the
-  function never calls it; CloudWatch Logs -- the Lambda service ships the function's output, and Powertools'
-  metrics are log lines (EMF); X-Ray -- the function's SDK sends segments over UDP to the daemon Lambda runs beside
-  it, which the Lambda service connects, like the logs. Tracing therefore stays active in the VPC.
+  tables (free), each route table named once however many subnets share it (one NAT gateway's layout: one private
+  route table for every zone). They apply to every workload in those subnets, with the default full-access policy, so
+  other workloads keep working -- only their S3/DynamoDB traffic no longer goes through a NAT.
+* Secrets Manager (the destinations' and connectors' secrets): an **interface endpoint** in the subnets with private
+  DNS (billed per AZ-hour), behind a security group that admits HTTPS from the function's security groups only.
+* Not needed: KMS -- no function calls it: S3, DynamoDB and Secrets Manager decrypt with the customer key on the service
+  side (the caller needs ``kms:Decrypt`` on the key, not a route to KMS); SQS -- the Lambda service polls the queue and
+  deletes the messages (the event source mapping), the function never calls it; CloudWatch Logs -- the Lambda service
+  ships the function's output, and Powertools' metrics are log lines (EMF); X-Ray -- the function's SDK sends segments
+  over UDP to the daemon Lambda runs beside it, which the Lambda service connects, like the logs. Tracing therefore
+  stays active in the VPC.
 
 **Connector functions** (``connectorFunctions``: ``connector_poll``, ``pull``, ``actions``) may join it, in the same
 subnets and security groups, to reach connector sources inside the VPC (RDS, Aurora, a database on EC2). They call
@@ -21,7 +23,7 @@ the same services -- DynamoDB, S3 (``pull``'s checkpoints), Secrets Manager (con
 so the endpoints serve them too; EventBridge Scheduler invokes the poller from outside (no endpoint). A connector of
 an internet API (Jira, Salesforce) in a function placed here needs a NAT gateway in the VPC: the stack creates none.
 
-With ``createEndpoints: false`` nothing is created: the VPC must already route those four services (endpoints or a
+With ``createEndpoints: false`` nothing is created: the VPC must already route those three services (endpoints or a
 NAT gateway). Create them here only if the VPC has none: a second S3 or DynamoDB gateway endpoint on the same
 route table, or a second private-DNS interface endpoint for the same service in the VPC, fails the deployment.
 """
@@ -41,7 +43,6 @@ GATEWAY_ENDPOINTS: Final = {
 }
 INTERFACE_ENDPOINTS: Final = {
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
-    "Kms": ec2.InterfaceVpcEndpointAwsService.KMS,
 }
 HTTPS: Final = 443
 

@@ -293,6 +293,19 @@ def test_connector_poller_concurrency_is_validated(settings, fragment):
         LakeSyncConfig.from_settings("p", settings)
 
 
+def test_vpc_route_tables_may_be_shared_by_the_subnets():
+    # Given one NAT gateway's layout: every private subnet routes through one shared route table
+    shared = {**VPC, "privateSubnetRouteTableIds": ["rtb-0aaaaaaaaaaaaaaa1", "rtb-0aaaaaaaaaaaaaaa1"]}
+    # Then it is accepted, one entry per subnet as given
+    vpc = LakeSyncConfig.from_settings("p", {"materialiseVpc": shared}).materialise_vpc
+    assert vpc is not None and vpc.private_subnet_route_table_ids == ("rtb-0aaaaaaaaaaaaaaa1",) * 2
+    # But a repeated subnet is still refused
+    with pytest.raises(ConfigError, match="privateSubnetIds lists an entry twice"):
+        LakeSyncConfig.from_settings(
+            "p", {"materialiseVpc": {**shared, "privateSubnetIds": ["subnet-0aaaaaaaaaaaaaaa1"] * 2}}
+        )
+
+
 def test_shipped_environments_deploy_on_a_new_account():
     # Given infra/cdk.json's environments on an account with a new account's Lambda quota (10)
     context = json.loads(CDK_JSON.read_text(encoding="utf-8"))["context"]

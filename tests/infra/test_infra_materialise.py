@@ -6,6 +6,7 @@ and the producer's permissions (replayed against moto, as in test_infra_access),
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -424,14 +425,21 @@ def test_vpc_variant_creates_the_endpoints_the_consumer_needs(vpc_synth):
     cfn, _, _ = vpc_synth
     endpoints = cfn.of_type("AWS::EC2::VPCEndpoint").values()
     by_service = {cfn.render(e["ServiceName"]).rsplit(".", 1)[-1]: e for e in endpoints}
-    # Then S3 and DynamoDB are gateway endpoints on the subnets' route tables
-    assert set(by_service) == {"s3", "dynamodb", "secretsmanager", "kms"}
+    # Then S3 and DynamoDB are gateway endpoints on the subnets' route tables, Secrets Manager an interface endpoint,
+    # and there is no KMS endpoint ($0.01 per AZ-hour): no function or job makes a KMS call of its own (S3, DynamoDB,
+    # SQS and Secrets Manager use the key on the service side); a KMS client in the code would need it back
+    assert set(by_service) == {"s3", "dynamodb", "secretsmanager"}
+    root = Path(__file__).resolve().parents[2]
+    sources = [p for d in ("src", "functions", "glue_jobs") for p in root.joinpath(d).rglob("*.py")]
+    kms_client = re.compile(r"""client\(\s*["']kms["']""")
+    assert len(sources) > 50
+    assert [str(p) for p in sources if kms_client.search(p.read_text(encoding="utf-8"))] == []
     for name in ("s3", "dynamodb"):
         assert by_service[name]["VpcEndpointType"] == "Gateway"
         assert by_service[name]["RouteTableIds"] == VPC["privateSubnetRouteTableIds"]
         assert by_service[name]["VpcId"] == VPC["vpcId"]
-    # And Secrets Manager and KMS are private-DNS interface endpoints in the subnets
-    for name in ("secretsmanager", "kms"):
+    # And Secrets Manager is a private-DNS interface endpoint in the subnets
+    for name in ("secretsmanager",):
         endpoint = by_service[name]
         assert endpoint["VpcEndpointType"] == "Interface"
         assert endpoint["PrivateDnsEnabled"] is True
@@ -443,6 +451,29 @@ def test_vpc_variant_creates_the_endpoints_the_consumer_needs(vpc_synth):
         (VPC["securityGroupIds"][0], 443, 443)
     ]
     assert all("CidrIp" not in r for r in ingress)
+
+
+def test_gateway_endpoints_name_a_route_table_shared_by_the_subnets_once():
+    # Given one NAT gateway's layout: both private subnets use one route table
+    import aws_cdk as cdk
+    from lakesync_infra.config import LakeSyncConfig
+    from lakesync_infra.network import MaterialiseNetwork
+
+    shared = "rtb-0aaaaaaaaaaaaaaa1"
+    config = LakeSyncConfig.from_settings(
+        "t", {"materialiseVpc": {**VPC, "privateSubnetRouteTableIds": [shared, shared]}}
+    )
+    assert config.materialise_vpc is not None
+    stack = cdk.Stack(cdk.App(), "SharedRouteTable")
+    MaterialiseNetwork(stack, "Network", settings=config.materialise_vpc)
+    endpoints = cdk.assertions.Template.from_stack(stack).find_resources("AWS::EC2::VPCEndpoint").values()
+    # Then the S3 and DynamoDB gateway endpoints route through it once (a route table listed twice fails the deploy)
+    gateways = [e["Properties"] for e in endpoints if e["Properties"]["VpcEndpointType"] == "Gateway"]
+    assert len(gateways) == 2
+    assert all(g["RouteTableIds"] == [shared] for g in gateways)
+    # And the interface endpoint still spans both subnets
+    (interface,) = [e["Properties"] for e in endpoints if e["Properties"]["VpcEndpointType"] == "Interface"]
+    assert interface["SubnetIds"] == VPC["privateSubnetIds"]
 
 
 def test_vpc_variant_without_endpoints_creates_none(synth, tmp_path_factory):
