@@ -2,8 +2,8 @@
 
 Error bodies are ``{"error": message, "code": API code}`` with the error's status. An unexpected exception, or a
 ``LakeSyncError`` with status 500 and code ``INTERNAL_ERROR`` (storage failures), is answered 500 ``Internal error``
-with the request id and logged with its traceback; its details never leave the function. The checks themselves, their
-order, the response headers and the error bodies are :mod:`lakesync.edge`; routing is :mod:`lakesync.router`.
+with the request id and logged with its traceback; its details never leave the function. The checks, their order, the
+headers and the bodies are :mod:`lakesync.edge`'s; routing is :mod:`lakesync.router`'s.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def new_app() -> Router:
     def _lakesync_error(exc: LakeSyncError) -> Response:
         if edge.is_internal(exc):
             return _unexpected(exc)
-        message = redact(exc.message)  # built without credentials where it arose; the log's last line of defence
+        message = redact(exc.message)  # the logs' last line of defence
         if exc.status == 503:  # backpressure or lost commit races: expected under load, retried by clients
             logger.warning("request deferred", extra={"status": exc.status, "code": exc.api_code, "error": message})
         elif exc.status >= 500:
@@ -63,12 +63,8 @@ def new_app() -> Router:
 
 
 def authorize(app: Router, gateway: str, *, admin: bool = False) -> AuthClaims:
-    """:func:`lakesync.edge.authorize` with this function's secrets and gateways; tags the log with the caller; then
-    counts the request against the caller's rate limit on the sync routes (:func:`lakesync.edge.rate_family`).
-
-    Raises:
-        CallerRateLimitedError: 429, the caller is over its limit.
-    """
+    """:func:`lakesync.edge.authorize` with this function's keys and gateways, the log tagged with the caller; a sync
+    route's request then counts against the caller's rate limit (429 over it)."""
     claims = edge.authorize(app.current_event, gateway, jwt_secrets(), get_settings().gateway_ids, admin=admin)
     logger.append_keys(gateway=gateway, client_id=claims.client_id)
     family = edge.rate_family(app.current_event.path)
