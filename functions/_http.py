@@ -41,7 +41,7 @@ def new_app() -> Router:
     def _lakesync_error(exc: LakeSyncError) -> Response:
         if edge.is_internal(exc):
             return _unexpected(exc)
-        message = redact(exc.message)  # the logs' last line of defence
+        message = redact(exc.message)  # the last line of defence
         if exc.status == 503:  # backpressure or lost commit races: expected under load, retried by clients
             logger.warning("request deferred", extra={"status": exc.status, "code": exc.api_code, "error": message})
         elif exc.status >= 500:
