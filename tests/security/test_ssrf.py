@@ -31,7 +31,6 @@ import pytest
 import functions.admin as admin_fn
 from functions._runtime import reset_runtime
 from lakesync import egress
-from lakesync.auth import mint_token
 from lakesync.aws.destinations import open_destination
 from lakesync.aws.function_settings import ConnectorSettings, SettingsError, network_policy
 from lakesync.connectors.http_api import ApiRequestError, HttpApiClient, RetryPolicy, UrllibTransport
@@ -42,6 +41,7 @@ from lakesync.core.errors import LakeSyncError
 from lakesync.core.network import LOCAL_DEVELOPMENT, STRICT, ForbiddenTargetError, NetworkPolicy, parse_networks
 from lakesync.local.runner import LocalStack
 from tests.functions.conftest import Api, api, aws_env
+from tests.integration.test_local_connectors import http
 from tests.security.connector_deps import connector_deps
 
 __all__ = ["api", "aws_env"]
@@ -405,18 +405,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
 
 
 def _post(stack: LocalStack, path: str, body: Any) -> tuple[int, dict[str, Any]]:
-    token = mint_token("ops", "default", stack.secret, role="admin")
-    req = urllib.request.Request(
-        stack.url + path,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    status, answer = http(stack, "POST", path, body, sub="ops", role="admin")
+    return int(status), dict(answer)
 
 
 @pytest.mark.parametrize(
