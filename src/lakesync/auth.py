@@ -194,35 +194,10 @@ def verify_token(
             :data:`MIN_SECRET_BYTES` or none is given.
     """
     keys = _verification_keys(secret)
-    parts = token.split(".")
-    if len(parts) != 3:
-        raise AuthError("Malformed JWT: expected three dot-separated segments")
-    header_b64, payload_b64, signature_b64 = parts
-    if not header_b64 or not payload_b64 or not signature_b64:
-        raise AuthError("Malformed JWT: empty segment")
-
-    header_bytes = _b64url_decode(header_b64)
-    if header_bytes is None:
-        raise AuthError("Malformed JWT: invalid base64url in header")
-    header = _parse_json(header_bytes)
-    if not isinstance(header, dict) or header.get("alg") != "HS256" or header.get("typ") != "JWT":
-        raise AuthError('Unsupported JWT: header must be {"alg":"HS256","typ":"JWT"}')
-
-    signature = _b64url_decode(signature_b64)
-    if signature is None:
-        raise AuthError("Malformed JWT: invalid base64url in signature")
-    signing_input = f"{header_b64}.{payload_b64}".encode("utf-8", "surrogatepass")
-    if not any(hmac.compare_digest(_hs256(key, signing_input), signature) for key in keys):
-        raise AuthError("Invalid JWT signature")
-
-    payload_bytes = _b64url_decode(payload_b64)
-    if payload_bytes is None:
-        raise AuthError("Malformed JWT: invalid base64url in payload")
-    payload = _parse_json(payload_bytes)
-    if _js_falsy(payload):
-        raise AuthError("Malformed JWT: payload is not valid JSON")
-    claims: dict[str, Any] = payload if isinstance(payload, dict) else {}
-
+    header_b64, payload_b64, signature_b64 = _segments(token)
+    _check_header(header_b64)
+    _check_signature(keys, header_b64, payload_b64, signature_b64)
+    claims = _payload(payload_b64)
     exp = claims.get("exp")
     if not _is_number(exp):
         raise AuthError('Missing or invalid "exp" claim (expiry)')
@@ -230,13 +205,53 @@ def verify_token(
     if exp <= now_s:
         raise AuthError("JWT has expired")
     _check_lifetime(claims, exp, now_s, _max_lifetime(secret, max_lifetime_s))
+    return _auth_claims(claims, exp)
+
+
+def _segments(token: str) -> tuple[str, str, str]:
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise AuthError("Malformed JWT: expected three dot-separated segments")
+    if not all(parts):
+        raise AuthError("Malformed JWT: empty segment")
+    return parts[0], parts[1], parts[2]
+
+
+def _check_header(header_b64: str) -> None:
+    header_bytes = _b64url_decode(header_b64)
+    if header_bytes is None:
+        raise AuthError("Malformed JWT: invalid base64url in header")
+    header = _parse_json(header_bytes)
+    if not isinstance(header, dict) or header.get("alg") != "HS256" or header.get("typ") != "JWT":
+        raise AuthError('Unsupported JWT: header must be {"alg":"HS256","typ":"JWT"}')
+
+
+def _check_signature(keys: Sequence[bytes], header_b64: str, payload_b64: str, signature_b64: str) -> None:
+    signature = _b64url_decode(signature_b64)
+    if signature is None:
+        raise AuthError("Malformed JWT: invalid base64url in signature")
+    signing_input = f"{header_b64}.{payload_b64}".encode("utf-8", "surrogatepass")
+    if not any(hmac.compare_digest(_hs256(key, signing_input), signature) for key in keys):
+        raise AuthError("Invalid JWT signature")
+
+
+def _payload(payload_b64: str) -> dict[str, Any]:
+    payload_bytes = _b64url_decode(payload_b64)
+    if payload_bytes is None:
+        raise AuthError("Malformed JWT: invalid base64url in payload")
+    payload = _parse_json(payload_bytes)
+    if _js_falsy(payload):
+        raise AuthError("Malformed JWT: payload is not valid JSON")
+    return payload if isinstance(payload, dict) else {}
+
+
+def _auth_claims(claims: Mapping[str, Any], exp: int | float) -> AuthClaims:
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub:
         raise AuthError('Missing or invalid "sub" claim (clientId)')
     gw = claims.get("gw")
     if not isinstance(gw, str) or not gw:
         raise AuthError('Missing or invalid "gw" claim (gatewayId)')
-
     custom: dict[str, ClaimValue] = {}
     for key, value in claims.items():
         if key in _RESERVED_CLAIMS:

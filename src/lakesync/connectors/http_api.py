@@ -347,6 +347,30 @@ def _retry_after_seconds(value: str | None, now: float) -> float | None:
 
 
 @dataclass
+class _Call:
+    """One request's progress through its retries."""
+
+    where: str
+    idempotent: bool
+    attempt: int = 0
+    slept: float = 0.0
+
+
+def _request_body(
+    headers: dict[str, str], json_body: Any, form: Mapping[str, str] | None
+) -> tuple[dict[str, str], bytes | None]:
+    """The headers with the body's ``Content-Type``, and the body (JSON, a form, or none)."""
+    if json_body is not None:
+        body = json.dumps(json_body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return {**headers, "Content-Type": "application/json"}, body
+    if form is not None:
+        return {**headers, "Content-Type": "application/x-www-form-urlencoded"}, urllib.parse.urlencode(form).encode(
+            "ascii"
+        )
+    return headers, None
+
+
+@dataclass
 class HttpApiClient:
     """JSON requests against one vendor API base URL.
 
@@ -424,80 +448,26 @@ class HttpApiClient:
         """
         url = self._url(path, params)
         where = f"{method} {urllib.parse.urlsplit(url).path}"
-        base_headers = {"Accept": "application/json", "User-Agent": _USER_AGENT, **(headers or {})}
-        body: bytes | None = None
-        if json_body is not None:
-            body = json.dumps(json_body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-            base_headers["Content-Type"] = "application/json"
-        elif form is not None:
-            body = urllib.parse.urlencode(form).encode("ascii")
-            base_headers["Content-Type"] = "application/x-www-form-urlencoded"
-
-        if idempotent is None:
-            idempotent = method != "POST"
-        attempt = 0
-        slept = 0.0
+        base_headers, body = _request_body(
+            {"Accept": "application/json", "User-Agent": _USER_AGENT, **(headers or {})}, json_body, form
+        )
+        call = _Call(where, idempotent if idempotent is not None else method != "POST")
         refreshed = False
         while True:
-            attempt += 1
+            call.attempt += 1
             send_headers = dict(base_headers)
             if authenticate:
                 send_headers.update(self.auth.headers())
-            try:
-                response = self.transport(method, url, send_headers, body, self.timeout)
-            except ResponseTooLargeError as e:
-                raise ApiUnavailableError(
-                    f"{self.rules.name} {where}: {e}; ask for smaller pages", vendor=self.rules.name
-                ) from None
-            except OSError as e:
-                reason = self.redactor(str(e) or type(e).__name__)
-                if not idempotent and not isinstance(e, ConnectionRefusedError):
-                    raise ApiOutcomeUnknownError(
-                        f"{self.rules.name} {where}: no response ({reason}); it may or may not have been applied",
-                        vendor=self.rules.name,
-                    ) from None
-                delay = self._backoff(attempt)
-                if attempt >= self.retry.max_attempts or slept + delay > self.retry.max_total_sleep:
-                    raise ApiUnavailableError(
-                        f"{self.rules.name} {where} failed: no response after {attempt} attempts ({reason})",
-                        vendor=self.rules.name,
-                    ) from None
-                logger.warning(
-                    "%s %s: no response (%s); retry %d in %.2fs", self.rules.name, where, reason, attempt, delay
-                )
-                self.sleep(delay)
-                slept += delay
+            response = self._send(call, method, url, send_headers, body)
+            if response is None:
                 continue
-
             self.rules.observe(response)
             if 200 <= response.status < 300:
                 return response
-
             code, detail = self.rules.error_detail(response)
             described = self._describe(where, response.status, code, detail)
             if self.rules.is_throttled(response):
-                asked = _retry_after_seconds(response.header("retry-after"), self.wall_clock())
-                if not self.rules.retry_in_call(response):
-                    raise ApiThrottledError(described, **self._fields(response, code, asked))
-                if asked is not None and asked > self.retry.max_retry_after:
-                    raise ApiThrottledError(
-                        f"{described}; asked to retry after {asked:g}s", **self._fields(response, code, asked)
-                    )
-                delay = asked if asked is not None else self._backoff(attempt)
-                if attempt >= self.retry.max_attempts or slept + delay > self.retry.max_total_sleep:
-                    raise ApiThrottledError(
-                        f"{described}; still throttled after {attempt} attempts", **self._fields(response, code, asked)
-                    )
-                logger.warning(
-                    "%s %s throttled (%s); retry %d in %.2fs",
-                    self.rules.name,
-                    where,
-                    code or response.status,
-                    attempt,
-                    delay,
-                )
-                self.sleep(delay)
-                slept += delay
+                self._wait_throttled(call, response, code, described)
                 continue
             if response.status == 401 or self.rules.is_expired_token(response):
                 if not refreshed and authenticate and self.rules.is_expired_token(response) and self.auth.refresh():
@@ -505,26 +475,87 @@ class HttpApiClient:
                     logger.info("%s %s: credentials expired; re-authenticated", self.rules.name, where)
                     continue
                 raise ApiAuthError(described, **self._fields(response, code, None))
-            if response.status >= 500 and not idempotent:
+            self._wait_failed(call, response, code, described)
+
+    def _send(
+        self, call: _Call, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> HttpResponse | None:
+        """One exchange: the response, or ``None`` after waiting to retry a request that got none."""
+        try:
+            return self.transport(method, url, headers, body, self.timeout)
+        except ResponseTooLargeError as e:
+            raise ApiUnavailableError(
+                f"{self.rules.name} {call.where}: {e}; ask for smaller pages", vendor=self.rules.name
+            ) from None
+        except OSError as e:
+            reason = self.redactor(str(e) or type(e).__name__)
+            if not call.idempotent and not isinstance(e, ConnectionRefusedError):
                 raise ApiOutcomeUnknownError(
-                    f"{described}; it may or may not have been applied", **self._fields(response, code, None)
-                )
-            if response.status in _RETRYABLE_STATUSES:
-                asked = _retry_after_seconds(response.header("retry-after"), self.wall_clock())
-                delay = min(asked, self.retry.max_retry_after) if asked is not None else self._backoff(attempt)
-                if attempt >= self.retry.max_attempts or slept + delay > self.retry.max_total_sleep:
-                    raise ApiUnavailableError(
-                        f"{described}; after {attempt} attempts", **self._fields(response, code, asked)
-                    )
-                logger.warning(
-                    "%s %s: HTTP %d; retry %d in %.2fs", self.rules.name, where, response.status, attempt, delay
-                )
-                self.sleep(delay)
-                slept += delay
-                continue
-            if response.status >= 500:
-                raise ApiUnavailableError(described, **self._fields(response, code, None))
-            raise ApiRequestError(described, **self._fields(response, code, None))
+                    f"{self.rules.name} {call.where}: no response ({reason}); it may or may not have been applied",
+                    vendor=self.rules.name,
+                ) from None
+            delay = self._backoff(call.attempt)
+            if not self._may_wait(call, delay):
+                raise ApiUnavailableError(
+                    f"{self.rules.name} {call.where} failed: no response after {call.attempt} attempts ({reason})",
+                    vendor=self.rules.name,
+                ) from None
+            logger.warning(
+                "%s %s: no response (%s); retry %d in %.2fs", self.rules.name, call.where, reason, call.attempt, delay
+            )
+            self._wait(call, delay)
+            return None
+
+    def _wait_throttled(self, call: _Call, response: HttpResponse, code: str | None, described: str) -> None:
+        """Wait before retrying a throttled request, or raise :class:`ApiThrottledError` when that is not allowed."""
+        asked = _retry_after_seconds(response.header("retry-after"), self.wall_clock())
+        if not self.rules.retry_in_call(response):
+            raise ApiThrottledError(described, **self._fields(response, code, asked))
+        if asked is not None and asked > self.retry.max_retry_after:
+            raise ApiThrottledError(
+                f"{described}; asked to retry after {asked:g}s", **self._fields(response, code, asked)
+            )
+        delay = asked if asked is not None else self._backoff(call.attempt)
+        if not self._may_wait(call, delay):
+            raise ApiThrottledError(
+                f"{described}; still throttled after {call.attempt} attempts", **self._fields(response, code, asked)
+            )
+        logger.warning(
+            "%s %s throttled (%s); retry %d in %.2fs",
+            self.rules.name,
+            call.where,
+            code or response.status,
+            call.attempt,
+            delay,
+        )
+        self._wait(call, delay)
+
+    def _wait_failed(self, call: _Call, response: HttpResponse, code: str | None, described: str) -> None:
+        """Wait before retrying a failure worth retrying; raise the error it maps to otherwise."""
+        if response.status >= 500 and not call.idempotent:
+            raise ApiOutcomeUnknownError(
+                f"{described}; it may or may not have been applied", **self._fields(response, code, None)
+            )
+        if response.status not in _RETRYABLE_STATUSES:
+            error = ApiUnavailableError if response.status >= 500 else ApiRequestError
+            raise error(described, **self._fields(response, code, None))
+        asked = _retry_after_seconds(response.header("retry-after"), self.wall_clock())
+        delay = min(asked, self.retry.max_retry_after) if asked is not None else self._backoff(call.attempt)
+        if not self._may_wait(call, delay):
+            raise ApiUnavailableError(
+                f"{described}; after {call.attempt} attempts", **self._fields(response, code, asked)
+            )
+        logger.warning(
+            "%s %s: HTTP %d; retry %d in %.2fs", self.rules.name, call.where, response.status, call.attempt, delay
+        )
+        self._wait(call, delay)
+
+    def _may_wait(self, call: _Call, delay: float) -> bool:
+        return call.attempt < self.retry.max_attempts and call.slept + delay <= self.retry.max_total_sleep
+
+    def _wait(self, call: _Call, delay: float) -> None:
+        self.sleep(delay)
+        call.slept += delay
 
     # -- helpers --------------------------------------------------------------------------------------------------
 
