@@ -370,32 +370,19 @@ def merge_all(state: RowState | None, deltas: Iterable[RowDelta]) -> tuple[RowSt
     Raises:
         ConflictError: if a delta names another row than ``state`` (or than the first delta).
     """
-    if state is not None:
-        table: str | None = state.table
-        row_id = state.row_id
-        columns: Mapping[str, ColumnState] = state.columns
-        tomb, written = state.tombstone, state.written
-    else:
-        table, row_id, columns, tomb, written = None, "", {}, None, None
+    table, row_id, columns, tomb, written = _parts(state)
     own: dict[str, ColumnState] | None = None  # ``columns`` once copied
     changed = False
     for delta in deltas:
-        if table is None:
-            table, row_id = delta.table, delta.row_id
-        elif delta.table != table or delta.row_id != row_id:
-            raise ConflictError(
-                f"Cannot resolve conflict: mismatched table/rowId ({table}:{row_id} vs {delta.table}:{delta.row_id})"
-            )
+        table, row_id = _row_of(delta, table, row_id)
         hlc, client_id = delta.hlc, delta.client_id
         if tomb is not None and not _newer(hlc, client_id, tomb):
             continue  # a delete or write at or below the tombstone changes nothing
         if delta.op is DeltaOp.DELETE:
-            version = _version(hlc, client_id)
-            own = {name: col for name, col in columns.items() if _newer(col.hlc, col.client_id, version)}
-            columns = own
-            if written is not None and not _newer(written.hlc, written.client_id, version):
-                written = None
-            tomb, changed = version, True
+            tomb = _version(hlc, client_id)
+            columns = own = _after_delete(columns, tomb)
+            written = _live_write(written, tomb)
+            changed = True
             continue
         for name, value in delta.values().items():
             current = columns.get(name)
@@ -421,6 +408,38 @@ def merge_all(state: RowState | None, deltas: Iterable[RowDelta]) -> tuple[RowSt
     if not changed or table is None:
         return state, False
     return _derived(table, row_id, dict(columns) if own is None else own, tomb, written), True
+
+
+def _parts(
+    state: RowState | None,
+) -> tuple[str | None, str, Mapping[str, ColumnState], Version | None, Version | None]:
+    """``(table, row_id, columns, tombstone, written)`` of a state; nothing yet for ``None``."""
+    if state is None:
+        return None, "", {}, None, None
+    return state.table, state.row_id, state.columns, state.tombstone, state.written
+
+
+def _row_of(delta: RowDelta, table: str | None, row_id: str) -> tuple[str, str]:
+    """The row being merged: the first delta's, which every later one must name too."""
+    if table is None:
+        return delta.table, delta.row_id
+    if delta.table != table or delta.row_id != row_id:
+        raise ConflictError(
+            f"Cannot resolve conflict: mismatched table/rowId ({table}:{row_id} vs {delta.table}:{delta.row_id})"
+        )
+    return table, row_id
+
+
+def _after_delete(columns: Mapping[str, ColumnState], tomb: Version) -> dict[str, ColumnState]:
+    """The columns a delete at ``tomb`` leaves: those written after it."""
+    return {name: col for name, col in columns.items() if _newer(col.hlc, col.client_id, tomb)}
+
+
+def _live_write(written: Version | None, tomb: Version) -> Version | None:
+    """The greatest write once a delete at ``tomb`` applied: ``None`` unless it is newer than the delete."""
+    if written is not None and not _newer(written.hlc, written.client_id, tomb):
+        return None
+    return written
 
 
 def _newer(hlc: int, client_id: str, than: Version) -> bool:
