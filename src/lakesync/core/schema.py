@@ -222,42 +222,16 @@ def parse_table_schema(obj: object) -> TableSchema:
         raise _fail(f'Invalid table name: "{_js_text(table)}". {IDENTIFIER_RULE}')
 
     for col in raw_columns:
-        spec: Mapping[str, Any] = col if isinstance(col, Mapping) else {}
-        name = spec.get("name")
-        if not isinstance(name, str) or not name:
-            raise _fail("Each column must have a non-empty 'name' string")
-        if not is_valid_identifier(name):
-            raise _fail(f'Invalid column name: "{name}". {IDENTIFIER_RULE}')
-        col_type = spec.get("type", _ABSENT)
-        if not isinstance(col_type, str) or col_type not in _COLUMN_TYPES:
-            shown = "undefined" if col_type is _ABSENT else _js_text(col_type)
-            raise _fail(
-                f'Invalid column type "{shown}" for column "{name}". Allowed: string, number, boolean, json, null'
-            )
+        _check_column(col)
     names = {col["name"] for col in raw_columns}
 
-    primary_key: tuple[str, ...] | None = None
-    if "primaryKey" in doc:
-        pk = doc["primaryKey"]
-        if not isinstance(pk, list) or not pk:
-            raise _fail("primaryKey must be a non-empty array of strings")
-        for item in pk:
-            if not isinstance(item, str):
-                raise _fail("primaryKey must be a non-empty array of strings")
-            if item != ROW_ID_COLUMN and item not in names:
-                raise _fail(f'primaryKey column "{item}" must be "row_id" or exist in columns')
-        primary_key = tuple(pk)
+    primary_key = _primary_key(doc, names)
 
     soft_delete = doc.get("softDelete")
     if "softDelete" in doc and not isinstance(soft_delete, bool):
         raise _fail("softDelete must be a boolean")
 
-    external_id = doc.get("externalIdColumn")
-    if "externalIdColumn" in doc:
-        if not isinstance(external_id, str) or not external_id:
-            raise _fail("externalIdColumn must be a non-empty string")
-        if external_id not in names:
-            raise _fail(f'externalIdColumn "{external_id}" must exist in columns')
+    external_id = _external_id(doc, names)
 
     source_table = doc.get("sourceTable")
     if source_table is not None and not is_valid_identifier(source_table):
@@ -275,6 +249,43 @@ def parse_table_schema(obj: object) -> TableSchema:
         external_id_column=external_id,
         source_table=source_table,
     )
+
+
+def _check_column(col: object) -> None:
+    spec: Mapping[str, Any] = col if isinstance(col, Mapping) else {}
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise _fail("Each column must have a non-empty 'name' string")
+    if not is_valid_identifier(name):
+        raise _fail(f'Invalid column name: "{name}". {IDENTIFIER_RULE}')
+    col_type = spec.get("type", _ABSENT)
+    if not isinstance(col_type, str) or col_type not in _COLUMN_TYPES:
+        shown = "undefined" if col_type is _ABSENT else _js_text(col_type)
+        raise _fail(f'Invalid column type "{shown}" for column "{name}". Allowed: string, number, boolean, json, null')
+
+
+def _primary_key(doc: Mapping[str, Any], names: set[str]) -> tuple[str, ...] | None:
+    if "primaryKey" not in doc:
+        return None
+    pk = doc["primaryKey"]
+    if not isinstance(pk, list) or not pk:
+        raise _fail("primaryKey must be a non-empty array of strings")
+    for item in pk:
+        if not isinstance(item, str):
+            raise _fail("primaryKey must be a non-empty array of strings")
+        if item != ROW_ID_COLUMN and item not in names:
+            raise _fail(f'primaryKey column "{item}" must be "row_id" or exist in columns')
+    return tuple(pk)
+
+
+def _external_id(doc: Mapping[str, Any], names: set[str]) -> Any:
+    external_id = doc.get("externalIdColumn")
+    if "externalIdColumn" in doc:
+        if not isinstance(external_id, str) or not external_id:
+            raise _fail("externalIdColumn must be a non-empty string")
+        if external_id not in names:
+            raise _fail(f'externalIdColumn "{external_id}" must exist in columns')
+    return external_id
 
 
 def _parse_reference(column: str, ref: object) -> ColumnReference | None:
