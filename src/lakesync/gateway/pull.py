@@ -36,7 +36,7 @@ move a row out of a bucket reach the clients that held the row.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -594,49 +594,8 @@ def _pull_since_log(
         _Released: the position is behind a release.
     """
     store = deps.since_sessions if client_id else None
-    if handout is not None:
-        # Positions this server handed out, where pages ended: read and checked as a cursor's are (the heads only
-        # for the shards that read nothing, or whose entry at the position is gone).
-        positions, uncertain = dict(handout.positions), dict(handout.uncertain or {})
-        confirmed = handout
-        heads: Mapping[ShardId, ShardHead] = {}
-    else:
-        heads = deps.buffer.get_heads(shards)
-        if session is not None and session.confirmed is not None:
-            positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
-            confirmed = Handout(since, positions)
-        else:
-            for head in heads.values():
-                if since < head.released_hlc:
-                    raise _Released(head)
-            positions, uncertain = _positions_after(deps, shards, heads, since)
-            if since > 0:
-                # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client
-                # may hold any row already, so everything up to the heads goes out in a form it applies whatever it
-                # holds.
-                uncertain = {s.key: h.seq for s, h in heads.items()}
-            # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
-            for head in deps.buffer.get_heads(shards).values():
-                if since < head.released_hlc:
-                    raise _Released(head)
-            confirmed = Handout(since, positions)
-    for head in heads.values():
-        if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _Released(head)
-    page = _page_size(limit)
-    at_position = handout is not None
-    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), at_position=at_position) for s in shards]
-    if len(readers) > 1:
-        results_of([submit(reader.peek) for reader in readers])
-    # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
-    idle = [reader.shard for reader in readers if reader.peek() is None]
-    checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
-    by_shard = {reader.shard: reader for reader in readers}
-    reaching = {shard: positions.get(shard.key, 0) for shard in checked}
-    for head in deps.buffer.get_heads(checked, reaching=reaching).values() if checked else ():
-        if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _Released(head)
-        by_shard[head.shard].check_against(head)
+    positions, uncertain, confirmed = _since_start(deps, shards, since, session, handout)
+    readers = _since_readers(deps, shards, positions, _page_size(limit), at_position=handout is not None)
     redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
     stateless = store is None or not client_id
     deltas, has_more, last = _since_page(
@@ -663,6 +622,69 @@ def _pull_since_log(
         handed = Handout(server_hlc, new_positions, still_uncertain or None)
         _save_session(deps, store, gateway, client_id, handed, confirmed, redeliver)
     return PullResult(tuple(deltas), server_hlc, has_more, encode_cursor(new_positions))
+
+
+def _since_start(
+    deps: GatewayDeps, shards: list[ShardId], since: int, session: SinceSession | None, handout: Handout | None
+) -> tuple[dict[str, int], dict[str, int], Handout]:
+    """Where a ``since`` page starts: ``(positions, uncertain, confirmed)``.
+
+    Raises:
+        _Released: the position is behind a release.
+    """
+    if handout is not None:
+        # Positions this server handed out, where pages ended: read and checked as a cursor's are (the heads only
+        # for the shards that read nothing, or whose entry at the position is gone).
+        return dict(handout.positions), dict(handout.uncertain or {}), handout
+    heads = deps.buffer.get_heads(shards)
+    if session is not None and session.confirmed is not None:
+        positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
+        confirmed = Handout(since, positions)
+    else:
+        _check_not_released(heads.values(), since)
+        positions, uncertain = _positions_after(deps, shards, heads, since)
+        if since > 0:
+            # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client
+            # may hold any row already, so everything up to the heads goes out in a form it applies whatever it
+            # holds.
+            uncertain = {s.key: h.seq for s, h in heads.items()}
+        # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
+        _check_not_released(deps.buffer.get_heads(shards).values(), since)
+        confirmed = Handout(since, positions)
+    for head in heads.values():
+        if positions.get(head.shard.key, 0) < head.released_seq:
+            raise _Released(head)
+    return positions, uncertain, confirmed
+
+
+def _check_not_released(heads: Iterable[ShardHead], since: int) -> None:
+    """Raise :class:`_Released` for the first shard that released entries committed after ``since``."""
+    for head in heads:
+        if since < head.released_hlc:
+            raise _Released(head)
+
+
+def _since_readers(
+    deps: GatewayDeps, shards: list[ShardId], positions: Mapping[str, int], page: int, *, at_position: bool
+) -> list[_ShardReader]:
+    """One reader per shard from its position, each checked against a release racing the read.
+
+    Raises:
+        _Released: a release passed a position.
+    """
+    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), at_position=at_position) for s in shards]
+    if len(readers) > 1:
+        results_of([submit(reader.peek) for reader in readers])
+    # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
+    idle = [reader.shard for reader in readers if reader.peek() is None]
+    checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
+    by_shard = {reader.shard: reader for reader in readers}
+    reaching = {shard: positions.get(shard.key, 0) for shard in checked}
+    for head in deps.buffer.get_heads(checked, reaching=reaching).values() if checked else ():
+        if positions.get(head.shard.key, 0) < head.released_seq:
+            raise _Released(head)
+        by_shard[head.shard].check_against(head)
+    return readers
 
 
 def _positions_after(
