@@ -35,6 +35,17 @@ _PUSH_EXAMPLE: Final = {
 
 _AUTH_ERRORS: Final = (401, 403, 404)
 
+_UNREGISTERED: Final = {
+    "200": json_response(
+        {
+            "type": "object",
+            "required": ["unregistered", "name"],
+            "properties": {"unregistered": {"const": True}, "name": {"type": "string"}},
+        },
+        "Removed.",
+    )
+}
+
 # -- operations ------------------------------------------------------------------------------------------------------
 
 OPERATIONS: Final[Mapping[str, Operation]] = {
@@ -411,16 +422,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "404 when the gateway has no destination of that name.",
         "admin",
         "admin",
-        responses={
-            "200": json_response(
-                {
-                    "type": "object",
-                    "required": ["unregistered", "name"],
-                    "properties": {"unregistered": {"const": True}, "name": {"type": "string"}},
-                },
-                "Removed.",
-            )
-        },
+        responses=_UNREGISTERED,
         errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "POST /v1/admin/connectors/{gw}": Operation(
@@ -506,16 +508,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "Removes its schedule, its position and the secrets its registration created. 404 when unknown.",
         "admin",
         "admin",
-        responses={
-            "200": json_response(
-                {
-                    "type": "object",
-                    "required": ["unregistered", "name"],
-                    "properties": {"unregistered": {"const": True}, "name": {"type": "string"}},
-                },
-                "Removed.",
-            )
-        },
+        responses=_UNREGISTERED,
         errors=(*_AUTH_ERRORS, 500, 503),
     ),
     "GET /v1/connectors/types": Operation(
