@@ -64,26 +64,6 @@ def _patch(models: Any, dynamo_type: Any, table_class: Any, table_module: Any) -
     stock_deepcopy = copy.deepcopy
     stock_transact = models.DynamoDBBackend.transact_write_items
 
-    def snapshot(table: Any, update_keys: list[dict[str, Any]]) -> Any:
-        backup = copy.copy(table)
-        backup.items = copy.copy(table.items)
-        if table.range_key_attr is not None:
-            for hash_value, by_range in table.items.items():
-                backup.items[hash_value] = dict(by_range)
-        for key in update_keys:
-            item = table.get_item(
-                dynamo_type(key[table.hash_key_attr]),
-                dynamo_type(key[table.range_key_attr]) if table.range_key_attr else None,
-            )
-            if item is None:
-                continue
-            fresh = stock_deepcopy(item)
-            if table.range_key_attr is None:
-                backup.items[item.hash_key] = fresh
-            else:
-                backup.items[item.hash_key][item.range_key] = fresh
-        return backup
-
     class _Copy:
         """Stands in for the ``copy`` module inside moto's backend: Table backups go through ``snapshot``."""
 
@@ -96,15 +76,13 @@ def _patch(models: Any, dynamo_type: Any, table_class: Any, table_module: Any) -
             if active is None or not isinstance(value, table_class):
                 return stock_deepcopy(value, memo)
             if id(value) not in active.backups:
-                active.backups[id(value)] = snapshot(value, active.update_keys.get(value.name, []))
+                active.backups[id(value)] = _snapshot(
+                    value, active.update_keys.get(value.name, []), dynamo_type, stock_deepcopy
+                )
             return active.backups[id(value)]
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> Any:
-        updates: dict[str, list[dict[str, Any]]] = {}
-        for entry in transact_items:
-            for op_type, op in entry.items():
-                if op_type == "Update":
-                    updates.setdefault(op["TableName"], []).append(op["Key"])
+        updates = _updated_keys(transact_items)
         # A cancelled transaction restores each table's items from its backup, but the stream shard is shared with
         # the backup (and must stay the same object: open shard iterators hold it): drop the records its writes added.
         shards = {name: table.stream_shard for name, table in self.tables.items() if table.stream_shard is not None}
@@ -124,6 +102,38 @@ def _patch(models: Any, dynamo_type: Any, table_class: Any, table_module: Any) -
     from moto.dynamodbstreams import models as streams_module
 
     _bound_streams(table_module, streams_module)
+
+
+def _snapshot(table: Any, update_keys: list[dict[str, Any]], dynamo_type: Any, deepcopy: Any) -> Any:
+    """A backup of ``table`` for a transaction: its item maps copied, only the items it updates deep-copied."""
+    backup = copy.copy(table)
+    backup.items = copy.copy(table.items)
+    if table.range_key_attr is not None:
+        for hash_value, by_range in table.items.items():
+            backup.items[hash_value] = dict(by_range)
+    for key in update_keys:
+        item = table.get_item(
+            dynamo_type(key[table.hash_key_attr]),
+            dynamo_type(key[table.range_key_attr]) if table.range_key_attr else None,
+        )
+        if item is None:
+            continue
+        fresh = deepcopy(item)
+        if table.range_key_attr is None:
+            backup.items[item.hash_key] = fresh
+        else:
+            backup.items[item.hash_key][item.range_key] = fresh
+    return backup
+
+
+def _updated_keys(transact_items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per table, the keys a transaction's ``Update`` operations name."""
+    updates: dict[str, list[dict[str, Any]]] = {}
+    for entry in transact_items:
+        for op_type, op in entry.items():
+            if op_type == "Update":
+                updates.setdefault(op["TableName"], []).append(op["Key"])
+    return updates
 
 
 STREAM_RECORDS_KEPT = 20_000
