@@ -49,6 +49,23 @@ class ManagementApi:
         with self.lock:
             return list(self.sessions.get(connection_id, []))
 
+    def receive(self, method: str, connection_id: str, body: bytes) -> tuple[bool, bool]:
+        """Record a request and apply it: ``(throttled, known)``."""
+        with self.lock:
+            self.requests.append((method, connection_id))
+            throttled = self.throttles.get(connection_id, 0) > 0
+            if throttled:
+                self.throttles[connection_id] -= 1
+            known = connection_id in self.sessions
+            if throttled or not known:
+                return throttled, known
+            if method == "POST":
+                self.sessions[connection_id].append(body)
+            elif method == "DELETE":
+                del self.sessions[connection_id]
+                self.closed.append(connection_id)
+            return throttled, known
+
     def reset(self) -> None:
         with self.lock:
             self.sessions.clear()
@@ -80,20 +97,7 @@ def _handler(state: ManagementApi) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"message": "Not Found"}, "NotFoundException")
                 return
             connection_id = urllib.parse.unquote(self.path[len(prefix) :])
-            with state.lock:
-                state.requests.append((method, connection_id))
-                if state.throttles.get(connection_id, 0) > 0:
-                    state.throttles[connection_id] -= 1
-                    throttled = True
-                else:
-                    throttled = False
-                known = connection_id in state.sessions
-                if not throttled and known:
-                    if method == "POST":
-                        state.sessions[connection_id].append(body)
-                    elif method == "DELETE":
-                        del state.sessions[connection_id]
-                        state.closed.append(connection_id)
+            throttled, known = state.receive(method, connection_id, body)
             if throttled:
                 self._answer(429, {"message": "Too Many Requests"}, "LimitExceededException")
             elif not known:

@@ -181,6 +181,50 @@ def _split_and(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
+_DATE_FIELDS = ("SystemModstamp", "CreatedDate", "LastModifiedDate")
+
+
+def _condition(cond: str, known: Any) -> tuple[str, str, Any]:
+    """One ``WHERE`` condition as ``(field, operator, value)``."""
+    cond = cond.strip()
+    while cond.startswith("(") and cond.endswith(")"):
+        cond = cond[1:-1].strip()
+    c = re.fullmatch(r"(\w+)\s*(>=|<=|=|>|<)\s*(.+)", cond)
+    if not c or c.group(1) not in known:
+        raise SoqlError("MALFORMED_QUERY", f"unexpected condition: {cond}")
+    name, op, raw = c.groups()
+    raw = raw.strip()
+    if name in _DATE_FIELDS:
+        try:
+            return name, op, datetime.fromisoformat(raw)
+        except ValueError:
+            raise SoqlError("MALFORMED_QUERY", f"invalid datetime: {raw}") from None
+    if raw.lower() in ("true", "false"):
+        return name, op, raw.lower() == "true"
+    if raw.startswith("'") and raw.endswith("'"):
+        return name, op, raw[1:-1]
+    raise SoqlError("MALFORMED_QUERY", f"unexpected value: {raw}")
+
+
+def _matches(rec: dict[str, Any], conditions: list[tuple[str, str, Any]]) -> bool:
+    for name, op, value in conditions:
+        have = rec.get(name)
+        if isinstance(value, datetime):
+            have = datetime.fromisoformat(have) if have else None
+            if have is None:
+                return False
+        ok = {
+            "=": have == value,
+            ">=": have is not None and have >= value,
+            "<=": have is not None and have <= value,
+            ">": have is not None and have > value,
+            "<": have is not None and have < value,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
 def run_soql(state: SalesforceState, soql: str, include_deleted: bool) -> list[dict[str, Any]]:
     m = _SOQL.match(soql.strip())
     if not m:
@@ -193,49 +237,11 @@ def run_soql(state: SalesforceState, soql: str, include_deleted: bool) -> list[d
     for f in fields:
         if f not in known:
             raise SoqlError("INVALID_FIELD", f"No such column '{f}' on entity '{obj}'.")
-    conditions = []
-    for cond in _split_and(m.group("where") or ""):
-        cond = cond.strip()
-        while cond.startswith("(") and cond.endswith(")"):
-            cond = cond[1:-1].strip()
-        c = re.fullmatch(r"(\w+)\s*(>=|<=|=|>|<)\s*(.+)", cond)
-        if not c or c.group(1) not in known:
-            raise SoqlError("MALFORMED_QUERY", f"unexpected condition: {cond}")
-        name, op, raw = c.groups()
-        if name in ("SystemModstamp", "CreatedDate", "LastModifiedDate"):
-            try:
-                value: Any = datetime.fromisoformat(raw.strip())
-            except ValueError:
-                raise SoqlError("MALFORMED_QUERY", f"invalid datetime: {raw}") from None
-        elif raw.strip().lower() in ("true", "false"):
-            value = raw.strip().lower() == "true"
-        elif raw.strip().startswith("'") and raw.strip().endswith("'"):
-            value = raw.strip()[1:-1]
-        else:
-            raise SoqlError("MALFORMED_QUERY", f"unexpected value: {raw}")
-        conditions.append((name, op, value))
-
-    def matches(rec: dict[str, Any]) -> bool:
-        for name, op, value in conditions:
-            have = rec.get(name)
-            if isinstance(value, datetime):
-                have = datetime.fromisoformat(have) if have else None
-                if have is None:
-                    return False
-            ok = {
-                "=": have == value,
-                ">=": have is not None and have >= value,
-                "<=": have is not None and have <= value,
-                ">": have is not None and have > value,
-                "<": have is not None and have < value,
-            }[op]
-            if not ok:
-                return False
-        return True
+    conditions = [_condition(cond, known) for cond in _split_and(m.group("where") or "")]
 
     rows = [
         r for r in state.records.values()
-        if r["_type"] == obj and (include_deleted or not r["IsDeleted"]) and matches(r)
+        if r["_type"] == obj and (include_deleted or not r["IsDeleted"]) and _matches(r, conditions)
     ]  # fmt: skip
     for part in reversed([p.strip() for p in (m.group("order") or "").split(",") if p.strip()]):
         words = part.split()
