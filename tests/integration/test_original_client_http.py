@@ -67,6 +67,41 @@ def server_rows(stack: LocalStack) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _run_original(client: OriginalClient, seed: int, errors: list[BaseException]) -> None:
+    """25 random writes of an original client, syncing now and then."""
+    rnd = random.Random(seed)
+    try:
+        for _ in range(25):
+            row = rnd.choice(ROWS)
+            if client.holds("todos", row):
+                if rnd.random() < 0.2:
+                    client.delete("todos", row)
+                else:
+                    client.update("todos", row, {rnd.choice(["title", "done"]): rnd.randrange(100)})
+            else:
+                client.insert("todos", row, {"title": rnd.randrange(100)})
+            if rnd.random() < 0.5:
+                client.sync_once()
+    except BaseException as exc:  # surfaced below
+        errors.append(exc)
+
+
+def _run_cursor(client: SyncClient, seed: int, errors: list[BaseException]) -> None:
+    """15 random pushes of a cursor client, each followed by a pull."""
+    rnd, clock, cursor = random.Random(seed), HLC(), None
+    try:
+        for _ in range(15):
+            row = rnd.choice(ROWS)
+            op = "DELETE" if rnd.random() < 0.15 else "UPDATE"
+            cols = {} if op == "DELETE" else {rnd.choice(["title", "done"]): rnd.randrange(100)}
+            client.push(
+                [make_delta(op, table="todos", row_id=row, client_id=client.client_id, hlc=clock.now(), columns=cols)]
+            )
+            _, cursor = client.pull_all(cursor)
+    except BaseException as exc:
+        errors.append(exc)
+
+
 def test_original_clients_beside_cursor_clients_converge_over_http(tmp_path: Path) -> None:
     with LocalStack(tmp_path, port=0, persist=False) as stack:
         originals = [
@@ -78,43 +113,8 @@ def test_original_clients_beside_cursor_clients_converge_over_http(tmp_path: Pat
             client.sync_once()
         errors: list[BaseException] = []
 
-        def run_original(client: OriginalClient, seed: int) -> None:
-            rnd = random.Random(seed)
-            try:
-                for _ in range(25):
-                    row = rnd.choice(ROWS)
-                    if client.holds("todos", row):
-                        if rnd.random() < 0.2:
-                            client.delete("todos", row)
-                        else:
-                            client.update("todos", row, {rnd.choice(["title", "done"]): rnd.randrange(100)})
-                    else:
-                        client.insert("todos", row, {"title": rnd.randrange(100)})
-                    if rnd.random() < 0.5:
-                        client.sync_once()
-            except BaseException as exc:  # surfaced below
-                errors.append(exc)
-
-        def run_cursor(client: SyncClient, seed: int) -> None:
-            rnd, clock, cursor = random.Random(seed), HLC(), None
-            try:
-                for _ in range(15):
-                    row = rnd.choice(ROWS)
-                    op = "DELETE" if rnd.random() < 0.15 else "UPDATE"
-                    cols = {} if op == "DELETE" else {rnd.choice(["title", "done"]): rnd.randrange(100)}
-                    client.push(
-                        [
-                            make_delta(
-                                op, table="todos", row_id=row, client_id=client.client_id, hlc=clock.now(), columns=cols
-                            )
-                        ]
-                    )
-                    _, cursor = client.pull_all(cursor)
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run_original, args=(c, i)) for i, c in enumerate(originals)]
-        threads += [threading.Thread(target=run_cursor, args=(c, 10 + i)) for i, c in enumerate(cursors)]
+        threads = [threading.Thread(target=_run_original, args=(c, i, errors)) for i, c in enumerate(originals)]
+        threads += [threading.Thread(target=_run_cursor, args=(c, 10 + i, errors)) for i, c in enumerate(cursors)]
         for thread in threads:
             thread.start()
         for thread in threads:
