@@ -21,7 +21,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     raises (the invocation fails and is logged; the next tick polls again from the same position)."""
     gateway, name = str(event["gateway"]), str(event["connector"])
     logger.append_keys(gateway=gateway, connector=name)
-    result = poller.poll_registered(get_deps(), gateway, name)
+    deps = get_deps()
+    # The invocation's budget bounds the lease: one left by a timed-out run is expired by the time it is killed
+    # (get_remaining_time_in_millis: https://docs.aws.amazon.com/lambda/latest/dg/python-context.html).
+    end_ms = deps.wall_ms() + context.get_remaining_time_in_millis()
+    result = poller.poll_registered(deps, gateway, name, end_ms=end_ms)
     metrics.add_metric(name="ConnectorRowsPolled", unit=MetricUnit.Count, value=result.rows)
     logger.info("connector polled", extra=result.to_json())
     return result.to_json()

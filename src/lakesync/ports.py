@@ -338,8 +338,18 @@ class ConnectorPositionStore(Protocol):
         the lease is still ``token``'s; ``False`` (nothing changes) otherwise."""
         ...
 
-    def release(self, gateway: str, name: str, token: str) -> None:
-        """Drop ``token``'s lease (a failed poll) so the next poll need not wait for it to expire."""
+    def renew(self, gateway: str, name: str, token: str, until_ms: int) -> bool:
+        """Extend ``token``'s lease to ``until_ms`` if it is still ``token``'s (a poll in progress keeps it);
+        ``False`` (nothing changes) once it was taken over, committed or released."""
+        ...
+
+    def release(self, gateway: str, name: str, token: str) -> bool:
+        """Drop ``token``'s lease (a failed poll) so the next poll need not wait for it to expire; ``False`` (nothing
+        changes) when the lease is not ``token``'s."""
+        ...
+
+    def leases(self, gateway: str) -> dict[str, str]:
+        """The leases on record for the gateway's connectors, live or expired: ``{connector: token}``."""
         ...
 
     def delete_position(self, gateway: str, name: str) -> None:

@@ -33,3 +33,16 @@ def contract_dynamodb(moto_endpoint: str) -> Any:
 def gw() -> str:
     """A gateway id no other test uses."""
     return f"gw-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def positions(request: pytest.FixtureRequest) -> Any:
+    """A connector position store: in memory, and on DynamoDB (the moto server)."""
+    if request.param == "memory":
+        from lakesync.gateway.memory import InMemoryPositionStore
+
+        return InMemoryPositionStore()
+    from lakesync.aws.connector_positions import DynamoDBPositionStore
+
+    client, names = request.getfixturevalue("contract_dynamodb")
+    return DynamoDBPositionStore(client, names)

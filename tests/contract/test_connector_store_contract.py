@@ -1,7 +1,8 @@
 """The connector ports' contracts, one suite for the in-memory and the DynamoDB adapters (moto server): connector
 configs in the ConfigStore (unique names, race-safe adds, sorted listing, removal), and the ConnectorPositionStore
 (a lease taken only at the stored version and when no other is live, a commit only by the lease holder at the version
-it started from, release, takeover after expiry, positions larger than one DynamoDB item)."""
+it started from, release, takeover after expiry, renewal only by the holder and never both it and a racing takeover,
+the leases on record per gateway, positions larger than one DynamoDB item)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from lakesync.core.connectors import validate_connector_config
 from lakesync.core.errors import AlreadyExistsError
-from lakesync.gateway.memory import InMemoryConfigStore, InMemoryPositionStore
+from lakesync.gateway.memory import InMemoryConfigStore
 from lakesync.ports import ConfigStore, ConnectorPositionStore
 
 
@@ -25,16 +26,6 @@ def store(request: pytest.FixtureRequest) -> ConfigStore:
     from lakesync.aws.dynamodb import DynamoDBConfigStore
 
     return DynamoDBConfigStore(*request.getfixturevalue("contract_dynamodb"))
-
-
-@pytest.fixture(params=["memory", "dynamodb"])
-def positions(request: pytest.FixtureRequest) -> ConnectorPositionStore:
-    if request.param == "memory":
-        return InMemoryPositionStore()
-    from lakesync.aws.connector_positions import DynamoDBPositionStore
-
-    client, names = request.getfixturevalue("contract_dynamodb")
-    return DynamoDBPositionStore(client, names)
 
 
 def _config(name: str, **extra: Any) -> Any:
@@ -153,3 +144,72 @@ def test_large_positions_round_trip_and_are_replaced(positions: ConnectorPositio
     assert positions.read_position(gw, "big").position == {"small": True}
     positions.delete_position(gw, "big")
     assert positions.read_position(gw, "big").version == 0
+
+
+def test_renewal_extends_only_the_holders_live_lease(positions: ConnectorPositionStore, gw: str) -> None:
+    # Given a lease taken for 30 s
+    assert positions.acquire(gw, "feed", 0, "a", until_ms=30_000, now_ms=0)
+    # When its holder renews it, the expiry moves; another token's renewal changes nothing
+    assert positions.renew(gw, "feed", "a", 50_000)
+    assert not positions.renew(gw, "feed", "b", 90_000)
+    held = positions.read_position(gw, "feed")
+    assert (held.lease, held.lease_until_ms) == ("a", 50_000)
+    # Then a second poller is kept out past the first expiry, and the holder commits
+    assert not positions.acquire(gw, "feed", 0, "b", until_ms=70_000, now_ms=40_000)
+    assert positions.commit(gw, "feed", "a", 0, {"n": 1})
+    # And a renewal after the commit (a late heartbeat) neither fails loudly nor brings the lease back
+    assert not positions.renew(gw, "feed", "a", 99_000)
+    assert positions.read_position(gw, "feed").lease is None
+    assert not positions.renew(gw, "never-polled", "a", 99_000)
+
+
+def test_a_renewal_racing_a_takeover_loses_once_the_token_is_replaced(
+    positions: ConnectorPositionStore, gw: str
+) -> None:
+    # Given a lease that expired at 1000 (its holder stalled) and a second poller taking it over
+    assert positions.acquire(gw, "feed", 0, "stalled", until_ms=1000, now_ms=0)
+    assert positions.acquire(gw, "feed", 0, "fresh", until_ms=31_000, now_ms=1000)
+    # When the stalled holder's heartbeat arrives, it is refused and the new lease is untouched
+    assert not positions.renew(gw, "feed", "stalled", 61_000)
+    held = positions.read_position(gw, "feed")
+    assert (held.lease, held.lease_until_ms) == ("fresh", 31_000)
+    assert not positions.commit(gw, "feed", "stalled", 0, {"n": 0})
+
+
+def test_racing_renewal_and_takeover_never_both_win(positions: ConnectorPositionStore, gw: str) -> None:
+    # Given leases that expired at 1000, each raced by its holder's heartbeat and a taker
+    names = [f"r{i}" for i in range(8)]
+    for name in names:
+        assert positions.acquire(gw, name, 0, "old", until_ms=1000, now_ms=0)
+    barrier = threading.Barrier(2)
+
+    def renew(name: str) -> bool:
+        barrier.wait()
+        return positions.renew(gw, name, "old", 61_000)
+
+    def take(name: str) -> bool:
+        barrier.wait()
+        return positions.acquire(gw, name, 0, "new", until_ms=31_000, now_ms=1000)
+
+    for name in names:
+        with ThreadPoolExecutor(2) as pool:
+            renewed, taken = pool.submit(renew, name), pool.submit(take, name)
+            won = (renewed.result(), taken.result())
+        # Then exactly one of them holds the connector, and the record says which
+        assert won in {(True, False), (False, True)}
+        held = positions.read_position(gw, name)
+        assert (held.lease, held.lease_until_ms) == (("old", 61_000) if won[0] else ("new", 31_000))
+
+
+def test_leases_on_record_are_listed_per_gateway(positions: ConnectorPositionStore, gw: str) -> None:
+    # Given a live lease, an expired one, a committed poll and a released one, and a lease on another gateway
+    assert positions.acquire(gw, "live", 0, "t1", until_ms=10**13, now_ms=0)
+    assert positions.acquire(gw, "expired", 0, "t2", until_ms=1, now_ms=0)
+    assert positions.acquire(gw, "done", 0, "t3", until_ms=10**13, now_ms=0)
+    assert positions.commit(gw, "done", "t3", 0, {"n": 1})
+    assert positions.acquire(gw, "freed", 0, "t4", until_ms=10**13, now_ms=0)
+    positions.release(gw, "freed", "t4")
+    assert positions.acquire(gw + "-other", "elsewhere", 0, "t5", until_ms=10**13, now_ms=0)
+    # Then the leases on record are the live and the expired one, with their tokens
+    assert positions.leases(gw) == {"live": "t1", "expired": "t2"}
+    assert positions.leases(gw + "-empty") == {}

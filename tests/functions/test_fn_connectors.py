@@ -128,7 +128,10 @@ def test_register_list_poll_and_unregister(connectors_api: Any, pg_url: str, cap
         assert b"s3cr3t-pw" not in r.body
 
 
-def _context() -> Any:
+def _context(remaining_s: float | None = None) -> Any:
+    import math
+    import time
+
     from lakesync.local.front import LambdaContext
 
     return LambdaContext(
@@ -136,7 +139,31 @@ def _context() -> Any:
         aws_request_id="c0ffee00-0000-4000-8000-000000000001",
         invoked_function_arn=POLL_ARN,
         memory_limit_in_mb=512,
+        deadline_monotonic=math.inf if remaining_s is None else time.monotonic() + remaining_s,
     )
+
+
+def test_the_polls_lease_ends_with_the_invocation(
+    connectors_api: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesync.aws.connector_positions import DynamoDBPositionStore
+
+    api = connectors_api
+    reply = api.call(admin_fn, api.event("admin_connectors_post", token=api.admin_token(), body=_body(pg_url)))
+    assert reply.status == 200
+    taken: list[tuple[int, int]] = []
+    acquire = DynamoDBPositionStore.acquire
+
+    def recording(self: Any, gateway: str, name: str, version: int, token: str, until_ms: int, now_ms: int) -> bool:
+        taken.append((until_ms, now_ms))
+        return acquire(self, gateway, name, version, token, until_ms, now_ms)
+
+    monkeypatch.setattr(DynamoDBPositionStore, "acquire", recording)
+    # When the schedule invokes the poll function with 20 s left before its timeout
+    result = poll_fn.lambda_handler({"gateway": "default", "connector": "crm"}, _context(remaining_s=20))
+    # Then it polled under a lease that ends no later than the invocation (a killed run's lease is dead with it)
+    assert result["status"] == "polled" and result["rows"] == 2
+    assert len(taken) == 1 and 0 < taken[0][0] - taken[0][1] <= 20_000
 
 
 def test_bad_configs_are_400_or_409_and_store_nothing(connectors_api: Any, pg_url: str) -> None:

@@ -20,11 +20,12 @@ import pytest
 
 from lakesync.auth import mint_token
 from lakesync.connectors import registry
-from lakesync.connectors.base import Connector, ConnectorTypeDescriptor
+from lakesync.connectors.base import Connector
 from lakesync.core.actions import Action, ActionContext, ActionDescriptor, ActionResult, make_action
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.errors import ActionExecutionError, ActionNotSupportedError
 from lakesync.local.runner import LocalStack
+from tests.connector_types import descriptor
 from tests.sql.servers import Server, postgres_server
 
 __all__ = ["postgres_server"]
@@ -61,15 +62,7 @@ class Tickets:
         )
 
 
-DESCRIPTOR = ConnectorTypeDescriptor(
-    type="tickets",
-    display_name="Tickets (test)",
-    description="A test connector with actions",
-    category="api",
-    config_schema={"type": "object"},
-    ingest_schema={"type": "object"},
-    secret_fields=("apiToken",),
-)
+DESCRIPTOR = descriptor("tickets", "Tickets (test)", "A test connector with actions", "apiToken")
 
 
 def open_tickets(config: ConnectorConfig, secrets: Mapping[str, str]) -> Connector:

@@ -22,20 +22,14 @@ from lakesync.gateway import connectors as admin
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
+from tests.connector_types import pull_all
 from tests.sql_connectors.conftest import GW, Source
 
 T0 = dt.datetime(2025, 1, 1, 12, 0, 0)
 
 
 def _pull_all(deps: GatewayDeps) -> list[RowDelta]:
-    out: list[RowDelta] = []
-    cursor = None
-    while True:
-        page = pull_service.pull(deps, GW, limit=1000, claims={}, cursor=cursor)
-        out.extend(page.deltas)
-        cursor = page.cursor
-        if not page.has_more:
-            return out
+    return pull_all(deps, GW)
 
 
 def _state(deltas: list[RowDelta], table: str) -> dict[str, dict[str, Any]]:

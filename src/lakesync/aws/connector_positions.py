@@ -4,7 +4,8 @@ The head item ``(gw, "cpos#{name}")`` holds ``ver`` (N), the lease ``ls`` (S) an
 and the position: zlib-compressed JSON in ``z`` (B) when it fits one item, otherwise ``nc`` chunks of at most
 :data:`CHUNK_BYTES` in items ``(gw, "cposd#{name}#{ver:012d}#{i:05d}")`` written *before* the head moves to that
 version (a diff-mode snapshot of a large table is megabytes). Every transition is one conditional UpdateItem of the
-head: acquire (``ver = :v`` and no live lease), commit (``ver = :v`` and ``ls = :token``), release (``ls = :token``).
+head: acquire (``ver = :v`` and no live lease), renew (``ls = :token``: a take-over replaced the token, so a renewal
+racing it fails), commit (``ver = :v`` and ``ls = :token``), release (``ls = :token``).
 Chunks of a superseded version are deleted after the commit; a reader that finds its version's chunks gone re-reads
 the head.
 """
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import _client_error, _n, _s
+from lakesync.aws.dynamodb import _client_error, _n, _query_all, _s
 from lakesync.aws.errors import condition_failed
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
@@ -179,14 +180,37 @@ class DynamoDBPositionStore:
             except ClientError as exc:
                 raise _client_error(exc, "DeleteItem") from exc
 
-    def release(self, gateway: str, name: str, token: str) -> None:
-        self._update(
+    def release(self, gateway: str, name: str, token: str) -> bool:
+        return self._update(
             gateway,
             name,
             UpdateExpression="REMOVE ls, lu",
             ConditionExpression="ls = :t",
             ExpressionAttributeValues={":t": _s(token)},
         )
+
+    def renew(self, gateway: str, name: str, token: str, until_ms: int) -> bool:
+        return self._update(
+            gateway,
+            name,
+            UpdateExpression="SET lu = :u",
+            ConditionExpression="ls = :t",
+            ExpressionAttributeValues={":t": _s(token), ":u": _n(until_ms)},
+        )
+
+    def leases(self, gateway: str) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for item in _query_all(
+            self._db,
+            TableName=self._table,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            FilterExpression="attribute_exists(ls)",
+            ProjectionExpression="sk, ls",
+            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(POSITION_PREFIX)},
+            ConsistentRead=True,
+        ):
+            found[item["sk"]["S"].removeprefix(POSITION_PREFIX)] = item["ls"]["S"]
+        return found
 
     def delete_position(self, gateway: str, name: str) -> None:
         count = self._chunk_count(gateway, name)

@@ -91,13 +91,18 @@ class ConnectorRuntime:
             for key in [k for k in self._open if k[0] == gateway]:
                 self._close(key)
 
-    def connector(self, gateway: str, name: str) -> Connector | None:
+    def connector(self, gateway: str, name: str, *, fresh: bool = False) -> Connector | None:
         """The open connector ``name`` of ``gateway`` (opened on first use), or ``None`` when not registered.
+
+        ``fresh`` re-reads the gateway's configs first, so a registration made by another process moments ago is
+        seen (the poller's read: its answer ``gone`` removes the schedule).
 
         Raises:
             AdapterError: it cannot be opened (type unknown, secret unreadable, config refused).
         """
         with self._lock:
+            if fresh:
+                self._configs.pop(gateway, None)
             config = next((c for c in self.configs(gateway) if c.name == name), None)
             if config is None:
                 return None

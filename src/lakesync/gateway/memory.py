@@ -253,11 +253,25 @@ class InMemoryPositionStore:
             self._positions[(gateway, name)] = StoredPosition(dict(position), version + 1)
             return True
 
-    def release(self, gateway: str, name: str, token: str) -> None:
+    def renew(self, gateway: str, name: str, token: str, until_ms: int) -> bool:
         with self._lock:
             current = self._positions.get((gateway, name))
-            if current is not None and current.lease == token:
-                self._positions[(gateway, name)] = replace(current, lease=None, lease_until_ms=0)
+            if current is None or current.lease != token:
+                return False
+            self._positions[(gateway, name)] = replace(current, lease_until_ms=until_ms)
+            return True
+
+    def release(self, gateway: str, name: str, token: str) -> bool:
+        with self._lock:
+            current = self._positions.get((gateway, name))
+            if current is None or current.lease != token:
+                return False
+            self._positions[(gateway, name)] = replace(current, lease=None, lease_until_ms=0)
+            return True
+
+    def leases(self, gateway: str) -> dict[str, str]:
+        with self._lock:
+            return {n: p.lease for (g, n), p in self._positions.items() if g == gateway and p.lease is not None}
 
     def delete_position(self, gateway: str, name: str) -> None:
         with self._lock:

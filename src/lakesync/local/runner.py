@@ -26,6 +26,7 @@ import importlib
 import logging
 import os
 import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -315,11 +316,24 @@ class LocalStack:
         return self
 
     def _start_connector_poller(self) -> None:
-        """Run registered connectors' pollers on the local loop (what EventBridge Scheduler does on AWS)."""
+        """Run registered connectors' pollers on the local loop (what EventBridge Scheduler does on AWS), after
+        dropping the leases left by polls of an earlier run that died: this loop is the only poller of its data dir,
+        so every lease on record now is dead, and would otherwise hold its connector until it expires."""
         from functions._runtime import get_deps
         from functions.connector_poll import lambda_handler
         from lakesync.connectors.local_scheduler import LocalConnectorScheduler
+        from lakesync.connectors.poller import drop_leases
 
+        positions = get_deps().positions
+        if positions is not None:
+            for gateway in self.gateway_ids:
+                for name in drop_leases(positions, gateway):
+                    logger.warning(
+                        "connector %s of %s: dropped the lease of a poll that died in an earlier run "
+                        "(its position did not move: the next poll repeats it)",
+                        name,
+                        gateway,
+                    )
         self.connector_poller = LocalConnectorScheduler(
             lambda: get_deps().config,
             self.gateway_ids,
@@ -547,7 +561,8 @@ def _forget_published_positions(client: Any, heads_table: str) -> None:
 
 
 class _PollContext:
-    """The Lambda context the local poll loop passes (the fields Powertools reads)."""
+    """The Lambda context the local poll loop passes (the fields Powertools reads), with the poll function's
+    15-minute budget counted from its creation."""
 
     function_name = "connector_poll"
     function_version = "$LATEST"
@@ -556,6 +571,10 @@ class _PollContext:
     aws_request_id = "local"
     log_group_name = "local"
     log_stream_name = "local"
+    budget_ms = 900_000
+
+    def __init__(self) -> None:
+        self._start = time.monotonic()
 
     def get_remaining_time_in_millis(self) -> int:
-        return 900_000
+        return max(0, self.budget_ms - int((time.monotonic() - self._start) * 1000))
