@@ -257,7 +257,7 @@ def test_a_refused_delta_is_recorded_once_and_not_sent_again_when_the_push_is_in
 
 def _push_body(store: LocalStore) -> bytes:
     """The JSON body the store's next push would send."""
-    wires = [wire for entry in store._outbox() for wire in entry.deltas]
+    wires = [wire for entry in store._outbox.entries(store.push_batch) for wire in entry.deltas]
     return ('{"deltas":[' + ",".join(wires) + "]}").encode()
 
 

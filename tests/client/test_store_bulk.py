@@ -128,8 +128,8 @@ def test_a_checkpoint_loaded_in_bulk_has_the_states_the_merge_gives(store: Local
     assert set(expected) == set(HISTORIES)
 
     # When it is loaded into the empty store
-    with store._tx():
-        changed = store._load_checkpoint_bulk(decode_checkpoint_deltas(frames))
+    with store._db.tx():
+        changed = store._bootstrap.load_bulk(decode_checkpoint_deltas(frames))
 
     # Then every row's state is the merge's, the user rows are its values, and the common rows have compact states
     assert changed == {"todos": {r for t, r in HISTORIES if t == "todos"}, "notes": {"n1"}}
@@ -150,8 +150,8 @@ def test_a_checkpoint_loaded_in_bulk_has_the_states_the_merge_gives(store: Local
 def test_a_compact_state_merges_as_the_full_state_would(store: LocalStore) -> None:
     frames = _checkpoint_frames()
     expected = _served_states(frames)
-    with store._tx():
-        store._load_checkpoint_bulk(decode_checkpoint_deltas(frames))
+    with store._db.tx():
+        store._bootstrap.load_bulk(decode_checkpoint_deltas(frames))
 
     # When remote deltas reach rows with compact states (a newer column, an older one, a delete) and a local update
     remote = [
@@ -205,7 +205,7 @@ def test_insert_many_states_and_outbox_equal_make_delta_and_merge(tmp_path: Path
         ]
         for delta in deltas:
             assert store.state("todos", delta.row_id) == merge(None, delta).state
-        wires = [w for entry in store._outbox() for w in entry.deltas]
+        wires = [w for entry in store._outbox.entries(store.push_batch) for w in entry.deltas]
         # (as JSON documents, canonically: the wire writes numbers as JavaScript does; deltaIds included)
         assert [stable_stringify(json.loads(w)) for w in wires] == [stable_stringify(d.to_json()) for d in deltas]
         assert [json.loads(w)["deltaId"] for w in wires] == [d.delta_id for d in deltas]
@@ -215,7 +215,7 @@ def test_insert_many_states_and_outbox_equal_make_delta_and_merge(tmp_path: Path
 
     # And a reopened file renders the very same deltas (a re-send is deduplicated by deltaId)
     with _open(path) as again:
-        assert [w for entry in again._outbox() for w in entry.deltas] == wires
+        assert [w for entry in again._outbox.entries(again.push_batch) for w in entry.deltas] == wires
 
 
 def test_insert_many_refuses_bad_rows_and_writes_nothing(store: LocalStore) -> None:
@@ -248,7 +248,7 @@ def test_insert_many_of_exact_rows_keeps_them_columnar_and_renders_the_same_delt
         store.insert_many("todos", EXACT_ROWS)
 
         # Then the outbox keeps them as their user-row parameters
-        ((text,),) = store._db.execute("SELECT deltas FROM _lakesync_outbox").fetchall()
+        ((text,),) = store._db.conn.execute("SELECT deltas FROM _lakesync_outbox").fetchall()
         assert "params" in json.loads(text) and "rows" not in json.loads(text)
         # And renders each as make_delta does with its columns in schema order; states are merge(None, delta)
         first = store.state("todos", "x1")
@@ -259,7 +259,7 @@ def test_insert_many_of_exact_rows_keeps_them_columnar_and_renders_the_same_delt
             )
             for r, v in EXACT_ROWS.items()
         ]
-        wires = [w for entry in store._outbox() for w in entry.deltas]
+        wires = [w for entry in store._outbox.entries(store.push_batch) for w in entry.deltas]
         assert [stable_stringify(json.loads(w)) for w in wires] == [stable_stringify(d.to_json()) for d in deltas]
         assert [json.loads(w)["deltaId"] for w in wires] == [d.delta_id for d in deltas]
         for delta in deltas:
@@ -272,7 +272,7 @@ def test_insert_many_of_exact_rows_keeps_them_columnar_and_renders_the_same_delt
     with connect(
         path, url="http://127.0.0.1:9", gateway="default", token=token, schemas=[changed], realtime=False
     ) as s:
-        assert [w for entry in s._outbox() for w in entry.deltas] == wires
+        assert [w for entry in s._outbox.entries(s.push_batch) for w in entry.deltas] == wires
         assert s.pending() == len(EXACT_ROWS)
 
 
@@ -295,8 +295,8 @@ def _many_frames(row_ids: list[str], *, chunk_bytes: int = 4096) -> tuple[list[b
 
 
 def _load(store: LocalStore, frames: list[bytes]) -> None:
-    with store._tx():
-        store._load_checkpoint_bulk(decode_checkpoint_deltas(frames))
+    with store._db.tx():
+        store._bootstrap.load_bulk(decode_checkpoint_deltas(frames))
 
 
 def _state_rows(store: LocalStore) -> int:
@@ -351,8 +351,8 @@ def test_a_run_whose_range_overlaps_a_base_record_gets_state_rows(tmp_path: Path
     separated.starts[split + 1 :] = [at - (width - 1) for at in separated.starts[split + 1 :]]
 
     with _open(tmp_path / "overlap.db") as store:
-        with store._tx():
-            store._load_checkpoint_bulk(separated)
+        with store._db.tx():
+            store._bootstrap.load_bulk(separated)
 
         # Then the first run is held by base records and the ones overlapping it by state rows, all read back right
         held = {r for (ids,) in store.query("SELECT ids FROM _lakesync_base") for r in json.loads(ids)}
@@ -406,8 +406,8 @@ def test_a_reloaded_checkpoint_drops_base_rows_it_lacks_for_good(tmp_path: Path)
         _load(store, frames)
 
         # When a newer checkpoint without half of the rows is merged in (a reload behind a release)
-        with store._tx():
-            store._merge_checkpoint(list(decode_checkpoint_deltas(newer).rows()))
+        with store._db.tx():
+            store._bootstrap.merge_checkpoint(list(decode_checkpoint_deltas(newer).rows()))
 
         # Then the rows it lacks are gone (no base state left to bring them back), the rest as they were
         assert store.query("SELECT count(*) FROM _lakesync_base")[0][0] == 0
@@ -423,8 +423,8 @@ def test_a_reload_that_fails_half_way_leaves_the_base_records_in_force(tmp_path:
         assert store.state("todos", "row-0010") == expected["row-0010"]  # a record in the cache
 
         # When a reload writes the records out as state rows, then fails before it commits
-        with pytest.raises(RuntimeError), store._tx():
-            store._expand_base()
+        with pytest.raises(RuntimeError), store._db.tx():
+            store._base.expand()
             raise RuntimeError("the reload failed")
 
         # Then the records are back in force, cached or not, and no state row is left
@@ -435,8 +435,8 @@ def test_a_reload_that_fails_half_way_leaves_the_base_records_in_force(tmp_path:
 def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "newer.db"
     with _open(path) as store:
-        with store._tx():
-            store._set_meta("version", str(SCHEMA_VERSION + 1))
+        with store._db.tx():
+            store._db.set_meta("version", str(SCHEMA_VERSION + 1))
 
     with pytest.raises(SyncStateError, match="newer SDK"):
         _open(path)
@@ -503,10 +503,10 @@ def test_base_records_behave_as_state_rows_under_any_operations(tmp_path: Path, 
     paths = {"base": folder / "base.db", "merged": folder / "merged.db"}
     stores = {name: _model_open(path, now) for name, path in paths.items()}
     try:
-        with stores["base"]._tx():
-            stores["base"]._load_checkpoint_bulk(decode_checkpoint_deltas(frames))
-        with stores["merged"]._tx():
-            stores["merged"]._merge_checkpoint(list(decode_checkpoint_deltas(frames).rows()))
+        with stores["base"]._db.tx():
+            stores["base"]._bootstrap.load_bulk(decode_checkpoint_deltas(frames))
+        with stores["merged"]._db.tx():
+            stores["merged"]._bootstrap.merge_checkpoint(list(decode_checkpoint_deltas(frames).rows()))
         assert stores["base"].query("SELECT count(*) FROM _lakesync_base")[0][0] > 0
         assert stores["merged"].query("SELECT count(*) FROM _lakesync_base")[0][0] == 0
         for step in steps:
@@ -569,7 +569,7 @@ def test_a_column_whose_type_changes_is_remade_so_its_values_read_back_as_writte
             state = store.state("todos", row_id)
             assert state is not None and state.values() == {k: v for k, v in values.items() if v is not None}
         # And the deltas pushed carry the same values
-        wires = [json.loads(w) for entry in store._outbox() for w in entry.deltas]
+        wires = [json.loads(w) for entry in store._outbox.entries(store.push_batch) for w in entry.deltas]
         assert [d["columns"] for d in wires if d["rowId"] in ("four", "five")] == [
             [{"column": "priority", "value": 7}],
             [{"column": "priority", "value": 5}],

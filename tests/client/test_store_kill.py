@@ -23,11 +23,16 @@ Open = Callable[..., LocalStore]
 
 CHILD = """
 import os, sys
-from lakesync.client import LocalStore, connect
+from lakesync.client import connect
+from lakesync.client.pull import Puller
+from lakesync.client.push import Pusher
+from lakesync.client.writes import LocalWrites
 from tests.client.conftest import todo_schema
 
-url, token, path, table, method = sys.argv[1:6]
-real = getattr(LocalStore, method)
+url, token, path, table, target = sys.argv[1:6]
+owner_name, method = target.split(".")
+owner = {"LocalWrites": LocalWrites, "Pusher": Pusher, "Puller": Puller}[owner_name]
+real = getattr(owner, method)
 
 def die_inside(self, *args, **kwargs):
     real(self, *args, **kwargs)
@@ -36,7 +41,7 @@ def die_inside(self, *args, **kwargs):
 store = connect(path, url=url, gateway="default", token=token, schemas=[todo_schema(table)], realtime=False,
                 pull_limit=4)
 store.sync()  # catch up first, so the pages below are this table's
-setattr(LocalStore, method, die_inside)
+setattr(owner, method, die_inside)
 store.insert_many(table, {f"mine{i}": {"title": f"m{i}", "tags": [i]} for i in range(6)})
 store.update(table, "mine0", {"done": True})
 store.sync()
@@ -44,7 +49,7 @@ sys.exit(0)
 """
 
 
-@pytest.mark.parametrize("method", ["_insert_fresh", "_advance", "_merge_remote"])
+@pytest.mark.parametrize("method", ["LocalWrites._insert_fresh", "Pusher._advance", "Puller.merge_remote"])
 def test_a_store_killed_inside_a_transaction_reopens_and_converges(
     stack: LocalStack, open_store: Open, tmp_path: Path, method: str
 ) -> None:
@@ -52,7 +57,7 @@ def test_a_store_killed_inside_a_transaction_reopens_and_converges(
     writer = open_store("killw", table)
     writer.insert_many(table, {f"theirs{i}": {"title": f"t{i}", "priority": i} for i in range(10)})
     writer.sync()
-    name = f"kill{method}"
+    name = f"kill{method.split('.')[1]}"
     path = tmp_path / "killed.db"
 
     # Given a process killed inside a bulk insert, the transaction acknowledging a push, or a pull page's
@@ -63,7 +68,7 @@ def test_a_store_killed_inside_a_transaction_reopens_and_converges(
 
     # When the file is reopened and syncs
     store = open_store(name, table, path=path)
-    if method == "_insert_fresh":
+    if method == "LocalWrites._insert_fresh":
         assert store.pending() == 0 and store.get(table, "mine0") is None  # the insert never happened
     report = store.sync()
 
@@ -72,7 +77,7 @@ def test_a_store_killed_inside_a_transaction_reopens_and_converges(
     assert store.rows(table) == full_rows(gateway_rows(stack, table))
     own = [d for d in admin(stack).pull_all()[0] if d.table == table and d.client_id == name]
     assert len(own) == len({d.delta_id for d in own})
-    if method == "_insert_fresh":
+    if method == "LocalWrites._insert_fresh":
         assert own == [] and len(store.rows(table)) == 10
     else:
         assert len(own) == 7 and store.get(table, "mine0") == {
@@ -81,5 +86,5 @@ def test_a_store_killed_inside_a_transaction_reopens_and_converges(
             "priority": None,
             "tags": [0],
         }
-    if method == "_advance":
+    if method == "Pusher._advance":
         assert report.duplicates == 7  # the push had landed: its re-send is deduplicated

@@ -25,6 +25,8 @@ from lakesync.client import (
 )
 from lakesync.client.backoff import Backoff
 from lakesync.client.http import ApiError
+from lakesync.client.pull import Puller
+from lakesync.client.push import Pusher
 from lakesync.local.runner import LocalStack
 from tests.client.conftest import full_rows, gateway_rows, todo_schema, unique_table
 
@@ -122,7 +124,7 @@ def test_a_crash_between_the_ack_and_the_outbox_removal_loses_nothing_and_duplic
     def die(*_args: Any) -> None:
         raise SystemExit("crash after the ack")
 
-    monkeypatch.setattr(LocalStore, "_ack", die)
+    monkeypatch.setattr(Pusher, "ack", die)
     with pytest.raises(SystemExit):
         store.sync()
     monkeypatch.undo()
@@ -157,15 +159,15 @@ def test_a_restart_in_the_middle_of_a_pull_resumes_from_the_last_applied_page(
     writer.sync()
 
     # Given the process dies while applying the second page of three
-    real = LocalStore._merge_remote
+    real = Puller.merge_remote
     pages = iter(range(100))
 
-    def merge_then_die(self: LocalStore, deltas: Any) -> Any:
+    def merge_then_die(self: Puller, deltas: Any) -> Any:
         if next(pages) == 1:
             raise SystemExit("crash mid-pull")
         return real(self, deltas)
 
-    monkeypatch.setattr(LocalStore, "_merge_remote", merge_then_die)
+    monkeypatch.setattr(Puller, "merge_remote", merge_then_die)
     with pytest.raises(SystemExit):
         reader.sync()
     monkeypatch.undo()
@@ -319,7 +321,7 @@ def test_background_sync_falls_back_to_polling_when_the_gateway_has_no_websocket
     no_channel = stack.url.replace("http://", "ws://") + "/v1/sync/default/no-such-channel"
     reader = open_store("pollr", table, realtime=True, ws_url=no_channel, poll_interval=0.1, debounce=0.01)
     reader.start()
-    listener = reader._listener
+    listener = reader._background.listener
     assert listener is not None
     _wait_for(lambda: listener.unavailable)
     # When another client writes, the reader still gets it, by polling
@@ -339,7 +341,7 @@ def test_a_broadcast_brings_a_change_without_waiting_for_the_poll(stack: LocalSt
     changes: list[Change] = []
     reader.subscribe(table, changes.append)
     reader.start()
-    listener = reader._listener
+    listener = reader._background.listener
     assert listener is not None
     _wait_for(lambda: listener.connected)
     _wait_for(lambda: reader.online)  # the pull every (re)connect makes

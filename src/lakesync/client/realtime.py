@@ -27,7 +27,8 @@ import logging
 import threading
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesync.client.backoff import Backoff
 from lakesync.core.errors import CodecError
@@ -35,7 +36,8 @@ from lakesync.core.messages import SyncResponse
 from lakesync.wire.framing import decode_broadcast_frame
 
 if TYPE_CHECKING:
-    from lakesync.client.store import LocalStore
+    from lakesync.client.http import SyncClient
+    from lakesync.core.delta import RowDelta
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +74,30 @@ def decode_message(message: str | bytes) -> SyncResponse:
     return decode_broadcast_frame(data)
 
 
+class RealtimeStore(Protocol):
+    """What the listener needs of the store (:class:`~lakesync.client.store.LocalStore` is one): where to connect,
+    the client whose token the connection carries (refreshed on a 401), and where broadcasts go."""
+
+    client_id: str
+    url: str
+    gateway: str
+    ws_url: str | None
+    http: SyncClient
+
+    def request_sync(self) -> None:
+        """Ask for a sync cycle soon."""
+
+    def apply_broadcast(self, deltas: Sequence[RowDelta]) -> Mapping[str, set[str]]:
+        """Merge a broadcast's deltas."""
+        ...
+
+
 class RealtimeListener:
     """The store's WebSocket thread (see the module docstring)."""
 
     def __init__(
         self,
-        store: LocalStore,
+        store: RealtimeStore,
         *,
         backoff: Backoff | None = None,
         unavailable_retry: float = 300.0,
