@@ -20,20 +20,37 @@ Amazon Linux 2 (glibc 2.26) does not have, while its ``manylinux2014_x86_64`` wh
 
 **Flush asset**: the Lambda asset *with* ``lakesync.lake`` and the flush function (only Spark, the local runner, the
 client and the CLI left out: :data:`FLUSH_EXCLUDED`) and the ``lake`` extra (pyiceberg, Apache Iceberg's Rust core
-``pyiceberg-core``, pyarrow), for the ``flush`` function alone. pyarrow (~140 MB) and pyiceberg-core (~40 MB) make
-most of its ~245 MB unzipped, under Lambda's 262,144,000 bytes. It is built for x86_64 (:data:`FLUSH_PLATFORM`):
+``pyiceberg-core``, pyarrow), for the ``flush`` function alone. It is built for x86_64 (:data:`FLUSH_PLATFORM`):
 pyiceberg-core publishes no ``manylinux2014`` ARM64 wheel, and pyarrow is pinned below 21, the last line with
 ``manylinux2014`` wheels; pyroaring, which has none, is installed from its ``manylinux_2_24`` wheel
 (:data:`FLUSH_NEWER_GLIBC`).
+
+**Trimmed.** Lambda caps a function's code and layers at 262,144,000 bytes unzipped (``CodeSizeUnzipped``,
+https://docs.aws.amazon.com/lambda/latest/api/API_AccountLimit.html; the quotas page's "250 MB"). Every asset drops
+what no function loads (:data:`TRIMMED`: tests, type stubs, C/C++ and Cython sources and headers), and copies of a
+shared library under its other names (``libX.so`` and ``libX.so.N.M.K`` beside the ``libX.so.N`` the extensions
+link); the flush asset also pyarrow's Arrow Flight, its Substrait bindings and its C++ test module, zstandard's
+second (CFFI) backend, pyiceberg's vendored Hive client (whose thrift is not installed), and Pygments, which rich
+needs only to highlight code (:data:`FLUSH_TRIMMED`). pyarrow's ``libarrow_substrait`` stays: every pyarrow extension
+links it. The flush asset goes from 248.2 MB to about 190 MB, under three quarters of the limit (a test keeps it
+there); pyarrow (about 105 MB) and pyiceberg-core (about 40 MB) make most of it.
 
 **Bytecode.** Lambda's code directory is read-only, so Python cannot cache what it compiles: an asset without
 ``__pycache__`` compiles every module it imports on every cold start (about 150 ms of a push function's ~300 ms
 import, measured). The assets therefore ship bytecode compiled at build time (:func:`compile_bytecode`) with
 ``unchecked-hash`` invalidation: the files are used as they are, whatever the deployed files' timestamps (a zip keeps
-them to two seconds), and the same sources compile to the same files. The Lambda and materialise assets compile
-everything; the flush asset only LakeSync's own code, since pyarrow's and pyiceberg's bytecode (~28 MB) would take it
-past Lambda's unzipped limit. The bytecode is for the interpreter that builds (a Python other than
-:data:`LAMBDA_PYTHON` writes files the runtime ignores, so none are written, with a warning).
+them to two seconds). The Lambda and materialise assets compile everything; the flush asset only LakeSync's own code,
+since pyarrow's and pyiceberg's bytecode (~28 MB) would take it past three quarters of the limit. The bytecode is
+written by a Python :data:`LAMBDA_PYTHON` that uv finds for the project (:func:`runtime_python`: the project's
+``.venv`` where it is that version), whatever interpreter runs the build; with none the build stops and says what to
+install. CPython's compiler output changes between patch releases (3.11.2 and 3.11.7 compile one pydantic module
+differently), so the compiler's full version is part of the assets' content hash.
+
+**Reproducible.** The wheels are installed with the SHA-256 hashes ``uv.lock`` records (``--require-hashes``: a
+changed or substituted wheel stops the build), by the uv the Makefile pins (:func:`uv` refuses another version),
+copied out of uv's cache rather than hard-linked to it, and every file's mode is normalised (``0644``, ``0755`` for
+executables): the same inputs give the same tree, whichever interpreter or machine builds it. The CDK CLI zips that
+tree with sorted entries and a fixed date, and names it by a hash of its content, so the same tree is the same zip.
 
 **Target.** The runtime is ``python3.11`` (:data:`LAMBDA_PYTHON`): the Python the test suite runs the handlers on
 (and Glue 5.1's). Lambda runs it on Amazon Linux 2, glibc 2.26, so wheels are chosen for ``manylinux2014``
@@ -50,21 +67,23 @@ protobuf comes twice: the ``manylinux2014_x86_64`` wheel (Glue's workers; pip pr
 other platform still installs, slower). Glue's own protobuf is replaced (the generated code needs protobuf 7).
 
 All are cached under ``build/`` by a hash of everything they are made of (``uv.lock``, ``pyproject.toml``, the
-sources, the target platform); a repeated synth reuses them. A directory is published by an atomic rename, so a
-crashed build never leaves a half-made artifact behind.
+sources, the target platform, the uv version, the bytecode compiler's version and this module, whose rules decide
+the rest); a repeated synth reuses them. A directory is published by an atomic rename, so a crashed build never leaves
+a half-made artifact behind.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
 import urllib.request
-import warnings
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -77,7 +96,6 @@ ROOT: Final = Path(__file__).resolve().parents[2]
 LAMBDA_PYTHON: Final = "3.11"
 """The Lambda runtime's Python (``python3.11``): the interpreter the test suite runs the handlers on (a test asserts
 it equals ``sys.version_info``), and Glue 5.1's. Lambda deprecates ``python3.11`` on 2027-06-30 (projected)."""
-_LAMBDA_VERSION: Final = tuple(int(part) for part in LAMBDA_PYTHON.split("."))
 LAMBDA_GLIBC: Final = (2, 26)
 """glibc of the ``python3.11`` runtime's Amazon Linux 2: no wheel in an asset may need more."""
 LAMBDA_PLATFORM: Final = "aarch64-manylinux2014"
@@ -106,6 +124,30 @@ FLUSH_NEWER_GLIBC: Final = ("pyroaring",)
 """The flush asset's distributions without a ``manylinux2014`` wheel: pyiceberg's pyroaring 1.2 ships x86_64 wheels
 tagged ``manylinux_2_24.manylinux_2_28`` only (glibc 2.24, which Amazon Linux 2's 2.26 satisfies)."""
 
+TRIMMED: Final = (
+    "**/tests", "*-stubs", "**/*.pyi", "**/*.pyx", "**/*.pxd", "**/*.pxi",
+    "**/*.h", "**/*.hpp", "**/*.c", "**/*.cc", "**/*.cpp",
+)  # fmt: skip
+"""What no Lambda function loads, removed from every asset (globs under it): test suites, type stubs (LakeSync's
+generated protobuf stub too), and C, C++ and Cython sources and headers."""
+FLUSH_TRIMMED: Final = (
+    "pyarrow/include", "pyarrow/includes", "pyarrow/src", "pyarrow/_pyarrow_cpp_tests.*",
+    "pyarrow/flight.py", "pyarrow/_flight.*", "pyarrow/libarrow_flight.so*", "pyarrow/libarrow_python_flight.so*",
+    "pyarrow/substrait.py", "pyarrow/_substrait.*", "pyarrow/cuda.py",
+    "zstandard/_cffi.*", "zstandard/backend_cffi.py",
+    "hive_metastore", "fb303",
+    "pygments", "pygments-*.dist-info",
+)  # fmt: skip
+"""What the flush never loads, removed from its asset besides :data:`TRIMMED`: pyarrow's headers and C++ sources,
+its C++ test module, Arrow Flight (its libraries are a tenth of the asset), the Substrait and CUDA bindings (there is
+no CUDA library; ``libarrow_substrait`` stays, every pyarrow extension links it); zstandard's CFFI backend (the C
+backend, its default, stays); pyiceberg's vendored Hive metastore client (its ``thrift`` is not installed, and the
+flush uses the Glue catalog); and Pygments, which rich loads only to highlight code (pyiceberg uses rich's tables for
+its schema-mismatch errors, which a test renders from the asset)."""
+
+_RULES: Final = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+"""This module's hash, part of every asset's content hash: its rules (what is trimmed, how it is installed and
+compiled) decide the asset as much as its inputs do."""
 _SKIP_NAMES: Final = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 _COMPLETE: Final = ".complete"
 
@@ -133,23 +175,32 @@ class GlueBundle:
 
 
 def lambda_requirements(root: Path = ROOT, extras: tuple[str, ...] = LAMBDA_EXTRAS) -> list[str]:
-    """The pinned runtime requirements of a Lambda asset (``name==version``), from ``uv.lock``.
+    """The pinned runtime requirements of a Lambda asset (``name==version``, with any marker), from ``uv.lock``.
 
     Args:
         root: The repository root.
         extras: The project's extras the asset installs.
     """
+    return [pin for pin, _ in _locked_requirements(root, extras) if _dist_name(pin) not in RUNTIME_PROVIDED]
+
+
+def _locked_requirements(root: Path, extras: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """``(pin, hashes)`` of every requirement ``uv.lock`` pins for the base install plus ``extras``: the pin as
+    ``name==version`` (with any marker) and the SHA-256 hashes of its locked files (``--hash=sha256:...``)."""
     extra_args = [arg for extra in extras for arg in ("--extra", extra)]
-    out = _run([str(uv(root)), "export", "--frozen", *extra_args, "--no-dev", "--no-hashes", "--no-emit-project",
-                "--no-header", "--no-annotate"], cwd=root)  # fmt: skip
-    reqs = []
-    for line in out.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
+    out = _run([str(uv(root)), "export", "--frozen", *extra_args, "--no-dev", "--no-emit-project", "--no-header",
+                "--no-annotate"], cwd=root)  # fmt: skip
+    entries: list[tuple[str, tuple[str, ...]]] = []
+    for entry in out.replace("\\\n", " ").splitlines():
+        fields = entry.split()
+        if not fields or fields[0].startswith(("#", "-")):
             continue
-        if _dist_name(line) not in RUNTIME_PROVIDED:
-            reqs.append(line)
-    return reqs
+        hashes = tuple(f for f in fields if f.startswith("--hash="))
+        pin = " ".join(f for f in fields if not f.startswith("--hash="))
+        if not hashes:
+            raise PackagingError(f"uv.lock records no hash for {pin}")
+        entries.append((pin, hashes))
+    return entries
 
 
 def build_lambda_asset(
@@ -162,6 +213,7 @@ def build_lambda_asset(
     excluded: tuple[str, ...] = LAMBDA_EXCLUDED,
     newer_glibc: tuple[str, ...] = (),
     compile_dependencies: bool = True,
+    trimmed: tuple[str, ...] = TRIMMED,
 ) -> Path:
     """A Lambda code directory (built once per content hash under ``build/``), with its bytecode.
 
@@ -175,76 +227,144 @@ def build_lambda_asset(
         newer_glibc: Distributions with no ``manylinux2014`` wheel: installed for ``manylinux_2_28`` (uv's next
             glibc target), each then required to declare a manylinux tag no newer than :data:`LAMBDA_GLIBC`.
         compile_dependencies: Whether the installed distributions get bytecode too (LakeSync's code always does).
+        trimmed: Globs (under the asset) of installed files and directories no function loads, removed.
 
     Raises:
-        PackagingError: uv is missing, an install failed, or a ``newer_glibc`` wheel needs a newer glibc.
+        PackagingError: uv is not the pinned one, no Python :data:`LAMBDA_PYTHON` is found, an install failed (a
+            wheel not matching ``uv.lock``'s hashes included), or a ``newer_glibc`` wheel needs a newer glibc.
     """
     build_dir = build_dir or root / "build"
-    requirements = lambda_requirements(root, extras)
-    late = [r for r in requirements if _dist_name(r) in newer_glibc]
-    if unknown := set(newer_glibc) - {_dist_name(r) for r in late}:
+    locked = [e for e in _locked_requirements(root, extras) if _dist_name(e[0]) not in RUNTIME_PROVIDED]
+    late = [e for e in locked if _dist_name(e[0]) in newer_glibc]
+    if unknown := set(newer_glibc) - {_dist_name(pin) for pin, _ in late}:
         raise PackagingError(f"{sorted(unknown)} are not runtime requirements of the extras {extras}")
+    python = runtime_python(root)
     sources = _lambda_sources(root, excluded)
     digest = _digest(
         [*sources, root / "uv.lock", root / "pyproject.toml"],
         root,
-        extra=[platform, LAMBDA_PYTHON, *extras, *requirements, *newer_glibc, _bytecode_tag(compile_dependencies)],
-    )
+        extra=[platform, LAMBDA_PYTHON, *extras, *(pin for pin, _ in locked), *newer_glibc, *trimmed,
+               f"uv {uv_version(uv(root))}", f"rules {_RULES}", f"python {_describe(python)}",
+               f"dependencies:{compile_dependencies}"],
+    )  # fmt: skip
     target = build_dir / f"{name}-{digest}"
     if (target / _COMPLETE).exists():
         return target
     with _Staging(build_dir, target) as stage:
-        _install(root, stage, [r for r in requirements if r not in late], platform)
+        _install(root, stage, [e for e in locked if e not in late], platform, python)
         if late:
-            _install(root, stage, late, platform.replace("manylinux2014", "manylinux_2_28"))
+            _install(root, stage, late, platform.replace("manylinux2014", "manylinux_2_28"), python)
             _check_glibc(stage, newer_glibc)
         shutil.rmtree(stage / "bin", ignore_errors=True)  # console scripts (jp.py): nothing runs them on Lambda
+        (stage / ".lock").unlink(missing_ok=True)  # uv's lock on the target directory
         for source in sources:
             dest = stage / _asset_path(root, source)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest)
+            shutil.copyfile(source, dest)
+        trim(stage, trimmed)
         ours = sorted({stage / _asset_path(root, source).parts[0] for source in sources})
-        compile_bytecode([stage] if compile_dependencies else ours, stage)
+        compile_bytecode([stage] if compile_dependencies else ours, stage, python)
+        _normalise_modes(stage)
     return target
 
 
-def _bytecode_tag(compile_dependencies: bool) -> str:
-    """The bytecode an asset holds, for its content hash (an asset built without it is rebuilt)."""
-    if sys.version_info[:2] != _LAMBDA_VERSION:
-        return "bytecode:none"
-    return f"bytecode:{sys.implementation.cache_tag}:unchecked-hash:{'all' if compile_dependencies else 'ours'}"
+def trim(asset: Path, globs: Iterable[str]) -> None:
+    """Remove what matches ``globs`` under ``asset``, then the copies of each shared library under its other names.
+
+    A wheel cannot hold symlinks, so pyarrow ships ``libarrow_python.so``, ``.so.2000`` and ``.so.2000.0.0`` as three
+    files: only ``libX.so.N`` (the name the extensions link, their ``DT_NEEDED``) is kept when the others are
+    byte-identical to it.
+    """
+    for pattern in globs:
+        for path in sorted(asset.glob(pattern), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    libraries: dict[tuple[Path, str], list[Path]] = {}
+    for path in asset.rglob("lib*.so*"):
+        if match := _LIBRARY.fullmatch(path.name):
+            libraries.setdefault((path.parent, match["stem"]), []).append(path)
+    for paths in libraries.values():
+        linked = [p for p in paths if _SONAME.fullmatch(p.name)]
+        if len(paths) < 2 or len(linked) != 1:
+            continue
+        kept = linked[0].read_bytes()
+        for path in paths:
+            if path != linked[0] and path.read_bytes() == kept:
+                path.unlink()
 
 
-def compile_bytecode(directories: Iterable[Path], stage: Path) -> None:
-    """Write ``__pycache__`` bytecode for every ``.py`` under ``directories`` (inside an asset staged at ``stage``).
+_LIBRARY: Final = re.compile(r"(?P<stem>lib[^/]+?)\.so(\.\d+)*")
+_SONAME: Final = re.compile(r"lib[^/]+?\.so\.\d+")
+
+
+def _normalise_modes(asset: Path) -> None:
+    """Give every directory ``0755`` and every file ``0644``, or ``0755`` if any execute bit was set: the modes go
+    into the zip, so they must not depend on the builder's umask."""
+    asset.chmod(0o755)
+    for path in asset.rglob("*"):
+        if path.is_symlink():
+            continue
+        executable = path.is_dir() or path.stat().st_mode & 0o111
+        path.chmod(0o755 if executable else 0o644)
+
+
+def compile_bytecode(directories: Iterable[Path], stage: Path, python: Path) -> None:
+    """Write ``__pycache__`` bytecode for every ``.py`` under ``directories`` (inside an asset staged at ``stage``)
+    with ``python`` (a Python :data:`LAMBDA_PYTHON`: :func:`runtime_python`).
 
     ``unchecked-hash`` pycs, with the paths recorded as ``/var/task/...`` (Lambda's code directory), so the files do
-    not depend on where or when the asset was built. Only this interpreter can write them, and only
-    :data:`LAMBDA_PYTHON`'s are of use: for another Python nothing is written and a warning says so.
+    not depend on where or when the asset was built.
 
     Raises:
         PackagingError: a module does not compile.
     """
-    if sys.version_info[:2] != _LAMBDA_VERSION:
-        warnings.warn(
-            f"Python {sys.version_info.major}.{sys.version_info.minor} cannot write python{LAMBDA_PYTHON} bytecode:"
-            " the Lambda assets ship without it, and every cold start compiles the modules it imports",
-            stacklevel=2,
-        )
-        return
     for directory in directories:
-        _run([sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+        _run([str(python), "-I", "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
               "-s", str(stage), "-p", "/var/task", str(directory)], cwd=stage)  # fmt: skip
 
 
-def _install(root: Path, stage: Path, requirements: list[str], platform: str) -> None:
-    """``uv pip install`` the pinned ``requirements`` (binary wheels for ``platform``) into ``stage``."""
-    req_file = stage.parent / f"{stage.name}.requirements.txt"
-    req_file.write_text("\n".join(requirements) + "\n", encoding="utf-8")
+def runtime_python(root: Path = ROOT) -> Path:
+    """A Python :data:`LAMBDA_PYTHON` to write the runtime's bytecode with, whichever Python runs the build: the one
+    uv finds for the project (its ``.venv`` first), never downloaded.
+
+    Raises:
+        PackagingError: there is none.
+    """
     try:
-        _run([str(uv(root)), "pip", "install", "--quiet", "--no-deps", "--target", str(stage),
-              "--python-platform", platform, "--python-version", LAMBDA_PYTHON, "--only-binary", ":all:",
-              "--no-compile", "-r", str(req_file)], cwd=root)  # fmt: skip
+        found = Path(_run([str(uv(root)), "python", "find", LAMBDA_PYTHON], cwd=root).strip())
+    except PackagingError as exc:
+        raise PackagingError(
+            f"building the Lambda assets needs a Python {LAMBDA_PYTHON} (the runtime's) to write their bytecode, and"
+            f" uv finds none: install one (`uv python install {LAMBDA_PYTHON}`, or the system's python{LAMBDA_PYTHON})"
+            f" and run `make setup`\n{exc}"
+        ) from exc
+    if _describe(found).split(" ")[0].rsplit(".", 1)[0] != LAMBDA_PYTHON:
+        raise PackagingError(f"uv found {found} ({_describe(found)}) for Python {LAMBDA_PYTHON}")
+    return found
+
+
+@functools.cache
+def _describe(python: Path) -> str:
+    """``python``'s full version, implementation and bytecode magic number: what its compiled files depend on."""
+    code = (
+        "import sys, importlib.util as u; "
+        "print(sys.version.split()[0], sys.implementation.cache_tag, u.MAGIC_NUMBER.hex())"
+    )
+    return _run([str(python), "-I", "-c", code], cwd=Path(tempfile.gettempdir())).strip()
+
+
+def _install(root: Path, stage: Path, locked: list[tuple[str, tuple[str, ...]]], platform: str, python: Path) -> None:
+    """``uv pip install`` the pinned requirements (binary wheels for ``platform``, each checked against the SHA-256
+    hashes ``uv.lock`` records) into ``stage``."""
+    req_file = stage.parent / f"{stage.name}.requirements.txt"
+    req_file.write_text("".join(f"{pin} {' '.join(hashes)}\n" for pin, hashes in locked), encoding="utf-8")
+    try:
+        _run([str(uv(root)), "pip", "install", "--quiet", "--no-deps", "--require-hashes", "--target", str(stage),
+              "--python", str(python), "--python-platform", platform, "--python-version", LAMBDA_PYTHON,
+              "--only-binary", ":all:", "--no-compile", "--link-mode", "copy", "-r", str(req_file)],
+             cwd=root)  # fmt: skip
     finally:
         req_file.unlink(missing_ok=True)
 
@@ -279,7 +399,7 @@ def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) ->
     """The ``materialise`` function's code directory: the Lambda asset plus the ``sql`` extra, for x86_64.
 
     Raises:
-        PackagingError: uv is missing or an install failed.
+        PackagingError: as :func:`build_lambda_asset`.
     """
     return build_lambda_asset(
         root, build_dir, extras=MATERIALISE_EXTRAS, name="materialise", platform=MATERIALISE_PLATFORM
@@ -288,10 +408,10 @@ def build_materialise_asset(root: Path = ROOT, build_dir: Path | None = None) ->
 
 def build_flush_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
     """The ``flush`` function's code directory: the Lambda asset plus ``lakesync.lake`` and the ``lake`` extra, for
-    x86_64.
+    x86_64, trimmed of what the flush never loads (:data:`FLUSH_TRIMMED`).
 
     Raises:
-        PackagingError: uv is missing or an install failed.
+        PackagingError: as :func:`build_lambda_asset`.
     """
     return build_lambda_asset(
         root,
@@ -302,14 +422,13 @@ def build_flush_asset(root: Path = ROOT, build_dir: Path | None = None) -> Path:
         excluded=FLUSH_EXCLUDED,
         newer_glibc=FLUSH_NEWER_GLIBC,
         compile_dependencies=False,
+        trimmed=(*TRIMMED, *FLUSH_TRIMMED),
     )
 
 
 def glue_requirements(root: Path = ROOT) -> list[str]:
     """The pinned runtime requirements of the ``lakesync`` wheel on Glue (``name==version``; the base install)."""
-    out = _run([str(uv(root)), "export", "--frozen", "--no-dev", "--no-hashes", "--no-emit-project", "--no-header",
-                "--no-annotate"], cwd=root)  # fmt: skip
-    return [line.strip() for line in out.splitlines() if line.strip() and not line.lstrip().startswith(("#", "-"))]
+    return [pin for pin, _ in _locked_requirements(root, ())]
 
 
 def build_glue_bundle(root: Path = ROOT, build_dir: Path | None = None) -> GlueBundle:
@@ -322,9 +441,8 @@ def build_glue_bundle(root: Path = ROOT, build_dir: Path | None = None) -> GlueB
     scripts = [root / "glue_jobs" / name for name in GLUE_SCRIPTS]
     wheel_sources = [*_tree(root / "src" / "lakesync"), *_tree(root / "functions"), root / "pyproject.toml"]
     requirements = glue_requirements(root)
-    digest = _digest(
-        [*scripts, *wheel_sources, root / "README.md"], root, extra=[*requirements, *sorted(GLUE_WHEEL_TAGS)]
-    )
+    extra = [*requirements, *sorted(GLUE_WHEEL_TAGS), f"uv {uv_version(uv(root))}", f"rules {_RULES}"]
+    digest = _digest([*scripts, *wheel_sources, root / "README.md"], root, extra=extra)
     target = build_dir / f"glue-{digest}"
     if not (target / _COMPLETE).exists():
         locked = _locked_wheels(root, requirements)
@@ -403,16 +521,43 @@ def directory_size(path: Path) -> int:
 
 
 def uv(root: Path = ROOT) -> Path:
-    """The uv binary: ``$UV``, the repository's ``.tools/bin/uv`` (``make setup``), or ``uv`` on ``PATH``.
+    """The uv binary, at the version the Makefile pins (``UV_VERSION``): ``$UV``, else the repository's
+    ``.tools/bin/uv`` (``make setup`` installs it), else ``uv`` on ``PATH``.
 
     Raises:
-        PackagingError: none is found.
+        PackagingError: none is found, or the one found is another version.
     """
+    pinned = pinned_uv_version(root)
     candidates = [os.environ.get("UV"), str(root / ".tools" / "bin" / "uv"), shutil.which("uv")]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            found = uv_version(Path(candidate))
+            if found != pinned:
+                raise PackagingError(
+                    f"{candidate} is uv {found}; the build needs uv {pinned} (the Makefile's UV_VERSION):"
+                    " run `make setup` (it installs .tools/bin/uv) or point $UV at uv " + pinned
+                )
             return Path(candidate)
-    raise PackagingError("uv not found: run `make setup` (it installs .tools/bin/uv) or set $UV")
+    raise PackagingError(f"uv not found: the build needs uv {pinned}; run `make setup` (it installs .tools/bin/uv)")
+
+
+def pinned_uv_version(root: Path = ROOT) -> str:
+    """The uv version the Makefile pins (``UV_VERSION := x.y.z``).
+
+    Raises:
+        PackagingError: the Makefile pins none.
+    """
+    makefile = root / "Makefile"
+    match = re.search(r"^UV_VERSION\s*:?=\s*(\S+)\s*$", makefile.read_text(encoding="utf-8"), re.MULTILINE)
+    if match is None:
+        raise PackagingError(f"{makefile} pins no UV_VERSION")
+    return match[1]
+
+
+@functools.cache
+def uv_version(binary: Path) -> str:
+    """The version a uv binary reports (``uv 0.13.9 (...)`` -> ``0.13.9``)."""
+    return _run([str(binary), "--version"], cwd=Path(tempfile.gettempdir())).split()[1]
 
 
 def _lambda_sources(root: Path, excluded: tuple[str, ...] = LAMBDA_EXCLUDED) -> list[Path]:

@@ -4,35 +4,47 @@ function's (the same plus ``lakesync.lake``, pyiceberg, pyiceberg-core and pyarr
 only the runtime's AWS SDK beside it, every lakesync/functions import inside it resolvable, built for its functions'
 architecture (ARM64; x86_64 for the drivers' and the flush assets) and the runtime's Python, with no wheel needing a
 newer glibc than the runtime's Amazon Linux 2; the API and drivers' assets are free of the Spark/Iceberg stack and the
-flush asset carries only the lake engine (which runs from it here, on x86_64), within Lambda's 250 MB; plus the pins
-they were built from."""
+flush asset carries only the lake engine (which runs from it here, on x86_64), trimmed of what the flush never loads;
+each under three quarters of Lambda's unzipped limit; plus the pins they were built from, the modes they are zipped
+with, and their independence of the interpreter that builds them."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from lakesync_infra import packaging
 from lakesync_infra.config import LakeSyncConfig
 from lakesync_infra.functions import driver_functions
 from lakesync_infra.packaging import (
     FLUSH_EXTRAS,
+    FLUSH_TRIMMED,
     LAMBDA_GLIBC,
     LAMBDA_PYTHON,
     MATERIALISE_EXTRAS,
     RUNTIME_PROVIDED,
+    PackagingError,
+    build_flush_asset,
+    build_lambda_asset,
     directory_size,
     lambda_requirements,
+    pinned_uv_version,
+    uv,
 )
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 
 from tests.infra.conftest import OPTIONS
 
+ROOT = Path(packaging.__file__).resolve().parents[2]
 HEAVY = ("pyspark", "pyiceberg", "pyarrow", "pandas", "moto", "boto3", "botocore")
 # What the Lambda runtime puts on sys.path besides the function's code: the AWS SDK and its dependencies.
 SDK_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six.py", "urllib3")
@@ -65,7 +77,10 @@ EXTRAS = {"api": ("aws",), MATERIALISE: MATERIALISE_EXTRAS, FLUSH: FLUSH_EXTRAS}
 SQL_DRIVERS = ("psycopg", "psycopg_binary", "pymysql", "google/cloud/bigquery")
 LAKE_ENGINE = ("pyiceberg", "pyiceberg_core", "pyarrow")
 LAMBDA_UNZIPPED_LIMIT = 262_144_000
-"""Lambda's limit on a function's unzipped code (with its layers): "250 MB", 262,144,000 bytes."""
+"""Lambda's limit on a function's unzipped code with its layers (``CodeSizeUnzipped``, in bytes: "250 MB" on the quotas
+page; https://docs.aws.amazon.com/lambda/latest/api/API_AccountLimit.html)."""
+HEADROOM = 0.25
+"""The share of the limit every asset leaves free, so that a dependency's next release cannot break the deploy."""
 
 
 def _staged(cfn, synth, names) -> Path:
@@ -230,10 +245,14 @@ def test_asset_holds_exactly_the_locked_runtime_dependencies(assets, asset_name)
     stems = [p.name.removesuffix(".dist-info").rsplit("-", 1) for p in assets[asset_name].glob("*.dist-info")]
     installed = {name.lower().replace("_", "-"): version for name, version in stems}
     # Then they are the lock pins of its extras (aws; and sql for materialise, lake for flush), minus the SDK the
-    # runtime provides
+    # runtime provides and what the flush never loads
     extras = EXTRAS[asset_name]
     pins = dict(_pin(line) for line in lambda_requirements(extras=extras) if _on_lambda(line, MACHINE[asset_name]))
-    assert installed == {name.lower(): version for name, version in pins.items()}
+    trimmed = {g.removesuffix("-*.dist-info") for g in FLUSH_TRIMMED if g.endswith(".dist-info")}
+    expected = {name.lower(): version for name, version in pins.items()}
+    if asset_name == FLUSH:  # but what the flush never loads (Pygments)
+        expected = {name: version for name, version in expected.items() if name not in trimmed}
+    assert installed == expected
 
 
 def _pin(line: str) -> tuple[str, str]:
@@ -313,15 +332,69 @@ def test_only_the_materialise_asset_carries_the_sql_drivers(assets):
         assert not (assets[FLUSH] / driver).exists(), driver
 
 
-def test_assets_are_well_under_the_lambda_limit(assets):
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_leaves_a_quarter_of_the_lambda_unzipped_limit_free(assets, asset_name):
+    # Given the asset's unzipped size (what Lambda counts against CodeSizeUnzipped)
+    size = directory_size(assets[asset_name])
+    # Then it stays under three quarters of the limit: the flush function's too, pyarrow and pyiceberg-core included
+    share = size / LAMBDA_UNZIPPED_LIMIT
+    assert share < 1 - HEADROOM, f"{asset_name}: {size:,} bytes, {share:.1%} of the limit"
+
+
+def test_api_and_drivers_assets_stay_small(assets):
     # Given the assets' unzipped sizes
     api, materialise = directory_size(assets["api"]), directory_size(assets[MATERIALISE])
     # Then the API functions' is a small fraction of Lambda's 250 MB limit and well under the 50 MB goal
     assert api < 25 * 1024 * 1024, api
     # And the materialise function's, drivers and BigQuery's client included, stays under half the limit
     assert materialise < 125 * 1024 * 1024, materialise
-    # And the flush function's, pyarrow (about 140 MB) and pyiceberg-core (about 40 MB) included, under the limit
-    assert directory_size(assets[FLUSH]) < LAMBDA_UNZIPPED_LIMIT
+
+
+_NEVER_SHIPPED = re.compile(r".*\.(pyi|pyx|pxd|pxi|h|hpp|c|cc|cpp)")
+
+
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_ships_no_tests_stubs_sources_headers_or_library_copies(assets, asset_name):
+    # Given the asset's files and directories
+    asset = assets[asset_name]
+    paths = [p.relative_to(asset) for p in asset.rglob("*")]
+    # Then no test suite, type stub, C/C++/Cython source or header is in it, nor uv's lock on its directory
+    assert [p for p in paths if p.name == "tests" or p.name.endswith("-stubs")] == []
+    assert [p for p in paths if _NEVER_SHIPPED.fullmatch(p.name)] == []
+    assert not (asset / ".lock").exists()
+    # And no shared library is there twice under two names (pyarrow's wheel holds libX.so, .so.N and .so.N.M.K)
+    digests: dict[str, list[str]] = {}
+    for library in asset.rglob("lib*.so*"):
+        digests.setdefault(hashlib.sha256(library.read_bytes()).hexdigest(), []).append(library.name)
+    assert {d: names for d, names in digests.items() if len(names) > 1} == {}
+
+
+def test_flush_asset_has_no_arrow_flight_substrait_or_unused_backends(assets):
+    # Given the flush asset
+    asset = assets[FLUSH]
+    # Then Arrow Flight (libraries, extension, module), the Substrait and CUDA bindings, pyarrow's headers and C++
+    # tests, zstandard's CFFI backend, pyiceberg's vendored Hive client and Pygments are gone
+    gone = [
+        "pyarrow/flight.py", "pyarrow/substrait.py", "pyarrow/cuda.py", "pyarrow/include", "pyarrow/src",
+        "zstandard/backend_cffi.py", "hive_metastore", "fb303", "pygments",
+    ]  # fmt: skip
+    assert [name for name in gone if (asset / name).exists()] == []
+    unused = ("_flight", "libarrow_flight", "libarrow_python_flight", "_substrait", "_pyarrow_cpp_tests", "_cffi")
+    assert sorted(p.name for p in asset.rglob("*.so*") if p.name.startswith(unused)) == []
+    # And what every pyarrow extension links stays (libarrow_substrait among them), each under the one name it is
+    # linked by
+    kept = {p.name for p in (asset / "pyarrow").glob("lib*.so*")}
+    assert {"libarrow.so.2000", "libarrow_python.so.2000", "libarrow_substrait.so.2000", "libparquet.so.2000"} <= kept
+
+
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_asset_modes_do_not_depend_on_the_builder(assets, asset_name):
+    # Given the modes of the asset's files and directories as staged for the zip
+    asset = assets[asset_name]
+    modes = {p.relative_to(asset).as_posix(): p.stat().st_mode & 0o7777 for p in asset.rglob("*")}
+    # Then directories are 0755, files 0644 or (executables) 0755: nothing from a umask or a wheel's odd bits
+    assert {n: oct(m) for n, m in modes.items() if (asset / n).is_dir() and m != 0o755} == {}
+    assert {n: oct(m) for n, m in modes.items() if (asset / n).is_file() and m not in (0o644, 0o755)} == {}
 
 
 def test_flush_asset_carries_pyarrow_20_and_the_lake_engine_for_x86_64(assets):
@@ -339,15 +412,39 @@ def test_flush_asset_carries_pyarrow_20_and_the_lake_engine_for_x86_64(assets):
 
 
 _ENGINE_PROBE = """
-import sys
+import importlib, os, sys
 sys.path[:0] = sys.argv[1:3]
 import functions.flush, lakesync.lake.flush, lakesync.lake.iceberg_flush
 from pyiceberg.catalog.glue import GlueCatalog
+from pyiceberg.schema import Schema, _check_schema_compatible
 from pyiceberg.transforms import DayTransform
-from pyiceberg.types import TimestamptzType
-import pyarrow as pa, pyarrow.parquet
+from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+import pyarrow as pa, pyarrow.dataset as ds, pyarrow.fs, pyarrow.parquet as pq
+import pyroaring, zstandard
 days = DayTransform().pyarrow_transform(TimestamptzType())(pa.array([86_400_000_000], pa.timestamp("us", "UTC")))
 assert days.to_pylist() == [1], days
+# every pyarrow extension the asset still ships loads (each links its libraries by their kept names)
+asset = sys.argv[1]
+for name in sorted(os.listdir(os.path.join(asset, "pyarrow"))):
+    if name.endswith(".so") and not name.startswith("lib"):
+        importlib.import_module("pyarrow." + name.split(".")[0])
+# Parquet through the dataset writer (zstd), read back; zstandard's C backend and pyroaring, as pyiceberg uses them
+table = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "op": ["a", "b", "c"]})
+ds.write_dataset(table, sys.argv[4], format="parquet", filesystem=pa.fs.LocalFileSystem(),
+                 file_options=ds.ParquetFileFormat().make_write_options(compression="zstd"))
+assert ds.dataset(sys.argv[4], format="parquet").to_table().sort_by("id").equals(table)
+assert zstandard.backend == "cext"
+assert zstandard.ZstdDecompressor().decompress(zstandard.ZstdCompressor().compress(b"x" * 64)) == b"x" * 64
+assert list(pyroaring.BitMap([3, 1])) == [1, 3]
+# pyiceberg's schema-mismatch error renders its rich table without Pygments
+wanted = Schema(NestedField(1, "id", LongType(), required=True))
+try:
+    _check_schema_compatible(wanted, Schema(NestedField(1, "id", StringType(), required=True)))
+except ValueError as exc:
+    assert "id" in str(exc), exc
+else:
+    raise AssertionError("a mismatched schema passed")
+assert "pygments" not in sys.modules
 outside = [m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)
            and not m.__file__.startswith(tuple(sys.argv[1:4]))]
 assert not outside, outside[:5]
@@ -356,19 +453,135 @@ print(pa.__version__)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the flush asset is built for x86_64")
-def test_flush_asset_engine_imports_and_computes_with_only_the_runtime_sdk_beside_it(assets, sdk_only, tmp_path):
-    # Given a clean interpreter whose import path is the flush asset and the runtime's SDK, nothing else
+def test_trimmed_flush_asset_engine_imports_and_computes_with_only_the_runtime_sdk_beside_it(
+    assets, sdk_only, tmp_path
+):
+    # Given a clean interpreter whose import path is the trimmed flush asset and the runtime's SDK, nothing else
     stdlib = str(Path(ast.__file__).resolve().parent)
-    # When the handler, the pyiceberg engine and the Glue catalog are imported there, and pyiceberg-core computes
-    # the delta log's day partition
+    # When the handler, the pyiceberg engine, the Glue catalog and every pyarrow extension left are imported there,
+    # pyiceberg-core computes the delta log's day partition, pyarrow writes and reads zstd Parquet, and pyiceberg
+    # reports a schema mismatch
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", "-c", _ENGINE_PROBE, str(assets[FLUSH]), str(sdk_only), stdlib],
+        [sys.executable, "-I", "-S", "-B", "-c", _ENGINE_PROBE, str(assets[FLUSH]), str(sdk_only), stdlib,
+         str(tmp_path / "parquet")],
         capture_output=True,
         text=True,
         check=False,
         cwd=tmp_path,
         env={"AWS_DEFAULT_REGION": "us-east-1"},
-    )
+    )  # fmt: skip
     # Then it all loads from the asset (pyarrow 20) and the SDK, and computes
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith("20.")
+    assert done.stdout.strip().splitlines()[-1].startswith("20.")
+
+
+def _manifest(asset: Path) -> dict[str, tuple[int, str]]:
+    """Each file of an asset (but the build's own marker) with its mode and SHA-256: what its zip is made of."""
+    return {
+        p.relative_to(asset).as_posix(): (p.stat().st_mode & 0o7777, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(asset.rglob("*"))
+        if p.is_file() and p.name != ".complete"
+    }
+
+
+def _other_interpreter() -> Path:
+    """A Python other than the one running the tests to build the assets from: a newer minor version where the machine
+    has one (uv's, on ``PATH`` or pyenv's), else another 3.11 executable."""
+    here = Path(sys.executable).resolve()
+    found = []
+    for version in ("3.13", "3.12"):
+        done = subprocess.run([str(uv()), "python", "find", version], capture_output=True, text=True, check=False,
+                              env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"}, cwd="/")  # fmt: skip
+        found += [Path(done.stdout.strip())] if done.returncode == 0 else []
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found += sorted(pyenv.glob("3.1[2-9]*/bin/python3"), reverse=True)
+    found += [Path("/usr/bin/python3.11"), Path("/usr/local/bin/python3.11")]
+    others = [p for p in found if p.is_file() and p.resolve() != here]
+    assert others, "no second Python on this machine to build the assets from"
+    return others[0]
+
+
+_BUILD = """
+import importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("packaging_elsewhere", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+root, build_dir = Path(sys.argv[2]), Path(sys.argv[3])
+print(json.dumps([sys.executable, str(module.build_lambda_asset(root, build_dir)),
+                  str(module.build_flush_asset(root, build_dir))]))
+"""
+
+
+def _snapshot(tmp_path: Path) -> Path:
+    """A copy of what the assets are built from (the tree is edited while the tests run), using the repository's uv."""
+    root = tmp_path / "project"
+    for name in ("src", "functions"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "uv.lock", "Makefile", "README.md"):
+        shutil.copyfile(ROOT / name, root / name)
+    return root
+
+
+def test_assets_are_identical_whichever_python_builds_them(tmp_path, monkeypatch):
+    # Given the project's sources, and this Python (3.11) and another one
+    root = _snapshot(tmp_path)
+    python = _other_interpreter()
+    monkeypatch.setenv("UV", str(uv()))
+    # When this Python builds the API and flush assets, and the other builds them into another build directory
+    ours = {"api": build_lambda_asset(root, tmp_path / "here"), FLUSH: build_flush_asset(root, tmp_path / "here")}
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    done = subprocess.run(
+        [str(python), "-I", "-c", _BUILD, packaging.__file__, str(root), str(tmp_path / "there")],
+        capture_output=True, text=True, check=False, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    executable, api, flush = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(executable).resolve() != Path(sys.executable).resolve()
+    # Then each is the same asset, to the byte and the mode (so the same zip), under the same content hash; bytecode
+    # for the runtime's Python included
+    for name, theirs in (("api", Path(api)), (FLUSH, Path(flush))):
+        mine, other = _manifest(ours[name]), _manifest(theirs)
+        assert any(n.endswith(f".cpython-{LAMBDA_PYTHON.replace('.', '')}.pyc") for n in other)
+        assert sorted(set(mine) ^ set(other)) == []
+        assert [n for n in mine if mine[n] != other[n]] == []
+        assert theirs.name == ours[name].name
+
+
+def _fake_uv(tmp_path: Path, version: str) -> Path:
+    fake = tmp_path / "uv"
+    fake.write_text(f"#!/bin/sh\necho 'uv {version} (fake)'\n", encoding="utf-8")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_build_refuses_a_uv_other_than_the_pinned_one(tmp_path, monkeypatch):
+    # Given $UV pointing at another uv version
+    monkeypatch.setenv("UV", str(_fake_uv(tmp_path, "0.4.0")))
+    # When the build looks for uv
+    # Then it refuses, naming the version the Makefile pins
+    with pytest.raises(PackagingError, match=re.escape(f"needs uv {pinned_uv_version()}")):
+        uv()
+    # And the repository's own uv is that version
+    monkeypatch.delenv("UV")
+    done = subprocess.run([str(uv()), "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[1] == pinned_uv_version()
+    assert re.search(rf"^UV_VERSION := {re.escape(pinned_uv_version())}$", (ROOT / "Makefile").read_text(), re.M)
+
+
+def test_build_refuses_a_wheel_that_does_not_match_the_lock_hashes(tmp_path, monkeypatch):
+    # Given a copy of the project whose uv.lock records another hash for every file of one dependency (and the
+    # repository's uv, the pinned one)
+    monkeypatch.setenv("UV", str(uv()))
+    root = _snapshot(tmp_path)
+    lock = (root / "uv.lock").read_text(encoding="utf-8")
+    start = lock.index('[[package]]\nname = "aws-xray-sdk"')
+    end = lock.index("[[package]]", start + 1)
+    tampered = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, lock[start:end])
+    (root / "uv.lock").write_text(lock[:start] + tampered + lock[end:], encoding="utf-8")
+    # When the Lambda asset is built from it
+    # Then the install stops on the hash mismatch, and no asset is published
+    with pytest.raises(PackagingError, match=r"(?i)hash"):
+        build_lambda_asset(root, tmp_path / "build")
+    assert not [p for p in (tmp_path / "build").glob("lambda-*") if (p / ".complete").exists()]
