@@ -350,6 +350,20 @@ def test_api_and_drivers_assets_stay_small(assets):
     assert materialise < 125 * 1024 * 1024, materialise
 
 
+def test_deployment_guide_states_each_asset_size(assets):
+    # Given the sizes the deployment guide states for the three assets (decimal MB, unzipped)
+    text = " ".join((ROOT / "docs" / "deployment.md").read_text(encoding="utf-8").split())
+    stated = re.search(
+        r"Unzipped, at this version: API functions ([\d.]+) MB .*? drivers ([\d.]+) MB .*? flush ([\d.]+) MB", text
+    )
+    assert stated, "the guide no longer states the assets' sizes"
+    # Then each is within 5 % of the asset as built
+    sizes = {name: directory_size(assets[name]) for name in ASSETS}
+    off = {name: (mb, sizes[name]) for name, mb in zip(ASSETS, stated.groups(), strict=True)
+           if abs(float(mb) * 1e6 - sizes[name]) > 0.05 * sizes[name]}  # fmt: skip
+    assert off == {}
+
+
 _NEVER_SHIPPED = re.compile(r".*\.(pyi|pyx|pxd|pxi|h|hpp|c|cc|cpp)")
 
 
