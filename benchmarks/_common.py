@@ -345,7 +345,7 @@ def one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     with its delta and its row images -- the reference push and pull goals are set against, whatever the layout."""
     from lakesync.aws.dynamodb import chunk_span
     from lakesync.aws.log_chunks import decode_entries
-    from lakesync.gateway.model import ShardId
+    from lakesync.core.log import ShardId
 
     items = []
     for chunk in chunks:

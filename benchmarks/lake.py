@@ -300,7 +300,7 @@ class Lake:
 
 def _plan(workload: Workload, lo: int, hi: int, watermarks: dict[str, int]) -> Any:
     """The real flush plan for entries ``lo <= i < hi`` on top of ``watermarks``."""
-    from lakesync.gateway.model import ShardHead, ShardId
+    from lakesync.core.log import ShardHead, ShardId
     from lakesync.spark.flush import plan_flush
 
     heads = {}
@@ -564,10 +564,10 @@ def _seed_buffer(client: Any, count: int) -> tuple[Any, int, dict[str, float]]:
     from lakesync.aws.tables import TableNames
     from lakesync.core.delta import make_delta
     from lakesync.core.hlc import HLC
+    from lakesync.core.log import Commit
     from lakesync.core.messages import SyncPush
     from lakesync.gateway.deps import GatewayDeps, GatewaySettings
     from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
-    from lakesync.gateway.model import Commit
     from lakesync.gateway.push import push
 
     workload = SCAN_WORKLOAD

@@ -105,10 +105,10 @@ class _RenderingBuffer:
 
 def seed(env: HandlerEnv, count: int) -> Any:
     """Fresh tables holding ``count`` pending deltas of one shard (see the module docstring)."""
+    from lakesync.core.log import Commit, ShardId
     from lakesync.core.messages import SyncPush
     from lakesync.gateway.deps import GatewayDeps, GatewaySettings
     from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
-    from lakesync.gateway.model import Commit, ShardId
     from lakesync.gateway.push import push
 
     names = env.new_tables()

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from lakesync.core.connectors import ConnectorConfig
     from lakesync.core.delta import RowDelta
     from lakesync.core.destinations import DestinationConfig
+    from lakesync.core.log import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
     from lakesync.core.rules import SyncRules
     from lakesync.core.schema import TableSchema
-    from lakesync.gateway.model import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
     from lakesync.gateway.realtime import Connection
 
 

@@ -15,9 +15,7 @@ import pytest
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
-from lakesync.core.merge import ColumnState, RowState, Version
-from lakesync.gateway.memory import InMemoryBufferStore
-from lakesync.gateway.model import (
+from lakesync.core.log import (
     ROW_RECENT_KEYS,
     Commit,
     CommitBasis,
@@ -30,6 +28,8 @@ from lakesync.gateway.model import (
     dedup_key,
     recent_key,
 )
+from lakesync.core.merge import ColumnState, RowState, Version
+from lakesync.gateway.memory import InMemoryBufferStore
 from lakesync.ports import BufferStore
 
 NOW = 1_700_000_000

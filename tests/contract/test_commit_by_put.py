@@ -13,9 +13,9 @@ from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, Dyna
 from lakesync.aws.flush_store import STOPPED_WRITER_MS, FlushStore
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.core.hlc import HLC
+from lakesync.core.log import Commit
 from lakesync.core.merge import fold
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit
 from lakesync.gateway.pull import pull
 from tests.contract.test_commit_marks import CountingClient
 from tests.contract.test_row_cache import GW, NOW_MS, SHARD, _delta, _deps, _push

@@ -8,10 +8,10 @@ from typing import Any
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import Commit
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import Commit
 from lakesync.gateway.push import _commit_bytes, push
 
 NOW_MS = 1_700_000_000_000

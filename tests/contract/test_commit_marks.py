@@ -22,7 +22,7 @@ from lakesync.aws.log_chunks import COMMIT_MARK_EVERY, encode_entries, is_commit
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
-from lakesync.gateway.model import Commit, LogEntry, ShardHead, ShardId
+from lakesync.core.log import Commit, LogEntry, ShardHead, ShardId
 
 BASE_HLC = encode(1_763_000_000_000, 0)
 Chunk = list[LogEntry]

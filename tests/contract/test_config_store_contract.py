@@ -12,10 +12,10 @@ import pytest
 
 from lakesync.core.destinations import DestinationConfig, parse_destination
 from lakesync.core.errors import AlreadyExistsError
+from lakesync.core.log import CommitConflict
 from lakesync.core.rules import parse_sync_rules, pass_all_rules, user_scoped_rules
 from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.memory import InMemoryConfigStore
-from lakesync.gateway.model import CommitConflict
 from lakesync.ports import ConfigStore
 
 

@@ -17,8 +17,8 @@ from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
+from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, ShardHead, ShardId
 from lakesync.gateway.io_pool import submit
-from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, ShardHead, ShardId
 from lakesync.ports import read_from_entry
 from tests.contract.test_commit_marks import (
     Chunk,

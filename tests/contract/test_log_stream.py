@@ -16,10 +16,10 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, create_tables
 from lakesync.aws.log_stream import StreamRecordError, decode_record, decode_stream_records
 from lakesync.aws.tables import TableNames
+from lakesync.core.log import ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import ShardId
 from tests.ddb_stream import Stream
 
 FAKE = {"region_name": "us-east-1", "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}

@@ -11,12 +11,12 @@ import pytest
 
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import PullBasis, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules, user_scoped_rules
 from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import PullBasis, ShardId
 from lakesync.gateway.pull import StoresPullBasis
 from lakesync.gateway.push import push
 from lakesync.ports import BufferStore, ConfigStore, PullBasisReader

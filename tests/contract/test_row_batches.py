@@ -13,9 +13,9 @@ from lakesync.aws.row_doubts import BATCH_DEADLINE_MS, Doubt, decode_doubts, enc
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.errors import StorageError
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import Commit, row_key
 from lakesync.core.merge import fold
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit, row_key
 from tests.contract.test_row_cache import GW, SHARD, _head, _push
 
 START_MS = 1_800_000_000_000

@@ -10,10 +10,10 @@ import pytest
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import Commit, ShardId, StoredRow
 from lakesync.core.merge import fold
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import Commit, ShardId, StoredRow
 from lakesync.gateway.push import PushResult, push
 
 NOW_MS = 1_700_000_000_000

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from lakesync.aws.since_sessions import DynamoDBSinceSessions, session_key
-from lakesync.gateway.model import CommitConflict
+from lakesync.core.log import CommitConflict
 from lakesync.gateway.since import Handout, InMemorySinceSessions, ResyncMark, SinceSession, SinceSessionStore
 
 

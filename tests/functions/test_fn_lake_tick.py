@@ -35,9 +35,9 @@ from lakesync.core.delta import make_delta
 from lakesync.core.errors import ValidationError
 from lakesync.core.hlc import encode
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS, JOB_KINDS, JobRun
+from lakesync.core.log import ShardHead
 from lakesync.core.merge import fold
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
-from lakesync.gateway.model import ShardHead
 from lakesync.local.front import LambdaContext
 from tests.moto_api import moto_state_manager
 

@@ -26,11 +26,11 @@ from lakesync.core.canonical import stable_stringify
 from lakesync.core.checkpoint import group_rows
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import encode
+from lakesync.core.log import ShardId
 from lakesync.core.merge import RowState, fold, merge, state_to_json
 from lakesync.gateway.checkpoint import serve
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import ShardId
 from lakesync.gateway.pull import decode_cursor
 from lakesync.lake.tables import (
     COMPACT_WATERMARKS,

@@ -34,12 +34,12 @@ from lakesync.core.checkpoint import checkpoint_id, latest_key
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
 from lakesync.core.hlc import HLC, system_clock
+from lakesync.core.log import LogEntry, ShardHead, ShardId
 from lakesync.core.materialise import MaterialiseJob, decode_payload
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
 from lakesync.gateway.checkpoint import load_manifest, write_checkpoint
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import LogEntry, ShardHead, ShardId
 from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
 from lakesync.lake.flush import FlushReport, run_flush

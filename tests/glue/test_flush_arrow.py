@@ -26,7 +26,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from lakesync.aws.flush_store import LogRecord, ShardRange
 from lakesync.core.errors import FlushError, StorageError
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.lake.flush import check_ranges
 from lakesync.lake.tables import delta_log_ddl, qualified
 from lakesync.spark.flush import (

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pyspark import TaskContext
 
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.lake.tables import delta_log_ddl
 from lakesync.spark.flush import append_records, plan_flush, records_frame
 from lakesync.spark.session import build_session

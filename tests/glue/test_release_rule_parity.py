@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lakesync.aws.flush_store import DynamoConfig
 from lakesync.aws.tables import TableNames
 from lakesync.core.lake_work import release_candidates
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.lake import flush
 
 DAY_MS = 24 * 3600 * 1000

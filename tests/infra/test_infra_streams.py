@@ -26,7 +26,7 @@ from lakesync.aws.flush_trigger import flush_requests_in
 from lakesync.aws.log_chunks import encode_entries
 from lakesync.aws.log_stream import decode_record
 from lakesync.core.flush_requests import flush_request_key
-from lakesync.gateway.model import LogEntry, ShardId
+from lakesync.core.log import LogEntry, ShardId
 
 TTL_DELETE = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 """``userIdentity`` of a record DynamoDB's TTL wrote."""

@@ -25,10 +25,10 @@ import pytest
 from lakesync.aws.row_doubts import DOUBT_RUN_ENTRIES
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC, encode, system_clock
+from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, dedup_key, recent_key
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, dedup_key, recent_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 

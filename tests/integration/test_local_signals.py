@@ -23,7 +23,7 @@ from lakesync.aws.log_chunks import decode_entries
 from lakesync.client.http import SyncClient
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC
-from lakesync.gateway.model import ShardId
+from lakesync.core.log import ShardId
 
 pytestmark = pytest.mark.integration
 

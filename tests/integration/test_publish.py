@@ -20,10 +20,10 @@ from lakesync.aws.publish import ClaimCheckSink, plan_publish, publish_flushed
 from lakesync.core.delta import make_delta
 from lakesync.core.destinations import parse_destination
 from lakesync.core.hlc import HLC
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.core.materialise import MaterialiseJob, decode_payload
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.model import ShardHead, ShardId
 from lakesync.gateway.push import push
 
 GATEWAYS = ("gw1", "gw2")

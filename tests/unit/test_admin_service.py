@@ -20,12 +20,12 @@ from lakesync.core.errors import (
     ValidationError,
 )
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import Commit, CommitConflict
 from lakesync.core.messages import SyncPush
 from lakesync.core.schema import TableSchema
 from lakesync.gateway import admin
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import Commit, CommitConflict
 from lakesync.gateway.push import push
 
 GW = "default"

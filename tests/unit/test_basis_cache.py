@@ -11,12 +11,12 @@ import pytest
 
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import PullBasis, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.admin import save_sync_rules
 from lakesync.gateway.basis_cache import CachedPullBasis, fresh_reader, kept_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import PullBasis, ShardId
 from lakesync.gateway.pull import PullResult, StoresPullBasis, decode_cursor, pull
 from lakesync.gateway.push import push
 from lakesync.gateway.since import InMemorySinceSessions

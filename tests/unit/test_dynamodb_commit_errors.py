@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from lakesync.aws.dynamodb import _client_error, _commit_error
 from lakesync.core.errors import BackpressureError, StorageBusyError, StorageError
-from lakesync.gateway.model import CommitConflict, ShardId
+from lakesync.core.log import CommitConflict, ShardId
 
 SHARD = ShardId("default", "todos", 0)
 

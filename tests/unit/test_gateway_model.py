@@ -7,7 +7,7 @@ import pytest
 
 from lakesync.core.canonical import js_stringify
 from lakesync.core.delta import make_delta
-from lakesync.gateway.model import LogEntry, ShardId, stored_entry
+from lakesync.core.log import LogEntry, ShardId, stored_entry
 
 SHARD = ShardId("gw", "todos", 0)
 DELTA = make_delta("UPDATE", table="todos", row_id="r1", client_id="c1", hlc=7 << 16, columns={"t": "ü", "n": 1.5})

@@ -27,7 +27,7 @@ from lakesync.core.lake_work import (
     release_cutoff_hlc,
     release_limit,
 )
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.core.log import ShardHead, ShardId
 
 NOW = 1_800_000_000_000
 RETENTION = DEFAULT_RETENTION_MS

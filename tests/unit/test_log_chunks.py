@@ -20,7 +20,7 @@ from lakesync.aws.log_chunks import (
 from lakesync.core.canonical import JsonValue, js_stringify
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
-from lakesync.gateway.model import LogEntry, ShardId
+from lakesync.core.log import LogEntry, ShardId
 
 SHARD = ShardId("gw", "todos", 0)
 FIRST_HLC = encode(1_763_000_000_000, 0)

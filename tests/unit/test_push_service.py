@@ -25,12 +25,7 @@ from lakesync.core.errors import (
     ValidationError,
 )
 from lakesync.core.hlc import HLC, MAX_DRIFT_MS, encode
-from lakesync.core.merge import fold
-from lakesync.core.messages import SyncPush
-from lakesync.core.schema import parse_table_schema
-from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import (
+from lakesync.core.log import (
     LOG_CHUNK_MAX_ENTRIES,
     ROW_RECENT_KEYS,
     Commit,
@@ -39,6 +34,11 @@ from lakesync.gateway.model import (
     ShardId,
     dedup_key,
 )
+from lakesync.core.merge import fold
+from lakesync.core.messages import SyncPush
+from lakesync.core.schema import parse_table_schema
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 from lakesync.gateway.since import InMemorySinceSessions, SinceSession

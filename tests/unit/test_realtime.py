@@ -14,6 +14,7 @@ from lakesync.auth import mint_token, verify_token
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import AuthError, ForbiddenError, NotFoundError, ValidationError
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import LogEntry, ShardId
 from lakesync.core.messages import SyncPull, SyncPush
 from lakesync.core.rules import parse_sync_rules
 from lakesync.gateway import realtime
@@ -24,7 +25,6 @@ from lakesync.gateway.memory import (
     InMemoryConfigStore,
     InMemoryConnectionStore,
 )
-from lakesync.gateway.model import LogEntry, ShardId
 from lakesync.gateway.realtime import Connection, Encoding, SessionClose
 from lakesync.wire.codec import decode_sync_response, encode_sync_pull, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame

@@ -19,7 +19,7 @@ from lakesync.aws.row_doubts import (
     until_ms,
 )
 from lakesync.core.hlc import encode
-from lakesync.gateway.model import row_key
+from lakesync.core.log import row_key
 
 
 def test_a_late_batch_is_bounded_by_the_deadline_the_retries_and_the_signature_expiry() -> None:

@@ -14,6 +14,7 @@ import pytest
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import SyncRuleError
 from lakesync.core.hlc import HLC, encode
+from lakesync.core.log import dedup_key
 from lakesync.core.merge import state_from_json
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import (
@@ -30,7 +31,6 @@ from lakesync.core.rules import (
 )
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.model import dedup_key
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
 from lakesync.gateway.since import InMemorySinceSessions

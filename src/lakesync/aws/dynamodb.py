@@ -6,7 +6,7 @@ under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new sh
 ``v = expected`` (or ``attribute_not_exists``); a transaction cancelled because a guard failed or another transaction
 conflicted is mapped to :class:`CommitConflict` (retried by the push), throttling to ``StorageBusyError`` and any other
 cancellation (an item DynamoDB refuses) to ``StorageError`` at once. The chunk's dedup keys (opaque to the store:
-``gw#{key}``, see :func:`lakesync.gateway.model.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live
+``gw#{key}``, see :func:`lakesync.core.log.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live
 while ``exp > now``, as everywhere else). The chunk's log item carries ``chlc`` -- an entry of the sparse ``by_commit``
 index -- only when it is a commit mark (:mod:`lakesync.aws.log_chunks`); reads by commit HLC start from the last mark
 at or below the position and walk the table from there.
@@ -70,11 +70,7 @@ from lakesync.core.errors import (
     ValidationError,
 )
 from lakesync.core.hlc import decode
-from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
-from lakesync.core.rules import SyncRules, parse_sync_rules
-from lakesync.core.schema import TableSchema, parse_table_schema
-from lakesync.gateway.io_pool import awaited, on_pool_thread, results_of, submit
-from lakesync.gateway.model import (
+from lakesync.core.log import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
     LOG_TTL_S,
@@ -93,6 +89,10 @@ from lakesync.gateway.model import (
     recent_key,
     row_key,
 )
+from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
+from lakesync.core.rules import SyncRules, parse_sync_rules
+from lakesync.core.schema import TableSchema, parse_table_schema
+from lakesync.gateway.io_pool import awaited, on_pool_thread, results_of, submit
 from lakesync.ports import read_from_entry
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from lakesync.aws.log_chunks import COMMIT_MARK_EVERY
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.errors import FlushError, StorageError
-from lakesync.gateway.model import LogEntry, ShardHead, ShardId
+from lakesync.core.log import LogEntry, ShardHead, ShardId
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

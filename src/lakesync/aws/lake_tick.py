@@ -46,7 +46,7 @@ from lakesync.core.lake_work import (
     lagging_shards,
     release_candidates,
 )
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.core.log import ShardHead, ShardId
 
 if TYPE_CHECKING:
     from lakesync.aws.flush_store import FlushStore

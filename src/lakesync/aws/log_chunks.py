@@ -53,7 +53,7 @@ from itertools import repeat
 from typing import Any
 
 from lakesync.core.canonical import JsonValue
-from lakesync.gateway.model import LogEntry, RowImages, ShardId, stored_entry
+from lakesync.core.log import LogEntry, RowImages, ShardId, stored_entry
 
 __all__ = [
     "COMMIT_MARK_EVERY",

@@ -25,8 +25,8 @@ from typing import Any
 
 from lakesync.aws.log_chunks import chunk_first, decode_entries
 from lakesync.core.errors import LakeSyncError
+from lakesync.core.log import LogEntry, ShardId
 from lakesync.gateway import realtime
-from lakesync.gateway.model import LogEntry, ShardId
 
 __all__ = [
     "LogChunk",

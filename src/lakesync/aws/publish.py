@@ -29,8 +29,8 @@ from botocore.config import Config
 
 from lakesync.aws.clients import job_client
 from lakesync.aws.flush_store import FlushStore, ShardRange
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.core.materialise import MaterialiseJob, encode_payload, payload_key
-from lakesync.gateway.model import ShardHead, ShardId
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

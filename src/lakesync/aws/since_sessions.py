@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
-from lakesync.gateway.model import CommitConflict
+from lakesync.core.log import CommitConflict
 from lakesync.gateway.since import SinceSession
 
 if TYPE_CHECKING:

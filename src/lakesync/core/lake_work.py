@@ -109,7 +109,7 @@ EVERY_FLUSH: Final = CompactPolicy(min_flush_runs=1, max_wait_ms=0)
 
 
 class Head(Protocol):
-    """What the rule reads of a shard head (:class:`lakesync.gateway.model.ShardHead` has it)."""
+    """What the rule reads of a shard head (:class:`lakesync.core.log.ShardHead` has it)."""
 
     @property
     def seq(self) -> int: ...

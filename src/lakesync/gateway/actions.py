@@ -66,10 +66,10 @@ from lakesync.core.actions import (
 )
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.errors import ActionError, ActionValidationError, ForbiddenError, LakeSyncError, ValidationError
+from lakesync.core.log import PARTITION_KEY_LIMIT_BYTES
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.model import PARTITION_KEY_LIMIT_BYTES
 
 logger = logging.getLogger(__name__)
 

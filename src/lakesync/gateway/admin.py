@@ -12,12 +12,12 @@ from typing import Any
 
 from lakesync.core.destinations import NAME_RE, check_secret_scope, parse_destination
 from lakesync.core.errors import CommitConflictError, NotFoundError, SchemaDefinitionError
+from lakesync.core.log import CommitConflict
 from lakesync.core.rules import check_sync_rules_limits, parse_sync_rules
 from lakesync.core.schema import TableSchema, check_schema_limits, evolve_schema, parse_table_schema
 from lakesync.core.write_policy import is_reserved_table
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.model import CommitConflict
 
 
 def save_sync_rules(deps: GatewayDeps, gateway: str, document: object) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from lakesync.gateway.model import PullBasis
+from lakesync.core.log import PullBasis
 from lakesync.ports import PullBasisReader
 
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 
 from lakesync.core.errors import ValidationError
-from lakesync.gateway.model import ShardId
+from lakesync.core.log import ShardId
 
 _CURSOR_VERSION = 1
 

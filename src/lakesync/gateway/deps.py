@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakesync.core.hlc import HLC, system_clock
-from lakesync.gateway.model import LOG_CHUNK_MAX_ENTRIES
+from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from lakesync.connectors.runtime import ConnectorRuntime

@@ -16,9 +16,7 @@ from typing import Any
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig
 from lakesync.core.errors import AlreadyExistsError
-from lakesync.core.rules import SyncRules
-from lakesync.core.schema import TableSchema
-from lakesync.gateway.model import (
+from lakesync.core.log import (
     Commit,
     CommitBasis,
     CommitConflict,
@@ -27,6 +25,8 @@ from lakesync.gateway.model import (
     ShardId,
     StoredRow,
 )
+from lakesync.core.rules import SyncRules
+from lakesync.core.schema import TableSchema
 from lakesync.gateway.realtime import Connection
 from lakesync.ports import StoredPosition, read_from_entry
 
@@ -35,7 +35,7 @@ class InMemoryBufferStore:
     """The buffer in process memory; thread-safe.
 
     Dedup records are kept by gateway and key; the keys are opaque (the push service records
-    :func:`~lakesync.gateway.model.dedup_key` of clientId and deltaId), as on DynamoDB.
+    :func:`~lakesync.core.log.dedup_key` of clientId and deltaId), as on DynamoDB.
     """
 
     def __init__(self) -> None:

@@ -51,12 +51,12 @@ from lakesync.core.errors import (
     LakeSyncError,
     StorageBusyError,
 )
+from lakesync.core.log import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader, kept_basis
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.io_pool import awaited, results_of, submit
-from lakesync.gateway.model import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.gateway.since import (
     SESSION_TTL_S,
     Handout,

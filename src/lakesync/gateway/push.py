@@ -15,7 +15,7 @@ Guarantees:
   jittered backoff, re-reading the basis.
 * Per-column LWW merging is idempotent, so a delta the row already holds changes nothing and is not logged again:
   the row versions alone keep any delta from being logged twice, even when the same push races itself.
-* Deltas are deduplicated by clientId + deltaId (:func:`~lakesync.gateway.model.dedup_key`), never by deltaId alone,
+* Deltas are deduplicated by clientId + deltaId (:func:`~lakesync.core.log.dedup_key`), never by deltaId alone,
   so no client can make another client's delta vanish by sending its deltaId first. The chunk's dedup keys are
   recorded after its commit, for the dedup window, while the next chunk proceeds; the push returns only once every
   record is written (a failed record fails the push). Records are looked up only for the deltas a chunk's merge
@@ -49,13 +49,7 @@ from lakesync.core.errors import (
     SchemaError,
     ValidationError,
 )
-from lakesync.core.messages import SyncPush
-from lakesync.core.rules import Claims, SyncRules, WriteRefusal, check_write, row_matches
-from lakesync.core.schema import TableSchema, validate_delta, validate_table_name
-from lakesync.gateway.basis_cache import forget_basis
-from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import awaited, results_of, submit
-from lakesync.gateway.model import (
+from lakesync.core.log import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
     PARTITION_KEY_LIMIT_BYTES,
@@ -71,6 +65,12 @@ from lakesync.gateway.model import (
     recent_key,
     row_key,
 )
+from lakesync.core.messages import SyncPush
+from lakesync.core.rules import Claims, SyncRules, WriteRefusal, check_write, row_matches
+from lakesync.core.schema import TableSchema, validate_delta, validate_table_name
+from lakesync.gateway.basis_cache import forget_basis
+from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.io_pool import awaited, results_of, submit
 from lakesync.gateway.since import note_push
 
 

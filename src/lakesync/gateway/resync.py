@@ -34,11 +34,11 @@ from typing import Final
 from lakesync.core.checkpoint import Manifest
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import StorageError
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.core.merge import fold
 from lakesync.core.rules import Claims, SyncRules, row_matches
 from lakesync.gateway.checkpoint import chunk_rows, load_manifest
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.model import ShardHead, ShardId
 from lakesync.gateway.since import ResyncMark, RowKey, row_form, visible_values
 
 MAX_CHUNKS_PER_PAGE: Final = 4

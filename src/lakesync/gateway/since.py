@@ -49,8 +49,8 @@ from typing import Any, Protocol
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import CommitConflictError
+from lakesync.core.log import CommitConflict
 from lakesync.core.rules import Claims, SyncRules, row_matches
-from lakesync.gateway.model import CommitConflict
 
 HANDOUTS_KEPT = 4
 """``serverHlc`` values remembered per client (a client only ever sends back its latest)."""

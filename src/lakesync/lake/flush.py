@@ -45,7 +45,7 @@ from lakesync.aws.flush_store import STOPPED_WRITER_MS, DynamoConfig, FlushStore
 from lakesync.aws.publish import ClaimCheckSink, JobSink, PublishConfig, PublishReport, publish_flushed
 from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
-from lakesync.gateway.model import ShardHead, ShardId
+from lakesync.core.log import ShardHead, ShardId
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE
 
 log = logging.getLogger(__name__)

@@ -60,9 +60,9 @@ from lakesync.core.checkpoint import (
 from lakesync.core.errors import StorageError
 from lakesync.core.hlc import encode as encode_hlc
 from lakesync.core.hlc import system_clock
+from lakesync.core.log import ShardId
 from lakesync.core.merge import state_from_json
 from lakesync.gateway.checkpoint import EncodedRow, encode_row, load_manifest, write_checkpoint
-from lakesync.gateway.model import ShardId
 from lakesync.lake.tables import (
     COMPACT_WATERMARKS,
     DELTA_LOG,

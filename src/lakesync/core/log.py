@@ -1,4 +1,4 @@
-"""Storage-neutral types of the gateway's buffer: shards, heads, stored rows, log entries, commits.
+"""The buffer's domain, storage-neutral: shards, heads, stored rows, log entries, commits.
 
 A *shard* is one gateway + table (+ a hash sub-shard for hot tables). Each shard has a *head* holding its commit
 sequence: a push commits its log entries, its row-index updates and the head advance together, guarded by the head's
@@ -25,13 +25,13 @@ limit lies a little above (measured between 409 and 410 KB), so every item a pus
 PARTITION_KEY_LIMIT_BYTES = 2048
 """DynamoDB's partition-key limit, counted over the whole stored key (our prefixes included)."""
 SORT_KEY_LIMIT_BYTES = 1024
+"""DynamoDB's sort-key limit, counted over the whole stored key (our prefixes included)."""
 LOG_CHUNK_MAX_ENTRIES = 1000
 """Most entries one commit stores together (one log item on DynamoDB, whose size bounds it long before this)."""
 LOG_TTL_S = 14 * 24 * 3600
 """How long the DynamoDB log keeps an entry (its item's TTL, counted from its commit). Release is a mark on the head
 (pulls behind it get 410) and TTL deletes the items for free, so the flush must run within this time: the flush
 job fails loudly on a range it cannot read whole."""
-"""DynamoDB's sort-key limit, counted over the whole stored key (our prefixes included)."""
 
 
 def row_key(gateway: str, table: str, row_id: str) -> str:
