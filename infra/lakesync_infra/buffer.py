@@ -6,6 +6,12 @@ customer-managed key, has point-in-time recovery, and (unless the environment is
 The ``config`` table streams new images: the flush trigger consumes its flush requests. The ``deltas`` table streams
 new images as its spec says (:data:`lakesync.aws.tables.LOG_STREAM_VIEW`): the real-time broadcaster consumes new log
 items (:mod:`lakesync_infra.realtime`).
+
+A shard's log (``deltas``) and its head (``heads``) are keyed by the shard, and DynamoDB serves one partition key from
+one partition: at most :data:`PARTITION_WRITE_UNITS` write and :data:`PARTITION_READ_UNITS` read units a second,
+whatever the table's on-demand capacity. The ``deltas`` table's local secondary index also keeps each shard's item
+collection on that one partition (10 GB). :meth:`Buffer.shard_tables` names the tables so bounded, for the alarms
+(:mod:`lakesync_infra.monitoring`); hash sub-shards (``subShards``) spread a hot table over more partition keys.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ STREAM_TABLE: Final = "config"
 """The table whose stream feeds the flush trigger."""
 _TYPES: Final = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER}
 _PLACEHOLDER: Final = "lakesync"
+PARTITION_WRITE_UNITS: Final = 1_000
+"""Write units a second one DynamoDB partition serves, on-demand tables too (Amazon DynamoDB developer guide, "Key
+range throughput exceeded (hot partitions)" and "Partitions in DynamoDB")."""
+PARTITION_READ_UNITS: Final = 3_000
+"""Read units a second one DynamoDB partition serves (same pages)."""
 
 
 def _attribute(spec: Mapping[str, Any], name: str) -> dynamodb.Attribute:
@@ -56,11 +67,8 @@ class Buffer(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, config: LakeSyncConfig, key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
-        logical = TableNames.with_prefix(_PLACEHOLDER).as_dict()
-        by_name = {physical: kind for kind, physical in logical.items()}
         self.tables: dict[str, dynamodb.Table] = {}
-        for spec in table_specs(TableNames.with_prefix(_PLACEHOLDER)):
-            kind = by_name[spec["TableName"]]
+        for kind, spec in self._specs().items():
             if spec.get("BillingMode") != "PAY_PER_REQUEST":
                 raise ValueError(f"table {kind}: only on-demand billing is deployed")
             partition_key = key_attribute(spec, spec["KeySchema"], "HASH")
@@ -109,8 +117,26 @@ class Buffer(Construct):
                 indexes = [f"{table.table_arn}/index/{name}" for name in self.index_names(kind)]
                 allow(role, index_actions[kind], indexes, sid=f"Indexes{kind.capitalize()}")
 
+    def shard_tables(self) -> dict[str, dynamodb.Table]:
+        """The tables keyed by the shard, the partition key of the table with a local secondary index: a shard's items
+        there stay on one partition (an item collection with a local index does not span partitions, nor does one
+        item, the shard's head), so a shard's traffic on each is one partition's, up to :data:`PARTITION_WRITE_UNITS`
+        and :data:`PARTITION_READ_UNITS`."""
+        specs = self._specs()
+
+        def partition_key(spec: Mapping[str, Any]) -> str:
+            return str(next(k["AttributeName"] for k in spec["KeySchema"] if k["KeyType"] == "HASH"))
+
+        shard_keys = {partition_key(spec) for spec in specs.values() if spec.get("LocalSecondaryIndexes")}
+        return {kind: self.tables[kind] for kind, spec in specs.items() if partition_key(spec) in shard_keys}
+
     def index_names(self, kind: str) -> list[str]:
         """The secondary indexes of table ``kind`` (from the specs)."""
+        return [index["IndexName"] for index in self._specs()[kind].get("LocalSecondaryIndexes", [])]
+
+    @staticmethod
+    def _specs() -> dict[str, dict[str, Any]]:
+        """Logical table name -> its ``CreateTable`` request (the specs, with placeholder names)."""
         names = TableNames.with_prefix(_PLACEHOLDER)
-        spec = next(s for s in table_specs(names) if s["TableName"] == names.as_dict()[kind])
-        return [index["IndexName"] for index in spec.get("LocalSecondaryIndexes", [])]
+        by_name = {physical: kind for kind, physical in names.as_dict().items()}
+        return {by_name[spec["TableName"]]: spec for spec in table_specs(names)}

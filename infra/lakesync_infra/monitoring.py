@@ -24,6 +24,17 @@ month, so each watches something no other alarm sees:
   hot shard's log grow toward the deltas table's 10 GB item-collection limit (its local secondary index), where
   pushes to it fail; this alarm says so long before. The lake tick's checkpoint ticks are to emit it (0 when every
   shard is covered, so an idle deployment never alarms); until they do, the alarm has no data and stays OK;
+* a shard near its partition's ceiling: each table keyed by the shard
+  (:meth:`lakesync_infra.buffer.Buffer.shard_tables`: ``deltas``, ``heads``) serves a shard from one partition, at
+  most 1,000 write and 3,000 read units a second, beyond which the shard's requests are throttled whatever the
+  on-demand table's capacity. A table's consumed units (``AWS/DynamoDB``, free, per minute) bound every shard's share
+  of them, so an alarm per table and direction at :data:`SHARD_ALARM_SHARE` of one partition's units fires before any
+  shard gets there -- and also when the traffic is spread over many shards, which the operator tells apart
+  (docs/deployment.md, "Shard ceilings"). No per-shard signal is as cheap: DynamoDB's Contributor Insights names its
+  rules after their creation time (DynamoDB developer guide, "CloudWatch contributor insights for DynamoDB: How it
+  works"), so no alarm on them can be declared at synth, and costs $0.50 a rule a month (CloudWatch pricing; four
+  rules on ``deltas``); a custom rule would need a log line per commit, and no one function instance sees a shard's
+  whole traffic to emit a metric of its own;
 * a Glue job run that FAILED, TIMEOUT or ERROR: an EventBridge rule on Glue's job state changes for our Glue jobs
   sends the event itself to the topic (the message says which job and run); the rule's ``TriggeredRules`` metric
   is on the dashboard (no alarm: the rule already notifies).
@@ -43,6 +54,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
@@ -53,6 +65,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from lakesync_infra.buffer import PARTITION_READ_UNITS, PARTITION_WRITE_UNITS
 from lakesync_infra.config import EXTRA_FUNCTIONS, REALTIME_FUNCTIONS, LakeSyncConfig
 from lakesync_infra.jobs import METRIC_NAMESPACE
 
@@ -89,6 +102,10 @@ errors alarm is on the dashboard's alarm widget (as the Glue flush job's failure
 runs)."""
 OWN_ROW = "materialise"
 """The function with its own dashboard row (left out of the per-function graphs)."""
+SHARD_ALARM_SHARE = 0.8
+"""The share of one partition's units a second (a minute's average) at which a shard table's alarm fires."""
+SHARD_PERIOD = cdk.Duration.minutes(1)
+"""DynamoDB publishes consumed capacity per minute; the ceiling is per second, so the shortest period."""
 DASHBOARD_METRICS = 50
 """The most metrics a free dashboard may show (CloudWatch's free tier: 3 dashboards of up to 50 metrics)."""
 
@@ -116,6 +133,7 @@ class Monitoring(Construct):
         materialise_queue: sqs.IQueue,
         materialise_dead_letters: sqs.IQueue,
         materialise: lambda_.IFunction,
+        shard_tables: Mapping[str, dynamodb.ITable],
     ) -> None:
         super().__init__(scope, construct_id)
         key = kms.Key(
@@ -184,6 +202,21 @@ class Monitoring(Construct):
                 "fails and retries batches or cannot keep up (its errors and log say which)",
                 threshold=BROADCAST_AGE_LIMIT.to_milliseconds(),
             )
+
+        for kind, table in shard_tables.items():
+            for direction, units, metric in (
+                ("Writes", PARTITION_WRITE_UNITS, table.metric_consumed_write_capacity_units),
+                ("Reads", PARTITION_READ_UNITS, table.metric_consumed_read_capacity_units),
+            ):
+                alarm(
+                    f"{kind.capitalize()}Shard{direction}",
+                    metric(period=SHARD_PERIOD, statistic="Sum"),
+                    f"The {kind} table consumed {SHARD_ALARM_SHARE:.0%} of one partition's {units:,} "
+                    f"{direction[:-1].lower()} units a second over a minute: a shard may be near its ceiling, past "
+                    "which its requests are throttled (503). Find the hot table (GET /v1/admin/metrics, twice) and "
+                    "give it more subShards (docs/deployment.md, Shard ceilings)",
+                    threshold=SHARD_ALARM_SHARE * units * SHARD_PERIOD.to_seconds(),
+                )
 
         self.glue_failures = events.Rule(
             self,

@@ -155,6 +155,7 @@ class LakeSyncStack(cdk.Stack):
             materialise_queue=self.queues.queue,
             materialise_dead_letters=self.queues.dead_letter_queue,
             materialise=self.functions.functions["materialise"],
+            shard_tables=self.buffer.shard_tables(),
         )
         cdk.CfnOutput(self, "ApiUrl", value=self.api.url, description="Base URL of the sync gateway")
         cdk.CfnOutput(

@@ -14,6 +14,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
@@ -188,6 +189,10 @@ EXPECTED_ALARMS = {
     "ConnectorPollErrors",
     "CheckpointAge",
     "FlushErrors",
+    "DeltasShardWrites",
+    "DeltasShardReads",
+    "HeadsShardWrites",
+    "HeadsShardReads",
 }
 
 
@@ -278,6 +283,12 @@ def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
         materialise_queue=queues["Queue"],
         materialise_dead_letters=queues["MaterialiseDeadLetters"],
         materialise=functions["materialise"],
+        shard_tables={
+            kind: dynamodb.Table(
+                stack, kind, partition_key=dynamodb.Attribute(name="shard", type=dynamodb.AttributeType.STRING)
+            )
+            for kind in ("deltas", "heads")
+        },
     )
     template = Template.from_stack(stack)
     # Then the dashboard exists exactly when asked for, and the alarms are the same either way
