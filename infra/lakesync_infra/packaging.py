@@ -33,7 +33,7 @@ link); the flush asset also pyarrow's Arrow Flight, its Substrait bindings and i
 second (CFFI) backend, pyiceberg's vendored Hive client (whose thrift is not installed), and Pygments, which rich
 needs only to highlight code (:data:`FLUSH_TRIMMED`). pyarrow's ``libarrow_substrait`` stays: every pyarrow extension
 links it. The flush asset goes from 248.2 MB to about 190 MB, under three quarters of the limit (a test keeps it
-there); pyarrow (about 105 MB) and pyiceberg-core (about 40 MB) make most of it.
+there); pyarrow (about 103 MB) and pyiceberg-core (about 40 MB) make most of it.
 
 **Bytecode.** Lambda's code directory is read-only, so Python cannot cache what it compiles: an asset without
 ``__pycache__`` compiles every module it imports on every cold start (about 150 ms of a push function's ~300 ms
