@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard, overload
 
 from lakesync.core.canonical import js_stringify
+from lakesync.core.claims import ClaimValue
 from lakesync.core.errors import AuthError
 
 __all__ = [
@@ -93,9 +94,6 @@ long enough for a day's offline work on one token, short enough that a leaked to
 LIFETIME_LEEWAY_S: Final = 60
 """Clock skew allowed between a token's minter and the verifier when a token has no ``iat`` (its ``exp`` may lie up
 to the maximum lifetime plus this many seconds ahead)."""
-
-ClaimValue = str | tuple[str, ...]
-"""A custom-claim value: a string or an array of strings."""
 
 _RESERVED_CLAIMS: Final = frozenset({"sub", "gw", "exp", "iat", "iss", "aud", "role"})
 _MINT_RESERVED: Final = frozenset({"sub", "gw", "role", "exp"})

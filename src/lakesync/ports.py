@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from lakesync.core.delta import RowDelta
     from lakesync.core.destinations import DestinationConfig
     from lakesync.core.log import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
+    from lakesync.core.realtime import Connection
     from lakesync.core.rules import SyncRules
     from lakesync.core.schema import TableSchema
-    from lakesync.gateway.realtime import Connection
 
 
 class BufferStore(Protocol):
@@ -271,7 +271,7 @@ class Destination(Protocol):
 
 
 class ConnectionStore(Protocol):
-    """The open WebSocket sessions (:class:`~lakesync.gateway.realtime.Connection`), by id and by gateway."""
+    """The open WebSocket sessions (:class:`~lakesync.core.realtime.Connection`), by id and by gateway."""
 
     def put_connection(self, connection: Connection) -> None:
         """Record a session opened by an upgrade (it expires at ``connection.expires_at``)."""

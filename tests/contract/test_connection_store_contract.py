@@ -10,8 +10,8 @@ import pytest
 
 from lakesync.aws.connections import DynamoDBConnectionStore
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE, connections_table_name
+from lakesync.core.realtime import Connection, Encoding
 from lakesync.gateway.memory import InMemoryConnectionStore
-from lakesync.gateway.realtime import Connection, Encoding
 from lakesync.ports import ConnectionStore
 
 

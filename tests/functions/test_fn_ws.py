@@ -36,8 +36,8 @@ from lakesync.aws.function_settings import CONNECTIONS_TABLE, TABLE_VARS, WS_CAL
 from lakesync.aws.log_stream import decode_stream_records
 from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.messages import SyncPull, SyncPush, SyncResponse
+from lakesync.core.realtime import Connection, Encoding
 from lakesync.core.rules import parse_sync_rules
-from lakesync.gateway.realtime import Connection, Encoding
 from lakesync.local.front import LambdaContext
 from lakesync.wire.codec import decode_sync_response, encode_sync_pull, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame

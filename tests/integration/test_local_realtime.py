@@ -202,7 +202,7 @@ def test_a_push_as_another_client_closes_1008_and_writes_nothing(stack: LocalSta
 
 def test_closed_and_gone_sessions_are_forgotten(stack: LocalStack) -> None:
     from functions._runtime import get_realtime
-    from lakesync.gateway.realtime import Connection, Encoding
+    from lakesync.core.realtime import Connection, Encoding
 
     sessions = get_realtime().connections
     with _socket(stack, "uma"):

@@ -16,7 +16,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from lakesync.core.errors import AuthError, StorageError
-from lakesync.gateway.realtime import Connection, Encoding
+from lakesync.core.realtime import Connection, Encoding
 from lakesync.local.front import LocalFront
 from lakesync.local.websocket import SocketHub
 

@@ -16,6 +16,7 @@ from lakesync.core.errors import AuthError, ForbiddenError, NotFoundError, Valid
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import LogEntry, ShardId
 from lakesync.core.messages import SyncPull, SyncPush
+from lakesync.core.realtime import Connection, Encoding
 from lakesync.core.rules import parse_sync_rules
 from lakesync.gateway import realtime
 from lakesync.gateway.deps import GatewayDeps
@@ -25,7 +26,7 @@ from lakesync.gateway.memory import (
     InMemoryConfigStore,
     InMemoryConnectionStore,
 )
-from lakesync.gateway.realtime import Connection, Encoding, SessionClose
+from lakesync.gateway.realtime import SessionClose
 from lakesync.wire.codec import decode_sync_response, encode_sync_pull, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame
 

@@ -24,7 +24,7 @@ from lakesync.aws.dynamodb import utf8_json
 from lakesync.aws.errors import error_code
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 from lakesync.core.errors import StorageBusyError, StorageError
-from lakesync.gateway.realtime import Connection, Encoding
+from lakesync.core.realtime import Connection, Encoding
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

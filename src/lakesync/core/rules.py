@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from lakesync.core.canonical import JsonValue, js_string_coerce, js_stringify, utf8_size, utf16_key
+from lakesync.core.claims import Claims
 from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import PayloadTooLargeError, SyncRuleError
 from lakesync.core.write_policy import (
@@ -53,9 +54,6 @@ from lakesync.core.write_policy import (
     parse_table_policies,
     parse_write_policy,
 )
-
-Claims = Mapping[str, str | Sequence[str]]
-"""Resolved JWT claims: each a string or a list of strings."""
 
 Row = Mapping[str, JsonValue]
 """A row as column name -> JSON value."""

@@ -25,9 +25,9 @@ from lakesync.core.log import (
     ShardId,
     StoredRow,
 )
+from lakesync.core.realtime import Connection
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
-from lakesync.gateway.realtime import Connection
 from lakesync.ports import StoredPosition, read_from_entry
 
 

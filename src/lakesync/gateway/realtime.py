@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
-from lakesync.auth import AuthClaims, ClaimValue, parse_bearer, verify_token
+from lakesync.auth import AuthClaims, parse_bearer, verify_token
 from lakesync.core.errors import (
     AuthError,
     CallerRateLimitedError,
@@ -39,6 +38,7 @@ from lakesync.core.errors import (
 )
 from lakesync.core.log import LogEntry
 from lakesync.core.messages import SyncResponse
+from lakesync.core.realtime import Connection, Encoding
 from lakesync.core.rules import SyncRules
 from lakesync.gateway import limits
 from lakesync.gateway import pull as pull_service
@@ -94,40 +94,6 @@ DEFAULT_PULL_DELTAS: Final = 100
 
 _TOO_LARGE: Final = "Payload too large (max 1 MiB)"
 _CLIENT_MISMATCH: Final = "Client ID mismatch: push clientId does not match authenticated identity"
-
-
-class Encoding(enum.StrEnum):
-    """How a session's frames carry the binary messages."""
-
-    BINARY = "binary"
-    BASE64 = "base64"
-
-
-@dataclass(frozen=True, slots=True)
-class Connection:
-    """An open WebSocket session.
-
-    Attributes:
-        connection_id: The transport's id (API Gateway's ``connectionId``).
-        gateway: The gateway the token authorises.
-        client_id: The token's ``sub``: this client's own changes are not broadcast back to it.
-        claims: The token's custom claims, for sync rules.
-        encoding: The session's frame encoding.
-        expires_at: Epoch seconds after which the session is refused (the token's expiry, at most two hours).
-        connected_at: Epoch seconds of the upgrade.
-    """
-
-    connection_id: str
-    gateway: str
-    client_id: str
-    claims: Mapping[str, ClaimValue] = field(hash=False)
-    encoding: Encoding
-    expires_at: int
-    connected_at: int
-
-    def expired(self, now_s: float) -> bool:
-        """Whether the session outlived its token (or two hours)."""
-        return now_s >= self.expires_at
 
 
 class SessionClose(Exception):

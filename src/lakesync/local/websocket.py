@@ -45,6 +45,7 @@ from websockets.server import ServerProtocol
 from websockets.sync.connection import Connection as Socket
 
 from lakesync.core.errors import LakeSyncError
+from lakesync.core.realtime import Connection, Encoding
 from lakesync.gateway import realtime
 from lakesync.gateway.realtime import (
     API_GATEWAY_MESSAGE_BYTES,
@@ -52,8 +53,6 @@ from lakesync.gateway.realtime import (
     CLOSE_UNSUPPORTED_DATA,
     MAX_FRAME_BYTES,
     SOCKET_PATH,
-    Connection,
-    Encoding,
     SessionClose,
 )
 from lakesync.local.access import LocalCredentials, SignatureRefused, is_loopback_host, verify
