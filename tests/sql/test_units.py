@@ -14,14 +14,10 @@ from lakesync.core.errors import DestinationError
 from lakesync.core.schema import ColumnType, parse_table_schema
 from lakesync.sql import connect, connect_params, mask_url
 from lakesync.sql.coerce import coerce_value, decode_value
-from lakesync.sql.dialect import (
-    LayoutError,
-    MySQLDialect,
-    PostgresDialect,
-    SQLiteDialect,
-    TableLayout,
-    check_layout,
-)
+from lakesync.sql.dialect import LayoutError, TableLayout, check_layout
+from lakesync.sql.mysql import MySQLDialect
+from lakesync.sql.postgres import PostgresDialect
+from lakesync.sql.sqlite import SQLiteDialect
 from tests.sql.servers import Server
 
 S, N, B, J, Z = ColumnType.STRING, ColumnType.NUMBER, ColumnType.BOOLEAN, ColumnType.JSON, ColumnType.NULL

@@ -24,7 +24,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from lakesync.core.schema import ColumnType
 from lakesync.sql.dialect import META_TABLE, STATE_TABLE, Dialect, Statement, TableLayout
@@ -92,13 +92,18 @@ class BigQueryDialect(Dialect):
     placeholder = "?"
     quote_char = "`"
 
-    _TYPES: Final = {
+    _TYPES: ClassVar[Mapping[ColumnType, str]] = {
         ColumnType.STRING: "STRING",
         ColumnType.NULL: "STRING",
         ColumnType.NUMBER: "FLOAT64",
         ColumnType.BOOLEAN: "BOOL",
         ColumnType.JSON: "JSON",
     }
+    current_time = "CURRENT_TIMESTAMP()"
+    timestamp_type = "TIMESTAMP"
+    props_type = "JSON DEFAULT JSON '{}'"
+    share_lock = ""
+    update_lock = ""
     # How each column travels as a parameter (JSON as its text, parsed in SQL).
     _PARAM_TYPES: Final = {
         ColumnType.STRING: "STRING",
@@ -114,24 +119,6 @@ class BigQueryDialect(Dialect):
         self.project = project
         self.dataset = dataset
 
-    def column_type(self, ctype: ColumnType) -> str:
-        return self._TYPES[ctype]
-
-    def timestamp_type(self) -> str:
-        return "TIMESTAMP"
-
-    def now(self) -> str:
-        return "CURRENT_TIMESTAMP()"
-
-    def props_type(self) -> str:
-        return "JSON DEFAULT JSON '{}'"
-
-    def share_lock(self) -> str:
-        return ""
-
-    def update_lock(self) -> str:
-        return ""
-
     def create_system_tables(self) -> list[str]:
         return [
             f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (tbl STRING NOT NULL, row_id STRING NOT NULL, state STRING) "
@@ -142,7 +129,7 @@ class BigQueryDialect(Dialect):
     def create_table(self, layout: TableLayout) -> list[str]:
         parts = ["row_id STRING NOT NULL"]
         parts += [f"{self.quote(n)} {self.column_type(t)}" for n, t in layout.columns]
-        parts.append(f"props {self.props_type()}")
+        parts.append(f"props {self.props_type}")
         if layout.soft_delete:
             parts.append("deleted_at TIMESTAMP")
         parts.append("synced_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP()")
@@ -400,9 +387,6 @@ class BigQueryExecutor(Executor):
         ):
             return ErrorKind.CONNECTION
         return ErrorKind.FATAL
-
-    def reset(self) -> None:
-        self.close()
 
     def close(self) -> None:
         client, self._client = self._client, None

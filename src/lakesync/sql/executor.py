@@ -15,7 +15,7 @@ from typing import Any
 
 from lakesync.sql.dialect import Dialect, Statement
 
-__all__ = ["ErrorKind", "Executor", "Run", "scrub"]
+__all__ = ["ErrorKind", "Executor", "Run", "cursor_run", "scrub"]
 
 Run = Callable[[Statement], list[tuple[Any, ...]]]
 """Runs one statement in the open transaction; returns its rows (empty unless ``statement.returns``)."""
@@ -57,13 +57,30 @@ class Executor(ABC):
     def classify(self, exc: BaseException) -> ErrorKind | None:
         """The kind of a driver error, or ``None`` when ``exc`` is not one (a bug: let it propagate)."""
 
-    @abstractmethod
     def reset(self) -> None:
         """Drop the connection (after a connection error); the next transaction reconnects."""
+        self.close()
 
     @abstractmethod
     def close(self) -> None:
         """Close the connection."""
+
+
+def cursor_run(cursor: Any, *, bind_empty: bool = True) -> Run:
+    """A :data:`Run` over one DB-API cursor: ``executemany`` for a ``many`` statement, rows read when it ``returns``.
+
+    ``bind_empty=False`` passes no parameters (``None``) for a statement without any, for drivers that would otherwise
+    read a literal ``%`` in its SQL as a placeholder.
+    """
+
+    def run(stmt: Statement) -> list[tuple[Any, ...]]:
+        if stmt.many:
+            cursor.executemany(stmt.sql, stmt.params)
+            return []
+        cursor.execute(stmt.sql, stmt.params if bind_empty else (stmt.params or None))
+        return [tuple(r) for r in cursor.fetchall()] if stmt.returns else []
+
+    return run
 
 
 def scrub(message: str, secrets: tuple[str, ...]) -> str:
