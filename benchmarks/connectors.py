@@ -84,7 +84,9 @@ def run(sizes: Sizes, out: Path | None) -> dict[str, Any]:
     import psycopg
 
     from lakesync.connectors.poller import poll_connector
-    from lakesync.connectors.sql import IngestTable, PostgresRunner, SqlIngestSource
+    from lakesync.connectors.sql.ingest import SqlIngestSource
+    from lakesync.connectors.sql.postgres import PostgresRunner
+    from lakesync.connectors.sql.query import IngestTable
     from tests.sql.servers import running_postgres
 
     load_start = os.getloadavg()

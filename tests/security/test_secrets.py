@@ -35,7 +35,8 @@ from lakesync.aws.connector_secrets import SecretsManagerSecretStore
 from lakesync.aws.destinations import open_destination
 from lakesync.connectors.runtime import ConnectorRuntime
 from lakesync.connectors.secrets import InMemorySecretStore
-from lakesync.connectors.sql import MySQLRunner, PostgresRunner
+from lakesync.connectors.sql.mysql import MySQLRunner
+from lakesync.connectors.sql.postgres import PostgresRunner
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig, DestinationType, parse_destination
 from lakesync.core.errors import AdapterError, LakeSyncError, ValidationError
@@ -400,7 +401,7 @@ def test_a_query_stored_before_the_check_runs_no_smuggled_statement(
 ) -> None:
     # Given a connector whose query bypassed registration, polled through its runner (as the poller does)
     url = request.getfixturevalue("pg_victims" if kind == "postgres" else "maria_victims")
-    from lakesync.connectors.sql import IngestTable
+    from lakesync.connectors.sql.query import IngestTable
 
     runner = PostgresRunner(url, name="crm") if kind == "postgres" else MySQLRunner(url, name="crm")
     table = IngestTable("t", payload, "id", "diff")

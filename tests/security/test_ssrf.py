@@ -35,7 +35,7 @@ from lakesync.aws.destinations import open_destination
 from lakesync.aws.function_settings import ConnectorSettings, SettingsError, network_policy
 from lakesync.connectors.http_api import ApiRequestError, HttpApiClient, RetryPolicy, UrllibTransport
 from lakesync.connectors.secrets import InMemorySecretStore
-from lakesync.connectors.sql import PostgresRunner
+from lakesync.connectors.sql.postgres import PostgresRunner
 from lakesync.core.destinations import DestinationConfig, DestinationType
 from lakesync.core.errors import LakeSyncError
 from lakesync.core.network import LOCAL_DEVELOPMENT, STRICT, ForbiddenTargetError, NetworkPolicy, parse_networks

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from lakesync.connectors.sql import MySQLRunner, PostgresRunner
+from lakesync.connectors.sql.mysql import MySQLRunner
+from lakesync.connectors.sql.postgres import PostgresRunner
 from lakesync.core.errors import AdapterError
 
 

@@ -9,7 +9,8 @@ import datetime as dt
 
 import pytest
 
-from lakesync.connectors.sql import IngestTable, bigquery_poll_statement, decode_cursor, encode_cursor, look_back
+from lakesync.connectors.sql.query import IngestTable, bigquery_poll_statement
+from lakesync.connectors.sql.values import decode_cursor, encode_cursor, look_back
 
 TABLE = IngestTable("t", "SELECT * FROM items WHERE name LIKE 'a%'", "id", "cursor", "updated_at", 5000)
 

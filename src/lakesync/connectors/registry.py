@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lakesync.connectors.base import Connector, ConnectorTypeDescriptor
-from lakesync.connectors.sql import BIGQUERY, MYSQL, POSTGRES, open_bigquery_connector, open_sql_connector
+from lakesync.connectors.sql.registration import BIGQUERY, MYSQL, POSTGRES, open_bigquery_connector, open_sql_connector
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.errors import AdapterError
 
