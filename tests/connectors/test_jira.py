@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.connectors import jira
+from lakesync.connectors import jira, jira_issues
 from lakesync.connectors.base import PollBatch
 from lakesync.connectors.http_api import ApiAuthError, ApiRequestError, ApiThrottledError, RetryPolicy
 from lakesync.connectors.poller import poll_connector
@@ -221,7 +221,7 @@ def test_jira_deleted_issue_is_a_deletion_after_two_sweeps(h: Harness, state: Ji
     connector = h.connector(reconcileMinutes=60)
     rows, position = drain(connector, {})
     assert {r.row_id for r in rows} == {keep.id, gone.id}
-    assert jira.decode_ids(position["sweep"]["known"]) == {keep.id, gone.id}
+    assert jira_issues.decode_ids(position["sweep"]["known"]) == {keep.id, gone.id}
 
     state.delete_issue(gone.id)
     state.tick(30 * 60)
@@ -236,7 +236,7 @@ def test_jira_deleted_issue_is_a_deletion_after_two_sweeps(h: Harness, state: Ji
     rows, position = drain(connector, before)
     assert [(r.row_id, r.values) for r in rows] == [(gone.id, None)]
     assert rows[0].version.startswith("deleted@")
-    assert jira.decode_ids(position["sweep"]["known"]) == {keep.id}
+    assert jira_issues.decode_ids(position["sweep"]["known"]) == {keep.id}
     # Re-polling the same position (a crash before it was stored) gives the same deletion version.
     again, _ = drain(connector, before)
     assert [(r.row_id, r.version) for r in again] == [(gone.id, rows[0].version)]
@@ -344,7 +344,7 @@ def test_jira_actions_create_update_and_comment(h: Harness, state: JiraState) ->
     created = state.find(key)
     assert created is not None and created.current is not None
     assert created.current["description"]["type"] == "doc"
-    assert jira.adf_text(created.current["description"]) == "a\nb"
+    assert jira_issues.adf_text(created.current["description"]) == "a\nb"
 
     updated = act(connector, "update_issue", {"issueKey": key, "summary": "Sync is fast", "labels": ["perf"]})
     assert updated.data == {"key": key, "updated": ["labels", "summary"]}
@@ -352,7 +352,7 @@ def test_jira_actions_create_update_and_comment(h: Harness, state: JiraState) ->
 
     comment = act(connector, "add_comment", {"issueKey": key, "body": "Looking into it"})
     assert comment.data["issueKey"] == key and comment.data["commentId"]
-    assert jira.adf_text(state.find(key).comments[0]["body"]) == "Looking into it"  # type: ignore[union-attr]
+    assert jira_issues.adf_text(state.find(key).comments[0]["body"]) == "Looking into it"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -406,10 +406,10 @@ def test_jira_unsupported_action(h: Harness) -> None:
 
 def test_jira_id_set_encoding_round_trips() -> None:
     ids = {str(n) for n in range(10000, 60000, 3)} | {"1", "999999999"}
-    text = jira.encode_ids(ids)
-    assert jira.decode_ids(text) == ids
+    text = jira_issues.encode_ids(ids)
+    assert jira_issues.decode_ids(text) == ids
     assert len(text) < len(ids)  # well under a byte an id for dense ranges
-    assert jira.decode_ids("") == set()
+    assert jira_issues.decode_ids("") == set()
 
 
 def test_jira_base_url_and_settings() -> None:
@@ -567,7 +567,7 @@ def test_jira_a_numeric_id_sent_as_a_number_is_read_as_its_digits(h: Harness, st
     state.search_hook = hook
     rows, position = drain(h.connector(), {})
     assert [r.row_id for r in rows] == [issue.id]
-    assert jira.decode_ids(position["sweep"]["known"]) == {issue.id}
+    assert jira_issues.decode_ids(position["sweep"]["known"]) == {issue.id}
 
 
 def test_jira_an_unreadable_updated_is_a_clear_vendor_error(h: Harness, state: JiraState) -> None:

@@ -32,22 +32,24 @@ could create the issue twice.
 
 Authentication is HTTP basic with the account's e-mail and API token (``jira.apiToken``, a secret); API tokens do not
 expire by time, so a 401 is a configuration error, never retried.
+
+This module is the connector (settings, client, polling, the sweep, action dispatch and registration); Jira's issues
+and comments as rows, the JQL and the position's id sets are :mod:`lakesync.connectors.jira_issues`, and the actions'
+requests :mod:`lakesync.connectors.jira_actions`.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import urllib.parse
-import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from lakesync import egress
 from lakesync.connectors.api_cursor import IncrementalState, advancing, format_utc, parse_time, vendor_time
+from lakesync.connectors.api_settings import API_INGEST_SCHEMA, SettingsReader, client_options
 from lakesync.connectors.base import ChangedRow, Connector, ConnectorTypeDescriptor, PollBatch, Position
 from lakesync.connectors.http_api import (
     ApiError,
@@ -59,8 +61,23 @@ from lakesync.connectors.http_api import (
     Redactor,
     RetryPolicy,
     Transport,
-    UrllibTransport,
     VendorRules,
+)
+from lakesync.connectors.jira_actions import ACTIONS, RUNNERS
+from lakesync.connectors.jira_issues import (
+    COMMENTS_TABLE,
+    EPOCH_JQL,
+    ISSUE_FIELDS,
+    ISSUES_TABLE,
+    comment_values,
+    decode_ids,
+    encode_ids,
+    issue_id,
+    issue_values,
+    jql_time,
+    numeric_id,
+    scoped,
+    strip_order_by,
 )
 from lakesync.core.actions import Action, ActionContext, ActionDescriptor, ActionResult
 from lakesync.core.canonical import JsonValue
@@ -68,30 +85,12 @@ from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.errors import ActionExecutionError, ActionNotSupportedError, ValidationError
 from lakesync.core.hlc import HLC
 
-__all__ = ["COMMENTS_TABLE", "DESCRIPTOR", "ISSUES_TABLE", "JiraConnector", "JiraSettings", "adf_text", "create"]
+__all__ = ["DESCRIPTOR", "JiraConnector", "JiraSettings", "base_url_for", "create"]
 
 logger = logging.getLogger(__name__)
 
-ISSUES_TABLE = "jira_issues"
-COMMENTS_TABLE = "jira_comments"
 SEARCH_PATH = "/rest/api/3/search/jql"
-ISSUE_FIELDS = (
-    "summary",
-    "status",
-    "issuetype",
-    "priority",
-    "project",
-    "assignee",
-    "reporter",
-    "labels",
-    "created",
-    "updated",
-    "resolution",
-    "description",
-    "parent",
-)
 _MINUTE = timedelta(minutes=1)
-_EPOCH_JQL = '"1970/01/01 00:00"'
 _MAX_PAGE = 100
 _ID_PAGE = 5000
 _MAX_IDLE_PAGES = 20
@@ -123,23 +122,19 @@ class JiraSettings:
             ValidationError: a setting of the wrong type.
             ForbiddenTargetError: the domain is not an https URL of an allowed host (400).
         """
-        s = config.settings or {}
-        token = secrets.get("apiToken") or s.get("apiToken")
-        if not isinstance(token, str) or not token or token.startswith("secret://"):
-            raise ValidationError("Jira connector requires a resolved apiToken secret")
-        base_url = base_url_for(_str(s, "domain", required=True))
-        egress.check_url(base_url, what="Jira domain", resolve_host=True)
+        read = SettingsReader.of("Jira", config, secrets)
+        token = read.required_secret("apiToken")
         return cls(
-            base_url=base_url,
-            email=_str(s, "email", required=True),
+            base_url=read.checked_url(base_url_for(read.text("domain", required=True)), what="domain"),
+            email=read.text("email", required=True),
             api_token=token,
-            jql=_strip_order_by(_str(s, "jql")),
-            include_comments=_bool(s, "includeComments", False),
-            extra_fields=tuple(_str_list(s, "fields")),
-            overlap_minutes=_int(s, "overlapMinutes", 2, minimum=0),
-            reconcile_minutes=_int(s, "reconcileMinutes", 60, minimum=0),
-            time_zone=_str(s, "timeZone") or None,
-            page_size=_int(s, "pageSize", 100, minimum=1, maximum=_MAX_PAGE),
+            jql=strip_order_by(read.text("jql")),
+            include_comments=read.flag("includeComments", False),
+            extra_fields=tuple(_field_ids(read.settings)),
+            overlap_minutes=read.integer("overlapMinutes", 2, minimum=0),
+            reconcile_minutes=read.integer("reconcileMinutes", 60, minimum=0),
+            time_zone=read.text("timeZone") or None,
+            page_size=read.integer("pageSize", 100, minimum=1, maximum=_MAX_PAGE),
         )
 
 
@@ -153,42 +148,11 @@ def base_url_for(domain: str) -> str:
     return f"https://{domain}.atlassian.net"
 
 
-def _str(s: Mapping[str, Any], key: str, *, required: bool = False) -> str:
-    value = s.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or (required and not value):
-        raise ValidationError(f"Jira connector {key} must be a {'non-empty ' if required else ''}string")
-    return value
-
-
-def _bool(s: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = s.get(key, default)
-    if not isinstance(value, bool):
-        raise ValidationError(f"Jira connector {key} must be a boolean")
-    return value
-
-
-def _int(s: Mapping[str, Any], key: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
-    value = s.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (maximum and value > maximum):
-        bound = f" between {minimum} and {maximum}" if maximum else f" >= {minimum}"
-        raise ValidationError(f"Jira connector {key} must be an integer{bound}")
-    return value
-
-
-def _str_list(s: Mapping[str, Any], key: str) -> list[str]:
-    value = s.get(key, [])
+def _field_ids(s: Mapping[str, Any]) -> list[str]:
+    value = s.get("fields", [])
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValidationError(f"Jira connector {key} must be an array of field ids")
+        raise ValidationError("Jira connector fields must be an array of field ids")
     return list(value)
-
-
-def _strip_order_by(jql: str) -> str:
-    """The scope without a trailing ``ORDER BY`` (the connector orders by ``updated``)."""
-    upper = jql.upper()
-    at = upper.rfind("ORDER BY")
-    return (jql[:at] if at >= 0 else jql).strip()
 
 
 # -- vendor rules -----------------------------------------------------------------------------------------------------
@@ -229,92 +193,7 @@ class BasicAuth:
         return False
 
 
-# -- Atlassian Document Format ----------------------------------------------------------------------------------------
-
-
-def adf_document(text: str) -> dict[str, JsonValue]:
-    """Plain text as an ADF document: one paragraph per line (blank lines become empty paragraphs)."""
-    paragraphs: list[JsonValue] = []
-    for line in text.split("\n"):
-        content: list[JsonValue] = [{"type": "text", "text": line}] if line else []
-        paragraphs.append({"type": "paragraph", "content": content})
-    return {"type": "doc", "version": 1, "content": paragraphs}
-
-
-def adf_text(node: object) -> str | None:
-    """The plain text of an ADF document (paragraphs and blocks on their own lines); ``None`` for ``None``."""
-    if node is None:
-        return None
-    if isinstance(node, str):
-        return node
-    out: list[str] = []
-
-    def walk(n: object) -> None:
-        if isinstance(n, Mapping):
-            kind = n.get("type")
-            if kind == "text" and isinstance(n.get("text"), str):
-                out.append(n["text"])
-            elif kind == "hardBreak":
-                out.append("\n")
-            elif kind == "mention":
-                attrs = n.get("attrs")
-                if isinstance(attrs, Mapping) and isinstance(attrs.get("text"), str):
-                    out.append(attrs["text"])
-            children = n.get("content")
-            for child in children if isinstance(children, list) else ():
-                walk(child)
-            if kind in {"paragraph", "heading", "codeBlock", "blockquote", "listItem", "rule"}:
-                out.append("\n")
-
-    walk(node)
-    return "".join(out).strip("\n")
-
-
-# -- id sets in the position ----------------------------------------------------------------------------------------
-
-
-def encode_ids(ids: Iterable[str]) -> str:
-    """A set of numeric issue ids as base64(zlib(varint deltas of the sorted ids))."""
-    numbers = sorted({int(i) for i in ids})
-    raw = bytearray()
-    previous = 0
-    for n in numbers:
-        delta = n - previous
-        previous = n
-        while True:
-            byte = delta & 0x7F
-            delta >>= 7
-            if delta:
-                raw.append(byte | 0x80)
-            else:
-                raw.append(byte)
-                break
-    return base64.b64encode(zlib.compress(bytes(raw), 9)).decode("ascii")
-
-
-def decode_ids(text: str) -> set[str]:
-    """The inverse of :func:`encode_ids` (``""`` → empty)."""
-    if not text:
-        return set()
-    raw = zlib.decompress(base64.b64decode(text))
-    out: set[str] = set()
-    value = shift = previous = 0
-    for byte in raw:
-        value |= (byte & 0x7F) << shift
-        if byte & 0x80:
-            shift += 7
-            continue
-        previous += value
-        out.add(str(previous))
-        value = shift = 0
-    return out
-
-
 # -- the connector ----------------------------------------------------------------------------------------------------
-
-
-def _jql_time(value: datetime, zone: tzinfo) -> str:
-    return '"' + value.astimezone(zone).strftime("%Y/%m/%d %H:%M") + '"'
 
 
 class JiraConnector:
@@ -336,20 +215,13 @@ class JiraConnector:
         self.settings = settings
         self._now = now or (lambda: datetime.now(UTC))
         self._hlc = hlc or HLC()
-        kwargs: dict[str, Any] = {}
-        if sleep is not None:
-            kwargs["sleep"] = sleep
+        auth = BasicAuth(settings.email, settings.api_token)
         self.client = HttpApiClient(
             settings.base_url,
             rules=JiraRules(),
-            auth=BasicAuth(settings.email, settings.api_token),
-            redactor=Redactor(
-                [settings.api_token, BasicAuth(settings.email, settings.api_token).headers()["Authorization"]]
-            ),
-            transport=transport or UrllibTransport(),
-            retry=retry or RetryPolicy(),
-            timeout=timeout,
-            **kwargs,
+            auth=auth,
+            redactor=Redactor([settings.api_token, auth.headers()["Authorization"]]),
+            **client_options(transport=transport, retry=retry, sleep=sleep, timeout=timeout),
         )
         self._zone: tzinfo | None = None
         self._zone_slack = timedelta(0)
@@ -434,9 +306,8 @@ class JiraConnector:
         zone = self._time_zone()
         overlap = timedelta(minutes=self.settings.overlap_minutes) + self._zone_slack
         start = state.query_start(overlap, _MINUTE)
-        bound = f"updated >= {_jql_time(start, zone)}" if start is not None else f"updated >= {_EPOCH_JQL}"
-        scope = f"({self.settings.jql}) AND " if self.settings.jql else ""
-        return f"{scope}{bound} ORDER BY updated ASC, key ASC"
+        bound = f"updated >= {jql_time(start, zone)}" if start is not None else f"updated >= {EPOCH_JQL}"
+        return scoped(self.settings.jql, f"{bound} ORDER BY updated ASC, key ASC")
 
     def _time_zone(self) -> tzinfo:
         if self._zone is not None:
@@ -457,10 +328,10 @@ class JiraConnector:
         fields = issue.get("fields")
         if not isinstance(fields, Mapping) or not isinstance(fields.get("updated"), str):
             raise ApiRequestError("Jira search returned an issue without fields.updated", vendor="Jira")
-        issue_id = _issue_id(issue)
-        updated = vendor_time(fields["updated"], f"an issue {issue_id} whose fields.updated", vendor="Jira")
+        row_id = issue_id(issue)
+        updated = vendor_time(fields["updated"], f"an issue {row_id} whose fields.updated", vendor="Jira")
         # An ``updated`` in the future (an import, a skewed clock) must not move the cursor past issues still to come.
-        if not state.accept(issue_id, updated, not_after=self._now()):
+        if not state.accept(row_id, updated, not_after=self._now()):
             return []
         version = format_utc(updated)
         origin: dict[str, JsonValue] = {
@@ -469,41 +340,11 @@ class JiraConnector:
             "issueKey": issue.get("key"),
             "updated": fields["updated"],
         }
-        rows = [ChangedRow(ISSUES_TABLE, issue_id, self._issue_values(issue, fields), version, origin)]
+        values = issue_values(issue, fields, self.settings.extra_fields)
+        rows = [ChangedRow(ISSUES_TABLE, row_id, values, version, origin)]
         if self.settings.include_comments:
-            rows.extend(self._comment_rows(issue_id, str(issue.get("key"))))
+            rows.extend(self._comment_rows(row_id, str(issue.get("key"))))
         return rows
-
-    def _issue_values(self, issue: Mapping[str, Any], f: Mapping[str, Any]) -> dict[str, JsonValue]:
-        def name_of(v: object, key: str = "name") -> JsonValue:
-            return v.get(key) if isinstance(v, Mapping) else None
-
-        status = f.get("status")
-        category = status.get("statusCategory") if isinstance(status, Mapping) else None
-        values: dict[str, JsonValue] = {
-            "key": issue.get("key"),
-            "summary": f.get("summary"),
-            "status": name_of(status),
-            "status_category": name_of(category, "key"),
-            "issue_type": name_of(f.get("issuetype")),
-            "priority": name_of(f.get("priority")),
-            "project_key": name_of(f.get("project"), "key"),
-            "project_id": name_of(f.get("project"), "id"),
-            "assignee_account_id": name_of(f.get("assignee"), "accountId"),
-            "assignee_name": name_of(f.get("assignee"), "displayName"),
-            "reporter_account_id": name_of(f.get("reporter"), "accountId"),
-            "reporter_name": name_of(f.get("reporter"), "displayName"),
-            "labels": _labels(f.get("labels")),
-            "resolution": name_of(f.get("resolution")),
-            "parent_key": name_of(f.get("parent"), "key"),
-            "description": adf_text(f.get("description")),
-            "created": f.get("created"),
-            "updated": f.get("updated"),
-        }
-        for extra in self.settings.extra_fields:
-            if extra not in ISSUE_FIELDS:
-                values[extra] = f.get(extra)
-        return values
 
     def _comment_rows(self, issue_id: str, issue_key: str) -> list[ChangedRow]:
         rows: list[ChangedRow] = []
@@ -521,22 +362,12 @@ class JiraConnector:
             for c in comments:
                 if not isinstance(c, Mapping):
                     continue
-                comment_id = _numeric_id(c, f"comment of issue {issue_id}")
+                comment_id = numeric_id(c, f"comment of issue {issue_id}")
                 seen.add(comment_id)
                 if not isinstance(c.get("updated"), str):
                     continue
                 updated = vendor_time(c["updated"], f"a comment of issue {issue_id} whose updated", vendor="Jira")
-                raw_author = c.get("author")
-                author: Mapping[str, Any] = raw_author if isinstance(raw_author, Mapping) else {}
-                values: dict[str, JsonValue] = {
-                    "issue_id": issue_id,
-                    "issue_key": issue_key,
-                    "author_account_id": author.get("accountId"),
-                    "author_name": author.get("displayName"),
-                    "body": adf_text(c.get("body")),
-                    "created": c.get("created"),
-                    "updated": c.get("updated"),
-                }
+                values = comment_values(c, issue_id, issue_key)
                 origin: dict[str, JsonValue] = {"source": "jira", "site": self.settings.base_url, "issueKey": issue_key}
                 rows.append(ChangedRow(COMMENTS_TABLE, comment_id, values, format_utc(updated), origin))
             start += len(comments)
@@ -586,7 +417,7 @@ class JiraConnector:
         return rows
 
     def _all_ids(self) -> set[str]:
-        jql = f"({self.settings.jql}) AND updated >= {_EPOCH_JQL}" if self.settings.jql else f"updated >= {_EPOCH_JQL}"
+        jql = scoped(self.settings.jql, f"updated >= {EPOCH_JQL}")
         ids: set[str] = set()
         token: str | None = None
         tokens: set[str] = set()
@@ -599,7 +430,7 @@ class JiraConnector:
             if not isinstance(page, Mapping):
                 raise ApiRequestError("Jira search returned a body that is not a JSON object", vendor="Jira")
             before = len(ids)
-            ids.update(_issue_id(i) for i in page.get("issues") or [] if isinstance(i, Mapping))
+            ids.update(issue_id(i) for i in page.get("issues") or [] if isinstance(i, Mapping))
             next_token = page.get("nextPageToken")
             if not isinstance(next_token, str) or not next_token or page.get("isLast") is True:
                 return ids
@@ -626,164 +457,18 @@ class JiraConnector:
             ActionNotSupportedError: an action type this connector does not have.
             ActionExecutionError: Jira refused (``retryable`` false) or failed/throttled (``retryable`` true).
         """
-        run = {
-            "create_issue": self._create_issue,
-            "update_issue": self._update_issue,
-            "add_comment": self._add_comment,
-        }.get(action.action_type)
+        run = RUNNERS.get(action.action_type)
         if run is None:
             raise ActionNotSupportedError(
                 f'Action type "{action.action_type}" not supported by connector "{self._name}"'
             )
         try:
-            data = run(action.params)
+            data = run(self.client, action.params)
         except ApiOutcomeUnknownError as e:
             raise ActionExecutionError(f"{e.message}; check Jira before retrying", retryable=False) from None
         except ApiError as e:
             raise ActionExecutionError(e.message, retryable=e.retryable) from None
         return ActionResult(action.action_id, data, self._hlc.now())
-
-    def _create_issue(self, params: Mapping[str, Any]) -> dict[str, JsonValue]:
-        fields: dict[str, JsonValue] = dict(_object_param(params, "fields"))
-        fields["project"] = {"key": _required_param(params, "projectKey")}
-        fields["summary"] = _required_param(params, "summary")
-        fields["issuetype"] = {"name": _optional_param(params, "issueType") or "Task"}
-        self._common_fields(params, fields)
-        created = self.client.request("POST", "/rest/api/3/issue", json_body={"fields": fields}).json()
-        if not isinstance(created, Mapping) or not isinstance(created.get("key"), str):
-            raise ActionExecutionError("Jira created the issue but returned no key", retryable=False)
-        return {"id": created.get("id"), "key": created["key"], "self": created.get("self")}
-
-    def _update_issue(self, params: Mapping[str, Any]) -> dict[str, JsonValue]:
-        key = _required_param(params, "issueKey")
-        fields: dict[str, JsonValue] = dict(_object_param(params, "fields"))
-        summary = _optional_param(params, "summary")
-        if summary is not None:
-            fields["summary"] = summary
-        self._common_fields(params, fields)
-        if not fields:
-            raise ActionExecutionError("update_issue needs at least one field to change", retryable=False)
-        self.client.request("PUT", f"/rest/api/3/issue/{_path_segment(key)}", json_body={"fields": fields})
-        return {"key": key, "updated": sorted(fields)}
-
-    def _add_comment(self, params: Mapping[str, Any]) -> dict[str, JsonValue]:
-        key = _required_param(params, "issueKey")
-        body = _required_param(params, "body")
-        created = self.client.request(
-            "POST", f"/rest/api/3/issue/{_path_segment(key)}/comment", json_body={"body": adf_document(body)}
-        ).json()
-        comment_id = created.get("id") if isinstance(created, Mapping) else None
-        return {"issueKey": key, "commentId": comment_id}
-
-    @staticmethod
-    def _common_fields(params: Mapping[str, Any], fields: dict[str, JsonValue]) -> None:
-        description = _optional_param(params, "description")
-        if description is not None:
-            fields["description"] = adf_document(description)
-        priority = _optional_param(params, "priority")
-        if priority is not None:
-            fields["priority"] = {"name": priority}
-        assignee = _optional_param(params, "assigneeAccountId")
-        if assignee is not None:
-            fields["assignee"] = {"accountId": assignee}
-        labels = params.get("labels")
-        if labels is not None:
-            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-                raise ActionExecutionError("labels must be an array of strings", retryable=False)
-            fields["labels"] = list(labels)
-
-
-def _labels(value: object) -> list[JsonValue]:
-    """Labels as Jira sends them (a list of strings); anything else reads as none."""
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _issue_id(issue: Mapping[str, Any]) -> str:
-    """An issue's id as its digits (Jira's ids are numeric strings; the deletion sweep stores them as numbers)."""
-    return _numeric_id(issue, "issue")
-
-
-def _numeric_id(item: Mapping[str, Any], what: str) -> str:
-    value = item.get("id")
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return str(value)
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return value
-    raise ApiRequestError(f"Jira returned a {what} whose id is not numeric: {str(value)[:80]!r}", vendor="Jira")
-
-
-def _required_param(params: Mapping[str, Any], key: str) -> str:
-    value = params.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise ActionExecutionError(f"{key} is required (a non-empty string)", retryable=False)
-    return value
-
-
-def _optional_param(params: Mapping[str, Any], key: str) -> str | None:
-    value = params.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ActionExecutionError(f"{key} must be a string", retryable=False)
-    return value
-
-
-def _object_param(params: Mapping[str, Any], key: str) -> Mapping[str, JsonValue]:
-    value = params.get(key, {})
-    if not isinstance(value, Mapping):
-        raise ActionExecutionError(f"{key} must be an object", retryable=False)
-    return value
-
-
-def _path_segment(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-_TEXT: dict[str, JsonValue] = {"type": "string", "minLength": 1}
-ACTIONS: tuple[ActionDescriptor, ...] = (
-    ActionDescriptor(
-        "create_issue",
-        "Create a Jira issue; returns its id and key.",
-        {
-            "type": "object",
-            "required": ["projectKey", "summary"],
-            "properties": {
-                "projectKey": _TEXT,
-                "summary": _TEXT,
-                "issueType": {"type": "string", "default": "Task"},
-                "description": {"type": "string", "description": "plain text, sent as Atlassian Document Format"},
-                "priority": {"type": "string"},
-                "assigneeAccountId": {"type": "string"},
-                "labels": {"type": "array", "items": {"type": "string"}},
-                "fields": {"type": "object", "description": "more fields, as Jira's create issue takes them"},
-            },
-        },
-    ),
-    ActionDescriptor(
-        "update_issue",
-        "Update fields of a Jira issue.",
-        {
-            "type": "object",
-            "required": ["issueKey"],
-            "properties": {
-                "issueKey": _TEXT,
-                "summary": {"type": "string"},
-                "description": {"type": "string"},
-                "priority": {"type": "string"},
-                "assigneeAccountId": {"type": "string"},
-                "labels": {"type": "array", "items": {"type": "string"}},
-                "fields": {"type": "object"},
-            },
-        },
-    ),
-    ActionDescriptor(
-        "add_comment",
-        "Add a comment to a Jira issue; returns the comment id.",
-        {
-            "type": "object",
-            "required": ["issueKey", "body"],
-            "properties": {"issueKey": _TEXT, "body": {"type": "string", "description": "plain text"}},
-        },
-    ),
-)
 
 
 # -- registration ----------------------------------------------------------------------------------------------------
@@ -809,10 +494,7 @@ DESCRIPTOR = ConnectorTypeDescriptor(
             "pageSize": {"type": "integer", "default": 100, "maximum": 100},
         },
     },
-    ingest_schema={
-        "type": "object",
-        "properties": {"intervalMs": {"type": "number", "minimum": 1, "default": 10000}},
-    },
+    ingest_schema=API_INGEST_SCHEMA,
     output_tables=(
         {"table": ISSUES_TABLE, "rowId": "issue id", "description": "one row per issue"},
         {"table": COMMENTS_TABLE, "rowId": "comment id", "description": "with includeComments"},

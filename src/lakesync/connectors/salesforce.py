@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakesync import egress
 from lakesync.connectors.api_cursor import IncrementalState, advancing, format_utc, vendor_time
+from lakesync.connectors.api_settings import API_INGEST_SCHEMA, SettingsReader, client_options
 from lakesync.connectors.base import ChangedRow, Connector, ConnectorTypeDescriptor, PollBatch, Position
 from lakesync.connectors.http_api import (
     ApiAuthError,
@@ -63,7 +63,6 @@ from lakesync.connectors.http_api import (
     Redactor,
     RetryPolicy,
     Transport,
-    UrllibTransport,
     VendorRules,
 )
 from lakesync.core.actions import Action, ActionContext, ActionDescriptor, ActionResult
@@ -160,78 +159,47 @@ class SalesforceSettings:
         Raises:
             ValidationError: a setting is malformed or a secret the flow needs is missing.
         """
-        s = config.settings or {}
-        flow = s.get("authFlow", "password")
-
-        def secret(key: str) -> str | None:
-            value = secrets.get(key) or s.get(key)
-            if isinstance(value, str) and value.startswith("secret://"):
-                value = None
-            return value if isinstance(value, str) and value else None
-
-        instance_url = _text(s, "instanceUrl", required=True).rstrip("/")
+        read = SettingsReader.of("Salesforce", config, secrets)
+        flow = read.settings.get("authFlow", "password")
+        instance_url = read.text("instanceUrl", required=True).rstrip("/")
         if flow == "client_credentials":
             token_url = instance_url
         else:
-            default_login = (
-                "https://test.salesforce.com" if s.get("isSandbox") is True else "https://login.salesforce.com"
-            )
-            token_url = (_text(s, "loginUrl") or default_login).rstrip("/")
-        egress.check_url(instance_url, what="Salesforce instanceUrl", resolve_host=True)
-        egress.check_url(token_url, what="Salesforce loginUrl", resolve_host=True)
+            sandbox = read.settings.get("isSandbox") is True
+            default_login = "https://test.salesforce.com" if sandbox else "https://login.salesforce.com"
+            token_url = (read.text("loginUrl") or default_login).rstrip("/")
+        read.checked_url(instance_url, what="instanceUrl")
+        read.checked_url(token_url, what="loginUrl")
         needed = {"password": ("clientSecret", "password"), "client_credentials": ("clientSecret",)}.get(
             flow, ("privateKey",)
         )
         for key in needed:
-            if secret(key) is None:
-                raise ValidationError(f"Salesforce connector requires a resolved {key} secret")
-        version = _text(s, "apiVersion") or DEFAULT_API_VERSION
+            read.required_secret(key)
+        version = read.text("apiVersion") or DEFAULT_API_VERSION
         version = version[1:] if version.startswith("v") else version
         if not re.fullmatch(r"\d{2,3}\.0", version):
             raise ValidationError('Salesforce apiVersion must look like "62.0"')
         return cls(
             instance_url=instance_url,
-            client_id=_text(s, "clientId", required=True),
+            client_id=read.text("clientId", required=True),
             auth_flow=str(flow),
             token_url=token_url,
-            client_secret=secret("clientSecret"),
-            username=_text(s, "username") or None,
-            password=secret("password"),
-            private_key=secret("privateKey"),
+            client_secret=read.secret("clientSecret"),
+            username=read.text("username") or None,
+            password=read.secret("password"),
+            private_key=read.secret("privateKey"),
             api_version=version,
-            objects=_objects(s),
-            soql_filter=_text(s, "soqlFilter"),
-            overlap_seconds=_number(s, "overlapSeconds", 300, 0, 86400),
-            max_api_usage_percent=_number(s, "maxApiUsagePercent", 90, 1, 100),
-            batch_size=_number(s, "batchSize", 2000, 200, 2000),
+            objects=_objects(read),
+            soql_filter=read.text("soqlFilter"),
+            overlap_seconds=read.integer("overlapSeconds", 300, minimum=0, maximum=86400),
+            max_api_usage_percent=read.integer("maxApiUsagePercent", 90, minimum=1, maximum=100),
+            batch_size=read.integer("batchSize", 2000, minimum=200, maximum=2000),
         )
 
 
-def _text(s: Mapping[str, Any], key: str, *, required: bool = False) -> str:
-    value = s.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or (required and not value):
-        raise ValidationError(f"Salesforce connector {key} must be a {'non-empty ' if required else ''}string")
-    return value
-
-
-def _number(s: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = s.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValidationError(f"Salesforce connector {key} must be an integer between {low} and {high}")
-    return value
-
-
-def _objects(s: Mapping[str, Any]) -> tuple[SObject, ...]:
-    out: list[SObject] = []
-    for switch, obj in DEFAULT_OBJECTS.items():
-        on = s.get(switch, switch in _DEFAULT_ON)
-        if not isinstance(on, bool):
-            raise ValidationError(f"Salesforce connector {switch} must be a boolean")
-        if on:
-            out.append(obj)
-    custom = s.get("objects", [])
+def _objects(read: SettingsReader) -> tuple[SObject, ...]:
+    out = [obj for switch, obj in DEFAULT_OBJECTS.items() if read.flag(switch, switch in _DEFAULT_ON)]
+    custom = read.settings.get("objects", [])
     if not isinstance(custom, list):
         raise ValidationError("Salesforce connector objects must be an array")
     for i, entry in enumerate(custom):
@@ -405,14 +373,8 @@ class SalesforceConnector:
         redactor = Redactor([settings.client_secret or "", settings.password or "", settings.private_key or ""])
         for line in (settings.private_key or "").splitlines():
             redactor.add(line.strip())
-        common: dict[str, Any] = {
-            "redactor": redactor,
-            "transport": transport or UrllibTransport(),
-            "retry": retry or RetryPolicy(),
-            "timeout": timeout,
-        }
-        if sleep is not None:
-            common["sleep"] = sleep
+        common = client_options(transport=transport, retry=retry, sleep=sleep, timeout=timeout)
+        common["redactor"] = redactor
         self.client = HttpApiClient(settings.instance_url, rules=self.rules, **common)
         self.token_client = HttpApiClient(settings.token_url, rules=SalesforceRules(), **common)
         self.client.auth = SalesforceAuth(settings, self.token_client, self.client)
@@ -682,10 +644,7 @@ DESCRIPTOR = ConnectorTypeDescriptor(
             "batchSize": {"type": "integer", "default": 2000, "minimum": 200, "maximum": 2000},
         },
     },
-    ingest_schema={
-        "type": "object",
-        "properties": {"intervalMs": {"type": "number", "minimum": 1, "default": 10000}},
-    },
+    ingest_schema=API_INGEST_SCHEMA,
     output_tables=tuple(
         {"table": o.table, "sobject": o.name, "rowId": "record Id", "default": switch in _DEFAULT_ON}
         for switch, o in DEFAULT_OBJECTS.items()
