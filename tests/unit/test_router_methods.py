@@ -8,9 +8,9 @@ import json
 import pytest
 
 from lakesync.api_routes import ROUTES, Route, allowed_methods, find_route
+from lakesync.local.dispatch import route_request
 from lakesync.local.events import http_event
 from lakesync.local.front import LambdaContext
-from lakesync.local.runner import route_request
 
 
 def _call(method: str, path: str) -> dict:

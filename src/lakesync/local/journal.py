@@ -36,16 +36,39 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from lakesync.aws.snapshot import Snapshot, read_snapshot, write_snapshot
 
-if TYPE_CHECKING:
-    from lakesync.local.moto import MotoServer
+
+class MotoServer(Protocol):
+    """What the durable state needs of the moto server it keeps (:class:`lakesync.local.moto.MotoServer`)."""
+
+    region: str
+
+    def apply(self, request: RecordedRequest) -> int:
+        """Serve ``request`` bypassing the journal; its HTTP status."""
+        ...
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Hold the lock no DynamoDB request runs beside."""
+        ...
+
+    def set_journal(
+        self,
+        journal: Journal | None,
+        buckets: frozenset[str] = ...,
+        compact_bytes: int = ...,
+        on_full: Callable[[], None] | None = ...,
+    ) -> Journal | None:
+        """Journal writes from now on (``None``: stop); the old journal."""
+        ...
+
 
 __all__ = ["DurableState", "Journal", "RecordedRequest", "RecoveryReport"]
 
@@ -409,7 +432,7 @@ class DurableState:
         with self._checkpoint_lock:
             generation = self.generation + 1
             with server.exclusive():
-                snapshot = capture(self.tables, self.buckets, generation)
+                snapshot = capture(self.tables, self.buckets, generation, server.region)
                 journal = None if final else Journal(self._journal_path(generation), fsync=self.fsync)
                 previous = server.set_journal(journal, self.buckets, self.compact_bytes, self.journal_full)
             if previous is not None:
@@ -426,7 +449,7 @@ class DurableState:
                 _fsync_dir(self.data_dir)
 
 
-def capture(tables: dict[str, str], buckets: frozenset[str], generation: int) -> Snapshot:
+def capture(tables: dict[str, str], buckets: frozenset[str], generation: int, region: str) -> Snapshot:
     """moto's current items and objects (call with moto's isolation lock held, so the capture is consistent).
 
     Reads moto's backends in this process: the same process serves the HTTP API.
@@ -435,9 +458,7 @@ def capture(tables: dict[str, str], buckets: frozenset[str], generation: int) ->
     from moto.dynamodb.models import dynamodb_backends
     from moto.s3.models import s3_backends
 
-    from lakesync.local.moto import DEFAULT_REGION
-
-    dynamodb = dynamodb_backends[DEFAULT_ACCOUNT_ID][DEFAULT_REGION]
+    dynamodb = dynamodb_backends[DEFAULT_ACCOUNT_ID][region]
     items: dict[str, list[dict[str, Any]]] = {}
     for logical, physical in tables.items():
         table = dynamodb.tables.get(physical)

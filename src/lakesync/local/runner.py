@@ -22,7 +22,6 @@ The data directory is 0700; the files this module writes in it are 0600.
 from __future__ import annotations
 
 import configparser
-import importlib
 import logging
 import os
 import secrets
@@ -31,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from lakesync.api_routes import allowed_methods, find_route
 from lakesync.auth import check_signing_key, generate_secret
 from lakesync.local.access import is_loopback_host
 from lakesync.local.authorizer import LocalAuthorizer
+from lakesync.local.dispatch import route_request
 from lakesync.local.front import LocalFront
 from lakesync.local.journal import DurableState
 from lakesync.local.materialiser import MAX_RECEIVE_COUNT, LocalMaterialiser
@@ -159,30 +158,6 @@ def make_data_dir(data_dir: Path) -> None:
         os.chmod(data_dir, 0o700)  # mkdir's mode is filtered by the umask
     elif (data_dir / SECRET_FILE).exists():
         os.chmod(data_dir, 0o700)
-
-
-def route_request(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Dispatch one API Gateway v2 event to the function serving its route, as API Gateway does."""
-    method = event["requestContext"]["http"]["method"]
-    path = event["rawPath"]
-    found = find_route(method, path)
-    route_key = found[0].route_key if found else "$default"
-    allowed = allowed_methods(path)
-    if found is None and allowed:
-        # A known path asked with another method: the function serving the path answers (its router's route miss:
-        # 405 with ``Allow``). API Gateway itself would answer 404 here (docs/api.md).
-        found = find_route(allowed[0], path)
-    if found is None:
-        return {
-            "statusCode": 404,
-            "headers": {"content-type": "application/json"},
-            "body": '{"error":"Not found","code":"NOT_FOUND"}',
-        }
-    route, params = found
-    event = {**event, "routeKey": route_key, "pathParameters": params or None}
-    module = importlib.import_module(route.module)
-    result: dict[str, Any] = module.lambda_handler(event, context)
-    return result
 
 
 @dataclass

@@ -51,7 +51,7 @@ class _Worker:
 
 @dataclass
 class WorkerPool:
-    """``size`` processes running :func:`lakesync.local.runner.route_request` (see the module docstring)."""
+    """``size`` processes running :func:`lakesync.local.dispatch.route_request` (see the module docstring)."""
 
     size: int
     env: dict[str, str]
@@ -144,7 +144,7 @@ def _worker_main(conn: Connection, parent_pid: int) -> None:
     import importlib
 
     from lakesync.api_routes import ROUTES
-    from lakesync.local.runner import route_request
+    from lakesync.local.dispatch import route_request
 
     for module in {route.module for route in ROUTES}:  # the cold start happens here, not on the first request
         importlib.import_module(module)
