@@ -76,8 +76,9 @@ bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL,
 	$(RUN) python -m benchmarks.materialise
 	$(RUN) python -m benchmarks.freshness
 
-bench-cost: setup ## what workloads cost on AWS (requests counted, handlers timed, Glue jobs on local Spark, idle month from the synth; ~10 min); results in benchmarks/results/cost.*
+bench-cost: setup ## what workloads cost on AWS (requests counted, handlers timed, Glue jobs on local Spark, idle month from the synth; the flush engines on both sides of the tick's switch; ~20 min); results in benchmarks/results/cost.*, cost-flush-engines.*
 	$(RUN) python -m benchmarks.cost
+	$(RUN) python -m benchmarks.cost_flush
 
 bench-realtime: setup ## local freshness push -> other clients' sockets, 1 and 25 listeners (~1 min); results in benchmarks/results/realtime.*
 	$(RUN) python -m benchmarks.realtime

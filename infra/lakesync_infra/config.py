@@ -22,6 +22,8 @@ from typing import Any, Final, Literal
 
 from lakesync.api_routes import FUNCTIONS
 from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
+from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG, FlushEngine
+from lakesync.core.lake_work import FLUSH_ENGINES as FLUSH_ENGINE_KINDS
 from lakesync.core.network import parse_networks
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.limits import parse_limits
@@ -32,7 +34,7 @@ DEFAULTS_KEY: Final = "lakesync:defaults"
 ENV_KEY_PREFIX: Final = "lakesync:env:"
 
 FLUSH_FUNCTION: Final = "flush"
-"""The flush function, deployed with ``flushEngine: function`` only."""
+"""The flush function, deployed with ``flushEngine`` ``auto`` (the default) or ``function``."""
 EXTRA_FUNCTIONS: Final = (
     "flush_trigger",
     "materialise",
@@ -52,7 +54,7 @@ ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS, *REALTIME_FUNCTIONS)
 LOG_RETENTION_DAYS: Final = frozenset(
     {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
 )
-FLUSH_ENGINES: Final = ("function", "glue")
+FLUSH_ENGINES: Final = ("auto", "function", "glue")
 API_GATEWAY_LOGS_ROLES: Final = ("existing", "create")
 GLUE_WORKER_TYPES: Final = frozenset({"G.1X", "G.2X", "G.4X", "G.8X"})
 _ENV_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,23}")
@@ -258,10 +260,14 @@ class LakeSyncConfig:
         glue_workers: Glue workers per job run (at least 2).
         glue_timeout_minutes: Timeout of one job run.
         compact_maintain: Whether compaction runs Iceberg maintenance after compacting.
-        flush_engine: Where the flush runs. ``function`` (default): the ``flush`` Lambda function on pyiceberg, billed
-            by the second (a Glue run bills at least a minute of two workers however little it flushes); no Glue flush
-            job is deployed. ``glue``: the Glue flush job on Spark, and no flush function. Either way the lake tick
-            and the flush trigger start it, and compaction and checkpoints stay Glue jobs.
+        flush_engine: Where the flush runs. ``auto`` (default): both the ``flush`` Lambda function on pyiceberg and
+            the Glue flush job on Spark are deployed, and the lake tick and the flush trigger give each run to the
+            function while the backlog (unflushed entries) is at most ``flush_function_max_backlog`` -- billed by the
+            millisecond, it finishes well inside its 15 minutes -- and to the Glue job above it (parallel workers, no
+            15-minute limit); a Glue job costs nothing while it does not run. ``function`` / ``glue``: only that
+            engine is deployed, and every run is its. Compaction and checkpoints are Glue jobs either way.
+        flush_function_max_backlog: With ``auto``: the largest backlog a run goes to the function for (default
+            :data:`lakesync.core.lake_work.DEFAULT_FUNCTION_MAX_BACKLOG`, measured: ``make bench-cost``).
         sql_source_pulls: Whether ``pull`` is deployed with the SQL drivers (the ``materialise`` asset, x86_64), so
             that ``?source=`` pulls of PostgreSQL/MySQL connectors work; off, the pull function stays on the small
             ARM64 asset (the hot read path: a smaller package starts faster) and such pulls answer 502.
@@ -331,7 +337,8 @@ class LakeSyncConfig:
     glue_workers: int = 2
     glue_timeout_minutes: int = 60
     compact_maintain: bool = True
-    flush_engine: Literal["function", "glue"] = "function"
+    flush_engine: Literal["auto", "function", "glue"] = "auto"
+    flush_function_max_backlog: int = DEFAULT_FUNCTION_MAX_BACKLOG
     tracing: bool = True
     dashboard: bool = False
     sql_source_pulls: bool = False
@@ -352,7 +359,12 @@ class LakeSyncConfig:
     @property
     def deployed_functions(self) -> tuple[str, ...]:
         """The functions the environment deploys: :data:`ALL_FUNCTIONS`, without ``flush`` on the Glue engine."""
-        return tuple(f for f in ALL_FUNCTIONS if f != FLUSH_FUNCTION or self.flush_engine == "function")
+        return tuple(f for f in ALL_FUNCTIONS if f != FLUSH_FUNCTION or "function" in self.flush_engines)
+
+    @property
+    def flush_engines(self) -> tuple[FlushEngine, ...]:
+        """The flush engines deployed: both with ``auto``, else the one named."""
+        return FLUSH_ENGINE_KINDS if self.flush_engine == "auto" else (self.flush_engine,)
 
     @property
     def connector_poll_reserved(self) -> int | None:
@@ -456,7 +468,9 @@ class LakeSyncConfig:
             and isinstance(self.reserved_concurrency, Mapping)
             and FLUSH_FUNCTION in self.reserved_concurrency
         ):
-            out.append("reservedConcurrency: flush is deployed only with flushEngine 'function'")
+            out.append("reservedConcurrency: flush is deployed only with flushEngine 'auto' or 'function'")
+        if not _is_int(self.flush_function_max_backlog) or self.flush_function_max_backlog < 0:
+            out.append("flushFunctionMaxBacklog must be a whole number of deltas, at least 0")
         if not isinstance(self.tracing, bool):
             out.append("tracing must be true or false")
         if not isinstance(self.dashboard, bool):

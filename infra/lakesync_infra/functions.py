@@ -24,17 +24,20 @@ heads, the shard registry and flush requests, the commit index of the log (the r
 checkpoints, and may list and start runs of the Glue jobs and queue runs of the flush function -- nothing else
 (:mod:`lakesync.aws.lake_tick`).
 
-``flush`` (``flushEngine: function``, the default) is the flush as a function (:mod:`lakesync.aws.flush_function`),
-with its own code asset (the API functions' plus ``lakesync.lake``, pyiceberg and pyarrow:
-:func:`lakesync_infra.packaging.build_flush_asset`) on x86_64, :data:`FLUSH_MEMORY_MB` and Lambda's longest timeout.
-The lake tick and the flush trigger queue its runs by asynchronous ``Invoke`` and record them in the config table
-(:mod:`lakesync.aws.flush_runs`), so they may invoke that one function and write those records (:data:`RUN_RECORDS`),
-and no longer start a Glue flush job; Lambda does not retry a failed run (the next tick starts a new one) and drops a
-run still queued after :data:`lakesync.aws.flush_runs.ASYNC_EVENT_AGE_S`. Its access is the Glue flush job's: the
-buffer tables (:data:`lakesync_infra.jobs.ACCESS`), the warehouse prefix of the lake bucket, the lake's Glue database
-and its delta log table (``glue:CreateDatabase`` too: pyiceberg creates the namespace when it is missing), the
-checkpoints, publishing and the ``LakeSync`` metrics. With ``flushEngine: glue`` it is not deployed, and the tick and
-the trigger start the Glue flush job as before.
+``flush`` (``flushEngine`` ``auto``, the default, or ``function``) is the flush as a function
+(:mod:`lakesync.aws.flush_function`), with its own code asset (the API functions' plus ``lakesync.lake``, pyiceberg and
+pyarrow: :func:`lakesync_infra.packaging.build_flush_asset`) on x86_64, :data:`FLUSH_MEMORY_MB` and Lambda's longest
+timeout. The lake tick and the flush trigger queue its runs by asynchronous ``Invoke`` and record them in the config
+table (:mod:`lakesync.aws.flush_runs`), so they may invoke that one function and write those records
+(:data:`RUN_RECORDS`); Lambda does not retry a failed run (the next tick starts a new one) and drops a run still queued
+after :data:`lakesync.aws.flush_runs.ASYNC_EVENT_AGE_S`. Its access is the Glue flush job's: the buffer tables
+(:data:`lakesync_infra.jobs.ACCESS`), the warehouse prefix of the lake bucket, the lake's Glue database and its delta
+log table (``glue:CreateDatabase`` too: pyiceberg creates the namespace when it is missing), the checkpoints,
+publishing and the ``LakeSync`` metrics. With ``auto`` the Glue flush job is deployed beside it, and the tick and the
+trigger may start either (``glue:StartJobRun``/``GetJobRuns`` on that job too), giving a run to the function while
+the backlog is at most ``flushFunctionMaxBacklog`` (``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG``) and to the Glue job above
+it; the trigger then reads the backlog from the heads (:data:`BACKLOG_READS`) as the tick does. With ``glue`` only the
+Glue job is deployed, with ``function`` only the function.
 
 ``materialise`` consumes the materialisation queue (:meth:`lakesync_infra.queues.Queues.attach_consumer`: partial
 batch failures, at most ``materialiseConcurrency`` concurrent invocations) and ships with its own code asset, the
@@ -80,6 +83,7 @@ from lakesync.aws.function_settings import (
     COMPACT_MAX_WAIT_MINUTES,
     COMPACT_MIN_FLUSH_RUNS,
     DESTINATION_SECRET_PREFIX,
+    FLUSH_FUNCTION_MAX_BACKLOG,
     FLUSH_FUNCTION_NAME,
     FLUSH_FUNCTION_TIMEOUT_S,
     FLUSH_JOB_NAME,
@@ -195,6 +199,16 @@ RUN_RECORDS: Final[Mapping[str, tuple[str, ...]]] = {
 """What starting the flush function takes of the config table (:class:`lakesync.aws.flush_runs.FunctionJobStarter`):
 the runs listed (Query), a run recorded as queued (PutItem), a refused ``Invoke`` recorded as failed (UpdateItem) and
 the records beyond the newest kept deleted (DeleteItem)."""
+
+BACKLOG_READS: Final[Mapping[str, tuple[str, ...]]] = {
+    "config": ("dynamodb:Query",),
+    "heads": ("dynamodb:BatchGetItem",),
+    "deltas": ("dynamodb:Query",),
+}
+"""What the flush trigger reads to choose an engine when both are deployed, as
+:meth:`lakesync.aws.flush_store.FlushStore.shards` reads it (the lake tick's reads of the heads): the gateways' shard
+registry (config Query), their heads (BatchGetItem) and, for a first-keyed log, the chunks committed past its head
+(deltas Query)."""
 
 LOG_KEYS_MARKER: Final = "log_keys_marker"
 LOG_KEYS_MARKER_TIMEOUT_S: Final = 60
@@ -388,12 +402,16 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
 
 
 def function_access(config: LakeSyncConfig, name: str) -> FunctionAccess:
-    """What function ``name`` touches in ``config``'s environment: :data:`ACCESS`, and on the function flush engine
-    the flush function's run records for the lake tick and the flush trigger, which start it (:data:`RUN_RECORDS`)."""
+    """What function ``name`` touches in ``config``'s environment: :data:`ACCESS`; where the flush function is
+    deployed, its run records for the lake tick and the flush trigger, which start it (:data:`RUN_RECORDS`); with
+    both engines, the trigger's reads of the backlog (:data:`BACKLOG_READS`)."""
     access = ACCESS[name]
-    if name in (FLUSH_TRIGGER, LAKE_TICK) and config.flush_engine == "function":
-        return replace(access, tables=_union(access.tables, RUN_RECORDS))
-    return access
+    if name not in (FLUSH_TRIGGER, LAKE_TICK) or "function" not in config.flush_engines:
+        return access
+    tables = _union(access.tables, RUN_RECORDS)
+    if name == FLUSH_TRIGGER and len(config.flush_engines) > 1:
+        tables = _union(tables, BACKLOG_READS)
+    return replace(access, tables=tables)
 
 
 def handler(name: str) -> str:
@@ -548,10 +566,10 @@ class Functions(Construct):
         trigger = self.functions[FLUSH_TRIGGER]
         tick = self.functions[LAKE_TICK]
         allow(tick.role, ["glue:StartJobRun", "glue:GetJobRuns"], list(job_arns.values()), sid="LakeJobs")  # type: ignore[arg-type]
+        if "flush" in job_arns:
+            allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [job_arns["flush"]], sid="StartFlushJob")  # type: ignore[arg-type]
         flush = self.functions.get(FLUSH)
-        if flush is None:
-            allow(trigger.role, ["glue:StartJobRun", "glue:GetJobRuns"], [job_arns["flush"]], sid="StartFlush")  # type: ignore[arg-type]
-        else:
+        if flush is not None:
             for starter in (trigger, tick):
                 starter.add_environment(FLUSH_FUNCTION_NAME, flush.function_name)
                 starter.add_environment(FLUSH_FUNCTION_TIMEOUT_S, str(FLUSH_TIMEOUT_S))
@@ -623,6 +641,8 @@ def _lake_tick_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Ma
     # the tick must know it: the flush then releases only published entries. The flush function's name is added
     # once it exists.
     env = {GATEWAY_IDS: ",".join(config.gateway_ids), FLUSH_PUBLISHES: "true"}
+    if len(config.flush_engines) > 1:
+        env[FLUSH_FUNCTION_MAX_BACKLOG] = str(config.flush_function_max_backlog)
     env[COMPACT_MIN_FLUSH_RUNS] = str(config.compact_min_flush_runs)
     env[COMPACT_MAX_WAIT_MINUTES] = str(config.compact_max_wait_minutes)
     for kind, var in TABLE_VARS.items():
@@ -633,9 +653,17 @@ def _lake_tick_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Ma
 
 
 def _flush_trigger_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Mapping[str, str]) -> dict[str, str]:
-    if config.flush_engine == "glue":
-        return {FLUSH_JOB_NAME: job_names["flush"]}
-    return {var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()}  # the run records' table
+    """The Glue flush job's name where it is deployed; the tables where the function is (its run records); with both,
+    the gateways and the function's backlog limit (the trigger chooses as the tick does)."""
+    env: dict[str, str] = {}
+    if "flush" in job_names:
+        env[FLUSH_JOB_NAME] = job_names["flush"]
+    if "function" in config.flush_engines:
+        env.update({var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()})
+    if len(config.flush_engines) > 1:
+        env[GATEWAY_IDS] = ",".join(config.gateway_ids)
+        env[FLUSH_FUNCTION_MAX_BACKLOG] = str(config.flush_function_max_backlog)
+    return env
 
 
 def _flush_environment(config: LakeSyncConfig, buffer: Buffer, lake: Lake, queues: Queues) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The Glue 5.1 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
 
-The flush is a Glue job only with ``flushEngine: glue``; by default it is the ``flush`` Lambda function
-(:mod:`lakesync_infra.functions`) and no Glue flush job is deployed (:func:`glue_job_kinds`). Its schedule invokes the
-lake tick either way, and the bundle keeps its script.
+The flush is a Glue job with ``flushEngine`` ``auto`` (the default: beside the ``flush`` Lambda function,
+:mod:`lakesync_infra.functions`; the lake tick gives it the runs whose backlog is beyond the function's) or ``glue``;
+with ``function`` no Glue flush job is deployed (:func:`glue_job_kinds`). Its schedule invokes the lake tick either way,
+and the bundle keeps its script.
 
 Artifacts: the three ``glue_jobs/*.py`` scripts and the zip of wheels (``lakesync-<version>.gluewheels.zip``: the
 ``lakesync`` wheel and its pinned requirements, protobuf and PyJWT; :func:`lakesync_infra.packaging.build_glue_bundle`)
@@ -120,7 +121,7 @@ TEMP_PREFIX: Final = "glue-temp"
 METRIC_NAMESPACE: Final = "LakeSync"
 """The namespace of the jobs' own metrics (``lakesync.aws.publish.METRIC_NAMESPACE``)."""
 JOB_KINDS: Final = ("flush", "compact", "checkpoint")
-"""The lake's jobs: each has a schedule of the lake tick; each but ``flush`` on the function engine is a Glue job."""
+"""The lake's jobs: each has a schedule of the lake tick; each is a Glue job, but ``flush`` on the function engine."""
 LOG_STREAMS: Final = ("output", "error")
 SCHEDULE_RETRIES: Final = 2
 SCHEDULE_MAX_AGE: Final = cdk.Duration.hours(1)
@@ -211,8 +212,9 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
 
 
 def glue_job_kinds(config: LakeSyncConfig) -> tuple[str, ...]:
-    """The jobs deployed as Glue jobs: all of :data:`JOB_KINDS`, but ``flush`` only on the Glue flush engine."""
-    return tuple(kind for kind in JOB_KINDS if kind != "flush" or config.flush_engine == "glue")
+    """The jobs deployed as Glue jobs: all of :data:`JOB_KINDS`, but ``flush`` only where the Glue flush engine is
+    deployed (``flushEngine`` ``auto`` or ``glue``)."""
+    return tuple(kind for kind in JOB_KINDS if kind != "flush" or "glue" in config.flush_engines)
 
 
 def spark_conf(region: str) -> str:
@@ -280,7 +282,8 @@ class Jobs(Construct):
 
     Attributes:
         artifacts: The bucket holding scripts, the wheel and Glue's temporary files.
-        jobs: ``flush`` (on the Glue flush engine) / ``compact`` / ``checkpoint`` -> job (``ref`` is the job name).
+        jobs: ``flush`` (where the Glue flush engine is deployed) / ``compact`` / ``checkpoint`` -> job (``ref`` is
+            the job name).
         roles: The jobs' roles, by job.
         modules_uri: ``s3://`` URI of the deployed zip of wheels.
         script_uris: ``s3://`` URI of each job's script.

@@ -169,7 +169,7 @@ class LakeSyncStack(cdk.Stack):
         cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)
         if "flush" in self.jobs.jobs:
             cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
-        else:
+        if "flush" in functions:
             cdk.CfnOutput(
                 self,
                 "FlushFunction",

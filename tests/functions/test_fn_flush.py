@@ -28,17 +28,24 @@ from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, Dyna
 from lakesync.aws.flush_function import FlushFunction
 from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
 from lakesync.aws.flush_store import FlushStore
-from lakesync.aws.function_settings import FlushFunctionSettings, LakeTickSettings, SettingsError
+from lakesync.aws.function_settings import (
+    FlushFunctionSettings,
+    FlushTriggerSettings,
+    LakeTickSettings,
+    SettingsError,
+)
+from lakesync.aws.jobs import FlushEngines, glue_client
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import FlushError, ValidationError
 from lakesync.core.hlc import HLC, encode, system_clock
-from lakesync.core.lake_work import JobRun
+from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG, JobRun
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.push import push
 from lakesync.lake.catalog import local_catalog
 from lakesync.local.front import LambdaContext
 from tests.contract.test_commit_by_put import StopsAfterThePut
+from tests.moto_api import GLUE_JOB_RUN, create_glue_job, glue_runs_progress, moto_state_manager
 
 GW = "default"
 FUNCTION = "lakesync-flush"
@@ -352,6 +359,42 @@ def test_lake_tick_with_the_flush_function_needs_no_flush_job() -> None:
         LakeTickSettings.from_env({**env, "LAKESYNC_FLUSH_FUNCTION_NAME": "no spaces allowed"})
 
 
+def test_settings_with_both_engines_read_the_backlog_limit() -> None:
+    # Given the tick's and the trigger's variables with both engines (the default stack's)
+    env = {
+        "LAKESYNC_TABLE_PREFIX": "t",
+        "LAKESYNC_GATEWAY_IDS": "b,a",
+        "LAKESYNC_FLUSH_PUBLISHES": "true",
+        "LAKESYNC_FLUSH_JOB_NAME": "flush",
+        "LAKESYNC_COMPACT_JOB_NAME": "compact",
+        "LAKESYNC_CHECKPOINT_JOB_NAME": "checkpoint",
+        "LAKESYNC_FLUSH_FUNCTION_NAME": FUNCTION,
+        "LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG": "1234",
+    }
+    # Then both read both engines and the limit, the default limit when it is unset
+    tick, trigger = LakeTickSettings.from_env(env), FlushTriggerSettings.from_env(env)
+    assert (tick.job_names["flush"], tick.flush_function is not None, tick.flush_function_max_backlog) == (
+        "flush",
+        True,
+        1234,
+    )
+    assert (trigger.job_name, trigger.flush_function, trigger.flush_function_max_backlog) == (
+        "flush",
+        tick.flush_function,
+        1234,
+    )
+    assert trigger.gateway_ids == ("a", "b") and trigger.tables is not None
+    unset = {k: v for k, v in env.items() if k != "LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG"}
+    assert LakeTickSettings.from_env(unset).flush_function_max_backlog == DEFAULT_FUNCTION_MAX_BACKLOG
+    assert FlushTriggerSettings.from_env(unset).flush_function_max_backlog == DEFAULT_FUNCTION_MAX_BACKLOG
+    # And a negative limit, or no engine at all, is refused
+    for settings in (LakeTickSettings, FlushTriggerSettings):
+        with pytest.raises(SettingsError, match="LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG"):
+            settings.from_env({**env, "LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG": "-1"})
+    with pytest.raises(SettingsError, match=r"missing LAKESYNC_FLUSH_JOB_NAME \(or LAKESYNC_FLUSH_FUNCTION_NAME\)"):
+        FlushTriggerSettings.from_env({"LAKESYNC_TABLE_PREFIX": "t"})
+
+
 @pytest.fixture
 def ticking(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     """The lake tick configured with the flush function (and Glue names for the other two jobs)."""
@@ -361,8 +404,10 @@ def ticking(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("LAKESYNC_CHECKPOINT_JOB_NAME", "lakesync-checkpoint")
     lake_tick.get_tick.cache_clear()
     starter = lake_tick.get_tick().runners["flush"]
-    assert isinstance(starter, FunctionJobStarter)
-    starter.client = world.lambda_client  # type: ignore[assignment]
+    assert isinstance(starter, FlushEngines) and list(starter.engines) == ["function"]
+    function = starter.engines["function"]
+    assert isinstance(function, FunctionJobStarter)
+    function.client = world.lambda_client  # type: ignore[assignment]
     yield world
     lake_tick.get_tick.cache_clear()
 
@@ -412,8 +457,10 @@ def test_flush_trigger_starts_the_flush_function_when_it_is_configured(
     monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_NAME", FUNCTION)
     trigger_fn.get_starter.cache_clear()
     starter = trigger_fn.get_starter()
-    assert isinstance(starter, FunctionJobStarter)
-    starter.client = world.lambda_client  # type: ignore[assignment]
+    assert isinstance(starter, FlushEngines) and list(starter.engines) == ["function"]
+    function = starter.engines["function"]
+    assert isinstance(function, FunctionJobStarter)
+    function.client = world.lambda_client  # type: ignore[assignment]
     now = int(time.time() * 1000)
     event = {
         "Records": [
@@ -436,3 +483,152 @@ def test_flush_trigger_starts_the_flush_function_when_it_is_configured(
     assert out == {"batchItemFailures": []}
     assert len(world.lambda_client.calls) == 1
     assert world.records.runs()[0].state == "WAITING"
+
+
+# -- the switch between the engines ----------------------------------------------------------------------------------
+
+
+class BothEngines:
+    """The lake tick and the flush trigger configured as a default stack configures them (the flush function and the
+    Glue flush job, on moto, whose runs stay unfinished until :meth:`finish_glue_runs`), with a backlog limit of
+    :attr:`LIMIT` entries."""
+
+    LIMIT = 5
+
+    def __init__(self, world: World, endpoint: str, job_name: str) -> None:
+        self.world = world
+        self.endpoint = endpoint
+        self.job_name = job_name
+        self.glue = glue_client()
+
+    def glue_runs(self) -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = self.glue.get_job_runs(JobName=self.job_name)["JobRuns"]
+        return runs
+
+    def finish_glue_runs(self) -> None:
+        glue_runs_progress(self.endpoint, "immediate")
+        assert all(run["JobRunState"] == "SUCCEEDED" for run in self.glue_runs())
+
+    def engines(self, starter: object) -> FlushEngines:
+        """The flush's starter, its function's Invoke recorded by the world."""
+        assert isinstance(starter, FlushEngines) and sorted(starter.engines) == ["function", "glue"]
+        function = starter.engines["function"]
+        assert isinstance(function, FunctionJobStarter)
+        function.client = self.world.lambda_client  # type: ignore[assignment]
+        return starter
+
+
+@pytest.fixture
+def both(world: World, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[BothEngines]:
+    name = f"lakesync-flush-{uuid.uuid4().hex[:8]}"
+    create_glue_job(glue_client(), name)
+    glue_runs_progress(moto_endpoint, "manual")
+    for var, value in {
+        "LAKESYNC_FLUSH_FUNCTION_NAME": FUNCTION,
+        "LAKESYNC_FLUSH_JOB_NAME": name,
+        "LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG": str(BothEngines.LIMIT),
+        "LAKESYNC_FLUSH_PUBLISHES": "false",
+        "LAKESYNC_COMPACT_JOB_NAME": "lakesync-compact",
+        "LAKESYNC_CHECKPOINT_JOB_NAME": "lakesync-checkpoint",
+    }.items():
+        monkeypatch.setenv(var, value)
+    lake_tick.get_tick.cache_clear()
+    trigger_fn.get_starter.cache_clear()
+    yield BothEngines(world, moto_endpoint, name)
+    lake_tick.get_tick.cache_clear()
+    trigger_fn.get_starter.cache_clear()
+    moto_state_manager(moto_endpoint, "unset-transition", {"model_name": GLUE_JOB_RUN})
+
+
+def test_lake_tick_gives_a_small_backlog_to_the_function_and_a_large_one_to_the_glue_job(both: BothEngines) -> None:
+    world = both.world
+    engines = both.engines(lake_tick.get_tick().runners["flush"])
+    # Given a backlog within the function's limit (4 entries, limit 5)
+    world.push(4)
+    # When the flush ticks twice
+    first, second = _tick("flush"), _tick("flush")
+    # Then the first run went to the function, chosen for that backlog, and the second tick found it serving the work
+    assert (first["outcome"], first["engine"], first["backlog"]) == ("started", "function", 4)
+    assert (second["outcome"], second["engine"]) == ("covered", "function")
+    assert len(world.lambda_client.calls) == 1 and both.glue_runs() == []
+    assert world.run_queued()["deltas"] == 4
+    assert _tick("flush")["outcome"] == "idle"
+
+    # Given a backlog beyond the limit (6 entries)
+    world.push(6)
+    # When the flush ticks twice
+    first, second = _tick("flush"), _tick("flush")
+    # Then the run went to the Glue flush job; the second tick starts nothing beside its unfinished run (begun
+    # within the clocks' skew of the work, it is not provably after it: busy, as with the Glue job alone), no Invoke
+    assert (first["outcome"], first["engine"], first["backlog"]) == ("started", "glue", 6)
+    (run,) = both.glue_runs()
+    assert first["run_id"] == run["Id"] and run["JobRunState"] != "SUCCEEDED"
+    assert (second["outcome"], second["reason"]) == ("deferred", "busy")
+    assert len(world.lambda_client.calls) == 1 and len(both.glue_runs()) == 1
+
+    # Given new work the Glue run (begun before it) does not serve, and a limit the backlog is now within
+    engines.max_backlog = 1_000
+    world.push(1)
+    # When the flush ticks
+    busy = _tick("flush")
+    # Then nothing starts beside the Glue run: not the function (whose choice it would be), not a second Glue run
+    assert (busy["outcome"], busy["reason"]) == ("deferred", "busy")
+    assert len(world.lambda_client.calls) == 1 and len(both.glue_runs()) == 1
+    # When the Glue run has finished
+    both.finish_glue_runs()
+    # Then the next tick starts the function for the backlog (the Glue run here flushed nothing: 7 entries)
+    after = _tick("flush")
+    assert (after["outcome"], after["engine"], after["backlog"]) == ("started", "function", 7)
+    assert len(world.lambda_client.calls) == 2 and len(both.glue_runs()) == 1
+
+
+def test_flush_trigger_chooses_the_engine_as_the_tick_does_and_waits_out_the_other(both: BothEngines) -> None:
+    world = both.world
+    engines = both.engines(trigger_fn.get_starter())
+    engines.poll_interval_s = 0.01
+    starts: list[dict[str, Any]] = []
+    engines.engines["glue"].client.meta.events.register(  # type: ignore[attr-defined]
+        "provide-client-params.glue.StartJobRun", lambda params, **_: starts.append(dict(params))
+    )
+
+    def request() -> dict[str, Any]:
+        now = int(time.time() * 1000)
+        image = {"gw": {"S": GW}, "sk": {"S": f"flush#{now:015d}#{uuid.uuid4().hex[:6]}"}}
+        event = {"Records": [{"eventName": "INSERT", "dynamodb": {"SequenceNumber": "1", "NewImage": image}}]}
+        time.sleep(0.005)  # the request is later than anything before it
+        out: dict[str, Any] = trigger_fn.lambda_handler(event, context(seconds=20))
+        return out
+
+    # Given a backlog beyond the limit
+    world.push(6)
+    # When a flush request arrives
+    # Then the trigger starts a STANDARD run of the Glue flush job, and no function run
+    assert request() == {"batchItemFailures": []}
+    assert len(both.glue_runs()) == 1
+    assert [(p["JobName"], p.get("ExecutionClass")) for p in starts] == [(both.job_name, "STANDARD")]
+    assert world.lambda_client.calls == []
+    assert engines.last_choice == ("glue", 6)
+    # When another request arrives while that run (begun before it) is unfinished, with a limit the backlog is within
+    engines.max_backlog = 1_000
+    out = trigger_fn.lambda_handler(
+        {
+            "Records": [
+                {
+                    "eventName": "INSERT",
+                    "dynamodb": {
+                        "SequenceNumber": "2",
+                        "NewImage": {"gw": {"S": GW}, "sk": {"S": f"flush#{int(time.time() * 1000) + 1:015d}#b"}},
+                    },
+                }
+            ]
+        },
+        context(seconds=15.05),
+    )
+    # Then it starts neither engine beside the Glue run and asks for a retry
+    assert out == {"batchItemFailures": [{"itemIdentifier": "2"}]}
+    assert world.lambda_client.calls == [] and len(both.glue_runs()) == 1
+    # When the Glue run has finished and the request is retried
+    both.finish_glue_runs()
+    # Then the function gets the run (the backlog is within the limit now)
+    assert request() == {"batchItemFailures": []}
+    assert len(world.lambda_client.calls) == 1 and engines.last_choice == ("function", 6)

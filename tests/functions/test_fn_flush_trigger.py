@@ -25,7 +25,7 @@ import functions.flush_trigger as flush_trigger
 from lakesync.aws.dynamodb import DynamoDBConfigStore
 from lakesync.aws.flush_store import LEASE_GATEWAY, LEASE_SK
 from lakesync.aws.flush_trigger import SAFETY_S
-from lakesync.aws.function_settings import SettingsError
+from lakesync.aws.function_settings import FlushTriggerSettings, SettingsError
 from lakesync.aws.jobs import GlueJobStarter, glue_client
 from lakesync.core.errors import StorageError, ValidationError
 from lakesync.local.front import LambdaContext
@@ -266,18 +266,19 @@ def test_flush_trigger_rejects_an_event_that_is_not_a_stream_batch(glue):
 )
 def test_flush_job_name_is_validated(value, fragment):
     with pytest.raises(SettingsError, match=fragment):
-        flush_trigger.flush_job_name({"LAKESYNC_FLUSH_JOB_NAME": value})
+        FlushTriggerSettings.from_env({"LAKESYNC_FLUSH_JOB_NAME": value})
 
 
 def test_flush_job_name_reads_the_variable():
-    assert flush_trigger.flush_job_name({"LAKESYNC_FLUSH_JOB_NAME": " lakesync-dev-flush "}) == "lakesync-dev-flush"
+    settings = FlushTriggerSettings.from_env({"LAKESYNC_FLUSH_JOB_NAME": " lakesync-dev-flush "})
+    assert (settings.job_name, settings.flush_function) == ("lakesync-dev-flush", None)
 
 
 def test_flush_trigger_starts_standard_runs_of_a_flex_job(glue):
     # Given a flush job on the Flex execution class (the deployment default: the tick's runs wait for spare capacity)
     assert glue.client.get_job(JobName=glue.job_name)["Job"]["ExecutionClass"] == "FLEX"
     starts: list[dict[str, Any]] = []
-    flush_trigger.get_starter().client.meta.events.register(
+    flush_trigger.get_starter().engines["glue"].client.meta.events.register(  # type: ignore[attr-defined]
         "provide-client-params.glue.StartJobRun", lambda params, **_: starts.append(dict(params))
     )
     # When a request over the threshold arrives

@@ -18,6 +18,7 @@ from lakesync.aws.function_settings import (
     CONNECTIONS_TABLE,
     DESTINATION_SECRET_PREFIX,
     EVENT_OVERHEAD_BYTES,
+    FLUSH_FUNCTION_MAX_BACKLOG,
     FLUSH_FUNCTION_NAME,
     FLUSH_FUNCTION_TIMEOUT_S,
     FLUSH_JOB_NAME,
@@ -182,12 +183,13 @@ def test_function_env_vars_cover_what_settings_read():
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
     # Then the API functions declare exactly those (and the six table names) but the job names and whether the flush
-    # publishes, which flush_trigger and lake_tick read, the flush function's name and timeout (both of them too),
+    # publishes, which flush_trigger and lake_tick read, the flush function's name, timeout and backlog limit (both
+    # of them too; the trigger also the gateways, whose backlog it reads),
     # the compaction policy (lake_tick), the flush function's own lake settings, the claim-check bucket, which
     # materialise and the flush function read, and the WebSocket functions' sessions table and callback URL; health
     # and rotate_secret read none
     jobs = {*JOB_NAME_VARS.values(), FLUSH_PUBLISHES}
-    function = {FLUSH_FUNCTION_NAME, FLUSH_FUNCTION_TIMEOUT_S}
+    function = {FLUSH_FUNCTION_NAME, FLUSH_FUNCTION_TIMEOUT_S, FLUSH_FUNCTION_MAX_BACKLOG}
     lake = {LAKE_WAREHOUSE, LAKE_CATALOG, LAKE_CATALOG_URI, LAKE_NAMESPACE, MATERIALISE_QUEUE_URL}
     lake |= {FLUSH_RETENTION_MS, FLUSH_MAX_DELTAS}
     realtime = {CONNECTIONS_TABLE, WS_CALLBACK_URL}
@@ -196,7 +198,13 @@ def test_function_env_vars_cover_what_settings_read():
         set(API_ENV_VARS) | jobs | function | lake | {CLAIM_CHECK_BUCKET} | realtime | policy
     )
     assert FUNCTION_ENV_VARS["health"] == FUNCTION_ENV_VARS["rotate_secret"] == frozenset()
-    assert FUNCTION_ENV_VARS["flush_trigger"] == {FLUSH_JOB_NAME, *function, TABLE_PREFIX, *TABLE_VARS.values()}
+    assert FUNCTION_ENV_VARS["flush_trigger"] == {
+        GATEWAY_IDS,
+        FLUSH_JOB_NAME,
+        *function,
+        TABLE_PREFIX,
+        *TABLE_VARS.values(),
+    }
     assert FUNCTION_ENV_VARS["flush"] == {GATEWAY_IDS, TABLE_PREFIX, *TABLE_VARS.values(), CHECKPOINT_BUCKET} | lake | {
         CLAIM_CHECK_BUCKET
     }

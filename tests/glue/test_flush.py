@@ -34,6 +34,7 @@ from lakesync.core.checkpoint import checkpoint_id, latest_key
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
 from lakesync.core.hlc import HLC, system_clock
+from lakesync.core.lake_work import choose_flush_engine, flush_backlog
 from lakesync.core.log import LogEntry, ShardHead, ShardId
 from lakesync.core.materialise import MaterialiseJob, decode_payload
 from lakesync.core.messages import SyncPush
@@ -1076,6 +1077,76 @@ def test_engines_take_turns_on_one_delta_log_exactly_once(
     assert lake_rows(spark, config) == expected
     assert_exactly_once(spark, config, deps, set(expected))
     assert snapshot_count(spark, config) == 4
+
+
+@pytest.mark.spark
+def test_engines_chosen_by_the_backlog_take_turns_exactly_once_across_crashes(
+    spark: SparkSession,
+    config: FlushConfig,
+    deps: GatewayDeps,
+    store: FlushStore,
+    lake_catalog: Catalog,
+    claim_check: Any,
+) -> None:
+    # Given the two engines as the lake tick switches between them (the Glue job's Spark flush above the function's
+    # backlog limit, pyiceberg as the flush function at or below it), publishing materialisation jobs
+    flush = replace(config, retention_ms=0, range_size=5000, publish=claim_check.publish_config(), publish_range_size=7)
+    engines: dict[str, Any] = {
+        "function": lambda **kw: run_flush(IcebergDeltaLog(lake_catalog, flush, threads=3), flush, **kw),
+        "glue": lambda **kw: spark_run(spark, flush, **kw),
+    }
+    writer = Writer(deps)
+    expected: set[EntryKey] = set()
+    published: set[EntryKey] = set()
+    ran: list[str] = []
+
+    def backlog() -> int:
+        return flush_backlog(all_heads(deps).values())
+
+    def flush_with(limit: int, **kwargs: Any) -> FlushReport:
+        engine = choose_flush_engine(backlog(), max_backlog=limit)
+        ran.append(engine)
+        report: FlushReport = engines[engine](**kwargs)
+        return report
+
+    # When a large backlog, then a small one, then a large one are flushed, with pushes between (limit 30 entries)
+    for gw1, gw2 in ((25, 15), (6, 4), (30, 9)):
+        writer.push("gw1", gw1)
+        writer.push("gw2", gw2, table="notes")
+        expected |= buffer_keys(deps)
+        assert flush_with(30).deltas == gw1 + gw2
+    # Then the switch gave them to Glue, the function, Glue
+    assert ran == ["glue", "function", "glue"]
+    assert_exactly_once(spark, config, deps, expected)
+    published |= published_keys(claim_check)
+    assert published == expected
+
+    for i, point in enumerate(FAIL_POINTS):
+        # Given more pushes, a checkpoint covering everything so far, and a run of one engine that crashes at the step
+        # (the function on even steps, Glue on odd ones: the limit puts the backlog on its side)
+        writer.push("gw1", 8)
+        writer.push("gw2", 3, table="notes")
+        expected |= buffer_keys(deps)
+        positions = {s.key: h.seq for s, h in all_heads(deps).items()}
+        release = {"checkpoint_positions": positions, "now_ms": later(HOUR_MS)}
+        crashing = ("function", "glue")[i % 2]
+        limit = backlog() if crashing == "function" else backlog() - 1
+        with pytest.raises(InjectedFailure):
+            flush_with(limit, fail_at=point, **release)
+        assert store.lease() is None, point
+        # When pushes continue and the other engine's run comes next (the backlog on its side of the limit)
+        writer.push("gw1", 4)
+        expected |= buffer_keys(deps)
+        limit = backlog() if crashing == "glue" else backlog() - 1
+        report = flush_with(limit, **release)
+        # Then it repairs the crash: every entry once in the lake, heads equal to the log, the covered entries
+        # released, every entry published
+        assert ran[-2:] == [crashing, "glue" if crashing == "function" else "function"], point
+        assert report.snapshot_id is not None, point
+        assert_exactly_once(spark, config, deps, expected)
+        assert {s.key: h.released_seq for s, h in all_heads(deps).items()} == positions, point
+        published |= published_keys(claim_check)
+        assert published == expected, point
 
 
 class _LeaseThief:

@@ -2,8 +2,9 @@
 
 The app is built exactly as ``infra/app.py`` builds it (``build_app`` with ``infra/cdk.json``'s context and the real
 Lambda assets and Glue bundle), for the ``dev`` environment with every optional setting switched on, so each code
-path that depends on configuration appears in the one template -- but for the flush engine, the default (the flush
-function): ``glue_synth`` is the same environment with ``flushEngine: glue`` (the Glue flush job). cdk-nag runs during
+path that depends on configuration appears in the one template -- but for the flush engine, the default (``auto``: the
+flush function and the Glue flush job, the lake tick choosing): ``glue_synth`` is the same environment with
+``flushEngine: glue`` (the Glue flush job alone), ``function_synth`` with ``flushEngine: function``. cdk-nag runs during
 the synth; a failed validation does not stop the session (the nag test reports it), the template is read from the
 cloud assembly either way.
 
@@ -144,14 +145,23 @@ class Synth:
 
     @property
     def engine(self) -> str:
-        """The environment's flush engine: ``function`` or ``glue``."""
+        """The environment's ``flushEngine``: ``auto``, ``function`` or ``glue``."""
         return str(self.stack.config.flush_engine)
 
-    def flush_role(self) -> str:
-        """The logical id of the flush's role: the flush function's, or the Glue flush job's."""
-        if self.engine == "function":
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The flush engines deployed: ``function`` and/or ``glue``."""
+        return tuple(self.stack.config.flush_engines)
+
+    def flush_role(self, engine: str) -> str:
+        """The logical id of an engine's flush role: the flush function's (``function``) or the Glue flush job's."""
+        if engine == "function":
             return self.cfn.role_of(self.cfn.functions()["flush"])
         return str(self.cfn.resources[self.ids["job:flush"]]["Properties"]["Role"]["Fn::GetAtt"][0])
+
+    def flush_roles(self) -> list[str]:
+        """The logical ids of the deployed flush engines' roles, sorted."""
+        return sorted(self.flush_role(engine) for engine in self.engines)
 
 
 def _acknowledgments(metadata_file: Path) -> dict[str, dict[str, str]]:
@@ -228,10 +238,18 @@ def glue_synth(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Synth:
     return _synthesize(tmp_path_factory.mktemp("cdk.out.glue"), synth.artifacts, {**OPTIONS, "flushEngine": "glue"})
 
 
-@pytest.fixture(scope="session", params=["function", "glue"])
+@pytest.fixture(scope="session")
+def function_synth(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    """The same environment with ``flushEngine: function`` (the flush function alone, no Glue flush job): a third
+    synth, made only for the tests that ask for it."""
+    options = {**OPTIONS, "flushEngine": "function"}
+    return _synthesize(tmp_path_factory.mktemp("cdk.out.function"), synth.artifacts, options)
+
+
+@pytest.fixture(scope="session", params=["auto", "glue"])
 def either_engine(request: pytest.FixtureRequest) -> Synth:
-    """Each flush engine's synth in turn: the default (the flush function), then ``glue_synth``."""
-    synth: Synth = request.getfixturevalue("synth" if request.param == "function" else "glue_synth")
+    """The default synth (both flush engines), then ``glue_synth`` (the Glue flush job alone)."""
+    synth: Synth = request.getfixturevalue("synth" if request.param == "auto" else "glue_synth")
     return synth
 
 

@@ -26,6 +26,7 @@ import pytest
 
 from lakesync.auth import mint_token
 from lakesync.aws.tables import TableNames
+from tests.moto_api import create_glue_job
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 GW = "default"
@@ -820,22 +821,36 @@ def _old_runs(env: dict[str, Any], count: int) -> None:
         records.finished(run, True, 1_000_001 + i)
 
 
-def test_flush_trigger_role_allows_exactly_what_starting_the_flush_function_calls(cfn, ids, aws, recorder):
-    # Given a flush request on the stream, the trigger configured as the stack configures it (the flush function's
-    # name and timeout, the tables), the function's runs recorded up to the number kept, and Lambda throttling the
+@pytest.mark.parametrize("engine", ["auto", "function"])
+def test_flush_trigger_role_allows_exactly_what_starting_the_flush_function_calls(request, engine, aws, recorder):
+    # Given a flush request on the stream after a push (a shard with a small backlog), the trigger configured as the
+    # stack configures it (the flush function's name and timeout, the tables; by default also the Glue flush job, on
+    # moto, and the backlog limit), the function's runs recorded up to the number kept, and Lambda throttling the
     # first Invoke
     import functions.flush_trigger as trigger_fn
+    from lakesync.aws.jobs import glue_client
     from lakesync.local.front import LambdaContext
 
+    deploying = request.getfixturevalue("synth" if engine == "auto" else "function_synth")
+    cfn, ids = deploying.cfn, deploying.ids
     fn = cfn.functions()["flush_trigger"]
+    variables = fn["Environment"]["Variables"]
     flush_name = "lakesync-dev-flush"
     aws["monkeypatch"].setenv("LAKESYNC_FLUSH_FUNCTION_NAME", flush_name)
-    timeout = fn["Environment"]["Variables"]["LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"]
-    aws["monkeypatch"].setenv("LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S", str(timeout))
+    aws["monkeypatch"].setenv("LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S", str(variables["LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"]))
+    names = _names(aws, ids) | {flush_name: f"<{ids['function:flush']}.Arn>"}
+    if "LAKESYNC_FLUSH_JOB_NAME" in variables:
+        job = f"lakesync-flush-{uuid.uuid4().hex[:8]}"
+        create_glue_job(glue_client(), job)
+        aws["monkeypatch"].setenv("LAKESYNC_FLUSH_JOB_NAME", job)
+        limit = variables["LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG"]
+        aws["monkeypatch"].setenv("LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG", limit)
+        names[job] = f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids['job:flush']}>"
+    assert _invoke("push", "push_json") < 300
     _old_runs(aws, 30)
     trigger_fn.get_starter.cache_clear()
     starter = trigger_fn.get_starter()
-    starter.client = _Invokes(recorder, refusals=1)  # type: ignore[attr-defined]
+    starter.engines["function"].client = _Invokes(recorder, refusals=1)  # type: ignore[attr-defined]
     starter.poll_interval_s = 0.01  # the wait after the refusal
     now = int(time.time() * 1000)
     event = {
@@ -854,12 +869,11 @@ def test_flush_trigger_role_allows_exactly_what_starting_the_flush_function_call
         out = trigger_fn.lambda_handler(event, context)
     finally:
         trigger_fn.get_starter.cache_clear()
-    # Then a run was queued and nothing is left for a retry
+    # Then a run was queued on the function (the backlog is small) and nothing is left for a retry
     assert out == {"batchItemFailures": []}
     assert [op for service, op, _ in recorder.calls if service == "lambda"] == ["Invoke", "Invoke"]
-    # And the trigger's role allows every call it made, invoking the flush function only, and uses every DynamoDB
-    # grant
-    names = _names(aws, ids) | {flush_name: f"<{ids['function:flush']}.Arn>"}
+    # And the trigger's role allows every call it made, invoking the flush function only (and, by default, reading
+    # the Glue flush job's runs), and uses every DynamoDB grant
     role = cfn.role_of(fn)
     required, missing = _check(cfn, role, recorder.calls, names)
     assert not missing, f"used but not granted: {missing}"
@@ -870,17 +884,21 @@ def test_flush_trigger_role_allows_exactly_what_starting_the_flush_function_call
     tables = {g for g in _dynamodb_grants(cfn, role) if g[0] != "dynamodb:ListStreams" and "StreamArn" not in g[1]}
     unused = sorted(g for g in tables if not any(_allows([g], *p) for p in used))
     assert not unused, f"granted but never used (the stream's reads aside): {unused}"
-    assert not [a for a, _ in cfn.allowed(role) if a.startswith("glue:")]
+    if engine == "auto":
+        assert {op for service, op, _ in recorder.calls if service == "glue"} == {"GetJobRuns"}
+    else:
+        assert not [a for a, _ in cfn.allowed(role) if a.startswith("glue:")]
 
 
-@pytest.mark.parametrize("engine", ["function", "glue"])
+@pytest.mark.parametrize("engine", ["auto", "function", "glue"])
 def test_lake_tick_role_allows_exactly_what_its_ticks_call(request, engine, aws, recorder, monkeypatch):
     # Given two commits to one shard (each push records a flush request), flushed and published; a checkpoint that
-    # covers the first entry only, with a serverHlc above both; the Glue jobs on moto -- and with the function engine
-    # the flush function's runs recorded up to the number kept and Lambda throttling the first Invoke; and a tick a
-    # day past the retention, so that every read the tick can make is made: the release step's target lies past the
+    # covers the first entry only, with a serverHlc above both; the Glue jobs on moto -- and where the flush function
+    # is deployed its runs recorded up to the number kept and Lambda throttling the first Invoke; and a tick a day
+    # past the retention, so that every read the tick can make is made: the release step's target lies past the
     # checkpoint
-    deploying = request.getfixturevalue("synth" if engine == "function" else "glue_synth")
+    deploying = request.getfixturevalue({"auto": "synth", "function": "function_synth", "glue": "glue_synth"}[engine])
+    with_function = "function" in deploying.engines
     cfn, ids = deploying.cfn, deploying.ids
     assert _invoke("push", "push_json") < 300
     assert _invoke("push", "push_json", body=_second_push_body()) < 300
@@ -900,18 +918,13 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(request, engine, aws,
     glue = glue_client()
     jobs = {kind: f"lakesync-{kind}-{uuid.uuid4().hex[:8]}" for kind in JOB_KINDS if f"job:{kind}" in ids}
     flush_name = "lakesync-dev-flush"
-    if engine == "function":
+    if with_function:
         tick_env = cfn.functions()["lake_tick"]["Environment"]["Variables"]
         monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_NAME", flush_name)
         monkeypatch.setenv("LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S", str(tick_env["LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"]))
         _old_runs(aws, 30)
     for kind, name in jobs.items():
-        glue.create_job(
-            Name=name,
-            Role="arn:aws:iam::123456789012:role/job",
-            Command={"Name": "glueetl", "ScriptLocation": "s3://a/b.py", "PythonVersion": "3"},
-            ExecutionProperty={"MaxConcurrentRuns": 1},
-        )
+        create_glue_job(glue, name)
         monkeypatch.setenv(f"LAKESYNC_{kind.upper()}_JOB_NAME", name)
     monkeypatch.setenv("LAKESYNC_FLUSH_PUBLISHES", "true")
     import functions.lake_tick as lake_tick
@@ -920,13 +933,14 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(request, engine, aws,
     lake_tick.get_tick.cache_clear()
     tick = lake_tick.get_tick()
     tick.now_ms = lambda: now + DEFAULT_RETENTION_MS + 86_400_000
-    if engine == "function":
-        tick.runners["flush"].client = _Invokes(recorder, refusals=1)
+    if with_function:
+        tick.runners["flush"].engines["function"].client = _Invokes(recorder, refusals=1)  # type: ignore[attr-defined]
     recorder.calls.clear()
-    # When each schedule ticks (the flush's twice with the function engine: its first Invoke is refused)
+    # When each schedule ticks (the flush's twice with the function: its first Invoke is refused; the backlog is small,
+    # so with both engines the function is chosen)
     context = LambdaContext(function_name="t", aws_request_id="r", invoked_function_arn="arn:aws:lambda:::function:t")
     outcomes = {}
-    for kind in ("flush", *JOB_KINDS) if engine == "function" else JOB_KINDS:
+    for kind in ("flush", *JOB_KINDS) if with_function else JOB_KINDS:
         outcomes[kind] = lake_tick.lambda_handler({"job": kind}, context)["outcome"]
     lake_tick.get_tick.cache_clear()
     # Then each job had work (the flush a request and a release, compaction a flushed lag)
@@ -936,7 +950,7 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(request, engine, aws,
         name: f"arn:<AWS::Partition>:glue:<AWS::Region>:<AWS::AccountId>:job/<{ids[f'job:{kind}']}>"
         for kind, name in jobs.items()
     }
-    if engine == "function":
+    if with_function:
         names[flush_name] = f"<{ids['function:flush']}.Arn>"
     role = cfn.role_of(cfn.functions()["lake_tick"])
     required, missing = _check(cfn, role, recorder.calls, names)
@@ -946,7 +960,7 @@ def test_lake_tick_role_allows_exactly_what_its_ticks_call(request, engine, aws,
         "HeadObject",
         "GetJobRuns",
         "StartJobRun",
-        *(["Invoke"] if engine == "function" else []),
+        *(["Invoke"] if with_function else []),
     }
     used = {pair for pair in required if pair[0].startswith("dynamodb:")}
     unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *p) for p in used))

@@ -4,6 +4,7 @@ command-line strings as JSON, and every invalid or unknown setting reported at o
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from lakesync_infra.config import (
 )
 
 from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT
+from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG
 from lakesync.lake.tables import DELTA_LOG, GLUE_NAME, state_table
 
 CDK_JSON = Path(__file__).resolve().parents[2] / "infra" / "cdk.json"
@@ -76,16 +78,38 @@ def test_config_materialisation_defaults_and_vpc():
     assert plain.connector_secrets == "lakesync/prod/connectors"
 
 
-def test_config_flush_engine_defaults_to_the_function():
+def test_config_flush_engine_defaults_to_both_engines_and_overrides_name_one():
     # Given no flush engine, then each engine named
     plain = LakeSyncConfig.from_settings("prod", {})
     glue = LakeSyncConfig.from_settings("prod", {"flushEngine": "glue"})
     function = LakeSyncConfig.from_settings("prod", {"flushEngine": "function", "reservedConcurrency": {"flush": 1}})
-    # Then the flush is the flush function unless the environment asks for the Glue job, which deploys no function
-    assert (plain.flush_engine, glue.flush_engine, function.flush_engine) == ("function", "glue", "function")
+    # Then the default deploys both engines (the tick chooses, by the measured backlog limit); an override one
+    assert (plain.flush_engine, glue.flush_engine, function.flush_engine) == ("auto", "glue", "function")
+    assert (plain.flush_engines, glue.flush_engines, function.flush_engines) == (
+        ("function", "glue"),
+        ("glue",),
+        ("function",),
+    )
+    assert plain.flush_function_max_backlog == DEFAULT_FUNCTION_MAX_BACKLOG
     assert "flush" in plain.deployed_functions and "flush" in function.deployed_functions
     assert "flush" not in glue.deployed_functions
     assert set(plain.deployed_functions) - set(glue.deployed_functions) == {"flush"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"flushEngine": "spark"}, "flushEngine must be one of ['auto', 'function', 'glue']"),
+        ({"flushFunctionMaxBacklog": -1}, "flushFunctionMaxBacklog"),
+        ({"flushFunctionMaxBacklog": True}, "flushFunctionMaxBacklog"),
+        ({"flushEngine": "glue", "reservedConcurrency": {"flush": 1}}, "'auto' or 'function'"),
+    ],
+)
+def test_config_refuses_a_bad_flush_engine_setting(settings, fragment):
+    # Given a flush engine setting that cannot be deployed
+    # Then the configuration is refused, naming the problem
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        LakeSyncConfig.from_settings("prod", settings)
 
 
 def test_config_cdk_json_environments_parse():

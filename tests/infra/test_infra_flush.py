@@ -1,8 +1,11 @@
-"""The flush function in the template (``flushEngine: function``, the default): its runtime, architecture, memory,
-timeout and asynchronous invoke configuration; an environment that is what the Glue flush job is given; a role
-holding the Glue flush job's access to the buffer, the lake and publishing and nothing more (replayed against moto in
-test_infra_access); only the lake tick and the flush trigger may start it. And the ``glue`` engine keeps the Glue
-flush job and today's wiring, with no flush function.
+"""The flush's engines in the template. By default (``flushEngine: auto``) both are deployed -- the flush function and
+the Glue flush job -- and the lake tick and the flush trigger may start either, configured to choose by the backlog
+(``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG``). The flush function: its runtime, architecture, memory, timeout and
+asynchronous invoke configuration; an environment that is what the Glue flush job is given; a role holding the Glue
+flush job's access to the buffer, the lake and publishing and nothing more (replayed against moto in
+test_infra_access); only the lake tick and the flush trigger may start it. The overrides deploy one engine:
+``glue`` the Glue flush job and today's wiring, with no flush function; ``function`` the function, with no Glue flush
+job.
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def test_flush_function_role_holds_the_glue_flush_jobs_access_and_no_more(cfn, i
     # Given the flush function's role, and the Glue flush job's (flushEngine glue)
     role = cfn.role_of(cfn.functions()[FLUSH])
     granted = _by_service(cfn, role)
-    job = _by_service(glue_synth.cfn, glue_synth.flush_role())
+    job = _by_service(glue_synth.cfn, glue_synth.flush_role("glue"))
     warehouse, lake = f"<{ids['bucket:warehouse']}.Arn>/warehouse/*", f"<{ids['bucket:warehouse']}.Arn>"
     checkpoints = f"<{ids['bucket:checkpoints']}.Arn>"
     claim_check = f"<{ids['bucket:claim_check']}.Arn>"
@@ -170,24 +173,86 @@ def test_only_the_lake_tick_and_the_flush_trigger_may_start_the_flush_function(c
     assert not [p for p in cfn.of_type("AWS::Lambda::Permission").values() if p["FunctionName"] in flush]
     assert not [s for s in cfn.of_type("AWS::Scheduler::Schedule").values() if ids["function:flush"] in str(s)]
     # And both are configured with its name and timeout, and record its runs in the config table (the writes of
-    # RUN_RECORDS), but start no Glue flush job
+    # RUN_RECORDS)
     for name in STARTERS:
         env = _env(cfn, name)
         assert env[settings.FLUSH_FUNCTION_NAME] == _placeholder(ids["function:flush"])
         assert env[settings.FLUSH_FUNCTION_TIMEOUT_S] == str(functions[FLUSH]["Timeout"])
-        assert settings.FLUSH_JOB_NAME not in env
         granted = cfn.allowed(cfn.role_of(functions[name]))
         config = f"<{ids['table:config']}.Arn>"
         assert {(a, config) for a in RUN_RECORDS["config"]} <= set(granted)
-        assert "job:flush" not in ids
 
 
-def test_the_stack_outputs_the_flush_function_or_the_flush_job(synth, glue_synth):
-    # Given each engine's outputs
+def test_default_deploys_both_engines_and_the_starters_may_start_either(synth: Synth) -> None:
+    # Given the default environment (flushEngine auto)
+    cfn, ids, config = synth.cfn, synth.ids, synth.stack.config
+    functions = cfn.functions()
+    assert config.flush_engine == "auto"
+    # Then the flush function and the Glue flush job are both deployed
+    assert FLUSH in functions
+    assert sorted(synth.stack.jobs.jobs) == sorted(JOB_KINDS)
+    job = f"{GLUE}job/<{ids['job:flush']}>"
+    # And the lake tick may start the three Glue jobs and invoke the function, and is configured with both engines
+    # and the function's backlog limit
+    tick_role = cfn.role_of(functions["lake_tick"])
+    tick_granted = set(cfn.allowed(tick_role))
+    assert {("glue:StartJobRun", job), ("glue:GetJobRuns", job), ("lambda:InvokeFunction", _flush_arn(ids))} <= (
+        tick_granted
+    )
+    tick = settings.LakeTickSettings.from_env(_env(cfn, "lake_tick"))
+    assert tick.flush_function is not None and tick.flush_function.name == _placeholder(ids["function:flush"])
+    assert dict(tick.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}
+    assert tick.flush_function_max_backlog == config.flush_function_max_backlog
+    # And the flush trigger may start either (a STANDARD Glue run or an Invoke) and read the backlog it chooses by:
+    # the shard registry (config Query), the heads (BatchGetItem) and a first-keyed log's chunks past them (Query)
+    trigger_role = cfn.role_of(functions["flush_trigger"])
+    trigger_granted = set(cfn.allowed(trigger_role))
+    assert {(a, r) for a, r in trigger_granted if a.startswith(("glue:", "lambda:"))} == {
+        ("glue:StartJobRun", job),
+        ("glue:GetJobRuns", job),
+        ("lambda:InvokeFunction", _flush_arn(ids)),
+    }
+    assert ("dynamodb:Query", f"<{ids['table:config']}.Arn>") in trigger_granted
+    assert ("dynamodb:BatchGetItem", f"<{ids['table:heads']}.Arn>") in trigger_granted
+    assert ("dynamodb:Query", f"<{ids['table:deltas']}.Arn>") in trigger_granted
+    trigger = settings.FlushTriggerSettings.from_env(_env(cfn, "flush_trigger"))
+    assert trigger.job_name == _placeholder(ids["job:flush"])
+    assert trigger.flush_function == tick.flush_function
+    assert trigger.gateway_ids == tuple(sorted(config.gateway_ids)) == tick.gateway_ids
+    assert trigger.flush_function_max_backlog == tick.flush_function_max_backlog
+    # And a failed run of either is reported: the function's errors alarm, the Glue failure rule on the flush job
+    assert [k for k in cfn.of_type("AWS::CloudWatch::Alarm") if k.startswith("MonitoringFlushErrors")]
+    rules = [r for r in cfn.of_type("AWS::Events::Rule").values() if "Glue Job State Change" in str(r)]
+    assert any(ids["job:flush"] in str(r["EventPattern"]) for r in rules)
+
+
+def test_function_engine_deploys_the_function_alone(function_synth: Synth) -> None:
+    # Given the environment with flushEngine function
+    cfn, ids = function_synth.cfn, function_synth.ids
+    functions = cfn.functions()
+    # Then the flush function is deployed and no Glue flush job
+    assert FLUSH in functions
+    assert "job:flush" not in ids and sorted(function_synth.stack.jobs.jobs) == ["checkpoint", "compact"]
+    # And the tick and the trigger start the function only: no Glue flush job named, no backlog limit, and the
+    # trigger reads no heads (one engine: nothing to choose)
+    for name in STARTERS:
+        env = _env(cfn, name)
+        assert env[settings.FLUSH_FUNCTION_NAME] == _placeholder(ids["function:flush"])
+        assert not {settings.FLUSH_JOB_NAME, settings.FLUSH_FUNCTION_MAX_BACKLOG} & set(env), name
+    trigger = cfn.allowed(cfn.role_of(functions["flush_trigger"]))
+    assert not [a for a, _ in trigger if a.startswith("glue:")]
+    assert not [r for a, r in trigger if r in (f"<{ids['table:heads']}.Arn>", f"<{ids['table:deltas']}.Arn>")]
+    assert settings.FlushTriggerSettings.from_env(_env(cfn, "flush_trigger")).job_name is None
+
+
+def test_the_stack_outputs_the_flush_function_and_the_flush_job(synth, glue_synth):
+    # Given the outputs of the default and of the Glue engine
     outputs = synth.cfn.template["Outputs"]
     glue_outputs = glue_synth.cfn.template["Outputs"]
-    # Then the default names the flush function (to invoke by hand), the Glue engine the flush job
-    assert outputs["FlushFunction"]["Value"] == {"Ref": synth.ids["function:flush"]} and "FlushJob" not in outputs
+    # Then the default names both the flush function and the flush job (to start either by hand), the Glue engine
+    # the flush job alone
+    assert outputs["FlushFunction"]["Value"] == {"Ref": synth.ids["function:flush"]}
+    assert outputs["FlushJob"]["Value"] == {"Ref": synth.ids["job:flush"]}
     assert glue_outputs["FlushJob"]["Value"] == {"Ref": glue_synth.ids["job:flush"]}
     assert "FlushFunction" not in glue_outputs
 

@@ -117,27 +117,29 @@ def test_api_function_environment_is_a_valid_configuration(cfn, ids, options, na
 
 def test_flush_trigger_environment_names_the_flush_job_with_the_glue_engine(glue_cfn, glue_ids):
     # Given the flush trigger's environment with flushEngine glue
-    from functions.flush_trigger import flush_job_name
-
     env = _env(glue_cfn, glue_cfn.functions()["flush_trigger"])
-    # When the function reads its job name
-    # Then it is the flush job's name, and the trigger starts no flush function
-    assert flush_job_name(env) == _placeholder(glue_ids["job:flush"])
-    assert settings.flush_function_ref(env) is None
+    # When the function reads which flush it starts
+    parsed = settings.FlushTriggerSettings.from_env(env)
+    # Then it is the flush job, and the trigger starts no flush function
+    assert parsed.job_name == _placeholder(glue_ids["job:flush"])
+    assert parsed.flush_function is None
 
 
-def test_flush_trigger_environment_names_the_flush_function(cfn, ids):
-    # Given the flush trigger's environment (the default engine: the flush function)
+def test_flush_trigger_environment_names_both_engines(cfn, ids):
+    # Given the flush trigger's environment (the default engine: auto)
     env = _env(cfn, cfn.functions()["flush_trigger"])
     # When the function reads which flush it starts
-    ref = settings.flush_function_ref(env)
-    # Then it is the flush function, with its timeout, whose runs it records in the stack's config table; no Glue job
-    assert ref is not None
-    function, tables = ref
+    parsed = settings.FlushTriggerSettings.from_env(env)
+    # Then it is the flush function, with its timeout, whose runs it records in the stack's config table, and the
+    # Glue flush job
+    assert parsed.flush_function is not None and parsed.tables is not None
     flush = cfn.functions()["flush"]
-    assert (function.name, function.timeout_s) == (_placeholder(flush["logical"]), flush["Timeout"])
-    assert tables.config == _placeholder(ids["table:config"])
-    assert settings.FLUSH_JOB_NAME not in env
+    assert (parsed.flush_function.name, parsed.flush_function.timeout_s) == (
+        _placeholder(flush["logical"]),
+        flush["Timeout"],
+    )
+    assert parsed.tables.config == _placeholder(ids["table:config"])
+    assert parsed.job_name == _placeholder(ids["job:flush"])
 
 
 def test_reserved_concurrency_is_applied_where_configured(cfn, options):

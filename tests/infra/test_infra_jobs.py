@@ -44,16 +44,19 @@ def _arguments(cfn, job) -> dict[str, str]:
 
 
 def _deploying(kind: str, synth: Synth, glue_synth: Synth) -> Synth:
-    """The synth whose template has job ``kind``: the Glue flush job is deployed with ``flushEngine: glue`` only."""
+    """The synth whose template has job ``kind``: the default deploys all three (the Glue flush job beside the flush
+    function); the flush job's arguments are checked in the Glue engine's template, where it is the only flush."""
     return glue_synth if kind == "flush" else synth
 
 
-def test_only_the_glue_flush_engine_deploys_a_glue_flush_job(synth, glue_synth):
-    # Given the default environment (the flush function) and the same one with flushEngine glue
-    # Then the default deploys the compaction and checkpoint jobs only, the Glue engine all three
-    assert sorted(synth.stack.jobs.jobs) == sorted(glue_job_kinds(synth.stack.config)) == ["checkpoint", "compact"]
+def test_every_stack_but_the_function_override_deploys_the_glue_flush_job(synth, glue_synth, function_synth):
+    # Given the default environment (flushEngine auto), and the same one with flushEngine glue and function
+    # Then the default and the Glue engine deploy all three jobs, the function override compaction and checkpoint only
+    assert sorted(synth.stack.jobs.jobs) == sorted(glue_job_kinds(synth.stack.config)) == sorted(JOB_KINDS)
     assert sorted(glue_synth.stack.jobs.jobs) == sorted(JOB_KINDS)
-    assert len(synth.cfn.of_type("AWS::Glue::Job")) == 2 and len(glue_synth.cfn.of_type("AWS::Glue::Job")) == 3
+    assert sorted(function_synth.stack.jobs.jobs) == ["checkpoint", "compact"]
+    counts = [len(s.cfn.of_type("AWS::Glue::Job")) for s in (synth, glue_synth, function_synth)]
+    assert counts == [3, 3, 2]
 
 
 def _bundle(cfn, synth) -> tuple[str, Path]:

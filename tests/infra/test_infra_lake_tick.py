@@ -88,30 +88,31 @@ def test_no_schedule_starts_a_glue_job_directly(either_engine):
         if any(a == "glue:StartJobRun" for a, _ in cfn.allowed(logical))
     }
     # Then there is one schedule per job, none targets Glue, and only the tick may start runs -- and the flush trigger,
-    # when the flush is a Glue job
+    # where the Glue flush job is deployed
     assert sorted(schedules) == sorted(JOB_KINDS)
     assert not any("glue" in cfn.render(s["Target"]["Arn"]) for s in schedules.values())
     functions = cfn.functions()
     expected = {cfn.role_of(functions[TICK])}
-    if either_engine.engine == "glue":
+    if "glue" in either_engine.engines:
         expected.add(cfn.role_of(functions["flush_trigger"]))
     assert starters == expected
 
 
 def test_lake_tick_is_small_and_configured_with_what_the_flush_does(either_engine, options):
-    # Given the tick function and the flush's configuration: the flush function's environment, or the Glue flush
-    # job's arguments
+    # Given the tick function and the flush's configuration: the flush function's environment and/or the Glue
+    # flush job's arguments
     cfn, ids = either_engine.cfn, either_engine.ids
     fn = cfn.functions()[TICK]
     env = {k: cfn.render(v, _placeholder) for k, v in fn["Environment"]["Variables"].items()}
-    if either_engine.engine == "function":
+    flushes = []
+    if "function" in either_engine.engines:
         flush_env = cfn.functions()["flush"]["Environment"]["Variables"]
         claim_check, queue = "LAKESYNC_CLAIM_CHECK_BUCKET" in flush_env, "LAKESYNC_MATERIALISE_QUEUE_URL" in flush_env
-        retention = flush_env["LAKESYNC_FLUSH_RETENTION_MS"]
-    else:
+        flushes.append((claim_check and queue, flush_env["LAKESYNC_FLUSH_RETENTION_MS"]))
+    if "glue" in either_engine.engines:
         job = cfn.resources[ids["job:flush"]]["Properties"]["DefaultArguments"]
         claim_check, queue = "--claim_check_bucket" in job, "--materialise_queue_url" in job
-        retention = job["--retention_ms"]
+        flushes.append((claim_check and queue, job["--retention_ms"]))
     # When the tick reads its settings
     parsed = LakeTickSettings.from_env(env)
     # Then it is a small, short function
@@ -123,15 +124,18 @@ def test_lake_tick_is_small_and_configured_with_what_the_flush_does(either_engin
     assert dict(parsed.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in either_engine.stack.jobs.jobs}
     assert parsed.gateway_ids == tuple(sorted(options["gatewayIds"]))
     assert parsed.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
-    # And starts the flush function, knowing its timeout, exactly when the flush is one (else the Glue flush job)
-    if either_engine.engine == "function":
+    # And starts the flush function, knowing its timeout, exactly where it is deployed, and the Glue flush job where
+    # that is
+    if "function" in either_engine.engines:
         flush = cfn.functions()["flush"]
         assert parsed.flush_function == FlushFunctionRef(_placeholder(flush["logical"]), flush["Timeout"])
     else:
-        assert parsed.flush_function is None and "flush" in parsed.job_names
-    # And applies the flush's release rule: publishing exactly when the flush publishes, the same retention
-    assert parsed.flush_publishes == (claim_check and queue)
-    assert retention == str(DEFAULT_RETENTION_MS)
+        assert parsed.flush_function is None
+    assert ("flush" in parsed.job_names) == ("glue" in either_engine.engines)
+    # And applies each engine's release rule: publishing exactly when the flush publishes, the same retention
+    for publishes, retention in flushes:
+        assert parsed.flush_publishes == publishes
+        assert retention == str(DEFAULT_RETENTION_MS)
     # And compacts by the configured policy (the defaults: 16 flush runs or 6 hours)
     config = either_engine.stack.config
     assert parsed.compact_policy == CompactPolicy(
@@ -145,21 +149,21 @@ def test_lake_tick_may_start_runs_of_the_lakes_jobs_only(either_engine):
     cfn, ids = either_engine.cfn, either_engine.ids
     ops = _client_operations("lakesync.aws.jobs")
     assert ops == {"GetJobRuns", "StartJobRun"}
-    # Then the tick's role allows each of them on each Glue job (the flush job only when the flush is one), and no
-    # Glue action anywhere else
+    # Then the tick's role allows each of them on each Glue job (the flush job where it is deployed), and no Glue
+    # action anywhere else
     granted = cfn.allowed(cfn.role_of(cfn.functions()[TICK]))
     glue = {(a, r) for a, r in granted if a.startswith("glue:")}
-    kinds = ("compact", "checkpoint") if either_engine.engine == "function" else JOB_KINDS
+    kinds = JOB_KINDS if "glue" in either_engine.engines else ("compact", "checkpoint")
     assert glue == {(f"glue:{op}", _job_arn(ids, kind)) for op in ops for kind in kinds}
-    # And it may invoke the flush function, when there is one, and no other function
+    # And it may invoke the flush function, where there is one, and no other function
     invokes = {(a, r) for a, r in granted if a.startswith("lambda:")}
-    if either_engine.engine == "function":
+    if "function" in either_engine.engines:
         assert invokes == {("lambda:InvokeFunction", f"<{ids['function:flush']}.Arn>")}
     else:
         assert invokes == set()
     # And it writes nothing to DynamoDB or S3 but the flush function's run records
     writes = {(a, r) for a, r in granted if a.split(":")[0] in ("dynamodb", "s3") and not _read(a)}
-    if either_engine.engine == "function":
+    if "function" in either_engine.engines:
         config = f"<{ids['table:config']}.Arn>"
         assert writes == {(a, config) for a in RUN_RECORDS["config"] if not _read(a)}
     else:
@@ -205,14 +209,14 @@ def test_alarms_are_the_ones_no_other_alarm_covers_and_all_notify(either_engine)
     # broadcaster's and the flush function's among them), the two materialisation ones and the broadcaster's lag --
     # at $0.10 a month each; with the Glue flush engine there is no flush function to alarm on (the Glue failure
     # rule reports its job)
-    assert names == (EXPECTED_ALARMS if either_engine.engine == "function" else EXPECTED_ALARMS - {"FlushErrors"})
+    assert names == (EXPECTED_ALARMS if "function" in either_engine.engines else EXPECTED_ALARMS - {"FlushErrors"})
     # And every one notifies the alarm topic
     assert all(a["AlarmActions"] == [{"Ref": ids["topic:alarms"]}] for a in alarms.values())
     # And the tick's errors alarm watches the tick
     (tick_alarm,) = [a for k, a in alarms.items() if k.startswith("MonitoringLakeTickErrors")]
     assert tick_alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": ids[f"function:{TICK}"]}}]
     # And the flush function's errors alarm (a run that raised or timed out) watches the flush function
-    if either_engine.engine == "function":
+    if "function" in either_engine.engines:
         (flush_alarm,) = [a for k, a in alarms.items() if k.startswith("MonitoringFlushErrors")]
         assert flush_alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": ids["function:flush"]}}]
         assert (flush_alarm["MetricName"], flush_alarm["Threshold"]) == ("Errors", 1)

@@ -120,17 +120,18 @@ def test_only_the_flush_may_publish_to_the_queue(either_engine):
     for logical in cfn.of_type("AWS::IAM::Role"):
         if _allows(cfn.allowed(logical), "sqs:SendMessage", f"<{ids['queue:materialise']}.Arn>"):
             senders.append(logical)
-    # Then it is the flush's role alone: the flush function's, or the Glue flush job's
-    assert senders == [either_engine.flush_role()]
+    # Then they are the flush's roles alone: the flush function's and/or the Glue flush job's
+    assert sorted(senders) == either_engine.flush_roles()
 
 
 # -- the producer -------------------------------------------------------------------------------------------------
 
 
-def test_flush_publishes_payloads_messages_and_only_lakesync_metrics(either_engine):
-    # Given the flush's role (the flush function's, or the Glue flush job's)
-    cfn, ids = either_engine.cfn, either_engine.ids
-    role = either_engine.flush_role()
+@pytest.mark.parametrize("engine", ["function", "glue"])
+def test_flush_publishes_payloads_messages_and_only_lakesync_metrics(synth, engine):
+    # Given an engine's flush role (the flush function's, or the Glue flush job's; the default deploys both)
+    cfn, ids = synth.cfn, synth.ids
+    role = synth.flush_role(engine)
     granted = cfn.allowed(role)
     claim_check = f"<{ids['bucket:claim_check']}.Arn>"
     # Then it may write payloads under materialise/ only, send to the queue, and use the data key both are
@@ -146,9 +147,9 @@ def test_flush_publishes_payloads_messages_and_only_lakesync_metrics(either_engi
     # And it may put metrics only into the LakeSync namespace (and the job into Glue's)
     metric_statements = [s for s in cfn.role_statements(role) if s["Action"] == "cloudwatch:PutMetricData"]
     namespaces = {s["Condition"]["StringEquals"]["cloudwatch:namespace"] for s in metric_statements}
-    assert namespaces == ({"LakeSync"} if either_engine.engine == "function" else {"Glue", "LakeSync"})
+    assert namespaces == ({"LakeSync"} if engine == "function" else {"Glue", "LakeSync"})
     # And its configuration names the claim-check bucket and the queue
-    if either_engine.engine == "function":
+    if engine == "function":
         env = cfn.functions()["flush"]["Environment"]["Variables"]
         bucket, queue = env["LAKESYNC_CLAIM_CHECK_BUCKET"], env["LAKESYNC_MATERIALISE_QUEUE_URL"]
     else:
@@ -296,13 +297,14 @@ def test_flush_publish_and_materialise_roles_allow_what_their_code_calls(cfn, id
     # Then the job was applied, and each role allows every call its code made
     assert reply == {"batchItemFailures": []}
     assert {op for _, op, _ in consume_calls} >= {"GetObject", "GetSecretValue", "Query"}
-    for engine in (synth, glue_synth):  # the flush function's role, and the Glue flush job's
-        engine_names = _names(aws, engine.ids) | {
-            bucket: f"<{engine.ids['bucket:claim_check']}.Arn>",
-            queue_url: f"<{engine.ids['queue:materialise']}.Arn>",
+    for deploying in (synth, glue_synth):  # the flush function's role and the Glue flush job's, in each template
+        engine_names = _names(aws, deploying.ids) | {
+            bucket: f"<{deploying.ids['bucket:claim_check']}.Arn>",
+            queue_url: f"<{deploying.ids['queue:materialise']}.Arn>",
         }
-        _, missing = _check(engine.cfn, engine.flush_role(), publish_calls, engine_names)
-        assert not missing, f"flush ({engine.engine}): used but not granted: {missing}"
+        for role in deploying.flush_roles():
+            _, missing = _check(deploying.cfn, role, publish_calls, engine_names)
+            assert not missing, f"flush ({deploying.engine}, {role}): used but not granted: {missing}"
     assert {op for _, op, _ in publish_calls} >= {"PutObject", "SendMessage", "PutMetricData", "UpdateItem"}
     namespaces = {p["Namespace"] for _, op, p in publish_calls if op == "PutMetricData"}
     assert namespaces == {"LakeSync"}  # the namespace the role's condition allows

@@ -1,7 +1,7 @@
 """lakesync.core.lake_work: when each lake job has work -- the flush for unflushed entries, flush requests, unpublished
 ranges and releases the checkpoints allow (and not again for a release successful runs left undone); compaction and
 checkpoint only while the lake lags the checkpoints and after a newer upstream run; which unfinished run serves the
-work.
+work; which engine a flush run goes to, by the backlog.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 from lakesync.core.flush_requests import CLOCK_SKEW_MS
 from lakesync.core.lake_work import (
     DEFAULT_COMPACT_POLICY,
+    DEFAULT_FUNCTION_MAX_BACKLOG,
     DEFAULT_RETENTION_MS,
     EVERY_FLUSH,
     STALE_AFTER_RUNS,
@@ -20,7 +21,9 @@ from lakesync.core.lake_work import (
     ReleaseTarget,
     Work,
     checkpoint_work,
+    choose_flush_engine,
     compact_work,
+    flush_backlog,
     flush_work,
     lagging_shards,
     release_candidates,
@@ -335,3 +338,70 @@ def test_compaction_policy_keeps_the_other_rules():
         compact_work(FLUSHED, {A: 7}, many, compacted, policy=WAITING)
     with pytest.raises(ValueError, match="min_flush_runs >= 1"):
         CompactPolicy(min_flush_runs=0)
+
+
+# -- the flush's engine -------------------------------------------------------------------------------------------
+
+
+def test_flush_backlog_is_the_entries_above_the_flushed_sequence_of_every_shard():
+    # Given shards with entries flushed or not (one whose head was read before a flush's advance landed)
+    heads = [_head(A, seq=12, flushed_seq=2), _head(B, seq=7, flushed_seq=7), _head(A, seq=3, flushed_seq=5)]
+    # Then the backlog counts the unflushed entries, never less than none per shard
+    assert flush_backlog(heads) == 10
+    assert flush_backlog([]) == 0
+
+
+@pytest.mark.parametrize(
+    ("backlog", "engine"),
+    [
+        (0, "function"),  # nothing unflushed (a release or a request): the cheap engine
+        (1_000, "function"),  # a small backlog
+        (DEFAULT_FUNCTION_MAX_BACKLOG, "function"),  # at the limit, still the function
+        (DEFAULT_FUNCTION_MAX_BACKLOG + 1, "glue"),  # beyond it, the Glue job
+        (50 * DEFAULT_FUNCTION_MAX_BACKLOG, "glue"),  # a large backlog
+    ],
+)
+def test_a_flush_goes_to_the_function_up_to_its_backlog_limit_and_to_glue_beyond(backlog, engine):
+    assert choose_flush_engine(backlog, max_backlog=DEFAULT_FUNCTION_MAX_BACKLOG) == engine
+
+
+@pytest.mark.parametrize("backlog", [0, 10**9])
+def test_with_one_engine_deployed_every_flush_goes_to_it(backlog):
+    # Given an override deploying one engine
+    # Then whatever the backlog, the run goes to that engine
+    assert choose_flush_engine(backlog, max_backlog=100, engines=("function",)) == "function"
+    assert choose_flush_engine(backlog, max_backlog=100, engines=("glue",)) == "glue"
+
+
+def test_choosing_an_engine_needs_one_and_a_limit():
+    with pytest.raises(ValueError, match="function, glue"):
+        choose_flush_engine(1, max_backlog=10, engines=())
+    with pytest.raises(ValueError, match="max_backlog"):
+        choose_flush_engine(1, max_backlog=-1)
+
+
+def test_the_default_limit_leaves_the_function_half_its_timeout_at_the_measured_rate():
+    # Given the measured rate (benchmarks/results/cost-flush-engines.json: the slowest row size) and the function's
+    # 900-second timeout
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parents[2] / "benchmarks/results/cost-flush-engines.json").read_text())
+    # Then the default is the benchmark's measured default rounded down (to a round figure, not below half of it),
+    # which a run at that rate flushes, after a cold start, in half the timeout
+    assert doc["deployed_default"] == DEFAULT_FUNCTION_MAX_BACKLOG
+    assert 0.5 * doc["measured_default"] <= DEFAULT_FUNCTION_MAX_BACKLOG <= doc["measured_default"]
+    seconds = DEFAULT_FUNCTION_MAX_BACKLOG / doc["slowest_deltas_per_s"] + doc["cold_seconds"]
+    assert seconds <= 0.5 * doc["function"]["timeout_s"]
+
+
+def test_lakesync_local_reads_the_functions_limit_as_the_stack_sets_it():
+    # Given the embedded default's pipeline, which chooses the flush engine with choose_flush_engine
+    from lakesync.aws.function_settings import SettingsError
+    from lakesync.local.pipeline import flush_function_max_backlog
+
+    # Then its limit is the deployed default, or LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG as the lake tick reads it
+    assert flush_function_max_backlog({}) == DEFAULT_FUNCTION_MAX_BACKLOG
+    assert flush_function_max_backlog({"LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG": " 12 "}) == 12
+    with pytest.raises(SettingsError, match="LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG"):
+        flush_function_max_backlog({"LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG": "-3"})

@@ -1,7 +1,7 @@
 """The Lambda functions' configuration: environment variables, validated once per cold start.
 
 Variables (every API function reads the list below; ``health``, ``rotate_secret`` and ``log_keys_marker`` read none,
-``flush_trigger`` reads only ``LAKESYNC_FLUSH_JOB_NAME`` -- see :data:`FUNCTION_ENV_VARS`):
+``flush_trigger`` reads :class:`FlushTriggerSettings` -- see :data:`FUNCTION_ENV_VARS`):
 
 * ``LAKESYNC_GATEWAY_IDS`` -- comma-separated gateway ids served (default ``default``).
 * ``LAKESYNC_TABLE_DELTAS`` / ``_ROWS`` / ``_HEADS`` / ``_DEDUP`` / ``_CONFIG`` / ``_ACTIONS`` -- DynamoDB table
@@ -33,9 +33,11 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
   unset: no checkpoints, the route answers 404).
 * ``LAKESYNC_CLAIM_CHECK_BUCKET`` -- the bucket of the materialisation payloads (read by ``materialise`` alone, with
   the table names).
-* ``LAKESYNC_FLUSH_JOB_NAME`` -- the Glue flush job ``flush_trigger`` starts (read by that function on first use:
-  :func:`functions.flush_trigger.flush_job_name`), and ``lake_tick`` with ``LAKESYNC_COMPACT_JOB_NAME`` and
-  ``LAKESYNC_CHECKPOINT_JOB_NAME``.
+* ``LAKESYNC_FLUSH_JOB_NAME`` -- the Glue flush job ``flush_trigger`` and ``lake_tick`` start (where it is
+  deployed), the latter with ``LAKESYNC_COMPACT_JOB_NAME`` and ``LAKESYNC_CHECKPOINT_JOB_NAME``;
+  ``LAKESYNC_FLUSH_FUNCTION_NAME`` and ``LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S`` the flush function they queue runs of
+  (where it is deployed); with both, ``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG`` -- the largest backlog (unflushed
+  entries) a run goes to the function for (:func:`lakesync.core.lake_work.choose_flush_engine`).
 * ``LAKESYNC_FLUSH_PUBLISHES`` -- ``true`` when the flush job publishes materialisation jobs (``lake_tick`` alone:
   the flush then releases only published entries, and the tick must apply the same rule).
 
@@ -48,8 +50,8 @@ The WebSocket functions (``ws_*``) read :class:`RealtimeSettings` besides:
   close a session) and ``ws_broadcast`` (to send); ``ws_broadcast`` reads the table names too (sync rules).
 
 ``lake_tick`` reads :class:`LakeTickSettings`: the gateway ids, the table names, the checkpoint bucket (optional),
-the three job names (or the flush function's name), ``LAKESYNC_FLUSH_PUBLISHES`` and the compaction policy
-(``LAKESYNC_COMPACT_MIN_FLUSH_RUNS``, ``LAKESYNC_COMPACT_MAX_WAIT_MINUTES``).
+the job names and the flush function's (the deployed flush engines), ``LAKESYNC_FLUSH_PUBLISHES`` and the compaction
+policy (``LAKESYNC_COMPACT_MIN_FLUSH_RUNS``, ``LAKESYNC_COMPACT_MAX_WAIT_MINUTES``).
 
 An empty variable counts as unset. Every problem is reported at once in one :class:`SettingsError`.
 """
@@ -96,6 +98,7 @@ JOB_NAME_VARS: Final = {"flush": FLUSH_JOB_NAME, "compact": COMPACT_JOB_NAME, "c
 FLUSH_PUBLISHES: Final = "LAKESYNC_FLUSH_PUBLISHES"
 FLUSH_FUNCTION_NAME: Final = "LAKESYNC_FLUSH_FUNCTION_NAME"
 FLUSH_FUNCTION_TIMEOUT_S: Final = "LAKESYNC_FLUSH_FUNCTION_TIMEOUT_S"
+FLUSH_FUNCTION_MAX_BACKLOG: Final = "LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG"
 COMPACT_MIN_FLUSH_RUNS: Final = "LAKESYNC_COMPACT_MIN_FLUSH_RUNS"
 COMPACT_MAX_WAIT_MINUTES: Final = "LAKESYNC_COMPACT_MAX_WAIT_MINUTES"
 MAX_COMPACT_MIN_FLUSH_RUNS: Final = 25
@@ -182,7 +185,16 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "actions": API_ENV_VARS,
     "admin": API_ENV_VARS,
     "checkpoint": API_ENV_VARS,
-    "flush_trigger": frozenset({FLUSH_JOB_NAME, FLUSH_FUNCTION_NAME, FLUSH_FUNCTION_TIMEOUT_S, *_BUFFER_TABLE_VARS}),
+    "flush_trigger": frozenset(
+        {
+            GATEWAY_IDS,
+            FLUSH_JOB_NAME,
+            FLUSH_FUNCTION_NAME,
+            FLUSH_FUNCTION_TIMEOUT_S,
+            FLUSH_FUNCTION_MAX_BACKLOG,
+            *_BUFFER_TABLE_VARS,
+        }
+    ),
     "flush": frozenset(
         {
             GATEWAY_IDS,
@@ -213,6 +225,7 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
             *JOB_NAME_VARS.values(),
             FLUSH_FUNCTION_NAME,
             FLUSH_FUNCTION_TIMEOUT_S,
+            FLUSH_FUNCTION_MAX_BACKLOG,
             COMPACT_MIN_FLUSH_RUNS,
             COMPACT_MAX_WAIT_MINUTES,
         }
@@ -530,6 +543,12 @@ def _default_compact_policy() -> CompactPolicy:
     return DEFAULT_COMPACT_POLICY
 
 
+def _default_max_backlog() -> int:
+    from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG
+
+    return DEFAULT_FUNCTION_MAX_BACKLOG
+
+
 @dataclass(frozen=True, slots=True)
 class LakeTickSettings:
     """Validated configuration of the ``lake_tick`` function.
@@ -537,11 +556,14 @@ class LakeTickSettings:
     Attributes:
         gateway_ids: The gateways the lake jobs process (sorted).
         tables: Physical DynamoDB table names (heads, shard registry and flush requests, the log's commit index).
-        job_names: ``flush`` / ``compact`` / ``checkpoint`` -> Glue job name (no ``flush`` when the flush is a
-            function).
+        job_names: ``flush`` / ``compact`` / ``checkpoint`` -> Glue job name (no ``flush`` when only the flush
+            function is deployed).
         flush_publishes: Whether the flush job publishes materialisation jobs.
         checkpoint_bucket: The checkpoint bucket (``None``: no checkpoints; nothing can be released).
-        flush_function: The flush as a function (:class:`FlushFunctionRef`) instead of a Glue job, or ``None``.
+        flush_function: The flush function (:class:`FlushFunctionRef`), or ``None`` (only the Glue flush job).
+        flush_function_max_backlog: The largest backlog (unflushed entries) a run goes to the function for when both
+            engines are deployed (``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG``; :func:`lakesync.core.lake_work.
+            choose_flush_engine`).
         compact_policy: When flushed files are worth a compaction run (``LAKESYNC_COMPACT_MIN_FLUSH_RUNS``, 1 to 25,
             default 16; ``LAKESYNC_COMPACT_MAX_WAIT_MINUTES``, default 360).
     """
@@ -553,6 +575,7 @@ class LakeTickSettings:
     checkpoint_bucket: str | None = None
     flush_function: FlushFunctionRef | None = None
     compact_policy: CompactPolicy = field(default_factory=_default_compact_policy)
+    flush_function_max_backlog: int = field(default_factory=_default_max_backlog)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> LakeTickSettings:
@@ -568,14 +591,15 @@ class LakeTickSettings:
         names: dict[str, str] = {}
         function = _flush_function(env, errors)
         for job, var in JOB_NAME_VARS.items():
-            if job == "flush" and function is not None:
-                continue
             name = env.get(var, "").strip()
+            if job == "flush" and function is not None and not name:
+                continue  # the flush function alone
             if not name:
                 errors.append(f"missing {var}")
             elif not _job_name().fullmatch(name):
                 errors.append(f"{var} {name!r} is not a Glue job name")
             names[job] = name
+        max_backlog = _int(env, FLUSH_FUNCTION_MAX_BACKLOG, _default_max_backlog(), 0, errors, unit="deltas")
         publishes = env.get(FLUSH_PUBLISHES, "").strip().lower()
         if publishes not in ("true", "false"):
             errors.append(f"{FLUSH_PUBLISHES} must be true or false (whether the flush job publishes)")
@@ -587,7 +611,50 @@ class LakeTickSettings:
         if errors:
             raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
         policy = replace(default, min_flush_runs=min_runs, max_wait_ms=wait_min * 60_000)
-        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function, policy)
+        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function, policy, max_backlog)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTriggerSettings:
+    """Validated configuration of the ``flush_trigger`` function: the flush's deployed engines, as the tick's.
+
+    Attributes:
+        gateway_ids: The gateways whose shards make the backlog (sorted).
+        tables: The tables (the flush function's run records, the heads for the backlog); ``None`` with the Glue job
+            alone.
+        job_name: The Glue flush job, or ``None`` (only the flush function).
+        flush_function: The flush function, or ``None`` (only the Glue job).
+        flush_function_max_backlog: As :attr:`LakeTickSettings.flush_function_max_backlog`.
+    """
+
+    gateway_ids: tuple[str, ...]
+    tables: TableNames | None
+    job_name: str | None
+    flush_function: FlushFunctionRef | None
+    flush_function_max_backlog: int = field(default_factory=_default_max_backlog)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> FlushTriggerSettings:
+        """Read and validate the variables: ``LAKESYNC_FLUSH_JOB_NAME`` and/or ``LAKESYNC_FLUSH_FUNCTION_NAME`` (with
+        the tables); with both, the gateways and ``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG`` too.
+
+        Raises:
+            SettingsError: listing every missing or invalid variable.
+        """
+        errors: list[str] = []
+        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        function = _flush_function(env, errors)
+        job = env.get(FLUSH_JOB_NAME, "").strip() or None
+        if job is not None and not _job_name().fullmatch(job):
+            errors.append(f"{FLUSH_JOB_NAME} {job!r} is not a Glue job name")
+        if job is None and function is None:
+            errors.append(f"missing {FLUSH_JOB_NAME} (or {FLUSH_FUNCTION_NAME})")
+        gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
+        tables = _tables(env, errors) if function is not None else None
+        max_backlog = _int(env, FLUSH_FUNCTION_MAX_BACKLOG, _default_max_backlog(), 0, errors, unit="deltas")
+        if errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        return cls(tuple(sorted(gateways)), tables, job, function, max_backlog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,24 +664,6 @@ class FlushFunctionRef:
 
     name: str
     timeout_s: int = 900
-
-
-def flush_function_ref(environ: Mapping[str, str]) -> tuple[FlushFunctionRef, TableNames] | None:
-    """The flush function and the tables of its run records, when ``LAKESYNC_FLUSH_FUNCTION_NAME`` is set (the flush
-    trigger's choice between the function and the Glue job).
-
-    Raises:
-        SettingsError: a variable is invalid, or the tables are missing.
-    """
-    errors: list[str] = []
-    env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-    ref = _flush_function(env, errors)
-    if ref is None:
-        return None
-    tables = _tables(env, errors)
-    if errors:
-        raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
-    return ref, tables
 
 
 def _flush_function(env: Mapping[str, str], errors: list[str]) -> FlushFunctionRef | None:

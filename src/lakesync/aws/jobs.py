@@ -18,12 +18,17 @@ The lake tick (:mod:`lakesync.aws.lake_tick`) uses the same starter without wait
 reads the job's recent runs (newest first, page by page only while the caller needs more) and
 :meth:`GlueJobStarter.try_start` starts one run or says why not (``busy``, or Glue's error code when waiting may
 help); the next tick is its retry.
+
+:class:`FlushEngines` is the flush's two engines -- the Glue job and the flush function
+(:class:`lakesync.aws.flush_runs.FunctionJobStarter`) -- as one starter for the tick and the trigger: the runs of
+both, and a start given to the engine :func:`lakesync.core.lake_work.choose_flush_engine` picks for the backlog, never
+while a run of either is unfinished.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -33,7 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lakesync.aws.errors import error_code
 from lakesync.core.errors import StorageError
 from lakesync.core.flush_requests import ActiveRun, covering_run
-from lakesync.core.lake_work import ACTIVE_STATES, JobRun
+from lakesync.core.lake_work import ACTIVE_STATES, FLUSH_ENGINES, FlushEngine, JobRun, choose_flush_engine
 
 if TYPE_CHECKING:
     from mypy_boto3_glue import GlueClient
@@ -42,6 +47,7 @@ __all__ = [
     "ACTIVE_STATES",
     "DEFAULT_POLL_INTERVAL_S",
     "HISTORY_PAGES",
+    "FlushEngines",
     "GlueJobStarter",
     "RunStarter",
     "TransientJobError",
@@ -113,10 +119,18 @@ class RunStarter:
     _monotonic: Callable[[], float]
     _sleep: Callable[[float], None]
 
+    job_name: str
+
     def active_runs(self) -> list[ActiveRun]:
         raise NotImplementedError
 
     def start(self) -> str | None:
+        raise NotImplementedError
+
+    def runs(self, *, enough: Callable[[Sequence[JobRun]], bool] | None = None, pages: int = 1) -> list[JobRun]:
+        raise NotImplementedError
+
+    def try_start(self) -> tuple[str | None, str]:
         raise NotImplementedError
 
     def ensure_run_after(self, at_ms: int, *, wait_s: float) -> TriggerResult:
@@ -245,6 +259,106 @@ class GlueJobStarter(RunStarter):
             raise StorageError(f"Glue {operation} ({self.job_name}) failed: {code}") from exc
         except BotoCoreError as exc:
             raise TransientJobError(type(exc).__name__) from exc
+
+
+class FlushEngines(RunStarter):
+    """The flush's engines as one starter (module docstring).
+
+    Either engine's unfinished run is the flush's: it covers what began before it (the tick's and the trigger's
+    rule), and while one is unfinished no run of the other starts -- both would only take turns on the flush lease,
+    and a Glue run that finds the lease held fails (a minute billed for nothing). A start reads the backlog and goes
+    to the engine chosen for it; :attr:`last_choice` says which, for the caller's report.
+
+    Args:
+        engines: The deployed engines' starters (one, with an override: that one always).
+        backlog: Reads the backlog (the shards' unflushed entries) when a run is to start.
+        max_backlog: The largest backlog the function is given (``flushFunctionMaxBacklog``).
+    """
+
+    job_name = "flush"
+
+    def __init__(
+        self,
+        engines: Mapping[FlushEngine, RunStarter],
+        *,
+        backlog: Callable[[], int],
+        max_backlog: int,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not engines or not set(engines) <= set(FLUSH_ENGINES):
+            raise ValueError(f"a flush needs engines among {list(FLUSH_ENGINES)}")
+        self.engines = dict(engines)
+        self.max_backlog = max_backlog
+        self._backlog = backlog
+        self.poll_interval_s = poll_interval_s
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self.last_choice: tuple[FlushEngine, int] | None = None
+        """The engine the last start went to and the backlog it was chosen for."""
+        self.runs_of: dict[str, FlushEngine] = {}
+        """The engine of each run the last :meth:`runs` or :meth:`active_runs` listed, by run id."""
+
+    def runs(
+        self, *, enough: Callable[[Sequence[JobRun]], bool] | None = None, pages: int = HISTORY_PAGES
+    ) -> list[JobRun]:
+        """Both engines' runs, newest first (by start; each engine's read until ``enough`` holds of its own)."""
+        out: list[JobRun] = []
+        for engine, starter in self.engines.items():
+            listed = starter.runs(enough=enough, pages=pages)
+            self.runs_of.update((run.run_id, engine) for run in listed)
+            out.extend(listed)
+        return sorted(out, key=lambda run: run.started_ms or 0, reverse=True)
+
+    def active_runs(self) -> list[ActiveRun]:
+        """Both engines' unfinished runs."""
+        out: list[ActiveRun] = []
+        for engine, starter in self.engines.items():
+            listed = starter.active_runs()
+            self.runs_of.update((run.run_id, engine) for run in listed)
+            out.extend(listed)
+        return out
+
+    def choose(self) -> tuple[FlushEngine, int]:
+        """The engine a run started now goes to, and the backlog read for it.
+
+        Raises:
+            StorageError: reading the backlog failed.
+        """
+        if len(self.engines) == 1:
+            return next(iter(self.engines)), 0
+        backlog = self._backlog()
+        return choose_flush_engine(backlog, max_backlog=self.max_backlog, engines=self.engines), backlog
+
+    def try_start(self) -> tuple[str | None, str]:
+        """Start a run on the chosen engine unless a run of either is unfinished: ``(run id, "")``, or ``(None,
+        "busy" | the service's error code)``.
+
+        Raises:
+            StorageError: a read failed, or the service refused for a reason waiting cannot fix.
+        """
+        try:
+            if self.active_runs():
+                return None, "busy"
+        except TransientJobError as exc:
+            return None, exc.code
+        engine, backlog = self.choose()
+        self.last_choice = (engine, backlog)
+        return self.engines[engine].try_start()
+
+    def start(self) -> str | None:
+        """Start a run on the chosen engine; its id, or ``None`` while a run of either engine is unfinished.
+
+        Raises:
+            TransientJobError: the service could not answer now.
+            StorageError: a read failed, or the service refused for a reason waiting cannot fix.
+        """
+        if self.active_runs():
+            return None
+        engine, backlog = self.choose()
+        self.last_choice = (engine, backlog)
+        return self.engines[engine].start()
 
 
 def _active_run(run: Any) -> ActiveRun:

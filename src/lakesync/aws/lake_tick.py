@@ -7,14 +7,16 @@ What one tick reads, all of it small:
   checkpoint of each gateway (``latest.json`` and the manifest), and for a shard the checkpoint lets release
   something, the entry its release step would mark (the flush store's ``release_target``: a ``Query`` or two on the
   commit index, one on the log) and, when that entry is beyond the release mark, when its checkpoint became visible
-  (``HEAD latest.json``). Only when that finds work: the flush job's recent runs (``GetJobRuns``), to see whether an
-  unfinished run serves it and whether a release is stale.
+  (``HEAD latest.json``). Only when that finds work: the recent runs of the flush's engines (``GetJobRuns``, the
+  function's run records), to see whether an unfinished run serves it and whether a release is stale.
 * compact / checkpoint -- the heads and the checkpoints; only when a shard lags the checkpoints, the recent runs of
   the job and of the job before it (for compaction, enough flush runs for its policy to count).
 
-Then, when the job has work and no unfinished run serves it, one ``StartJobRun``. A busy job or a Glue error that
-waiting may cure is reported (``deferred``) and left to the next tick, as the schedules did when they started the jobs
-directly; an idle tick makes no Glue call at all for the flush, and none for the others while the lake is
+Then, when the job has work and no unfinished run serves it, one ``StartJobRun`` -- for the flush, on the engine chosen
+for the backlog (:class:`lakesync.aws.jobs.FlushEngines`: the flush function up to ``flushFunctionMaxBacklog`` unflushed
+entries, the Glue job beyond; an unfinished run of either engine covers, or holds back, the other). A busy job or a Glue
+error that waiting may cure is reported (``deferred``) and left to the next tick, as the schedules did when they started
+the jobs directly; an idle tick makes no Glue call at all for the flush, and none for the others while the lake is
 checkpointed. :meth:`LakeTick.has_work` asks the same questions without run histories, for a pipeline that runs the
 three jobs in series (``lakesync local``).
 """
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lakesync.aws.checkpoints import ReleaseBounds, release_bounds
+from lakesync.aws.jobs import FlushEngines
 from lakesync.core.checkpoint import latest_key
 from lakesync.core.hlc import system_clock
 from lakesync.core.lake_work import (
@@ -136,6 +139,8 @@ class TickReport:
             was busy or Glue could not answer; the next tick tries again).
         run_id: The started or covering run.
         reason: For ``deferred``: ``busy`` or Glue's error code.
+        engine: For the flush: the engine of the started or covering run (``function`` or ``glue``), when known.
+        backlog: For a started flush: the unflushed entries its engine was chosen for.
         checkpoint_age_s: For the checkpoint job: how far the checkpoints lag flushed data, in seconds (the seconds
             since the latest checkpoint of the gateway whose checkpoint is oldest among those with flushed entries it
             does not cover); 0 when none lags, so an idle deployment never reads as late, and a lagging gateway with
@@ -147,10 +152,16 @@ class TickReport:
     run_id: str | None = None
     reason: str = ""
     checkpoint_age_s: int | None = None
+    engine: str | None = None
+    backlog: int | None = None
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready account (the handler's log line and return value)."""
         out = {**self.work.report(), "outcome": self.outcome, "run_id": self.run_id, "reason": self.reason}
+        if self.engine is not None:
+            out["engine"] = self.engine
+        if self.backlog is not None:
+            out["backlog"] = self.backlog
         if self.checkpoint_age_s is not None:
             out["checkpoint_age_s"] = self.checkpoint_age_s
         return out
@@ -201,13 +212,20 @@ class LakeTick:
                 age = self._checkpoint_age_s(heads, positions)
         if not work.due:
             return TickReport(work, "idle", checkpoint_age_s=age)
+        runner = self.runners[job]
+        engines = runner if isinstance(runner, FlushEngines) else None
         covering = work.covering(runs)
         if covering is not None:
-            return TickReport(work, "covered", covering.run_id, checkpoint_age_s=age)
-        run_id, why = self.runners[job].try_start()
+            engine = engines.runs_of.get(covering.run_id) if engines else None
+            return TickReport(work, "covered", covering.run_id, checkpoint_age_s=age, engine=engine)
+        if engines is not None:
+            engines.last_choice = None
+        run_id, why = runner.try_start()
+        choice = engines.last_choice if engines else None
+        engine, backlog = choice if choice else (None, None)
         if run_id is None:
-            return TickReport(work, "deferred", reason=why, checkpoint_age_s=age)
-        return TickReport(work, "started", run_id, checkpoint_age_s=age)
+            return TickReport(work, "deferred", reason=why, checkpoint_age_s=age, engine=engine, backlog=backlog)
+        return TickReport(work, "started", run_id, checkpoint_age_s=age, engine=engine, backlog=backlog)
 
     def work(self, job: JobKind) -> tuple[Work, list[JobRun]]:
         """``job``'s work and the job's recent runs (read only when there is work)."""

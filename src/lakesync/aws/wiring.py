@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from lakesync.aws.clients import dynamodb_client, lambda_client
 from lakesync.aws.dynamodb import (
@@ -15,6 +15,7 @@ from lakesync.aws.function_settings import (
     BroadcastSettings,
     ConnectorSettings,
     FlushFunctionRef,
+    FlushTriggerSettings,
     LakeTickSettings,
     MaterialiseSettings,
     RealtimeSettings,
@@ -33,9 +34,10 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from lakesync.aws.flush_runs import FunctionJobStarter
+    from lakesync.aws.jobs import FlushEngines, RunStarter
     from lakesync.aws.lake_tick import JobRunner, LakeTick
     from lakesync.aws.tables import TableNames
-    from lakesync.core.lake_work import JobKind
+    from lakesync.core.lake_work import FlushEngine, JobKind
     from lakesync.gateway.materialise import MaterialiseDeps
     from lakesync.gateway.realtime import BroadcastDeps
     from lakesync.ports import ConnectionSender, ConnectionStore, PullBasisReader
@@ -144,11 +146,13 @@ def materialise_deps(settings: MaterialiseSettings) -> MaterialiseDeps:
 
 def lake_tick(settings: LakeTickSettings) -> LakeTick:
     """The lake tick: the flush store and the config store over one DynamoDB client, the checkpoint bucket when
-    configured, and a starter per Glue job over one Glue client (clients made here, on the first tick)."""
+    configured, a starter per Glue job over one Glue client, and the flush's deployed engines as one starter
+    (:class:`~lakesync.aws.jobs.FlushEngines`, its backlog read from the heads); clients made here, on the first
+    tick."""
     from lakesync.aws.flush_store import FlushStore
-    from lakesync.aws.jobs import GlueJobStarter, glue_client
+    from lakesync.aws.jobs import FlushEngines, GlueJobStarter, glue_client
     from lakesync.aws.lake_tick import LakeReader, LakeTick
-    from lakesync.core.lake_work import JOB_KINDS
+    from lakesync.core.lake_work import flush_backlog
 
     client = dynamodb_client()
     bucket = settings.checkpoint_bucket
@@ -159,14 +163,46 @@ def lake_tick(settings: LakeTickSettings) -> LakeTick:
         S3ObjectStore(bucket) if bucket else None,
     )
     glue = glue_client()
-    runners: dict[JobKind, JobRunner] = {
-        job: GlueJobStarter(glue, settings.job_names[job])
-        for job in JOB_KINDS
-        if not (job == "flush" and settings.flush_function is not None)
-    }
+    runners: dict[JobKind, JobRunner] = {job: GlueJobStarter(glue, settings.job_names[job]) for job in DOWNSTREAM}
+    engines: dict[FlushEngine, RunStarter] = {}
+    if "flush" in settings.job_names:
+        engines["glue"] = GlueJobStarter(glue, settings.job_names["flush"])
     if settings.flush_function is not None:
-        runners["flush"] = flush_function_starter(settings.flush_function, settings.tables, client)
+        engines["function"] = flush_function_starter(settings.flush_function, settings.tables, client)
+    runners["flush"] = FlushEngines(
+        engines,
+        backlog=lambda: flush_backlog(reader.heads().values()),
+        max_backlog=settings.flush_function_max_backlog,
+    )
     return LakeTick(reader, runners, publishing=settings.flush_publishes, compact_policy=settings.compact_policy)
+
+
+DOWNSTREAM: Final[tuple[JobKind, ...]] = ("compact", "checkpoint")
+"""The lake jobs after the flush, always Glue jobs."""
+
+
+def flush_trigger_starter(settings: FlushTriggerSettings) -> FlushEngines:
+    """The flush trigger's starter: the deployed engines as the tick's (a Glue run asked for ``STANDARD``: a shard over
+    its flush threshold is on its way to backpressure, so its flush must not wait for Flex capacity), the backlog
+    read from the heads of the gateways' shards."""
+    from lakesync.aws.flush_store import FlushStore
+    from lakesync.aws.jobs import FlushEngines, GlueJobStarter, glue_client
+    from lakesync.core.lake_work import flush_backlog
+
+    engines: dict[FlushEngine, RunStarter] = {}
+    if settings.job_name is not None:
+        engines["glue"] = GlueJobStarter(glue_client(), settings.job_name, execution_class="STANDARD")
+    client = dynamodb_client() if settings.tables is not None else None
+    if settings.flush_function is not None:
+        assert settings.tables is not None
+        engines["function"] = flush_function_starter(settings.flush_function, settings.tables, client)
+
+    def backlog() -> int:
+        assert client is not None and settings.tables is not None  # both engines: the function's tables are given
+        _, heads = FlushStore(client, settings.tables).shards(settings.gateway_ids)
+        return flush_backlog(heads.values())
+
+    return FlushEngines(engines, backlog=backlog, max_backlog=settings.flush_function_max_backlog)
 
 
 def flush_function_starter(

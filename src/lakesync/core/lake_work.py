@@ -35,6 +35,12 @@ Invariants:
   times) are compared with :data:`~lakesync.core.flush_requests.CLOCK_SKEW_MS` of margin.
 * An unfinished run serves the work when it provably began after all of it (:meth:`Work.covering`): the tick then
   starts nothing.
+
+Which engine flushes (:func:`choose_flush_engine`): the flush function while the backlog -- the shards' unflushed
+entries, ``seq - fs`` of the heads the tick reads anyway (:func:`flush_backlog`) -- is at most the function's limit
+(``flushFunctionMaxBacklog``, default :data:`DEFAULT_FUNCTION_MAX_BACKLOG`), the Glue job above it. Either engine's
+unfinished run counts for both: it serves the work it covers, and otherwise the other engine is not started beside it
+(:class:`lakesync.aws.jobs.FlushEngines`).
 """
 
 from __future__ import annotations
@@ -48,11 +54,14 @@ from lakesync.core.flush_requests import CLOCK_SKEW_MS, ActiveRun
 __all__ = [
     "ACTIVE_STATES",
     "DEFAULT_COMPACT_POLICY",
+    "DEFAULT_FUNCTION_MAX_BACKLOG",
     "DEFAULT_RETENTION_MS",
     "EVERY_FLUSH",
+    "FLUSH_ENGINES",
     "JOB_KINDS",
     "STALE_AFTER_RUNS",
     "CompactPolicy",
+    "FlushEngine",
     "Head",
     "JobKind",
     "JobRun",
@@ -60,7 +69,9 @@ __all__ = [
     "ReleaseTarget",
     "Work",
     "checkpoint_work",
+    "choose_flush_engine",
     "compact_work",
+    "flush_backlog",
     "flush_work",
     "lagging_shards",
     "release_candidates",
@@ -70,6 +81,16 @@ __all__ = [
 
 JobKind = Literal["flush", "compact", "checkpoint"]
 JOB_KINDS: Final[tuple[JobKind, ...]] = ("flush", "compact", "checkpoint")
+
+FlushEngine = Literal["function", "glue"]
+FLUSH_ENGINES: Final[tuple[FlushEngine, ...]] = ("function", "glue")
+
+DEFAULT_FUNCTION_MAX_BACKLOG: Final = 1_000_000
+"""The largest backlog (unflushed entries) the lake tick gives the flush function; the Glue job gets anything larger.
+Measured (``make bench-cost``: ``benchmarks/cost_flush.py``, ``benchmarks/results/cost-flush-engines.md``): the
+function flushed 3,122 deltas/s of 2 KB rows (6,854/s of 250 B rows) after a 5-second cold start on a loaded 2-CPU
+machine (3,471/s in an earlier run), which puts half of its 900-second timeout at 1.39 million; a million, rounded
+down, takes it about 330 s."""
 
 DEFAULT_RETENTION_MS: Final = 24 * 3600 * 1000
 """How long flushed entries stay in the buffer before they may be released (the flush job's ``--retention_ms``, which
@@ -329,6 +350,30 @@ def _release_due_ms(target: ReleaseTarget, retention_ms: int, now_ms: int) -> in
     """Since when the entry may go: its retention has passed and its checkpoint is visible (unknown: now)."""
     expiry = (target.commit_hlc >> 16) + retention_ms
     return max(expiry, target.checkpoint_ms if target.checkpoint_ms is not None else now_ms)
+
+
+def flush_backlog(heads: Iterable[Head]) -> int:
+    """The entries the shards hold above their flushed sequence (what the next flush run appends, uncapped)."""
+    return sum(max(0, head.seq - head.flushed_seq) for head in heads)
+
+
+def choose_flush_engine(
+    backlog: int, *, max_backlog: int, engines: Iterable[FlushEngine] = FLUSH_ENGINES
+) -> FlushEngine:
+    """The engine a flush run of ``backlog`` entries goes to, among the deployed ``engines``: the function while the
+    backlog is at most ``max_backlog`` (billed by the millisecond, it finishes with margin inside its timeout), the
+    Glue job beyond (its workers read and write in parallel, and its run has no 15-minute limit). With one engine
+    deployed, that one.
+
+    Raises:
+        ValueError: no engine, or a negative ``max_backlog``.
+    """
+    available = [engine for engine in FLUSH_ENGINES if engine in set(engines)]
+    if not available or max_backlog < 0:
+        raise ValueError("choosing a flush engine needs one of function, glue and max_backlog >= 0")
+    if len(available) == 1:
+        return available[0]
+    return "function" if backlog <= max_backlog else "glue"
 
 
 def lagging_shards(heads: Mapping[str, Head], positions: Mapping[str, int]) -> list[str]:

@@ -1,7 +1,9 @@
 """The lake half of the embedded default: flush → compact → checkpoint against the local stack.
 
-The same job code AWS runs: the flush on pyiceberg as the flush function runs it (or on Spark, as the Glue flush
-job), compaction and the checkpoint on local Spark. Here the buffer is DynamoDB on the local moto server, the lake a
+The same job code AWS runs: the flush on pyiceberg as the flush function runs it, or on Spark as the Glue flush job,
+chosen as the lake tick chooses (:func:`lakesync.core.lake_work.choose_flush_engine`: the function up to
+``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG`` unflushed entries, Spark beyond), compaction and the checkpoint on local
+Spark. Here the buffer is DynamoDB on the local moto server, the lake a
 sqlite-catalog Iceberg warehouse in the data directory shared by Spark and pyiceberg, checkpoints go to the local moto
 S3 bucket.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,13 +66,32 @@ def lake_has_work(stack: LocalStack, gateways: tuple[str, ...]) -> Callable[[], 
 
 @dataclass(frozen=True, slots=True)
 class PipelineReport:
-    """What one pipeline run did."""
+    """What one pipeline run did (``flush_engine``: the engine the flush ran on, ``function`` or ``glue``)."""
 
     flushed: int
     compacted: int
     checkpoint_rows: int
     checkpoint_id: str | None
     seconds: dict[str, float]
+    flush_engine: str = "function"
+
+
+def flush_function_max_backlog(environ: Mapping[str, str]) -> int:
+    """The function's backlog limit: ``LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG`` as the lake tick reads it, else the
+    default.
+
+    Raises:
+        SettingsError: the variable is not a whole number of at least 0.
+    """
+    from lakesync.aws.function_settings import FLUSH_FUNCTION_MAX_BACKLOG, SettingsError
+    from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG
+
+    raw = environ.get(FLUSH_FUNCTION_MAX_BACKLOG, "").strip()
+    if not raw:
+        return DEFAULT_FUNCTION_MAX_BACKLOG
+    if not raw.isdigit():
+        raise SettingsError(f"Invalid LakeSync configuration: {FLUSH_FUNCTION_MAX_BACKLOG} must be a whole number")
+    return int(raw)
 
 
 def run_pipeline(
@@ -79,18 +100,22 @@ def run_pipeline(
     *,
     gateways: tuple[str, ...] = ("default",),
     say: Callable[[str], None] = print,
-    flush_engine: str = "function",
+    flush_engine: str = "auto",
+    max_backlog: int | None = None,
 ) -> PipelineReport:
     """Flush the buffer into the lake, fold it into current state and cut a checkpoint per gateway.
 
-    ``flush_engine`` is the flush's engine, as on AWS: ``function`` (the default: pyiceberg in this process, on the
-    catalog and warehouse the Spark session uses) or ``glue`` (Spark).
+    ``flush_engine`` is the flush's engine setting, as on AWS: ``auto`` (the default: the engine chosen for the
+    backlog, read from the shard heads, against ``max_backlog`` -- default :func:`flush_function_max_backlog` of the
+    environment), ``function`` (pyiceberg in this process, on the catalog and warehouse the Spark session uses) or
+    ``glue`` (Spark).
     """
     from lakesync.aws.checkpoints import read_release_bounds
     from lakesync.aws.dynamodb import DynamoDBConfigStore
-    from lakesync.aws.flush_store import DynamoConfig
+    from lakesync.aws.flush_store import DynamoConfig, FlushStore
     from lakesync.aws.objects import S3ObjectStore, s3_client
     from lakesync.aws.tables import TableNames
+    from lakesync.core.lake_work import FLUSH_ENGINES, choose_flush_engine, flush_backlog
     from lakesync.lake.flush import run_flush
     from lakesync.lake.iceberg_flush import IcebergDeltaLog
     from lakesync.spark import checkpoint, compact, flush
@@ -110,14 +135,22 @@ def run_pipeline(
         secret_access_key=aws["aws_secret_access_key"],
     )
     flush_config = flush.FlushConfig(dynamodb=dynamo, gateways=gateways, publish=stack.publish_config())
+    engines = [e for e in FLUSH_ENGINES if flush_engine in ("auto", e)]
+    if not engines:
+        raise ValueError(f"flush_engine must be auto, function or glue, got {flush_engine!r}")
+    _, heads = FlushStore(dynamo.client(), names).shards(gateways)
+    backlog = flush_backlog(heads.values())
+    limit = flush_function_max_backlog(os.environ) if max_backlog is None else max_backlog
+    chosen = choose_flush_engine(backlog, max_backlog=limit, engines=engines)
     engine: DeltaLog = flush.SparkDeltaLog(spark, flush_config)
-    if flush_engine == "function":
+    if chosen == "function":
         engine = IcebergDeltaLog(_session_catalog(spark, flush_config.catalog), flush_config)
     flushed = run_flush(engine, flush_config, checkpoint_positions=bounds.positions, checkpoint_hlcs=bounds.hlcs)
     seconds["flush"] = time.perf_counter() - started
+    on = "pyiceberg, as the flush function" if chosen == "function" else "Spark, as the Glue flush job"
     say(
-        f"   flush: {flushed.deltas} deltas from {flushed.shards} shard(s) into the Iceberg delta log;"
-        f" {flushed.published_jobs} materialisation job(s) published"
+        f"   flush ({on}; backlog {backlog:,}): {flushed.deltas} deltas from {flushed.shards} shard(s) into the"
+        f" Iceberg delta log; {flushed.published_jobs} materialisation job(s) published"
     )
 
     started = time.perf_counter()
@@ -142,7 +175,7 @@ def run_pipeline(
             rows += made.manifest.rows
             checkpoint_id = made.manifest.checkpoint_id
     say(f"   checkpoint: {rows} row(s) in checkpoint {checkpoint_id}")
-    return PipelineReport(flushed.deltas, folded, rows, checkpoint_id, seconds)
+    return PipelineReport(flushed.deltas, folded, rows, checkpoint_id, seconds, chosen)
 
 
 def _session_catalog(spark: SparkSession, name: str) -> Catalog:
