@@ -83,10 +83,10 @@ def run(sizes: Sizes, out: Path | None) -> dict[str, Any]:
     """Run the workloads; write the results to ``out`` (when given) and return them."""
     import psycopg
 
-    from lakesync.connectors.poller import poll_connector
     from lakesync.connectors.sql.ingest import SqlIngestSource
     from lakesync.connectors.sql.postgres import PostgresRunner
     from lakesync.connectors.sql.query import IngestTable
+    from lakesync.gateway.poller import poll_connector
     from tests.sql.servers import running_postgres
 
     load_start = os.getloadavg()

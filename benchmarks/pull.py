@@ -65,7 +65,7 @@ from benchmarks._common import (
 )
 from benchmarks._moto import VERIFY_FIRST
 from benchmarks._profile import breakdown
-from lakesync.gateway.io_pool import inline
+from lakesync.io_pool import inline
 
 SHARD = f"{GATEWAY}#{TABLE}#0"
 GOAL_RATIO = 1.05

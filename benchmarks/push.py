@@ -48,7 +48,7 @@ from benchmarks._common import (
     timed,
 )
 from benchmarks._profile import breakdown, cumulative
-from lakesync.gateway.io_pool import inline
+from lakesync.io_pool import inline
 
 SHARD = f"{GATEWAY}#{TABLE}#0"
 GOAL_RATIO = 0.7

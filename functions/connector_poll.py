@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
-from lakesync.connectors import poller
+from lakesync.gateway import poller
 
 
 @one_at_a_time
@@ -17,7 +17,7 @@ from lakesync.connectors import poller
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Poll one connector; returns the :class:`~lakesync.connectors.poller.PollResult` as JSON. A source failure
+    """Poll one connector; returns the :class:`~lakesync.gateway.poller.PollResult` as JSON. A source failure
     raises (the invocation fails and is logged; the next tick polls again from the same position)."""
     gateway, name = str(event["gateway"]), str(event["connector"])
     logger.append_keys(gateway=gateway, connector=name)

@@ -15,7 +15,6 @@ import pytest
 from lakesync.connectors import jira, jira_issues
 from lakesync.connectors.base import PollBatch
 from lakesync.connectors.http_api import ApiAuthError, ApiRequestError, ApiThrottledError, RetryPolicy
-from lakesync.connectors.poller import poll_connector
 from lakesync.core.actions import ActionContext, make_action
 from lakesync.core.connectors import validate_connector_config
 from lakesync.core.errors import ActionExecutionError, ActionNotSupportedError, AdapterError
@@ -27,6 +26,7 @@ from lakesync.gateway.memory import (
     InMemoryConfigStore,
     InMemoryPositionStore,
 )
+from lakesync.gateway.poller import poll_connector
 from tests.connectors.jira_server import JiraState, running
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,6 @@ import pytest
 
 from lakesync.connectors import registry
 from lakesync.connectors.base import ChangedRow, Connector, PollBatch, Position
-from lakesync.connectors.local_scheduler import LocalConnectorScheduler
-from lakesync.connectors.poller import DEFAULT_LEASE_MS, drop_leases, poll_connector, poll_registered
 from lakesync.connectors.runtime import ConnectorRuntime
 from lakesync.connectors.secrets import InMemorySecretStore
 from lakesync.core.connectors import ConnectorConfig, validate_connector_config
@@ -30,6 +28,8 @@ from lakesync.gateway.memory import (
     InMemoryConfigStore,
     RecordingScheduler,
 )
+from lakesync.gateway.poller import DEFAULT_LEASE_MS, drop_leases, poll_connector, poll_registered
+from lakesync.local.connector_scheduler import LocalConnectorScheduler
 from lakesync.ports import ConnectorPositionStore, StoredPosition
 from tests.connector_types import descriptor, pull_all
 

@@ -18,7 +18,7 @@ from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, ShardHead, ShardId
-from lakesync.gateway.io_pool import submit
+from lakesync.io_pool import submit
 from lakesync.ports import read_from_entry
 from tests.contract.test_commit_marks import (
     Chunk,

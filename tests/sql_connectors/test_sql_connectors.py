@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from lakesync.connectors.base import PollBatch, Position
-from lakesync.connectors.poller import PROVENANCE_TABLE, poll_connector, poll_registered
 from lakesync.core.delta import DeltaOp, RowDelta, apply_delta
 from lakesync.core.errors import AdapterError, AlreadyExistsError, BackpressureError, NotFoundError, ValidationError
 from lakesync.core.rules import parse_sync_rules
@@ -22,6 +21,7 @@ from lakesync.gateway import connectors as admin
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.poller import PROVENANCE_TABLE, poll_connector, poll_registered
 from tests.connector_types import pull_all
 from tests.sql_connectors.conftest import GW, Source
 
@@ -161,7 +161,7 @@ class _CrashingPush:
                 raise BackpressureError("simulated crash mid-poll")
             return real(*args, **kwargs)
 
-        monkeypatch.setattr("lakesync.connectors.poller.push_service.push", push)
+        monkeypatch.setattr("lakesync.gateway.poller.push_service.push", push)
 
 
 def test_crash_mid_poll_then_resume_loses_and_duplicates_nothing(

@@ -8,7 +8,7 @@ from concurrent.futures import wait
 
 import pytest
 
-from lakesync.gateway.io_pool import results_of, submit
+from lakesync.io_pool import results_of, submit
 
 
 def test_results_of_gives_each_result_in_submission_order() -> None:
@@ -67,7 +67,7 @@ def test_a_failure_of_work_submitted_from_a_pool_thread_is_raised_by_its_future(
 
 
 def test_inline_runs_submitted_work_in_the_calling_thread_for_the_block_only() -> None:
-    from lakesync.gateway.io_pool import inline, on_pool_thread
+    from lakesync.io_pool import inline, on_pool_thread
 
     caller = threading.get_ident()
     with inline():

@@ -92,7 +92,7 @@ from lakesync.core.log import (
 from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
-from lakesync.gateway.io_pool import awaited, on_pool_thread, results_of, submit
+from lakesync.io_pool import awaited, on_pool_thread, results_of, submit
 from lakesync.ports import read_from_entry
 
 if TYPE_CHECKING:

@@ -281,7 +281,7 @@ def _execute(found: dict[str, Route], action: Action, context: ActionContext) ->
 
 def _record(deps: GatewayDeps, gateway: str, action: Action, result: AnyActionResult) -> None:
     """Write the action's provenance row; a failure is logged, never returned (the action has run)."""
-    from lakesync.connectors.poller import provenance_delta
+    from lakesync.gateway.poller import provenance_delta
 
     client_id = f"action:{action.connector}"
     outcome: dict[str, Any] = result.to_json()

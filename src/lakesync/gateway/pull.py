@@ -56,7 +56,6 @@ from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader, kept_basis
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.io_pool import awaited, results_of, submit
 from lakesync.gateway.since import (
     SESSION_TTL_S,
     Handout,
@@ -69,6 +68,7 @@ from lakesync.gateway.since import (
     row_form,
     visible_values,
 )
+from lakesync.io_pool import awaited, results_of, submit
 from lakesync.ports import BufferStore, ConfigStore, PullBasisReader, read_from_entry
 
 _PAGE = 1000

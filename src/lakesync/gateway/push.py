@@ -70,8 +70,8 @@ from lakesync.core.rules import Claims, SyncRules, WriteRefusal, check_write, ro
 from lakesync.core.schema import TableSchema, validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import awaited, results_of, submit
 from lakesync.gateway.since import note_push
+from lakesync.io_pool import awaited, results_of, submit
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from lakesync.gateway import limits
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.io_pool import results_of, submit
+from lakesync.io_pool import results_of, submit
 from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
 from lakesync.wire.framing import TAG_BROADCAST, TAG_SYNC_PULL, TAG_SYNC_PUSH, decode_frame

@@ -43,7 +43,7 @@ from lakesync.local.websocket import GatewaySessions, SocketHub
 
 if TYPE_CHECKING:
     from lakesync.aws.publish import PublishConfig
-    from lakesync.connectors.local_scheduler import LocalConnectorScheduler
+    from lakesync.local.connector_scheduler import LocalConnectorScheduler
     from lakesync.local.journal import RecoveryReport
     from lakesync.local.moto import AwsEndpoint
     from lakesync.local.workers import WorkerPool
@@ -296,8 +296,8 @@ class LocalStack:
         so every lease on record now is dead, and would otherwise hold its connector until it expires."""
         from functions._runtime import get_deps
         from functions.connector_poll import lambda_handler
-        from lakesync.connectors.local_scheduler import LocalConnectorScheduler
-        from lakesync.connectors.poller import drop_leases
+        from lakesync.gateway.poller import drop_leases
+        from lakesync.local.connector_scheduler import LocalConnectorScheduler
 
         positions = get_deps().positions
         if positions is not None:

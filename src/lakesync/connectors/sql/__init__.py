@@ -31,7 +31,7 @@ are emitted as deletions. Unlike the original, the snapshot is part of the store
 re-insert everything.
 
 A change's ``version`` is the row's content hash (with its cursor value in cursor mode); the poller derives the
-deltaId from it and the position's generation (:mod:`lakesync.connectors.poller`).
+deltaId from it and the position's generation (:mod:`lakesync.gateway.poller`).
 
 **Source pulls** (``GET /pull?source={name}``, reference §5.3): the ingest tables' rows served live as INSERT deltas.
 A cursor table's rows carry ``HLC(cursor as epoch ms, 0)`` (datetime cursors; numeric cursors as they are) and
