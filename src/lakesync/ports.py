@@ -7,17 +7,19 @@ DynamoDB and S3. The contract tests in ``tests/contract`` run one behaviour suit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from lakesync.core.connectors import ConnectorConfig
     from lakesync.core.delta import RowDelta
     from lakesync.core.destinations import DestinationConfig
+    from lakesync.core.errors import LakeSyncError
     from lakesync.core.log import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
     from lakesync.core.realtime import Connection
     from lakesync.core.rules import SyncRules
     from lakesync.core.schema import TableSchema
+    from lakesync.core.since import SinceSession
 
 
 class BufferStore(Protocol):
@@ -270,6 +272,30 @@ class Destination(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedDestinations:
+    """The destinations of a job: those open, and by name those that could not be opened."""
+
+    opened: Sequence[Destination]
+    failures: Mapping[str, LakeSyncError] = field(default_factory=dict)
+
+
+class DestinationProvider(Protocol):
+    """The destinations a job of ``gateway``/``table`` goes to (connections opened and cached by the provider)."""
+
+    def destinations(self, gateway: str, table: str) -> ResolvedDestinations:
+        """Open (or reuse) the destinations configured for ``gateway`` that take ``table``.
+
+        Raises:
+            DestinationError: the configuration cannot be read (every destination of the job is unknown).
+        """
+        ...
+
+    def discard(self, destination: Destination) -> None:
+        """Forget a destination after it failed, so the next job reconnects."""
+        ...
+
+
 class ConnectionStore(Protocol):
     """The open WebSocket sessions (:class:`~lakesync.core.realtime.Connection`), by id and by gateway."""
 
@@ -385,5 +411,22 @@ class RateLimitCounter(Protocol):
             count had reached ``limit``.
 
         ``expires_at`` (Unix seconds): the counter may be forgotten after it (the window has ended by then).
+        """
+        ...
+
+
+class SinceSessionStore(Protocol):
+    """Sessions of ``since`` clients, by gateway and clientId."""
+
+    def get(self, gateway: str, client_id: str) -> SinceSession | None:
+        """The client's session (consistent read), or ``None``."""
+        ...
+
+    def put(self, gateway: str, client_id: str, session: SinceSession, expires_at: int) -> None:
+        """Store ``session`` as version ``session.version + 1`` if the stored version is still ``session.version``
+        (0: none stored).
+
+        Raises:
+            CommitConflict: another request changed the session meanwhile.
         """
         ...

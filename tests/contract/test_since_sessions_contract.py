@@ -8,7 +8,9 @@ import pytest
 
 from lakesync.aws.since_sessions import DynamoDBSinceSessions, session_key
 from lakesync.core.log import CommitConflict
-from lakesync.gateway.since import Handout, InMemorySinceSessions, ResyncMark, SinceSession, SinceSessionStore
+from lakesync.core.since import Handout, ResyncMark, SinceSession
+from lakesync.gateway.memory import InMemorySinceSessions
+from lakesync.ports import SinceSessionStore
 
 
 @pytest.fixture(params=["memory", "dynamodb"])

@@ -24,10 +24,10 @@ import pytest
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
+from lakesync.core.checkpoint import load_manifest
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC
 from lakesync.core.messages import SyncPush
-from lakesync.gateway.checkpoint import load_manifest
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.push import push
 from lakesync.lake.tables import DELTA_LOG, state_table
@@ -194,7 +194,7 @@ def test_entry_scripts_run_the_pipeline_from_the_stack_arguments(
     (line,) = _reports(capsys.readouterr().out)
     # Then it published the gateway's checkpoint in the stack's checkpoint bucket: the 11 live rows and the deleted
     # one (as its DELETE, kept by default for original clients resynced from the checkpoint)
-    manifest = load_manifest(S3ObjectStore(checkpoints, s3), GATEWAY)
+    manifest = load_manifest(S3ObjectStore(checkpoints, s3).get, GATEWAY)
     assert manifest is not None
     assert (line["gateway"], line["skipped"], line["checkpointId"]) == (GATEWAY, None, manifest.checkpoint_id)
     assert manifest.rows == 12

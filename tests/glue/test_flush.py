@@ -30,7 +30,7 @@ from lakesync.aws.log_chunks import decode_entries, encode_entries
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
-from lakesync.core.checkpoint import checkpoint_id, latest_key
+from lakesync.core.checkpoint import checkpoint_id, latest_key, load_manifest
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import BackpressureError, CursorExpiredError, FlushError
 from lakesync.core.hlc import HLC, system_clock
@@ -39,7 +39,7 @@ from lakesync.core.log import LogEntry, ShardHead, ShardId
 from lakesync.core.materialise import MaterialiseJob, decode_payload
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
-from lakesync.gateway.checkpoint import load_manifest, write_checkpoint
+from lakesync.gateway.checkpoint import write_checkpoint
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
@@ -916,7 +916,7 @@ def test_glue_flush_path_with_checkpoint_bucket_releases_exactly_the_covered_ent
     assert (bounds.positions, bounds.checkpoints) == (positions, {"gw1": cid})
     assert bounds.report()["bucket"] == checkpoints.bucket
     # And exactly the entries the checkpoint lets go (by position and by serverHlc) left the buffer
-    manifest = load_manifest(checkpoints, "gw1")
+    manifest = load_manifest(checkpoints.get, "gw1")
     assert manifest is not None
     releasable = {k for k, entry in log.items() if manifest.releasable(k[0], k[1], entry[-1])}
     assert buffer_keys(deps) == set(log) - releasable

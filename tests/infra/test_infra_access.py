@@ -736,7 +736,7 @@ def test_compact_and_checkpoint_job_roles_allow_their_stores_calls(cfn, ids, aws
     assert _invoke("admin", "admin_schema_post", role="admin") < 300
     from lakesync.aws.dynamodb import DynamoDBConfigStore
     from lakesync.aws.objects import S3ObjectStore
-    from lakesync.gateway.checkpoint import load_manifest
+    from lakesync.core.checkpoint import load_manifest
 
     recorder.calls.clear()
     # When the compaction job reads the schemas
@@ -746,7 +746,7 @@ def test_compact_and_checkpoint_job_roles_allow_their_stores_calls(cfn, ids, aws
     recorder.calls.clear()
     # And the checkpoint job reads the latest manifest and writes a checkpoint
     objects = S3ObjectStore(aws["bucket"], boto3.client("s3", endpoint_url=aws["endpoint"], **FAKE))
-    assert load_manifest(objects, GW) is None
+    assert load_manifest(objects.get, GW) is None
     _write_checkpoint(aws["bucket"], aws["endpoint"])
     checkpoint_calls = list(recorder.calls)
     # Then each job's role allows its calls, and the compaction role's DynamoDB grants are all used

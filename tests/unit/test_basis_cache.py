@@ -16,10 +16,9 @@ from lakesync.core.messages import SyncPush
 from lakesync.gateway.admin import save_sync_rules
 from lakesync.gateway.basis_cache import CachedPullBasis, fresh_reader, kept_basis
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
 from lakesync.gateway.pull import PullResult, StoresPullBasis, decode_cursor, pull
 from lakesync.gateway.push import push
-from lakesync.gateway.since import InMemorySinceSessions
 
 GW = "default"
 T0 = 1_700_000_000_000

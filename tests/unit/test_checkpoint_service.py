@@ -19,6 +19,7 @@ from lakesync.core.checkpoint import (
     chunk_key,
     group_rows,
     latest_key,
+    load_manifest,
     manifest_key,
     row_deltas,
 )
@@ -28,6 +29,7 @@ from lakesync.core.hlc import HLC, encode
 from lakesync.core.merge import RowState, fold, state_from_json, state_to_json
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import Bucket, SyncRules, user_scoped_rules
+from lakesync.core.since import ResyncMark
 from lakesync.gateway.checkpoint import (
     COLUMNS_EXPANSION,
     CONTENT_TYPE,
@@ -36,7 +38,6 @@ from lakesync.gateway.checkpoint import (
     HEADER_HLC,
     HEADER_ID,
     encode_row,
-    load_manifest,
     serve,
     write_checkpoint,
 )
@@ -45,7 +46,6 @@ from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, In
 from lakesync.gateway.pull import decode_cursor, pull
 from lakesync.gateway.push import push
 from lakesync.gateway.resync import resync_page
-from lakesync.gateway.since import ResyncMark
 from lakesync.wire import decode_sync_response
 from lakesync.wire.checkpoint_columns import MEDIA_TYPE, decode_columns
 from lakesync.wire.fast_checkpoint import to_row_delta
@@ -476,7 +476,7 @@ def test_load_manifest_rejects_a_manifest_of_another_gateway() -> None:
     objects.objects[latest_key("other")] = objects.objects[latest_key(GW)]
 
     with pytest.raises(StorageError, match="names another"):
-        load_manifest(objects, "other")
+        load_manifest(objects.get, "other")
 
 
 # -- the end-to-end claim on the in-memory gateway -----------------------------------------------------------------

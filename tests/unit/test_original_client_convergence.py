@@ -37,10 +37,10 @@ from lakesync.gateway.memory import (
     InMemoryBufferStore,
     InMemoryConfigStore,
     InMemoryObjectStore,
+    InMemorySinceSessions,
 )
 from lakesync.gateway.pull import encode_cursor, pull
 from lakesync.gateway.push import push
-from lakesync.gateway.since import InMemorySinceSessions
 from lakesync.wire.framing import iter_checkpoint_responses
 from tests.original_client import OriginalClient
 from tests.unit.test_pull_service import LooksOnlyAfter

@@ -32,10 +32,9 @@ from lakesync.core.log import LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import user_scoped_rules
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
 from lakesync.gateway.pull import PullResult, decode_cursor, encode_cursor, pull
 from lakesync.gateway.push import push
-from lakesync.gateway.since import InMemorySinceSessions
 
 GW = "default"
 T0 = 1_700_000_000_000

@@ -37,11 +37,11 @@ from lakesync.core.log import (
 from lakesync.core.merge import fold
 from lakesync.core.messages import SyncPush
 from lakesync.core.schema import parse_table_schema
+from lakesync.core.since import SinceSession
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
-from lakesync.gateway.since import InMemorySinceSessions, SinceSession
 
 GW = "default"
 T0 = 1_700_000_000_000

@@ -30,10 +30,9 @@ from lakesync.core.rules import (
     row_matches,
 )
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
+from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
-from lakesync.gateway.since import InMemorySinceSessions
 
 GW = "default"
 T0 = 1_700_000_000_000

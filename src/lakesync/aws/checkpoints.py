@@ -6,7 +6,7 @@ gateway's latest checkpoint covers it by position *and* by ``serverHlc``
 (:meth:`~lakesync.core.checkpoint.Manifest.releasable`), so :class:`ReleaseBounds` carries both, per shard.
 
 Invariants: bounds only ever come from a complete, well-formed checkpoint of the same gateway (``latest.json`` is
-written last and :func:`~lakesync.gateway.checkpoint.load_manifest` checks the manifest); a gateway without one, or
+written last and :func:`~lakesync.core.checkpoint.load_manifest` checks the manifest); a gateway without one, or
 whose checkpoint cannot be read, contributes nothing, so nothing of it is released -- an unreadable checkpoint never
 stops the flush itself. Stale bounds are safe: a checkpoint only covers entries already in the lake.
 """
@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lakesync.core.checkpoint import PREFIX
+from lakesync.core.checkpoint import PREFIX, load_manifest
 from lakesync.core.errors import StorageError
-from lakesync.gateway.checkpoint import load_manifest
 from lakesync.ports import ObjectStore
 
 if TYPE_CHECKING:
@@ -79,7 +78,7 @@ def release_bounds(objects: ObjectStore, gateways: Iterable[str], *, bucket: str
     skipped: dict[str, str] = {}
     for gateway in sorted(set(gateways)):
         try:
-            manifest = load_manifest(objects, gateway)
+            manifest = load_manifest(objects.get, gateway)
         except StorageError as exc:
             skipped[gateway] = f"unreadable checkpoint: {exc.message}"
             continue

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync.core.destinations import DestinationConfig, check_secret_scope
 from lakesync.core.errors import DestinationError, LakeSyncError
-from lakesync.gateway.materialise import ResolvedDestinations
-from lakesync.ports import ConfigStore, Destination
+from lakesync.ports import ConfigStore, Destination, ResolvedDestinations
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -47,7 +46,7 @@ def open_destination(config: DestinationConfig, secret: Mapping[str, Any] | None
 
 
 class ConfiguredDestinations:
-    """A :class:`~lakesync.gateway.materialise.DestinationProvider` over the config store and Secrets Manager.
+    """A :class:`~lakesync.ports.DestinationProvider` over the config store and Secrets Manager.
 
     Args:
         config: The config store listing each gateway's destinations.

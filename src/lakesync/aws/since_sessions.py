@@ -17,7 +17,7 @@ from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.core.log import CommitConflict
-from lakesync.gateway.since import SinceSession
+from lakesync.core.since import SinceSession
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -31,7 +31,7 @@ def session_key(gateway: str, client_id: str) -> str:
 
 
 class DynamoDBSinceSessions:
-    """:class:`~lakesync.gateway.since.SinceSessionStore` in the dedup table."""
+    """:class:`~lakesync.ports.SinceSessionStore` in the dedup table."""
 
     def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
         self._db = client

@@ -26,6 +26,7 @@ Objects (under a bucket)
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any, Final, TypeVar
 
 from lakesync.core.canonical import utf16_key
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, delta_id
-from lakesync.core.errors import StorageError
+from lakesync.core.errors import StorageError, ValidationError
 from lakesync.core.merge import ColumnState, RowState, Version
 
 _T = TypeVar("_T")
@@ -347,6 +348,41 @@ def merge_positions(maps: Sequence[Mapping[str, int]]) -> dict[str, int]:
     return merged
 
 
+def load_manifest(
+    read: Callable[[str], bytes | None], gateway: str, checkpoint_id: str | None = None
+) -> Manifest | None:
+    """The gateway's latest checkpoint's manifest (or that of ``checkpoint_id``); ``None`` if there is none.
+
+    ``read`` fetches an object by key (``None`` when absent): an :class:`~lakesync.ports.ObjectStore`'s ``get``.
+
+    Raises:
+        ValidationError: ``checkpoint_id`` is malformed.
+        StorageError: the pointer or manifest is corrupt, or names another gateway or checkpoint.
+    """
+    if checkpoint_id is None:
+        pointer = read(latest_key(gateway))
+        if pointer is None:
+            return None
+        checkpoint_id = latest_from_json(_parse_json(pointer, "Corrupt checkpoint pointer (latest.json)"))
+    elif not is_checkpoint_id(checkpoint_id):
+        raise ValidationError("Invalid 'checkpoint' parameter")
+    raw = read(manifest_key(gateway, checkpoint_id))
+    if raw is None:
+        return None
+    manifest = Manifest.from_json(_parse_json(raw, "Corrupt checkpoint manifest: not JSON"))
+    if manifest.gateway != gateway or manifest.checkpoint_id != checkpoint_id:
+        raise StorageError(f"Corrupt checkpoint manifest: {manifest_key(gateway, checkpoint_id)} names another one")
+    return manifest
+
+
+def _parse_json(data: bytes, message: str) -> object:
+    try:
+        parsed: object = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StorageError(message) from exc
+    return parsed
+
+
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "MANIFEST_VERSION",
@@ -361,6 +397,7 @@ __all__ = [
     "latest_from_json",
     "latest_key",
     "latest_to_json",
+    "load_manifest",
     "manifest_key",
     "merge_positions",
     "pack_chunks",

@@ -41,9 +41,9 @@ from lakesync.core.checkpoint import (
     chunk_key,
     group_rows,
     is_checkpoint_id,
-    latest_from_json,
     latest_key,
     latest_to_json,
+    load_manifest,
     manifest_key,
     pack_chunks,
     row_deltas,
@@ -163,29 +163,6 @@ def write_checkpoint(
     return manifest
 
 
-def load_manifest(objects: ObjectStore, gateway: str, checkpoint_id: str | None = None) -> Manifest | None:
-    """The gateway's latest checkpoint's manifest (or that of ``checkpoint_id``); ``None`` if there is none.
-
-    Raises:
-        ValidationError: ``checkpoint_id`` is malformed.
-        StorageError: the pointer or manifest is corrupt, or names another gateway or checkpoint.
-    """
-    if checkpoint_id is None:
-        pointer = objects.get(latest_key(gateway))
-        if pointer is None:
-            return None
-        checkpoint_id = latest_from_json(_parse_json(pointer, "Corrupt checkpoint pointer (latest.json)"))
-    elif not is_checkpoint_id(checkpoint_id):
-        raise ValidationError("Invalid 'checkpoint' parameter")
-    raw = objects.get(manifest_key(gateway, checkpoint_id))
-    if raw is None:
-        return None
-    manifest = Manifest.from_json(_parse_json(raw, "Corrupt checkpoint manifest: not JSON"))
-    if manifest.gateway != gateway or manifest.checkpoint_id != checkpoint_id:
-        raise StorageError(f"Corrupt checkpoint manifest: {manifest_key(gateway, checkpoint_id)} names another one")
-    return manifest
-
-
 @dataclass(frozen=True, slots=True)
 class CheckpointPayload:
     """A served checkpoint: the framed stream (all chunks, or one) or its columnar JSON text, and the manifest it came
@@ -233,7 +210,7 @@ def serve(
         PayloadTooLargeError: the whole checkpoint is over ``max_bytes`` (413). StorageError: corrupt objects (500).
     """
     objects = deps.objects
-    manifest = None if objects is None else load_manifest(objects, gateway, checkpoint_id)
+    manifest = None if objects is None else load_manifest(objects.get, gateway, checkpoint_id)
     if objects is None or manifest is None:
         raise NotFoundError(NO_CHECKPOINT if checkpoint_id is None else f"Checkpoint {checkpoint_id} not found")
     count = len(manifest.chunks)
@@ -324,14 +301,6 @@ def _json_bytes(body: object) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode("ascii")
 
 
-def _parse_json(data: bytes, message: str) -> object:
-    try:
-        parsed: object = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StorageError(message) from exc
-    return parsed
-
-
 __all__ = [
     "CONTENT_TYPE",
     "HEADER_CHUNKS",
@@ -344,7 +313,6 @@ __all__ = [
     "EncodedRow",
     "chunk_rows",
     "encode_row",
-    "load_manifest",
     "serve",
     "write_checkpoint",
 ]

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from lakesync.core.action_policy import ActionPolicy
     from lakesync.core.actions import ActionHandler
     from lakesync.gateway.limits import RateLimiter
-    from lakesync.gateway.since import SinceSessionStore
     from lakesync.ports import (
         ActionStore,
         BufferStore,
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
         ConnectorScheduler,
         ObjectStore,
         PullBasisReader,
+        SinceSessionStore,
         SourceAdapter,
     )
 

@@ -15,39 +15,14 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError, LakeSyncError
 from lakesync.core.materialise import MaterialiseJob, PayloadError, decode_payload
 from lakesync.core.schema import TableSchema
-from lakesync.ports import ApplyStats, ConfigStore, Destination, ObjectStore
+from lakesync.ports import ApplyStats, ConfigStore, DestinationProvider, ObjectStore
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedDestinations:
-    """The destinations of a job: those open, and by name those that could not be opened."""
-
-    opened: Sequence[Destination]
-    failures: Mapping[str, LakeSyncError] = field(default_factory=dict)
-
-
-class DestinationProvider(Protocol):
-    """The destinations a job of ``gateway``/``table`` goes to (connections opened and cached by the provider)."""
-
-    def destinations(self, gateway: str, table: str) -> ResolvedDestinations:
-        """Open (or reuse) the destinations configured for ``gateway`` that take ``table``.
-
-        Raises:
-            DestinationError: the configuration cannot be read (every destination of the job is unknown).
-        """
-        ...
-
-    def discard(self, destination: Destination) -> None:
-        """Forget a destination after it failed, so the next job reconnects."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,12 +211,10 @@ def _schemas_of(schemas: Mapping[str, tuple[TableSchema, int]], table: str) -> l
 
 __all__ = [
     "DestinationOutcome",
-    "DestinationProvider",
     "JobOutcome",
     "JobReport",
     "MaterialiseDeps",
     "MaterialiseFailed",
-    "ResolvedDestinations",
     "materialise_batch",
     "materialise_job",
     "report_failure",

@@ -8,6 +8,7 @@ written with its log, at once; on DynamoDB right after it.)
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -28,6 +29,7 @@ from lakesync.core.log import (
 from lakesync.core.realtime import Connection
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
+from lakesync.core.since import SinceSession
 from lakesync.ports import StoredPosition, read_from_entry
 
 
@@ -395,3 +397,23 @@ class InMemoryRateLimitCounter:
         """The requests counted for ``key`` in ``window`` (tests)."""
         with self._lock:
             return self._counts.get((key, window), 0)
+
+
+class InMemorySinceSessions:
+    """:class:`SinceSessionStore` in memory (tests of pure logic; the contract tests run it beside DynamoDB)."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, gateway: str, client_id: str) -> SinceSession | None:
+        with self._lock:
+            found = self._items.get((gateway, client_id))
+        return None if found is None else SinceSession.from_json(json.loads(found[0]), found[1])
+
+    def put(self, gateway: str, client_id: str, session: SinceSession, expires_at: int) -> None:
+        with self._lock:
+            stored = self._items.get((gateway, client_id))
+            if (stored[1] if stored else 0) != session.version:
+                raise CommitConflict()
+            self._items[(gateway, client_id)] = (session.encode(), session.version + 1)

@@ -53,23 +53,13 @@ from lakesync.core.errors import (
 )
 from lakesync.core.log import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
+from lakesync.core.since import SESSION_TTL_S, Handout, Positions, ResyncMark, RowKey, SinceSession
 from lakesync.gateway.basis_cache import fresh_reader, kept_basis
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.since import (
-    SESSION_TTL_S,
-    Handout,
-    Positions,
-    ResyncMark,
-    RowKey,
-    SinceSession,
-    SinceSessionStore,
-    full_row,
-    row_form,
-    visible_values,
-)
+from lakesync.gateway.since import full_row, row_form, visible_values
 from lakesync.io_pool import awaited, results_of, submit
-from lakesync.ports import BufferStore, ConfigStore, PullBasisReader, read_from_entry
+from lakesync.ports import BufferStore, ConfigStore, PullBasisReader, SinceSessionStore, read_from_entry
 
 _PAGE = 1000
 _EARLY_SHARDS: Final = 64

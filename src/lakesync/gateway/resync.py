@@ -19,7 +19,7 @@ serving judges them:
   ``DELETE`` only when the client itself named the row (it pushed it recently, or it is queued for redelivery);
   otherwise nothing, since naming rows outside its buckets would disclose them.
 
-Where the resync stands is a :class:`~lakesync.gateway.since.ResyncMark` in the handouts of the client's session;
+Where the resync stands is a :class:`~lakesync.core.since.ResyncMark` in the handouts of the client's session;
 pages are cut at row boundaries, after at most ``limit`` deltas (a row counts as two), ``max_page_bytes`` or
 :data:`MAX_CHUNKS_PER_PAGE` chunks read.
 """
@@ -31,15 +31,16 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Final
 
-from lakesync.core.checkpoint import Manifest
+from lakesync.core.checkpoint import Manifest, load_manifest
 from lakesync.core.delta import RowDelta
 from lakesync.core.errors import StorageError
 from lakesync.core.log import ShardHead, ShardId
 from lakesync.core.merge import fold
 from lakesync.core.rules import Claims, SyncRules, row_matches
-from lakesync.gateway.checkpoint import chunk_rows, load_manifest
+from lakesync.core.since import ResyncMark, RowKey
+from lakesync.gateway.checkpoint import chunk_rows
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.since import ResyncMark, RowKey, row_form, visible_values
+from lakesync.gateway.since import row_form, visible_values
 
 MAX_CHUNKS_PER_PAGE: Final = 4
 """Checkpoint chunks (1 MiB each by default) one resync page may read; a client that may see few rows progresses
@@ -54,7 +55,7 @@ def covering_checkpoint(deps: GatewayDeps, gateway: str, heads: Mapping[ShardId,
     if deps.objects is None:
         return None
     try:
-        manifest = load_manifest(deps.objects, gateway)
+        manifest = load_manifest(deps.objects.get, gateway)
     except StorageError:
         return None
     if manifest is None:
@@ -93,7 +94,7 @@ def resync_page(
         StorageError: a chunk of the checkpoint is missing or corrupt (500, as checkpoint serving).
     """
     objects = deps.objects
-    manifest = None if objects is None else load_manifest(objects, gateway, mark.checkpoint_id)
+    manifest = None if objects is None else load_manifest(objects.get, gateway, mark.checkpoint_id)
     if objects is None or manifest is None:
         return None
     out: list[RowDelta] = []

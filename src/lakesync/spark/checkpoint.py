@@ -54,6 +54,7 @@ from lakesync.core.checkpoint import (
     DEFAULT_CHUNK_BYTES,
     Manifest,
     checkpoint_id,
+    load_manifest,
     merge_positions,
     positions_of_gateway,
 )
@@ -62,7 +63,7 @@ from lakesync.core.hlc import encode as encode_hlc
 from lakesync.core.hlc import system_clock
 from lakesync.core.log import ShardId
 from lakesync.core.merge import state_from_json
-from lakesync.gateway.checkpoint import EncodedRow, encode_row, load_manifest, write_checkpoint
+from lakesync.gateway.checkpoint import EncodedRow, encode_row, write_checkpoint
 from lakesync.lake.tables import (
     COMPACT_WATERMARKS,
     DELTA_LOG,
@@ -232,7 +233,7 @@ def _checkpoint_gateway(
         return GatewayCheckpoint(gateway, None, "nothing compacted")
     if config.skip_unchanged:
         try:
-            latest = load_manifest(objects, gateway)
+            latest = load_manifest(objects.get, gateway)
         except StorageError:
             latest = None  # a damaged latest checkpoint: the new one replaces it
         if latest is not None and dict(latest.positions) == positions:
