@@ -18,7 +18,7 @@ from lakesync.core.checkpoint import checkpoint_id
 from lakesync.core.hlc import HLC
 from lakesync.core.merge import RowState, merge
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
-from lakesync.gateway.pull import decode_cursor, encode_cursor
+from lakesync.gateway.cursor import decode_cursor, encode_cursor
 from lakesync.local.runner import CHECKPOINT_BUCKET, LocalStack
 from tests.client.conftest import admin, full_rows, gateway_rows, unique_table
 

@@ -25,7 +25,7 @@ from lakesync.core.errors import StorageError
 from lakesync.core.hlc import encode
 from lakesync.core.merge import RowState, fold
 from lakesync.gateway.checkpoint import CONTENT_TYPE, MAX_SERVE_BYTES, encode_row, write_checkpoint
-from lakesync.gateway.pull import decode_cursor
+from lakesync.gateway.cursor import decode_cursor
 from lakesync.wire.checkpoint_columns import MEDIA_TYPE, decode_columns
 from lakesync.wire.fast_checkpoint import to_row_delta
 from lakesync.wire.framing import iter_checkpoint_responses

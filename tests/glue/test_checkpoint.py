@@ -29,9 +29,9 @@ from lakesync.core.hlc import encode
 from lakesync.core.log import ShardId
 from lakesync.core.merge import RowState, fold, merge, state_to_json
 from lakesync.gateway.checkpoint import serve
+from lakesync.gateway.cursor import decode_cursor
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.pull import decode_cursor
 from lakesync.lake.tables import (
     COMPACT_WATERMARKS,
     STATE_SYSTEM_COLUMNS,

@@ -40,8 +40,9 @@ from lakesync.core.materialise import MaterialiseJob, decode_payload
 from lakesync.core.messages import SyncPush
 from lakesync.gateway import admin
 from lakesync.gateway.checkpoint import write_checkpoint
+from lakesync.gateway.cursor import encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.pull import encode_cursor, pull
+from lakesync.gateway.pull import pull
 from lakesync.gateway.push import push
 from lakesync.lake.flush import FlushReport, run_flush
 from lakesync.lake.iceberg_flush import IcebergDeltaLog

@@ -15,9 +15,10 @@ from lakesync.core.log import PullBasis, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.admin import save_sync_rules
 from lakesync.gateway.basis_cache import CachedPullBasis, fresh_reader, kept_basis
+from lakesync.gateway.cursor import decode_cursor
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
-from lakesync.gateway.pull import PullResult, StoresPullBasis, decode_cursor, pull
+from lakesync.gateway.pull import PullResult, StoresPullBasis, pull
 from lakesync.gateway.push import push
 
 GW = "default"

@@ -41,9 +41,10 @@ from lakesync.gateway.checkpoint import (
     serve,
     write_checkpoint,
 )
+from lakesync.gateway.cursor import decode_cursor
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
-from lakesync.gateway.pull import decode_cursor, pull
+from lakesync.gateway.pull import pull
 from lakesync.gateway.push import push
 from lakesync.gateway.resync import resync_page
 from lakesync.wire import decode_sync_response

@@ -31,6 +31,7 @@ from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules
 from lakesync.gateway.checkpoint import HEADER_CURSOR, encode_row, serve, write_checkpoint
+from lakesync.gateway.cursor import encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import (
     InMemoryActionStore,
@@ -39,7 +40,7 @@ from lakesync.gateway.memory import (
     InMemoryObjectStore,
     InMemorySinceSessions,
 )
-from lakesync.gateway.pull import encode_cursor, pull
+from lakesync.gateway.pull import pull
 from lakesync.gateway.push import push
 from lakesync.wire.framing import iter_checkpoint_responses
 from tests.original_client import OriginalClient

@@ -31,9 +31,10 @@ from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import LogEntry, PullBasis, ShardHead, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import user_scoped_rules
+from lakesync.gateway.cursor import decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
-from lakesync.gateway.pull import PullResult, decode_cursor, encode_cursor, pull
+from lakesync.gateway.pull import PullResult, pull
 from lakesync.gateway.push import push
 
 GW = "default"

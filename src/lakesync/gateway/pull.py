@@ -35,37 +35,35 @@ move a row out of a bucket reach the clients that held the row.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Final
 
-from lakesync.core.canonical import RawJson
-from lakesync.core.delta import RowDelta, is_valid_client_id
-from lakesync.core.errors import (
-    AdapterError,
-    AdapterNotFoundError,
-    CommitConflictError,
-    CursorExpiredError,
-    LakeSyncError,
-    StorageBusyError,
-)
-from lakesync.core.log import CommitConflict, LogEntry, PullBasis, ShardHead, ShardId
-from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
-from lakesync.core.since import SESSION_TTL_S, Handout, Positions, ResyncMark, RowKey, SinceSession
+from lakesync.core.delta import is_valid_client_id
+from lakesync.core.errors import AdapterError, AdapterNotFoundError, LakeSyncError
+from lakesync.core.log import LogEntry, PullBasis, ShardId
+from lakesync.core.rules import Claims, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader, kept_basis
 from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from lakesync.gateway.since import full_row, row_form, visible_values
+from lakesync.gateway.log_pages import (
+    PullResult,
+    Regressed,
+    ShardReader,
+    collect_page,
+    entry_visible,
+    expired_error,
+    page_size,
+    regressed_error,
+)
+from lakesync.gateway.since_pull import pull_since
 from lakesync.io_pool import awaited, results_of, submit
-from lakesync.ports import BufferStore, ConfigStore, PullBasisReader, SinceSessionStore, read_from_entry
+from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
 
-_PAGE = 1000
+__all__ = ["PullResult", "StoresPullBasis", "entry_visible", "json_page_bytes", "pull", "with_page_bytes"]
+
 _EARLY_SHARDS: Final = 64
-_UNSEEN_COMMIT_READS: Final = 8
-"""Reads by commit HLC (5 ms doubling between them: about 0.6 s in all) while the head records a commit after the
-position that the log does not show yet."""
 
 
 LAMBDA_RESPONSE_BYTES: Final = 6_291_556
@@ -90,156 +88,6 @@ def with_page_bytes(deps: GatewayDeps, page_bytes: int) -> GatewayDeps:
     if deps.settings.max_page_bytes <= page_bytes:
         return deps
     return replace(deps, settings=replace(deps.settings, max_page_bytes=page_bytes))
-
-
-def _page_size(limit: int) -> int:
-    # One more than the limit: the page that fills a response also says whether more follows (no extra read).
-    return min(max(limit + 1, 100), _PAGE + 1)
-
-
-@dataclass(frozen=True, slots=True)
-class PullResult:
-    """The pull response.
-
-    ``items`` are the pulled changes in order: log entries (whose stored wire JSON is sent as it is, their deltas
-    decoded only if asked for) or deltas (from a source adapter).
-    """
-
-    items: tuple[LogEntry | RowDelta, ...]
-    server_hlc: int
-    has_more: bool
-    cursor: str | None
-
-    @property
-    def deltas(self) -> tuple[RowDelta, ...]:
-        """The pulled deltas, in order."""
-        return tuple(item.delta if isinstance(item, LogEntry) else item for item in self.items)
-
-    def to_json(self) -> dict[str, object]:
-        """The wire JSON shape ``{deltas, serverHlc, hasMore, cursor}`` (stored delta JSON is reused as it is)."""
-        body: dict[str, object] = {
-            "deltas": _deltas_json(self.items),
-            "serverHlc": str(self.server_hlc),
-            "hasMore": self.has_more,
-        }
-        if self.cursor is not None:
-            body["cursor"] = self.cursor
-        return body
-
-
-def _deltas_json(items: Sequence[LogEntry | RowDelta]) -> object:
-    # A page of stored entries (the usual one holds a thousand) is their stored text, joined once.
-    wires = [item.wire_json if type(item) is LogEntry else None for item in items]
-    if wires and None not in wires:
-        return RawJson("[" + ",".join(wires) + "]")  # type: ignore[arg-type]  # no None left
-    return [item.to_json() if isinstance(item, RowDelta) else item.wire_value() for item in items]
-
-
-@dataclass
-class _ShardReader:
-    """Pages through one shard's log lazily: by sequence, or first by commit HLC then by sequence.
-
-    Within a shard, commit HLCs increase with the sequence (the push guarantees it), so after the first entry both
-    orders agree and paging by sequence never skips entries that share a commit HLC.
-    """
-
-    deps: GatewayDeps
-    shard: ShardId
-    page: int
-    after_seq: int | None
-    after_hlc: int = 0
-    images: bool = True
-    verify_hlc: int | None = None
-    """The commit HLC the entry at ``after_seq`` must have (from the cursor); checked by the first read."""
-    at_position: bool = False
-    """Read first as a cursor is (:meth:`BufferStore.read_log_at`), without an HLC to check: a position where a page
-    ended, mostly the end of a chunk, which one Query settles when nothing follows it."""
-    unverified: bool = False
-    """The entry at ``after_seq`` was not there to check (released, or lost): the caller checks the release marks."""
-    unchecked: bool = False
-    """The first read found nothing after ``after_seq`` and did not look at it: the caller checks the position
-    against the head (:meth:`check_against`)."""
-    unchecked_hlc: int | None = None
-    """The commit HLC the entry at an unchecked position must have, when a cursor recorded one."""
-    last_hlc: int | None = None
-    buffer: list[LogEntry] = field(default_factory=list)
-    exhausted: bool = False
-
-    def peek(self) -> LogEntry | None:
-        if not self.buffer and not self.exhausted:
-            if self.after_seq is None:
-                fetched = self.deps.buffer.read_log_by_commit_hlc(
-                    self.shard, self.after_hlc, self.page, images=self.images
-                )
-            elif (self.verify_hlc is not None or self.at_position) and self.after_seq > 0:
-                fetched = self._read_at(self.after_seq, self.verify_hlc)
-            else:
-                fetched = self.deps.buffer.read_log(self.shard, self.after_seq, self.page, images=self.images)
-            self.buffer = fetched[::-1]
-            self.exhausted = len(fetched) < self.page
-        return self.buffer[-1] if self.buffer else None
-
-    def _read_at(self, seq: int, expected_hlc: int | None) -> list[LogEntry]:
-        """Read after the entry at ``seq``, checking it is the one the cursor left when ``expected_hlc`` is given."""
-        self.verify_hlc, self.at_position = None, False
-        hlc, fetched = self.deps.buffer.read_log_at(self.shard, seq, self.page, images=self.images)
-        if hlc is not None:
-            if expected_hlc is not None and hlc != expected_hlc:
-                raise _Regressed(self.shard)
-        elif fetched:
-            self.unverified = True
-        else:
-            self.unchecked, self.unchecked_hlc = True, expected_hlc
-        return fetched
-
-    def check_against(self, head: ShardHead) -> None:
-        """Check an unchecked position (nothing was read after it) against its shard's head: at the head, by the
-        head's last commit HLC when the cursor recorded one; behind it (entries the first read did not show), by
-        reading from the entry itself, whose entries after it are then served."""
-        if not self.unchecked or self.after_seq is None:
-            return
-        expected, self.unchecked, self.unchecked_hlc = self.unchecked_hlc, False, None
-        if head.seq == self.after_seq:
-            if expected is not None and head.last_commit_hlc != expected:
-                raise _Regressed(self.shard)
-            return
-        hlc, fetched = read_from_entry(self.deps.buffer, self.shard, self.after_seq, self.page, images=self.images)
-        if hlc is None:
-            self.unverified = True
-        elif expected is not None and hlc != expected:
-            raise _Regressed(self.shard)
-        self.buffer = fetched[::-1]
-        self.exhausted = len(fetched) < self.page
-
-    def pop(self) -> LogEntry:
-        entry = self.buffer.pop()
-        self.after_seq = entry.seq
-        self.last_hlc = entry.commit_hlc
-        return entry
-
-    def take(self, count: int, max_bytes: int) -> tuple[list[LogEntry], int]:
-        """The next entries of the page read (at most ``count``, ending with the one that brings their sizes to
-        ``max_bytes``), as :meth:`pop` would give them one by one, and their sizes' sum."""
-        buffer = self.buffer
-        taken = buffer[: -min(count, len(buffer)) - 1 : -1]
-        size = 0
-        for i, entry in enumerate(taken):
-            size += entry.size
-            if size >= max_bytes:
-                del taken[i + 1 :]
-                break
-        if taken:
-            del buffer[-len(taken) :]
-            self.after_seq, self.last_hlc = taken[-1].seq, taken[-1].commit_hlc
-        return taken, size
-
-
-class _Regressed(Exception):
-    """The entry at a cursor's position is not the one the cursor was handed after."""
-
-    def __init__(self, shard: ShardId) -> None:
-        super().__init__(shard.key)
-        self.shard = shard
 
 
 def pull(
@@ -278,7 +126,7 @@ def pull(
         return _pull_by_cursor(deps, gateway, basis_reader, positions, limit, claims, marks)
     # A `since` session records positions per shard: its pulls read the rules and the registry as they are now.
     basis = fresh_reader(basis_reader).read_pull_basis(gateway)
-    return _pull_since(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id)
+    return pull_since(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id)
 
 
 class StoresPullBasis:
@@ -296,72 +144,6 @@ class StoresPullBasis:
         return PullBasis(rules_read.result(), shards)
 
 
-def entry_visible(entry: LogEntry, rules: SyncRules | None, claims: Claims) -> bool:
-    """Whether a client with ``claims`` receives ``entry``: its row is visible before or after the change."""
-    if not rules_apply(rules):
-        return True
-    assert rules is not None
-    return change_visible(rules, claims, entry.shard.table, entry.before, entry.after)
-
-
-def _merged(readers: list[_ShardReader]) -> Iterator[tuple[_ShardReader, LogEntry]]:
-    live = [reader for reader in readers if reader.peek() is not None]
-    if len(live) == 1:  # one shard with entries: its own order, without the heap
-        (reader,) = live
-        while reader.peek() is not None:
-            yield reader, reader.pop()
-        return
-    heap: list[tuple[int, str, int, int]] = []
-    for i, reader in enumerate(readers):
-        head = reader.peek()
-        if head is not None:
-            heapq.heappush(heap, (head.commit_hlc, reader.shard.key, head.seq, i))
-    while heap:
-        _, _, _, i = heapq.heappop(heap)
-        reader = readers[i]
-        entry = reader.pop()
-        yield reader, entry
-        nxt = reader.peek()
-        if nxt is not None:
-            heapq.heappush(heap, (nxt.commit_hlc, reader.shard.key, nxt.seq, i))
-
-
-def _collect(
-    deps: GatewayDeps,
-    readers: list[_ShardReader],
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-) -> tuple[list[LogEntry], bool]:
-    """Merge the shards by commit HLC and collect up to ``limit`` visible deltas, cutting the page early (with
-    ``hasMore``) once it holds ``max_page_bytes`` or scanned ``max_scan_per_pull`` entries."""
-    settings = deps.settings
-    live = [reader for reader in readers if reader.peek() is not None]
-    if len(live) == 1 and not rules_apply(rules):
-        # Every entry is visible and one shard has any: its entries in their order, a page read at a time.
-        (reader,) = live
-        collected: list[LogEntry] = []
-        size = 0
-        cap = min(limit, settings.max_scan_per_pull)
-        while len(collected) < cap and size < settings.max_page_bytes and reader.peek() is not None:
-            taken, taken_bytes = reader.take(cap - len(collected), settings.max_page_bytes - size)
-            collected += taken
-            size += taken_bytes
-        return collected, reader.peek() is not None
-    collected = []
-    scanned = 0
-    size = 0
-    for _reader, entry in _merged(readers):
-        scanned += 1
-        if entry_visible(entry, rules, claims):
-            collected.append(entry)
-            size += entry.size
-        if len(collected) >= limit or size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:
-            break
-    has_more = any(r.peek() is not None for r in readers)
-    return collected, has_more
-
-
 def _pull_by_cursor(
     deps: GatewayDeps,
     gateway: str,
@@ -371,11 +153,11 @@ def _pull_by_cursor(
     claims: Claims,
     marks: Mapping[str, int],
 ) -> PullResult:
-    page = _page_size(limit)
+    page = page_size(limit)
 
-    def new_reader(shard: ShardId, images: bool) -> _ShardReader:
+    def new_reader(shard: ShardId, images: bool) -> ShardReader:
         after = positions.get(shard.key, 0)
-        return _ShardReader(deps, shard, page, after_seq=after, images=images, verify_hlc=marks.get(shard.key))
+        return ShardReader(deps, shard, page, after_seq=after, images=images, verify_hlc=marks.get(shard.key))
 
     # The shards the cursor names are read while the rules and the registry are (with the row images, which only
     # the rules need: they are not known yet); the log read does not depend on them. Only the shards the registry
@@ -383,7 +165,7 @@ def _pull_by_cursor(
     # would make the pull read shards that do not exist). When the rules and the registry are at hand without a
     # read, the log is read knowing them: a lone shard in this thread, without handing it to the pool.
     basis = kept_basis(basis_reader, gateway)
-    early: dict[str, _ShardReader] = {}
+    early: dict[str, ShardReader] = {}
     early_reads: dict[str, Future[LogEntry | None]] = {}
     if basis is None:
         if len(positions) <= _EARLY_SHARDS:
@@ -402,8 +184,8 @@ def _pull_by_cursor(
         # A log read stops at the first gap, so a shard released past its position reads as empty and nothing is
         # skipped. Only for such shards can the release marks matter: they tell "caught up" from "released" (410).
         idle = [reader.shard for reader in readers if reader.peek() is None]
-    except _Regressed as exc:
-        raise _regressed(gateway, exc.shard) from None
+    except Regressed as exc:
+        raise regressed_error(gateway, exc.shard) from None
     checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
     by_shard = {reader.shard: reader for reader in readers}
     # Each head is only compared with the position: a head at or past it needs no look for chunks past it.
@@ -411,16 +193,16 @@ def _pull_by_cursor(
     for head in deps.buffer.get_heads(checked, reaching=reaching).values() if checked else ():
         position = positions.get(head.shard.key, 0)
         if position < head.released_seq:
-            raise _expired(gateway, head)
+            raise expired_error(gateway, head)
         reader = by_shard[head.shard]
         try:
             reader.check_against(head)
-        except _Regressed:
-            raise _regressed(gateway, head.shard) from None
+        except Regressed:
+            raise regressed_error(gateway, head.shard) from None
         if position > head.seq or (reader.unverified and position > head.released_seq):
             # The cursor is ahead of the log, or the entry it stands on vanished without a release.
-            raise _regressed(gateway, head.shard)
-    collected, has_more = _collect(deps, readers, limit, rules, claims)
+            raise regressed_error(gateway, head.shard)
+    collected, has_more = collect_page(deps, readers, limit, rules, claims)
     new_positions, new_marks = dict(positions), dict(marks)
     for reader in readers:
         if reader.after_seq:
@@ -428,431 +210,6 @@ def _pull_by_cursor(
         if reader.last_hlc is not None:
             new_marks[reader.shard.key] = reader.last_hlc
     return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks))
-
-
-class _Released(Exception):
-    """A ``since`` position is behind a release of ``head``'s shard."""
-
-    def __init__(self, head: ShardHead) -> None:
-        super().__init__(head.shard.key)
-        self.head = head
-
-
-def _pull_since(
-    deps: GatewayDeps,
-    gateway: str,
-    shards: list[ShardId],
-    since: int,
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-    client_id: str | None,
-) -> PullResult:
-    """A ``since`` page for the original client (:mod:`lakesync.gateway.since`): from the exact positions handed out
-    with ``since``; for a client whose session does not know ``since`` (it restarted), from the positions it last
-    confirmed with everything uncertain; for a client without a session, from the first entries committed after
-    ``since`` (the re-read window before a recent ``since`` uncertain). A client whose position is behind a release
-    is resynced from the latest checkpoint (:mod:`lakesync.gateway.resync`); without a session store, or without a
-    checkpoint covering the release, it gets 410."""
-    store = deps.since_sessions if client_id else None
-    session = store.get(gateway, client_id) if store is not None and client_id else None
-    handout = session.handout(since) if session is not None else None
-    if store is not None and client_id:
-        if handout is not None and handout.resync is not None:
-            resume = _Resume(handout.resync, handout.positions, handout.uncertain or {})
-            return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, handout)
-        if handout is None and session is not None and session.resync is not None and session.confirmed is not None:
-            # Restarted mid-resync: resume it where the client last confirmed it stood, with the log uncertain.
-            heads = deps.buffer.get_heads(shards)
-            resume = _Resume(session.resync, session.confirmed, {s.key: h.seq for s, h in heads.items()})
-            confirmed = Handout(since, session.confirmed, None, session.resync)
-            return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, confirmed)
-    try:
-        return _pull_since_log(deps, gateway, shards, since, limit, rules, claims, client_id, session, handout)
-    except _Released as exc:
-        if store is None or not client_id:
-            raise _expired(gateway, exc.head) from None
-        from lakesync.gateway.resync import covering_checkpoint  # rare: not loaded at INIT
-
-        heads = deps.buffer.get_heads(shards)
-        manifest = covering_checkpoint(deps, gateway, heads)
-        if manifest is None:
-            raise _expired(gateway, exc.head) from None
-        if handout is not None:
-            confirmed = handout
-        elif session is not None and session.confirmed is not None:
-            confirmed = Handout(since, session.confirmed)
-        else:
-            confirmed = Handout(since, {})  # nothing confirmed: a push before the next pull starts over
-        # Log entries past the checkpoint the client may hold already go out in row form.
-        if session is None or handout is None:
-            uncertain = {s.key: h.seq for s, h in heads.items()}
-        else:
-            uncertain = _furthest(confirmed.positions, *_reach(session.handouts))
-        resume = _Resume(ResyncMark(manifest.checkpoint_id), manifest.positions, uncertain)
-        return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, confirmed)
-
-
-@dataclass(frozen=True, slots=True)
-class _Resume:
-    """Where a resync resumes: the checkpoint mark, the log positions after it, and the log the client may hold."""
-
-    mark: ResyncMark
-    positions: Positions
-    uncertain: Positions
-
-
-def _reach(handouts: Sequence[Handout]) -> list[Positions]:
-    return [p for h in handouts for p in (h.positions, h.uncertain or {})]
-
-
-def _furthest(*maps: Positions) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for positions in maps:
-        for key, seq in positions.items():
-            out[key] = max(out.get(key, 0), seq)
-    return out
-
-
-def _resync(
-    deps: GatewayDeps,
-    gateway: str,
-    shards: list[ShardId],
-    since: int,
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-    client_id: str,
-    session: SinceSession | None,
-    resume: _Resume,
-    confirmed: Handout,
-) -> PullResult:
-    """A resync page (:mod:`lakesync.gateway.resync`); ``confirmed`` is what the ``since`` the client sent stands
-    for (it applied everything up to there)."""
-    from lakesync.gateway.resync import covering_checkpoint, resync_page  # rare: not loaded at INIT
-
-    store = deps.since_sessions
-    assert store is not None
-    known = set(session.pushed) | set(session.redeliver) if session is not None else set()
-    page = resync_page(deps, gateway, resume.mark, limit, rules, claims, client_id, known)
-    if page is None:
-        # The checkpoint being served is gone (a newer one replaced it): start over from the latest.
-        manifest = covering_checkpoint(deps, gateway, deps.buffer.get_heads(shards))
-        if manifest is None:
-            raise _expired_any(gateway)
-        resume = _Resume(ResyncMark(manifest.checkpoint_id), manifest.positions, resume.uncertain)
-        page = resync_page(deps, gateway, resume.mark, limit, rules, claims, client_id, known)
-        if page is None:
-            raise _expired_any(gateway)
-    uncertain = resume.uncertain
-    if page.next is None:
-        # The resync row of a row the client pushed meanwhile (it pushes between pulls) sent the checkpoint's state,
-        # older than its own write, and its echo in the log could not be a plain UPDATE (the row may be gone): the
-        # log up to now goes out in row form.
-        uncertain = _furthest(uncertain, {s.key: h.seq for s, h in deps.buffer.get_heads(shards).items()})
-    still_uncertain = {k: v for k, v in uncertain.items() if v > resume.positions.get(k, 0)}
-    if page.deltas:
-        server_hlc = deps.clock.now()
-        handed = Handout(server_hlc, dict(resume.positions), still_uncertain or None, page.next)
-        _save_session(deps, store, gateway, client_id, handed, confirmed, (), resynced=True)
-        cursor = None if page.next is not None else encode_cursor(resume.positions)
-        return PullResult(page.deltas, server_hlc, True, cursor)
-    # Nothing for this client in what was read: the original client keeps `since` after an empty page, so `since`
-    # itself now stands for where the resync goes on.
-    handed = Handout(since, dict(resume.positions), still_uncertain or None, page.next)
-    _save_session(deps, store, gateway, client_id, handed, confirmed, (), resynced=True)
-    if page.next is None:
-        return _pull_since(deps, gateway, shards, since, limit, rules, claims, client_id)
-    return PullResult((), since, True, None)
-
-
-def _pull_since_log(
-    deps: GatewayDeps,
-    gateway: str,
-    shards: list[ShardId],
-    since: int,
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-    client_id: str | None,
-    session: SinceSession | None,
-    handout: Handout | None,
-) -> PullResult:
-    """A ``since`` page from the log.
-
-    Raises:
-        _Released: the position is behind a release.
-    """
-    store = deps.since_sessions if client_id else None
-    positions, uncertain, confirmed = _since_start(deps, shards, since, session, handout)
-    readers = _since_readers(deps, shards, positions, _page_size(limit), at_position=handout is not None)
-    redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
-    stateless = store is None or not client_id
-    deltas, has_more, last = _since_page(
-        deps, gateway, readers, limit, rules, claims, client_id, uncertain, session, count_unsure=not stateless
-    )
-    if stateless and has_more:
-        # No session to hold the position: the next `since` resumes after the last scanned entry. Entries of other
-        # shards can carry the same commit HLC; if one is still unscanned, resume just before it (it comes again).
-        assert last is not None
-        resume = last.commit_hlc
-        if any((nxt := r.peek()) is not None and nxt.commit_hlc == resume for r in readers):
-            resume -= 1
-        return PullResult(tuple(deltas), max(resume, since), True, None)
-    new_positions = dict(positions)
-    for reader in readers:
-        if reader.after_seq:
-            new_positions[reader.shard.key] = reader.after_seq
-    if not deltas and new_positions == positions and not redeliver and session is not None:
-        # Nothing to apply: the client keeps `since` (the original client does not move on an empty page).
-        return PullResult((), since, has_more, encode_cursor(positions))
-    server_hlc = deps.clock.now()
-    if store is not None and client_id:
-        still_uncertain = {k: v for k, v in uncertain.items() if v > new_positions.get(k, 0)}
-        handed = Handout(server_hlc, new_positions, still_uncertain or None)
-        _save_session(deps, store, gateway, client_id, handed, confirmed, redeliver)
-    return PullResult(tuple(deltas), server_hlc, has_more, encode_cursor(new_positions))
-
-
-def _since_start(
-    deps: GatewayDeps, shards: list[ShardId], since: int, session: SinceSession | None, handout: Handout | None
-) -> tuple[dict[str, int], dict[str, int], Handout]:
-    """Where a ``since`` page starts: ``(positions, uncertain, confirmed)``.
-
-    Raises:
-        _Released: the position is behind a release.
-    """
-    if handout is not None:
-        # Positions this server handed out, where pages ended: read and checked as a cursor's are (the heads only
-        # for the shards that read nothing, or whose entry at the position is gone).
-        return dict(handout.positions), dict(handout.uncertain or {}), handout
-    heads = deps.buffer.get_heads(shards)
-    if session is not None and session.confirmed is not None:
-        positions, uncertain = dict(session.confirmed), {s.key: h.seq for s, h in heads.items()}
-        confirmed = Handout(since, positions)
-    else:
-        _check_not_released(heads.values(), since)
-        positions, uncertain = _positions_after(deps, shards, heads, since)
-        if since > 0:
-            # A position the server did not hand out (a checkpoint's serverHlc, an expired session): the client
-            # may hold any row already, so everything up to the heads goes out in a form it applies whatever it
-            # holds.
-            uncertain = {s.key: h.seq for s, h in heads.items()}
-        # A read by commit HLC cannot see a gap: a release racing it shows only in the marks, read again now.
-        _check_not_released(deps.buffer.get_heads(shards).values(), since)
-        confirmed = Handout(since, positions)
-    for head in heads.values():
-        if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _Released(head)
-    return positions, uncertain, confirmed
-
-
-def _check_not_released(heads: Iterable[ShardHead], since: int) -> None:
-    """Raise :class:`_Released` for the first shard that released entries committed after ``since``."""
-    for head in heads:
-        if since < head.released_hlc:
-            raise _Released(head)
-
-
-def _since_readers(
-    deps: GatewayDeps, shards: list[ShardId], positions: Mapping[str, int], page: int, *, at_position: bool
-) -> list[_ShardReader]:
-    """One reader per shard from its position, each checked against a release racing the read.
-
-    Raises:
-        _Released: a release passed a position.
-    """
-    readers = [_ShardReader(deps, s, page, after_seq=positions.get(s.key, 0), at_position=at_position) for s in shards]
-    if len(readers) > 1:
-        results_of([submit(reader.peek) for reader in readers])
-    # A release between the check above and the read leaves a gap the read stops at: the marks tell (as for cursors).
-    idle = [reader.shard for reader in readers if reader.peek() is None]
-    checked = list(dict.fromkeys([*idle, *(reader.shard for reader in readers if reader.unverified)]))
-    by_shard = {reader.shard: reader for reader in readers}
-    reaching = {shard: positions.get(shard.key, 0) for shard in checked}
-    for head in deps.buffer.get_heads(checked, reaching=reaching).values() if checked else ():
-        if positions.get(head.shard.key, 0) < head.released_seq:
-            raise _Released(head)
-        by_shard[head.shard].check_against(head)
-    return readers
-
-
-def _positions_after(
-    deps: GatewayDeps, shards: list[ShardId], heads: Mapping[ShardId, ShardHead], since: int
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Per shard, the position just before the first entry committed after ``since``; when ``since`` is recent the
-    read starts at the re-read window before it instead (a commit may have taken its HLC before ``since`` and landed
-    after it), and the window's entries are uncertain (the client may hold them).
-
-    Returns:
-        ``(positions, uncertain)``: where to read from, and up to where entries may already be at the client.
-    """
-    window_ms = deps.settings.since_window_ms
-    recent = (since >> 16) > deps.wall_ms() - window_ms
-    start = max(0, since - (window_ms << 16)) if recent else since
-
-    def before_first_after(shard: ShardId, hlc: int) -> int:
-        head = heads.get(shard) or ShardHead(shard)
-        for attempt in range(_UNSEEN_COMMIT_READS):
-            found = deps.buffer.read_log_by_commit_hlc(shard, hlc, 1, images=False)
-            if found:
-                return found[0].seq - 1
-            if head.last_commit_hlc <= hlc or head.seq <= head.released_seq:
-                return head.seq
-            # The head holds a commit after `hlc` that the log read did not show: a Query is not isolated from a
-            # transaction still being applied (head updated, log item not yet visible). Starting at the head would
-            # skip that commit, so read again.
-            if attempt + 1 < _UNSEEN_COMMIT_READS:
-                deps.sleep(0.005 * 2**attempt)
-        raise StorageBusyError(
-            f"the log of shard {shard.key!r} does not show commits its head records (through sequence {head.seq});"
-            " retry the pull"
-        )
-
-    starts = {s: submit(before_first_after, s, start) for s in shards}
-    ends = {s: submit(before_first_after, s, since) for s in shards} if recent else {}
-    found = results_of([*starts.values(), *ends.values()])
-    positions = {s.key: position for s, position in zip(starts, found[: len(starts)], strict=True)}
-    uncertain = {s.key: position for s, position in zip(ends, found[len(starts) :], strict=True)}
-    return positions, uncertain
-
-
-def _since_page(
-    deps: GatewayDeps,
-    gateway: str,
-    readers: list[_ShardReader],
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-    client_id: str | None,
-    uncertain: Mapping[str, int],
-    session: SinceSession | None,
-    *,
-    count_unsure: bool = True,
-) -> tuple[list[RowDelta], bool, LogEntry | None]:
-    """The rows to redeliver in row form, then the log in commit order: certain entries as full rows with the op the
-    client can apply, uncertain ones in row form; up to ``limit`` deltas, ``max_page_bytes`` or
-    ``max_scan_per_pull`` scanned entries. With a session every delta carries HLC 0. Without one
-    (``count_unsure`` false) the re-read window's entries do not count against ``limit``, so paging by ``serverHlc``
-    always progresses. Returns the deltas, ``hasMore`` and the last entry scanned."""
-    out: list[RowDelta] = []
-    held: dict[RowKey, bool] = {}
-    redeliver = session.redeliver[: max(1, limit // 2)] if session is not None else ()
-    wrote = set(session.pushed) if session is not None else set()
-    stamp = 0 if session is not None else None
-    resynced = session is not None and session.resynced
-    if redeliver:
-        stored = deps.buffer.get_rows(gateway, list(redeliver))
-        for key in redeliver:
-            row = stored.get(key)
-            state = row.state if row is not None else None
-            version = None if state is None else (state.written or state.tombstone)
-            values = visible_values(rules, claims, key[0], state.values() if state is not None else None)
-            writer = version.client_id if version is not None else (client_id or "")
-            out.extend(row_form(key[0], key[1], writer, values, held=True))
-            held[key] = values is not None
-    settings = deps.settings
-    scanned = 0
-    size = 0
-    counted = len(out)
-    last: LogEntry | None = None
-    for _reader, entry in _merged(readers):
-        scanned += 1
-        size += entry.size
-        last = entry
-        delta = entry.delta
-        key = (entry.shard.table, delta.row_id)
-        after = visible_values(rules, claims, key[0], entry.after)
-        unsure = entry.seq <= uncertain.get(entry.shard.key, 0)
-        if key in held:
-            had = held[key]  # what this page's deltas have left the client holding
-        elif delta.client_id == client_id:
-            had = True  # it holds what it wrote
-        else:
-            had = visible_values(rules, claims, key[0], entry.before) is not None
-            # A row it wrote recently may be at the client whatever the server saw before this change; so may any
-            # row after a resync (one deleted or moved out of its buckets while it was behind, never named to it).
-            unsure = unsure or key in wrote or (resynced and not had)
-        if unsure:
-            replay = row_form(key[0], key[1], delta.client_id, after, held=had or after is not None)
-            out.extend(replay)
-            if count_unsure or entry.seq > uncertain.get(entry.shard.key, 0):
-                counted += len(replay)
-            sent = bool(replay)
-        else:
-            changed = full_row(delta, after, held=had, before=entry.before, hlc=stamp)
-            if changed is not None:
-                out.append(changed)
-                counted += 1
-            sent = changed is not None
-        if sent:
-            # Only a delta sent decides what the client holds. A change that sent nothing (a row gone or invisible
-            # before and after it: a delete of a deleted row) leaves the client as it was, which the server may not
-            # know: a row it wrote, or any row after a resync, may still be there, so the row's next change in this
-            # page is judged as a first one (in row form) rather than as a plain INSERT of a row "not held".
-            held[key] = after is not None
-        if size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:
-            break
-        # Without a session the next page resumes by commit HLC, so a page must not end inside one commit HLC.
-        if counted >= limit and (
-            count_unsure
-            or not any((nxt := r.peek()) is not None and nxt.commit_hlc == entry.commit_hlc for r in readers)
-        ):
-            break
-    return out, any(r.peek() is not None for r in readers), last
-
-
-def _save_session(
-    deps: GatewayDeps,
-    store: SinceSessionStore,
-    gateway: str,
-    client_id: str,
-    handed: Handout,
-    confirmed: Handout,
-    consumed: Sequence[RowKey],
-    *,
-    resynced: bool = False,
-) -> None:
-    """Record the handout and what the client confirmed (the positions and resync mark of the ``since`` it sent),
-    and drop the rows just redelivered (re-read on a race). ``resynced`` marks the session as resynced for good."""
-    expires_at = deps.wall_ms() // 1000 + SESSION_TTL_S
-    done = set(consumed)
-    for _ in range(5):
-        current = store.get(gateway, client_id) or SinceSession()
-        updated = replace(
-            current.handed(handed),
-            confirmed=dict(confirmed.positions),
-            resync=confirmed.resync,
-            redeliver=tuple(r for r in current.redeliver if r not in done),
-            resynced=current.resynced or resynced,
-        )
-        try:
-            store.put(gateway, client_id, updated, expires_at)
-        except CommitConflict:
-            continue
-        return
-    raise CommitConflictError(f"The sync session of client {client_id!r} is being changed concurrently; retry")
-
-
-def _regressed(gateway: str, shard: ShardId) -> CursorExpiredError:
-    return CursorExpiredError(
-        f"The log of table {shard.table!r} no longer matches this cursor (the buffer was restored or recreated"
-        f" behind it); load the checkpoint (GET /v1/sync/{gateway}/checkpoint) and pull from its cursor"
-    )
-
-
-def _expired_any(gateway: str) -> CursorExpiredError:
-    return CursorExpiredError(
-        f"The buffer was released past this pull position; load the checkpoint (GET /v1/sync/{gateway}/checkpoint)"
-        " and pull from its cursor"
-    )
-
-
-def _expired(gateway: str, head: ShardHead) -> CursorExpiredError:
-    return CursorExpiredError(
-        f"The buffer of table {head.shard.table!r} was released past this pull position; load the checkpoint"
-        f" (GET /v1/sync/{gateway}/checkpoint) and pull from its cursor"
-    )
 
 
 def _pull_from_source(deps: GatewayDeps, gateway: str, name: str, since: int, limit: int, claims: Claims) -> PullResult:
