@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from lakesync.auth import mint_token
 from lakesync.client import _fast
 from lakesync.client.backoff import Backoff
+from lakesync.client.outbox import OutboxEntry, plan_push
 from lakesync.client.realtime import decode_message, websocket_url
-from lakesync.client.store import OutboxEntry, plan_push, token_subject
+from lakesync.client.store import token_subject
 from lakesync.client.tables import LocalTable, LocalWriteError, from_sql, to_sql
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.checkpoint import checkpoint_id, row_deltas

@@ -17,7 +17,10 @@ from hypothesis import strategies as st
 
 from lakesync.auth import mint_token
 from lakesync.client import LocalStore, connect
-from lakesync.client.store import BASE_RECORD_ROWS, SCHEMA_VERSION, RowExistsError, SyncStateError
+from lakesync.client.base import BASE_RECORD_ROWS
+from lakesync.client.database import SCHEMA_VERSION
+from lakesync.client.model import SyncStateError
+from lakesync.client.tables import RowExistsError
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.checkpoint import checkpoint_id
 from lakesync.core.delta import RowDelta, make_delta

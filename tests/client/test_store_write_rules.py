@@ -15,7 +15,7 @@ import pytest
 from lakesync.auth import mint_token
 from lakesync.client import LocalStore
 from lakesync.client.http import SyncClient
-from lakesync.client.store import Rejected
+from lakesync.client.model import Rejected
 from lakesync.core.merge import RowState, merge
 from lakesync.local.runner import LocalStack
 from tests.client.conftest import admin

@@ -14,27 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lakesync.client.backoff import Backoff
-    from lakesync.client.store import (
-        Change,
-        Conflict,
-        LocalStore,
-        OfflineError,
-        Rejected,
-        SyncReport,
-        SyncStateError,
-        connect,
-    )
+    from lakesync.client.model import Change, Conflict, OfflineError, Rejected, SyncReport, SyncStateError
+    from lakesync.client.store import LocalStore, connect
     from lakesync.client.tables import LocalWriteError, RowExistsError, RowNotFoundError
 
 _EXPORTS = {
     "Backoff": "lakesync.client.backoff",
-    "Change": "lakesync.client.store",
-    "Conflict": "lakesync.client.store",
+    "Change": "lakesync.client.model",
+    "Conflict": "lakesync.client.model",
     "LocalStore": "lakesync.client.store",
-    "OfflineError": "lakesync.client.store",
-    "Rejected": "lakesync.client.store",
-    "SyncReport": "lakesync.client.store",
-    "SyncStateError": "lakesync.client.store",
+    "OfflineError": "lakesync.client.model",
+    "Rejected": "lakesync.client.model",
+    "SyncReport": "lakesync.client.model",
+    "SyncStateError": "lakesync.client.model",
     "connect": "lakesync.client.store",
     "LocalWriteError": "lakesync.client.tables",
     "RowExistsError": "lakesync.client.tables",

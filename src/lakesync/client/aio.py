@@ -23,7 +23,8 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
-from lakesync.client.store import Batch, Change, LocalStore, SyncReport
+from lakesync.client.model import Change, SyncReport
+from lakesync.client.store import Batch, LocalStore
 from lakesync.client.store import connect as connect_store
 from lakesync.core.canonical import JsonValue
 from lakesync.core.merge import RowState

@@ -50,17 +50,17 @@ from typing import Any, Self
 
 from lakesync.client.background import BackgroundSync
 from lakesync.client.backoff import Backoff
-from lakesync.client.base import BASE_RECORD_ROWS, BaseRecords
+from lakesync.client.base import BaseRecords
 from lakesync.client.bootstrap import Bootstrap
-from lakesync.client.database import SCHEMA_VERSION, Database
+from lakesync.client.database import Database
 from lakesync.client.http import ApiError, SyncClient
-from lakesync.client.model import Change, Conflict, OfflineError, Origin, Rejected, SyncReport, SyncStateError
-from lakesync.client.outbox import PUSH_BATCH, Outbox, OutboxEntry, PushPlan, plan_push
+from lakesync.client.model import Change, Conflict, OfflineError, Origin, Rejected, SyncReport
+from lakesync.client.outbox import PUSH_BATCH, Outbox
 from lakesync.client.pull import PULL_LIMIT, Puller
 from lakesync.client.push import Pusher
 from lakesync.client.states import RowStates
 from lakesync.client.storage import Storage
-from lakesync.client.tables import LocalWriteError, RowExistsError, RowNotFoundError, load_tables, quote
+from lakesync.client.tables import load_tables, quote
 from lakesync.client.writes import LocalWrites, WriteOp
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import DeltaOp, RowDelta, is_valid_client_id
@@ -70,30 +70,7 @@ from lakesync.core.schema import TableSchema
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "BASE_RECORD_ROWS",
-    "PULL_LIMIT",
-    "PUSH_BATCH",
-    "SCHEMA_VERSION",
-    "Batch",
-    "Change",
-    "Conflict",
-    "LocalStore",
-    "LocalWriteError",
-    "OfflineError",
-    "Origin",
-    "OutboxEntry",
-    "PushPlan",
-    "Rejected",
-    "RowExistsError",
-    "RowNotFoundError",
-    "SyncReport",
-    "SyncStateError",
-    "connect",
-    "plan_push",
-    "token_subject",
-]
-"""The store's names, and those of its parts that were importable from here before it was split."""
+__all__ = ["Batch", "LocalStore", "connect", "token_subject"]
 
 
 def token_subject(token: str) -> str:
