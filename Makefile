@@ -78,7 +78,7 @@ bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL,
 
 bench-cost: setup ## what workloads cost on AWS (requests counted, handlers timed, Glue jobs on local Spark, idle month from the synth; the flush engines on both sides of the tick's switch; ~20 min); results in benchmarks/results/cost.*, cost-flush-engines.*
 	$(RUN) python -m benchmarks.cost
-	$(RUN) python -m benchmarks.cost_flush
+	$(RUN) python -m benchmarks.cost.flush_engines
 
 bench-realtime: setup ## local freshness push -> other clients' sockets, 1 and 25 listeners (~1 min); results in benchmarks/results/realtime.*
 	$(RUN) python -m benchmarks.realtime

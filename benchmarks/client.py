@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks._common import machine_info, progress, summarize
 from lakesync.auth import mint_token
 from lakesync.client import connect
@@ -398,10 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     results["local_writes"] = run_local_writes(rows, repetitions, singles)
     results["machine"] = machine_info()
     results["duration_s"] = round(time.monotonic() - started, 1)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "client.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "client.md").write_text(render(results))
-    progress(f"wrote {out / 'client.json'} and {out / 'client.md'}")
+    json_path, md_path = report.write(results, out, stem="client", render=render, ensure_ascii=True)
+    progress(f"wrote {json_path} and {md_path}")
     print(quick_summary(results))
     return 0
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import sys
@@ -25,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks import report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _STARTED = time.monotonic()
@@ -213,9 +214,7 @@ def run(sizes: Sizes, out: Path | None) -> dict[str, Any]:
         },
     }
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "connectors.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        (out / "connectors.md").write_text(_markdown(results), encoding="utf-8")
+        report.write(results, out, stem="connectors", render=_markdown, ensure_ascii=True)
     return results
 
 

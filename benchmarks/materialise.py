@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -158,7 +159,7 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
 
     from tests.sql.servers import running_postgres
 
-    load_start = _load()
+    load_start = report.load_average()
     deltas = workload(sizes)
     batches = [deltas[i : i + sizes.batch] for i in range(0, len(deltas), sizes.batch)]
     group = sizes.messages_per_apply
@@ -359,27 +360,16 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
             "platform": platform.platform(),
             "cpus": _cpus(),
             "load_average_start": load_start,
-            "load_average_end": _load(),
+            "load_average_end": report.load_average(),
         },
         "method": __doc__,
     }
     goal = results["ratios"]["ours_deltas_vs_executemany_final_rows"]
     results["goal"] = {"ours_deltas_vs_executemany_final_rows_at_least": 0.5, "met": goal >= 0.5}
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "materialise.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        (out / "materialise.md").write_text(_markdown(results), encoding="utf-8")
-        progress(f"wrote {out / 'materialise.json'} and {out / 'materialise.md'}")
+        json_path, md_path = report.write(results, out, stem="materialise", render=_markdown, ensure_ascii=True)
+        progress(f"wrote {json_path} and {md_path}")
     return results
-
-
-def _load() -> list[float] | None:
-    import os
-
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def _cpus() -> int | None:

@@ -11,7 +11,6 @@ pusher had read its own response. Results: ``benchmarks/results/realtime.json`` 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import tempfile
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks._common import machine_info, progress
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -98,9 +98,24 @@ def _histogram(values: list[float], width_ms: float = 5.0) -> list[tuple[str, in
 
 
 def write(runs: list[dict[str, Any]], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``realtime.json`` and ``realtime.md`` into ``out``."""
     doc = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine_info(), "runs": runs}
-    (out / "realtime.json").write_text(json.dumps(doc, indent=2) + "\n")
+    report.write(doc, out, stem="realtime", render=markdown, ensure_ascii=True)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The results for people."""
+    rows = [
+        (
+            r["listeners"],
+            r["samples"],
+            r["received"],
+            r["missing"],
+            *(f"{r[key]:.1f} ms" for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
+            "yes" if r["p99_ms"] <= GOAL_P99_MS and r["missing"] == 0 else "no",
+        )
+        for r in doc["runs"]
+    ]
     lines = [
         "# Local real-time freshness: push acknowledged → broadcast received on another client's socket",
         "",
@@ -110,23 +125,16 @@ def write(runs: list[dict[str, Any]], out: Path) -> None:
         "sessions → the management API (`POST /@connections/{id}`) → the socket. Listeners use base64 text frames. "
         f"Goal: p99 ≤ {GOAL_P99_MS:g} ms.",
         "",
-        "| listeners | pushes | received | missing | p50 | p90 | p99 | max | goal met |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *report.table(("listeners", "pushes", "received", "missing", "p50", "p90", "p99", "max", "goal met"), rows),
     ]
-    for r in runs:
-        met = "yes" if r["p99_ms"] <= GOAL_P99_MS and r["missing"] == 0 else "no"
-        lines.append(
-            f"| {r['listeners']} | {r['samples']} | {r['received']} | {r['missing']} | {r['p50_ms']:.1f} ms "
-            f"| {r['p90_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {r['max_ms']:.1f} ms | {met} |"
-        )
-    for r in runs:
+    for r in doc["runs"]:
         peak = max(count for _, count in r["histogram"])
         lines += ["", f"Distribution, {r['listeners']} listener(s) (each █ ≈ {max(1, peak // 40)} receives):", "```"]
         for label, count in r["histogram"]:
             lines.append(f"{label:>12} {'█' * (count * 40 // peak)} {count}")
         lines.append("```")
     lines.append("")
-    (out / "realtime.md").write_text("\n".join(lines))
+    return "\n".join(lines)
 
 
 def main() -> int:

@@ -1,23 +1,59 @@
-"""The results files: ``latest.json`` (every figure) and ``latest.md`` (the same, for people)."""
+"""The results files every benchmark writes (``<name>.json`` with every figure, ``<name>.md`` for people), the
+markdown tables and machine lines in them, and the gateway benchmark's own: ``latest.json`` and ``latest.md``."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.write_rules import markdown as write_rules_markdown
 
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where the benchmarks write their results files unless told otherwise."""
 
-def write(results: dict[str, Any], directory: Path, *, stem: str = "latest", render: Any = None) -> tuple[Path, Path]:
-    """Write ``{stem}.json`` and ``{stem}.md`` (``render(results)``, default :func:`markdown`) into ``directory``;
-    returns their paths."""
+_ALIGN = {"l": "---", "r": "---:"}
+
+
+def write(
+    results: Mapping[str, Any],
+    directory: Path,
+    *,
+    stem: str,
+    render: Callable[[Any], str],
+    ensure_ascii: bool = False,
+) -> tuple[Path, Path]:
+    """Write ``{stem}.json`` (indented; values JSON cannot hold as their ``str``) and ``{stem}.md``
+    (``render(results)``) into ``directory``, made if missing; returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     json_path = directory / f"{stem}.json"
     md_path = directory / f"{stem}.md"
-    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    md_path.write_text((render or markdown)(results), encoding="utf-8")
+    text = json.dumps(results, indent=2, ensure_ascii=ensure_ascii, default=str)
+    json_path.write_text(text + "\n", encoding="utf-8")
+    md_path.write_text(render(results), encoding="utf-8")
     return json_path, md_path
+
+
+def table(headers: Sequence[object], rows: Iterable[Sequence[object]], *, align: str = "") -> list[str]:
+    """A markdown table's lines: the header, the alignment row (``align``: ``l`` or ``r`` per column, left where
+    missing) and one line per row (see :func:`table_row`)."""
+    marks = "".join(f"{_ALIGN[a]}|" for a in align.ljust(len(headers), "l"))
+    return [table_row(headers), f"|{marks}", *(table_row(row) for row in rows)]
+
+
+def table_row(cells: Sequence[object]) -> str:
+    """One markdown table line of ``cells``, each written as its ``str``; ``None`` leaves a cell out (``| |``)."""
+    return "|" + "".join(" |" if cell is None else f" {cell} |" for cell in cells)
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded to hundredths (``None`` where the platform has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def stat_range(stats: dict[str, Any], fmt: str = "{:.0f}") -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.prices import PRICES
+from benchmarks.cost.prices import PRICES
 from tests.infra.conftest import ROOT, Cfn, Synth
 
 DEPLOYMENT = ROOT / "docs" / "deployment.md"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 from benchmarks._common import machine_info
-from benchmarks.cost import _yardstick
+from benchmarks.cost.markdown import yardstick
 
 
-def test_machine_info_records_the_yardstick():
+def test_machine_info_records_theyardstick():
     # Given the machine description every benchmark stores with its results
     info = machine_info()
     # Then it holds the yardstick: a positive, finite number of milliseconds
@@ -19,5 +19,5 @@ def test_machine_info_records_the_yardstick():
 def test_cost_report_header_shows_the_yardstick_only_when_recorded():
     # Given the machine of a run with a yardstick, and of an older run without one
     # Then the header names it with its unit, and says nothing of it otherwise
-    assert "120.3 ms" in _yardstick({"yardstick_ms": 120.3})
-    assert _yardstick({"cpu_count": 2}) == ""
+    assert "120.3 ms" in yardstick({"yardstick_ms": 120.3})
+    assert yardstick({"cpu_count": 2}) == ""

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.cost_meter import Meter, TableInfo
-from benchmarks.cost_model import (
+from benchmarks.cost.idle_month import idle_month
+from benchmarks.cost.meter import Meter, TableInfo
+from benchmarks.cost.model import (
     IndexSpec,
     glue_billed_seconds,
     glue_dpu_hours,
@@ -28,19 +29,18 @@ from benchmarks.cost_model import (
     value_size,
     write_units,
 )
-from benchmarks.cost_report import (
+from benchmarks.cost.prices import PRICES, price
+from benchmarks.cost.pricing import (
     LAMBDA_PLATFORM_LOG_BYTES,
     comparisons,
     fit_line,
-    functions_of,
     glue_per_million,
-    idle_month,
     price_invocations,
     price_usage,
     subtract,
     usage_key,
 )
-from benchmarks.prices import PRICES, price
+from benchmarks.cost.template import functions_of
 
 # -- item sizes -------------------------------------------------------------------------------------------------------
 
@@ -523,7 +523,7 @@ def test_the_dynamodb_on_demand_prices_are_those_since_november_2024():
 
 
 def test_a_downstream_run_carries_the_flush_runs_its_rule_waits_for_rounded_up_to_its_ticks():
-    from benchmarks.cost_model import compaction_wants, flush_runs_per_run
+    from benchmarks.cost.model import compaction_wants, flush_runs_per_run
 
     # Compaction after 16 flush runs or 6 hours, on an hourly tick, flushes every 15 minutes: 16 runs a compaction
     assert compaction_wants(16, 360, 15) == 16

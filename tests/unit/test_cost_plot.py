@@ -13,8 +13,8 @@ import matplotlib.image
 import matplotlib.pyplot as plt
 import pytest
 
-from benchmarks.cost_plot import COLOURS, _draw_panel, _segments, plot
-from benchmarks.cost_report import SERVICES, comparisons
+from benchmarks.cost.plot import COLOURS, _draw_panel, _segments, plot
+from benchmarks.cost.pricing import SERVICES, comparisons
 
 
 def _run(row_bytes: int, batch: int, readers: int, scale: float) -> dict[str, Any]:

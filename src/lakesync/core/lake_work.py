@@ -87,7 +87,7 @@ FLUSH_ENGINES: Final[tuple[FlushEngine, ...]] = ("function", "glue")
 
 DEFAULT_FUNCTION_MAX_BACKLOG: Final = 1_000_000
 """The largest backlog (unflushed entries) the lake tick gives the flush function; the Glue job gets anything larger.
-Measured (``make bench-cost``: ``benchmarks/cost_flush.py``, ``benchmarks/results/cost-flush-engines.md``): the
+Measured (``make bench-cost``: ``benchmarks/cost/flush_engines.py``, ``benchmarks/results/cost-flush-engines.md``): the
 function flushed 3,122 deltas/s of 2 KB rows (6,854/s of 250 B rows) after a 5-second cold start on a loaded 2-CPU
 machine (3,471/s in an earlier run), which puts half of its 900-second timeout at 1.39 million; a million, rounded
 down, takes it about 330 s."""

@@ -1,7 +1,7 @@
 """The cost benchmark as a picture: dollars per million deltas for each workload, by service, beside the baseline
 run and the same traffic on AppSync and Firestore (``benchmarks/results/cost.png``).
 
-``python -m benchmarks.cost_plot`` draws it again from ``cost.json`` (and ``cost-baseline.json`` when present) without
+``python -m benchmarks.cost.plot`` draws it again from ``cost.json`` (and ``cost-baseline.json`` when present) without
 running the benchmark; ``make bench-cost`` draws it after every run.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cost_report import SERVICES, comparisons
+from benchmarks.cost.pricing import SERVICES, comparisons
+from benchmarks.report import RESULTS
 
-RESULTS = Path(__file__).resolve().parent / "results"
 GOAL_USD = 1.50
 """Issue 15's goal, all in, for pushes of 10 rows of 250 B pulled by one client."""
 GOAL_WORKLOAD = (250, 10, 1)
@@ -140,7 +140,7 @@ def load_baseline(results: Path) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Draw ``cost.png`` from the results directory's ``cost.json`` (and ``cost-baseline.json``)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cost_plot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cost.plot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="directory holding cost.json")
     args = parser.parse_args(argv)
     doc = json.loads((args.results / "cost.json").read_text())

@@ -1,5 +1,5 @@
 """The arithmetic of the cost benchmark, without I/O: DynamoDB item sizes and capacity units, and how each AWS service
-meters what a workload does (:mod:`benchmarks.cost` measures, :mod:`benchmarks.prices` holds the prices).
+meters what a workload does (:mod:`benchmarks.cost` measures, :mod:`benchmarks.cost.prices` holds the prices).
 
 DynamoDB (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html):
 

@@ -24,11 +24,12 @@ both sides:
    a Spark session on this 2-CPU machine would take longer than the point needs, and the 1-minute minimum dominates
    below the threshold anyway.
 
-Lambda's and Glue's list prices and the billing rules are :mod:`benchmarks.prices` and :mod:`benchmarks.cost_model`:
-AWS Glue pricing (https://aws.amazon.com/glue/pricing/) bills Spark jobs of Glue 2.0 and later -- the stack's are Glue
-5.1 -- per second with a 1-minute minimum, at $0.44 a DPU-hour ($0.29 on Flex); AWS Lambda pricing
-(https://aws.amazon.com/lambda/pricing/) bills by the millisecond at the memory configured, plus the request.
-Run ``python -m benchmarks.cost_flush``; results in ``benchmarks/results/cost-flush-engines.{json,md}``.
+Lambda's and Glue's list prices and the billing rules are :mod:`benchmarks.cost.prices` and
+:mod:`benchmarks.cost.model`: AWS Glue pricing (https://aws.amazon.com/glue/pricing/) bills Spark jobs of Glue 2.0 and
+later -- the stack's are Glue 5.1 -- per second with a 1-minute minimum, at $0.44 a DPU-hour ($0.29 on Flex); AWS
+Lambda pricing (https://aws.amazon.com/lambda/pricing/) bills by the millisecond at the memory configured, plus the
+request.
+Run ``python -m benchmarks.cost.flush_engines``; results in ``benchmarks/results/cost-flush-engines.{json,md}``.
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import ROOT
 from benchmarks._moto import MotoProcess
-from benchmarks.cost_model import glue_dpu_hours, glue_dpus, lambda_gb_seconds
-from benchmarks.prices import price
+from benchmarks.cost.model import glue_dpu_hours, glue_dpus, lambda_gb_seconds
+from benchmarks.cost.prices import price
+from benchmarks.report import RESULTS, table, write
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 REGION = "us-east-1"
 GATEWAY = "bench"
 PUSH_BATCH = 500
@@ -277,6 +278,19 @@ def _usd(value: float) -> str:
     return f"{value:.5f}" if value < 0.01 else f"{value:.4f}"
 
 
+def _side_row(side: Mapping[str, Any]) -> tuple[object, ...]:
+    f, g = side["function"], side["glue"]
+    return (
+        f"{side['backlog']:,}",
+        side["engine"],
+        f["seconds"],
+        _usd(f["usd"]),
+        g["seconds"],
+        f"{g['dpu_hours']:.4f}",
+        _usd(g["usd"]),
+    )
+
+
 def render(doc: Mapping[str, Any]) -> str:
     """The results as Markdown."""
     fn = doc["function"]
@@ -285,23 +299,24 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         f"Run {doc['run_at']}, commit `{doc['commit']}`, {doc['machine']['cpus']} CPUs (load average"
         f" {', '.join(f'{x:.2f}' for x in doc['machine']['load_average'])} at the start). Method:"
-        " `benchmarks/cost_flush.py` (its docstring).",
+        " `benchmarks/cost/flush_engines.py` (its docstring).",
         "",
         "## The flush function's throughput (pyiceberg, one warm invocation, moto server in its own process)",
         "",
-        "| rows | deltas | shards | flush s | deltas/s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for m in fn["runs"]:
-        figures = (
-            f"{m['row_bytes']} B",
-            f"{m['deltas']:,}",
-            m["shards"],
-            m["flush_seconds"],
-            f"{m['deltas_per_s']:,.0f}",
-        )
-        lines.append("| " + " | ".join(str(f) for f in figures) + " |")
-    lines += [
+        *table(
+            ("rows", "deltas", "shards", "flush s", "deltas/s"),
+            [
+                (
+                    f"{m['row_bytes']} B",
+                    f"{m['deltas']:,}",
+                    m["shards"],
+                    m["flush_seconds"],
+                    f"{m['deltas_per_s']:,.0f}",
+                )
+                for m in fn["runs"]
+            ],
+            align="lrrrr",
+        ),
         "",
         f"The slowest rate, {doc['slowest_deltas_per_s']:,.0f} deltas/s, over {int(doc['margin'] * 100)} % of the"
         f" function's {fn['timeout_s']} s timeout: **{doc['measured_default']:,} deltas**"
@@ -314,16 +329,11 @@ def render(doc: Mapping[str, Any]) -> str:
         f" {doc['glue']['deltas_per_s']:,.0f} deltas/s (local Spark; {doc['glue']['source']}): computed from that"
         " measured rate, not run here.",
         "",
-        "| backlog (deltas) | the tick chooses | function s | function $ | Glue s | Glue DPU-hours | Glue $ |",
-        "|---:|---|---:|---:|---:|---:|---:|",
-    ]
-    for side in doc["sides"]:
-        f, g = side["function"], side["glue"]
-        lines.append(
-            f"| {side['backlog']:,} | {side['engine']} | {f['seconds']} | {_usd(f['usd'])} | {g['seconds']} |"
-            f" {g['dpu_hours']:.4f} | {_usd(g['usd'])} |"
-        )
-    lines += [
+        *table(
+            ("backlog (deltas)", "the tick chooses", "function s", "function $", "Glue s", "Glue DPU-hours", "Glue $"),
+            [_side_row(side) for side in doc["sides"]],
+            align="rlrrrrr",
+        ),
         "",
         "Below the threshold the function is cheaper by one to three orders of magnitude (Glue's minute of two"
         " DPUs is the floor). Above it the function would not finish with margin inside its 15 minutes (a run the"
@@ -336,7 +346,9 @@ def render(doc: Mapping[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Measure, price, write ``benchmarks/results/cost-flush-engines.{json,md}``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.cost.flush_engines", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--deltas", type=int, default=40_000, help="entries per measured flush (default 40,000)")
     parser.add_argument("--shards", type=int, default=4, help="shards they are spread over (default 4)")
     parser.add_argument("--out", type=Path, default=RESULTS / "cost-flush-engines")
@@ -345,8 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     doc = reprice(json.loads(args.reprice.read_text())) if args.reprice else run(args.deltas, args.shards)
-    args.out.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(render(doc))
+    stem = args.out.with_suffix("")
+    write(doc, stem.parent, stem=stem.name, render=render, ensure_ascii=True)
     print(render(doc))
     if not math.isclose(doc["measured_default"], doc["deployed_default"], rel_tol=0.5):
         print(

@@ -2,7 +2,7 @@
 
 Spark starts ``python -m <this module>``; the meter is installed before :func:`pyspark.daemon.manager` forks the
 workers, so every boto3 client a Spark task makes (the flush's read tasks) is counted. Each priced call is appended as
-one JSON line to ``$LAKESYNC_COST_DIR/worker-<pid>.jsonl`` (:meth:`benchmarks.cost_meter.Meter.drain_files` adds them
+one JSON line to ``$LAKESYNC_COST_DIR/worker-<pid>.jsonl`` (:meth:`benchmarks.cost.meter.Meter.drain_files` adds them
 to the benchmark's current phase). Nothing may be printed on stdout: the daemon reports its port there.
 """
 
@@ -16,7 +16,7 @@ def main() -> None:
     """Install the meter (when ``LAKESYNC_COST_DIR`` is set), then run PySpark's own daemon."""
     directory = os.environ.get("LAKESYNC_COST_DIR")
     if directory:
-        from benchmarks.cost_meter import Meter
+        from benchmarks.cost.meter import Meter
 
         meter = Meter(file_sink=Path(directory))
         meter.phase = "worker"

@@ -9,14 +9,14 @@ materialiser's -- inherits them (a botocore client copies its session's handlers
   charges depend on but the call does not carry: the items a write replaces or deletes, and the items a ``Query`` or
   ``Scan`` with a projection or a filter evaluates;
 * ``after-call`` (also made for calls that failed, such as a conditional write whose condition was false): prices
-  the call in the units its service bills (:mod:`benchmarks.cost_model`) and adds them to the current phase.
+  the call in the units its service bills (:mod:`benchmarks.cost.model`) and adds them to the current phase.
 
 Nothing is counted while :attr:`Meter.phase` is ``None`` (setup). Tables are described once each (keys, secondary
 indexes and their projections, TTL) on the uncounted client, so index writes are charged as DynamoDB charges them
 for whatever layout the code creates. Figures are kept by physical table name; :meth:`Meter.logical` maps them to
 the logical names the benchmark registered (``TableNames.as_dict()``), so labels follow the code's tables.
 
-Spark's Python workers are separate processes: :mod:`benchmarks._cost_daemon` installs a meter there too, which
+Spark's Python workers are separate processes: :mod:`benchmarks.cost.daemon` installs a meter there too, which
 appends one JSON line per call to a file (``LAKESYNC_COST_DIR``); :meth:`Meter.drain_files` adds them to the
 current phase.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks.cost_model import (
+from benchmarks.cost.model import (
     IndexSpec,
     index_write_units,
     item_size,
