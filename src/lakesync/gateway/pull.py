@@ -57,7 +57,7 @@ from lakesync.gateway.log_pages import (
     page_size,
     regressed_error,
 )
-from lakesync.gateway.since_pull import pull_since
+from lakesync.gateway.since_pull import SinceRequest, pull_since
 from lakesync.io_pool import awaited, results_of, submit
 from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
 
@@ -126,7 +126,7 @@ def pull(
         return _pull_by_cursor(deps, gateway, basis_reader, positions, limit, claims, marks)
     # A `since` session records positions per shard: its pulls read the rules and the registry as they are now.
     basis = fresh_reader(basis_reader).read_pull_basis(gateway)
-    return pull_since(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id)
+    return pull_since(SinceRequest(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id))
 
 
 class StoresPullBasis:

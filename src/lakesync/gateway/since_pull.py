@@ -28,11 +28,40 @@ from lakesync.gateway.since import full_row, row_form, visible_values
 from lakesync.io_pool import results_of, submit
 from lakesync.ports import SinceSessionStore
 
-__all__ = ["pull_since"]
+__all__ = ["SinceRequest", "pull_since"]
 
 _UNSEEN_COMMIT_READS: Final = 8
 """Reads by commit HLC (5 ms doubling between them: about 0.6 s in all) while the head records a commit after the
 position that the log does not show yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinceRequest:
+    """One ``since`` pull: the gateway's shards and rules as read for it, and who asks.
+
+    Attributes:
+        deps: Stores, clock and settings.
+        gateway: The gateway id.
+        shards: The gateway's registered shards.
+        since: The ``serverHlc`` the client sent.
+        limit: Most deltas to return.
+        rules: The gateway's sync rules.
+        claims: The caller's claims, for the rules.
+        client_id: The client whose session is used (``None``: served without one).
+    """
+
+    deps: GatewayDeps
+    gateway: str
+    shards: list[ShardId]
+    since: int
+    limit: int
+    rules: SyncRules | None
+    claims: Claims
+    client_id: str | None
+
+    def parts(self) -> tuple[GatewayDeps, str, list[ShardId], int, int, SyncRules | None, Claims]:
+        """Everything but the client id, in the order the steps use."""
+        return self.deps, self.gateway, self.shards, self.since, self.limit, self.rules, self.claims
 
 
 class _Released(Exception):
@@ -43,37 +72,35 @@ class _Released(Exception):
         self.head = head
 
 
-def pull_since(
-    deps: GatewayDeps,
-    gateway: str,
-    shards: list[ShardId],
-    since: int,
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-    client_id: str | None,
-) -> PullResult:
+def pull_since(request: SinceRequest) -> PullResult:
     """A ``since`` page for the original client (:mod:`lakesync.gateway.since`): from the exact positions handed out
     with ``since``; for a client whose session does not know ``since`` (it restarted), from the positions it last
     confirmed with everything uncertain; for a client without a session, from the first entries committed after
     ``since`` (the re-read window before a recent ``since`` uncertain). A client whose position is behind a release
     is resynced from the latest checkpoint (:mod:`lakesync.gateway.resync`); without a session store, or without a
     checkpoint covering the release, it gets 410."""
+    deps, gateway, shards, since, client_id = (
+        request.deps,
+        request.gateway,
+        request.shards,
+        request.since,
+        request.client_id,
+    )
     store = deps.since_sessions if client_id else None
     session = store.get(gateway, client_id) if store is not None and client_id else None
     handout = session.handout(since) if session is not None else None
     if store is not None and client_id:
         if handout is not None and handout.resync is not None:
             resume = _Resume(handout.resync, handout.positions, handout.uncertain or {})
-            return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, handout)
+            return _resync(request, client_id, session, resume, handout)
         if handout is None and session is not None and session.resync is not None and session.confirmed is not None:
             # Restarted mid-resync: resume it where the client last confirmed it stood, with the log uncertain.
             heads = deps.buffer.get_heads(shards)
             resume = _Resume(session.resync, session.confirmed, {s.key: h.seq for s, h in heads.items()})
             confirmed = Handout(since, session.confirmed, None, session.resync)
-            return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, confirmed)
+            return _resync(request, client_id, session, resume, confirmed)
     try:
-        return _pull_since_log(deps, gateway, shards, since, limit, rules, claims, client_id, session, handout)
+        return _pull_since_log(request, session, handout)
     except _Released as exc:
         if store is None or not client_id:
             raise expired_error(gateway, exc.head) from None
@@ -95,7 +122,7 @@ def pull_since(
         else:
             uncertain = _furthest(confirmed.positions, *_reach(session.handouts))
         resume = _Resume(ResyncMark(manifest.checkpoint_id), manifest.positions, uncertain)
-        return _resync(deps, gateway, shards, since, limit, rules, claims, client_id, session, resume, confirmed)
+        return _resync(request, client_id, session, resume, confirmed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,13 +147,7 @@ def _furthest(*maps: Positions) -> dict[str, int]:
 
 
 def _resync(
-    deps: GatewayDeps,
-    gateway: str,
-    shards: list[ShardId],
-    since: int,
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
+    request: SinceRequest,
     client_id: str,
     session: SinceSession | None,
     resume: _Resume,
@@ -134,6 +155,7 @@ def _resync(
 ) -> PullResult:
     """A resync page (:mod:`lakesync.gateway.resync`); ``confirmed`` is what the ``since`` the client sent stands
     for (it applied everything up to there)."""
+    deps, gateway, shards, since, limit, rules, claims = request.parts()
     from lakesync.gateway.resync import covering_checkpoint, resync_page  # rare: not loaded at INIT
 
     store = deps.since_sessions
@@ -167,19 +189,12 @@ def _resync(
     handed = Handout(since, dict(resume.positions), still_uncertain or None, page.next)
     _save_session(deps, store, gateway, client_id, handed, confirmed, (), resynced=True)
     if page.next is None:
-        return pull_since(deps, gateway, shards, since, limit, rules, claims, client_id)
+        return pull_since(request)
     return PullResult((), since, True, None)
 
 
 def _pull_since_log(
-    deps: GatewayDeps,
-    gateway: str,
-    shards: list[ShardId],
-    since: int,
-    limit: int,
-    rules: SyncRules | None,
-    claims: Claims,
-    client_id: str | None,
+    request: SinceRequest,
     session: SinceSession | None,
     handout: Handout | None,
 ) -> PullResult:
@@ -188,6 +203,8 @@ def _pull_since_log(
     Raises:
         _Released: the position is behind a release.
     """
+    deps, gateway, shards, since, limit, rules, claims = request.parts()
+    client_id = request.client_id
     store = deps.since_sessions if client_id else None
     positions, uncertain, confirmed = _since_start(deps, shards, since, session, handout)
     readers = _since_readers(deps, shards, positions, page_size(limit), at_position=handout is not None)
