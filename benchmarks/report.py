@@ -76,12 +76,20 @@ def _verdict(met: bool) -> str:
 
 
 def _owners(breakdown: dict[str, Any]) -> list[str]:
+    """A profile's self time by owner, as a table."""
     total = breakdown["total_s"] or 1.0
-    return [f"| {owner} | {s:.2f} | {100 * s / total:.0f}% |" for owner, s in breakdown["by_owner"].items()]
+    rows = [(owner, f"{s:.2f}", f"{100 * s / total:.0f}%") for owner, s in breakdown["by_owner"].items()]
+    return table(("owner", "s", "share"), rows)
 
 
-def _functions(entries: list[dict[str, Any]]) -> list[str]:
-    return [f"| `{e['function']}` | {e['owner']} | {e['self_s']:.3f} |" for e in entries]
+def _functions(entries: list[dict[str, Any]], heading: str = "function") -> list[str]:
+    """A profile's costliest functions, as a table."""
+    return table((heading, "owner", "s"), [(f"`{e['function']}`", e["owner"], f"{e['self_s']:.3f}") for e in entries])
+
+
+def _cumulative(entries: dict[str, Any], heading: str) -> list[str]:
+    """Calls and cumulative seconds of each entry, as a table."""
+    return table((heading, "calls", "s"), [(k, v["calls"], f"{v['seconds']:.2f}") for k, v in entries.items()])
 
 
 def machine_lines(m: dict[str, Any]) -> list[str]:
@@ -228,39 +236,25 @@ def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
             "",
             "Client process (the Lambda side), self time by owner; stdlib time is charged to its caller:",
             "",
-            "| owner | s | share |",
-            "|---|---|---|",
             *_owners(profile["client"]),
             "",
-            "| client function (cumulative) | calls | s |",
-            "|---|---|---|",
-            *[f"| {k} | {v['calls']} | {v['seconds']:.2f} |" for k, v in profile["client_functions"].items()],
+            *_cumulative(profile["client_functions"], "client function (cumulative)"),
             "",
             "Costliest functions of our code (self time incl. the stdlib work they ask for):",
             "",
-            "| function | owner | s |",
-            "|---|---|---|",
             *_functions(profile["client"]["top_ours"]),
             "",
             "Costliest functions overall on the client (without the socket wait):",
             "",
-            "| function | owner | s |",
-            "|---|---|---|",
             *_functions(profile["client"]["top_functions"]),
             "",
             "moto server process, by owner and by DynamoDB operation (cumulative):",
             "",
-            "| owner | s | share |",
-            "|---|---|---|",
             *_owners(profile["moto"]),
             "",
-            "| moto operation | calls | s |",
-            "|---|---|---|",
-            *[f"| {k} | {v['calls']} | {v['seconds']:.2f} |" for k, v in profile["moto_operations"].items()],
+            *_cumulative(profile["moto_operations"], "moto operation"),
             "",
-            "| moto function | owner | s |",
-            "|---|---|---|",
-            *_functions(profile["moto"]["top_functions"][:8]),
+            *_functions(profile["moto"]["top_functions"][:8], "moto function"),
             "",
         ]
     return lines
@@ -324,12 +318,8 @@ def _pull_section(r: dict[str, Any], pull: dict[str, Any]) -> list[str]:
             f"### Where the pull time goes (cProfile of the first {profile['pages']} pages of a handler pass, "
             "client process, its storage requests one after another so that the profile sees them)",
             "",
-            "| owner | s | share |",
-            "|---|---|---|",
             *_owners(profile),
             "",
-            "| function | owner | s |",
-            "|---|---|---|",
             *_functions(profile["top_ours"]),
             "",
         ]
