@@ -1,5 +1,4 @@
-"""The original client's ``since`` pulls, served so that it converges and never gets stuck (docs/architecture.md,
-"Pull: the guarantee").
+"""The original client's ``since`` pulls, served so that it converges and never gets stuck (docs/since.md).
 
 The original client (reference §16) keeps one number, ``lastSyncedHlc``: the ``serverHlc`` of its last push, or of
 its last pull that applied something (an empty page leaves it). It applies a page in one transaction with plain
