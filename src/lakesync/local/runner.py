@@ -221,8 +221,6 @@ class LocalStack:
             # Empty counts as unset: a previous key in the caller's environment must not be accepted here.
             "LAKESYNC_JWT_SECRET_PREVIOUS": previous or "",
             "LAKESYNC_GATEWAY_IDS": ",".join(self.gateway_ids),
-            # Requests cost time here and write units nothing: rows go inside each commit (LAKESYNC_ROW_WRITES).
-            "LAKESYNC_ROW_WRITES": "in-commit",
             # Several handler processes, and a rules change a developer expects to see on the next pull: every pull
             # reads the rules and the registry (LAKESYNC_PULL_BASIS_TTL_MS).
             "LAKESYNC_PULL_BASIS_TTL_MS": "0",
