@@ -564,7 +564,6 @@ def _seed_buffer(client: Any, count: int) -> tuple[Any, int, dict[str, float]]:
     from lakesync.aws.tables import TableNames
     from lakesync.core.delta import make_delta
     from lakesync.core.hlc import HLC
-    from lakesync.core.log import Commit
     from lakesync.core.messages import SyncPush
     from lakesync.gateway.deps import GatewayDeps, GatewaySettings
     from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
@@ -607,20 +606,11 @@ def _seed_buffer(client: Any, count: int) -> tuple[Any, int, dict[str, float]]:
             )
         push(deps, gateway, SyncPush("bench-client", tuple(deltas)), client_id="bench-client")
     rendered = time.perf_counter()
-    log_items = [
-        action["Put"]["Item"]
-        for transaction in buffer.capture.transactions
-        for action in transaction
-        if action.get("Put", {}).get("TableName") == names.deltas
-    ]
-    buffer.capture.transactions.clear()
     shards = [s for g in workload.gateways for s in buffer.memory.list_shards(g)]
-    for shard, head in buffer.memory.get_heads(shards).items():
-        buffer.renderer.commit(Commit(shard, -1, head, entries=(), rows=(), new_shard=True))
-    batch_write(client, names.deltas, log_items)
-    for transaction in buffer.capture.transactions:
-        for action in transaction:
-            client.put_item(TableName=action["Put"]["TableName"], Item=action["Put"]["Item"])
+    batch_write(client, names.deltas, buffer.log_items)
+    for shard in shards:
+        for table, item in buffer.shard_items(shard):
+            client.put_item(TableName=table, Item=item)
     return (
         names,
         len(shards),

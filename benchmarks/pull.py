@@ -3,8 +3,8 @@
 Setup (not timed): ``deltas`` INSERTs of distinct rows of one table go through the real push service, over
 in-memory stores whose commits are also rendered by the real DynamoDB store code (:class:`_RenderingBuffer`);
 the rendered log items, the shard head and the shard-registry item are then written with ``BatchWriteItem`` /
-``PutItem``. The log is thus exactly what pushes write (first-keyed chunks, as a deployment writes them by default),
-without paying moto's slow ``TransactWriteItems`` for setup. Row and dedup items are not written: a pull reads
+``PutItem``. The log is thus exactly what pushes write (first-keyed chunks), without paying for the commits' reads,
+row writes and head updates on moto during setup. Row and dedup items are not written: a pull reads
 neither.
 
 One repetition, on the same seeded tables:
@@ -72,40 +72,41 @@ GOAL_RATIO = 1.05
 """Issue 15: a pull pass at most 1.05x the raw ``Query`` of the log as the issue measured it (floor A)."""
 
 
-class _Capture:
-    """Stands in for the boto3 client of a :class:`DynamoDBBufferStore`: keeps the transactions it is sent."""
-
-    def __init__(self) -> None:
-        self.transactions: list[list[dict[str, Any]]] = []
-
-    def transact_write_items(self, TransactItems: list[dict[str, Any]]) -> dict[str, Any]:
-        self.transactions.append(TransactItems)
-        return {}
-
-
 class _RenderingBuffer:
-    """An in-memory buffer whose commits are also rendered into DynamoDB requests by the real DynamoDB store."""
+    """An in-memory buffer whose commits are also rendered into the log items the real DynamoDB store puts."""
 
     def __init__(self, names: Any) -> None:
         from lakesync.aws.dynamodb import DynamoDBBufferStore
         from lakesync.gateway.memory import InMemoryBufferStore
 
         self.memory = InMemoryBufferStore()
-        self.capture = _Capture()
-        # Rows inside the transactions: the seed replays them, and needs no reads of its own.
-        self.renderer = DynamoDBBufferStore(self.capture, names, rows_in_commit=True, first_keyed=True)  # type: ignore[arg-type]
+        # Only renders items: it is never asked to send a request.
+        self.renderer = DynamoDBBufferStore(None, names)  # type: ignore[arg-type]
+        self.log_items: list[dict[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.memory, name)
 
     def commit(self, commit: Any) -> None:
         self.memory.commit(commit)
-        self.renderer.commit(commit)
+        self.log_items.append(self.renderer._chunk_item(commit, first_keyed=True))
+
+    def shard_items(self, shard: Any) -> list[tuple[str, dict[str, Any]]]:
+        """``(table, item)`` of the shard's head, at its final values with every row written, and its registry
+        entry: what its commits leave."""
+        from lakesync.aws.dynamodb import _new_head_item, _registry_item
+
+        names = self.renderer._t
+        head = self.memory.get_heads([shard])[shard]
+        return [
+            (names.heads, _new_head_item(head, applied=head.seq, first_keyed=True)),
+            (names.config, _registry_item(shard)),
+        ]
 
 
 def seed(env: HandlerEnv, count: int) -> Any:
     """Fresh tables holding ``count`` pending deltas of one shard (see the module docstring)."""
-    from lakesync.core.log import Commit, ShardId
+    from lakesync.core.log import ShardId
     from lakesync.core.messages import SyncPush
     from lakesync.gateway.deps import GatewayDeps, GatewaySettings
     from lakesync.gateway.memory import InMemoryActionStore, InMemoryConfigStore
@@ -122,21 +123,10 @@ def seed(env: HandlerEnv, count: int) -> Any:
     deltas = make_deltas(count, row_prefix="pull")
     for start in range(0, count, 1000):
         push(deps, GATEWAY, SyncPush(CLIENT_ID, tuple(deltas[start : start + 1000])), client_id=CLIENT_ID)
-    log_items = [
-        action["Put"]["Item"]
-        for transaction in buffer.capture.transactions
-        for action in transaction
-        if action.get("Put", {}).get("TableName") == names.deltas
-    ]
-    # The head item at its final values, with the shard-registry item, as a shard's first commit writes them.
-    shard = ShardId(GATEWAY, TABLE)
-    head = buffer.memory.get_heads([shard])[shard]
-    buffer.capture.transactions.clear()
-    buffer.renderer.commit(Commit(shard, -1, head, entries=(), rows=(), new_shard=True))
     client = env.raw_client()
-    batch_write(client, names.deltas, log_items)
-    for action in buffer.capture.transactions[0]:
-        client.put_item(TableName=action["Put"]["TableName"], Item=action["Put"]["Item"])
+    batch_write(client, names.deltas, buffer.log_items)
+    for table, item in buffer.shard_items(ShardId(GATEWAY, TABLE)):
+        client.put_item(TableName=table, Item=item)
     return names
 
 

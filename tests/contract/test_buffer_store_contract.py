@@ -35,19 +35,16 @@ from lakesync.ports import BufferStore
 NOW = 1_700_000_000
 
 
-@pytest.fixture(params=["memory", "dynamodb", "dynamodb-rows-in-commit", "dynamodb-first-keyed"])
+@pytest.fixture(params=["memory", "dynamodb", "dynamodb-first-keyed"])
 def store(request: pytest.FixtureRequest) -> BufferStore:
-    """The in-memory store, and the DynamoDB store in both row modes: rows written after the commit (AWS) and in
-    it (the embedded default); and writing its log first-keyed (lakesync.aws.log_chunks)."""
+    """The in-memory store, and the DynamoDB store writing its log last-keyed and first-keyed
+    (lakesync.aws.log_chunks)."""
     if request.param == "memory":
         return InMemoryBufferStore()
     from lakesync.aws.dynamodb import DynamoDBBufferStore
 
-    rows_in_commit = request.param == "dynamodb-rows-in-commit"
     first_keyed = request.param == "dynamodb-first-keyed"
-    return DynamoDBBufferStore(
-        *request.getfixturevalue("contract_dynamodb"), rows_in_commit=rows_in_commit, first_keyed=first_keyed
-    )
+    return DynamoDBBufferStore(*request.getfixturevalue("contract_dynamodb"), first_keyed=first_keyed)
 
 
 @pytest.fixture

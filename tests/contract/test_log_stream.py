@@ -48,16 +48,16 @@ def sync_push(client: str, deltas: list[tuple[str, str, dict[str, Any]]]) -> Syn
 
 @pytest.fixture(scope="module")
 def log(moto_endpoint: str) -> Any:
-    """Tables on the moto server, three gateways' pushes committed (one per row mode, and one with first-keyed log
-    items), and the stream's records."""
+    """Tables on the moto server, three gateways' pushes committed (two with last-keyed log items, one with
+    first-keyed ones), and the stream's records."""
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE)
     names = TableNames.with_prefix(f"ls{uuid.uuid4().hex[:10]}")
     create_tables(client, names)
     stream = Stream(moto_endpoint, client, names.deltas)
     settings = GatewaySettings(gateway_ids=frozenset({"g1", "g2", "g3"}), chunk_deltas=5)
-    for gateway, in_commit, first_keyed in (("g1", False, False), ("g2", True, False), ("g3", False, True)):
+    for gateway, first_keyed in (("g1", False), ("g2", False), ("g3", True)):
         deps = GatewayDeps(
-            buffer=DynamoDBBufferStore(client, names, rows_in_commit=in_commit, first_keyed=first_keyed),
+            buffer=DynamoDBBufferStore(client, names, first_keyed=first_keyed),
             config=DynamoDBConfigStore(client, names),
             actions=DynamoDBActionStore(client, names),
             settings=settings,

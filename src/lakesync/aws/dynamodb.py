@@ -81,7 +81,6 @@ from lakesync.core.log import (
     CommitConflict,
     LogEntry,
     PullBasis,
-    RowWrite,
     ShardHead,
     ShardId,
     StoredRow,
@@ -179,25 +178,15 @@ def _client_error(exc: ClientError, what: str) -> StorageError:
 
 
 def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Item]:
-    """Consistent BatchGetItem of any number of keys, following UnprocessedKeys."""
-    return _batch_get_tables(db, {table: keys})[table]
-
-
-def _batch_get_tables(db: DynamoDBClient, keys: Mapping[str, list[Item]]) -> dict[str, list[Item]]:
-    """Consistent BatchGetItem of keys of several tables (100 keys per request, the requests side by side),
-    following UnprocessedKeys."""
-    flat = [(table, key) for table, table_keys in keys.items() for key in table_keys]
-    slices = [flat[start : start + 100] for start in range(0, len(flat), 100)]
+    """Consistent BatchGetItem of any number of keys (100 keys per request, the requests side by side), following
+    UnprocessedKeys."""
+    slices = [[(table, key) for key in keys[start : start + 100]] for start in range(0, len(keys), 100)]
     parts = (
         [_batch_get_slice(db, slices[0])]
         if len(slices) == 1
         else results_of([submit(_batch_get_slice, db, part) for part in slices])
     )
-    found: dict[str, list[Item]] = {table: [] for table in keys}
-    for part in parts:
-        for table, items in part:
-            found[table].extend(items)
-    return found
+    return [item for part in parts for _, items in part for item in items]
 
 
 def _batch_get_slice(db: DynamoDBClient, keys: list[tuple[str, Item]]) -> list[tuple[str, list[Item]]]:
@@ -300,7 +289,6 @@ class DynamoDBBufferStore:
         names: TableNames,
         *,
         log_ttl_s: int = LOG_TTL_S,
-        rows_in_commit: bool = False,
         commit_mark_every: int = COMMIT_MARK_EVERY,
         first_keyed: bool | Callable[[], bool] = False,
         log_format: int | Callable[[], int] = LOG_FORMAT,
@@ -312,7 +300,6 @@ class DynamoDBBufferStore:
         self._db = client
         self._t = names
         self._log_ttl_s = log_ttl_s
-        self._rows_in_commit = rows_in_commit
         self._mark_every = commit_mark_every
         self._log_format: Callable[[], int] = log_format if callable(log_format) else lambda: log_format
         self._first_keyed = first_keyed if isinstance(first_keyed, bool) else False
@@ -453,10 +440,6 @@ class DynamoDBBufferStore:
         return _live_delta_ids(gateway, items, now_s)
 
     def read_commit_basis(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis:
-        if self._rows_in_commit:
-            basis = self._basis_in_one_read(shard, rows)
-            if basis is not None:
-                return basis
         # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
         # chunks after `ra` are read from the log and folded in (the row index is a cache of the log).
         head_item = self._head_item(shard)
@@ -473,22 +456,6 @@ class DynamoDBBufferStore:
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(rows))
         return CommitBasis(head, stored)
-
-    def _basis_in_one_read(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis | None:
-        """Rows written in the commit: head and rows in one BatchGetItem (the commit's row guards catch a row read
-        before a commit whose head was read after it). ``None`` when the head shows rows still to be written (the
-        table was written with rows after the commit)."""
-        by_pk = _row_keys(shard.gateway, rows)
-        keys = {self._t.heads: [{"shard": _s(shard.key)}], self._t.rows: [{"pk": _s(pk)} for pk in by_pk]}
-        found = _batch_get_tables(self._db, {table: table_keys for table, table_keys in keys.items() if table_keys})
-        heads = found.get(self._t.heads) or []
-        self._note_log_keys(shard, heads[0] if heads else None)
-        if heads and (_rows_applied(heads[0]) < int(heads[0]["seq"]["N"]) or "dq" in heads[0]):
-            return None
-        return CommitBasis(
-            head=_head_from_item(heads[0]) if heads else None,
-            rows=_rows_from_items(by_pk, found.get(self._t.rows, [])),
-        )
 
     def _note_log_keys(self, shard: ShardId, head_item: Item | None) -> None:
         """A head that records first keys (``lk``) makes this store read and write the shard's log first-keyed. One
@@ -863,7 +830,7 @@ class DynamoDBBufferStore:
         head = commit.head
         _check_rows(commit)
         first_keyed = shard.key in self._first_keyed_shards or self._starts_first_keys()
-        if first_keyed and not self._rows_in_commit and commit.entries:
+        if first_keyed and commit.entries:
             self._commit_by_put(commit)
             return
         actions: list[Item] = []
@@ -872,9 +839,7 @@ class DynamoDBBufferStore:
                 {
                     "Put": {
                         "TableName": self._t.heads,
-                        "Item": _new_head_item(
-                            head, applied=head.seq if self._rows_in_commit else 0, first_keyed=first_keyed
-                        ),
+                        "Item": _new_head_item(head, applied=0, first_keyed=first_keyed),
                         "ConditionExpression": "attribute_not_exists(#sh)",
                         "ExpressionAttributeNames": {"#sh": "shard"},
                     }
@@ -895,12 +860,10 @@ class DynamoDBBufferStore:
                         "TableName": self._t.heads,
                         "Key": {"shard": _s(shard.key)},
                         "UpdateExpression": "SET seq = :seq, bt = bt + :db, dt = dt + :dd, lch = :lch"
-                        + (", ra = :seq" if self._rows_in_commit else "")
                         + (", lk = :one" if first_keyed else ""),
                         # A last-keyed chunk after a first-keyed one would sort before it: once the head records
                         # first keys (`lk`), a commit of a last-keyed chunk fails, and the writer learns.
                         "ConditionExpression": "seq = :expected"
-                        + (" AND ra = :expected" if self._rows_in_commit else "")
                         + ("" if first_keyed else " AND attribute_not_exists(lk)"),
                         "ExpressionAttributeValues": {
                             ":seq": _n(head.seq),
@@ -913,8 +876,6 @@ class DynamoDBBufferStore:
                     }
                 }
             )
-        if self._rows_in_commit:
-            actions.extend({"Put": self._guarded_row_put(shard.gateway, write)} for write in commit.rows)
         if commit.entries:
             # The key is free unless another writer claimed the same position (the head's guard catches that too).
             put = {"TableName": self._t.deltas, "Item": self._chunk_item(commit, first_keyed=first_keyed)}
@@ -924,15 +885,15 @@ class DynamoDBBufferStore:
         except ClientError as exc:
             error = _commit_error(shard, exc)
             if isinstance(error, CommitConflict):
-                if first_keyed or self._rows_in_commit:
-                    # Rows written in the commit need `ra` at the head; a first-keyed log may hold a chunk committed
-                    # by a put past it. (The roll forward's head read also learns first keys.)
+                if first_keyed:
+                    # A first-keyed log may hold a chunk committed by a put past the head. (The roll forward's head
+                    # read also learns first keys.)
                     self._roll_forward(shard)
                 else:
                     # If the shard's log went first-keyed, write first keys to it.
                     self._note_log_keys(shard, self._head_item(shard))
             raise error from exc
-        if not self._rows_in_commit and (commit.entries or commit.rows):
+        if commit.entries or commit.rows:
             try:
                 self._apply_rows(commit)
             except (ClientError, StorageError) as exc:
@@ -1125,12 +1086,9 @@ class DynamoDBBufferStore:
             entries = behind + past
             if not entries:
                 return
-            # Rows written in the commit are never batched: no writer of them can land anything late.
-            late: list[LogEntry] = []
-            if not self._rows_in_commit:
-                now = self._clock_ms()
-                mine = range(own[0], own[1] + 1) if own is not None else range(0)
-                late = [e for e in entries if until_ms(e.commit_hlc) > now and e.seq not in mine]
+            now = self._clock_ms()
+            mine = range(own[0], own[1] + 1) if own is not None else range(0)
+            late = [e for e in entries if until_ms(e.commit_hlc) > now and e.seq not in mine]
             if not late or not wait or attempt:
                 break
             if self._wait_for_head(shard, entries[-1].seq):
@@ -1275,16 +1233,6 @@ class DynamoDBBufferStore:
             self._put_row(gateway, puts[0])
             return
         results_of([submit(self._put_row, gateway, row) for row in puts])
-
-    def _guarded_row_put(self, gateway: str, write: RowWrite) -> Item:
-        """A row put inside the commit, guarded by the version the basis read (rows written in the commit)."""
-        put: Item = {"TableName": self._t.rows, "Item": _row_item(gateway, write.row)}
-        if write.expected_version == 0:
-            put["ConditionExpression"] = "attribute_not_exists(pk)"
-        else:
-            put["ConditionExpression"] = "v = :v"
-            put["ExpressionAttributeValues"] = {":v": _n(write.expected_version)}
-        return put
 
     def _write_home(
         self, shard: ShardId, rows: Sequence[StoredRow], doubts: Sequence[Doubt], *, batch_until: int | None
@@ -1571,14 +1519,6 @@ def _head_from_item(item: Item) -> ShardHead:
 
 def _row_keys(gateway: str, rows: Sequence[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     return {row_key(gateway, table, row_id): (table, row_id) for table, row_id in dict.fromkeys(rows)}
-
-
-def _rows_from_items(by_pk: Mapping[str, tuple[str, str]], items: Iterable[Item]) -> dict[tuple[str, str], StoredRow]:
-    found = {}
-    for item in items:
-        key = by_pk[item["pk"]["S"]]
-        found[key] = _row_from_item(key, item)
-    return found
 
 
 def _row_from_item(key: tuple[str, str], item: Item) -> StoredRow:

@@ -18,9 +18,6 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
 * ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB, at most :data:`MAX_BODY_BYTES_LIMIT`: a
   protobuf body arrives base64-encoded inside the API Gateway event, which must fit Lambda's invocation payload).
-* ``LAKESYNC_ROW_WRITES`` -- ``after-commit`` (default: the row index written after each commit, one conditional
-  ``PutItem`` per row, half the write units) or ``in-commit`` (rows inside the commit's transaction: fewer requests,
-  what the embedded default uses, where requests cost time and write units cost nothing).
 * ``LAKESYNC_LOG_KEYS`` -- how log items are keyed: ``first`` (by their first sequence, :mod:`lakesync.aws.log_chunks`;
   with rows written after the commit, the commit is a conditional put of the log item), ``last`` (by their last
   sequence, each commit one transaction) or ``auto`` (default: ``last`` until the deployment's marker says every
@@ -112,10 +109,8 @@ MATERIALISE_QUEUE_URL: Final = "LAKESYNC_MATERIALISE_QUEUE_URL"
 FLUSH_RETENTION_MS: Final = "LAKESYNC_FLUSH_RETENTION_MS"
 FLUSH_MAX_DELTAS: Final = "LAKESYNC_FLUSH_MAX_DELTAS"
 CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
-ROW_WRITES: Final = "LAKESYNC_ROW_WRITES"
 CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
 WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
-ROW_WRITE_MODES: Final = ("after-commit", "in-commit")
 LOG_KEYS: Final = "LAKESYNC_LOG_KEYS"
 PULL_BASIS_TTL_MS: Final = "LAKESYNC_PULL_BASIS_TTL_MS"
 RATE_LIMITS: Final = "LAKESYNC_RATE_LIMITS"
@@ -164,7 +159,6 @@ API_ENV_VARS: Final = frozenset(
         SUB_SHARDS,
         MAX_BODY_BYTES,
         CHECKPOINT_BUCKET,
-        ROW_WRITES,
         LOG_KEYS,
         PULL_BASIS_TTL_MS,
         RATE_LIMITS,
@@ -266,9 +260,6 @@ _CALLBACK_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9.
 """A stage's callback URL (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; ``http`` for local)."""
 _FUNCTION_NAME = re.compile(r"(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}")
 """A Lambda function's name or ARN (no version or alias)."""
-TRANSACTION_CHUNK_DELTAS: Final = 48
-"""Deltas per chunk when each commit's transaction also writes its rows (at most 100 items with the log item, the
-head and the registry, and a chunk's basis in one 100-key read)."""
 DEFAULT_FLUSH_MAX_DELTAS: Final = 200_000
 """Most entries one run of the flush function appends: well inside its 15 minutes and its memory (a larger backlog
 is flushed by the runs that follow)."""
@@ -299,7 +290,6 @@ class Settings:
         sub_shards: Hash sub-shards per hot table.
         max_body_bytes: Largest request body accepted.
         checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
-        rows_in_commit: Write the row index inside each commit's transaction (``LAKESYNC_ROW_WRITES=in-commit``).
         log_keys: How log items are keyed (``LAKESYNC_LOG_KEYS``): ``auto``, ``last`` or ``first``.
         pull_basis_ttl_ms: How long a process serves cursor pulls from its last read of the sync rules and the shard
             registry (``LAKESYNC_PULL_BASIS_TTL_MS``; 0 reads them for every pull).
@@ -316,7 +306,6 @@ class Settings:
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     checkpoint_bucket: str | None = None
-    rows_in_commit: bool = False
     log_keys: LogKeys = "auto"
     pull_basis_ttl_ms: int = DEFAULT_PULL_BASIS_TTL_MS
     rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: dict(DEFAULT_LIMITS), hash=False)
@@ -349,7 +338,6 @@ class Settings:
             sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
             max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors, maximum=MAX_BODY_BYTES_LIMIT),
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
-            rows_in_commit=_row_writes(env.get(ROW_WRITES, ROW_WRITE_MODES[0]), errors),
             log_keys=_log_keys(env.get(LOG_KEYS, LOG_KEY_KINDS[0]), errors),
             pull_basis_ttl_ms=_int(
                 env, PULL_BASIS_TTL_MS, DEFAULT_PULL_BASIS_TTL_MS, 0, errors, maximum=MAX_PULL_BASIS_TTL_MS, unit="ms"
@@ -367,8 +355,6 @@ class Settings:
             flush_threshold_bytes=self.flush_threshold_bytes,
             backpressure_bytes=self.backpressure_bytes,
             sub_shards=dict(self.sub_shards),
-            # A transaction holds at most 100 items: a chunk's rows, its log item and the head.
-            **({"chunk_deltas": TRANSACTION_CHUNK_DELTAS} if self.rows_in_commit else {}),
         )
 
 
@@ -380,13 +366,6 @@ def _rate_limits(raw: str | None, errors: list[str]) -> dict[str, RateLimit]:
     except ValueError as exc:
         errors.append(f"{RATE_LIMITS}: {exc}")
         return dict(DEFAULT_LIMITS)
-
-
-def _row_writes(raw: str, errors: list[str]) -> bool:
-    mode = raw.strip()
-    if mode not in ROW_WRITE_MODES:
-        errors.append(f"{ROW_WRITES} must be one of {', '.join(ROW_WRITE_MODES)} (got {raw!r})")
-    return mode == "in-commit"
 
 
 def _log_keys(raw: str, errors: list[str]) -> LogKeys:

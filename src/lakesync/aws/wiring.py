@@ -55,7 +55,6 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
         buffer=DynamoDBBufferStore(
             client,
             settings.tables,
-            rows_in_commit=settings.rows_in_commit,
             first_keyed=gate if gate is not None else settings.log_keys == "first",
             # Layout 2 once the marker says every reader knows it (a deployment setting its log keys: layout 1).
             log_format=gate.log_format if gate is not None else 1,
