@@ -74,6 +74,7 @@ a half-made artifact behind.
 
 from __future__ import annotations
 
+import csv
 import functools
 import hashlib
 import os
@@ -293,6 +294,21 @@ def trim(asset: Path, globs: Iterable[str]) -> None:
         for path in paths:
             if path != linked[0] and path.read_bytes() == kept:
                 path.unlink()
+    _prune_records(asset)
+
+
+def _prune_records(asset: Path) -> None:
+    """Each installed distribution's ``RECORD`` lists only the files the asset holds.
+
+    A ``RECORD`` names every file its install wrote, console scripts included, whose hashes depend on the installing
+    interpreter's path (their shebang); the scripts and the trimmed files are gone, so their lines go too, and the
+    asset is the same whichever Python built it.
+    """
+    for record in sorted(asset.glob("*.dist-info/RECORD")):
+        with record.open(encoding="utf-8", newline="") as f:
+            rows = [row for row in csv.reader(f) if row and (asset / row[0]).is_file()]
+        with record.open("w", encoding="utf-8", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
 
 
 _LIBRARY: Final = re.compile(r"(?P<stem>lib[^/]+?)\.so(\.\d+)*")

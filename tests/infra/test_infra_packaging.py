@@ -11,6 +11,7 @@ with, and their independence of the interpreter that builds them."""
 from __future__ import annotations
 
 import ast
+import csv
 import hashlib
 import json
 import os
@@ -381,6 +382,23 @@ def test_asset_ships_no_tests_stubs_sources_headers_or_library_copies(assets, as
     for library in asset.rglob("lib*.so*"):
         digests.setdefault(hashlib.sha256(library.read_bytes()).hexdigest(), []).append(library.name)
     assert {d: names for d, names in digests.items() if len(names) > 1} == {}
+
+
+@pytest.mark.parametrize("asset_name", ASSETS)
+def test_each_record_lists_only_files_the_asset_holds(assets, asset_name):
+    # Given every installed distribution's RECORD in the asset
+    asset = assets[asset_name]
+    records = sorted(asset.glob("*.dist-info/RECORD"))
+    assert records
+    # Then each names only files that are there: no console script (its hash is the builder's interpreter path) and
+    # nothing the trim removed
+    missing = [
+        f"{record.parent.name}: {row[0]}"
+        for record in records
+        for row in csv.reader(record.read_text(encoding="utf-8").splitlines())
+        if row and not (asset / row[0]).is_file()
+    ]
+    assert missing == []
 
 
 def test_flush_asset_has_no_arrow_flight_substrait_or_unused_backends(assets):
