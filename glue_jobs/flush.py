@@ -31,7 +31,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         catalog=args.catalog_kind,
         catalog_uri=args.catalog_uri,
     )
-    report = run(spark, args.config, checkpoint_positions=bounds.positions, checkpoint_hlcs=bounds.hlcs)
+    report = run(
+        spark,
+        args.config,
+        checkpoint_positions=bounds.positions,
+        checkpoint_hlcs=bounds.hlcs,
+        lease_wait_s=args.lease_wait_s,
+    )
     out = {"flush": dataclasses.asdict(report), "release": bounds.report()}
     print(json.dumps(out, default=dict, sort_keys=True))
     return 0

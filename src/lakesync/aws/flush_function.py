@@ -28,7 +28,6 @@ from lakesync.aws.flush_runs import FlushRunLog, new_run_id
 from lakesync.aws.flush_store import DynamoConfig, FlushStore
 from lakesync.aws.function_settings import FlushFunctionSettings
 from lakesync.aws.publish import PublishConfig
-from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
 
 if TYPE_CHECKING:
@@ -36,10 +35,8 @@ if TYPE_CHECKING:
 
     from lakesync.lake.flush import DeltaLog, FlushConfig, FlushReport
 
-__all__ = ["LEASE_POLL_S", "FlushFunction", "lake_catalog"]
+__all__ = ["FlushFunction", "lake_catalog"]
 
-LEASE_POLL_S: Final = 10.0
-"""Seconds between two attempts while another run holds the flush lease."""
 _RESERVE_MS: Final = 120_000
 """Time kept back from the invocation for the flush itself once the lease is free."""
 
@@ -162,25 +159,22 @@ class FlushFunction:
         }
 
     def _run(self, bounds: ReleaseBounds, remaining_ms: Callable[[], int]) -> FlushReport:
-        from lakesync.lake.flush import run_flush
+        from lakesync.lake.flush import flush_when_free, run_flush
 
         delta_log, config = self._delta_log()
         checkpointed = self.settings.checkpoint_bucket is not None
-        while True:
-            try:
-                return run_flush(
-                    delta_log,
-                    config,
-                    checkpoint_positions=bounds.positions if checkpointed else None,
-                    checkpoint_hlcs=bounds.hlcs if checkpointed else None,
-                    now_ms=self._now_ms,
-                    store=self._store,
-                )
-            except FlushError as exc:
-                held = str(exc).startswith("Flush already in progress")
-                if not held or remaining_ms() - LEASE_POLL_S * 1000 < _RESERVE_MS:
-                    raise
-            self._sleep(LEASE_POLL_S)
+        return flush_when_free(
+            lambda: run_flush(
+                delta_log,
+                config,
+                checkpoint_positions=bounds.positions if checkpointed else None,
+                checkpoint_hlcs=bounds.hlcs if checkpointed else None,
+                now_ms=self._now_ms,
+                store=self._store,
+            ),
+            may_wait=lambda wait_s: remaining_ms() - wait_s * 1000 >= _RESERVE_MS,
+            sleep=self._sleep,
+        )
 
     def _delta_log(self) -> tuple[DeltaLog, FlushConfig]:
         """The engine and the run's configuration, made once per container (the engine remembers the table exists)."""

@@ -239,6 +239,10 @@ class FlushError(LakeSyncError):
     status = 500
 
 
+class FlushBusyError(FlushError):
+    """Another flush run holds the lease: this one did nothing and may try again once it is free."""
+
+
 class StorageError(LakeSyncError):
     """The storage layer failed unexpectedly."""
 

@@ -43,7 +43,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from lakesync.aws.flush_store import STOPPED_WRITER_MS, DynamoConfig, FlushStore, LogRecord, ShardRange
 from lakesync.aws.publish import ClaimCheckSink, JobSink, PublishConfig, PublishReport, publish_flushed
-from lakesync.core.errors import FlushError
+from lakesync.core.errors import FlushBusyError, FlushError
 from lakesync.core.hlc import system_clock
 from lakesync.core.log import ShardHead, ShardId
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE
@@ -54,6 +54,7 @@ __all__ = [
     "DAY_MS",
     "FAIL_POINTS",
     "FLUSH_RUN",
+    "LEASE_POLL_S",
     "RECORD_ARROW_SCHEMA",
     "DeltaLog",
     "FlushConfig",
@@ -66,6 +67,7 @@ __all__ = [
     "ShardPlan",
     "SnapshotInfo",
     "check_ranges",
+    "flush_when_free",
     "fold_watermarks",
     "our_snapshot",
     "plan_flush",
@@ -77,6 +79,8 @@ __all__ = [
 
 FLUSH_RUN = "lakesync.flush.run"
 """Snapshot summary property naming the flush run that wrote the snapshot."""
+LEASE_POLL_S = 10.0
+"""Seconds between attempts of a run waiting for another run's lease (:func:`flush_when_free`)."""
 
 FAIL_POINTS = ("before_append", "after_append", "after_heads", "during_publish", "during_release")
 """Where ``run_flush(fail_at=...)`` can simulate a crash."""
@@ -493,7 +497,7 @@ def run_flush(
     if not store.acquire_lease(run_id, started_ms, config.lease_ttl_ms):
         lease = store.lease()
         until = f" until {lease.until_ms}" if lease else ""
-        raise FlushError(f"Flush already in progress (lease held by {lease.owner if lease else '?'}{until})")
+        raise FlushBusyError(f"Flush already in progress (lease held by {lease.owner if lease else '?'}{until})")
     steps.done("lease")
     try:
         delta_log.ensure_table()
@@ -678,3 +682,28 @@ def _release(
                 marked += target[0] - released
                 steps.point("during_release")
     return marked
+
+
+def flush_when_free(
+    flush: Callable[[], FlushReport],
+    *,
+    may_wait: Callable[[float], bool],
+    sleep: Callable[[float], None] = time.sleep,
+    poll_s: float = LEASE_POLL_S,
+) -> FlushReport:
+    """Run ``flush``; while another run holds the lease, wait ``poll_s`` and try again as long as ``may_wait(poll_s)``.
+
+    The two engines take turns on one lease: a run of one that starts while the other's holds it waits for it rather
+    than failing (which would be a failed run, alarmed, for a flush that was merely queued behind another).
+
+    Raises:
+        FlushBusyError: the lease was still held when ``may_wait`` said no more.
+        FlushError: the flush failed otherwise.
+    """
+    while True:
+        try:
+            return flush()
+        except FlushBusyError:
+            if not may_wait(poll_s):
+                raise
+        sleep(poll_s)

@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -60,6 +61,7 @@ from lakesync.lake.flush import (
     ShardPlan,
     SnapshotInfo,
     check_ranges,
+    flush_when_free,
     fold_watermarks,
     our_snapshot,
     plan_flush,
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_LEASE_WAIT_S",
     "DELTA_LOG_SCHEMA",
     "FAIL_POINTS",
     "FLUSH_RUN",
@@ -161,10 +164,16 @@ JOB_OPTIONS = (
     "rebase_shards",
     "claim_check_bucket",
     "materialise_queue_url",
+    "lease_wait_s",
 )
 """Options of the flush job script (``--name value``); only ``warehouse`` and one of ``tables``/``table_prefix`` are
 required. Without ``checkpoint_bucket`` nothing is released from the buffer; without ``claim_check_bucket`` and
 ``materialise_queue_url`` nothing is published for materialisation."""
+
+DEFAULT_LEASE_WAIT_S = 900.0
+"""How long a flush job run waits for a lease another run holds (``--lease_wait_s``): the flush function's timeout,
+the longest a run of the other engine holds it (the lake tick and the flush trigger may start the two engines at the
+same instant; the later one then runs after the other instead of failing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,7 @@ class FlushJobArgs:
         checkpoint_bucket: The S3 bucket of the checkpoints, whose latest manifests bound the release; ``None``
             releases nothing.
         s3_endpoint: S3 endpoint override (locally, the moto server); the region is ``config.dynamodb.region``.
+        lease_wait_s: How long to wait for a lease another run holds before failing.
     """
 
     config: FlushConfig
@@ -187,6 +197,7 @@ class FlushJobArgs:
     catalog_uri: str | None = None
     checkpoint_bucket: str | None = None
     s3_endpoint: str | None = None
+    lease_wait_s: float = DEFAULT_LEASE_WAIT_S
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> FlushJobArgs:
@@ -235,6 +246,7 @@ class FlushJobArgs:
             options.get("catalog_uri"),
             checkpoint_bucket=options.get("checkpoint_bucket"),
             s3_endpoint=options.get("s3_endpoint"),
+            lease_wait_s=_non_negative(options.get("lease_wait_s", str(DEFAULT_LEASE_WAIT_S)), "--lease_wait_s"),
         )
 
     def release_bounds(self) -> ReleaseBounds:
@@ -613,16 +625,34 @@ def run(
     fail_at: str | None = None,
     store: FlushStore | None = None,
     sink: JobSink | None = None,
+    lease_wait_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> FlushReport:
     """Flush the buffer into the delta log once, on Spark (:func:`~lakesync.lake.flush.run_flush` with
-    :class:`SparkDeltaLog`; the arguments are its own)."""
-    return run_flush(
-        SparkDeltaLog(spark, config),
-        config,
-        checkpoint_positions=checkpoint_positions,
-        checkpoint_hlcs=checkpoint_hlcs,
-        now_ms=now_ms,
-        fail_at=fail_at,
-        store=store,
-        sink=sink,
+    :class:`SparkDeltaLog`; the arguments are its own), waiting up to ``lease_wait_s`` for a lease another run holds
+    (:func:`~lakesync.lake.flush.flush_when_free`)."""
+    deadline = time.monotonic() + lease_wait_s
+    return flush_when_free(
+        lambda: run_flush(
+            SparkDeltaLog(spark, config),
+            config,
+            checkpoint_positions=checkpoint_positions,
+            checkpoint_hlcs=checkpoint_hlcs,
+            now_ms=now_ms,
+            fail_at=fail_at,
+            store=store,
+            sink=sink,
+        ),
+        may_wait=lambda wait_s: time.monotonic() + wait_s <= deadline,
+        sleep=sleep,
     )
+
+
+def _non_negative(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise ValueError(f"{name} must be 0 or more, got {text!r}")
+    return value
