@@ -89,7 +89,7 @@ class _RenderingBuffer:
 
     def commit(self, commit: Any) -> None:
         self.memory.commit(commit)
-        self.log_items.append(self.renderer._chunk_item(commit, first_keyed=True))
+        self.log_items.append(self.renderer._chunk_item(commit))
 
     def shard_items(self, shard: Any) -> list[tuple[str, dict[str, Any]]]:
         """``(table, item)`` of the shard's head, at its final values with every row written, and its registry
@@ -99,7 +99,7 @@ class _RenderingBuffer:
         names = self.renderer._t
         head = self.memory.get_heads([shard])[shard]
         return [
-            (names.heads, _new_head_item(head, applied=head.seq, first_keyed=True)),
+            (names.heads, _new_head_item(head, applied=head.seq)),
             (names.config, _registry_item(shard)),
         ]
 

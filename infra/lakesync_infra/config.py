@@ -42,7 +42,6 @@ EXTRA_FUNCTIONS: Final = (
     "lake_tick",
     "connector_poll",
     FLUSH_FUNCTION,
-    "log_keys_marker",
     "authorizer",
 )
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
@@ -241,13 +240,6 @@ class LakeSyncConfig:
             Lambda's JSON format). ``WARN`` (default) drops the START and REPORT lines of every invocation, about
             350 bytes each, $0.18 per million invocations (docs/cost.md). ``INFO`` keeps them, for each invocation's
             duration and memory used in the logs (CloudWatch's Lambda metrics have the durations either way).
-        log_keys: How the API functions key the log items they write, and so how they commit: ``first`` (the
-            commit is a conditional put of the log item, 3 write units a push of 10 fewer;
-            docs/design/commit-without-transaction.md), ``last`` (the commit is one transaction) or ``auto``
-            (default: ``last`` until the stack's deployment marker, written after every function and job is
-            updated, has been seen for the longest function or job timeout, then ``first``). Set ``first`` only
-            once every function runs a version that reads first keys (this one or later); a shard that has
-            first-keyed items keeps them, whatever the setting.
         lake_noncurrent_days: Days an overwritten or deleted lake/checkpoint object version is kept.
         claim_check_days: Days a claim-check payload is kept (longer than the queue's 14-day retention).
         access_log_days: Days S3 server access logs are kept.
@@ -327,7 +319,6 @@ class LakeSyncConfig:
     log_retention_days: int = 30
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     lambda_system_log_level: Literal["DEBUG", "INFO", "WARN"] = "WARN"
-    log_keys: Literal["auto", "last", "first"] = "auto"
     lake_noncurrent_days: int = 30
     claim_check_days: int = 15
     access_log_days: int = 90
@@ -451,8 +442,6 @@ class LakeSyncConfig:
             out.append("logLevel must be DEBUG, INFO, WARNING or ERROR")
         if self.lambda_system_log_level not in ("DEBUG", "INFO", "WARN"):
             out.append("lambdaSystemLogLevel must be DEBUG, INFO or WARN")
-        if self.log_keys not in ("auto", "last", "first"):
-            out.append("logKeys must be auto, last or first")
         if self.glue_worker_type not in GLUE_WORKER_TYPES:
             out.append(f"glueWorkerType must be one of {sorted(GLUE_WORKER_TYPES)}")
         if self.glue_execution_class not in ("STANDARD", "FLEX"):

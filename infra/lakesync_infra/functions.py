@@ -96,7 +96,6 @@ from lakesync.aws.function_settings import (
     LAKE_CATALOG,
     LAKE_NAMESPACE,
     LAKE_WAREHOUSE,
-    LOG_KEYS,
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES,
     MAX_TOKEN_LIFETIME_S,
@@ -207,12 +206,7 @@ BACKLOG_READS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 """What the flush trigger reads to choose an engine when both are deployed, as
 :meth:`lakesync.aws.flush_store.FlushStore.shards` reads it (the lake tick's reads of the heads): the gateways' shard
-registry (config Query), their heads (BatchGetItem) and, for a first-keyed log, the chunks committed past its head
-(deltas Query)."""
-
-LOG_KEYS_MARKER: Final = "log_keys_marker"
-LOG_KEYS_MARKER_TIMEOUT_S: Final = 60
-"""One DynamoDB write and the answer to CloudFormation (:data:`lakesync.aws.deployment_marker.RESPONSE_TIMEOUT_S`)."""
+registry (config Query), their heads (BatchGetItem) and the chunks committed past each head (deltas Query)."""
 
 BROADCAST: Final = "ws_broadcast"
 BROADCAST_TIMEOUT_S: Final = 60
@@ -287,8 +281,8 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         },
         index_actions={"deltas": ("dynamodb:Query",)},
     ),
-    # admin: sync rules and schemas read/written, flush requests, metrics from heads (a first-keyed log's head read
-    # with a Query of the log past it) and the shard registry, materialisation destinations and connectors added
+    # admin: sync rules and schemas read/written, flush requests, metrics from heads (each head read with a Query of
+    # the log past it) and the shard registry, materialisation destinations and connectors added
     # (conditional Put) and removed (DeleteItem); an unregistered connector's position deleted (its head read by
     # GetItem, a large position's chunks by BatchGetItem).
     "admin": FunctionAccess(
@@ -312,11 +306,6 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
         tables={"config": ("dynamodb:Query",)}, api=False, timeout_s=int(CONSUMER_TIMEOUT.to_seconds())
     ),
     "rotate_secret": FunctionAccess(api=False, timeout_s=30),
-    # log_keys_marker: the deployment's log-keys marker written (PutItem) and, when the deploy is rolled back, deleted
-    # (DeleteItem) -- a CloudFormation custom resource (lakesync_infra.rollout).
-    LOG_KEYS_MARKER: FunctionAccess(
-        tables={"config": ("dynamodb:PutItem", "dynamodb:DeleteItem")}, api=False, timeout_s=LOG_KEYS_MARKER_TIMEOUT_S
-    ),
     # lake_tick: the shard registry and flush requests (config Query), the heads (BatchGetItem), the release step's
     # target (Query on the commit index, and on the log for an entry's commit HLC) and the checkpoints.
     LAKE_TICK: FunctionAccess(
@@ -622,8 +611,6 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         env[var] = getattr(buffer.names, kind)
     if config.sub_shards:
         env[SUB_SHARDS] = json.dumps(dict(sorted(config.sub_shards.items())), separators=(",", ":"))
-    if config.log_keys != "auto":
-        env[LOG_KEYS] = config.log_keys
     for var, value in (
         (FLUSH_THRESHOLD_BYTES, config.flush_threshold_bytes),
         (BACKPRESSURE_BYTES, config.backpressure_bytes),

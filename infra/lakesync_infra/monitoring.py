@@ -81,12 +81,9 @@ CHECKPOINT_AGE_LIMIT = cdk.Duration.hours(24)
 buffer's log items expire 14 days after their commit, so a day leaves time to act."""
 BROADCASTER = "ws_broadcast"
 BROADCAST_AGE_LIMIT = cdk.Duration.minutes(1)
-DEPLOY_FUNCTIONS = ("log_keys_marker",)
-"""Functions CloudFormation calls during a deploy (a failure of theirs fails the deploy, which says why): neither
-alarmed nor graphed."""
 AUTHORIZER = "authorizer"
 """The HTTP API's token authorizer: API Gateway answers 500 when it fails, so ``Api5xx`` alarms on it."""
-ERROR_ALARMED = (*(f for f in EXTRA_FUNCTIONS if f not in (*DEPLOY_FUNCTIONS, AUTHORIZER)), BROADCASTER)
+ERROR_ALARMED = (*(f for f in EXTRA_FUNCTIONS if f != AUTHORIZER), BROADCASTER)
 """Functions with an error alarm: those no client waits for (an API function's failure, the authorizer's included, is
 a 5xx answer; a WebSocket route's failure is a refused upgrade or a closed socket, which the client sees and
 retries)."""
@@ -94,7 +91,7 @@ QUIET_FUNCTIONS = ("rotate_secret", "connector_poll", *(f for f in REALTIME_FUNC
 """Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed); the
 WebSocket routes and the connector poller (one invocation per connector and schedule tick; its errors alarm) are here
 so the dashboard stays within :data:`DASHBOARD_METRICS`."""
-UNGRAPHED = ("health", AUTHORIZER, "ws_disconnect", "flush", *DEPLOY_FUNCTIONS)
+UNGRAPHED = ("health", AUTHORIZER, "ws_disconnect", "flush")
 """Functions left off the dashboard entirely (the dashboard has no room): ``health`` does no I/O, a failure of it is
 an API 5xx (graphed and alarmed), as is one of the authorizer (about one invocation per token and cache period);
 ``ws_disconnect`` is a ``DeleteItem`` per closed socket; the flush function runs at most one run at a time, and its

@@ -11,7 +11,6 @@ Wiring (the only cross-construct dependencies)::
     Functions (connector_poll, admin, pull, actions) ──> ConnectorSchedules (schedules, connector secrets)
     Functions ──> Api, Secrets (rotation), Monitoring          Jobs, Api ──> Monitoring
     Functions (ws_*), Buffer (the deltas stream), DataKey ──> Realtime ──> Monitoring (its DLQ)
-    Functions, Jobs, Realtime (deployed before it), Buffer (the config table) ──> LogKeysMarker
 
 ``build_app`` is what ``infra/app.py`` and the tests call: it adds cdk-nag's AwsSolutions checks to the app, so a
 synth fails on any finding that is not acknowledged (with a reason, where the construct is made).
@@ -42,7 +41,6 @@ from lakesync_infra.network import MaterialiseNetwork
 from lakesync_infra.packaging import GlueBundle
 from lakesync_infra.queues import Queues
 from lakesync_infra.realtime import Realtime
-from lakesync_infra.rollout import LogKeysMarker
 from lakesync_infra.secrets import Secrets
 
 
@@ -207,15 +205,6 @@ class LakeSyncStack(cdk.Stack):
             "ConnectorSecretPrefix",
             value=config.connector_secrets,
             description="Registration stores plaintext connector credentials under this name prefix",
-        )
-        # Last: written once every function and job of this deploy is.
-        self.log_keys_marker = LogKeysMarker(
-            self,
-            "LogKeysMarker",
-            config=config,
-            buffer=self.buffer,
-            function=functions["log_keys_marker"],
-            after=[self.functions, self.jobs, self.realtime],
         )
         cdk.Tags.of(self).add("lakesync:environment", config.name)
         _acknowledge(self)

@@ -35,16 +35,14 @@ from lakesync.ports import BufferStore
 NOW = 1_700_000_000
 
 
-@pytest.fixture(params=["memory", "dynamodb", "dynamodb-first-keyed"])
+@pytest.fixture(params=["memory", "dynamodb"])
 def store(request: pytest.FixtureRequest) -> BufferStore:
-    """The in-memory store, and the DynamoDB store writing its log last-keyed and first-keyed
-    (lakesync.aws.log_chunks)."""
+    """The in-memory store, and the DynamoDB store."""
     if request.param == "memory":
         return InMemoryBufferStore()
     from lakesync.aws.dynamodb import DynamoDBBufferStore
 
-    first_keyed = request.param == "dynamodb-first-keyed"
-    return DynamoDBBufferStore(*request.getfixturevalue("contract_dynamodb"), first_keyed=first_keyed)
+    return DynamoDBBufferStore(*request.getfixturevalue("contract_dynamodb"))
 
 
 @pytest.fixture
@@ -449,15 +447,8 @@ def test_buffer_row_index_round_trips_row_state_exactly(store: BufferStore, shar
             "todos", "big-hlc", {"c": ColumnState(math.pi, (1 << 64) - 1, "z")}, None, Version((1 << 64) - 1, "z")
         ),
     ]
-    head = ShardHead(shard, seq=0)
-    commit = Commit(
-        shard,
-        -1,
-        head,
-        (),
-        tuple(RowWrite(StoredRow(s, 1), 0) for s in states),
-        new_shard=True,
-    )
+    # (committed with the entry of a first row: a commit holds at least one)
+    commit = replace(Writer(store, shard).plan({"r0": "a"}), rows=tuple(RowWrite(StoredRow(s, 1), 0) for s in states))
 
     # When they are committed and read back
     store.commit(commit)
@@ -591,13 +582,15 @@ def test_dynamodb_commit_refused_for_an_item_is_an_error_at_once_not_a_conflict(
             store.commit(commit)
         assert not isinstance(info.value, CommitConflict)
         assert "would refuse the row item" in info.value.message
-    # And a log item DynamoDB refuses (over 400 KB even compressed) is refused by the transaction itself
+    # And a log item DynamoDB refuses (over 400 KB even compressed) is refused by its put itself: nothing is logged
+    # (the new shard's registry entry and empty head, written before its first put, stay)
     random_text = os.urandom(300_000).hex()
     log_too_big = Writer(store, shard).plan({"r1": random_text})
     with pytest.raises(StorageError) as info:
         store.commit(replace(log_too_big, rows=()))
-    assert "TransactWriteItems failed" in info.value.message or "cancelled the commit" in info.value.message
-    assert store.get_heads([shard]) == {}
+    assert "commit to table 'todos' failed: ValidationException" in info.value.message
+    assert [head.seq for head in store.get_heads([shard]).values()] in ([], [0])
+    assert store.read_log(shard, 0, 10) == []
     # And a real conflict is still a CommitConflict
     good = Writer(store, shard).plan({"r1": "a"})
     store.commit(good)

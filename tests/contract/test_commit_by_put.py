@@ -56,12 +56,12 @@ def test_a_chunk_its_writer_left_past_the_head_is_seen_pulled_and_rolled_over(
 ) -> None:
     # Given a push of two rows, then one whose writer stopped after its put, and one that stopped before the head
     client, names = dynamodb_client, dynamodb_tables
-    store = DynamoDBBufferStore(client, names, first_keyed=True)
+    store = DynamoDBBufferStore(client, names)
     deps = _deps(store, client, names)
     first = [_delta("r1", 1, title="a"), _delta("r2", 2, title="b")]
     _push(deps, *first)
     after_put = _delta("r1", 3, done=True)
-    _push(_deps(StopsAfterThePut(client, names, first_keyed=True), client, names), after_put)
+    _push(_deps(StopsAfterThePut(client, names), client, names), after_put)
     assert _stored_head(client, names) == (2, 2)
 
     # Then the log holds it, and every head read sees it: the head as the log has it
@@ -76,13 +76,13 @@ def test_a_chunk_its_writer_left_past_the_head_is_seen_pulled_and_rolled_over(
     # And a head read for positions only looks past the stored head when it is short of them: a caught-up pull's
     # check of a position at the stored head takes no Query of the log
     counting = CountingClient(client)
-    reader = DynamoDBBufferStore(counting, names, first_keyed=True)
+    reader = DynamoDBBufferStore(counting, names)
     assert reader.get_heads([SHARD], reaching={SHARD: 2})[SHARD].seq == 2 and counting.queries == []
     assert reader.get_heads([SHARD], reaching={SHARD: 3})[SHARD].seq == 3 and len(counting.queries) == 1
 
     # When the next writers commit (one stops after its rows, before the head)
     before_head = _delta("r2", 4, done=False)
-    _push(_deps(StopsBeforeTheHead(client, names, first_keyed=True), client, names), before_head)
+    _push(_deps(StopsBeforeTheHead(client, names), client, names), before_head)
     last = _delta("r3", 5, title="c")
     result = _push(deps, last)
 
@@ -106,14 +106,14 @@ def test_the_flush_settles_a_head_a_stopped_writer_left_behind_on_a_quiet_shard(
 ) -> None:
     # Given a push, then one whose writer stopped after its put, and no commit after it (a quiet shard)
     client, names = dynamodb_client, dynamodb_tables
-    deps = _deps(DynamoDBBufferStore(client, names, first_keyed=True), client, names)
+    deps = _deps(DynamoDBBufferStore(client, names), client, names)
     first = [_delta("r1", 1, title="a"), _delta("r2", 2, title="b")]
     _push(deps, *first)
     stopped = [_delta("r1", 3, done=True), _delta("r3", 4, title="c")]
-    _push(_deps(StopsAfterThePut(client, names, first_keyed=True), client, names), *stopped)
+    _push(_deps(StopsAfterThePut(client, names), client, names), *stopped)
     assert _stored_head(client, names) == (2, 2)
 
-    # Then readers set to last keys (the lake's) see past the stored head too: the head records first keys
+    # Then the lake's reader sees past the stored head too
     lake_reader = FlushStore(client, names)
     _, heads = lake_reader.shards([GW])
     assert (heads[SHARD].seq, heads[SHARD].deltas_total) == (4, 4)
@@ -151,23 +151,21 @@ def test_the_flush_settles_a_head_a_stopped_writer_left_behind_on_a_quiet_shard(
     assert rows[("todos", "r3")].state == fold([stopped[1]])
 
 
-def test_writers_of_last_keys_and_of_puts_on_one_shard_keep_one_chain(
-    dynamodb_client: Any, dynamodb_tables: Any
-) -> None:
-    # Given a shard written last-keyed, then writers of both settings pushing to it at once
+def test_writers_pushing_to_one_shard_at_once_keep_one_chain(dynamodb_client: Any, dynamodb_tables: Any) -> None:
+    # Given a shard with a log, then four writers pushing to it at once
     client, names = dynamodb_client, dynamodb_tables
     settings = GatewaySettings(commit_attempts=200, chunk_deltas=3)
-    old = GatewayDeps(
+    first = GatewayDeps(
         DynamoDBBufferStore(client, names), DynamoDBConfigStore(client, names),
         DynamoDBActionStore(client, names), settings, HLC(lambda: NOW_MS),
     )  # fmt: skip
-    _push(old, *[_delta(f"r{i}", i, v=i) for i in range(5)])
+    _push(first, *[_delta(f"r{i}", i, v=i) for i in range(5)])
     errors: list[BaseException] = []
     pushed: Counter[str] = Counter()
     lock = threading.Lock()
 
-    def writer(first_keyed: bool, tag: str) -> None:
-        buffer = DynamoDBBufferStore(client, names, first_keyed=first_keyed)
+    def writer(tag: str) -> None:
+        buffer = DynamoDBBufferStore(client, names)
         deps = GatewayDeps(
             buffer, DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names), settings,
             HLC(lambda: NOW_MS),
@@ -181,7 +179,7 @@ def test_writers_of_last_keys_and_of_puts_on_one_shard_keep_one_chain(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(i % 2 == 0, f"w{i}")) for i in range(4)]
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -198,13 +196,9 @@ def test_writers_of_last_keys_and_of_puts_on_one_shard_keep_one_chain(
     assert commit_hlcs == sorted(set(commit_hlcs))
     head = store.get_heads([SHARD])[SHARD]
     assert (head.seq, head.deltas_total) == (total, total)
-    # And the log changed kind once: last-keyed chunks (the first push's, chunks of 3, and any a writer of last keys
-    # committed before the first put), then first-keyed ones only
-    keys = sorted(_keys(client, names))
-    last_keyed = [k for k in keys if k < FIRST_KEYED]
-    first_keyed = [k - FIRST_KEYED for k in keys if k >= FIRST_KEYED]
-    assert last_keyed[:2] == [3, 5] and first_keyed
-    assert max(last_keyed) < min(first_keyed)
+    # And every log item is keyed by its chunk's first sequence: the first push's chunks of 3 at 1 and 4
+    starts = sorted(k - FIRST_KEYED for k in _keys(client, names))
+    assert starts[:2] == [1, 4] and len(set(starts)) == len(starts) and starts[-1] <= total
 
 
 def test_a_push_of_ten_writes_the_log_item_the_rows_and_the_head_without_a_transaction(
@@ -226,7 +220,7 @@ def test_a_push_of_ten_writes_the_log_item_the_rows_and_the_head_without_a_trans
                 return record
             return method
 
-    store = DynamoDBBufferStore(Recording(), names, first_keyed=True)  # type: ignore[arg-type]
+    store = DynamoDBBufferStore(Recording(), names)  # type: ignore[arg-type]
     deps = _deps(store, client, names)
     _push(deps, _delta("r0", 1, v=0))
     calls.clear()

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakesync.aws.dynamodb import DynamoDBBufferStore
+from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.flush_store import FlushStore
-from lakesync.aws.log_chunks import COMMIT_MARK_EVERY, encode_entries, is_commit_mark
+from lakesync.aws.log_chunks import COMMIT_MARK_EVERY, chunk_key, encode_entries, is_commit_mark
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode
@@ -57,7 +57,7 @@ def plan_chunks(
 
 
 def commit_chunks(store: DynamoDBBufferStore, shard: ShardId, chunks: Sequence[Chunk]) -> None:
-    """Commit each chunk as a push does (one transaction each), continuing the shard's head."""
+    """Commit each chunk as a push does (one put each), continuing the shard's head."""
     head = store.get_heads([shard]).get(shard)
     for chunk in chunks:
         base = head or ShardHead(shard)
@@ -79,7 +79,7 @@ def put_chunks(client: Any, names: TableNames, shard: ShardId, chunks: Sequence[
     for chunk, mark in zip(chunks, marks, strict=True):
         item = {
             "shard": {"S": shard.key},
-            "seq": {"N": str(chunk[-1].seq)},
+            "seq": {"N": str(chunk_key(chunk[0].seq))},
             "n": {"N": str(len(chunk))},
             "c": {"N": str(chunk[0].commit_hlc)},
             "z": {"B": encode_entries(chunk)},
@@ -95,11 +95,19 @@ def put_chunks(client: Any, names: TableNames, shard: ShardId, chunks: Sequence[
 
 def delete_chunk(client: Any, names: TableNames, shard: ShardId, chunk: Chunk) -> None:
     """What DynamoDB's TTL does to an expired log item."""
-    client.delete_item(TableName=names.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": str(chunk[-1].seq)}})
+    client.delete_item(
+        TableName=names.deltas, Key={"shard": {"S": shard.key}, "seq": {"N": str(chunk_key(chunk[0].seq))}}
+    )
+
+
+def last_seq(item: dict[str, Any]) -> int:
+    """The last sequence of a log item's chunk."""
+    first, count, _ = chunk_span(item)
+    return first + count - 1
 
 
 def index_seqs(client: Any, names: TableNames, shard: ShardId) -> list[int]:
-    """The sequences of the log items in the ``by_commit`` index, by a raw Query of the index."""
+    """The last sequences of the log items in the ``by_commit`` index, by a raw Query of the index."""
     items = client.query(
         TableName=names.deltas,
         IndexName=COMMIT_INDEX,
@@ -108,7 +116,7 @@ def index_seqs(client: Any, names: TableNames, shard: ShardId) -> list[int]:
         ExpressionAttributeValues={":s": {"S": shard.key}},
         ConsistentRead=True,
     )["Items"]
-    return [int(item["seq"]["N"]) for item in items]
+    return [last_seq(item) for item in items]
 
 
 # -- what a scan of every entry the buffer holds gives -----------------------------------------------------------------
@@ -209,7 +217,7 @@ def test_the_index_holds_only_the_marks(contract_dynamodb: Any, shard: ShardId, 
         ConsistentRead=True,
     )["Items"]
     assert len(items) == len(chunks) and all("n" in item and "c" in item for item in items)
-    by_seq = {int(item["seq"]["N"]): item for item in items}
+    by_seq = {last_seq(item): item for item in items}
     assert sorted(seq for seq, item in by_seq.items() if "chlc" in item) == marks
     for chunk in chunks:
         if chunk[-1].seq in marks:

@@ -1,13 +1,10 @@
-"""A log of first-keyed chunks (``seq = FIRST_KEYED + first``, :mod:`lakesync.aws.log_chunks`), and a log that
-changed kind once (last-keyed up to some sequence, first-keyed after it), on the moto server: every read by position
-and by commit HLC, every release target, whichever kind of log the reader expects, is what a scan of the entries the
-buffer holds gives; a shard that went first-keyed never gets a last-keyed chunk again; and how many requests a read
-takes, by a reader that knows the log's keys and by a new one that does not."""
+"""The log of first-keyed chunks (``seq = FIRST_KEYED + first``, :mod:`lakesync.aws.log_chunks`) on the moto server:
+every read by position and by commit HLC, every release target, by a reader that has read the shard before and by a
+new one, is what a scan of the entries the buffer holds gives; and how many requests a read takes."""
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +14,7 @@ from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
-from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, ShardHead, ShardId
+from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, LogEntry, ShardId
 from lakesync.io_pool import submit
 from lakesync.ports import read_from_entry
 from tests.contract.test_commit_marks import (
@@ -35,35 +32,33 @@ def shard(gw: str) -> ShardId:
     return ShardId(gw, "todos", 0)
 
 
-def stores(client: Any, names: TableNames, every: int, *, first_keyed: bool) -> tuple[DynamoDBBufferStore, FlushStore]:
+def stores(client: Any, names: TableNames, every: int) -> tuple[DynamoDBBufferStore, FlushStore]:
     return (
-        DynamoDBBufferStore(client, names, commit_mark_every=every, first_keyed=first_keyed),
-        FlushStore(client, names, commit_mark_every=every, first_keyed=first_keyed),
+        DynamoDBBufferStore(client, names, commit_mark_every=every),
+        FlushStore(client, names, commit_mark_every=every),
     )
 
 
 class NewReader:
-    """A reader that has never read the shard, at every read: a new store of a deployment that may write first keys
-    (``logKeys: auto``, its gate still closed) for each call, so each read guesses the log's keys afresh."""
+    """A reader that has never read the shard, at every read: a new store for each call, which remembers nothing of
+    the shard's log."""
 
     def __init__(self, client: Any, names: TableNames, every: int) -> None:
         self._client, self._names, self._every = client, names, every
 
     def __getattr__(self, name: str) -> Any:
-        store = DynamoDBBufferStore(self._client, self._names, commit_mark_every=self._every, first_keyed=lambda: False)
+        store = DynamoDBBufferStore(self._client, self._names, commit_mark_every=self._every)
         return getattr(store, name)
 
 
 def reader(client: Any, names: TableNames, every: int, kind: str) -> tuple[Any, FlushStore]:
-    """The reader ``kind`` names (``first``, ``last``: a store set to that; ``new``: :class:`NewReader`)."""
+    """The reader ``kind`` names (``store``: one store for every read; ``new``: :class:`NewReader`)."""
     if kind == "new":  # the flush store as the flush job and function make it
         return NewReader(client, names, every), FlushStore(client, names, commit_mark_every=every)
-    return stores(client, names, every, first_keyed=kind == "first")
+    return stores(client, names, every)
 
 
-READERS = pytest.mark.parametrize(
-    "kind", ["first", "last", "new"], ids=["reader-first-keyed", "reader-last-keyed", "new-reader-auto"]
-)
+READERS = pytest.mark.parametrize("kind", ["store", "new"], ids=["one-reader", "new-reader"])
 
 
 def log_items(client: Any, names: TableNames, shard: ShardId) -> list[dict[str, Any]]:
@@ -133,17 +128,17 @@ SIZES = [3, 1, 10, 5, 2, 7, 1, 1, 20, 5, 4, 1, 16, 2, 9, 3]
 
 
 @READERS
-def test_a_first_keyed_log_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, kind: str) -> None:
+def test_the_log_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, kind: str) -> None:
     # Given a log committed with first keys, sparse marks
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, SIZES)
-    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, chunks)
+    commit_chunks(stores(client, names, 8)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
     assert sorted(int(i["seq"]["N"]) for i in log_items(client, names, shard)) == [
         FIRST_KEYED + c[0].seq for c in chunks
     ]
 
-    # Then reads by position, by commit HLC and release targets are a scan's, whatever the reader expects
+    # Then reads by position, by commit HLC and release targets are a scan's, by a reader new or not
     buffer, flush = reader(client, names, 8, kind)
     check_reads(buffer, shard, entries)
     check_positions(buffer, flush, shard, entries, hlc_probes(entries, 14))
@@ -159,72 +154,11 @@ def test_a_first_keyed_log_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: 
         check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
 
 
-@READERS
-def test_a_log_that_changed_kind_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, kind: str) -> None:
-    # Given a log written last-keyed, then by a writer of first keys
-    client, names = contract_dynamodb
-    old = plan_chunks(shard, [2, 10, 1, 1, 7, 3, 10, 4])
-    new = plan_chunks(shard, [10, 1, 3, 10, 2, 1, 5, 3], after=old[-1][-1])
-    commit_chunks(stores(client, names, 8, first_keyed=False)[0], shard, old)
-    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, new)
-    keys = sorted(int(i["seq"]["N"]) for i in log_items(client, names, shard))
-    assert keys == [c[-1].seq for c in old] + [FIRST_KEYED + c[0].seq for c in new]
-    entries = [e for chunk in old + new for e in chunk]
-
-    # Then every read is a scan's, across the change of kind too
-    buffer, flush = reader(client, names, 8, kind)
-    check_reads(buffer, shard, entries)
-    check_positions(buffer, flush, shard, entries, hlc_probes(entries, 14))
-
-    # And with the last-keyed part partly, then wholly, expired
-    for gone in (3, len(old)):
-        for chunk in old[:gone]:
-            if any(chunk_span(i)[0] == chunk[0].seq for i in log_items(client, names, shard)):
-                delete_chunk(client, names, shard, chunk)
-        held = [e for chunk in old[gone:] + new for e in chunk]
-        check_reads(buffer, shard, held, every=3, committed=entries)
-        check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
-
-
-def test_a_last_keyed_log_reads_as_a_scan_of_it_by_a_reader_that_guesses_first_keys(
-    contract_dynamodb: Any, shard: ShardId
-) -> None:
-    # Given a log written last-keyed (a shard nobody has written since the deployment went first-keyed)
-    client, names = contract_dynamodb
-    chunks = plan_chunks(shard, [3, 1, 10, 5, 2, 7, 1, 4])
-    commit_chunks(stores(client, names, 8, first_keyed=False)[0], shard, chunks)
-    entries = [e for chunk in chunks for e in chunk]
-    # Then reads by a reader that guesses first keys, new at every read, are a scan's
-    buffer, flush = reader(client, names, 8, "new")
-    check_reads(buffer, shard, entries, every=2)
-    check_positions(buffer, flush, shard, entries, hlc_probes(entries, 6))
-    # And one reader learns the log's keys from its first read: its later reads take one Query, as a reader of last
-    # keys does
-    counting = CountingClient(client)
-    learning = DynamoDBBufferStore(counting, names, first_keyed=lambda: False)
-    assert [e.seq for e in learning.read_log(shard, 20, 3, images=False)] == [21, 22, 23]
-    counting.queries.clear()
-    assert [e.seq for e in learning.read_log(shard, 10, 3, images=False)] == [11, 12, 13]
-    assert len(counting.queries) == 1
-    # And so does one that has read the shard's head, which records no first keys: its first read takes one Query
-    guessing = DynamoDBBufferStore(counting, names, first_keyed=lambda: False)
-    guessing.get_heads([shard])
-    counting.queries.clear()
-    assert [e.seq for e in guessing.read_log(shard, 20, 3, images=False)] == [21, 22, 23]
-    assert len(counting.queries) == 1
-    # And a flush store, which reads the heads before the log (a flush run)
-    flush = FlushStore(counting, names)
-    flush.heads([shard])
-    counting.queries.clear()
-    assert [r["seq"] for r in flush.read_records(ShardRange(shard.key, 20, 23))] == [21, 22, 23]
-    assert len(counting.queries) == 1
-
-
 def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
     # Given a first-keyed log with an item gone from its middle (a lost write, a restore)
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, [4] * 10)
-    buffer, flush = stores(client, names, 8, first_keyed=True)
+    buffer, flush = stores(client, names, 8)
     commit_chunks(buffer, shard, chunks)
     delete_chunk(client, names, shard, chunks[4])  # entries 17..20
     held = [e for i, chunk in enumerate(chunks) if i != 4 for e in chunk]
@@ -236,70 +170,14 @@ def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> 
     assert [e.seq for e in buffer.read_log(shard, 20, 3)] == [21, 22, 23]
 
 
-def test_a_shard_that_went_first_keyed_never_gets_a_last_keyed_chunk(contract_dynamodb: Any, shard: ShardId) -> None:
-    # Given a shard whose log went first-keyed
-    client, names = contract_dynamodb
-    old = plan_chunks(shard, [3, 4])
-    new = plan_chunks(shard, [2, 5], after=old[-1][-1])
-    later = plan_chunks(shard, [3, 1, 6], after=new[-1][-1])
-    commit_chunks(stores(client, names, 8, first_keyed=False)[0], shard, old)
-    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, new)
-
-    # When a writer of last keys (one deployed before the change, or the setting turned back) commits to it
-    writer = stores(client, names, 8, first_keyed=False)[0]
-    head = _head_read_elsewhere(client, names, shard)  # a head read (which sees `lk`) would teach the writer
-    chunk = later[0]
-    new_head = ShardHead(
-        shard,
-        seq=chunk[-1].seq,
-        bytes_total=head.bytes_total + sum(e.size for e in chunk),
-        deltas_total=head.deltas_total + len(chunk),
-        last_commit_hlc=chunk[-1].commit_hlc,
-    )
-    commit = Commit(shard, head.seq, new_head, tuple(chunk), (), new_shard=False)
-    # Then its first attempt fails as a lost race, and nothing is written
-    with pytest.raises(CommitConflict):
-        writer.commit(commit)
-    assert writer.get_heads([shard])[shard] == head
-    # And its retry writes a first-keyed chunk, as do its later commits
-    writer.commit(commit)
-    commit_chunks(writer, shard, later[1:])
-    keys = sorted(int(i["seq"]["N"]) for i in log_items(client, names, shard))
-    assert keys == [c[-1].seq for c in old] + [FIRST_KEYED + c[0].seq for c in new + later]
-    entries = [e for c in old + new + later for e in c]
-    check_reads(writer, shard, entries)
-
-
-def test_a_new_shard_written_first_keyed_records_it_in_its_head(contract_dynamodb: Any) -> None:
-    # Given a shard whose first commit is first-keyed
-    client, names = contract_dynamodb
-    shard = ShardId(f"gw-{uuid.uuid4().hex[:12]}", "todos", 0)
-    commit_chunks(stores(client, names, 8, first_keyed=True)[0], shard, plan_chunks(shard, [2]))
-    # Then a writer of last keys that has not read the shard cannot commit a last-keyed chunk after it
-    writer = stores(client, names, 8, first_keyed=False)[0]
-    read_elsewhere = stores(client, names, 8, first_keyed=False)[0].read_log(shard, 0, 10)
-    chunk = plan_chunks(shard, [3], after=read_elsewhere[-1])[0]
-    head = _head_read_elsewhere(client, names, shard)
-    commit = Commit(shard, head.seq, ShardHead(shard, seq=5, last_commit_hlc=chunk[-1].commit_hlc), tuple(chunk), ())
-    with pytest.raises(CommitConflict):
-        writer.commit(commit)
-    writer.commit(commit)
-    assert [chunk_span(i)[:2] for i in log_items(client, names, shard)] == [(1, 2), (3, 3)]
-    assert all(int(i["seq"]["N"]) >= FIRST_KEYED for i in log_items(client, names, shard))
-
-
-def _head_read_elsewhere(client: Any, names: Any, shard: ShardId) -> ShardHead:
-    return stores(client, names, 8, first_keyed=False)[0].get_heads([shard])[shard]
-
-
 # -- how many requests -----------------------------------------------------------------------------------------------
 def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
     # Given pushes of 10, first-keyed
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, [10] * 6)
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    commit_chunks(stores(client, names, 64)[0], shard, chunks)
     counting = CountingClient(client)
-    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+    buffer = DynamoDBBufferStore(counting, names)
 
     def queries(after_seq: int, limit: int) -> list[dict[str, Any]]:
         counting.queries.clear()
@@ -324,18 +202,12 @@ def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: S
     after = buffer.read_log_by_commit_hlc(shard, chunks[3][-1].commit_hlc, 5, images=False)
     assert [e.seq for e in after] == [41, 42, 43, 44, 45]
     assert counting.queries[0].get("IndexName") == COMMIT_INDEX and not any(map(descending, counting.queries[1:]))
-    # And a reader that expects last keys learns it from its first read of the shard (one request more), then reads
-    # it as first-keyed
-    last_keyed = DynamoDBBufferStore(counting, names)
+    # And a read by position asks for no chunk past those that can hold the entries wanted (starting at 51..55)
     counting.queries.clear()
-    assert [e.seq for e in last_keyed.read_log(shard, 50, 5, images=False)] == [51, 52, 53, 54, 55]
+    assert [e.seq for e in buffer.read_log(shard, 50, 5, images=False)] == [51, 52, 53, 54, 55]
     forward = [q["ExpressionAttributeValues"] for q in counting.queries if not descending(q)]
-    assert [values[":a"]["N"] for values in forward] == ["50", str(FIRST_KEYED + 51)]
-    # (read no further than the chunks that can hold the entries wanted: those starting at 51..55)
-    assert forward[1][":b"]["N"] == str(FIRST_KEYED + 55)
-    counting.queries.clear()
-    assert [e.seq for e in last_keyed.read_log(shard, 30, 5, images=False)] == [31, 32, 33, 34, 35]
-    assert len(counting.queries) == 2
+    assert [values[":a"]["N"] for values in forward] == [str(FIRST_KEYED + 51)]
+    assert forward[0][":b"]["N"] == str(FIRST_KEYED + 55)
 
 
 class SlowLookBackClient(CountingClient):
@@ -358,9 +230,9 @@ class SlowLookBackClient(CountingClient):
 def test_no_request_of_a_read_outlives_it(contract_dynamodb: Any, shard: ShardId) -> None:
     # Given pushes of 10, first-keyed, and a client whose look-back for the chunk holding a position answers late
     client, names = contract_dynamodb
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, [10] * 4))
+    commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, [10] * 4))
     slow = SlowLookBackClient(client, delay_s=0.3)
-    buffer = DynamoDBBufferStore(slow, names, first_keyed=True)
+    buffer = DynamoDBBufferStore(slow, names)
     # When reads start at chunk ends, where the look-back sent beside the forward Query turns out not to be needed,
     # and inside chunks, where it is
     for at, expected in ((10, [11, 12, 13]), (20, [21, 22, 23]), (25, [26, 27, 28])):
@@ -377,9 +249,9 @@ def test_a_read_on_a_pool_thread_looks_back_only_when_the_items_after_the_positi
 ) -> None:
     # Given pushes of 10, first-keyed, read from a thread of the I/O pool (as a pull reads its shards)
     client, names = contract_dynamodb
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, [10] * 4))
+    commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, [10] * 4))
     counting = CountingClient(client)
-    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+    buffer = DynamoDBBufferStore(counting, names)
 
     def on_the_pool(at: int) -> tuple[list[int], list[dict[str, Any]]]:
         counting.queries.clear()
@@ -400,10 +272,10 @@ def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, 
     # Given pushes of 10, first-keyed (each chunk records the commit HLC of the entry before it)
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, [10] * 6)
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    commit_chunks(stores(client, names, 64)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
     counting = CountingClient(client)
-    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+    buffer = DynamoDBBufferStore(counting, names)
 
     def cursor_read(at: int) -> tuple[int | None, list[int], int]:
         counting.queries.clear()
@@ -416,7 +288,7 @@ def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, 
     # And a cursor at the end of the log reads nothing in one Query: a store that read the log's last chunk just now
     # tells its entry's commit HLC from it, one that did not leaves the entry to the head's check
     assert cursor_read(60) == (entries[59].commit_hlc, [], 1)
-    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+    buffer = DynamoDBBufferStore(counting, names)
     assert cursor_read(60) == (None, [], 1)
     # And a cursor inside a chunk (a page that ended inside one) is still checked, with the chunk holding it
     at_hlc, after, sent = cursor_read(25)
@@ -444,9 +316,9 @@ def test_reads_by_position_stop_at_the_chunk_holding_the_last_entry_wanted(
     # Given pushes of 48, first-keyed (chunks starting at 1, 49, ..., 433)
     client, names = contract_dynamodb
     size, total = 48, 480
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, [size] * 10))
+    commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, [size] * 10))
     counting = ItemCountingClient(client)
-    buffer = DynamoDBBufferStore(counting, names, first_keyed=True)
+    buffer = DynamoDBBufferStore(counting, names)
     for after_seq, limit in ((0, 25), (48, 101), (96, 200), (100, 101), (144, 1001), (480, 5)):
         wanted = list(range(after_seq + 1, min(after_seq + limit, total) + 1))
         # The chunks holding them: from the one holding the first to the one holding the last
@@ -475,35 +347,27 @@ def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_d
     # Given a long first-keyed log (30 pushes of 10)
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, [10] * 30)
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    commit_chunks(stores(client, names, 64)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
     counting = ItemCountingClient(client)
 
-    # When processes of a deployment that may write first keys, new to the shard, serve cursors (at the end of the
-    # log, where a caught-up client stands; at the end of a chunk in its middle; inside a chunk)
+    # When processes new to the shard serve cursors (at the end of the log, where a caught-up client stands; at the
+    # end of a chunk in its middle; inside a chunk)
     for at in (300, 150, 155):
-        spans = {}
-        for knows in (True, False):
-            counting.queries.clear()
-            counting.spans.clear()
-            store = DynamoDBBufferStore(counting, names, first_keyed=True if knows else lambda: False)
-            at_hlc, after = store.read_log_at(shard, at, 5, images=False)
-            # Then the cursor's entry is checked (by the process that knows the shard, for one at the end of the
-            # log, by the head later) and the entries after it read
-            assert at_hlc in (
-                (entries[at - 1].commit_hlc, None) if knows and at == 300 else (entries[at - 1].commit_hlc,)
-            )
-            assert [e.seq for e in after] == list(range(at + 1, min(at + 5, 300) + 1)), at
-            spans[knows] = list(counting.spans)
-        # And the new one reads no chunk before the one holding the position, and at most one chunk more than a
-        # process that knew the log's keys
-        assert all(last >= at for _, last in spans[False]), (at, spans)
-        assert len(spans[False]) <= len(spans[True]) + 1, (at, spans)
-        # And it now knows the shard: a caught-up cursor is checked in one Query (the cursor's entry by its chunk
-        # where that is the chunk the store read last, else by the head later)
         counting.queries.clear()
-        at_end = entries[299].commit_hlc if at == 300 else None
-        assert store.read_log_at(shard, 300, 5, images=False) == (at_end, [])
+        counting.spans.clear()
+        store = DynamoDBBufferStore(counting, names)
+        at_hlc, after = store.read_log_at(shard, at, 5, images=False)
+        # Then the cursor's entry is checked (for one at the end of the log, by the head later) and the entries
+        # after it read
+        assert at_hlc in ((entries[at - 1].commit_hlc, None) if at == 300 else (entries[at - 1].commit_hlc,))
+        assert [e.seq for e in after] == list(range(at + 1, min(at + 5, 300) + 1)), at
+        # And no chunk before the one holding the position is read
+        assert all(last >= at for _, last in counting.spans), (at, counting.spans)
+        # And a caught-up cursor is checked next in one Query (no chunk after it: its entry is left to the head's
+        # check)
+        counting.queries.clear()
+        assert store.read_log_at(shard, 300, 5, images=False) == (None, [])
         assert len(counting.queries) == 1
 
 
@@ -513,7 +377,7 @@ def test_a_new_flush_store_reads_a_range_of_a_long_first_keyed_log_from_its_star
     # Given a long first-keyed log (30 pushes of 10)
     client, names = contract_dynamodb
     chunks = plan_chunks(shard, [10] * 30)
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, chunks)
+    commit_chunks(stores(client, names, 64)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
     counting = ItemCountingClient(client)
 
@@ -521,8 +385,7 @@ def test_a_new_flush_store_reads_a_range_of_a_long_first_keyed_log_from_its_star
     for lo, hi in ((150, 200), (155, 170)):
         counting.spans.clear()
         records = FlushStore(counting, names).read_records(ShardRange(shard.key, lo, hi))
-        # Then it reads the range's entries, and no chunk before the one holding the range's start (the log's first
-        # chunks, which a read expecting last keys got first)
+        # Then it reads the range's entries, and no chunk before the one holding the range's start
         assert [r["seq"] for r in records] == [e.seq for e in entries[lo:hi]]
         assert all(last >= lo for _, last in counting.spans), (lo, counting.spans)
 
@@ -533,11 +396,11 @@ def test_a_cursor_paging_through_the_log_reads_each_page_in_one_query_from_the_c
 ) -> None:
     # Given a first-keyed log of chunks of several sizes
     client, names = contract_dynamodb
-    commit_chunks(stores(client, names, 64, first_keyed=True)[0], shard, plan_chunks(shard, sizes))
+    commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, sizes))
     total = sum(sizes)
     counting = ItemCountingClient(client)
     wall = [1_800_000_000_000]
-    warm = DynamoDBBufferStore(counting, names, first_keyed=True, clock_ms=lambda: wall[0])
+    warm = DynamoDBBufferStore(counting, names, clock_ms=lambda: wall[0])
 
     # When a cursor pages through it as a pull does (each page ending inside a chunk, or at a chunk's end)
     position, pages = 0, 0
@@ -569,7 +432,7 @@ def test_a_cursor_paging_through_the_log_reads_each_page_in_one_query_from_the_c
 
 
 def _cold_read_at(client: Any, names: TableNames, shard: ShardId, position: int, limit: int) -> tuple[Any, Any]:
-    cold = DynamoDBBufferStore(client, names, first_keyed=True)
+    cold = DynamoDBBufferStore(client, names)
     at_hlc, got = cold.read_log_at(shard, position, limit, images=False)
     if at_hlc is None and not got:
         return read_from_entry(cold, shard, position, limit, images=False)

@@ -51,7 +51,7 @@ class Gateway:
         self.gw = gw
         basis = DynamoDBPullBasisReader(self.client, names)
         self.deps = GatewayDeps(
-            buffer=DynamoDBBufferStore(self.client, names, first_keyed=True),
+            buffer=DynamoDBBufferStore(self.client, names),
             config=DynamoDBConfigStore(self.client, names),
             actions=InMemoryActionStore(),
             settings=GatewaySettings(gateway_ids=frozenset({gw})),

@@ -14,6 +14,7 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, create_tables
+from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.log_stream import StreamRecordError, decode_record, decode_stream_records
 from lakesync.aws.tables import TableNames
 from lakesync.core.log import ShardId
@@ -48,16 +49,15 @@ def sync_push(client: str, deltas: list[tuple[str, str, dict[str, Any]]]) -> Syn
 
 @pytest.fixture(scope="module")
 def log(moto_endpoint: str) -> Any:
-    """Tables on the moto server, three gateways' pushes committed (two with last-keyed log items, one with
-    first-keyed ones), and the stream's records."""
+    """Tables on the moto server, three gateways' pushes committed, and the stream's records."""
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE)
     names = TableNames.with_prefix(f"ls{uuid.uuid4().hex[:10]}")
     create_tables(client, names)
     stream = Stream(moto_endpoint, client, names.deltas)
     settings = GatewaySettings(gateway_ids=frozenset({"g1", "g2", "g3"}), chunk_deltas=5)
-    for gateway, first_keyed in (("g1", False), ("g2", False), ("g3", True)):
+    for gateway in ("g1", "g2", "g3"):
         deps = GatewayDeps(
-            buffer=DynamoDBBufferStore(client, names, first_keyed=first_keyed),
+            buffer=DynamoDBBufferStore(client, names),
             config=DynamoDBConfigStore(client, names),
             actions=DynamoDBActionStore(client, names),
             settings=settings,
@@ -89,7 +89,7 @@ def test_each_commit_chunk_streams_one_insert_in_lambdas_form(log: Any) -> None:
 def test_records_decode_to_the_entries_the_log_holds_in_order_by_gateway(log: Any) -> None:
     # When the records are decoded
     by_gateway = decode_stream_records(log["records"])
-    # Then each gateway gets exactly its log, in sequence order, row images included, whichever the key of its items
+    # Then each gateway gets exactly its log, in sequence order, row images included
     buffer = log["buffer"]
     assert set(by_gateway) == {"g1", "g2", "g3"}
     for gateway, entries in by_gateway.items():
@@ -106,7 +106,7 @@ def test_records_decode_to_the_entries_the_log_holds_in_order_by_gateway(log: An
 def test_removes_modifies_and_items_that_are_not_log_chunks_are_ignored(log: Any) -> None:
     # Given a chunk deleted (as the release and TTL do), an item that is not a chunk put, and then modified
     client, names = log["client"], log["names"]
-    key = {"shard": {"S": "g1#todos#0"}, "seq": {"N": "5"}}
+    key = {"shard": {"S": "g1#todos#0"}, "seq": {"N": str(FIRST_KEYED + 1)}}
     client.delete_item(TableName=names.deltas, Key=key)
     client.put_item(TableName=names.deltas, Item={"shard": {"S": "g9#x#0"}, "seq": {"N": "1"}})
     client.put_item(TableName=names.deltas, Item={"shard": {"S": "g9#x#0"}, "seq": {"N": "1"}, "n": {"N": "1"}})

@@ -63,7 +63,7 @@ class StopsInItsBatch(DynamoDBBufferStore):
 
 
 def _store(client: Any, names: Any, clock: Clock, cls: type[DynamoDBBufferStore] = DynamoDBBufferStore) -> Any:
-    return cls(client, names, first_keyed=True, turn_wait_s=0.05, clock_ms=clock)
+    return cls(client, names, turn_wait_s=0.05, clock_ms=clock)
 
 
 def _stops_in_its_batch(client: Any, names: Any, clock: Clock) -> StopsInItsBatch:
@@ -265,7 +265,7 @@ def test_a_turn_behind_chunks_past_their_deadline_is_taken_over_without_waiting(
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
     _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), _delta("r1", clock, title="a"))
     clock.now_ms += 60_000
-    patient = DynamoDBBufferStore(client, names, first_keyed=True, turn_wait_s=60.0, clock_ms=clock)
+    patient = DynamoDBBufferStore(client, names, turn_wait_s=60.0, clock_ms=clock)
     patient.settle_heads([SHARD], committed_before_ms=clock.now_ms)
     reads: list[str] = []
     event, hook = "provide-client-params.dynamodb.GetItem", "test-turn-reads"

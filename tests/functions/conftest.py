@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from lakesync.auth import mint_token
-from lakesync.aws.log_keys import MARKER_GATEWAY
 from lakesync.aws.rate_limits import KEY_PREFIX as RATE_COUNTER_PREFIX
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import js_stringify
@@ -145,8 +144,8 @@ class Api:
         return Reply(raw["statusCode"], dict(raw.get("headers") or {}), data, raw)
 
     def items(self) -> dict[str, int]:
-        """Items per table (small tables: a scan is fine), the deployment's marker and the rate limits' request
-        counters not counted: they are not data (every request is counted, a refused one too)."""
+        """Items per table (small tables: a scan is fine), the rate limits' request counters not counted: they are
+        not data (every request is counted, a refused one too)."""
         assert self.tables is not None
         counts = {}
         for kind, name in self.tables.as_dict().items():
@@ -154,8 +153,8 @@ class Api:
                 TableName=name,
                 Select="COUNT",
                 ConsistentRead=True,
-                FilterExpression="(attribute_not_exists(gw) OR gw <> :marker) AND NOT begins_with(pk, :counter)",
-                ExpressionAttributeValues={":marker": {"S": MARKER_GATEWAY}, ":counter": {"S": RATE_COUNTER_PREFIX}},
+                FilterExpression="NOT begins_with(pk, :counter)",
+                ExpressionAttributeValues={":counter": {"S": RATE_COUNTER_PREFIX}},
             )["Count"]
         return counts
 

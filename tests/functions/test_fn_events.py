@@ -17,7 +17,7 @@ from lakesync.api_routes import find_route
 from lakesync.wire import decode_sync_push
 
 EVENTS_DIR = Path(__file__).resolve().parent.parent.parent / "events"
-OTHER_EVENT_PREFIXES = ("flush_trigger", "rotate_secret", "lake_tick", "ws_", "log_keys_marker")
+OTHER_EVENT_PREFIXES = ("flush_trigger", "rotate_secret", "lake_tick", "ws_")
 ALL_EVENT_FILES = sorted(EVENTS_DIR.glob("*.json"))
 EVENT_FILES = [p for p in ALL_EVENT_FILES if not p.stem.startswith(OTHER_EVENT_PREFIXES)]
 

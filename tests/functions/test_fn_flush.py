@@ -236,9 +236,9 @@ def test_a_run_flushes_a_chunk_whose_writer_stopped_on_a_quiet_shard_and_settles
             ),
         )
 
-    push(writer(DynamoDBBufferStore(world.client, world.api.tables, first_keyed=True)), GW, deltas("a", "b"),
+    push(writer(DynamoDBBufferStore(world.client, world.api.tables)), GW, deltas("a", "b"),
          client_id="client-a")  # fmt: skip
-    stopped = StopsAfterThePut(world.client, world.api.tables, first_keyed=True)
+    stopped = StopsAfterThePut(world.client, world.api.tables)
     push(writer(stopped), GW, deltas("c"), client_id="client-a")
     (shard,) = world.heads()
     stored = world.client.get_item(TableName=world.api.tables.heads, Key={"shard": {"S": shard}})["Item"]

@@ -64,7 +64,6 @@ def test_settings_defaults():
     assert settings.jwt_secrets == (SECRET,) and settings.jwt_secret_arn is None
     assert settings.max_body_bytes == 1024 * 1024
     assert settings.backpressure_bytes is None and settings.sub_shards == {}
-    assert settings.log_keys == "auto"
     assert settings.pull_basis_ttl_ms == 1000
     gateway = settings.gateway_settings()
     assert gateway.backpressure_limit == 2 * gateway.flush_threshold_bytes
@@ -79,11 +78,10 @@ def test_settings_reads_every_variable():
             LAKESYNC_BACKPRESSURE_BYTES="0",
             LAKESYNC_SUB_SHARDS='{"todos": 4}',
             LAKESYNC_MAX_BODY_BYTES="2048",
-            LAKESYNC_LOG_KEYS=" first ",
             LAKESYNC_PULL_BASIS_TTL_MS="0",
         )
     )
-    assert settings.log_keys == "first" and settings.pull_basis_ttl_ms == 0
+    assert settings.pull_basis_ttl_ms == 0
     assert settings.gateway_ids == frozenset({"a", "b.c"})
     assert settings.jwt_secrets == (SECRET, "the-previous-secret-of-32-bytes-x")
     gateway = settings.gateway_settings()
@@ -135,7 +133,6 @@ def test_settings_ignore_empty_and_foreign_variables():
         (_env(LAKESYNC_SUB_SHARDS='{"1x": 2}'), "LAKESYNC_SUB_SHARDS: '1x' is not a valid table name"),
         (_env(LAKESYNC_SUB_SHARDS='{"t": 0}'), "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got 0"),
         (_env(LAKESYNC_SUB_SHARDS='{"t": true}'), "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got True"),
-        (_env(LAKESYNC_LOG_KEYS="both"), "LAKESYNC_LOG_KEYS must be one of auto, last, first (got 'both')"),
         (_env(LAKESYNC_PULL_BASIS_TTL_MS="-1"), "LAKESYNC_PULL_BASIS_TTL_MS must be an integer >= 0, got '-1'"),
         (_env(LAKESYNC_PULL_BASIS_TTL_MS="60001"), "LAKESYNC_PULL_BASIS_TTL_MS must be at most 60,000 ms, got 60,001"),
     ],

@@ -26,7 +26,7 @@ import pytest
 from lakesync.aws.checkpoints import checkpointed_gateways, read_release_bounds, release_bounds
 from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, chunk_span
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
-from lakesync.aws.log_chunks import decode_entries, encode_entries
+from lakesync.aws.log_chunks import chunk_first, chunk_key, decode_entries, encode_entries
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
@@ -195,7 +195,7 @@ def buffer_keys(deps: GatewayDeps) -> set[EntryKey]:
     return {
         (i["shard"]["S"], seq)
         for i in items
-        for seq in range(int(i["seq"]["N"]) - int(i["n"]["N"]) + 1, int(i["seq"]["N"]) + 1)
+        for seq in range(chunk_first(int(i["seq"]["N"])), chunk_first(int(i["seq"]["N"])) + int(i["n"]["N"]))
         if seq > released.get(i["shard"]["S"], 0)
     }
 
@@ -211,7 +211,7 @@ def expire_released(deps: GatewayDeps, shard: ShardId) -> None:
         ExpressionAttributeNames={"#sh": "shard"},
         ExpressionAttributeValues={":s": {"S": shard.key}},
     )["Items"]:
-        if int(item["seq"]["N"]) <= released:  # keyed by the chunk's last sequence
+        if chunk_first(int(item["seq"]["N"])) + int(item["n"]["N"]) - 1 <= released:
             buffer._db.delete_item(TableName=buffer._t.deltas, Key={"shard": item["shard"], "seq": item["seq"]})
 
 
@@ -243,11 +243,13 @@ def drop_entries(client: Any, table: str, shard: ShardId, seqs: range) -> None:
                 TableName=table,
                 Item={
                     **item,
-                    "seq": {"N": str(part[-1].seq)},
+                    "seq": {"N": str(chunk_key(part[0].seq))},
                     "n": {"N": str(len(part))},
                     "c": {"N": str(part[0].commit_hlc)},
                     "chlc": {"N": str(part[-1].commit_hlc)},
                     "z": {"B": encode_entries(part)},
+                    # the commit HLC of the entry before the part (the chunk's own `pv` for its first part)
+                    **({"pv": {"N": str(part[0].commit_hlc - 1)}} if part[0].seq > first else {}),
                 },
             )
 
@@ -435,7 +437,7 @@ def test_log_record_converts_a_stored_item_to_the_delta_log_columns(
     )
     push(deps, "gw1", SyncPush("c1", (delta,)), client_id="c1")
     item = dynamodb_client.get_item(
-        TableName=dynamodb_tables.deltas, Key={"shard": {"S": "gw1#notes#0"}, "seq": {"N": "1"}}
+        TableName=dynamodb_tables.deltas, Key={"shard": {"S": "gw1#notes#0"}, "seq": {"N": str(chunk_key(1))}}
     )["Item"]
     (entry,) = decode_entries(ShardId.parse("gw1#notes#0"), 1, int(item["c"]["N"]), item["z"]["B"])
 

@@ -43,7 +43,6 @@ OPTIONS = {
     "logRetentionDays": 14,
     "dashboard": True,
     "sqlSourcePulls": True,
-    "logKeys": "first",
     "pullBasisTtlMs": 2500,
     "apiGatewayLogsRole": "create",
 }

@@ -148,16 +148,13 @@ def _forget_rows_applied(env: dict[str, Any]) -> int:
 
 
 def _expire_doubts(env: dict[str, Any]) -> int:
-    """Move the sample shard's in-doubt runs (the push after ``_forget_rows_applied`` took the turn over, on a
-    first-keyed log; a last-keyed one has none) past their ``until``: as if no late batch could land any more; and let
-    a new process serve the next request."""
+    """Move the sample shard's in-doubt runs (the push after ``_forget_rows_applied`` took the turn over) past their
+    ``until``: as if no late batch could land any more; and let a new process serve the next request."""
     from functions._runtime import reset_runtime
 
     client = boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE)
     key = {"shard": {"S": f"{GW}#todos#0"}}
     head = client.get_item(TableName=env["tables"].heads, Key=key, ConsistentRead=True)["Item"]
-    if "lk" not in head:
-        return 200
     runs = [[first, last, 0] for first, last, _ in json.loads(head["dq"]["S"])]
     client.update_item(
         TableName=env["tables"].heads, Key=key, UpdateExpression="SET dq = :dq",
@@ -639,41 +636,10 @@ def test_function_role_allows_exactly_what_its_handler_calls(cfn, ids, aws, reco
 
 
 def _wrote_log_item(calls: list[tuple[str, str, dict[str, Any]]], deltas: str) -> bool:
-    """Whether ``calls`` wrote to the log: a first-keyed commit's put, or a last-keyed commit's transaction."""
-    for service, op, params in calls:
-        if service == "dynamodb" and op == "PutItem" and params["TableName"] == deltas:
-            return True
-        if service == "dynamodb" and op == "TransactWriteItems":
-            if any(item.get("Put", {}).get("TableName") == deltas for item in params["TransactItems"]):
-                return True
-    return False
-
-
-@pytest.mark.parametrize("mode", ["last", "auto, before the marker opens"])
-def test_push_role_allows_what_the_other_log_key_modes_call(cfn, ids, aws, recorder, mode):
-    # Given a push function set to last keys, or to auto on a deployment whose marker was just written (its grace
-    # not yet begun: the push stamps it, and commits by a transaction)
-    from functions._runtime import reset_runtime
-    from lakesync.aws.log_keys import MARKER_GATEWAY, write_marker
-
-    if mode == "last":
-        aws["monkeypatch"].setenv("LAKESYNC_LOG_KEYS", "last")
-    else:
-        write_marker(boto3.client("dynamodb", endpoint_url=aws["endpoint"], **FAKE), aws["tables"].config, 3_600_000)
-    assert _invoke("admin", "admin_schema_post", role="admin") < 300
-    reset_runtime()
-    recorder.calls.clear()
-    # When it serves its scenario
-    statuses = SCENARIOS["push"](aws)
-    # Then the requests succeeded by transactions, and its role allows every call it made
-    assert all(status < 300 for status in statuses), statuses
-    assert any(op == "TransactWriteItems" for _, op, _ in recorder.calls)
-    assert not any(op == "PutItem" and p["TableName"] == aws["tables"].deltas for _, op, p in recorder.calls)
-    stamped = [p for _, op, p in recorder.calls if op == "PutItem" and p["Item"].get("gw") == {"S": MARKER_GATEWAY}]
-    assert bool(stamped) is (mode != "last")
-    role = cfn.role_of(cfn.functions()["push"])
-    _, missing = _check(cfn, role, recorder.calls, _names(aws, ids))
-    assert not missing, f"used but not granted: {missing}"
+    """Whether ``calls`` wrote to the log: a commit's put."""
+    return any(
+        service == "dynamodb" and op == "PutItem" and params["TableName"] == deltas for service, op, params in calls
+    )
 
 
 def _env_var(cfn: Any, function: str, var: str) -> str:

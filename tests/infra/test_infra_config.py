@@ -47,8 +47,6 @@ def test_config_defaults_are_valid_and_keep_data():
     assert config.tracing is True
     # And Lambda's own START and REPORT lines are not logged (a deployment asks for them with INFO)
     assert config.lambda_system_log_level == "WARN"
-    # And the log is keyed last until the deployment marker says every function reads first keys, then first
-    assert config.log_keys == "auto"
 
 
 def test_config_materialisation_defaults_and_vpc():
@@ -197,7 +195,6 @@ def test_config_reports_every_problem_at_once():
         ({"dashboard": "yes"}, "dashboard"),
         ({"tracing": "off"}, "tracing"),
         ({"lambdaSystemLogLevel": "ERROR"}, "lambdaSystemLogLevel must be DEBUG, INFO or WARN"),
-        ({"logKeys": "both"}, "logKeys must be auto, last or first"),
         ({"logLevel": "WARN"}, "logLevel must be DEBUG, INFO, WARNING or ERROR"),
         ({"sqlSourcePulls": "yes"}, "sqlSourcePulls"),
         ({"flushEngine": "spark"}, "flushEngine must be one of"),

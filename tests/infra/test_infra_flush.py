@@ -204,7 +204,7 @@ def test_default_deploys_both_engines_and_the_starters_may_start_either(synth: S
     assert dict(tick.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}
     assert tick.flush_function_max_backlog == config.flush_function_max_backlog
     # And the flush trigger may start either (a STANDARD Glue run or an Invoke) and read the backlog it chooses by:
-    # the shard registry (config Query), the heads (BatchGetItem) and a first-keyed log's chunks past them (Query)
+    # the shard registry (config Query), the heads (BatchGetItem) and the chunks past them (Query)
     trigger_role = cfn.role_of(functions["flush_trigger"])
     trigger_granted = set(cfn.allowed(trigger_role))
     assert {(a, r) for a, r in trigger_granted if a.startswith(("glue:", "lambda:"))} == {

@@ -108,7 +108,6 @@ def test_api_function_environment_is_a_valid_configuration(cfn, ids, options, na
     assert dict(parsed.sub_shards) == options["subShards"]
     assert parsed.flush_threshold_bytes == options["flushThresholdBytes"]
     assert parsed.max_body_bytes == options["maxBodyBytes"]
-    assert parsed.log_keys == options["logKeys"]
     assert parsed.pull_basis_ttl_ms == options["pullBasisTtlMs"]
     # And only the checkpoint function is given the checkpoint bucket
     expected_bucket = _placeholder(ids["bucket:checkpoints"]) if name == "checkpoint" else None

@@ -121,13 +121,7 @@ class LateBatches:
             time.sleep(0.01)
 
 
-def _deps(
-    client: Any,
-    names: Any,
-    first_keyed: bool | Callable[[], bool] = False,
-    late: LateBatches | None = None,
-    shape: Shape = SMALL,
-) -> GatewayDeps:
+def _deps(client: Any, names: Any, late: LateBatches | None = None, shape: Shape = SMALL) -> GatewayDeps:
     from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
     from lakesync.core.errors import StorageError
 
@@ -145,7 +139,7 @@ def _deps(
             super()._batch_of_rows(items, until)
 
     return GatewayDeps(
-        buffer=CountingBufferStore(client, names, first_keyed=first_keyed, turn_wait_s=0.1 if late else 2.0),
+        buffer=CountingBufferStore(client, names, turn_wait_s=0.1 if late else 2.0),
         config=DynamoDBConfigStore(client, names),
         actions=DynamoDBActionStore(client, names),
         settings=GatewaySettings(chunk_deltas=shape.chunk_deltas, sub_shards={"todos": 2}, commit_attempts=400),
@@ -234,34 +228,27 @@ def _log(deps: GatewayDeps) -> dict[Any, list[LogEntry]]:
 
 
 @pytest.mark.parametrize(
-    ("first_keyed", "new_readers", "stopping", "shape"),
+    ("new_readers", "stopping", "shape"),
     [
-        (False, False, False, SMALL),
-        (True, False, False, SMALL),
-        (True, True, False, SMALL),
-        (True, False, True, SMALL),
-        (True, False, True, LARGE),
+        (False, False, SMALL),
+        (True, False, SMALL),
+        (False, True, SMALL),
+        (False, True, LARGE),
     ],
-    ids=[
-        "last-keys",
-        "first-keys",
-        "first-keys-new-readers",
-        "first-keys-writers-stop-batches-land-late",
-        "first-keys-large-chunks-writers-stop",
-    ],
+    ids=["commit-by-put", "new-readers", "writers-stop-batches-land-late", "large-chunks-writers-stop"],
 )
 def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_nothing(
-    shared_client: Any, dynamodb_tables: Any, first_keyed: bool, new_readers: bool, stopping: bool, shape: Shape
+    shared_client: Any, dynamodb_tables: Any, new_readers: bool, stopping: bool, shape: Shape
 ) -> None:
-    # Given writer and puller threads, each with its own gateway deps over one boto3 client (with first keys: the
-    # commit by a put, and cursors checked by the chunk after them; with new readers, every pull is served by a
-    # process new to the shards, of a deployment whose log keys are `auto`: as a pull function scaling out)
+    # Given writer and puller threads, each with its own gateway deps over one boto3 client (the commit by a put, and
+    # cursors checked by the chunk after them; with new readers, every pull is served by a process new to the shards,
+    # as a pull function scaling out)
     CONFLICTS.clear()
 
     def deps_of_pull() -> Callable[[], GatewayDeps]:
         if new_readers:
-            return lambda: _deps(shared_client, dynamodb_tables, lambda: False)
-        deps = _deps(shared_client, dynamodb_tables, first_keyed)
+            return lambda: _deps(shared_client, dynamodb_tables)
+        deps = _deps(shared_client, dynamodb_tables)
         return lambda: deps
 
     run = Run()
@@ -274,9 +261,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     writers = [
         threading.Thread(
             target=run.guard(
-                lambda i=i: _writer(
-                    run, _deps(shared_client, dynamodb_tables, first_keyed, late, shape), i, base_ms, shape
-                )
+                lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, late, shape), i, base_ms, shape)
             )
         )
         for i in range(WRITERS)
@@ -300,7 +285,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
 
     assert not run.errors, run.errors
     assert not any(t.is_alive() for t in writers + pullers)
-    deps = _deps(shared_client, dynamodb_tables, first_keyed)
+    deps = _deps(shared_client, dynamodb_tables)
     log = _log(deps)
     entries = [e for shard_log in log.values() for e in shard_log]
 
@@ -390,10 +375,10 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
 def test_a_pull_of_more_shards_than_the_pool_has_threads_from_inside_their_chunks_completes(
     shared_client: Any, dynamodb_tables: Any
 ) -> None:
-    # Given 12 first-keyed shards (more than the I/O pool's 8 threads), each holding one chunk of 10 entries
+    # Given 12 shards (more than the I/O pool's 8 threads), each holding one chunk of 10 entries
     from lakesync.gateway.cursor import encode_cursor
 
-    deps = _deps(shared_client, dynamodb_tables, True)
+    deps = _deps(shared_client, dynamodb_tables)
     deps = GatewayDeps(deps.buffer, deps.config, deps.actions, GatewaySettings(chunk_deltas=10), HLC())
     tables = [f"t{i:02d}" for i in range(12)]
     base_ms = system_clock() - 1000
@@ -407,10 +392,10 @@ def test_a_pull_of_more_shards_than_the_pool_has_threads_from_inside_their_chunk
         push(deps, GW, SyncPush("c1", tuple(batch)), client_id="c1")
     log = _log(deps)
     assert sorted(len(entries) for entries in log.values()) == [10] * 12
-    # When a process new to the shards (log keys `auto`: it has seen neither kind) pulls with a cursor standing at
-    # entry 5 of every shard: inside its chunk, so each shard's read, on the pool, looks back for the chunk holding it
+    # When a process new to the shards pulls with a cursor standing at entry 5 of every shard: inside its chunk, so
+    # each shard's read, on the pool, looks back for the chunk holding it
     cursor = encode_cursor({s.key: 5 for s in log}, {s.key: entries[4].commit_hlc for s, entries in log.items()})
-    reader = _deps(shared_client, dynamodb_tables, lambda: False)
+    reader = _deps(shared_client, dynamodb_tables)
     done: list[Any] = []
     puller = threading.Thread(
         target=lambda: done.append(pull(reader, GW, limit=1000, claims={}, cursor=cursor)), daemon=True

@@ -1,44 +1,31 @@
-"""What a failed commit transaction means (lakesync.aws.dynamodb._commit_error), from DynamoDB's documented error
-shapes: a lost race is retried, throttling is 503 busy, a full item collection is 503 backpressure naming the remedy,
-anything else a storage error at once."""
+"""What a failed write of a commit means (lakesync.aws.dynamodb._commit_error), from DynamoDB's documented error
+shapes: throttling is 503 busy, a full item collection is 503 backpressure naming the remedy, anything else a storage
+error at once. (A put whose key is taken is a lost race, retried: the commit maps it to CommitConflict itself.)"""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from lakesync.aws.dynamodb import _client_error, _commit_error
 from lakesync.core.errors import BackpressureError, StorageBusyError, StorageError
-from lakesync.core.log import CommitConflict, ShardId
+from lakesync.core.log import ShardId
 
 SHARD = ShardId("default", "todos", 0)
 
 
-def _cancelled(*codes: str) -> ClientError:
-    response: Any = {
-        "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
-        "CancellationReasons": [{"Code": code, "Message": f"{code} happened"} for code in codes],
-    }
-    return ClientError(response, "TransactWriteItems")
-
-
-def _failed(code: str) -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": "no"}}, "TransactWriteItems")  # type: ignore[typeddict-item]
+def _failed(code: str, operation: str = "PutItem") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "no"}}, operation)  # type: ignore[typeddict-item]
 
 
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
-        (_cancelled("None", "ConditionalCheckFailed"), CommitConflict),
-        (_cancelled("TransactionConflict", "None"), CommitConflict),
-        (_cancelled("ThrottlingError", "None"), StorageBusyError),
         (_failed("ProvisionedThroughputExceededException"), StorageBusyError),
-        (_cancelled("ItemCollectionSizeLimitExceeded", "None"), BackpressureError),
-        (_cancelled("ItemCollectionSizeLimitExceeded", "ConditionalCheckFailed"), BackpressureError),
+        (_failed("ThrottlingException"), StorageBusyError),
+        (_failed("RequestLimitExceeded", "UpdateItem"), StorageBusyError),
         (_failed("ItemCollectionSizeLimitExceededException"), BackpressureError),
-        (_cancelled("ValidationError", "None"), StorageError),
+        (_failed("ValidationException"), StorageError),
     ],
 )
 def test_commit_errors_map_to_what_the_client_can_do(error: ClientError, kind: type[Exception]) -> None:
@@ -47,7 +34,7 @@ def test_commit_errors_map_to_what_the_client_can_do(error: ClientError, kind: t
 
 
 def test_a_full_item_collection_is_a_503_naming_the_shard_and_the_remedy() -> None:
-    mapped = _commit_error(SHARD, _cancelled("ItemCollectionSizeLimitExceeded"))
+    mapped = _commit_error(SHARD, _failed("ItemCollectionSizeLimitExceededException"))
     assert isinstance(mapped, BackpressureError)
     body = mapped.to_body()
     assert (mapped.status, body["code"]) == (503, "BACKPRESSURE_ERROR")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from lakesync.aws.log_chunks import (
     FIRST_KEYED,
-    LOG_FORMAT,
+    _encode,
     chunk_first,
     chunk_key,
     decode_entries,
@@ -39,6 +39,14 @@ values: st.SearchStrategy[JsonValue] = st.recursive(
 rows = st.none() | st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), values, max_size=5)
 
 
+def encode_in(entries: list[LogEntry], layout: int) -> bytes:
+    """The chunk's text in ``layout``: 2, as writers store a chunk; 1, as they store one whose wire JSON holds a raw
+    newline."""
+    if layout == 2:
+        return encode_entries(entries)
+    return _encode(entries, [e.wire_json or "" for e in entries], 1)
+
+
 def _typed(row: dict[str, JsonValue] | None) -> str:
     return json.dumps(row, sort_keys=True)
 
@@ -51,13 +59,13 @@ def _entry(i: int, before: dict[str, JsonValue] | None, after: dict[str, JsonVal
 
 @given(st.lists(st.tuples(rows, rows), min_size=1, max_size=6), st.sampled_from([1, 2]))
 def test_every_entry_reads_back_with_its_images(
-    images: list[tuple[dict[str, JsonValue] | None, ...]], log_format: int
+    images: list[tuple[dict[str, JsonValue] | None, ...]], layout: int
 ) -> None:
     # Given a chunk of entries with arbitrary row images before and after (1, 1.0 and true all differ)
     entries = [_entry(i, before, after) for i, (before, after) in enumerate(images)]
 
     # When it is stored in either layout and read back, with its images and without
-    blob = encode_entries(entries, log_format)
+    blob = encode_in(entries, layout)
     back = decode_entries(SHARD, 7, FIRST_HLC, blob)
     bare = decode_entries(SHARD, 7, FIRST_HLC, blob, images=False)
 
@@ -72,7 +80,7 @@ def test_every_entry_reads_back_with_its_images(
 
 
 @given(st.lists(st.text(max_size=6), min_size=1, max_size=5), st.sampled_from([1, 2]))
-def test_ids_and_values_of_any_text_read_back(texts: list[str], log_format: int) -> None:
+def test_ids_and_values_of_any_text_read_back(texts: list[str], layout: int) -> None:
     # Given deltas whose row ids and values hold any characters (newlines, quotes, lone surrogates, non-ASCII)
     entries = []
     for i, text in enumerate(texts):
@@ -86,7 +94,7 @@ def test_ids_and_values_of_any_text_read_back(texts: list[str], log_format: int)
         )
 
     # When stored and read back, the wire JSON, the sizes and the deltas are the same
-    back = decode_entries(SHARD, 7, FIRST_HLC, encode_entries(entries, log_format))
+    back = decode_entries(SHARD, 7, FIRST_HLC, encode_in(entries, layout))
     assert [(e.wire_json, e.size, e.delta) for e in back] == [(e.wire_json, e.size, e.delta) for e in entries]
 
 
@@ -99,7 +107,7 @@ def test_ids_and_values_of_any_text_read_back(texts: list[str], log_format: int)
 )
 def test_a_slice_of_a_chunk_decodes_as_the_same_slice_of_the_whole(
     images: list[tuple[dict[str, JsonValue] | None, dict[str, JsonValue] | None, str]],
-    log_format: int,
+    layout: int,
     start: int,
     length: int,
     sized: bool,
@@ -113,7 +121,7 @@ def test_a_slice_of_a_chunk_decodes_as_the_same_slice_of_the_whole(
         wire = js_stringify(delta.to_json())
         size = len(wire.encode("utf-8", "surrogatepass")) + (i if sized else 0)
         entries.append(LogEntry(SHARD, 7 + i, FIRST_HLC + i, delta, before, after, size, wire))
-    blob = encode_entries(entries, log_format)
+    blob = encode_in(entries, layout)
 
     # When entries start .. start + length are decoded alone, with their images and without
     part = decode_entries(SHARD, 7, FIRST_HLC, blob, start=start, stop=start + length)
@@ -131,7 +139,7 @@ def test_a_slice_of_a_chunk_decodes_as_the_same_slice_of_the_whole(
 def test_the_first_entries_of_a_long_chunk_are_read_without_inflating_the_rest() -> None:
     # Given a chunk whose later entries would not inflate (the stream cut short after its first part)
     entries = [_entry(i, None, {"a": "x" * 2000 + str(i)}) for i in range(200)]
-    blob = encode_entries(entries, 2)
+    blob = encode_entries(entries)
     inflater = zlib.decompressobj()
     inflater.decompress(blob, 20_000)
     consumed = len(blob) - len(inflater.unconsumed_tail)
@@ -149,7 +157,7 @@ def test_the_first_entries_of_a_long_chunk_are_read_without_inflating_the_rest()
 def test_layout_2_keeps_each_wire_json_on_a_line_of_its_own_followed_by_its_images() -> None:
     entries = [_entry(i, None, {"a": i}) for i in range(3)]
     header, *lines = zlib.decompress(encode_entries(entries)).decode().split("\n")
-    assert LOG_FORMAT == 2 and header == "2"
+    assert header == "2"
     assert lines[::2] == [e.wire_json for e in entries]
     assert [json.loads(line) for line in lines[1::2]] == [[{"a": i}, None] for i in range(3)]
 
@@ -166,7 +174,7 @@ def test_layout_2_is_no_larger_than_layout_1_for_a_full_chunk_of_wide_rows() -> 
         text = js_stringify(delta.to_json())
         entries.append(LogEntry(SHARD, 7 + i, FIRST_HLC + i, delta, None, columns, len(text), text))
     # Then both layouts store each value about once (zlib finds the images' copy near the delta's)
-    one, two = len(encode_entries(entries, 1)), len(encode_entries(entries, 2))
+    one, two = len(encode_in(entries, 1)), len(encode_entries(entries))
     assert two <= one * 1.01
     assert two < 48 * 2000 * 0.7  # 26 letters: ~4.7 bits a character, stored once
 
@@ -181,8 +189,8 @@ def test_a_wire_json_with_a_raw_newline_is_stored_in_layout_1() -> None:
     assert decode_entries(SHARD, 7, FIRST_HLC, blob)[0].wire_json == spaced
 
 
-def test_a_chunk_written_by_the_release_before_layout_2_reads_back() -> None:
-    # Stored by that release: [[wire JSON, after, before form, size?], ...]
+def test_a_layout_1_chunk_reads_back() -> None:
+    # Stored as [[wire JSON, after, before form, size?], ...]
     wire = '{"op":"DELETE","table":"todos","rowId":"r1","clientId":"c1","columns":[],"hlc":"5","deltaId":"d"}'
     text = json.dumps([[wire, None, {"f": {"a": 1}}], [wire, {"a": 2}, None, 3]])
     (first, second) = decode_entries(SHARD, 7, FIRST_HLC, zlib.compress(text.encode()))
@@ -219,11 +227,6 @@ def test_images_are_parsed_once_per_chunk_on_first_use() -> None:
     assert [(e.before, e.after) for e in back] == [({"a": i}, {"a": i + 1}) for i in range(3)]
 
 
-def test_there_is_no_layout_0() -> None:
-    with pytest.raises(ValueError):
-        encode_entries([_entry(0, None, None)], 0)
-
-
 def test_an_update_stores_the_row_once() -> None:
     # Given an update of one column of a wide row
     row: dict[str, JsonValue] = {f"col{i}": "x" * 40 for i in range(20)}
@@ -238,20 +241,20 @@ def test_an_update_stores_the_row_once() -> None:
     assert (bare.before, bare.after, bare.size, bare.wire_json) == (None, None, entry.size, entry.wire_json)
 
 
-@pytest.mark.parametrize("log_format", [1, 2])
-def test_a_size_other_than_the_wire_length_is_kept(log_format: int) -> None:
+@pytest.mark.parametrize("layout", [1, 2])
+def test_a_size_other_than_the_wire_length_is_kept(layout: int) -> None:
     entry = _entry(0, None, {"a": 1})
     odd = LogEntry(entry.shard, entry.seq, entry.commit_hlc, entry.delta, None, {"a": 1}, 5, entry.wire_json)
     plain = _entry(1, None, {"a": 2})
-    blob = encode_entries([odd, plain], log_format)
+    blob = encode_in([odd, plain], layout)
     assert [e.size for e in decode_entries(SHARD, 7, FIRST_HLC, blob)] == [5, plain.size]
     assert [e.size for e in decode_entries(SHARD, 7, FIRST_HLC, blob, images=False)] == [5, plain.size]
 
 
-@given(first=st.integers(1, 10**14), count=st.integers(1, 100), first_keyed=st.booleans())
-def test_either_key_gives_back_the_chunks_first_sequence(first: int, count: int, first_keyed: bool) -> None:
-    key = chunk_key(first, first + count - 1, first_keyed=first_keyed)
-    assert chunk_first(key, count) == first
-    # The two kinds sit in disjoint key ranges, each in sequence order
-    assert (key >= FIRST_KEYED) is first_keyed
-    assert chunk_key(first + count, first + 2 * count - 1, first_keyed=first_keyed) > key
+@given(first=st.integers(1, 10**14), count=st.integers(1, 100))
+def test_the_key_gives_back_the_chunks_first_sequence(first: int, count: int) -> None:
+    key = chunk_key(first)
+    assert chunk_first(key) == first
+    # Keys sit far above any sequence, in sequence order
+    assert key > FIRST_KEYED > first
+    assert chunk_key(first + count) > key

@@ -1,13 +1,13 @@
 """DynamoDB adapters of the gateway ports.
 
-Every read the push and pull paths depend on is strongly consistent. A push chunk reads its basis (dedup records,
-shard head, rows) in one multi-table ``BatchGetItem``. A commit is one ``TransactWriteItems``: the shard head advances
-under the condition ``seq = expected`` (or ``attribute_not_exists`` for a new shard), every row is written under
-``v = expected`` (or ``attribute_not_exists``); a transaction cancelled because a guard failed or another transaction
-conflicted is mapped to :class:`CommitConflict` (retried by the push), throttling to ``StorageBusyError`` and any other
-cancellation (an item DynamoDB refuses) to ``StorageError`` at once. The chunk's dedup keys (opaque to the store:
-``gw#{key}``, see :func:`lakesync.core.log.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live
-while ``exp > now``, as everywhere else). The chunk's log item carries ``chlc`` -- an entry of the sparse ``by_commit``
+Every read the push and pull paths depend on is strongly consistent. A push chunk reads its basis (shard head, rows,
+and the log between the rows written and the head) and commits by one conditional ``PutItem`` of its log item,
+keyed by the chunk's first sequence, where no item is (:class:`DynamoDBBufferStore`,
+docs/design/commit-without-transaction.md); its rows and the head follow. A put refused because the key is taken is
+mapped to :class:`CommitConflict` (retried by the push), throttling to ``StorageBusyError`` and any other refusal to
+``StorageError`` at once. The chunk's dedup keys (opaque to the store: ``gw#{key}``, see
+:func:`lakesync.core.log.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live while
+``exp > now``, as everywhere else). The chunk's log item carries ``chlc`` -- an entry of the sparse ``by_commit``
 index -- only when it is a commit mark (:mod:`lakesync.aws.log_chunks`); reads by commit HLC start from the last mark
 at or below the position and walk the table from there.
 Items are built by hand (no TypeSerializer) because this is the hot path.
@@ -34,14 +34,12 @@ from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.log_chunks import (
     COMMIT_MARK_EVERY,
     FIRST_KEYED,
-    LOG_FORMAT,
     chunk_first,
     chunk_key,
     decode_entries,
     encode_entries,
     is_commit_mark,
 )
-from lakesync.aws.log_keys import write_marker
 from lakesync.aws.row_doubts import (
     DOUBT_RUN_ENTRIES,
     Doubt,
@@ -267,20 +265,10 @@ class DynamoDBBufferStore:
     ``commit_mark_every`` is how many entries apart the commit marks it writes are (:func:`is_commit_mark`); reads
     by commit HLC are correct whichever chunks are marks, it only sizes their first request.
 
-    ``first_keyed``: write the log's chunks keyed by their first sequence (:mod:`lakesync.aws.log_chunks`), and read
-    it expecting that. Reads are correct on either kind of log (and on a log that changed kind once: last-keyed up to
-    some sequence, first-keyed after it); the setting only decides which request comes first. A shard whose head
-    records a first-keyed chunk (``lk``) gets first-keyed chunks from every writer, so its log never changes back. A
-    callable (:class:`lakesync.aws.log_keys.FirstKeysGate`) is asked before a commit starts a shard on first keys, and
-    reads then expect a shard's kind only once they have seen it.
-
-    ``log_format``: the layout of the chunks' text it writes (:mod:`lakesync.aws.log_chunks`; it reads every
-    layout), or a callable asked at each commit (:meth:`lakesync.aws.log_keys.FirstKeysGate.log_format`).
-
-    With first keys and rows after the commit, a chunk's rows are written in batches on the chunk's turn, and a
-    writer that takes a turn over declares the chunks it takes over in doubt (:mod:`lakesync.aws.row_doubts`):
-    ``turn_wait_s`` is how long it waits for the writer before it, ``clock_ms`` the wall clock it judges the
-    writers' deadlines by.
+    A commit is a conditional put of the chunk's log item, keyed by its first sequence (:mod:`lakesync.aws.log_chunks`);
+    its rows are written after it, in batches on the chunk's turn, and a writer that takes a turn over declares the
+    chunks it takes over in doubt (:mod:`lakesync.aws.row_doubts`): ``turn_wait_s`` is how long it waits for the
+    writer before it, ``clock_ms`` the wall clock it judges the writers' deadlines by.
     """
 
     def __init__(
@@ -290,8 +278,6 @@ class DynamoDBBufferStore:
         *,
         log_ttl_s: int = LOG_TTL_S,
         commit_mark_every: int = COMMIT_MARK_EVERY,
-        first_keyed: bool | Callable[[], bool] = False,
-        log_format: int | Callable[[], int] = LOG_FORMAT,
         turn_wait_s: float = 2.0,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
@@ -301,28 +287,17 @@ class DynamoDBBufferStore:
         self._t = names
         self._log_ttl_s = log_ttl_s
         self._mark_every = commit_mark_every
-        self._log_format: Callable[[], int] = log_format if callable(log_format) else lambda: log_format
-        self._first_keyed = first_keyed if isinstance(first_keyed, bool) else False
-        self._starts_first_keys: Callable[[], bool] = first_keyed if callable(first_keyed) else self._by_setting
-        self._first_keyed_shards: set[str] = set()
-        # A shard not known first-keyed is read the way its log most likely is: last-keyed where this store's
-        # deployment writes last keys (`first_keyed=False`), else first-keyed, which serves a last-keyed log too (at
-        # the cost of a Query or two that come back empty), until a read finds it last-keyed (this set).
-        self._guesses_first_keys = first_keyed is not False
-        self._last_keyed_shards: set[str] = set()
-        self._claimed: set[str] = set()
         self._turn_wait_s = turn_wait_s
         self._clock_ms: Callable[[], int] = clock_ms or (lambda: int(time.time() * 1000))
+        # The shards whose head this store has read: a commit planned on one needs no check that it exists.
+        self._headed: set[str] = set()
         # The rows of in-doubt runs, by (shard, first and last position): their main keys.
         self._doubt_rows: dict[tuple[str, int, int], frozenset[str]] = {}
         # The last basis read of each shard: the head's `seq`, `ra` and in-doubt runs.
         self._bases: dict[str, tuple[int, int, tuple[Doubt, ...]]] = {}
-        # The last first-keyed chunk a read of each shard decoded, and when it was read (`clock_ms`).
+        # The last chunk a read of each shard decoded, and when it was read (`clock_ms`).
         self._last_chunks: dict[str, tuple[int, Item]] = {}
         self._last_chunks_lock = threading.Lock()
-
-    def _by_setting(self) -> bool:
-        return self._first_keyed
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
@@ -331,15 +306,15 @@ class DynamoDBBufferStore:
     def get_heads(
         self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
     ) -> dict[ShardId, ShardHead]:
-        # A first-keyed log may hold chunks past its head (committed by a put whose writer has not moved the head
+        # The log may hold chunks past its head (committed by a put whose writer has not moved the head
         # yet, or stopped): the head as the log has it is the stored one plus them. A stored head at or past the
         # position `reaching` gives is enough for the caller: the Query for chunks past it is left out.
         return {head.shard: _extended(head, past) for head, past in self._heads_and_past(shards, reaching)}
 
     def settle_heads(self, shards: Sequence[ShardId], committed_before_ms: int) -> dict[ShardId, ShardHead]:
-        """The heads of ``shards``, as :meth:`get_heads`; first, the stored head of a first-keyed log whose chunks
-        past it were all committed before ``committed_before_ms`` is moved over them (``seq`` and the totals; their
-        rows stay pending, ``ra`` where it is).
+        """The heads of ``shards``, as :meth:`get_heads`; first, the stored head of a log whose chunks past it were
+        all committed before ``committed_before_ms`` is moved over them (``seq`` and the totals; their rows stay
+        pending, ``ra`` where it is).
 
         A writer that stopped between its put and its head update leaves such chunks, and only the next commit to the
         shard would move the head over them: the flush settles them, so a quiet shard's stored head never stays
@@ -356,24 +331,21 @@ class DynamoDBBufferStore:
     def _heads_and_past(
         self, shards: Sequence[ShardId], reaching: Mapping[ShardId, int] | None = None
     ) -> list[tuple[ShardHead, list[LogEntry]]]:
-        """Each stored head, with the entries of the first-keyed chunks past it (read for first-keyed logs only: the
-        setting says so, the shard was found first-keyed, or the head records first keys, ``lk``; and not for a head
-        at or past its position in ``reaching``)."""
+        """Each stored head, with the entries of the chunks past it (not read for a head at or past its position in
+        ``reaching``)."""
         if not shards:
             return []
         items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
         found: list[tuple[ShardHead, Future[list[LogEntry]] | None]] = []
         for item in items:
             head = _head_from_item(item)
-            self._note_log_keys(head.shard, item)
-            first_keyed = self._first_keyed or head.shard.key in self._first_keyed_shards
             reached = head.seq >= (reaching or {}).get(head.shard, head.seq + 1)
-            found.append((head, submit(self._past_head, head) if first_keyed and not reached else None))
+            found.append((head, submit(self._past_head, head) if not reached else None))
         past = iter(results_of(read for _, read in found if read is not None))
         return [(head, next(past) if read is not None else []) for head, read in found]
 
     def _past_head(self, head: ShardHead) -> list[LogEntry]:
-        """The entries of the first-keyed chunks that follow ``head`` (one Query, usually empty)."""
+        """The entries of the chunks that follow ``head`` (one Query, usually empty)."""
         pages = self._chunk_pages(head.shard, "seq > :a", {":a": FIRST_KEYED + head.seq}, lambda: 25, None)
         entries: list[LogEntry] = []
         for item in pages:
@@ -443,8 +415,9 @@ class DynamoDBBufferStore:
         # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
         # chunks after `ra` are read from the log and folded in (the row index is a cache of the log).
         head_item = self._head_item(shard)
-        self._note_log_keys(shard, head_item)
         head = _head_from_item(head_item) if head_item is not None else None
+        if head is not None:
+            self._headed.add(shard.key)
         applied = _rows_applied(head_item)
         tail_read = None
         if head is not None and applied < head.seq:
@@ -456,19 +429,6 @@ class DynamoDBBufferStore:
         if tail_read is not None:
             _fold(stored, tail_read.result(), wanted=set(rows))
         return CommitBasis(head, stored)
-
-    def _note_log_keys(self, shard: ShardId, head_item: Item | None) -> None:
-        """A head that records first keys (``lk``) makes this store read and write the shard's log first-keyed. One
-        that does not says the log held no first-keyed chunk when it was read (a writer records ``lk`` before its
-        first put): a store that has not found the shard first-keyed reads it last-keyed until a read shows
-        otherwise."""
-        if head_item is None:
-            return
-        if "lk" in head_item:
-            self._first_keyed_shards.add(shard.key)
-            self._last_keyed_shards.discard(shard.key)
-        elif shard.key not in self._first_keyed_shards:
-            self._last_keyed_shards.add(shard.key)
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
@@ -484,7 +444,7 @@ class DynamoDBBufferStore:
             entries = _contiguous(entries, after_seq + 1)
             if len(entries) == through_seq - after_seq:
                 return entries
-            time.sleep(0.005 * 2**attempt)  # a Query may see a transaction half-applied for a moment
+            time.sleep(0.005 * 2**attempt)  # a gap: a chunk not visible to the Query yet
         raise StorageError(f"the log of shard {shard.key!r} is missing entries in ({after_seq}, {through_seq}]")
 
     def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
@@ -495,9 +455,8 @@ class DynamoDBBufferStore:
         return _query_all(self._db, **kwargs)
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
-        # `chunk_items` starts with the chunk holding entry `after_seq + 1`, whichever its key. A Query is not
-        # isolated from a transaction being applied: it can see chunk 13 before chunk 12 lands. Sequences are
-        # contiguous, so stop at the first gap; the next read picks the rest up once visible. (`inside`: reads by
+        # `chunk_items` starts with the chunk holding entry `after_seq + 1`. Sequences are contiguous, so stop at the
+        # first gap (TTL deletes chunks in no set order). (`inside`: reads by
         # position other than a cursor's check at a chunk end start inside a chunk, mostly: a page that ended inside
         # one, or a read from an entry.)
         return _contiguous(self._read_chunks(shard, after_seq, limit, images, inside=True), after_seq + 1)
@@ -510,22 +469,18 @@ class DynamoDBBufferStore:
             found = self._read_from_remembered(shard, remembered, seq, limit, images)
             if found is not None:
                 return found
-        known_first = self._knows_first_keys(shard)
-        if seq > 0 and not self._reads_last_keyed(shard):
+        if seq > 0:
             found = self._read_after_chunk_end(shard, seq, limit, images)
-            # Nothing first-keyed after `seq` settles it only for a log known to be first-keyed: a last-keyed part
-            # may hold the entries after it.
-            if found is not None and (found[1] or known_first):
-                self._first_keyed_shards.add(shard.key)
+            if found is not None:
                 return found
-        # Last keys: the chunk holding entry `seq` is the first one read, one Query.
+        # Position 0, a position inside a chunk, or a chunk after it without `pv`: read from the entry itself.
         return read_from_entry(self, shard, seq, limit, images=images)
 
     # -- the last chunk read: a cursor's next page starts in it, or right after it ---------------------------------
     def _remember_chunk(self, shard: ShardId, item: Item) -> None:
-        """Keep the last first-keyed chunk a read decoded (items are never changed once put: the same key always
-        holds the same entries)."""
-        if int(item["seq"]["N"]) < FIRST_KEYED or "z" not in item:
+        """Keep the last chunk a read decoded (items are never changed once put: the same key always holds the same
+        entries)."""
+        if "z" not in item:
             return
         with self._last_chunks_lock:
             self._last_chunks.pop(shard.key, None)
@@ -567,7 +522,7 @@ class DynamoDBBufferStore:
     def _read_after_chunk_end(
         self, shard: ShardId, seq: int, limit: int, images: bool
     ) -> tuple[int | None, list[LogEntry]] | None:
-        """A first-keyed log read after ``seq`` by one forward Query, when that settles it: the chunk right after
+        """The log read after ``seq`` by one forward Query, when that settles it: the chunk right after
         ``seq`` records the commit HLC of entry ``seq`` (``pv``), and no chunk after ``seq`` means nothing to read
         (``None`` for the HLC: the caller checks the position against the head). ``None`` otherwise (a position
         inside a chunk, a gap, a chunk without ``pv``)."""
@@ -648,52 +603,15 @@ class DynamoDBBufferStore:
         ``after_seq + 1`` when the log has it; requests are made as the items are consumed, each asking for
         ``request_size()`` items. ``projection``: a ProjectionExpression (it must name ``seq``, ``n`` and ``c``).
         ``inside``: the position is likely inside a chunk (a cursor pull reads from the entry it stands on, the last
-        of a chunk), so a first-keyed log is asked for the chunk holding it at once, beside the items after it.
-        ``through``: the last entry wanted; a first-keyed log is then read no further than the chunk holding it (the
-        items may still end later where the log is last-keyed)."""
-        if self._reads_last_keyed(shard):
-            # Last-keyed, `seq > after_seq` starts with the chunk holding `after_seq + 1`, and the first-keyed part of
-            # a log that changed kind follows in key order from its start. That is right for a position in the
-            # last-keyed part; for one in the first-keyed part (the first item starts at or before it), read the way
-            # first keys are read, from now on for this shard.
-            pages = self._chunk_pages(shard, "seq > :a", {":a": after_seq}, request_size, projection)
-            first_item = next(pages, None)
-            if first_item is None:
-                return
-            key = int(first_item["seq"]["N"])
-            if key < FIRST_KEYED or chunk_span(first_item)[0] > after_seq:
-                yield first_item
-                yield from pages
-                return
-            self._first_keyed_shards.add(shard.key)
-            self._last_keyed_shards.discard(shard.key)
-        yield from self._first_keyed_items(shard, after_seq, request_size, projection, inside=inside, through=through)
-
-    def _knows_first_keys(self, shard: ShardId) -> bool:
-        return self._first_keyed or shard.key in self._first_keyed_shards
-
-    def _reads_last_keyed(self, shard: ShardId) -> bool:
-        if self._knows_first_keys(shard):
-            return False
-        return shard.key in self._last_keyed_shards or not self._guesses_first_keys
-
-    def _first_keyed_items(
-        self,
-        shard: ShardId,
-        after_seq: int,
-        request_size: Callable[[], int],
-        projection: str | None,
-        *,
-        inside: bool,
-        through: int | None = None,
-    ) -> Iterator[Item]:
+        of a chunk), so the chunk holding it is asked for at once, beside the items after it. ``through``: the last
+        entry wanted; the log is then read no further than the chunk holding it."""
         # Sequences start at 1: no chunk starts at or before position 0.
         look_back = after_seq > 0
         # The chunk holding the position is asked for beside the items after it. On a pool thread it would run first
         # and alone (submit runs work there at once), so there it is read only once the items after it show it is
         # needed.
         early = (
-            submit(self._first_keyed_at_or_before, shard, after_seq, projection)
+            submit(self._chunk_at_or_before, shard, after_seq, projection)
             if inside and look_back and not on_pool_thread()
             else None
         )
@@ -713,26 +631,17 @@ class DynamoDBBufferStore:
         with awaited(early):
             following = next(later, None)
         if following is None or chunk_span(following)[0] != after_seq + 1:
-            # Entry `after_seq + 1` is inside a first-keyed chunk that starts at or before `after_seq` (a position
-            # inside a chunk), or in the last-keyed part of the log, or not in the log (yet, or any more).
+            # Entry `after_seq + 1` is inside a chunk that starts at or before `after_seq` (a position inside a
+            # chunk), or not in the log (yet, or any more).
             if early is not None:
                 holding = early.result()
             else:
-                holding = self._first_keyed_at_or_before(shard, after_seq, projection) if look_back else None
+                holding = self._chunk_at_or_before(shard, after_seq, projection) if look_back else None
             if holding is not None:
-                self._first_keyed_shards.add(shard.key)
                 first, count, _ = chunk_span(holding)
                 if first + count - 1 > after_seq:
                     yield holding
-            else:
-                last_keyed = {":a": after_seq + 1, ":b": FIRST_KEYED - 1}
-                for item in self._chunk_pages(shard, "seq BETWEEN :a AND :b", last_keyed, request_size, projection):
-                    if following is None and not self._knows_first_keys(shard):
-                        self._last_keyed_shards.add(shard.key)
-                    yield item
         if following is not None:
-            self._first_keyed_shards.add(shard.key)
-            self._last_keyed_shards.discard(shard.key)
             yield following
             yield from later
 
@@ -758,8 +667,8 @@ class DynamoDBBufferStore:
             kwargs["ProjectionExpression"] = projection
         return _query_all(self._db, page_size=request_size, **kwargs)
 
-    def _first_keyed_at_or_before(self, shard: ShardId, seq: int, projection: str | None) -> Item | None:
-        """The last first-keyed chunk that starts at or before ``seq``, if any."""
+    def _chunk_at_or_before(self, shard: ShardId, seq: int, projection: str | None) -> Item | None:
+        """The last chunk that starts at or before ``seq``, if any."""
         bounds = {":lo": FIRST_KEYED, ":hi": FIRST_KEYED + seq}
         pages = self._chunk_pages(shard, "seq BETWEEN :lo AND :hi", bounds, lambda: 1, projection, forward=False)
         return next(pages, None)
@@ -824,92 +733,10 @@ class DynamoDBBufferStore:
             self._remember_chunk(shard, last_item)
         return entries
 
-    # -- the commit ----------------------------------------------------------------------------------------------
-    def commit(self, commit: Commit) -> None:
-        shard = commit.shard
-        head = commit.head
-        _check_rows(commit)
-        first_keyed = shard.key in self._first_keyed_shards or self._starts_first_keys()
-        if first_keyed and commit.entries:
-            self._commit_by_put(commit)
-            return
-        actions: list[Item] = []
-        if commit.new_shard:
-            actions.append(
-                {
-                    "Put": {
-                        "TableName": self._t.heads,
-                        "Item": _new_head_item(head, applied=0, first_keyed=first_keyed),
-                        "ConditionExpression": "attribute_not_exists(#sh)",
-                        "ExpressionAttributeNames": {"#sh": "shard"},
-                    }
-                }
-            )
-            actions.append(
-                {
-                    "Put": {
-                        "TableName": self._t.config,
-                        "Item": _registry_item(shard),
-                    }
-                }
-            )
-        else:
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": self._t.heads,
-                        "Key": {"shard": _s(shard.key)},
-                        "UpdateExpression": "SET seq = :seq, bt = bt + :db, dt = dt + :dd, lch = :lch"
-                        + (", lk = :one" if first_keyed else ""),
-                        # A last-keyed chunk after a first-keyed one would sort before it: once the head records
-                        # first keys (`lk`), a commit of a last-keyed chunk fails, and the writer learns.
-                        "ConditionExpression": "seq = :expected"
-                        + ("" if first_keyed else " AND attribute_not_exists(lk)"),
-                        "ExpressionAttributeValues": {
-                            ":seq": _n(head.seq),
-                            ":db": _n(head.bytes_total - _previous_bytes(commit)),
-                            ":dd": _n(len(commit.entries)),
-                            ":lch": _n(head.last_commit_hlc),
-                            ":expected": _n(commit.expected_seq),
-                            **({":one": _n(1)} if first_keyed else {}),
-                        },
-                    }
-                }
-            )
-        if commit.entries:
-            # The key is free unless another writer claimed the same position (the head's guard catches that too).
-            put = {"TableName": self._t.deltas, "Item": self._chunk_item(commit, first_keyed=first_keyed)}
-            actions.append({"Put": {**put, "ConditionExpression": "attribute_not_exists(seq)"}})
-        try:
-            self._db.transact_write_items(TransactItems=cast(Any, actions))
-        except ClientError as exc:
-            error = _commit_error(shard, exc)
-            if isinstance(error, CommitConflict):
-                if first_keyed:
-                    # A first-keyed log may hold a chunk committed by a put past the head. (The roll forward's head
-                    # read also learns first keys.)
-                    self._roll_forward(shard)
-                else:
-                    # If the shard's log went first-keyed, write first keys to it.
-                    self._note_log_keys(shard, self._head_item(shard))
-            raise error from exc
-        if commit.entries or commit.rows:
-            try:
-                self._apply_rows(commit)
-            except (ClientError, StorageError) as exc:
-                # Committed: the rows are a cache of the log, and the next commit to the shard writes them.
-                logger.warning(
-                    "rows of %s %s..%s not written yet: %s",
-                    shard.key,
-                    commit.entries[0].seq,
-                    commit.entries[-1].seq,
-                    exc,
-                )
-
     # -- the commit by a conditional put (docs/design/commit-without-transaction.md) -------------------------------
-    def _commit_by_put(self, commit: Commit) -> None:
-        """Commit a first-keyed chunk by putting its log item where no item is: the put is the commit. Then its rows,
-        then the head over it (``seq``, ``ra`` and the totals in one update).
+    def commit(self, commit: Commit) -> None:
+        """Commit a chunk by putting its log item where no item is: the put is the commit. Then its rows, then the
+        head over it (``seq``, ``ra`` and the totals in one update).
 
         Every writer's key is the sequence after the head it read, and the head only moves to the end of a chunk
         that exists: two writers that read the same head claim the same key, and a writer that read an older head
@@ -918,12 +745,17 @@ class DynamoDBBufferStore:
         and the push retries.
         """
         shard = commit.shard
+        _check_rows(commit)
+        if not commit.entries:
+            raise ValueError("a commit holds at least one log entry")
         expected = max(commit.expected_seq, 0)
         if commit.entries[0].seq != expected + 1:
             raise CommitConflict()  # planned on another head than the one it names
-        if shard.key not in self._claimed:
-            self._claim_first_keys(shard, expected, new_shard=commit.new_shard)
-        item = self._chunk_item(commit, first_keyed=True)
+        if commit.new_shard:
+            self._create_shard(shard)
+        if commit.new_shard or shard.key not in self._headed:
+            self._expect_head(shard, expected)
+        item = self._chunk_item(commit)
         try:
             self._db.put_item(TableName=self._t.deltas, Item=item, ConditionExpression="attribute_not_exists(seq)")
         except ClientError as exc:
@@ -978,41 +810,28 @@ class DynamoDBBufferStore:
             self._roll_forward(shard, own=(previous + 1, last), wait=False)
         raise StorageError(f"the head of {shard.key!r} did not reach {previous}: the rows after it wait")
 
-    def _claim_first_keys(self, shard: ShardId, expected: int, *, new_shard: bool) -> None:
-        """Before this process's first put to a shard: the head exists and records first keys (``lk``), so a
-        last-keyed transaction can no longer commit (its guard fails on ``lk``), and it is still at ``expected``, so
-        none committed since the basis was read (else :class:`CommitConflict`)."""
-        if new_shard:
-            # The registry first (the flush finds shards there), then the head; both may exist already.
-            try:
-                self._db.put_item(TableName=self._t.config, Item=_registry_item(shard))
-                self._db.put_item(
-                    TableName=self._t.heads,
-                    Item=_new_head_item(ShardHead(shard), applied=0, first_keyed=True),
-                    ConditionExpression="attribute_not_exists(#sh)",
-                    ExpressionAttributeNames={"#sh": "shard"},
-                )
-            except ClientError as exc:
-                if not condition_failed(exc):
-                    raise _commit_error(shard, exc) from exc
+    def _create_shard(self, shard: ShardId) -> None:
+        """Before the first put to a shard its basis found no head for: the registry entry (the flush finds shards
+        there) and the head, either of which may exist already."""
         try:
-            self._db.update_item(
+            self._db.put_item(TableName=self._t.config, Item=_registry_item(shard))
+            self._db.put_item(
                 TableName=self._t.heads,
-                Key={"shard": _s(shard.key)},
-                UpdateExpression="SET lk = :one",
-                ConditionExpression="attribute_exists(#sh)",
+                Item=_new_head_item(ShardHead(shard), applied=0),
+                ConditionExpression="attribute_not_exists(#sh)",
                 ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":one": _n(1)},
             )
         except ClientError as exc:
-            if condition_failed(exc):
-                raise CommitConflict() from exc  # no head: the commit was planned for a shard that exists
-            raise _commit_error(shard, exc) from exc
+            if not condition_failed(exc):
+                raise _commit_error(shard, exc) from exc
+
+    def _expect_head(self, shard: ShardId, expected: int) -> None:
+        """Before a put to a shard this store has seen no head of: the head exists and is still at ``expected``, so
+        the commit was planned on it and none committed since (else :class:`CommitConflict`)."""
         item = self._head_item(shard)
         if item is None or int(item["seq"]["N"]) != expected:
             raise CommitConflict()
-        self._claimed.add(shard.key)
-        self._first_keyed_shards.add(shard.key)
+        self._headed.add(shard.key)
 
     def _advance_head(self, commit: Commit, doubts: Sequence[Doubt], kept: Sequence[Doubt]) -> None:
         """On the chunk's turn, its rows written: move the head from the chunk's first position - 1 to its last, the
@@ -1042,10 +861,9 @@ class DynamoDBBufferStore:
             ":lch": _n(end.commit_hlc),
             ":b": _n(sum(e.size for e in entries if e.seq > seq)),
             ":d": _n(sum(1 for e in entries if e.seq > seq)),
-            ":one": _n(1),
             ":seq": _n(seq),
         }
-        update = "SET seq = :end, lch = :lch, bt = bt + :b, dt = dt + :d, lk = :one"
+        update = "SET seq = :end, lch = :lch, bt = bt + :b, dt = dt + :d"
         condition = "seq = :seq"
         if applied is not None:
             update += ", ra = :end"
@@ -1077,7 +895,6 @@ class DynamoDBBufferStore:
         ``own``: this writer's own chunk, whose rows it writes here and in no batch."""
         for attempt in range(2):
             item = self._head_item(shard)
-            self._note_log_keys(shard, item)
             if item is None:
                 return
             head, applied, doubts = _head_from_item(item), _rows_applied(item), _doubts(item)
@@ -1193,7 +1010,7 @@ class DynamoDBBufferStore:
                 logger.warning("record of the in-doubt chunks %s of %s not deleted: %s", doubt.first, shard.key, exc)
             self._doubt_rows.pop((shard.key, doubt.first, doubt.last), None)
 
-    def _chunk_item(self, commit: Commit, *, first_keyed: bool) -> Item:
+    def _chunk_item(self, commit: Commit) -> Item:
         first, last = commit.entries[0], commit.entries[-1]
         if len(commit.entries) > LOG_CHUNK_MAX_ENTRIES or any(
             e.seq != first.seq + i or e.commit_hlc != first.commit_hlc + i for i, e in enumerate(commit.entries)
@@ -1203,28 +1020,21 @@ class DynamoDBBufferStore:
             )
         chunk: Item = {
             "shard": _s(commit.shard.key),
-            "seq": _n(chunk_key(first.seq, last.seq, first_keyed=first_keyed)),
+            "seq": _n(chunk_key(first.seq)),
             "n": _n(len(commit.entries)),
             "c": _n(first.commit_hlc),
-            "z": {"B": encode_entries(commit.entries, self._log_format())},
+            "z": {"B": encode_entries(commit.entries)},
             TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
         }
-        if first_keyed and first.seq > 1 and commit.previous_commit_hlc > 0:
+        if first.seq > 1 and commit.previous_commit_hlc > 0:
             # The commit HLC of the entry before the chunk: a cursor standing there is checked by the read after it.
             chunk["pv"] = _n(commit.previous_commit_hlc)
         if is_commit_mark(first.seq, last.seq, self._mark_every):
-            # Only marks are in the sparse `by_commit` index (an entry costs a write unit, two in a transaction).
+            # Only marks are in the sparse `by_commit` index (an entry costs a write unit).
             chunk["chlc"] = _n(last.commit_hlc)
         return chunk
 
     # -- the row index: a cache of the log -----------------------------------------------------------------------
-    def _apply_rows(self, commit: Commit) -> None:
-        """Write a committed chunk's rows (each at its version: the position of its last entry), then advance the
-        head's ``ra`` over the chunk (after every earlier chunk's)."""
-        self._put_rows(commit.shard.gateway, [w.row for w in commit.rows])
-        if commit.entries:
-            self._advance_applied(commit.shard, commit.entries[0].seq - 1, commit.entries[-1].seq)
-
     def _put_rows(self, gateway: str, puts: Sequence[StoredRow]) -> None:
         """Write each row unless the stored one is at or past its position (``v``): never backwards."""
         if not puts:
@@ -1305,26 +1115,6 @@ class DynamoDBBufferStore:
             return False
         return True
 
-    def _advance_applied(self, shard: ShardId, previous: int, last: int) -> None:
-        """Move ``ra`` from ``previous`` to ``last``. An earlier chunk whose rows are still being written is waited for
-        briefly; one whose writer stopped is repaired from the log (row writes never go backwards, so a late writer
-        of it changes nothing)."""
-        for attempt in range(_APPLIED_WAITS + 1):
-            if self._set_applied(shard, previous, last):
-                return
-            item = self._head_item(shard)
-            applied = _rows_applied(item)
-            if applied >= last:
-                return  # another writer repaired past this chunk
-            if attempt < _APPLIED_WAITS:
-                time.sleep(0.002 * 2**attempt)
-        self._repair(shard, applied, previous, _doubts(item))
-        self._set_applied(shard, applied, last)
-
-    def _repair(self, shard: ShardId, after_seq: int, through_seq: int, doubts: Sequence[Doubt]) -> None:
-        """Write the rows of the entries ``after_seq + 1 .. through_seq`` from the log."""
-        self._write_rows_of(shard, self._tail(shard, after_seq, through_seq), doubts)
-
     def _write_rows_of(self, shard: ShardId, entries: Sequence[LogEntry], doubts: Sequence[Doubt]) -> None:
         """Write the rows of ``entries`` (in order) folded into the stored ones, by conditional puts where they live
         (the shard's in-doubt runs ``doubts``)."""
@@ -1352,10 +1142,6 @@ def _check_rows(commit: Commit) -> None:
             )
 
 
-_APPLIED_WAITS = 7
-"""Polls (2 ms doubling: about a quarter of a second in all) for an earlier chunk's rows before repairing them."""
-
-
 def _row_item(gateway: str, row: StoredRow) -> Item:
     state = row.state
     item: Item = {
@@ -1369,9 +1155,8 @@ def _row_item(gateway: str, row: StoredRow) -> Item:
 
 
 def chunk_span(item: Item) -> tuple[int, int, int]:
-    """``(first sequence, count, first commit HLC)`` of a log item (either kind of key)."""
-    count = int(item["n"]["N"])
-    return chunk_first(int(item["seq"]["N"]), count), count, int(item["c"]["N"])
+    """``(first sequence, count, first commit HLC)`` of a log item."""
+    return chunk_first(int(item["seq"]["N"])), int(item["n"]["N"]), int(item["c"]["N"])
 
 
 def _decode_part(shard: ShardId, item: Item, start: int, wanted: int, images: bool) -> list[LogEntry]:
@@ -1415,44 +1200,17 @@ def _fold(
     return changed
 
 
-_CONFLICT_REASONS = frozenset({"ConditionalCheckFailed", "TransactionConflict"})
-"""Cancellation reasons that mean a concurrent writer won: re-read and retry."""
-_BUSY_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
-
-
 def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
-    """What a failed commit means, from the cancellation reasons DynamoDB gives per transaction item.
-
-    Only a lost race (every reason ``None``, ``ConditionalCheckFailed`` or ``TransactionConflict``) is a
-    :class:`CommitConflict` worth retrying from a fresh basis. Throttling is :class:`StorageBusyError` (503). Anything
-    else -- ``ValidationError`` (an item or key the table refuses), or a reason we do not know -- would fail again on
-    every retry: :class:`StorageError` naming the reasons, at once.
-    """
+    """What a failed write of a commit (its log item, the shard's registry entry or head) means: a full item
+    collection is :class:`BackpressureError` naming the remedy, throttling :class:`StorageBusyError` (503), anything
+    else -- an item or key the table refuses, or an error we do not know -- :class:`StorageError` at once."""
     error = exc.response.get("Error", {})
     code = error.get("Code", "Unknown")
     if code == "ItemCollectionSizeLimitExceededException":
         return _collection_full(shard)
-    if code != "TransactionCanceledException":
-        if code in _BUSY_REASONS or code in _THROTTLED:
-            return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r} ({code}); retry later")
-        return StorageError(f"DynamoDB TransactWriteItems failed: {code}: {error.get('Message', '')}")
-    reasons = [
-        (str(r.get("Code") or "None"), str(r.get("Message") or ""))
-        for r in cast(list[dict[str, Any]], exc.response.get("CancellationReasons") or [])
-    ]
-    failed = [(reason, message) for reason, message in reasons if reason != "None"]
-    if any(reason == "ItemCollectionSizeLimitExceeded" for reason, _ in failed):
-        return _collection_full(shard)
-    if failed and all(reason in _CONFLICT_REASONS for reason, _ in failed):
-        return CommitConflict()
-    if failed and all(reason in _CONFLICT_REASONS | _BUSY_REASONS for reason, _ in failed):
-        return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r}; retry later")
-    named = "; ".join(
-        f"item {i}: {reason}: {message}" for i, (reason, message) in enumerate(reasons) if reason != "None"
-    )
-    return StorageError(
-        f"DynamoDB cancelled the commit to table {shard.table!r}: {named or error.get('Message', 'no reason given')}"
-    )
+    if code in _THROTTLED:
+        return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r} ({code}); retry later")
+    return StorageError(f"DynamoDB commit to table {shard.table!r} failed: {code}: {error.get('Message', '')}")
 
 
 def _collection_full(shard: ShardId) -> BackpressureError:
@@ -1470,7 +1228,7 @@ def _registry_item(shard: ShardId) -> Item:
     return {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)}
 
 
-def _new_head_item(head: ShardHead, *, applied: int, first_keyed: bool) -> Item:
+def _new_head_item(head: ShardHead, *, applied: int) -> Item:
     """A new shard's head item at ``head`` (nothing flushed yet), rows applied through ``applied``."""
     item: Item = {
         "shard": _s(head.shard.key),
@@ -1483,8 +1241,6 @@ def _new_head_item(head: ShardHead, *, applied: int, first_keyed: bool) -> Item:
         "lch": _n(head.last_commit_hlc),
         "ra": _n(applied),
     }
-    if first_keyed:
-        item["lk"] = _n(1)
     return item
 
 
@@ -1583,10 +1339,6 @@ def _contiguous(entries: list[LogEntry], first_seq: int) -> list[LogEntry]:
             return entries[:i]
         expected += 1
     return entries
-
-
-def _previous_bytes(commit: Commit) -> int:
-    return commit.head.bytes_total - sum(e.size for e in commit.entries)
 
 
 def _rules_and(db: DynamoDBClient, table: str, gateway: str, prefix: str) -> Iterator[Item]:
@@ -1892,9 +1644,7 @@ class DynamoDBActionStore:
 
 
 def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
-    """Create every LakeSync table (idempotent) and enable TTL where records expire. Tables created here have never
-    held a log written by an earlier release, so the config table is created with the deployment marker open
-    (:mod:`lakesync.aws.log_keys`): writers set to ``auto`` write first keys at once.
+    """Create every LakeSync table (idempotent) and enable TTL where records expire.
 
     Args:
         client: The DynamoDB client.
@@ -1909,8 +1659,6 @@ def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str
             client.create_table(**spec)
     for spec in specs:
         client.get_waiter("table_exists").wait(TableName=spec["TableName"])
-    if names.config not in existing:
-        write_marker(client, names.config, 0, seen_ms=0)
     for name in [names.as_dict()[logical] for logical in TTL_TABLES] + ([connections] if connections else []):
         client.update_time_to_live(
             TableName=name,

@@ -130,12 +130,6 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
-def _guess_when_reading() -> bool:
-    # The buffer store's gate asks this only before a commit; the flush store commits nothing. Given as the gate,
-    # it makes the store guess first keys for shards it has not read.
-    return False
-
-
 def _storage_error(exc: ClientError, what: str) -> StorageError:
     return StorageError(f"DynamoDB {what} failed: {error_code(exc)}")
 
@@ -175,10 +169,6 @@ class FlushStore:
         read_attempts: How often a range read is retried while it shows a gap.
         commit_mark_every: How many entries apart the log's commit marks are expected to be (sizes the walk of
             :meth:`release_target`; its answer does not depend on it).
-        first_keyed: Expect a log of first-keyed chunks, or of last-keyed ones (:class:`DynamoDBBufferStore`'s
-            setting; reads are correct either way). ``None`` (the default): read a shard not seen yet the way the
-            default deployment writes it, first-keyed, and learn from the read (a last-keyed shard costs its first
-            read a Query or two that come back empty); a head that records first keys settles it too.
     """
 
     def __init__(
@@ -189,16 +179,10 @@ class FlushStore:
         sleep: Callable[[float], None] = time.sleep,
         read_attempts: int = 12,
         commit_mark_every: int = COMMIT_MARK_EVERY,
-        first_keyed: bool | None = None,
     ) -> None:
         self._db = client
         self._t = names
-        self._buffer = DynamoDBBufferStore(
-            client,
-            names,
-            commit_mark_every=commit_mark_every,
-            first_keyed=_guess_when_reading if first_keyed is None else first_keyed,
-        )
+        self._buffer = DynamoDBBufferStore(client, names, commit_mark_every=commit_mark_every)
         self._mark_every = commit_mark_every
         self._sleep = sleep
         self._read_attempts = read_attempts

@@ -1,6 +1,6 @@
 """The Lambda functions' configuration: environment variables, validated once per cold start.
 
-Variables (every API function reads the list below; ``health``, ``rotate_secret`` and ``log_keys_marker`` read none,
+Variables (every API function reads the list below; ``health`` and ``rotate_secret`` read none,
 ``flush_trigger`` reads :class:`FlushTriggerSettings` -- see :data:`FUNCTION_ENV_VARS`):
 
 * ``LAKESYNC_GATEWAY_IDS`` -- comma-separated gateway ids served (default ``default``).
@@ -18,12 +18,6 @@ Variables (every API function reads the list below; ``health``, ``rotate_secret`
 * ``LAKESYNC_SUB_SHARDS`` -- JSON object ``{"table": n}`` of hash sub-shards for hot tables.
 * ``LAKESYNC_MAX_BODY_BYTES`` -- largest request body (default 1 MiB, at most :data:`MAX_BODY_BYTES_LIMIT`: a
   protobuf body arrives base64-encoded inside the API Gateway event, which must fit Lambda's invocation payload).
-* ``LAKESYNC_LOG_KEYS`` -- how log items are keyed: ``first`` (by their first sequence, :mod:`lakesync.aws.log_chunks`;
-  with rows written after the commit, the commit is a conditional put of the log item), ``last`` (by their last
-  sequence, each commit one transaction) or ``auto`` (default: ``last`` until the deployment's marker says every
-  function and job reads first keys, then ``first``: :mod:`lakesync.aws.log_keys`). All read both kinds; first keys,
-  once written to a shard, are written to it by every writer, for good. The same marker lets ``auto`` write the
-  newest layout of a chunk's text; ``first`` and ``last`` write layout 1 (every release reads it).
 * ``LAKESYNC_PULL_BASIS_TTL_MS`` -- how long a process serves cursor pulls from its last read of the sync rules and
   the shard registry (default 1,000, at most 60,000; 0 reads them for every pull): :mod:`lakesync.gateway.basis_cache`.
 * ``LAKESYNC_CHECKPOINT_BUCKET`` -- the S3 bucket holding checkpoints (only the ``checkpoint`` function uses it;
@@ -60,7 +54,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 from lakesync.auth import DEFAULT_MAX_LIFETIME_S, check_signing_key
 from lakesync.aws.tables import TableNames, connections_table_name
@@ -111,13 +105,10 @@ FLUSH_MAX_DELTAS: Final = "LAKESYNC_FLUSH_MAX_DELTAS"
 CLAIM_CHECK_BUCKET: Final = "LAKESYNC_CLAIM_CHECK_BUCKET"
 CONNECTIONS_TABLE: Final = "LAKESYNC_CONNECTIONS_TABLE"
 WS_CALLBACK_URL: Final = "LAKESYNC_WS_CALLBACK_URL"
-LOG_KEYS: Final = "LAKESYNC_LOG_KEYS"
 PULL_BASIS_TTL_MS: Final = "LAKESYNC_PULL_BASIS_TTL_MS"
 RATE_LIMITS: Final = "LAKESYNC_RATE_LIMITS"
 DEFAULT_PULL_BASIS_TTL_MS: Final = 1_000
 MAX_PULL_BASIS_TTL_MS: Final = 60_000
-LOG_KEY_KINDS: Final = ("auto", "last", "first")
-LogKeys = Literal["auto", "last", "first"]
 
 CONNECTOR_SCHEDULER: Final = "LAKESYNC_CONNECTOR_SCHEDULER"
 CONNECTOR_SCHEDULE_GROUP: Final = "LAKESYNC_CONNECTOR_SCHEDULE_GROUP"
@@ -159,7 +150,6 @@ API_ENV_VARS: Final = frozenset(
         SUB_SHARDS,
         MAX_BODY_BYTES,
         CHECKPOINT_BUCKET,
-        LOG_KEYS,
         PULL_BASIS_TTL_MS,
         RATE_LIMITS,
         # every API function builds its deps with the registered connectors (all optional)
@@ -208,7 +198,6 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
         {TABLE_PREFIX, *TABLE_VARS.values(), CLAIM_CHECK_BUCKET, *NETWORK_ENV_VARS, DESTINATION_SECRET_PREFIX}
     ),
     "rotate_secret": frozenset(),
-    "log_keys_marker": frozenset(),
     "lake_tick": frozenset(
         {
             GATEWAY_IDS,
@@ -290,7 +279,6 @@ class Settings:
         sub_shards: Hash sub-shards per hot table.
         max_body_bytes: Largest request body accepted.
         checkpoint_bucket: S3 bucket of the checkpoints, or ``None`` when checkpoints are not served.
-        log_keys: How log items are keyed (``LAKESYNC_LOG_KEYS``): ``auto``, ``last`` or ``first``.
         pull_basis_ttl_ms: How long a process serves cursor pulls from its last read of the sync rules and the shard
             registry (``LAKESYNC_PULL_BASIS_TTL_MS``; 0 reads them for every pull).
         rate_limits: Per-caller rate limits by route family (``LAKESYNC_RATE_LIMITS``; empty: none).
@@ -306,7 +294,6 @@ class Settings:
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     checkpoint_bucket: str | None = None
-    log_keys: LogKeys = "auto"
     pull_basis_ttl_ms: int = DEFAULT_PULL_BASIS_TTL_MS
     rate_limits: Mapping[str, RateLimit] = field(default_factory=lambda: dict(DEFAULT_LIMITS), hash=False)
 
@@ -338,7 +325,6 @@ class Settings:
             sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
             max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors, maximum=MAX_BODY_BYTES_LIMIT),
             checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
-            log_keys=_log_keys(env.get(LOG_KEYS, LOG_KEY_KINDS[0]), errors),
             pull_basis_ttl_ms=_int(
                 env, PULL_BASIS_TTL_MS, DEFAULT_PULL_BASIS_TTL_MS, 0, errors, maximum=MAX_PULL_BASIS_TTL_MS, unit="ms"
             ),
@@ -366,17 +352,6 @@ def _rate_limits(raw: str | None, errors: list[str]) -> dict[str, RateLimit]:
     except ValueError as exc:
         errors.append(f"{RATE_LIMITS}: {exc}")
         return dict(DEFAULT_LIMITS)
-
-
-def _log_keys(raw: str, errors: list[str]) -> LogKeys:
-    kind = raw.strip()
-    if kind == "last":
-        return "last"
-    if kind == "first":
-        return "first"
-    if kind != "auto":
-        errors.append(f"{LOG_KEYS} must be one of {', '.join(LOG_KEY_KINDS)} (got {raw!r})")
-    return "auto"
 
 
 def _gateway_ids(raw: str, errors: list[str]) -> frozenset[str]:

@@ -1,9 +1,10 @@
 """The stored form of the log on DynamoDB: one item per commit chunk, its entries in one compressed attribute.
 
 A push commits a chunk of consecutive entries ``first .. last`` of a shard at once. They are stored as one item keyed
-``(shard, seq=last)`` rather than an item each (keyed by the last, a Query ``seq > p`` starts with the chunk holding
-``p + 1``): DynamoDB bills writes per started kilobyte of every
-item (twice in a transaction), so ten 300-byte entries cost 20 write units as items and 2 as one compressed item.
+``(shard, seq=FIRST_KEYED + first)`` rather than an item each: DynamoDB bills writes per started kilobyte of every
+item, so ten 300-byte entries cost 10 write units as items and 1 as one compressed item. Keyed by its first sequence,
+a chunk is committed by a conditional put alone: two writers that read the same log end claim the same key, so the
+log stays one chain without a transaction. :data:`FIRST_KEYED` keeps the keys far above any sequence.
 
 Entry ``first + i`` has commit HLC ``c + i`` (the push gives a chunk's entries consecutive commit HLCs), so every
 item keeps only ``c`` and ``n``. Only *commit marks* also carry their last commit HLC ``chlc``, the sort key of the
@@ -24,8 +25,7 @@ Each entry is stored as ``[wire JSON, after, before]`` (and its size when it is 
   whose value differs or that ``after`` lacks, and ``"m": [column, ...]`` for the columns ``after`` has and
   ``before`` lacked.
 
-Two layouts of the compressed text, told apart by its first character (both are read; writers choose one,
-:data:`LOG_FORMAT` once the deployment says every reader knows it, :mod:`lakesync.aws.log_keys`):
+Two layouts of the compressed text, told apart by its first character (both are read and written):
 
 * **1**: the list of entries as JSON: ``[[wire, after, before, size?], ...]``.
 * **2**: a header line, then two lines per entry: its wire JSON, then its images ``[after, before]`` as JSON. The
@@ -33,15 +33,8 @@ Two layouts of the compressed text, told apart by its first character (both are 
   length. A pull without sync rules (the images serve only them) splits the lines and parses nothing: the wire JSON
   is sent as it is stored. Each entry's images follow its wire JSON, whose values they mostly repeat, so they
   compress against it (zlib looks back 32 KiB). Wire JSON is compact (a newline in it is escaped), so a line holds
-  one; a chunk whose wire JSON would hold a raw newline is written in layout 1.
-
-**Two keys.** A chunk is keyed by its last sequence (*last-keyed*, ``seq = last``) or by its first
-(*first-keyed*, ``seq = FIRST_KEYED + first``). A first-keyed chunk can be committed by a conditional put alone: two
-writers that read the same log end claim the same key, so the log stays one chain without a transaction (the commit
-this layout is for). :data:`FIRST_KEYED` puts the two kinds in disjoint ranges of the sort key, each in sequence
-order: a shard's log is last-keyed up to some sequence and first-keyed after it, so in key order the last-keyed part
-comes first, and a reader that knows neither (code from before first keys) sees first-keyed chunks only far past any
-position, never as entries it could mistake for others. :func:`chunk_first` reads either.
+  one. Layout 2 is what chunks are written in, except a chunk whose wire JSON would hold a raw newline (a line could
+  not hold it): that one is written in layout 1.
 """
 
 from __future__ import annotations
@@ -58,7 +51,6 @@ from lakesync.core.log import LogEntry, RowImages, ShardId, stored_entry
 __all__ = [
     "COMMIT_MARK_EVERY",
     "FIRST_KEYED",
-    "LOG_FORMAT",
     "chunk_first",
     "chunk_key",
     "decode_entries",
@@ -68,25 +60,22 @@ __all__ = [
 
 _LEVEL = 6
 
-LOG_FORMAT = 2
-"""The newest layout of a chunk's compressed text; this code reads it and every earlier one."""
-
 COMMIT_MARK_EVERY = 64
 """Entries per commit mark: the chunk holding each multiple of it carries ``chlc`` (an entry of ``by_commit``)."""
 
 
 FIRST_KEYED = 10**15
-"""Sort keys from here on are first-keyed chunks: ``seq = FIRST_KEYED + first``. Sequences stay far below it."""
+"""The sort key of a chunk is ``seq = FIRST_KEYED + first``. Sequences stay far below it."""
 
 
-def chunk_key(first_seq: int, last_seq: int, *, first_keyed: bool) -> int:
-    """The sort key ``seq`` of the chunk of entries ``first_seq .. last_seq``."""
-    return FIRST_KEYED + first_seq if first_keyed else last_seq
+def chunk_key(first_seq: int) -> int:
+    """The sort key ``seq`` of the chunk whose first entry is ``first_seq``."""
+    return FIRST_KEYED + first_seq
 
 
-def chunk_first(key: int, count: int) -> int:
-    """The first sequence of the chunk keyed ``key`` holding ``count`` entries (either kind of key)."""
-    return key - FIRST_KEYED if key >= FIRST_KEYED else key - count + 1
+def chunk_first(key: int) -> int:
+    """The first sequence of the chunk keyed ``key``."""
+    return key - FIRST_KEYED
 
 
 def is_commit_mark(first_seq: int, last_seq: int, every: int = COMMIT_MARK_EVERY) -> bool:
@@ -140,14 +129,18 @@ def _utf8_length(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def encode_entries(entries: Sequence[LogEntry], log_format: int = LOG_FORMAT) -> bytes:
-    """The compressed form of a chunk's entries (consecutive, in sequence order), in layout ``log_format``."""
-    if log_format not in (1, 2):
-        raise ValueError(f"no chunk layout {log_format}")
+def encode_entries(entries: Sequence[LogEntry]) -> bytes:
+    """The compressed form of a chunk's entries (consecutive, in sequence order): layout 2, or layout 1 when a wire
+    JSON holds a raw newline."""
     wires = [entry.wire_json if entry.wire_json is not None else _dumps(entry.delta.to_json()) for entry in entries]
+    return _encode(entries, wires, 1 if any("\n" in wire for wire in wires) else 2)
+
+
+def _encode(entries: Sequence[LogEntry], wires: Sequence[str], layout: int) -> bytes:
+    """The compressed text of the entries, whose wire JSON is ``wires``, in ``layout`` (1 or 2)."""
     images = [[entry.after, _before_form(entry.before, entry.after)] for entry in entries]
     sized = [entry.size == _utf8_length(wire) for entry, wire in zip(entries, wires, strict=True)]
-    if log_format == 2 and not any("\n" in wire for wire in wires):
+    if layout == 2:
         header = "2" if all(sized) else "2:" + ",".join(str(entry.size) for entry in entries)
         lines = [header]
         for wire, image in zip(wires, images, strict=True):

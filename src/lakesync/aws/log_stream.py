@@ -64,7 +64,7 @@ def decode_record(record: Mapping[str, Any]) -> LogChunk | None:
         key, count, first_hlc = int(image["seq"]["N"]), int(image["n"]["N"]), int(image["c"]["N"])
         blob = image["z"]["B"]
         data = base64.b64decode(blob, validate=True) if isinstance(blob, str) else bytes(blob)
-        entries = decode_entries(shard, chunk_first(key, count), first_hlc, data)
+        entries = decode_entries(shard, chunk_first(key), first_hlc, data)
     except (KeyError, TypeError, ValueError, zlib.error) as exc:  # binascii.Error and JSON errors are ValueErrors
         raise StreamRecordError(f"log item {image.get('shard')} {image.get('seq')} does not decode: {exc}") from exc
     if len(entries) != count:

@@ -22,7 +22,6 @@ from lakesync.aws.function_settings import (
     Settings,
     SettingsError,
 )
-from lakesync.aws.log_keys import FirstKeysGate
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.rate_limits import DynamoDBRateLimitCounter
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
@@ -50,15 +49,8 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
     (its S3 client made on first use), the gateway settings, and the registered connectors (:func:`connector_parts`)."""
     client = dynamodb_client()
     config = DynamoDBConfigStore(client, settings.tables)
-    gate = FirstKeysGate(client, settings.tables.config) if settings.log_keys == "auto" else None
     deps = GatewayDeps(
-        buffer=DynamoDBBufferStore(
-            client,
-            settings.tables,
-            first_keyed=gate if gate is not None else settings.log_keys == "first",
-            # Layout 2 once the marker says every reader knows it (a deployment setting its log keys: layout 1).
-            log_format=gate.log_format if gate is not None else 1,
-        ),
+        buffer=DynamoDBBufferStore(client, settings.tables),
         config=config,
         actions=DynamoDBActionStore(client, settings.tables),
         settings=settings.gateway_settings(),

@@ -205,7 +205,6 @@ class LocalStack:
     def start(self) -> Self:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
         from lakesync.aws.dynamodb import create_tables, drop_tables
-        from lakesync.aws.log_keys import write_marker
         from lakesync.aws.objects import create_bucket, s3_client
         from lakesync.aws.tables import TableNames, connections_table_name
 
@@ -270,8 +269,6 @@ class LocalStack:
             logger.info("recovered %s from %s", self.recovery, self.data_dir)
             _forget_published_positions(client, names.heads)
             self.durable.start(self._moto)
-        # Every handler here runs this code, which reads first keys: writers set to `auto` may write them at once.
-        write_marker(client, names.config, 0, seen_ms=0)
         self._start_materialisation()
         handler = route_request
         if self.workers > 0:
