@@ -5,10 +5,9 @@ One repetition, on fresh tables each side:
 * **handler**: ``functions.push.lambda_handler`` called with API Gateway v2 events (built beforehand, as API Gateway
   would) carrying JSON bodies of ``batch`` deltas: routing, JWT verification, body parsing, whole-batch validation,
   then the push service, which per chunk of 48 deltas reads its basis (the shard head, the rows and the deltaId
-  records), commits the chunk's log item (first keys, the default: one conditional ``PutItem``; last keys: a
-  ``TransactWriteItems`` with the conditional head update), writes the chunk's rows on its turn (``BatchWriteItem``,
-  25 a request; docs/design/row-writes-in-batches.md), moves the head, and records the deltaIds of deltas that
-  changed nothing with ``BatchWriteItem``.
+  records), commits the chunk's log item (one conditional ``PutItem``), writes the chunk's rows on its turn
+  (``BatchWriteItem``, 25 a request; docs/design/row-writes-in-batches.md), moves the head, and records the deltaIds
+  of deltas that changed nothing with ``BatchWriteItem``.
 * **floor C, raw writes of the same items**: ``BatchWriteItem`` (25 per request) of every item the handler run
   stored -- log, row, deltaId, head and shard-registry items, read back from its tables -- unconditional, no reads.
 * **floor A, raw log writes** (the figure the goal is set against): ``BatchWriteItem`` of the log alone, one item
@@ -108,15 +107,8 @@ def _floor_replay(env: HandlerEnv, source: Any, recorded: list[tuple[str, dict[s
     try:
         seconds, _ = timed(lambda: [calls[op](**params) for op, params in moved])
         items, _ = query_all(client, names.deltas, SHARD, page=1000)
-        # Log items go in by a put (first keys, the default) or inside a transaction (last keys).
+        # Each commit is a put of its log item.
         logged = sum(1 for op, params in recorded if op == "PutItem" and params["TableName"] == source.deltas)
-        logged += sum(
-            1
-            for op, params in recorded
-            if op == "TransactWriteItems"
-            for a in params["TransactItems"]
-            if a.get("Put", {}).get("TableName") == source.deltas
-        )
         if len(items) != logged:
             raise RuntimeError("replayed requests did not write the expected log items")
         return seconds
@@ -148,7 +140,7 @@ def _repetition(env: HandlerEnv, push_module: Any, count: int, batch: int, tag: 
         "floor_log_write_requests": floor_a_requests,
         "calls": dict(recorder.calls),
         "retries": recorder.retries,
-        # A commit is a put of its log item (first keys) or a transaction holding it (last keys).
+        # A commit is a put of its log item (the transactions' lists stay empty: the push sends none).
         "items_per_commit": [len(t) for t in recorder.transactions]
         + [1 for op, params in recorder.recorded if op == "PutItem" and params["TableName"] == names.deltas],
         "transaction_items": sum(len(t) for t in recorder.transactions),
