@@ -687,7 +687,7 @@ def test_concurrent_creation_of_one_row_by_two_synced_clients_gets_neither_stuck
 
 
 def test_a_row_created_before_a_clients_first_sync_and_already_on_the_server_costs_one_retry() -> None:
-    # The one known limit (docs/architecture.md): a client's first page is the original gateway's form, so a rowId it
+    # The one known limit (docs/since.md): a client's first page is the original gateway's form, so a rowId it
     # created offline before ever syncing, which another client created first with a later HLC, makes its first
     # page fail once, as against the original gateway; the next cycle recovers (its session now knows the row).
     world = World()

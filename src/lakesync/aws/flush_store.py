@@ -11,7 +11,7 @@ Invariants:
   pushes never touch ``fs``/``fb``/``fd``, so only a second flush can fail that condition.
 * Release only records ``rs``/``rh`` on the head (forward only); pulls behind the marks are refused from that
   moment. No item is deleted: every log item carries ``exp`` (its commit + 14 days) and DynamoDB's TTL deletes it
-  for free (docs/architecture.md, "The buffer on DynamoDB"). Only items that are flushed, covered by the checkpoint
+  for free (docs/buffer.md). Only items that are flushed, covered by the checkpoint
   and older than the retention are ever marked.
 * Only one flush runs at a time: the lease is one config item, taken with a conditional put (free, expired or
   already ours) and renewed under the condition that it is still ours and unexpired.

@@ -1,5 +1,5 @@
-"""Resync of an original (``since``) client whose position is behind a release (docs/architecture.md, "With
-``since``").
+"""Resync of an original (``since``) client whose position is behind a release (docs/since.md, "Behind a
+release").
 
 The flush job releases log entries once they are in the lake and covered by the gateway's latest checkpoint, so a
 client positioned behind a release can no longer be served from the log. A cursor client gets 410 and reloads the

@@ -30,7 +30,7 @@ Rows that exist keep their DELETE either way: ``row_deltas`` always reproduces t
 older deltas cannot resurrect it), so every row ever deleted is one DELETE in every checkpoint (a row id, clientId,
 deltaId and HLC: ~100-150 bytes): a table with heavy churn of row ids grows its checkpoints without bound.
 ``deleted_within_hours`` bounds that: only tombstones at most that old (by their HLC, against the run's clock) are
-kept, so an original client behind a release by more than that keeps the rows deleted earlier (docs/architecture.md,
+kept, so an original client behind a release by more than that keeps the rows deleted earlier (docs/since.md,
 "What cannot converge"); ``include_deleted=False`` omits them all (enough for our SDK's clients, which replace
 everything they hold with the checkpoint). Around a change of a table's sub-shard count, run with neither.
 
