@@ -212,24 +212,7 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
     """``(action, resource)`` pairs IAM checks for one call; ``names`` maps physical names to template renderings."""
     service, op, params = call
     if service == "dynamodb":
-        if op in ("BatchGetItem", "BatchWriteItem"):
-            return [(f"dynamodb:{op}", names[t]) for t in params["RequestItems"]]
-        if op == "TransactWriteItems":
-            kinds = {
-                "Put": "PutItem",
-                "Update": "UpdateItem",
-                "Delete": "DeleteItem",
-                "ConditionCheck": "ConditionCheckItem",
-            }
-            return [
-                (f"dynamodb:{kinds[kind]}", names[body["TableName"]])
-                for item in params["TransactItems"]
-                for kind, body in item.items()
-            ]
-        table = names[params["TableName"]]
-        if "IndexName" in params:
-            table = f"{table}/index/{params['IndexName']}"
-        return [(f"dynamodb:{op}", table)]
+        return _dynamodb_required(op, params, names)
     if service == "s3":
         bucket = names[params["Bucket"]]
         if op in ("ListObjectsV2", "ListObjects"):
@@ -237,20 +220,9 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
         action = {"HeadObject": "GetObject"}.get(op, op)
         return [(f"s3:{action}", f"{bucket}/{params['Key']}")]
     if service == "secretsmanager":
-        if op == "CreateSecret":  # tagging at creation needs TagResource too
-            secret = _secret_arn(params["Name"], names)
-            return [("secretsmanager:CreateSecret", secret)] + (
-                [("secretsmanager:TagResource", secret)] if params.get("Tags") else []
-            )
-        return [(f"secretsmanager:{op}", _secret_arn(params["SecretId"], names))]
+        return _secrets_required(op, params, names)
     if service == "scheduler":
-        schedule = (
-            f"{ARN_PREFIX}scheduler:<AWS::Region>:<AWS::AccountId>:schedule/{params['GroupName']}/{params['Name']}"
-        )
-        required = [(f"scheduler:{op}", schedule)]
-        if "Target" in params:  # the schedule's role is passed to EventBridge Scheduler
-            required.append(("iam:PassRole", names[params["Target"]["RoleArn"]]))
-        return required
+        return _scheduler_required(op, params, names)
     if service == "sqs":
         return [(f"sqs:{op}", names[params["QueueUrl"]])]
     if service == "glue":
@@ -262,6 +234,47 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
     if service == "cloudwatch" and op == "PutMetricData":  # no resource-level permissions (namespace: a condition)
         return [("cloudwatch:PutMetricData", "*")]
     raise AssertionError(f"unmapped call {service}.{op}")
+
+
+def _dynamodb_required(op: str, params: dict[str, Any], names: dict[str, str]) -> list[tuple[str, str]]:
+    """A DynamoDB call: a batch's action on each table, a transaction's per-item actions, else the table (or index)."""
+    if op in ("BatchGetItem", "BatchWriteItem"):
+        return [(f"dynamodb:{op}", names[t]) for t in params["RequestItems"]]
+    if op == "TransactWriteItems":
+        kinds = {
+            "Put": "PutItem",
+            "Update": "UpdateItem",
+            "Delete": "DeleteItem",
+            "ConditionCheck": "ConditionCheckItem",
+        }
+        return [
+            (f"dynamodb:{kinds[kind]}", names[body["TableName"]])
+            for item in params["TransactItems"]
+            for kind, body in item.items()
+        ]
+    table = names[params["TableName"]]
+    if "IndexName" in params:
+        table = f"{table}/index/{params['IndexName']}"
+    return [(f"dynamodb:{op}", table)]
+
+
+def _secrets_required(op: str, params: dict[str, Any], names: dict[str, str]) -> list[tuple[str, str]]:
+    """A Secrets Manager call on the secret it names."""
+    if op == "CreateSecret":  # tagging at creation needs TagResource too
+        secret = _secret_arn(params["Name"], names)
+        return [("secretsmanager:CreateSecret", secret)] + (
+            [("secretsmanager:TagResource", secret)] if params.get("Tags") else []
+        )
+    return [(f"secretsmanager:{op}", _secret_arn(params["SecretId"], names))]
+
+
+def _scheduler_required(op: str, params: dict[str, Any], names: dict[str, str]) -> list[tuple[str, str]]:
+    """An EventBridge Scheduler call on the schedule, and passing the schedule's role when it sets a target."""
+    schedule = f"{ARN_PREFIX}scheduler:<AWS::Region>:<AWS::AccountId>:schedule/{params['GroupName']}/{params['Name']}"
+    required = [(f"scheduler:{op}", schedule)]
+    if "Target" in params:  # the schedule's role is passed to EventBridge Scheduler
+        required.append(("iam:PassRole", names[params["Target"]["RoleArn"]]))
+    return required
 
 
 ARN_PREFIX = "arn:<AWS::Partition>:"
