@@ -198,8 +198,7 @@ def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
         f"handler / floor B = {_range(push['ratio_vs_replay'], '{:.3f}')}.",
         "",
         f"DynamoDB requests of one handler repetition: {_calls(calls['handler'])} = {calls['handler_total']} "
-        f"({calls['handler_per_commit']} per commit of ~{calls['items_per_commit_median']:.0f} items; "
-        f"{calls['transaction_items_per_delta_handler']} transaction items per delta), against "
+        f"({calls['handler_per_commit']} per commit of ~{calls['items_per_commit_median']:.0f} items), against "
         f"{calls['floor_all_items_total']} `BatchWriteItem` requests "
         f"({calls['items_written_per_delta_floor_all_items']} items per delta) for floor C and "
         f"{calls['floor_log_writes_total']} (1 item per delta) for floor A. SDK retries during the handler runs: "
