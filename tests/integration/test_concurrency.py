@@ -227,6 +227,157 @@ def _log(deps: GatewayDeps) -> dict[Any, list[LogEntry]]:
     return {s: deps.buffer.read_log(s, 0, 100_000) for s in deps.buffer.list_shards(GW)}
 
 
+def _run_threads(
+    shared_client: Any, dynamodb_tables: Any, new_readers: bool, late: LateBatches | None, shape: Shape
+) -> tuple[Run, list[list[RowDelta]]]:
+    """Runs the writers and pullers (and the lander of late batches) to the end: the pullers drain after the writers
+    finish and every late batch has landed; returns the run and what each puller received."""
+
+    def deps_of_pull() -> Callable[[], GatewayDeps]:
+        if new_readers:
+            return lambda: _deps(shared_client, dynamodb_tables)
+        deps = _deps(shared_client, dynamodb_tables)
+        return lambda: deps
+
+    run = Run()
+    base_ms = system_clock() - 3000
+    received: list[list[RowDelta]] = [[] for _ in range(PULLERS)]
+    lander = threading.Thread(target=run.guard(late.land)) if late is not None else None
+    writers = [
+        threading.Thread(
+            target=run.guard(
+                lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, late, shape), i, base_ms, shape)
+            )
+        )
+        for i in range(WRITERS)
+    ]
+    pullers = [
+        threading.Thread(target=run.guard(lambda i=i: _puller(run, deps_of_pull(), i, received[i], shape)))
+        for i in range(PULLERS)
+    ]
+    for thread in pullers + writers + ([lander] if lander is not None else []):
+        thread.start()
+    for thread in writers:
+        thread.join(120)
+    run.writers_done.set()
+    if late is not None and lander is not None:
+        late.done.set()
+        lander.join(60)
+    for thread in pullers:
+        thread.join(120)
+    assert not run.errors, run.errors
+    assert not any(t.is_alive() for t in writers + pullers)
+    return run, received
+
+
+def _assert_every_push_acknowledged_its_delta_ids_in_order(run: Run, shape: Shape) -> None:
+    assert len(run.pushed) == WRITERS * shape.pushes_per_writer
+    for batch, result in run.pushed:
+        assert result.accepted == len(batch)
+        assert [r.delta_id for r in result.receipts] == [d.delta_id for d in batch]
+
+
+def _assert_every_delta_id_remembered(
+    deps: GatewayDeps, pushed: dict[str, RowDelta], rows: dict[tuple[str, str], Any]
+) -> None:
+    """By a dedup record or by its row (which keeps its last deltas' keys), or a re-send of it would change nothing."""
+    keys = {dedup_key(d.client_id, d.delta_id): d for d in pushed.values()}
+    recorded = deps.buffer.seen_delta_ids(GW, list(keys), system_clock() // 1000)
+    for key, delta in keys.items():
+        row = rows.get((delta.table, delta.row_id))
+        kept = row is not None and recent_key(key) in row.recent
+        harmless = row is not None and not merge(row.state, delta).changed
+        assert key in recorded or kept or harmless, delta.delta_id
+
+
+def _assert_row_index_is_the_fold_of_the_log(entries: list[LogEntry], rows: dict[tuple[str, str], Any]) -> None:
+    by_row: dict[tuple[str, str], list[RowDelta]] = {}
+    for e in sorted(entries, key=lambda e: (e.shard.key, e.seq)):
+        by_row.setdefault((e.delta.table, e.delta.row_id), []).append(e.delta)
+    for key, deltas in by_row.items():
+        assert rows[key].state == fold(deltas), key
+
+
+def _assert_logs_gapless_in_hlc_order_matching_heads(deps: GatewayDeps, log: dict[Any, list[LogEntry]]) -> None:
+    heads = deps.buffer.get_heads(list(log))
+    for shard, shard_log in log.items():
+        assert [e.seq for e in shard_log] == list(range(1, len(shard_log) + 1))
+        assert [e.commit_hlc for e in shard_log] == sorted(e.commit_hlc for e in shard_log)
+        assert heads[shard].seq == len(shard_log)
+
+
+def _assert_every_delta_id_applied_at_most_once(entries: list[LogEntry], pushed: dict[str, RowDelta]) -> None:
+    assert len({e.delta.delta_id for e in entries}) == len(entries)
+    assert {e.delta.delta_id for e in entries} <= set(pushed)
+
+
+def _assert_every_puller_received_every_entry_once(received: list[list[RowDelta]], entries: list[LogEntry]) -> None:
+    position = {e.delta.delta_id: (e.shard, e.seq) for e in entries}
+    for got in received:
+        assert {d.delta_id for d in got} <= set(position), "a delivered delta is not in the log"
+        by_position = Counter(position[d.delta_id] for d in got)
+        assert set(by_position.values()) == {1}, "a (shard, seq) was delivered twice"
+        assert set(by_position) == set(position.values()), "a committed entry was never delivered"
+        assert sorted(got, key=lambda d: position[d.delta_id]) == sorted(
+            (e.delta for e in entries), key=lambda d: position[d.delta_id]
+        )
+
+
+def _assert_rows_are_the_fold_of_accepted_deltas(
+    deps: GatewayDeps, pushed: dict[str, RowDelta], shape: Shape
+) -> dict[tuple[str, str], RowState]:
+    """Returns the expected rows (the sequential LWW fold, row by row)."""
+    keys = [(t, r) for t, rows in shape.rows.items() for r in rows]
+    stored = deps.buffer.get_rows(GW, keys)
+    expected: dict[tuple[str, str], RowState] = {}
+    for key in keys:
+        state = fold(d for d in pushed.values() if (d.table, d.row_id) == key)
+        if state is not None:
+            expected[key] = state
+    assert {k: v.state for k, v in stored.items()} == expected
+    return expected
+
+
+def _assert_every_replica_holds_the_servers_rows(
+    received: list[list[RowDelta]], expected: dict[tuple[str, str], RowState]
+) -> None:
+    for got in received:
+        replica: dict[tuple[str, str], RowState | None] = {}
+        for delta in got:
+            key = (delta.table, delta.row_id)
+            replica[key] = merge(replica.get(key), delta).state
+        assert {k: v.values() for k, v in replica.items() if v is not None} == {
+            k: v.values() for k, v in expected.items()
+        }
+
+
+def _assert_run_exercised_what_it_proves(
+    shared_client: Any,
+    dynamodb_tables: Any,
+    run: Run,
+    log: dict[Any, list[LogEntry]],
+    late: LateBatches | None,
+    shape: Shape,
+) -> None:
+    """Optimistic-commit conflicts, sub-shards and duplicate acknowledgements (and, with stopping writers, batches
+    that landed after their chunks were taken over)."""
+    assert CONFLICTS["CommitConflict"] > 0
+    if late is not None:
+        assert late.landed > 0
+        declared = shared_client.query(
+            TableName=dynamodb_tables.config,
+            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            ExpressionAttributeValues={":gw": {"S": GW}, ":p": {"S": "#doubt#"}},
+            ConsistentRead=True,
+        )["Items"]
+        assert declared, "no writer took a stopped writer's turn over"
+    if shape is LARGE:
+        chunks = shared_client.scan(TableName=dynamodb_tables.deltas, ProjectionExpression="n")["Items"]
+        assert max(int(item["n"]["N"]) for item in chunks) > DOUBT_RUN_ENTRIES, "no chunk longer than an in-doubt run"
+    assert sorted({(s.table, s.sub) for s in log}) == [("notes", 0), ("todos", 0), ("todos", 1)]
+    assert sum(r.duplicate for _, result in run.pushed for r in result.receipts) > 0
+
+
 @pytest.mark.parametrize(
     ("new_readers", "stopping", "shape"),
     [
@@ -244,132 +395,36 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     # cursors checked by the chunk after them; with new readers, every pull is served by a process new to the shards,
     # as a pull function scaling out)
     CONFLICTS.clear()
-
-    def deps_of_pull() -> Callable[[], GatewayDeps]:
-        if new_readers:
-            return lambda: _deps(shared_client, dynamodb_tables)
-        deps = _deps(shared_client, dynamodb_tables)
-        return lambda: deps
-
-    run = Run()
-    base_ms = system_clock() - 3000
-    received: list[list[RowDelta]] = [[] for _ in range(PULLERS)]
     # (with stopping writers: a tenth of the row batches, a quarter with large chunks, held back, landing late while
     # the others go on)
     late = LateBatches(shared_client, dynamodb_tables.rows, 0.25 if shape is LARGE else 0.1) if stopping else None
-    lander = threading.Thread(target=run.guard(late.land)) if late is not None else None
-    writers = [
-        threading.Thread(
-            target=run.guard(
-                lambda i=i: _writer(run, _deps(shared_client, dynamodb_tables, late, shape), i, base_ms, shape)
-            )
-        )
-        for i in range(WRITERS)
-    ]
-    pullers = [
-        threading.Thread(target=run.guard(lambda i=i: _puller(run, deps_of_pull(), i, received[i], shape)))
-        for i in range(PULLERS)
-    ]
 
     # When they all run, and the pullers drain after the writers finish (and every late batch has landed)
-    for thread in pullers + writers + ([lander] if lander is not None else []):
-        thread.start()
-    for thread in writers:
-        thread.join(120)
-    run.writers_done.set()
-    if late is not None and lander is not None:
-        late.done.set()
-        lander.join(60)
-    for thread in pullers:
-        thread.join(120)
-
-    assert not run.errors, run.errors
-    assert not any(t.is_alive() for t in writers + pullers)
+    run, received = _run_threads(shared_client, dynamodb_tables, new_readers, late, shape)
     deps = _deps(shared_client, dynamodb_tables)
     log = _log(deps)
     entries = [e for shard_log in log.values() for e in shard_log]
 
     # Then every push acknowledged every deltaId it carried, in order
-    assert len(run.pushed) == WRITERS * shape.pushes_per_writer
-    for batch, result in run.pushed:
-        assert result.accepted == len(batch)
-        assert [r.delta_id for r in result.receipts] == [d.delta_id for d in batch]
+    _assert_every_push_acknowledged_its_delta_ids_in_order(run, shape)
     pushed = {d.delta_id: d for batch, _ in run.pushed for d in batch}
-    # And every deltaId is remembered, by a dedup record or by its row (which keeps its last deltas' keys), or a
-    # re-send of it would change nothing
-    keys = {dedup_key(d.client_id, d.delta_id): d for d in pushed.values()}
-    recorded = deps.buffer.seen_delta_ids(GW, list(keys), system_clock() // 1000)
+    # And every deltaId is remembered
     rows = deps.buffer.get_rows(GW, list({(d.table, d.row_id) for d in pushed.values()}))
-    for key, delta in keys.items():
-        row = rows.get((delta.table, delta.row_id))
-        kept = row is not None and recent_key(key) in row.recent
-        harmless = row is not None and not merge(row.state, delta).changed
-        assert key in recorded or kept or harmless, delta.delta_id
+    _assert_every_delta_id_remembered(deps, pushed, rows)
     # And the row index (written after each commit's log item) is the fold of the log, row by row
-    by_row: dict[tuple[str, str], list[RowDelta]] = {}
-    for e in sorted(entries, key=lambda e: (e.shard.key, e.seq)):
-        by_row.setdefault((e.delta.table, e.delta.row_id), []).append(e.delta)
-    for key, deltas in by_row.items():
-        assert rows[key].state == fold(deltas), key
-
+    _assert_row_index_is_the_fold_of_the_log(entries, rows)
     # And each shard's log is numbered 1..n without gaps, with commit HLCs in sequence order, matching its head
-    heads = deps.buffer.get_heads(list(log))
-    for shard, shard_log in log.items():
-        assert [e.seq for e in shard_log] == list(range(1, len(shard_log) + 1))
-        assert [e.commit_hlc for e in shard_log] == sorted(e.commit_hlc for e in shard_log)
-        assert heads[shard].seq == len(shard_log)
+    _assert_logs_gapless_in_hlc_order_matching_heads(deps, log)
     # And every deltaId was applied at most once (never re-logged)
-    assert len({e.delta.delta_id for e in entries}) == len(entries)
-    assert {e.delta.delta_id for e in entries} <= set(pushed)
-
+    _assert_every_delta_id_applied_at_most_once(entries, pushed)
     # And every puller received every committed entry exactly once
-    position = {e.delta.delta_id: (e.shard, e.seq) for e in entries}
-    for got in received:
-        assert {d.delta_id for d in got} <= set(position), "a delivered delta is not in the log"
-        by_position = Counter(position[d.delta_id] for d in got)
-        assert set(by_position.values()) == {1}, "a (shard, seq) was delivered twice"
-        assert set(by_position) == set(position.values()), "a committed entry was never delivered"
-        assert sorted(got, key=lambda d: position[d.delta_id]) == sorted(
-            (e.delta for e in entries), key=lambda d: position[d.delta_id]
-        )
-
+    _assert_every_puller_received_every_entry_once(received, entries)
     # And the row index equals the sequential LWW fold of all accepted deltas, row by row
-    keys = [(t, r) for t, rows in shape.rows.items() for r in rows]
-    stored = deps.buffer.get_rows(GW, keys)
-    expected: dict[tuple[str, str], RowState] = {}
-    for key in keys:
-        state = fold(d for d in pushed.values() if (d.table, d.row_id) == key)
-        if state is not None:
-            expected[key] = state
-    assert {k: v.state for k, v in stored.items()} == expected
-
+    expected = _assert_rows_are_the_fold_of_accepted_deltas(deps, pushed, shape)
     # And every puller, applying what it received, holds exactly the server's rows
-    for got in received:
-        replica: dict[tuple[str, str], RowState | None] = {}
-        for delta in got:
-            key = (delta.table, delta.row_id)
-            replica[key] = merge(replica.get(key), delta).state
-        assert {k: v.values() for k, v in replica.items() if v is not None} == {
-            k: v.values() for k, v in expected.items()
-        }
-
-    # And the run did exercise what it proves: optimistic-commit conflicts, sub-shards and duplicate acknowledgements
-    # (and, with stopping writers, batches that landed after their chunks were taken over)
-    assert CONFLICTS["CommitConflict"] > 0
-    if late is not None:
-        assert late.landed > 0
-        declared = shared_client.query(
-            TableName=dynamodb_tables.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": {"S": GW}, ":p": {"S": "#doubt#"}},
-            ConsistentRead=True,
-        )["Items"]
-        assert declared, "no writer took a stopped writer's turn over"
-    if shape is LARGE:
-        chunks = shared_client.scan(TableName=dynamodb_tables.deltas, ProjectionExpression="n")["Items"]
-        assert max(int(item["n"]["N"]) for item in chunks) > DOUBT_RUN_ENTRIES, "no chunk longer than an in-doubt run"
-    assert sorted({(s.table, s.sub) for s in log}) == [("notes", 0), ("todos", 0), ("todos", 1)]
-    assert sum(r.duplicate for _, result in run.pushed for r in result.receipts) > 0
+    _assert_every_replica_holds_the_servers_rows(received, expected)
+    # And the run did exercise what it proves
+    _assert_run_exercised_what_it_proves(shared_client, dynamodb_tables, run, log, late, shape)
 
 
 def test_a_pull_of_more_shards_than_the_pool_has_threads_from_inside_their_chunks_completes(
