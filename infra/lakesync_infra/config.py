@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
@@ -142,19 +142,7 @@ class MaterialiseVpc:
         vpc_id = raw.get("vpcId")
         if not isinstance(vpc_id, str) or not _AWS_IDS["vpcId"].fullmatch(vpc_id):
             errors.append(f"{key}.vpcId must be a VPC id (vpc-...)")
-        lists: dict[str, tuple[str, ...]] = {}
-        for name in ("availabilityZones", "privateSubnetIds", "securityGroupIds", "privateSubnetRouteTableIds"):
-            value = raw.get(name, [] if name == "privateSubnetRouteTableIds" else None)
-            pattern = _AWS_IDS.get(name, _AZ)
-            if not isinstance(value, list) or not all(isinstance(v, str) and pattern.fullmatch(v) for v in value):
-                errors.append(
-                    f"{key}.{name} must be a list of {'zone names' if name == 'availabilityZones' else 'ids'}"
-                )
-                value = []
-            elif len(set(value)) != len(value) and name != "privateSubnetRouteTableIds":
-                # (route tables may repeat: subnets commonly share one, e.g. behind a single NAT gateway)
-                errors.append(f"{key}.{name} lists an entry twice")
-            lists[name] = tuple(value)
+        lists = _vpc_id_lists(raw, errors)
         zones, subnets, groups = lists["availabilityZones"], lists["privateSubnetIds"], lists["securityGroupIds"]
         tables = lists["privateSubnetRouteTableIds"]
         create = raw.get("createEndpoints", True)
@@ -413,79 +401,7 @@ class LakeSyncConfig:
 
     def problems(self) -> list[str]:
         """Everything wrong with this configuration (empty when valid)."""
-        out: list[str] = []
-        if not isinstance(self.name, str) or not _ENV_NAME.fullmatch(self.name):
-            out.append(f"environment name {self.name!r} must be a letter then letters, digits or '-' (max 24)")
-        if not _is_tuple_of(self.gateway_ids, str) or not self.gateway_ids:
-            out.append("gatewayIds must be a non-empty list of strings")
-        elif bad := [g for g in self.gateway_ids if not _GATEWAY_ID.fullmatch(g)]:
-            out.append(f"gatewayIds holds invalid ids {bad}")
-        out.extend(_check_sub_shards(self.sub_shards))
-        out.extend(_check_ints(self))
-        for key in ("compact_schedule", "checkpoint_schedule"):
-            value = getattr(self, key)
-            if not isinstance(value, str) or not _SCHEDULE.fullmatch(value):
-                out.append(f"{_camel(key)} must be an EventBridge Scheduler rate(...) or cron(...) expression")
-        poll = self.connector_poll_concurrency
-        valid = poll in ("auto", None) or (isinstance(poll, int) and _is_int(poll) and 1 <= poll <= _MAX_RESERVED)
-        if not valid:
-            out.append(f"connectorPollConcurrency must be 'auto', null or an integer in 1..{_MAX_RESERVED}")
-        else:
-            out.extend(_check_reserved_concurrency(self.reserved_concurrency, self.account_concurrency, poll))
-        if self.rate_limits is not None:
-            out.extend(_check_rate_limits(self.rate_limits))
-        if not _is_tuple_of(self.cors_origins, str):
-            out.append("corsOrigins must be a list of strings")
-        if self.log_retention_days not in LOG_RETENTION_DAYS:
-            out.append(f"logRetentionDays must be one of {sorted(LOG_RETENTION_DAYS)}")
-        if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            out.append("logLevel must be DEBUG, INFO, WARNING or ERROR")
-        if self.lambda_system_log_level not in ("DEBUG", "INFO", "WARN"):
-            out.append("lambdaSystemLogLevel must be DEBUG, INFO or WARN")
-        if self.glue_worker_type not in GLUE_WORKER_TYPES:
-            out.append(f"glueWorkerType must be one of {sorted(GLUE_WORKER_TYPES)}")
-        if self.glue_execution_class not in ("STANDARD", "FLEX"):
-            out.append("glueExecutionClass must be STANDARD or FLEX")
-        elif self.glue_execution_class == "FLEX" and self.glue_worker_type not in ("G.1X", "G.2X"):
-            out.append("glueExecutionClass FLEX runs only G.1X or G.2X workers (set glueExecutionClass to STANDARD)")
-        if not isinstance(self.compact_maintain, bool):
-            out.append("compactMaintain must be true or false")
-        if self.flush_engine not in FLUSH_ENGINES:
-            out.append(f"flushEngine must be one of {list(FLUSH_ENGINES)}")
-        elif (
-            self.flush_engine == "glue"
-            and isinstance(self.reserved_concurrency, Mapping)
-            and FLUSH_FUNCTION in self.reserved_concurrency
-        ):
-            out.append("reservedConcurrency: flush is deployed only with flushEngine 'auto' or 'function'")
-        if not _is_int(self.flush_function_max_backlog) or self.flush_function_max_backlog < 0:
-            out.append("flushFunctionMaxBacklog must be a whole number of deltas, at least 0")
-        if not isinstance(self.tracing, bool):
-            out.append("tracing must be true or false")
-        if not isinstance(self.dashboard, bool):
-            out.append("dashboard must be true or false")
-        if not isinstance(self.sql_source_pulls, bool):
-            out.append("sqlSourcePulls must be true or false")
-        if self.removal_policy not in ("retain", "destroy"):
-            out.append("removalPolicy must be 'retain' or 'destroy'")
-        email = self.alarm_email
-        if email is not None and (not isinstance(email, str) or not _EMAIL.fullmatch(email)):
-            out.append("alarmEmail must be an e-mail address")
-        for key in ("account", "region"):
-            value = getattr(self, key)
-            if value is not None and not isinstance(value, str):
-                out.append(f"{key} must be a string")
-        if self.materialise_vpc is not None and not isinstance(self.materialise_vpc, MaterialiseVpc):
-            out.append("materialiseVpc must be an object")  # only a direct construction lands here
-        prefix = self.destination_secret_prefix
-        if prefix is not None and (not isinstance(prefix, str) or not _SECRET_PREFIX.fullmatch(prefix)):
-            out.append(
-                "destinationSecretPrefix must be a secret name prefix ending with '/' (letters, digits, /_+=.@-)"
-            )
-        out.extend(_allowed_networks_errors(self.allowed_networks))
-        if self.api_gateway_logs_role not in API_GATEWAY_LOGS_ROLES:
-            out.append(f"apiGatewayLogsRole must be one of {list(API_GATEWAY_LOGS_ROLES)}")
-        return out
+        return [message for check in _CHECKS for message in check(self)]
 
 
 # name -> (minimum, maximum, optional)
@@ -687,3 +603,155 @@ def _allowed_networks_errors(value: object) -> list[str]:
     except ValueError as exc:
         return [f"allowedNetworks: {exc}"]
     return []
+
+
+def _vpc_id_lists(raw: Mapping[str, Any], errors: list[str]) -> dict[str, tuple[str, ...]]:
+    """The id lists of a ``materialiseVpc`` setting (empty where invalid), appending their problems to ``errors``."""
+    key = "materialiseVpc"
+    lists: dict[str, tuple[str, ...]] = {}
+    for name in ("availabilityZones", "privateSubnetIds", "securityGroupIds", "privateSubnetRouteTableIds"):
+        value = raw.get(name, [] if name == "privateSubnetRouteTableIds" else None)
+        pattern = _AWS_IDS.get(name, _AZ)
+        if not isinstance(value, list) or not all(isinstance(v, str) and pattern.fullmatch(v) for v in value):
+            errors.append(f"{key}.{name} must be a list of {'zone names' if name == 'availabilityZones' else 'ids'}")
+            value = []
+        elif len(set(value)) != len(value) and name != "privateSubnetRouteTableIds":
+            # (route tables may repeat: subnets commonly share one, e.g. behind a single NAT gateway)
+            errors.append(f"{key}.{name} lists an entry twice")
+        lists[name] = tuple(value)
+    return lists
+
+
+def _check_names(config: LakeSyncConfig) -> list[str]:
+    """The environment's name and its gateways' ids."""
+    out: list[str] = []
+    if not isinstance(config.name, str) or not _ENV_NAME.fullmatch(config.name):
+        out.append(f"environment name {config.name!r} must be a letter then letters, digits or '-' (max 24)")
+    if not _is_tuple_of(config.gateway_ids, str) or not config.gateway_ids:
+        out.append("gatewayIds must be a non-empty list of strings")
+    elif bad := [g for g in config.gateway_ids if not _GATEWAY_ID.fullmatch(g)]:
+        out.append(f"gatewayIds holds invalid ids {bad}")
+    return out
+
+
+def _check_schedules(config: LakeSyncConfig) -> list[str]:
+    """The lake tick's schedules."""
+    out: list[str] = []
+    for key in ("compact_schedule", "checkpoint_schedule"):
+        value = getattr(config, key)
+        if not isinstance(value, str) or not _SCHEDULE.fullmatch(value):
+            out.append(f"{_camel(key)} must be an EventBridge Scheduler rate(...) or cron(...) expression")
+    return out
+
+
+def _check_concurrency(config: LakeSyncConfig) -> list[str]:
+    """The connector poll's concurrency and the functions' reserved concurrency, within the account's."""
+    poll = config.connector_poll_concurrency
+    valid = poll in ("auto", None) or (isinstance(poll, int) and _is_int(poll) and 1 <= poll <= _MAX_RESERVED)
+    if not valid:
+        return [f"connectorPollConcurrency must be 'auto', null or an integer in 1..{_MAX_RESERVED}"]
+    return _check_reserved_concurrency(config.reserved_concurrency, config.account_concurrency, poll)
+
+
+def _check_api(config: LakeSyncConfig) -> list[str]:
+    """The API's rate limits and CORS origins."""
+    out: list[str] = []
+    if config.rate_limits is not None:
+        out.extend(_check_rate_limits(config.rate_limits))
+    if not _is_tuple_of(config.cors_origins, str):
+        out.append("corsOrigins must be a list of strings")
+    return out
+
+
+def _check_logging(config: LakeSyncConfig) -> list[str]:
+    """Log retention and levels."""
+    choices: tuple[tuple[object, Collection[object], str], ...] = (
+        (
+            config.log_retention_days,
+            LOG_RETENTION_DAYS,
+            f"logRetentionDays must be one of {sorted(LOG_RETENTION_DAYS)}",
+        ),
+        (config.log_level, ("DEBUG", "INFO", "WARNING", "ERROR"), "logLevel must be DEBUG, INFO, WARNING or ERROR"),
+        (config.lambda_system_log_level, ("DEBUG", "INFO", "WARN"), "lambdaSystemLogLevel must be DEBUG, INFO or WARN"),
+    )
+    return [message for value, allowed, message in choices if value not in allowed]
+
+
+def _check_glue(config: LakeSyncConfig) -> list[str]:
+    """The Glue jobs' workers and the compaction's table maintenance."""
+    out: list[str] = []
+    if config.glue_worker_type not in GLUE_WORKER_TYPES:
+        out.append(f"glueWorkerType must be one of {sorted(GLUE_WORKER_TYPES)}")
+    if config.glue_execution_class not in ("STANDARD", "FLEX"):
+        out.append("glueExecutionClass must be STANDARD or FLEX")
+    elif config.glue_execution_class == "FLEX" and config.glue_worker_type not in ("G.1X", "G.2X"):
+        out.append("glueExecutionClass FLEX runs only G.1X or G.2X workers (set glueExecutionClass to STANDARD)")
+    if not isinstance(config.compact_maintain, bool):
+        out.append("compactMaintain must be true or false")
+    return out
+
+
+def _check_flush_engine(config: LakeSyncConfig) -> list[str]:
+    """The flush engine, and the flush function's settings."""
+    out: list[str] = []
+    if config.flush_engine not in FLUSH_ENGINES:
+        out.append(f"flushEngine must be one of {list(FLUSH_ENGINES)}")
+    elif (
+        config.flush_engine == "glue"
+        and isinstance(config.reserved_concurrency, Mapping)
+        and FLUSH_FUNCTION in config.reserved_concurrency
+    ):
+        out.append("reservedConcurrency: flush is deployed only with flushEngine 'auto' or 'function'")
+    if not _is_int(config.flush_function_max_backlog) or config.flush_function_max_backlog < 0:
+        out.append("flushFunctionMaxBacklog must be a whole number of deltas, at least 0")
+    return out
+
+
+def _check_switches(config: LakeSyncConfig) -> list[str]:
+    """The on/off settings and the removal policy."""
+    out = [
+        f"{_camel(key)} must be true or false"
+        for key in ("tracing", "dashboard", "sql_source_pulls")
+        if not isinstance(getattr(config, key), bool)
+    ]
+    if config.removal_policy not in ("retain", "destroy"):
+        out.append("removalPolicy must be 'retain' or 'destroy'")
+    return out
+
+
+def _check_account(config: LakeSyncConfig) -> list[str]:
+    """What ties the stack to its account: the alarm e-mail, account and region, the VPC, the destinations' secrets,
+    the networks allowed to call the API, API Gateway's logs role."""
+    out: list[str] = []
+    email = config.alarm_email
+    if email is not None and (not isinstance(email, str) or not _EMAIL.fullmatch(email)):
+        out.append("alarmEmail must be an e-mail address")
+    for key in ("account", "region"):
+        value = getattr(config, key)
+        if value is not None and not isinstance(value, str):
+            out.append(f"{key} must be a string")
+    if config.materialise_vpc is not None and not isinstance(config.materialise_vpc, MaterialiseVpc):
+        out.append("materialiseVpc must be an object")  # only a direct construction lands here
+    prefix = config.destination_secret_prefix
+    if prefix is not None and (not isinstance(prefix, str) or not _SECRET_PREFIX.fullmatch(prefix)):
+        out.append("destinationSecretPrefix must be a secret name prefix ending with '/' (letters, digits, /_+=.@-)")
+    out.extend(_allowed_networks_errors(config.allowed_networks))
+    if config.api_gateway_logs_role not in API_GATEWAY_LOGS_ROLES:
+        out.append(f"apiGatewayLogsRole must be one of {list(API_GATEWAY_LOGS_ROLES)}")
+    return out
+
+
+_CHECKS: Final[tuple[Callable[[LakeSyncConfig], list[str]], ...]] = (
+    _check_names,
+    lambda config: _check_sub_shards(config.sub_shards),
+    _check_ints,
+    _check_schedules,
+    _check_concurrency,
+    _check_api,
+    _check_logging,
+    _check_glue,
+    _check_flush_engine,
+    _check_switches,
+    _check_account,
+)
+"""The checks of :meth:`LakeSyncConfig.problems`, in the order their messages are reported."""

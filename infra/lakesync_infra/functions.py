@@ -70,6 +70,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -438,109 +439,95 @@ class Functions(Construct):
         super().__init__(scope, construct_id)
         if set(ACCESS) != set(ALL_FUNCTIONS):
             raise ValueError(f"ACCESS must describe exactly {sorted(ALL_FUNCTIONS)}")
-        checkpoints = lake.checkpoints
         code = lambda_.Code.from_asset(str(asset), exclude=[".complete"])
         drivers = lambda_.Code.from_asset(str(materialise_asset), exclude=[".complete"])
         lake_code = lambda_.Code.from_asset(str(flush_asset), exclude=[".complete"])
         in_vpc_names = set(network.functions) if network is not None else set()
         with_drivers = driver_functions(config)
         self.functions: dict[str, lambda_.Function] = {}
-        self.log_groups = {}
+        self.log_groups: dict[str, logs.LogGroup] = {}
         for name in config.deployed_functions:
-            access = function_access(config, name)
-            group = log_group(self, f"{_pascal(name)}Logs", config)
-            role = lambda_role(self, f"{_pascal(name)}Role", group)
-            env: dict[str, str] = {POWERTOOLS_LOG_LEVEL: config.log_level}
-            if not config.tracing:
-                env[POWERTOOLS_TRACE_DISABLED] = "true"
-            if access.api:
-                env.update(_api_environment(config, buffer, jwt_secret))
-            if access.checkpoints:
-                env[CHECKPOINT_BUCKET] = checkpoints.bucket_name
-            if name == FLUSH_TRIGGER:
-                env.update(_flush_trigger_environment(config, buffer, job_names))
-            if name == LAKE_TICK:
-                env.update(_lake_tick_environment(config, buffer, job_names))
-            if name == BROADCAST:
-                env.update({var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()})
-            in_vpc = name in in_vpc_names
-            if name == MATERIALISE:
-                env.update(_materialise_environment(config, buffer, queues))
-            if name == FLUSH:
-                env.update(_flush_environment(config, buffer, lake, queues))
-            if in_vpc:
-                # Lambda checks them when it creates the function
-                allow(role, ENI_ACTIONS, ["*"], sid="NetworkInterfaces")
-            fn = lambda_.Function(
-                self,
-                _pascal(name),
-                description=f"LakeSync {config.name}: functions.{name}",
+            self._add_function(
+                name,
+                config=config,
                 code=lake_code if name == FLUSH else drivers if name in with_drivers else code,
-                handler=handler(name),
-                runtime=LAMBDA_RUNTIME,
-                architecture=_architecture(name, with_drivers),
-                memory_size=_memory(config, name, access),
-                vpc=network.vpc if in_vpc and network else None,
-                vpc_subnets=network.subnets if in_vpc and network else None,
-                security_groups=network.security_groups if in_vpc and network else None,
-                timeout=cdk.Duration.seconds(access.timeout_s or config.api_timeout_seconds),
-                environment=env,
-                role=role,
-                log_group=group,
-                logging_format=lambda_.LoggingFormat.JSON,
-                system_log_level_v2=lambda_.SystemLogLevel(config.lambda_system_log_level),
-                application_log_level_v2=application_log_level(config.log_level),
-                tracing=lambda_.Tracing.ACTIVE if config.tracing else lambda_.Tracing.DISABLED,
-                reserved_concurrent_executions=config.reserved_concurrency.get(name),
-                recursive_loop=lambda_.RecursiveLoop.TERMINATE,
-                # asynchronous invocations: a schedule's next tick is the retry (a poll is idempotent); a failed flush
-                # run is recorded, and the next tick starts a new one
-                retry_attempts=0 if name in (CONNECTOR_POLL, FLUSH) else None,
-                max_event_age=cdk.Duration.seconds(ASYNC_EVENT_AGE_S) if name == FLUSH else None,
+                with_drivers=with_drivers,
+                network=network if name in in_vpc_names else None,
+                key=key,
+                buffer=buffer,
+                jwt_secret=jwt_secret,
+                lake=lake,
+                job_names=job_names,
+                queues=queues,
             )
-            acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
-            self.functions[name] = fn
-            self.log_groups[name] = group
-            self._grant_tables(role, access, buffer, key)
-            if name in RATE_LIMITED:
-                _grant_rate_limits(role, access, buffer, key)
-            wildcards = {"Resource::*": XRAY_REASON}
-            if name == "rotate_secret":
-                wildcards["Resource::*"] = (
-                    XRAY_REASON + " CDK's rotation schedule also grants secretsmanager:GetRandomPassword, which has no"
-                    " resource (our rotation generates the key itself and does not call it)."
-                )
-            if name in (FLUSH_TRIGGER, BROADCAST):
-                wildcards["Resource::*"] = (
-                    XRAY_REASON + " The stream event source also needs dynamodb:ListStreams, which has no resource."
-                )
-            if access.checkpoints:
-                wildcards[f"Resource::{arn_token(checkpoints)}/*"] = (
-                    "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
-                )
-            if name == MATERIALISE:
-                wildcards.update(_materialise_wildcards(config, queues))
-            if name == FLUSH:
-                wildcards.update(_flush_wildcards(lake, queues))
-            if in_vpc:
-                wildcards["Resource::*"] = ENI_REASON
-            acknowledge_wildcards(role, wildcards)
-            if access.api and access.verifies_tokens and name != "health":
-                allow(role, ["secretsmanager:GetSecretValue"], [jwt_secret.secret_arn], sid="JwtSecret")
-                role.add_to_principal_policy(
-                    iam.PolicyStatement(
-                        sid="JwtSecretKey",
-                        actions=["kms:Decrypt"],
-                        resources=[key.key_arn],
-                        conditions={"StringEquals": {"kms:ViaService": via("secretsmanager")}},
-                    )
-                )
-            if access.checkpoints:
-                # ListBucket makes a missing object a 404 (no checkpoint yet) instead of a 403.
-                allow(role, ["s3:ListBucket"], [checkpoints.bucket_arn], sid="ListCheckpoints")
-                allow(role, ["s3:GetObject"], [checkpoints.arn_for_objects("*")], sid="ReadCheckpoints")
-                allow_key(role, key, ["kms:Decrypt"], ["s3"], sid="CheckpointKey")
+        self._wire_materialise(config, queues)
+        self._wire_lake_starters(key, lake, job_arns, queues)
+        self._add_flush_trigger_source(buffer, key)
 
+    def _add_function(
+        self,
+        name: str,
+        *,
+        config: LakeSyncConfig,
+        code: lambda_.Code,
+        with_drivers: frozenset[str],
+        network: MaterialiseNetwork | None,
+        key: kms.IKey,
+        buffer: Buffer,
+        jwt_secret: secretsmanager.ISecret,
+        lake: Lake,
+        job_names: Mapping[str, str],
+        queues: Queues,
+    ) -> None:
+        """Function ``name`` (in ``network`` when given), its log group, role and grants."""
+        access = function_access(config, name)
+        group = log_group(self, f"{_pascal(name)}Logs", config)
+        role = lambda_role(self, f"{_pascal(name)}Role", group)
+        env = _environment(name, access, config, buffer, jwt_secret, lake, job_names, queues)
+        if network is not None:
+            # Lambda checks them when it creates the function
+            allow(role, ENI_ACTIONS, ["*"], sid="NetworkInterfaces")
+        fn = lambda_.Function(
+            self,
+            _pascal(name),
+            description=f"LakeSync {config.name}: functions.{name}",
+            code=code,
+            handler=handler(name),
+            runtime=LAMBDA_RUNTIME,
+            architecture=_architecture(name, with_drivers),
+            memory_size=_memory(config, name, access),
+            vpc=network.vpc if network else None,
+            vpc_subnets=network.subnets if network else None,
+            security_groups=network.security_groups if network else None,
+            timeout=cdk.Duration.seconds(access.timeout_s or config.api_timeout_seconds),
+            environment=env,
+            role=role,
+            log_group=group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            system_log_level_v2=lambda_.SystemLogLevel(config.lambda_system_log_level),
+            application_log_level_v2=application_log_level(config.log_level),
+            tracing=lambda_.Tracing.ACTIVE if config.tracing else lambda_.Tracing.DISABLED,
+            reserved_concurrent_executions=config.reserved_concurrency.get(name),
+            recursive_loop=lambda_.RecursiveLoop.TERMINATE,
+            # asynchronous invocations: a schedule's next tick is the retry (a poll is idempotent); a failed flush
+            # run is recorded, and the next tick starts a new one
+            retry_attempts=0 if name in (CONNECTOR_POLL, FLUSH) else None,
+            max_event_age=cdk.Duration.seconds(ASYNC_EVENT_AGE_S) if name == FLUSH else None,
+        )
+        acknowledge(fn, "AwsSolutions-L1", RUNTIME_REASON)
+        self.functions[name] = fn
+        self.log_groups[name] = group
+        self._grant_tables(role, access, buffer, key)
+        if name in RATE_LIMITED:
+            _grant_rate_limits(role, access, buffer, key)
+        acknowledge_wildcards(role, _wildcards(name, access, config, lake, queues, in_vpc=network is not None))
+        if access.api and access.verifies_tokens and name != "health":
+            _grant_jwt_secret(role, key, jwt_secret)
+        if access.checkpoints:
+            _grant_checkpoint_reads(role, key, lake)
+
+    def _wire_materialise(self, config: LakeSyncConfig, queues: Queues) -> None:
+        """The materialise function: the consumer of the materialise queue, reading the destinations' secrets."""
         materialise = self.functions[MATERIALISE]
         self.materialise_source = queues.attach_consumer(
             materialise, batch_size=MATERIALISE_BATCH_SIZE, max_concurrency=config.materialise_concurrency
@@ -552,6 +539,8 @@ class Functions(Construct):
             sid="DestinationSecrets",
         )
 
+    def _wire_lake_starters(self, key: kms.IKey, lake: Lake, job_arns: Mapping[str, str], queues: Queues) -> None:
+        """The lake tick and the flush trigger may start the Glue jobs and the flush function; its own grants."""
         trigger = self.functions[FLUSH_TRIGGER]
         tick = self.functions[LAKE_TICK]
         allow(tick.role, ["glue:StartJobRun", "glue:GetJobRuns"], list(job_arns.values()), sid="LakeJobs")  # type: ignore[arg-type]
@@ -564,6 +553,9 @@ class Functions(Construct):
                 starter.add_environment(FLUSH_FUNCTION_TIMEOUT_S, str(FLUSH_TIMEOUT_S))
                 allow(starter.role, ["lambda:InvokeFunction"], [flush.function_arn], sid="StartFlush")  # type: ignore[arg-type]
             _grant_flush(flush.role, key, lake, queues)  # type: ignore[arg-type]
+
+    def _add_flush_trigger_source(self, buffer: Buffer, key: kms.IKey) -> None:
+        """The flush trigger's event source: flush requests on the stream table's stream, failures to a queue."""
         # Only batch metadata lands here (shard, sequence numbers), so SQS-managed encryption is enough and the
         # trigger needs no key grant to send.
         self.stream_failures = sqs.Queue(
@@ -590,6 +582,7 @@ class Functions(Construct):
             bisect_batch_on_error=False,
             on_failure=sources.SqsDlq(self.stream_failures),
         )
+        trigger = self.functions[FLUSH_TRIGGER]
         trigger.add_event_source(self.flush_trigger_source)  # CDK grants the stream reads
         allow_key(trigger.role, key, ["kms:Decrypt"], ["dynamodb"], sid="StreamKey")  # type: ignore[arg-type]
 
@@ -601,6 +594,86 @@ class Functions(Construct):
             if writes:
                 kms_actions += ["kms:Encrypt", "kms:GenerateDataKey"]
             allow_key(role, key, kms_actions, ["dynamodb"], sid="TableKey")
+
+
+def _environment(
+    name: str,
+    access: FunctionAccess,
+    config: LakeSyncConfig,
+    buffer: Buffer,
+    jwt_secret: secretsmanager.ISecret,
+    lake: Lake,
+    job_names: Mapping[str, str],
+    queues: Queues,
+) -> dict[str, str]:
+    """The environment variables of function ``name``."""
+    env: dict[str, str] = {POWERTOOLS_LOG_LEVEL: config.log_level}
+    if not config.tracing:
+        env[POWERTOOLS_TRACE_DISABLED] = "true"
+    if access.api:
+        env.update(_api_environment(config, buffer, jwt_secret))
+    if access.checkpoints:
+        env[CHECKPOINT_BUCKET] = lake.checkpoints.bucket_name
+    if name == FLUSH_TRIGGER:
+        env.update(_flush_trigger_environment(config, buffer, job_names))
+    if name == LAKE_TICK:
+        env.update(_lake_tick_environment(config, buffer, job_names))
+    if name == BROADCAST:
+        env.update({var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()})
+    if name == MATERIALISE:
+        env.update(_materialise_environment(config, buffer, queues))
+    if name == FLUSH:
+        env.update(_flush_environment(config, buffer, lake, queues))
+    return env
+
+
+def _wildcards(
+    name: str, access: FunctionAccess, config: LakeSyncConfig, lake: Lake, queues: Queues, *, in_vpc: bool
+) -> dict[str, str]:
+    """The reasons for the wildcard resources in function ``name``'s policy (cdk-nag's ``AwsSolutions-IAM5``)."""
+    wildcards = {"Resource::*": XRAY_REASON}
+    if name == "rotate_secret":
+        wildcards["Resource::*"] = (
+            XRAY_REASON + " CDK's rotation schedule also grants secretsmanager:GetRandomPassword, which has no"
+            " resource (our rotation generates the key itself and does not call it)."
+        )
+    if name in (FLUSH_TRIGGER, BROADCAST):
+        wildcards["Resource::*"] = (
+            XRAY_REASON + " The stream event source also needs dynamodb:ListStreams, which has no resource."
+        )
+    if access.checkpoints:
+        wildcards[f"Resource::{arn_token(lake.checkpoints)}/*"] = (
+            "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
+        )
+    if name == MATERIALISE:
+        wildcards.update(_materialise_wildcards(config, queues))
+    if name == FLUSH:
+        wildcards.update(_flush_wildcards(lake, queues))
+    if in_vpc:
+        wildcards["Resource::*"] = ENI_REASON
+    return wildcards
+
+
+def _grant_jwt_secret(role: iam.Role, key: kms.IKey, jwt_secret: secretsmanager.ISecret) -> None:
+    """Reading the token-signing secret, decrypted through Secrets Manager."""
+    allow(role, ["secretsmanager:GetSecretValue"], [jwt_secret.secret_arn], sid="JwtSecret")
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="JwtSecretKey",
+            actions=["kms:Decrypt"],
+            resources=[key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": via("secretsmanager")}},
+        )
+    )
+
+
+def _grant_checkpoint_reads(role: iam.Role, key: kms.IKey, lake: Lake) -> None:
+    """Reading the checkpoint bucket."""
+    checkpoints = lake.checkpoints
+    # ListBucket makes a missing object a 404 (no checkpoint yet) instead of a 403.
+    allow(role, ["s3:ListBucket"], [checkpoints.bucket_arn], sid="ListCheckpoints")
+    allow(role, ["s3:GetObject"], [checkpoints.arn_for_objects("*")], sid="ReadCheckpoints")
+    allow_key(role, key, ["kms:Decrypt"], ["s3"], sid="CheckpointKey")
 
 
 def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secretsmanager.ISecret) -> dict[str, str]:
