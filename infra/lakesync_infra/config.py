@@ -197,7 +197,7 @@ class LakeSyncConfig:
         max_body_bytes: Largest request body (``None``: the code's default).
         pull_basis_ttl_ms: How long a pull function serves cursor pulls from its last read of the sync rules and
             the shard registry (``None``: the code's default, a second; 0 reads them for every pull): a rules change
-            or a new table reaches other functions' cursor pulls within it (docs/architecture.md, "What a pull reads").
+            or a new table reaches other functions' cursor pulls within it (docs/pull.md, "The basis between pulls").
         reserved_concurrency: Reserved concurrent executions per function name (absent: unreserved; the connector
             poller's is ``connector_poll_concurrency``). With the poller's, their sum must leave
             :data:`UNRESERVED_MINIMUM` of ``account_concurrency`` unreserved, as Lambda requires.
