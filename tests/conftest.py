@@ -144,6 +144,30 @@ def dynamodb_tables(dynamodb_client: Any) -> Any:
     return names
 
 
+@pytest.fixture(scope="module")
+def module_dynamodb(moto_endpoint: str) -> Any:
+    """``(client, TableNames)`` of fresh LakeSync tables shared by one test module."""
+    import uuid
+
+    import boto3
+
+    from lakesync.aws.dynamodb import create_tables
+    from lakesync.aws.tables import TableNames
+
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE_AWS)
+    names = TableNames.with_prefix(f"c{uuid.uuid4().hex[:10]}")
+    create_tables(client, names)
+    return client, names
+
+
+@pytest.fixture
+def gw() -> str:
+    """A gateway id no other test uses (every port keys its data by gateway, so tests never see each other's data)."""
+    import uuid
+
+    return f"gw-{uuid.uuid4().hex[:12]}"
+
+
 @dataclass
 class ClaimCheck:
     """A claim-check bucket and a materialisation queue (with its DLQ, maxReceiveCount 5) on the moto server."""

@@ -1,38 +1,11 @@
-"""Fixtures of the port contract suites: one set of DynamoDB tables per test module on the shared moto server, and
-a unique gateway id per test, so tests never see each other's data (every port keys its data by gateway)."""
+"""Fixtures of the port contract suites, which run one behaviour suite against each implementation of a port (the
+DynamoDB tables per module, ``module_dynamodb``, and the unique gateway id, ``gw``, come from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
-
-
-@pytest.fixture(scope="module")
-def contract_dynamodb(moto_endpoint: str) -> Any:
-    """``(client, TableNames)`` of fresh LakeSync tables shared by one test module."""
-    import boto3
-
-    from lakesync.aws.dynamodb import create_tables
-    from lakesync.aws.tables import TableNames
-
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=moto_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    names = TableNames.with_prefix(f"c{uuid.uuid4().hex[:10]}")
-    create_tables(client, names)
-    return client, names
-
-
-@pytest.fixture
-def gw() -> str:
-    """A gateway id no other test uses."""
-    return f"gw-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
@@ -44,5 +17,5 @@ def positions(request: pytest.FixtureRequest) -> Any:
         return InMemoryPositionStore()
     from lakesync.aws.connector_positions import DynamoDBPositionStore
 
-    client, names = request.getfixturevalue("contract_dynamodb")
+    client, names = request.getfixturevalue("module_dynamodb")
     return DynamoDBPositionStore(client, names)

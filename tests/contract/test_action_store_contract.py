@@ -22,7 +22,7 @@ def store(request: pytest.FixtureRequest) -> ActionStore:
         return InMemoryActionStore()
     from lakesync.aws.dynamodb import DynamoDBActionStore
 
-    return DynamoDBActionStore(*request.getfixturevalue("contract_dynamodb"))
+    return DynamoDBActionStore(*request.getfixturevalue("module_dynamodb"))
 
 
 RECORD: dict[str, Any] = {

@@ -42,7 +42,7 @@ def store(request: pytest.FixtureRequest) -> BufferStore:
         return InMemoryBufferStore()
     from lakesync.aws.dynamodb import DynamoDBBufferStore
 
-    return DynamoDBBufferStore(*request.getfixturevalue("contract_dynamodb"))
+    return DynamoDBBufferStore(*request.getfixturevalue("module_dynamodb"))
 
 
 @pytest.fixture
@@ -564,15 +564,13 @@ def test_buffer_stores_the_widest_row_state_the_push_service_admits(store: Buffe
     assert len(store.read_log(shard, 0, 10)) == 1
 
 
-def test_dynamodb_commit_refused_for_an_item_is_an_error_at_once_not_a_conflict(
-    contract_dynamodb: Any, gw: str
-) -> None:
+def test_dynamodb_commit_refused_for_an_item_is_an_error_at_once_not_a_conflict(module_dynamodb: Any, gw: str) -> None:
     from lakesync.aws.dynamodb import DynamoDBBufferStore
     from lakesync.core.errors import StorageError
 
     # Given commits DynamoDB refuses for what they hold, not because of a concurrent writer: a key with a lone
     # surrogate (a cancellation reason other than a conflict), an item over 400 KB (a ValidationException)
-    store = DynamoDBBufferStore(*contract_dynamodb)
+    store = DynamoDBBufferStore(*module_dynamodb)
     shard = ShardId(gw, "todos", 0)
     bad_key = Writer(store, shard).plan({"r\ud800": "a"})
     too_big = Writer(store, shard).plan({"r1": "x" * 420_000})

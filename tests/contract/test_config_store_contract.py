@@ -25,7 +25,7 @@ def store(request: pytest.FixtureRequest) -> ConfigStore:
         return InMemoryConfigStore()
     from lakesync.aws.dynamodb import DynamoDBConfigStore
 
-    return DynamoDBConfigStore(*request.getfixturevalue("contract_dynamodb"))
+    return DynamoDBConfigStore(*request.getfixturevalue("module_dynamodb"))
 
 
 def _schema(table: str, *columns: str) -> object:
@@ -225,13 +225,13 @@ def test_config_destinations_leave_rules_schemas_and_flush_requests_alone(store:
     assert store.list_destinations(gw) == [_destination("pg")]
 
 
-def test_config_destinations_stay_outside_the_pull_basis_range(contract_dynamodb: Any, gw: str) -> None:
+def test_config_destinations_stay_outside_the_pull_basis_range(module_dynamodb: Any, gw: str) -> None:
     # The pull reads sk rules..shard$ in one Query; dest# keys sort before it, so a destination is not read there
     from lakesync.aws.dynamodb import DynamoDBConfigStore, DynamoDBPullBasisReader, destination_key
 
     assert destination_key("zzzz") < "rules"
-    store = DynamoDBConfigStore(*contract_dynamodb)
+    store = DynamoDBConfigStore(*module_dynamodb)
     store.put_sync_rules(gw, pass_all_rules())
     store.add_destination(gw, _destination("zzzz"))
-    basis = DynamoDBPullBasisReader(*contract_dynamodb).read_pull_basis(gw)
+    basis = DynamoDBPullBasisReader(*module_dynamodb).read_pull_basis(gw)
     assert basis.rules == pass_all_rules() and basis.shards == ()

@@ -16,11 +16,11 @@ from lakesync.ports import ConnectionStore
 
 
 @pytest.fixture(scope="module")
-def connections_table(contract_dynamodb: Any) -> tuple[Any, str]:
+def connections_table(module_dynamodb: Any) -> tuple[Any, str]:
     """A connections table on the moto server, shared by the module (tests use unique gateway and connection ids)."""
     from lakesync.aws.dynamodb import create_tables
 
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     table = connections_table_name(names.deltas.removesuffix("-deltas"))
     create_tables(client, names, connections=table)
     return client, table

@@ -25,7 +25,7 @@ def store(request: pytest.FixtureRequest) -> ConfigStore:
         return InMemoryConfigStore()
     from lakesync.aws.dynamodb import DynamoDBConfigStore
 
-    return DynamoDBConfigStore(*request.getfixturevalue("contract_dynamodb"))
+    return DynamoDBConfigStore(*request.getfixturevalue("module_dynamodb"))
 
 
 def _config(name: str, **extra: Any) -> Any:

@@ -37,7 +37,7 @@ def subject(request: pytest.FixtureRequest) -> Subject:
         return Subject(StoresPullBasis(memory_config, memory_buffer), memory_config, memory_buffer)
     from lakesync.aws.dynamodb import DynamoDBBufferStore, DynamoDBConfigStore, DynamoDBPullBasisReader
 
-    client, names = request.getfixturevalue("contract_dynamodb")
+    client, names = request.getfixturevalue("module_dynamodb")
     config, buffer = DynamoDBConfigStore(client, names), DynamoDBBufferStore(client, names)
     if request.param == "stores-dynamodb":
         return Subject(StoresPullBasis(config, buffer), config, buffer)

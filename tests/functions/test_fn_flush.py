@@ -44,7 +44,7 @@ from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.push import push
 from lakesync.lake.catalog import local_catalog
 from lakesync.local.front import LambdaContext
-from tests.contract.test_commit_by_put import StopsAfterThePut
+from tests.integration.test_commit_by_put import StopsAfterThePut
 from tests.moto_api import GLUE_JOB_RUN, create_glue_job, glue_runs_progress, moto_state_manager
 
 GW = "default"

@@ -17,8 +17,8 @@ from lakesync.core.log import Commit
 from lakesync.core.merge import fold
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.pull import pull
-from tests.contract.test_commit_marks import CountingClient
-from tests.contract.test_row_cache import GW, NOW_MS, SHARD, _delta, _deps, _push
+from tests.integration.test_commit_marks import CountingClient
+from tests.integration.test_row_cache import GW, NOW_MS, SHARD, _delta, _deps, _push
 
 
 class StopsAfterThePut(DynamoDBBufferStore):

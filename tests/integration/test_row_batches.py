@@ -16,7 +16,7 @@ from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import Commit, row_key
 from lakesync.core.merge import fold
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
-from tests.contract.test_row_cache import GW, SHARD, _head, _push
+from tests.integration.test_row_cache import GW, SHARD, _head, _push
 
 START_MS = 1_800_000_000_000
 

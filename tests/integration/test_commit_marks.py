@@ -199,9 +199,9 @@ SIZES = {
 
 
 @pytest.mark.parametrize(("sizes", "every"), SIZES.values(), ids=SIZES.keys())
-def test_the_index_holds_only_the_marks(contract_dynamodb: Any, shard: ShardId, sizes: list[int], every: int) -> None:
+def test_the_index_holds_only_the_marks(module_dynamodb: Any, shard: ShardId, sizes: list[int], every: int) -> None:
     # Given pushes of these sizes, committed with marks every `every` entries
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, sizes)
     commit_chunks(DynamoDBBufferStore(client, names, commit_mark_every=every), shard, chunks)
 
@@ -228,10 +228,10 @@ def test_the_index_holds_only_the_marks(contract_dynamodb: Any, shard: ShardId, 
 # -- the readers ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("sizes", "every"), SIZES.values(), ids=SIZES.keys())
 def test_positions_by_commit_hlc_are_those_of_a_scan(
-    contract_dynamodb: Any, shard: ShardId, sizes: list[int], every: int
+    module_dynamodb: Any, shard: ShardId, sizes: list[int], every: int
 ) -> None:
     # Given a log committed with sparse marks
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, sizes)
     buffer, flush = stores(client, names, every)
     commit_chunks(buffer, shard, chunks)
@@ -246,9 +246,9 @@ def test_positions_by_commit_hlc_are_those_of_a_scan(
     assert buffer.read_log_by_commit_hlc(shard, middle.commit_hlc - 1, 30) == entries[middle.seq - 1 : middle.seq + 29]
 
 
-def test_the_oldest_items_deleted_one_by_one(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_the_oldest_items_deleted_one_by_one(module_dynamodb: Any, shard: ShardId) -> None:
     # Given a log with sparse marks
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [3, 1, 10, 5, 2, 7, 1, 1, 20, 5, 4, 1, 16, 2, 9, 3])
     buffer, flush = stores(client, names, 8)
     commit_chunks(buffer, shard, chunks)
@@ -260,9 +260,9 @@ def test_the_oldest_items_deleted_one_by_one(contract_dynamodb: Any, shard: Shar
         check_positions(buffer, flush, shard, held, hlc_probes(held, 12, seed=gone))
 
 
-def test_a_log_written_before_marks_then_with_them(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_a_log_written_before_marks_then_with_them(module_dynamodb: Any, shard: ShardId) -> None:
     # Given a log written with chlc on every item (before marks), then with sparse marks
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     old = plan_chunks(shard, [2, 10, 1, 1, 7, 3, 10, 4])
     new = plan_chunks(shard, [10, 1, 3, 10, 10, 2, 1, 1, 5, 10, 10, 3], after=old[-1][-1])
     commit_chunks(DynamoDBBufferStore(client, names, commit_mark_every=1), shard, old)
@@ -282,9 +282,9 @@ def test_a_log_written_before_marks_then_with_them(contract_dynamodb: Any, shard
     check_positions(buffer, flush, shard, held, hlc_probes(held, 20, seed=2))
 
 
-def test_a_hole_in_the_log(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_a_hole_in_the_log(module_dynamodb: Any, shard: ShardId) -> None:
     # Given a log with sparse marks, and an item gone from its middle (a lost write, a restore)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [4, 4, 4, 4, 4, 4, 4, 4, 4, 4])
     buffer, flush = stores(client, names, 8)
     commit_chunks(buffer, shard, chunks)
@@ -309,10 +309,10 @@ def test_a_hole_in_the_log(contract_dynamodb: Any, shard: ShardId) -> None:
     gone=st.integers(0, 3),
 )
 def test_any_items_may_carry_chlc(
-    contract_dynamodb: Any, sizes: list[int], gaps: list[int], seed: int, gone: int
+    module_dynamodb: Any, sizes: list[int], gaps: list[int], seed: int, gone: int
 ) -> None:
     # Given any chunks, any subset of them carrying chlc, and perhaps the oldest ones deleted
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     shard = ShardId(f"gw-{uuid.uuid4().hex[:12]}", "todos", 0)
     rng = random.Random(seed)
     chunks = plan_chunks(shard, sizes, gaps=gaps)
@@ -349,10 +349,10 @@ class CountingClient:
 
 @pytest.mark.parametrize("size", [1, 10, 48])
 def test_a_position_by_commit_hlc_takes_an_index_query_and_a_table_query(
-    contract_dynamodb: Any, shard: ShardId, size: int
+    module_dynamodb: Any, shard: ShardId, size: int
 ) -> None:
     # Given pushes of `size` entries, marks at the default interval
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [size] * (3 * COMMIT_MARK_EVERY // size + 2))
     commit_chunks(DynamoDBBufferStore(client, names), shard, chunks)
     entries = [e for chunk in chunks for e in chunk]

@@ -17,7 +17,7 @@ from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, LogEntry, ShardId
 from lakesync.io_pool import submit
 from lakesync.ports import read_from_entry
-from tests.contract.test_commit_marks import (
+from tests.integration.test_commit_marks import (
     Chunk,
     CountingClient,
     check_positions,
@@ -128,9 +128,9 @@ SIZES = [3, 1, 10, 5, 2, 7, 1, 1, 20, 5, 4, 1, 16, 2, 9, 3]
 
 
 @READERS
-def test_the_log_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, kind: str) -> None:
+def test_the_log_reads_as_a_scan_of_it(module_dynamodb: Any, shard: ShardId, kind: str) -> None:
     # Given a log committed with first keys, sparse marks
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, SIZES)
     commit_chunks(stores(client, names, 8)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
@@ -154,9 +154,9 @@ def test_the_log_reads_as_a_scan_of_it(contract_dynamodb: Any, shard: ShardId, k
         check_positions(buffer, flush, shard, held, hlc_probes(held, 6, seed=gone))
 
 
-def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_a_hole_in_a_first_keyed_log(module_dynamodb: Any, shard: ShardId) -> None:
     # Given a first-keyed log with an item gone from its middle (a lost write, a restore)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [4] * 10)
     buffer, flush = stores(client, names, 8)
     commit_chunks(buffer, shard, chunks)
@@ -171,9 +171,9 @@ def test_a_hole_in_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> 
 
 
 # -- how many requests -----------------------------------------------------------------------------------------------
-def test_requests_of_reads_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_requests_of_reads_of_a_first_keyed_log(module_dynamodb: Any, shard: ShardId) -> None:
     # Given pushes of 10, first-keyed
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [10] * 6)
     commit_chunks(stores(client, names, 64)[0], shard, chunks)
     counting = CountingClient(client)
@@ -227,9 +227,9 @@ class SlowLookBackClient(CountingClient):
         return out
 
 
-def test_no_request_of_a_read_outlives_it(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_no_request_of_a_read_outlives_it(module_dynamodb: Any, shard: ShardId) -> None:
     # Given pushes of 10, first-keyed, and a client whose look-back for the chunk holding a position answers late
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, [10] * 4))
     slow = SlowLookBackClient(client, delay_s=0.3)
     buffer = DynamoDBBufferStore(slow, names)
@@ -245,10 +245,10 @@ def test_no_request_of_a_read_outlives_it(contract_dynamodb: Any, shard: ShardId
 
 
 def test_a_read_on_a_pool_thread_looks_back_only_when_the_items_after_the_position_need_it(
-    contract_dynamodb: Any, shard: ShardId
+    module_dynamodb: Any, shard: ShardId
 ) -> None:
     # Given pushes of 10, first-keyed, read from a thread of the I/O pool (as a pull reads its shards)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, [10] * 4))
     counting = CountingClient(client)
     buffer = DynamoDBBufferStore(counting, names)
@@ -268,9 +268,9 @@ def test_a_read_on_a_pool_thread_looks_back_only_when_the_items_after_the_positi
     assert [q.get("ScanIndexForward") is False for q in sent_inside] == [False, True]
 
 
-def test_requests_of_a_cursor_read_of_a_first_keyed_log(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_requests_of_a_cursor_read_of_a_first_keyed_log(module_dynamodb: Any, shard: ShardId) -> None:
     # Given pushes of 10, first-keyed (each chunk records the commit HLC of the entry before it)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [10] * 6)
     commit_chunks(stores(client, names, 64)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
@@ -311,10 +311,10 @@ class ItemCountingClient(CountingClient):
 
 
 def test_reads_by_position_stop_at_the_chunk_holding_the_last_entry_wanted(
-    contract_dynamodb: Any, shard: ShardId
+    module_dynamodb: Any, shard: ShardId
 ) -> None:
     # Given pushes of 48, first-keyed (chunks starting at 1, 49, ..., 433)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     size, total = 48, 480
     commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, [size] * 10))
     counting = ItemCountingClient(client)
@@ -343,9 +343,9 @@ def test_reads_by_position_stop_at_the_chunk_holding_the_last_entry_wanted(
             assert holding <= len(counting.spans) <= holding + 1 + spare, where
 
 
-def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_dynamodb: Any, shard: ShardId) -> None:
+def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(module_dynamodb: Any, shard: ShardId) -> None:
     # Given a long first-keyed log (30 pushes of 10)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [10] * 30)
     commit_chunks(stores(client, names, 64)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
@@ -372,10 +372,10 @@ def test_a_new_process_reads_a_long_first_keyed_log_from_its_position(contract_d
 
 
 def test_a_new_flush_store_reads_a_range_of_a_long_first_keyed_log_from_its_start(
-    contract_dynamodb: Any, shard: ShardId
+    module_dynamodb: Any, shard: ShardId
 ) -> None:
     # Given a long first-keyed log (30 pushes of 10)
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     chunks = plan_chunks(shard, [10] * 30)
     commit_chunks(stores(client, names, 64)[0], shard, chunks)
     entries = [e for chunk in chunks for e in chunk]
@@ -392,10 +392,10 @@ def test_a_new_flush_store_reads_a_range_of_a_long_first_keyed_log_from_its_star
 
 @pytest.mark.parametrize(("sizes", "limit"), [([48] * 10, 101), ([10] * 30, 25), ([250, 3, 250, 1, 100], 101)])
 def test_a_cursor_paging_through_the_log_reads_each_page_in_one_query_from_the_chunk_it_read_last(
-    contract_dynamodb: Any, shard: ShardId, sizes: list[int], limit: int
+    module_dynamodb: Any, shard: ShardId, sizes: list[int], limit: int
 ) -> None:
     # Given a first-keyed log of chunks of several sizes
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     commit_chunks(stores(client, names, 64)[0], shard, plan_chunks(shard, sizes))
     total = sum(sizes)
     counting = ItemCountingClient(client)

@@ -76,8 +76,8 @@ class Gateway:
 
 
 @pytest.fixture
-def gateway(contract_dynamodb: Any, gw: str) -> tuple[Gateway, list[int]]:
-    client, names = contract_dynamodb
+def gateway(module_dynamodb: Any, gw: str) -> tuple[Gateway, list[int]]:
+    client, names = module_dynamodb
     wall = [NOW_MS]
     first = Gateway(client, names, gw, wall)
     for chunk in range(4):  # four pushes of ten: a first-keyed log of four chunks
@@ -87,10 +87,10 @@ def gateway(contract_dynamodb: Any, gw: str) -> tuple[Gateway, list[int]]:
 
 
 def test_idle_cursor_polls_within_the_basis_ttl_send_the_log_query_and_the_head_read(
-    contract_dynamodb: Any, gw: str
+    module_dynamodb: Any, gw: str
 ) -> None:
     # Given a container that keeps the pull basis for a second (the deployed default), and a client caught up
-    client, names = contract_dynamodb
+    client, names = module_dynamodb
     wall = [NOW_MS]
     container = Gateway(client, names, gw, wall, basis_ttl_s=1.0)
     container.push(10, 0)
