@@ -50,13 +50,13 @@ An empty variable counts as unset. Every problem is reported at once in one :cla
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Final
 
 from lakesync.auth import DEFAULT_MAX_LIFETIME_S, check_signing_key
+from lakesync.aws.settings_env import Env, flag_problem
 from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import MIB, GatewaySettings
@@ -244,11 +244,13 @@ _DEFAULTS: Final = GatewaySettings()
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _MAX_SUB_SHARDS = 256
-_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _CALLBACK_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~$-]+)*/?")
 """A stage's callback URL (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; ``http`` for local)."""
 _FUNCTION_NAME = re.compile(r"(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}")
 """A Lambda function's name or ARN (no version or alias)."""
+_NAMESPACE = re.compile(r"[a-z0-9_]{1,255}")
+_SECRET_PREFIX = re.compile(r"[A-Za-z0-9/_+=.@-]{1,256}")
+_DESTINATION_SECRET_PREFIX = re.compile(r"[A-Za-z0-9/_+=.@-]{1,400}")
 DEFAULT_FLUSH_MAX_DELTAS: Final = 200_000
 """Most entries one run of the flush function appends: well inside its 15 minutes and its memory (a larger backlog
 is flushed by the runs that follow)."""
@@ -262,6 +264,12 @@ def _job_name() -> re.Pattern[str]:
 
 class SettingsError(ValueError):
     """The environment does not describe a usable configuration."""
+
+
+def _check(env: Env) -> None:
+    """Raise every problem ``env`` recorded, in order, in one :class:`SettingsError`."""
+    if env.errors:
+        raise SettingsError("Invalid LakeSync configuration: " + "; ".join(env.errors))
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,34 +312,25 @@ class Settings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
+        env = Env(environ)
+        lifetime = (DEFAULT_MAX_LIFETIME_S, MIN_TOKEN_LIFETIME_LIMIT_S, MAX_TOKEN_LIFETIME_LIMIT_S)
         settings = cls(
-            gateway_ids=_gateway_ids(env.get(GATEWAY_IDS, "default"), errors),
-            tables=_tables(env, errors),
-            jwt_secrets=_secrets(env, errors),
-            jwt_secret_arn=env.get(JWT_SECRET_ARN),
-            max_token_lifetime_s=_int(
-                env,
-                MAX_TOKEN_LIFETIME_S,
-                DEFAULT_MAX_LIFETIME_S,
-                MIN_TOKEN_LIFETIME_LIMIT_S,
-                errors,
-                maximum=MAX_TOKEN_LIFETIME_LIMIT_S,
-                unit="s",
+            gateway_ids=_gateway_ids(env),
+            tables=_tables(env),
+            jwt_secrets=_secrets(env),
+            jwt_secret_arn=env.raw(JWT_SECRET_ARN),
+            max_token_lifetime_s=env.integer(MAX_TOKEN_LIFETIME_S, *lifetime, unit="s"),
+            flush_threshold_bytes=env.integer(FLUSH_THRESHOLD_BYTES, _DEFAULTS.flush_threshold_bytes, 1),
+            backpressure_bytes=env.optional_integer(BACKPRESSURE_BYTES, 0),
+            sub_shards=_sub_shards(env),
+            max_body_bytes=env.integer(MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, MAX_BODY_BYTES_LIMIT),
+            checkpoint_bucket=env.bucket(CHECKPOINT_BUCKET),
+            pull_basis_ttl_ms=env.integer(
+                PULL_BASIS_TTL_MS, DEFAULT_PULL_BASIS_TTL_MS, 0, MAX_PULL_BASIS_TTL_MS, unit="ms"
             ),
-            flush_threshold_bytes=_int(env, FLUSH_THRESHOLD_BYTES, _DEFAULTS.flush_threshold_bytes, 1, errors),
-            backpressure_bytes=_optional_int(env, BACKPRESSURE_BYTES, 0, errors),
-            sub_shards=_sub_shards(env.get(SUB_SHARDS), errors),
-            max_body_bytes=_int(env, MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, errors, maximum=MAX_BODY_BYTES_LIMIT),
-            checkpoint_bucket=_bucket(env.get(CHECKPOINT_BUCKET), errors),
-            pull_basis_ttl_ms=_int(
-                env, PULL_BASIS_TTL_MS, DEFAULT_PULL_BASIS_TTL_MS, 0, errors, maximum=MAX_PULL_BASIS_TTL_MS, unit="ms"
-            ),
-            rate_limits=_rate_limits(env.get(RATE_LIMITS), errors),
+            rate_limits=_rate_limits(env),
         )
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        _check(env)
         return settings
 
     def gateway_settings(self) -> GatewaySettings:
@@ -344,113 +343,70 @@ class Settings:
         )
 
 
-def _rate_limits(raw: str | None, errors: list[str]) -> dict[str, RateLimit]:
+def _rate_limits(env: Env) -> dict[str, RateLimit]:
+    raw = env.raw(RATE_LIMITS)
     if raw is None:
         return dict(DEFAULT_LIMITS)
     try:
         return parse_limits(raw)
     except ValueError as exc:
-        errors.append(f"{RATE_LIMITS}: {exc}")
+        env.problem(f"{RATE_LIMITS}: {exc}")
         return dict(DEFAULT_LIMITS)
 
 
-def _gateway_ids(raw: str, errors: list[str]) -> frozenset[str]:
-    ids = [part.strip() for part in raw.split(",")]
+def _gateway_ids(env: Env) -> frozenset[str]:
+    ids = [part.strip() for part in (env.raw(GATEWAY_IDS) or "default").split(",")]
     bad = [i for i in ids if not _GATEWAY_ID.fullmatch(i)]
     if bad:
-        errors.append(f"{GATEWAY_IDS} holds invalid gateway ids {bad!r} (letters, digits, _ . : - ; at most 128)")
+        env.problem(f"{GATEWAY_IDS} holds invalid gateway ids {bad!r} (letters, digits, _ . : - ; at most 128)")
     return frozenset(ids)
 
 
-def _tables(env: Mapping[str, str], errors: list[str]) -> TableNames:
-    given = {kind: env[var].strip() for kind, var in TABLE_VARS.items() if var in env}
-    prefix = env.get(TABLE_PREFIX, "").strip()
+def _tables(env: Env) -> TableNames:
+    given = {kind: env.text(var) for kind, var in TABLE_VARS.items() if var in env}
+    prefix = env.text(TABLE_PREFIX)
     if prefix and given:
-        errors.append(f"set either {TABLE_PREFIX} or the {len(TABLE_VARS)} LAKESYNC_TABLE_* names, not both")
+        env.problem(f"set either {TABLE_PREFIX} or the {len(TABLE_VARS)} LAKESYNC_TABLE_* names, not both")
     if prefix:
         names = TableNames.with_prefix(prefix)
     else:
         missing = [var for kind, var in TABLE_VARS.items() if kind not in given]
         if missing:
-            errors.append(f"missing {', '.join(missing)} (or set {TABLE_PREFIX})")
+            env.problem(f"missing {', '.join(missing)} (or set {TABLE_PREFIX})")
         names = TableNames(**{kind: given.get(kind, "") for kind in TABLE_VARS})
     for kind, name in names.as_dict().items():
-        if kind in given or prefix:
-            if not _TABLE_NAME.fullmatch(name):
-                errors.append(f"table name {name!r} ({kind}) is not a valid DynamoDB table name")
+        if (kind in given or prefix) and not _TABLE_NAME.fullmatch(name):
+            env.problem(f"table name {name!r} ({kind}) is not a valid DynamoDB table name")
     return names
 
 
-def _secrets(env: Mapping[str, str], errors: list[str]) -> tuple[str, ...]:
+def _secrets(env: Env) -> tuple[str, ...]:
     if JWT_SECRET_ARN in env:
         if JWT_SECRET in env or JWT_SECRET_PREVIOUS in env:
-            errors.append(f"set either {JWT_SECRET_ARN} or {JWT_SECRET} (+ {JWT_SECRET_PREVIOUS}), not both")
+            env.problem(f"set either {JWT_SECRET_ARN} or {JWT_SECRET} (+ {JWT_SECRET_PREVIOUS}), not both")
         return ()
     if JWT_SECRET not in env:
-        errors.append(f"missing {JWT_SECRET} (or {JWT_SECRET_ARN})")
+        env.problem(f"missing {JWT_SECRET} (or {JWT_SECRET_ARN})")
         return ()
-    secrets = tuple(env[var] for var in (JWT_SECRET, JWT_SECRET_PREVIOUS) if var in env)
+    secrets = tuple(env.values[var] for var in (JWT_SECRET, JWT_SECRET_PREVIOUS) if var in env)
     for var, secret in zip((JWT_SECRET, JWT_SECRET_PREVIOUS), secrets, strict=False):
         try:
             check_signing_key(secret, var)
         except ValueError as exc:
-            errors.append(str(exc))
+            env.problem(str(exc))
     return secrets
 
 
-def _int(
-    env: Mapping[str, str],
-    var: str,
-    default: int,
-    minimum: int,
-    errors: list[str],
-    *,
-    maximum: int | None = None,
-    unit: str = "bytes",
-) -> int:
-    value = _optional_int(env, var, minimum, errors)
-    if value is not None and maximum is not None and value > maximum:
-        errors.append(f"{var} must be at most {maximum:,} {unit}, got {value:,}")
-        return default
-    return default if value is None else value
-
-
-def _optional_int(env: Mapping[str, str], var: str, minimum: int, errors: list[str]) -> int | None:
-    raw = env.get(var)
-    if raw is None:
-        return None
-    text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) < minimum:
-        errors.append(f"{var} must be an integer >= {minimum}, got {raw!r}")
-        return None
-    return int(text)
-
-
-def _bucket(raw: str | None, errors: list[str], var: str = CHECKPOINT_BUCKET) -> str | None:
-    if raw is None:
-        return None
-    name = raw.strip()
-    if not _BUCKET_NAME.fullmatch(name) or ".." in name:
-        errors.append(f"{var} {raw!r} is not a valid S3 bucket name")
-    return name
-
-
-def _sub_shards(raw: str | None, errors: list[str]) -> dict[str, int]:
-    if raw is None:
-        return {}
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        errors.append(f'{SUB_SHARDS} must be a JSON object {{"table": n}}, got {raw!r}')
+def _sub_shards(env: Env) -> dict[str, int]:
+    doc = env.json_object(SUB_SHARDS, '{"table": n}')
+    if doc is None:
         return {}
     shards: dict[str, int] = {}
     for table, n in doc.items():
         if not is_valid_identifier(table):
-            errors.append(f"{SUB_SHARDS}: {table!r} is not a valid table name")
+            env.problem(f"{SUB_SHARDS}: {table!r} is not a valid table name")
         elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_SUB_SHARDS:
-            errors.append(f"{SUB_SHARDS}: {table} must map to an integer in 1..{_MAX_SUB_SHARDS}, got {n!r}")
+            env.problem(f"{SUB_SHARDS}: {table} must map to an integer in 1..{_MAX_SUB_SHARDS}, got {n!r}")
         else:
             shards[table] = n
     return shards
@@ -477,16 +433,14 @@ class MaterialiseSettings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-        tables = _tables(env, errors)
-        bucket = _bucket(env.get(CLAIM_CHECK_BUCKET), errors, CLAIM_CHECK_BUCKET)
+        env = Env(environ)
+        tables = _tables(env)
+        bucket = env.bucket(CLAIM_CHECK_BUCKET)
         if bucket is None:
-            errors.append(f"missing {CLAIM_CHECK_BUCKET}")
-        network = network_policy(env, errors)
-        prefix = destination_secret_prefix(env, errors)
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+            env.problem(f"missing {CLAIM_CHECK_BUCKET}")
+        network = network_policy(env.values, env.errors)
+        prefix = destination_secret_prefix(env.values, env.errors)
+        _check(env)
         assert bucket is not None
         return cls(tables=tables, claim_check_bucket=bucket, network=network, destination_secret_prefix=prefix)
 
@@ -538,34 +492,25 @@ class LakeTickSettings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-        gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
-        tables = _tables(env, errors)
-        names: dict[str, str] = {}
-        function = _flush_function(env, errors)
-        for job, var in JOB_NAME_VARS.items():
-            name = env.get(var, "").strip()
-            if job == "flush" and function is not None and not name:
-                continue  # the flush function alone
-            if not name:
-                errors.append(f"missing {var}")
-            elif not _job_name().fullmatch(name):
-                errors.append(f"{var} {name!r} is not a Glue job name")
-            names[job] = name
-        max_backlog = _int(env, FLUSH_FUNCTION_MAX_BACKLOG, _default_max_backlog(), 0, errors, unit="deltas")
-        publishes = env.get(FLUSH_PUBLISHES, "").strip().lower()
-        if publishes not in ("true", "false"):
-            errors.append(f"{FLUSH_PUBLISHES} must be true or false (whether the flush job publishes)")
-        bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
+        env = Env(environ)
+        gateways = _gateway_ids(env)
+        tables = _tables(env)
+        function = _flush_function(env)
+        names = {
+            job: env.name(var, _job_name(), "a Glue job name") if var in env else env.required(var)
+            for job, var in JOB_NAME_VARS.items()
+            if not (job == "flush" and function is not None and var not in env)  # the flush function alone
+        }
+        max_backlog = env.integer(FLUSH_FUNCTION_MAX_BACKLOG, _default_max_backlog(), 0, unit="deltas")
+        publishes = env.flag(FLUSH_PUBLISHES, note="whether the flush job publishes")
+        bucket = env.bucket(CHECKPOINT_BUCKET)
         default = _default_compact_policy()
         most = MAX_COMPACT_MIN_FLUSH_RUNS
-        min_runs = _int(env, COMPACT_MIN_FLUSH_RUNS, default.min_flush_runs, 1, errors, maximum=most, unit="runs")
-        wait_min = _int(env, COMPACT_MAX_WAIT_MINUTES, default.max_wait_ms // 60_000, 0, errors, unit="minutes")
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        min_runs = env.integer(COMPACT_MIN_FLUSH_RUNS, default.min_flush_runs, 1, most, unit="runs")
+        wait_min = env.integer(COMPACT_MAX_WAIT_MINUTES, default.max_wait_ms // 60_000, 0, unit="minutes")
+        _check(env)
         policy = replace(default, min_flush_runs=min_runs, max_wait_ms=wait_min * 60_000)
-        return cls(tuple(sorted(gateways)), tables, names, publishes == "true", bucket, function, policy, max_backlog)
+        return cls(tuple(sorted(gateways)), tables, names, publishes, bucket, function, policy, max_backlog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,19 +540,15 @@ class FlushTriggerSettings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-        function = _flush_function(env, errors)
-        job = env.get(FLUSH_JOB_NAME, "").strip() or None
-        if job is not None and not _job_name().fullmatch(job):
-            errors.append(f"{FLUSH_JOB_NAME} {job!r} is not a Glue job name")
+        env = Env(environ)
+        function = _flush_function(env)
+        job = env.name(FLUSH_JOB_NAME, _job_name(), "a Glue job name") or None
         if job is None and function is None:
-            errors.append(f"missing {FLUSH_JOB_NAME} (or {FLUSH_FUNCTION_NAME})")
-        gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
-        tables = _tables(env, errors) if function is not None else None
-        max_backlog = _int(env, FLUSH_FUNCTION_MAX_BACKLOG, _default_max_backlog(), 0, errors, unit="deltas")
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+            env.problem(f"missing {FLUSH_JOB_NAME} (or {FLUSH_FUNCTION_NAME})")
+        gateways = _gateway_ids(env)
+        tables = _tables(env) if function is not None else None
+        max_backlog = env.integer(FLUSH_FUNCTION_MAX_BACKLOG, _default_max_backlog(), 0, unit="deltas")
+        _check(env)
         return cls(tuple(sorted(gateways)), tables, job, function, max_backlog)
 
 
@@ -620,13 +561,11 @@ class FlushFunctionRef:
     timeout_s: int = 900
 
 
-def _flush_function(env: Mapping[str, str], errors: list[str]) -> FlushFunctionRef | None:
-    name = env.get(FLUSH_FUNCTION_NAME, "").strip()
-    if not name:
+def _flush_function(env: Env) -> FlushFunctionRef | None:
+    if FLUSH_FUNCTION_NAME not in env:
         return None
-    if not _FUNCTION_NAME.fullmatch(name):
-        errors.append(f"{FLUSH_FUNCTION_NAME} {name!r} is not a Lambda function name or ARN")
-    timeout = _int(env, FLUSH_FUNCTION_TIMEOUT_S, 900, 1, errors, maximum=900, unit="seconds")
+    name = env.name(FLUSH_FUNCTION_NAME, _FUNCTION_NAME, "a Lambda function name or ARN")
+    timeout = env.integer(FLUSH_FUNCTION_TIMEOUT_S, 900, 1, 900, unit="seconds")
     return FlushFunctionRef(name, timeout)
 
 
@@ -670,33 +609,27 @@ class FlushFunctionSettings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-        gateways = _gateway_ids(env.get(GATEWAY_IDS, "default"), errors)
-        tables = _tables(env, errors)
-        warehouse = env.get(LAKE_WAREHOUSE, "").strip()
-        if not warehouse:
-            errors.append(f"missing {LAKE_WAREHOUSE}")
-        catalog = env.get(LAKE_CATALOG, "glue").strip()
-        catalog_uri = env.get(LAKE_CATALOG_URI, "").strip() or None
+        env = Env(environ)
+        gateways = _gateway_ids(env)
+        tables = _tables(env)
+        warehouse = env.required(LAKE_WAREHOUSE)
+        catalog = env.text(LAKE_CATALOG, "glue")
+        catalog_uri = env.optional(LAKE_CATALOG_URI)
         if catalog not in ("glue", "local"):
-            errors.append(f"{LAKE_CATALOG} must be glue or local, got {catalog!r}")
+            env.problem(f"{LAKE_CATALOG} must be glue or local, got {catalog!r}")
         elif catalog == "local" and catalog_uri is None:
-            errors.append(f"{LAKE_CATALOG}=local needs {LAKE_CATALOG_URI} (the catalog's sqlite file)")
+            env.problem(f"{LAKE_CATALOG}=local needs {LAKE_CATALOG_URI} (the catalog's sqlite file)")
         elif catalog == "glue" and not warehouse.startswith("s3://") and warehouse:
-            errors.append(f"{LAKE_WAREHOUSE} must be an s3:// URI with the Glue catalog, got {warehouse!r}")
-        namespace = env.get(LAKE_NAMESPACE, "lakesync").strip()
-        if not re.fullmatch(r"[a-z0-9_]{1,255}", namespace):
-            errors.append(f"{LAKE_NAMESPACE} {namespace!r} is not a Glue database name")
-        checkpoint_bucket = _bucket(env.get(CHECKPOINT_BUCKET), errors)
-        claim_bucket = _bucket(env.get(CLAIM_CHECK_BUCKET), errors, CLAIM_CHECK_BUCKET)
-        queue_url = env.get(MATERIALISE_QUEUE_URL, "").strip() or None
+            env.problem(f"{LAKE_WAREHOUSE} must be an s3:// URI with the Glue catalog, got {warehouse!r}")
+        namespace = env.name(LAKE_NAMESPACE, _NAMESPACE, "a Glue database name", default="lakesync")
+        checkpoint_bucket = env.bucket(CHECKPOINT_BUCKET)
+        claim_bucket = env.bucket(CLAIM_CHECK_BUCKET)
+        queue_url = env.optional(MATERIALISE_QUEUE_URL)
         if (claim_bucket is None) != (queue_url is None):
-            errors.append(f"{CLAIM_CHECK_BUCKET} and {MATERIALISE_QUEUE_URL} go together")
-        retention = _int(env, FLUSH_RETENTION_MS, 24 * 3600 * 1000, 0, errors)
-        max_deltas = _int(env, FLUSH_MAX_DELTAS, DEFAULT_FLUSH_MAX_DELTAS, 1, errors)
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+            env.problem(f"{CLAIM_CHECK_BUCKET} and {MATERIALISE_QUEUE_URL} go together")
+        retention = env.integer(FLUSH_RETENTION_MS, 24 * 3600 * 1000, 0)
+        max_deltas = env.integer(FLUSH_MAX_DELTAS, DEFAULT_FLUSH_MAX_DELTAS, 1)
+        _check(env)
         return cls(
             tuple(sorted(gateways)),
             tables,
@@ -733,12 +666,10 @@ class RealtimeSettings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-        table = _connections_table(env, errors)
-        url = _callback_url(env, errors, required=sends)
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        env = Env(environ)
+        table = _connections_table(env)
+        url = _callback_url(env, required=sends)
+        _check(env)
         return cls(table, url)
 
 
@@ -761,36 +692,30 @@ class BroadcastSettings:
         Raises:
             SettingsError: listing every missing or invalid variable.
         """
-        errors: list[str] = []
-        env = {k: v for k, v in environ.items() if k.startswith("LAKESYNC_") and v.strip()}
-        tables = _tables(env, errors)
-        table = _connections_table(env, errors)
-        url = _callback_url(env, errors, required=True)
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+        env = Env(environ)
+        tables = _tables(env)
+        table = _connections_table(env)
+        url = _callback_url(env, required=True)
+        _check(env)
         return cls(tables, RealtimeSettings(table, url))
 
 
-def _connections_table(env: Mapping[str, str], errors: list[str]) -> str:
-    name = env.get(CONNECTIONS_TABLE, "").strip()
-    prefix = env.get(TABLE_PREFIX, "").strip()
-    if not name and prefix:
-        name = connections_table_name(prefix)
+def _connections_table(env: Env) -> str:
+    prefix = env.text(TABLE_PREFIX)
+    name = env.text(CONNECTIONS_TABLE) or (connections_table_name(prefix) if prefix else "")
     if not name:
-        errors.append(f"missing {CONNECTIONS_TABLE} (or set {TABLE_PREFIX})")
+        env.problem(f"missing {CONNECTIONS_TABLE} (or set {TABLE_PREFIX})")
     elif not _TABLE_NAME.fullmatch(name):
-        errors.append(f"{CONNECTIONS_TABLE} {name!r} is not a valid DynamoDB table name")
+        env.problem(f"{CONNECTIONS_TABLE} {name!r} is not a valid DynamoDB table name")
     return name
 
 
-def _callback_url(env: Mapping[str, str], errors: list[str], *, required: bool) -> str | None:
-    url = env.get(WS_CALLBACK_URL, "").strip()
+def _callback_url(env: Env, *, required: bool) -> str | None:
+    url = env.required(WS_CALLBACK_URL) if required else env.text(WS_CALLBACK_URL)
     if not url:
-        if required:
-            errors.append(f"missing {WS_CALLBACK_URL}")
         return None
     if not _CALLBACK_URL.fullmatch(url):
-        errors.append(f"{WS_CALLBACK_URL} {url!r} is not an http(s) URL of a WebSocket API stage")
+        env.problem(f"{WS_CALLBACK_URL} {url!r} is not an http(s) URL of a WebSocket API stage")
     return url.rstrip("/")
 
 
@@ -826,27 +751,27 @@ class ConnectorSettings:
         Raises:
             SettingsError: an unknown scheduler, or ``eventbridge`` without its three variables.
         """
-        env = {k: v.strip() for k, v in environ.items() if k.startswith("LAKESYNC_CONNECTOR") and v.strip()}
+        env = Env(environ, prefix="LAKESYNC_CONNECTOR")
         targets = (CONNECTOR_SCHEDULE_GROUP, CONNECTOR_POLL_FUNCTION_ARN, CONNECTOR_SCHEDULER_ROLE_ARN)
-        scheduler = env.get(CONNECTOR_SCHEDULER) or ("eventbridge" if any(t in env for t in targets) else None)
-        errors = []
+        scheduler = env.optional(CONNECTOR_SCHEDULER) or ("eventbridge" if any(t in env for t in targets) else None)
         if scheduler not in (None, "eventbridge", "local"):
-            errors.append(f"{CONNECTOR_SCHEDULER} must be eventbridge or local")
+            env.problem(f"{CONNECTOR_SCHEDULER} must be eventbridge or local")
         if scheduler == "eventbridge":
-            errors.extend(f"missing {t}" for t in targets if t not in env)
-        prefix = env.get(CONNECTOR_SECRET_PREFIX, "lakesync/connectors")
-        if not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,256}", prefix):
-            errors.append(f"{CONNECTOR_SECRET_PREFIX} is not a valid secret name prefix")
-        network = network_policy({k: v.strip() for k, v in environ.items() if k in NETWORK_ENV_VARS}, errors)
-        destinations = destination_secret_prefix(environ, errors)
-        if errors:
-            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(errors))
+            for target in targets:
+                env.required(target)
+        prefix = env.text(CONNECTOR_SECRET_PREFIX, "lakesync/connectors")
+        if not _SECRET_PREFIX.fullmatch(prefix):
+            env.problem(f"{CONNECTOR_SECRET_PREFIX} is not a valid secret name prefix")
+        # unlike the other readers, an empty network variable is read as set (empty)
+        network = network_policy({k: v.strip() for k, v in environ.items() if k in NETWORK_ENV_VARS}, env.errors)
+        destinations = destination_secret_prefix(environ, env.errors)
+        _check(env)
         return cls(
             scheduler=scheduler,
-            schedule_group=env.get(CONNECTOR_SCHEDULE_GROUP),
-            poll_function_arn=env.get(CONNECTOR_POLL_FUNCTION_ARN),
-            scheduler_role_arn=env.get(CONNECTOR_SCHEDULER_ROLE_ARN),
-            secrets_dir=env.get(CONNECTOR_SECRETS_DIR),
+            schedule_group=env.optional(CONNECTOR_SCHEDULE_GROUP),
+            poll_function_arn=env.optional(CONNECTOR_POLL_FUNCTION_ARN),
+            scheduler_role_arn=env.optional(CONNECTOR_SCHEDULER_ROLE_ARN),
+            secrets_dir=env.optional(CONNECTOR_SECRETS_DIR),
             secret_prefix=prefix.rstrip("/"),
             network=network,
             destination_secret_prefix=destinations,
@@ -858,7 +783,7 @@ def destination_secret_prefix(env: Mapping[str, str], errors: list[str]) -> str 
     raw = env.get(DESTINATION_SECRET_PREFIX, "").strip()
     if not raw:
         return None
-    if not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,400}", raw):
+    if not _DESTINATION_SECRET_PREFIX.fullmatch(raw):
         errors.append(f"{DESTINATION_SECRET_PREFIX} is not a valid secret name prefix")
     return raw
 
@@ -878,7 +803,8 @@ def network_policy(env: Mapping[str, str], errors: list[str] | None = None) -> N
         allowed = parse_networks(env.get(ALLOWED_NETWORKS, "").split(","))
     except ValueError as exc:
         problems.append(f"{ALLOWED_NETWORKS}: {exc}")
-    http = env.get(ALLOW_PLAIN_HTTP, "false").strip().lower()
-    if http not in ("true", "false"):
-        problems.append(f"{ALLOW_PLAIN_HTTP} must be true or false")
-    return NetworkPolicy(allowed=allowed, allow_http=http == "true")
+    http = env.get(ALLOW_PLAIN_HTTP, "false")
+    problem = flag_problem(ALLOW_PLAIN_HTTP, http)
+    if problem is not None:
+        problems.append(problem)
+    return NetworkPolicy(allowed=allowed, allow_http=http.strip().lower() == "true")
