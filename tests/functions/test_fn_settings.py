@@ -1,6 +1,6 @@
 """lakesync.aws.function_settings.Settings.from_env: defaults, the table-name and secret alternatives, and one
 clear error listing every bad variable; the materialise consumer's, the lake tick's and the WebSocket functions'
-settings likewise.
+settings likewise; the one reader they share (lakesync.aws.settings_env.Env).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from lakesync.aws.function_settings import (
     Settings,
     SettingsError,
 )
+from lakesync.aws.settings_env import Env, flag_problem
 from lakesync.aws.tables import TableNames
 from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, CompactPolicy
 
@@ -329,3 +330,48 @@ def test_lake_tick_settings_report_every_problem_at_once():
         f"{COMPACT_MAX_WAIT_MINUTES} must be an integer >= 0, got '-1'",
     ):
         assert fragment in message
+
+
+def test_env_reads_only_non_empty_lakesync_variables():
+    # Given an environment with an empty, a blank and a foreign variable besides one set
+    env = Env({"LAKESYNC_A": " a ", "LAKESYNC_B": "", "LAKESYNC_C": "  ", "HOME": "/root"})
+    # Then only the set one counts, as set (raw) and stripped (text), and the others read as their defaults
+    assert "LAKESYNC_A" in env and "LAKESYNC_B" not in env and "LAKESYNC_C" not in env and "HOME" not in env
+    assert (env.raw("LAKESYNC_A"), env.text("LAKESYNC_A"), env.optional("LAKESYNC_A")) == (" a ", "a", "a")
+    assert (env.raw("LAKESYNC_B"), env.text("LAKESYNC_B", "d"), env.optional("LAKESYNC_C")) == (None, "d", None)
+    assert env.errors == []
+
+
+def test_env_integers_name_the_variable_its_range_and_the_value():
+    env = Env({"LAKESYNC_N": " 7 ", "LAKESYNC_BIG": "12000", "LAKESYNC_NEG": "-1", "LAKESYNC_X": "x"})
+    # Then a valid value is read (stripped), an unset one is the default, and each bad one is the default with a
+    # message naming the variable, the bound and the value
+    assert env.integer("LAKESYNC_N", 1, 0) == 7
+    assert env.integer("LAKESYNC_UNSET", 5, 0) == 5
+    assert env.integer("LAKESYNC_BIG", 5, 0, 10_000, unit="ms") == 5
+    assert env.integer("LAKESYNC_NEG", 5, 0) == 5
+    assert env.optional_integer("LAKESYNC_X", 1) is None
+    assert env.errors == [
+        "LAKESYNC_BIG must be at most 10,000 ms, got 12,000",
+        "LAKESYNC_NEG must be an integer >= 0, got '-1'",
+        "LAKESYNC_X must be an integer >= 1, got 'x'",
+    ]
+
+
+def test_env_flags_names_json_and_required_values_report_their_problems_in_order():
+    env = Env({"LAKESYNC_F": "TRUE", "LAKESYNC_G": "yes", "LAKESYNC_J": "[1]", "LAKESYNC_K": " bad name "})
+    assert env.flag("LAKESYNC_F") is True
+    assert env.flag("LAKESYNC_G", note="why") is False
+    assert env.flag("LAKESYNC_UNSET", default="false") is False
+    assert env.json_object("LAKESYNC_J", "{...}") is None
+    assert env.name("LAKESYNC_K", re.compile(r"[a-z]+"), "a name") == "bad name"
+    assert env.required("LAKESYNC_R", alternative="LAKESYNC_S") == ""
+    assert env.bucket("LAKESYNC_K") == "bad name"
+    assert env.errors == [
+        "LAKESYNC_G must be true or false (why)",
+        "LAKESYNC_J must be a JSON object {...}, got '[1]'",
+        "LAKESYNC_K 'bad name' is not a name",
+        "missing LAKESYNC_R (or LAKESYNC_S)",
+        "LAKESYNC_K ' bad name ' is not a valid S3 bucket name",
+    ]
+    assert flag_problem("LAKESYNC_F", " False ") is None
