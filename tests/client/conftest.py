@@ -14,21 +14,9 @@ from lakesync.client import LocalStore, connect
 from lakesync.client.http import SyncClient
 from lakesync.core.merge import RowState, merge
 from lakesync.local.runner import LocalStack
+from tests.factories import todo_schema
 
 _counter = itertools.count()
-
-
-def todo_schema(table: str) -> dict[str, Any]:
-    """A todo table with one column of every type."""
-    return {
-        "table": table,
-        "columns": [
-            {"name": "title", "type": "string"},
-            {"name": "done", "type": "boolean"},
-            {"name": "priority", "type": "number"},
-            {"name": "tags", "type": "json"},
-        ],
-    }
 
 
 def unique_table(prefix: str = "todos") -> str:

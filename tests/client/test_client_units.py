@@ -33,19 +33,9 @@ from lakesync.wire import _json
 from lakesync.wire.codec import decode_sync_response
 from lakesync.wire.fast_checkpoint import decode_checkpoint, to_row_delta
 from lakesync.wire.framing import encode_broadcast, iter_checkpoint
+from tests.factories import T0, todo_schema
 
-SCHEMA = {
-    "table": "todos",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "done", "type": "boolean"},
-        {"name": "priority", "type": "number"},
-        {"name": "tags", "type": "json"},
-        {"name": "nothing", "type": "null"},
-        {"name": "order", "type": "string"},
-    ],
-}
-T0 = 1_700_000_000_000
+SCHEMA = todo_schema(nothing="null", order="string")
 
 
 # -- schema → SQLite -------------------------------------------------------------------------------------------------

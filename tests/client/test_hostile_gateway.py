@@ -21,8 +21,8 @@ from lakesync.client.http import ApiError
 from lakesync.core.delta import RowDelta
 from lakesync.core.messages import SyncResponse
 from lakesync.wire.framing import encode_sync_response, frame_checkpoint
-from tests.client.conftest import todo_schema
 from tests.client.hostile import Answer, ScriptedGateway, Seen, empty_pull, good_push, json_answer, sent_delta_ids
+from tests.factories import todo_schema
 
 pytestmark = pytest.mark.integration
 

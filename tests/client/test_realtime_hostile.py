@@ -21,8 +21,8 @@ from lakesync.client.realtime import RealtimeListener
 from lakesync.core.delta import make_delta
 from lakesync.core.messages import SyncResponse
 from lakesync.wire.framing import encode_broadcast
-from tests.client.conftest import todo_schema
 from tests.client.hostile import ScriptedGateway, empty_pull, good_push, json_answer
+from tests.factories import todo_schema
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ from lakesync.auth import mint_token
 from lakesync.client import Change, LocalWriteError, RowNotFoundError
 from lakesync.client.aio import AsyncLocalStore, connect
 from lakesync.local.runner import LocalStack
-from tests.client.conftest import gateway_rows, todo_schema, unique_table
+from tests.client.conftest import gateway_rows, unique_table
+from tests.factories import todo_schema
 
 
 async def _open(stack: LocalStack, tmp_path: Path, name: str, table: str, **options: Any) -> AsyncLocalStore:

@@ -32,19 +32,10 @@ from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.wire.codec import decode_sync_response
 from lakesync.wire.fast_checkpoint import decode_checkpoint_deltas
 from lakesync.wire.framing import iter_checkpoint
+from tests.factories import T0, todo_schema
 
 SECRET = "bulk-test-secret-bulk-test-secret-0123"
-SCHEMA = {
-    "table": "todos",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "done", "type": "boolean"},
-        {"name": "priority", "type": "number"},
-        {"name": "tags", "type": "json"},
-        {"name": "nothing", "type": "null"},
-    ],
-}
-T0 = 1_700_000_000_000
+SCHEMA = todo_schema(nothing="null")
 
 
 @pytest.fixture

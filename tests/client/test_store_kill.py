@@ -27,7 +27,7 @@ from lakesync.client import connect
 from lakesync.client.pull import Puller
 from lakesync.client.push import Pusher
 from lakesync.client.writes import LocalWrites
-from tests.client.conftest import todo_schema
+from tests.factories import todo_schema
 
 url, token, path, table, target = sys.argv[1:6]
 owner_name, method = target.split(".")

@@ -16,7 +16,8 @@ from lakesync.auth import mint_token
 from lakesync.client import LocalStore, connect
 from lakesync.core.merge import RowState, merge
 from lakesync.local.runner import LocalStack
-from tests.client.conftest import admin, full_rows, todo_schema
+from tests.client.conftest import admin, full_rows
+from tests.factories import todo_schema
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,8 @@ from lakesync.client.http import ApiError
 from lakesync.client.pull import Puller
 from lakesync.client.push import Pusher
 from lakesync.local.runner import LocalStack
-from tests.client.conftest import full_rows, gateway_rows, todo_schema, unique_table
+from tests.client.conftest import full_rows, gateway_rows, unique_table
+from tests.factories import todo_schema
 
 pytestmark = pytest.mark.integration
 

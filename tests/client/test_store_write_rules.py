@@ -19,16 +19,14 @@ from lakesync.client.model import Rejected
 from lakesync.core.merge import RowState, merge
 from lakesync.local.runner import LocalStack
 from tests.client.conftest import admin
+from tests.factories import schema_doc
 
 Open = Callable[..., LocalStore]
 TABLE = "tasks"
 
 
 def _schema() -> dict[str, Any]:
-    return {
-        "table": TABLE,
-        "columns": [{"name": "title", "type": "string"}, {"name": "team", "type": "string"}],
-    }
+    return schema_doc(TABLE, title="string", team="string")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -33,17 +33,11 @@ from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.push import push
 from lakesync.local.front import LambdaContext
 from lakesync.local.materialiser import LocalMaterialiser, sqs_event
+from tests.factories import schema_doc
 from tests.sql.servers import Server, postgres_server  # noqa: F401 (fixture)
 
 GATEWAY = "default"
-SCHEMA = {
-    "table": "todos",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "n", "type": "number"},
-        {"name": "done", "type": "boolean"},
-    ],
-}
+SCHEMA = schema_doc("todos", title="string", n="number", done="boolean")
 
 
 @pytest.fixture

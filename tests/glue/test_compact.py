@@ -30,6 +30,7 @@ from lakesync.core.schema import parse_table_schema
 from lakesync.lake.tables import COMPACT_WATERMARKS, DELTA_LOG, FLUSH_WATERMARKS, delta_log_ddl
 from lakesync.spark import compact, maintenance
 from lakesync.spark.compact import CompactConfig
+from tests.factories import T0, table_schema
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -38,24 +39,12 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.spark
 
 CATALOG = "lake"
-T0 = 1_700_000_000_000
 DELTA_LOG_SCHEMA = (
     "gateway string, tbl string, row_id string, op string, client_id string, hlc bigint, delta_id string, "
     "columns array<struct<name:string,value:string>>, shard string, seq bigint, commit_hlc bigint, "
     "commit_ts timestamp"
 )
-SCHEMA = parse_table_schema(
-    {
-        "table": "todos",
-        "columns": [
-            {"name": "title", "type": "string"},
-            {"name": "points", "type": "number"},
-            {"name": "done", "type": "boolean"},
-            {"name": "meta", "type": "json"},
-            {"name": "extra", "type": "null"},
-        ],
-    }
-)
+SCHEMA = table_schema("todos", title="string", points="number", done="boolean", meta="json", extra="null")
 
 
 def delta_log_rows(entries: Sequence[tuple[str, RowDelta]], shard: str, first_seq: int) -> list[tuple[Any, ...]]:

@@ -21,6 +21,7 @@ from lakesync.core.merge import fold
 from lakesync.core.schema import parse_table_schema
 from lakesync.local.runner import TABLE_PREFIX, LocalStack
 from lakesync.spark import flush
+from tests.factories import schema_doc
 from tests.sql.servers import Server, postgres_server  # noqa: F401 (fixture)
 
 if TYPE_CHECKING:
@@ -28,15 +29,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-SCHEMA = {
-    "table": "todos",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "done", "type": "boolean"},
-        {"name": "prio", "type": "number"},
-        {"name": "meta", "type": "json"},
-    ],
-}
+SCHEMA = schema_doc("todos", title="string", done="boolean", prio="number", meta="json")
 
 
 def client(stack: LocalStack, name: str, role: str = "client") -> SyncClient:

@@ -17,6 +17,7 @@ from lakesync.core.merge import fold, state_to_json
 from lakesync.core.schema import parse_table_schema
 from lakesync.sql import connect, connect_params
 from lakesync.sql.bigquery import parse_bigquery_url
+from tests.factories import table_schema
 
 
 @dataclass
@@ -61,17 +62,7 @@ class FakeClient:
         return [sql for sql, _ in self.calls]
 
 
-SCHEMA = parse_table_schema(
-    {
-        "table": "todos",
-        "columns": [
-            {"name": "title", "type": "string"},
-            {"name": "n", "type": "number"},
-            {"name": "done", "type": "boolean"},
-            {"name": "meta", "type": "json"},
-        ],
-    }
-)
+SCHEMA = table_schema("todos", title="string", n="number", done="boolean", meta="json")
 META = [["title", "string"], ["n", "number"], ["done", "boolean"], ["meta", "json"]]
 
 

@@ -27,9 +27,9 @@ from lakesync.gateway import admin
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
 from lakesync.gateway.push import push
+from tests.factories import T0, schema_doc
 
 GW = "default"
-T0 = 1_700_000_000_000
 
 RULES = {
     "version": 1,
@@ -49,10 +49,6 @@ def _deps(config: Any = None, **settings: Any) -> GatewayDeps:
         clock=HLC(lambda: T0),
         wall_ms=lambda: T0,
     )
-
-
-def _schema(*columns: tuple[str, str], table: str = "todos") -> dict[str, Any]:
-    return {"table": table, "columns": [{"name": n, "type": ty} for n, ty in columns]}
 
 
 # -- sync rules --------------------------------------------------------------------------------------------------
@@ -100,17 +96,17 @@ def test_admin_invalid_sync_rules_are_refused_and_the_stored_rules_kept(document
 
 def test_admin_schema_save_and_safe_evolution_bump_the_version_only_on_change() -> None:
     deps = _deps()
-    v1 = _schema(("title", "string"))
-    v2 = _schema(("done", "boolean"), ("title", "string"))  # adds a column and reorders
+    v1 = schema_doc(title="string")
+    v2 = schema_doc(done="boolean", title="string")  # adds a column and reorders
 
     assert admin.save_schema(deps, GW, v1) == {"saved": True, "table": "todos", "version": 1}
     assert admin.save_schema(deps, GW, v1) == {"saved": True, "table": "todos", "version": 1}
     assert admin.save_schema(deps, GW, v2) == {"saved": True, "table": "todos", "version": 2}
-    assert admin.save_schema(deps, GW, _schema(("n", "number"), table="notes"))["version"] == 1
+    assert admin.save_schema(deps, GW, schema_doc("notes", n="number"))["version"] == 1
 
     assert admin.list_schemas(deps, GW) == {
         "schemas": [
-            {"version": 1, "schema": _schema(("n", "number"), table="notes")},
+            {"version": 1, "schema": schema_doc("notes", n="number")},
             {"version": 2, "schema": v2},
         ]
     }
@@ -119,9 +115,9 @@ def test_admin_schema_save_and_safe_evolution_bump_the_version_only_on_change() 
 @pytest.mark.parametrize(
     ("proposed", "message"),
     [
-        (_schema(("title", "string")), 'Cannot remove column "done" — only adding nullable columns is supported'),
+        (schema_doc(title="string"), 'Cannot remove column "done" — only adding nullable columns is supported'),
         (
-            _schema(("title", "number"), ("done", "boolean")),
+            schema_doc(title="number", done="boolean"),
             'Cannot change type of column "title" from "string" to "number"',
         ),
     ],
@@ -129,13 +125,13 @@ def test_admin_schema_save_and_safe_evolution_bump_the_version_only_on_change() 
 )
 def test_admin_unsafe_schema_evolution_is_refused_and_the_version_kept(proposed: dict[str, Any], message: str) -> None:
     deps = _deps()
-    admin.save_schema(deps, GW, _schema(("title", "string"), ("done", "boolean")))
+    admin.save_schema(deps, GW, schema_doc(title="string", done="boolean"))
     with pytest.raises(SchemaDefinitionError) as err:
         admin.save_schema(deps, GW, proposed)
     assert err.value.message == message
     assert err.value.status == 400
     assert admin.list_schemas(deps, GW)["schemas"] == [
-        {"version": 1, "schema": _schema(("title", "string"), ("done", "boolean"))}
+        {"version": 1, "schema": schema_doc(title="string", done="boolean")}
     ]
 
 
@@ -181,41 +177,41 @@ class RacingConfig(InMemoryConfigStore):
 
 def test_admin_schema_save_that_loses_a_race_is_rechecked_against_the_winner() -> None:
     # Given a rival that adds column "b" just before our save, which adds "c" to the original (a)
-    rival = TableSchema.from_json(_schema(("a", "string"), ("b", "string")))
+    rival = TableSchema.from_json(schema_doc(a="string", b="string"))
     config = RacingConfig([rival], times=1)
     deps = _deps(config)
     config.times = 0
-    admin.save_schema(deps, GW, _schema(("a", "string")))
+    admin.save_schema(deps, GW, schema_doc(a="string"))
     config.times, config.attempts = 1, 0
 
     # Then our save is re-checked against the winner and refused, since it would remove "b"
     with pytest.raises(SchemaDefinitionError, match='Cannot remove column "b"'):
-        admin.save_schema(deps, GW, _schema(("a", "string"), ("c", "string")))
+        admin.save_schema(deps, GW, schema_doc(a="string", c="string"))
     assert config.get_schemas(GW)["todos"] == (rival, 2)
 
     # And a save that keeps the winner's columns succeeds on top of it after losing one race
-    rival2 = TableSchema.from_json(_schema(("a", "string"), ("b", "string"), ("x", "json")))
+    rival2 = TableSchema.from_json(schema_doc(a="string", b="string", x="json"))
     config.rival_schemas, config.times, config.attempts = [rival2], 1, 0
-    result = admin.save_schema(deps, GW, _schema(("a", "string"), ("b", "string"), ("x", "json"), ("c", "number")))
+    result = admin.save_schema(deps, GW, schema_doc(a="string", b="string", x="json", c="number"))
     assert result == {"saved": True, "table": "todos", "version": 4}
     assert config.attempts == 2
 
 
 def test_admin_schema_save_losing_every_race_is_a_commit_conflict() -> None:
     rivals = [
-        TableSchema.from_json(_schema(("a", "string"), *((f"r{j}", "string") for j in range(i + 1)))) for i in range(10)
+        TableSchema.from_json(schema_doc(a="string", **{f"r{j}": "string" for j in range(i + 1)})) for i in range(10)
     ]
     config = RacingConfig(rivals, times=100)
     deps = _deps(config)
     with pytest.raises(CommitConflictError) as err:
-        admin.save_schema(deps, GW, _schema(("a", "string"), *((f"r{j}", "string") for j in range(10)), ("z", "json")))
+        admin.save_schema(deps, GW, schema_doc(a="string", **{f"r{j}": "string" for j in range(10)}, z="json"))
     assert err.value.status == 503
     assert config.attempts == 5
 
 
 def test_admin_stored_schema_is_enforced_on_push() -> None:
     deps = _deps()
-    admin.save_schema(deps, GW, _schema(("title", "string")))
+    admin.save_schema(deps, GW, schema_doc(title="string"))
     delta = make_delta("INSERT", table="todos", row_id="r", client_id="c", hlc=encode(T0, 0), columns={"x": 1})
     from lakesync.core.errors import SchemaError
 
