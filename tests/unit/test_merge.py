@@ -14,15 +14,12 @@ from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import ConflictError
 from lakesync.core.hlc import encode
 from lakesync.core.merge import ColumnReceipt, ColumnState, RowState, Version, fold, join, merge
+from tests.factories import delta
 
 VECTORS = Path(__file__).parent.parent / "vectors"
 LWW_CASES: list[dict[str, Any]] = json.loads((VECTORS / "lww.json").read_text(encoding="utf-8"))["cases"]
 
 T1, T2, T3, T4 = (encode(1_700_000_000_000 + i, 0) for i in (1, 2, 3, 4))
-
-
-def _delta(op: DeltaOp, client: str, hlc: int, columns: dict[str, JsonValue] | None = None) -> RowDelta:
-    return make_delta(op, table="todos", row_id="row-1", client_id=client, hlc=hlc, columns=columns or {})
 
 
 def _merge_all(*deltas: RowDelta) -> RowState:
@@ -65,8 +62,8 @@ def test_merge_equal_version_conflict_is_resolved_by_value_not_arrival_order() -
     # Reference §3 step 2: equal HLC and equal clientId -> "remote wins", which depends on arrival order. Ours: the
     # greater stable_stringify(value) in UTF-16 order wins, whichever delta arrives first (no vector covers this).
     # Given two writes of one column with the same (hlc, clientId) but different values
-    small = _delta(DeltaOp.UPDATE, "client-a", T2, {"title": "A"})
-    big = _delta(DeltaOp.UPDATE, "client-a", T2, {"title": "B"})
+    small = delta(DeltaOp.UPDATE, client="client-a", hlc=T2, columns={"title": "A"})
+    big = delta(DeltaOp.UPDATE, client="client-a", hlc=T2, columns={"title": "B"})
 
     # When they are merged in both orders
     forward = _merge_all(small, big)
@@ -80,13 +77,13 @@ def test_merge_equal_version_conflict_is_resolved_by_value_not_arrival_order() -
 def test_merge_pairwise_lww_defect_is_fixed() -> None:
     # Given row {title@t3 by B, done@t1 by A}: the original would stamp the whole merged row with t3
     state = _merge_all(
-        _delta(DeltaOp.INSERT, "A", T1, {"title": "first", "done": False}),
-        _delta(DeltaOp.UPDATE, "B", T3, {"title": "latest"}),
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "first", "done": False}),
+        delta(DeltaOp.UPDATE, client="B", hlc=T3, columns={"title": "latest"}),
     )
     assert state.columns["done"] == ColumnState(False, T1, "A")
 
     # When a client pushes done@t2 with t1 < t2 < t3
-    result = merge(state, _delta(DeltaOp.UPDATE, "C", T2, {"done": True}))
+    result = merge(state, delta(DeltaOp.UPDATE, client="C", hlc=T2, columns={"done": True}))
 
     # Then done takes the t2 value (it only competes with done's own t1 version) and title keeps its t3 value
     assert result.state.values() == {"title": "latest", "done": True}
@@ -96,11 +93,13 @@ def test_merge_pairwise_lww_defect_is_fixed() -> None:
 
 def test_merge_delete_then_older_write_is_rejected() -> None:
     # Given a row deleted at t3
-    state = _merge_all(_delta(DeltaOp.INSERT, "A", T1, {"title": "x"}), _delta(DeltaOp.DELETE, "B", T3))
+    state = _merge_all(
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x"}), delta(DeltaOp.DELETE, client="B", hlc=T3)
+    )
     assert state.values() is None
 
     # When a write older than the delete arrives
-    result = merge(state, _delta(DeltaOp.UPDATE, "C", T2, {"title": "late"}))
+    result = merge(state, delta(DeltaOp.UPDATE, client="C", hlc=T2, columns={"title": "late"}))
 
     # Then it loses to the tombstone and nothing changes
     assert result.state == state
@@ -113,13 +112,13 @@ def test_merge_delete_then_older_write_is_rejected() -> None:
 def test_merge_write_below_the_tombstone_names_the_live_column_it_lost_to() -> None:
     # Given a row deleted at t2 and resurrected by a title written at t4
     state = _merge_all(
-        _delta(DeltaOp.INSERT, "A", T1, {"title": "x"}),
-        _delta(DeltaOp.DELETE, "B", T2),
-        _delta(DeltaOp.UPDATE, "C", T4, {"title": "back"}),
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x"}),
+        delta(DeltaOp.DELETE, client="B", hlc=T2),
+        delta(DeltaOp.UPDATE, client="C", hlc=T4, columns={"title": "back"}),
     )
 
     # When a write older than the delete arrives for title
-    result = merge(state, _delta(DeltaOp.UPDATE, "D", T1, {"title": "stale"}))
+    result = merge(state, delta(DeltaOp.UPDATE, client="D", hlc=T1, columns={"title": "stale"}))
 
     # Then its receipt names the t4 version now holding title, not the tombstone
     assert result.receipts == (ColumnReceipt("title", False, T4, "C"),)
@@ -128,10 +127,13 @@ def test_merge_write_below_the_tombstone_names_the_live_column_it_lost_to() -> N
 
 def test_merge_delete_then_newer_write_resurrects_only_its_columns() -> None:
     # Given a two-column row deleted at t2
-    state = _merge_all(_delta(DeltaOp.INSERT, "A", T1, {"title": "x", "done": False}), _delta(DeltaOp.DELETE, "B", T2))
+    state = _merge_all(
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x", "done": False}),
+        delta(DeltaOp.DELETE, client="B", hlc=T2),
+    )
 
     # When a newer write carries one column
-    write = _delta(DeltaOp.UPDATE, "C", T3, {"done": True})
+    write = delta(DeltaOp.UPDATE, client="C", hlc=T3, columns={"done": True})
     result = merge(state, write)
 
     # Then the row comes back with only that column, and the write is published unchanged
@@ -141,10 +143,12 @@ def test_merge_delete_then_newer_write_resurrects_only_its_columns() -> None:
 
 def test_merge_insert_without_columns_after_delete_resurrects_an_empty_row() -> None:
     # Given a deleted row
-    state = _merge_all(_delta(DeltaOp.INSERT, "A", T1, {"title": "x"}), _delta(DeltaOp.DELETE, "A", T2))
+    state = _merge_all(
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x"}), delta(DeltaOp.DELETE, client="A", hlc=T2)
+    )
 
     # When an INSERT with no columns arrives after the delete
-    result = merge(state, _delta(DeltaOp.INSERT, "A", T3))
+    result = merge(state, delta(DeltaOp.INSERT, client="A", hlc=T3))
 
     # Then the row exists again, with no columns
     assert result.state.values() == {}
@@ -154,8 +158,8 @@ def test_merge_insert_without_columns_after_delete_resurrects_an_empty_row() -> 
 
 def test_merge_delete_wins_a_tie_with_a_write_of_equal_version() -> None:
     # Given a write and a delete with the very same (hlc, clientId)
-    write = _delta(DeltaOp.UPDATE, "A", T2, {"title": "x"})
-    delete = _delta(DeltaOp.DELETE, "A", T2)
+    write = delta(DeltaOp.UPDATE, client="A", hlc=T2, columns={"title": "x"})
+    delete = delta(DeltaOp.DELETE, client="A", hlc=T2)
 
     # When merged in either order, Then the row is deleted
     assert _merge_all(write, delete).values() is None
@@ -167,8 +171,8 @@ def test_merge_tie_breaks_by_client_id_in_utf16_order() -> None:
     # higher, UTF-16 code units (a surrogate pair starts with 0xD83D) rank U+FF01 higher
     astral, fullwidth = "\U0001f600", "\uff01"
     assert astral > fullwidth
-    from_astral = _delta(DeltaOp.UPDATE, astral, T2, {"title": "astral"})
-    from_fullwidth = _delta(DeltaOp.UPDATE, fullwidth, T2, {"title": "fullwidth"})
+    from_astral = delta(DeltaOp.UPDATE, client=astral, hlc=T2, columns={"title": "astral"})
+    from_fullwidth = delta(DeltaOp.UPDATE, client=fullwidth, hlc=T2, columns={"title": "fullwidth"})
 
     # When merged in either order
     forward = merge(merge(None, from_astral).state, from_fullwidth)
@@ -184,12 +188,12 @@ def test_merge_tie_breaks_by_client_id_in_utf16_order() -> None:
 def test_merge_receipts_name_the_winning_version_per_column() -> None:
     # Given a row whose title was written at t3 and whose done was written at t1
     state = _merge_all(
-        _delta(DeltaOp.INSERT, "A", T1, {"title": "x", "done": False}),
-        _delta(DeltaOp.UPDATE, "B", T3, {"title": "y"}),
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x", "done": False}),
+        delta(DeltaOp.UPDATE, client="B", hlc=T3, columns={"title": "y"}),
     )
 
     # When a t2 delta writes both columns plus a new one
-    write = _delta(DeltaOp.UPDATE, "C", T2, {"title": "z", "done": True, "note": "n"})
+    write = delta(DeltaOp.UPDATE, client="C", hlc=T2, columns={"title": "z", "done": True, "note": "n"})
     result = merge(state, write)
 
     # Then receipts follow the delta's column order; the lost column names the t3 version it lost to
@@ -211,8 +215,8 @@ def test_merge_receipts_name_the_winning_version_per_column() -> None:
 
 def test_merge_reapplying_a_merged_delta_reports_applied_but_unchanged() -> None:
     # Given a state that already contains a delta
-    write = _delta(DeltaOp.UPDATE, "A", T2, {"title": "x", "done": True})
-    first = merge(merge(None, _delta(DeltaOp.INSERT, "B", T1, {"title": "old"})).state, write)
+    write = delta(DeltaOp.UPDATE, client="A", hlc=T2, columns={"title": "x", "done": True})
+    first = merge(merge(None, delta(DeltaOp.INSERT, client="B", hlc=T1, columns={"title": "old"})).state, write)
 
     # When the same delta is merged again
     again = merge(first.state, write)
@@ -264,7 +268,7 @@ def test_merge_delete_is_published_without_columns_only_when_it_advances_the_tom
     assert first.state.tombstone == Version(T2, "A")
 
     # When an older delete follows, Then nothing changes
-    older = merge(first.state, _delta(DeltaOp.DELETE, "B", T1))
+    older = merge(first.state, delta(DeltaOp.DELETE, client="B", hlc=T1))
     assert not older.changed
     assert older.effective is None
     assert older.state == first.state
@@ -272,8 +276,8 @@ def test_merge_delete_is_published_without_columns_only_when_it_advances_the_tom
 
 def test_merge_rejects_a_delta_for_another_row() -> None:
     # Given a state of todos:row-1
-    state = _merge_all(_delta(DeltaOp.INSERT, "A", T1, {"title": "x"}))
-    other = make_delta(DeltaOp.UPDATE, table="todos", row_id="row-2", client_id="A", hlc=T2, columns={"t": 1})
+    state = _merge_all(delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x"}))
+    other = delta(DeltaOp.UPDATE, "row-2", client="A", hlc=T2, columns={"t": 1})
 
     # When a delta of todos:row-2 is merged into it, Then the original's ConflictError is raised
     with pytest.raises(ConflictError) as err:
@@ -294,8 +298,14 @@ def test_join_rejects_states_of_different_rows() -> None:
 
 def test_join_equals_merging_both_histories() -> None:
     # Given two replicas that saw different deltas of one row
-    left = [_delta(DeltaOp.INSERT, "A", T1, {"title": "x", "done": False}), _delta(DeltaOp.DELETE, "B", T3)]
-    right = [_delta(DeltaOp.UPDATE, "C", T2, {"done": True}), _delta(DeltaOp.UPDATE, "C", T4, {"note": "n"})]
+    left = [
+        delta(DeltaOp.INSERT, client="A", hlc=T1, columns={"title": "x", "done": False}),
+        delta(DeltaOp.DELETE, client="B", hlc=T3),
+    ]
+    right = [
+        delta(DeltaOp.UPDATE, client="C", hlc=T2, columns={"done": True}),
+        delta(DeltaOp.UPDATE, client="C", hlc=T4, columns={"note": "n"}),
+    ]
 
     # When their states are joined
     joined = join(_merge_all(*left), _merge_all(*right))

@@ -32,6 +32,7 @@ from lakesync.core.schema import (
     validate_delta,
     validate_table_name,
 )
+from tests.factories import table_schema
 
 VECTORS = Path(__file__).parent.parent / "vectors"
 SCHEMA_VECTORS = json.loads((VECTORS / "schema_validation.json").read_text(encoding="utf-8"))
@@ -42,10 +43,6 @@ EVOLVE_CASES = SCHEMA_VECTORS["evolve"]
 # The shared rule text, taken from a vector's message rather than retyped.
 _COLUMN_NAME_MESSAGE = next(c for c in BODY_CASES if c["name"] == "column name with space")["expected"]["message"]
 IDENTIFIER_RULE_TEXT = _COLUMN_NAME_MESSAGE.split(". ", 1)[1]
-
-
-def _schema(table: str = "todos", **columns: str) -> TableSchema:
-    return parse_table_schema({"table": table, "columns": [{"name": n, "type": t} for n, t in columns.items()]})
 
 
 def _body(**fields: object) -> dict[str, object]:
@@ -219,7 +216,7 @@ def test_parse_table_schema_builds_typed_schema_with_all_options():
 
 
 def test_table_schema_defaults_are_row_id_key_and_soft_delete():
-    schema = _schema(title="string")
+    schema = table_schema(title="string")
     assert schema.primary_key is None and schema.effective_primary_key == ("row_id",)
     assert schema.soft_delete is None and schema.is_soft_delete is True
     assert schema.delta_table == "todos"
@@ -294,23 +291,23 @@ def test_evolve_schema_matches_vectors(case):
 
 
 def test_evolve_schema_identical_schema_keeps_version():
-    current = _schema(title="string", done="boolean")
-    same = _schema(title="string", done="boolean")
+    current = table_schema(title="string", done="boolean")
+    same = table_schema(title="string", done="boolean")
     schema, version = evolve_schema(current, same, 7)
     assert version == 7
     assert schema is current
 
 
 def test_evolve_schema_added_column_bumps_version_and_is_kept():
-    current = _schema(title="string")
-    proposed = _schema(title="string", priority="number")
+    current = table_schema(title="string")
+    proposed = table_schema(title="string", priority="number")
     schema, version = evolve_schema(current, proposed, 3)
     assert version == 4
     assert schema.column_names == ("title", "priority")
 
 
 def test_evolve_schema_option_change_is_a_new_version():
-    current = _schema(title="string")
+    current = table_schema(title="string")
     proposed = parse_table_schema({**current.to_json(), "externalIdColumn": "title"})
     _, version = evolve_schema(current, proposed, 1)
     assert version == 2
@@ -331,8 +328,8 @@ def test_evolve_schema_option_change_is_a_new_version():
 )
 def test_evolve_schema_rejects_changing_how_rows_are_keyed_deleted_or_fed(before, after, message):
     # Given a stored schema, When a version changes its primary key, soft delete or source table
-    current = parse_table_schema({**_schema(title="string").to_json(), **before})
-    proposed = parse_table_schema({**_schema(title="string", done="boolean").to_json(), **after})
+    current = parse_table_schema({**table_schema(title="string").to_json(), **before})
+    proposed = parse_table_schema({**table_schema(title="string", done="boolean").to_json(), **after})
     # Then the evolution is unsafe: 400 SCHEMA_ERROR in the style of the original's messages
     with pytest.raises(SchemaDefinitionError) as info:
         evolve_schema(current, proposed, 3)
@@ -344,7 +341,7 @@ def test_evolve_schema_rejects_changing_how_rows_are_keyed_deleted_or_fed(before
     "spelled", [{"primaryKey": ["row_id"]}, {"softDelete": True}, {"sourceTable": "todos"}], ids=lambda d: next(iter(d))
 )
 def test_evolve_schema_spelling_out_a_default_is_no_change(spelled):
-    current = _schema(title="string")
+    current = table_schema(title="string")
     proposed = parse_table_schema({**current.to_json(), **spelled})
     assert evolve_schema(current, proposed, 1) == (proposed, 2)
 
@@ -371,13 +368,13 @@ def test_check_schema_limits_bounds_columns_and_document_size():
 
 def test_evolve_schema_rejects_table_mismatch():
     with pytest.raises(SchemaDefinitionError) as info:
-        evolve_schema(_schema("todos", title="string"), _schema("tasks", title="string"), 1)
+        evolve_schema(table_schema("todos", title="string"), table_schema("tasks", title="string"), 1)
     assert info.value.message == "Cannot evolve schema: table name mismatch"
 
 
 def test_evolve_schema_names_first_removed_column_in_current_order():
-    current = _schema(a="string", b="string", c="string")
-    proposed = _schema(a="number", d="string")
+    current = table_schema(a="string", b="string", c="string")
+    proposed = table_schema(a="number", d="string")
     with pytest.raises(SchemaDefinitionError) as info:
         evolve_schema(current, proposed, 1)
     assert info.value.message == 'Cannot remove column "b" — only adding nullable columns is supported'
@@ -385,7 +382,7 @@ def test_evolve_schema_names_first_removed_column_in_current_order():
 
 def test_evolve_schema_type_change_names_column_and_both_types():
     with pytest.raises(SchemaDefinitionError) as info:
-        evolve_schema(_schema(a="json"), _schema(a="string"), 1)
+        evolve_schema(table_schema(a="json"), table_schema(a="string"), 1)
     assert info.value.message == 'Cannot change type of column "a" from "json" to "string"'
 
 
@@ -393,10 +390,10 @@ def test_evolve_schema_duplicate_columns_use_last_declared_type():
     dup = parse_table_schema(
         {"table": "t", "columns": [{"name": "a", "type": "string"}, {"name": "a", "type": "number"}]}
     )
-    _, version = evolve_schema(dup, _schema("t", a="number"), 1)
+    _, version = evolve_schema(dup, table_schema("t", a="number"), 1)
     assert version == 2
     with pytest.raises(SchemaDefinitionError):
-        evolve_schema(dup, _schema("t", a="string"), 1)
+        evolve_schema(dup, table_schema("t", a="string"), 1)
 
 
 # --- deltas against a schema -----------------------------------------------------------------------------------
@@ -407,14 +404,14 @@ def _delta(op: DeltaOp, table: str = "todos", **cols: object):
 
 
 def test_validate_delta_accepts_known_and_sparse_columns():
-    schema = _schema(title="string", done="boolean")
+    schema = table_schema(title="string", done="boolean")
     validate_delta(schema, _delta(DeltaOp.INSERT, title="x", done=False), 1)
     validate_delta(schema, _delta(DeltaOp.UPDATE, done="not-a-bool"), 1)  # types are not checked
     validate_delta(schema, _delta(DeltaOp.UPDATE), 1)
 
 
 def test_validate_delta_rejects_unknown_column_with_version_in_message():
-    schema = _schema(title="string")
+    schema = table_schema(title="string")
     with pytest.raises(SchemaError) as info:
         validate_delta(schema, _delta(DeltaOp.UPDATE, title="x", colour="red"), 3)
     assert info.value.message == (
@@ -424,7 +421,7 @@ def test_validate_delta_rejects_unknown_column_with_version_in_message():
 
 
 def test_validate_delta_always_accepts_delete():
-    schema = _schema(title="string")
+    schema = table_schema(title="string")
     validate_delta(schema, _delta(DeltaOp.DELETE), 1)
     # A DELETE from the wire may still carry columns; it is a delete all the same.
     delete_with_columns = RowDelta.from_json({**_delta(DeltaOp.UPDATE, colour="red").to_json(), "op": "DELETE"})
@@ -432,7 +429,7 @@ def test_validate_delta_always_accepts_delete():
 
 
 def test_validate_delta_only_constrains_its_own_table():
-    schema = _schema("todos", title="string")
+    schema = table_schema("todos", title="string")
     validate_delta(schema, _delta(DeltaOp.INSERT, table="notes", body="x"), 1)
     with pytest.raises(SchemaError):
         validate_delta(schema, _delta(DeltaOp.INSERT, table="todos", body="x"), 1)
@@ -459,9 +456,11 @@ def test_parse_table_schema_reference_with_a_non_string_cardinality_is_a_schema_
 
 def test_check_column_evolution_judges_columns_only():
     # (the Spark state tables hold columns only: a change of the table options is no concern there)
-    current = parse_table_schema({**_schema(title="string").to_json(), "softDelete": False, "primaryKey": ["title"]})
-    check_column_evolution(current, _schema(title="string", done="boolean"))
+    current = parse_table_schema(
+        {**table_schema(title="string").to_json(), "softDelete": False, "primaryKey": ["title"]}
+    )
+    check_column_evolution(current, table_schema(title="string", done="boolean"))
     with pytest.raises(SchemaDefinitionError, match='Cannot remove column "title"'):
-        check_column_evolution(current, _schema(done="boolean"))
+        check_column_evolution(current, table_schema(done="boolean"))
     with pytest.raises(SchemaDefinitionError, match='Cannot change type of column "title"'):
-        check_column_evolution(current, _schema(title="number"))
+        check_column_evolution(current, table_schema(title="number"))

@@ -23,8 +23,8 @@ from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.wire.checkpoint_columns import ColumnsChunk, RowsRun, decode_columns, encode_columns
 from lakesync.wire.fast_checkpoint import RawDelta, decode_checkpoint
+from tests.factories import T0, at, delete, insert
 
-T0 = 1_700_000_000_000
 VALUES: list[JsonValue] = [
     None,
     True,
@@ -59,10 +59,6 @@ def _stream_rows(states: list[RowState]) -> list[list[RawDelta]]:
         chunk_bytes=512,
     )
     return list(decode_checkpoint(objects.objects[c.key] for c in manifest.chunks))
-
-
-def _insert(row_id: str, table: str = "todos", client: str = "c1", ms: int = 0, **columns: JsonValue) -> RowDelta:
-    return make_delta("INSERT", table=table, row_id=row_id, client_id=client, hlc=encode(T0 + ms, 0), columns=columns)
 
 
 def _state(*deltas: RowDelta) -> RowState:
@@ -112,15 +108,15 @@ def test_columns_carry_exactly_the_streams_deltas_in_order(states: list[RowState
 
 def test_rows_of_one_write_share_a_run_and_other_rows_go_as_deltas() -> None:
     states = [
-        _state(_insert("a", title="x", done=False)),
-        _state(_insert("b", title="y", done=True)),
-        _state(_insert("c", title="z")),  # other columns: a new run
-        _state(_insert("d", title="w", ms=1), _insert("d", client="c2", ms=2, done=True)),  # two versions
+        _state(insert("a", title="x", done=False)),
+        _state(insert("b", title="y", done=True)),
+        _state(insert("c", title="z")),  # other columns: a new run
+        _state(insert("d", title="w", hlc=at(1)), insert("d", client="c2", hlc=at(2), done=True)),  # two versions
         _state(
-            _insert("e", title="v"),
-            make_delta("DELETE", table="todos", row_id="e", client_id="c1", hlc=encode(T0 + 3, 0)),
+            insert("e", title="v"),
+            delete("e", hlc=at(3)),
         ),
-        _state(_insert("f", title="u")),
+        _state(insert("f", title="u")),
     ]
     rows = _stream_rows(states)
 
@@ -140,7 +136,7 @@ def test_rows_of_one_write_share_a_run_and_other_rows_go_as_deltas() -> None:
 
 
 def test_the_document_is_smaller_than_the_stream_for_rows_of_one_write() -> None:
-    states = [_state(_insert(f"row-{i:05d}", title=f"task {i}", done=i % 2 == 0, n=i)) for i in range(500)]
+    states = [_state(insert(f"row-{i:05d}", title=f"task {i}", done=i % 2 == 0, n=i)) for i in range(500)]
     rows = _stream_rows(states)
     stream = sum(len(d[5]) + len(d[2]) + 60 for row in rows for d in row)  # a lower bound of the stream's bytes
 
@@ -214,7 +210,7 @@ def test_values_as_deep_as_the_stream_accepts_survive_either_run(versions: int) 
     deep: JsonValue = 1
     for _ in range(62):
         deep = [deep]
-    deltas = [_insert("r", x=deep)] + [_insert("r", ms=1, y=1)] * (versions - 1)
+    deltas = [insert("r", x=deep)] + [insert("r", hlc=at(1), y=1)] * (versions - 1)
     rows = _stream_rows([_state(*deltas)])
 
     chunk = _round_trip(rows)
