@@ -61,7 +61,7 @@ def _deltas(count: int, tag: str) -> list[Any]:
 def _run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: int, *, rules: bool) -> tuple[float, int]:
     """Seconds inside the handler for the whole push, and the DynamoDB calls it made."""
     from lakesync.auth import mint_token
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.core.rules import parse_sync_rules
 
     names = env.new_tables()

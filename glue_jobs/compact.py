@@ -26,7 +26,7 @@ def _schemas(spark: Any, args: CompactJobArgs) -> dict[str, Any] | None:
     """The table schemas from the DynamoDB config table, by delta-log table name (``None``: not configured)."""
     if args.dynamo_tables is None:
         return None
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.flush_store import DynamoConfig
 
     dynamo = DynamoConfig(args.dynamo_tables, endpoint_url=args.dynamodb_endpoint, region=args.region)

@@ -157,7 +157,7 @@ class CostEnv:
 
     def configure(self, names: Any, gateway: str, *, destination: Path | None = None) -> None:
         """The table schema (and a SQLite destination) of ``gateway``, written uncounted."""
-        from lakesync.aws.dynamodb import DynamoDBConfigStore
+        from lakesync.aws.config_store import DynamoDBConfigStore
         from lakesync.core.destinations import parse_destination
         from lakesync.core.schema import parse_table_schema
 

@@ -98,7 +98,9 @@ def measure_function(endpoint: str, work: Path, *, deltas: int, row_bytes: int, 
     """Push ``deltas`` entries over ``shards`` shards, flush them with one flush function invocation; timings."""
     import boto3
 
-    from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, create_tables
+    from lakesync.aws.action_store import DynamoDBActionStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
+    from lakesync.aws.dynamodb import DynamoDBBufferStore, create_tables
     from lakesync.aws.flush_function import FlushFunction
     from lakesync.aws.function_settings import FlushFunctionSettings
     from lakesync.aws.tables import TableNames

@@ -20,7 +20,7 @@ C1 = "client-1"
 def store(request: pytest.FixtureRequest) -> ActionStore:
     if request.param == "memory":
         return InMemoryActionStore()
-    from lakesync.aws.dynamodb import DynamoDBActionStore
+    from lakesync.aws.action_store import DynamoDBActionStore
 
     return DynamoDBActionStore(*request.getfixturevalue("module_dynamodb"))
 

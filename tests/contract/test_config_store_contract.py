@@ -23,7 +23,7 @@ from lakesync.ports import ConfigStore
 def store(request: pytest.FixtureRequest) -> ConfigStore:
     if request.param == "memory":
         return InMemoryConfigStore()
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
 
     return DynamoDBConfigStore(*request.getfixturevalue("module_dynamodb"))
 
@@ -227,7 +227,8 @@ def test_config_destinations_leave_rules_schemas_and_flush_requests_alone(store:
 
 def test_config_destinations_stay_outside_the_pull_basis_range(module_dynamodb: Any, gw: str) -> None:
     # The pull reads sk rules..shard$ in one Query; dest# keys sort before it, so a destination is not read there
-    from lakesync.aws.dynamodb import DynamoDBConfigStore, DynamoDBPullBasisReader, destination_key
+    from lakesync.aws.config_store import DynamoDBConfigStore, DynamoDBPullBasisReader
+    from lakesync.aws.items import destination_key
 
     assert destination_key("zzzz") < "rules"
     store = DynamoDBConfigStore(*module_dynamodb)

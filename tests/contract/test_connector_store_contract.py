@@ -23,7 +23,7 @@ from lakesync.ports import ConfigStore, ConnectorPositionStore
 def store(request: pytest.FixtureRequest) -> ConfigStore:
     if request.param == "memory":
         return InMemoryConfigStore()
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
 
     return DynamoDBConfigStore(*request.getfixturevalue("module_dynamodb"))
 

@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from aws_lambda_powertools.utilities.parser.models import DynamoDBStreamModel
 
 import functions.flush_trigger as flush_trigger
-from lakesync.aws.dynamodb import DynamoDBConfigStore
+from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.flush_store import LEASE_GATEWAY, LEASE_SK
 from lakesync.aws.flush_trigger import SAFETY_S
 from lakesync.aws.function_settings import FlushTriggerSettings, SettingsError

@@ -25,7 +25,7 @@ import pytest
 
 import functions.lake_tick as lake_tick
 import functions.push as push_fn
-from lakesync.aws.dynamodb import DynamoDBConfigStore
+from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.function_settings import JOB_NAME_VARS, SettingsError
 from lakesync.aws.jobs import glue_client

@@ -18,7 +18,9 @@ import pytest
 
 from functions import materialise as handler
 from lakesync import sql
-from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.config_store import DynamoDBConfigStore
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.function_settings import CLAIM_CHECK_BUCKET, TABLE_VARS
 from lakesync.aws.publish import ClaimCheckSink, publish_flushed

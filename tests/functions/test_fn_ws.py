@@ -31,7 +31,8 @@ from aws_lambda_powertools.utilities.parser.models import (
 
 from functions import ws_broadcast, ws_connect, ws_disconnect, ws_message
 from lakesync.auth import mint_token
-from lakesync.aws.dynamodb import DynamoDBConfigStore, create_tables
+from lakesync.aws.config_store import DynamoDBConfigStore
+from lakesync.aws.dynamodb import create_tables
 from lakesync.aws.function_settings import CONNECTIONS_TABLE, TABLE_VARS, WS_CALLBACK_URL
 from lakesync.aws.log_stream import decode_stream_records
 from lakesync.aws.tables import TableNames, connections_table_name

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.checkpoints import checkpointed_gateways, read_release_bounds, release_bounds
-from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore, chunk_span
+from lakesync.aws.config_store import DynamoDBConfigStore
+from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
 from lakesync.aws.log_chunks import chunk_first, chunk_key, decode_entries, encode_entries
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client

@@ -334,7 +334,7 @@ def _dynamodb_grants(cfn: Any, role: str) -> set[tuple[str, str]]:
 
 def _claim_idempotency_key(env: dict[str, Any]) -> None:
     """Another action holds the sample action's idempotency key: the sample claims its id, then releases it."""
-    from lakesync.aws.dynamodb import DynamoDBActionStore
+    from lakesync.aws.action_store import DynamoDBActionStore
 
     client = boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE)
     assert DynamoDBActionStore(client, env["tables"]).claim(GW, "client-a", "idem:issue-42", 2**40, 0)
@@ -713,7 +713,7 @@ def test_flush_job_role_allows_exactly_what_the_flush_store_calls(glue_cfn, glue
 def test_compact_and_checkpoint_job_roles_allow_their_stores_calls(cfn, ids, aws, recorder):
     # Given table schemas in the config table and a checkpoint in the bucket
     assert _invoke("admin", "admin_schema_post", role="admin") < 300
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.objects import S3ObjectStore
     from lakesync.core.checkpoint import load_manifest
 
@@ -970,7 +970,7 @@ def test_flush_function_role_allows_exactly_what_a_run_calls(cfn, ids, aws, reco
     # bucket, its Glue database (the stack creates it), a claim-check bucket and the materialisation queue
     from pyiceberg.catalog.glue import GlueCatalog
 
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.flush_function import FlushFunction
     from lakesync.aws.flush_store import FlushStore
     from lakesync.aws.function_settings import LAKE_NAMESPACE, FlushFunctionSettings

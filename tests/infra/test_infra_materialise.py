@@ -228,8 +228,8 @@ def _sqs_event(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
 def test_flush_publish_and_materialise_roles_allow_what_their_code_calls(cfn, ids, synth, glue_synth, aws, recorder):  # noqa: F811
     # Given a schema, a pushed delta, a claim-check bucket, a queue, and a postgres destination whose secret is named
     # under the environment's destination prefix
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.destinations import ConfiguredDestinations
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
     from lakesync.aws.flush_store import DynamoConfig, FlushStore
     from lakesync.aws.objects import S3ObjectStore, create_bucket
     from lakesync.aws.publish import ClaimCheckSink, PublishConfig, publish_flushed

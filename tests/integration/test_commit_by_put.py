@@ -9,7 +9,9 @@ import threading
 from collections import Counter
 from typing import Any
 
-from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.config_store import DynamoDBConfigStore
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import STOPPED_WRITER_MS, FlushStore
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.core.hlc import HLC

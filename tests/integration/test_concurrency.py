@@ -122,7 +122,9 @@ class LateBatches:
 
 
 def _deps(client: Any, names: Any, late: LateBatches | None = None, shape: Shape = SMALL) -> GatewayDeps:
-    from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+    from lakesync.aws.action_store import DynamoDBActionStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
+    from lakesync.aws.dynamodb import DynamoDBBufferStore
     from lakesync.core.errors import StorageError
 
     class CountingBufferStore(DynamoDBBufferStore):

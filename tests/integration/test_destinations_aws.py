@@ -12,8 +12,8 @@ from typing import Any
 import boto3
 import pytest
 
+from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.destinations import ConfiguredDestinations
-from lakesync.aws.dynamodb import DynamoDBConfigStore
 from lakesync.core.delta import make_delta
 from lakesync.core.destinations import parse_destination
 from lakesync.core.errors import DestinationError

@@ -8,7 +8,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from lakesync.aws.dynamodb import DynamoDBActionStore, DynamoDBBufferStore, DynamoDBConfigStore
+from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.config_store import DynamoDBConfigStore
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.row_doubts import BATCH_DEADLINE_MS, Doubt, decode_doubts, encode_doubts, until_ms
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.errors import StorageError

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import _client_error, _commit_error
+from lakesync.aws.dynamodb import _commit_error
+from lakesync.aws.items import storage_error
 from lakesync.core.errors import BackpressureError, StorageBusyError, StorageError
 from lakesync.core.log import ShardId
 
@@ -54,6 +55,6 @@ def test_a_full_item_collection_is_a_503_naming_the_shard_and_the_remedy() -> No
 def test_a_throttled_read_or_write_outside_a_commit_is_503_busy_anything_else_500(
     code: str, kind: type[Exception], status: int
 ) -> None:
-    mapped = _client_error(_failed(code), "Query")
+    mapped = storage_error(_failed(code), "Query")
     assert type(mapped) is kind and mapped.status == status
     assert code in mapped.message and "Query" in mapped.message

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import utf8_json
 from lakesync.aws.errors import error_code
+from lakesync.aws.items import utf8_json
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 from lakesync.core.errors import StorageBusyError, StorageError
 from lakesync.core.realtime import Connection, Encoding

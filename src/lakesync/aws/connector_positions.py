@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import _client_error, _n, _query_all, _s
 from lakesync.aws.errors import condition_failed
+from lakesync.aws.items import num_attr, query_all, storage_error, str_attr
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.ports import StoredPosition
@@ -46,7 +46,7 @@ class DynamoDBPositionStore:
         self._table = names.config
 
     def _key(self, gateway: str, name: str) -> dict[str, Any]:
-        return {"gw": _s(gateway), "sk": _s(POSITION_PREFIX + name)}
+        return {"gw": str_attr(gateway), "sk": str_attr(POSITION_PREFIX + name)}
 
     def read_position(self, gateway: str, name: str) -> StoredPosition:
         for _ in range(5):
@@ -55,7 +55,7 @@ class DynamoDBPositionStore:
                     "Item"
                 )
             except ClientError as exc:
-                raise _client_error(exc, "GetItem") from exc
+                raise storage_error(exc, "GetItem") from exc
             if item is None:
                 return StoredPosition({})
             version = int(item["ver"]["N"]) if "ver" in item else 0
@@ -74,7 +74,7 @@ class DynamoDBPositionStore:
         raise StorageError(f"Position of connector {name!r} keeps changing while it is read")
 
     def _read_chunks(self, gateway: str, name: str, version: int, count: int) -> bytes | None:
-        keys = [{"gw": _s(gateway), "sk": _s(_chunk_key(name, version, i))} for i in range(count)]
+        keys = [{"gw": str_attr(gateway), "sk": str_attr(_chunk_key(name, version, i))} for i in range(count)]
         found: dict[str, bytes] = {}
         for start in range(0, len(keys), 100):
             pending: Any = {self._table: {"Keys": keys[start : start + 100], "ConsistentRead": True}}
@@ -82,7 +82,7 @@ class DynamoDBPositionStore:
                 try:
                     out = self._db.batch_get_item(RequestItems=pending)
                 except ClientError as exc:
-                    raise _client_error(exc, "BatchGetItem") from exc
+                    raise storage_error(exc, "BatchGetItem") from exc
                 for item in out.get("Responses", {}).get(self._table, []):
                     found[item["sk"]["S"]] = bytes(item["d"]["B"])
                 pending = out.get("UnprocessedKeys") or None
@@ -97,14 +97,14 @@ class DynamoDBPositionStore:
         except ClientError as exc:
             if condition_failed(exc):
                 return False
-            raise _client_error(exc, "UpdateItem") from exc
+            raise storage_error(exc, "UpdateItem") from exc
         return True
 
     def acquire(self, gateway: str, name: str, version: int, token: str, until_ms: int, now_ms: int) -> bool:
         version_check = "attribute_not_exists(ver)" if version == 0 else "ver = :v"
-        values: dict[str, Any] = {":t": _s(token), ":u": _n(until_ms), ":now": _n(now_ms)}
+        values: dict[str, Any] = {":t": str_attr(token), ":u": num_attr(until_ms), ":now": num_attr(now_ms)}
         if version:
-            values[":v"] = _n(version)
+            values[":v"] = num_attr(version)
         return self._update(
             gateway,
             name,
@@ -116,10 +116,10 @@ class DynamoDBPositionStore:
     def commit(self, gateway: str, name: str, token: str, version: int, position: Mapping[str, Any]) -> bool:
         data = zlib.compress(json.dumps(position, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), 6)
         new_version = version + 1
-        values: dict[str, Any] = {":t": _s(token), ":nv": _n(new_version)}
+        values: dict[str, Any] = {":t": str_attr(token), ":nv": num_attr(new_version)}
         version_check = "attribute_not_exists(ver)" if version == 0 else "ver = :v"
         if version:
-            values[":v"] = _n(version)
+            values[":v"] = num_attr(version)
         previous = self._chunk_count(gateway, name)
         if len(data) <= CHUNK_BYTES:
             values[":z"] = {"B": data}
@@ -128,7 +128,7 @@ class DynamoDBPositionStore:
         else:
             chunks = -(-len(data) // CHUNK_BYTES)
             self._write_chunks(gateway, name, new_version, data, chunks)
-            values[":nc"] = _n(chunks)
+            values[":nc"] = num_attr(chunks)
             expression = "SET ver = :nv, nc = :nc REMOVE ls, lu, z"
         done = self._update(
             gateway,
@@ -154,7 +154,7 @@ class DynamoDBPositionStore:
                 ProjectionExpression="nc",
             ).get("Item")
         except ClientError as exc:
-            raise _client_error(exc, "GetItem") from exc
+            raise storage_error(exc, "GetItem") from exc
         return int(item["nc"]["N"]) if item and "nc" in item else 0
 
     def _write_chunks(self, gateway: str, name: str, version: int, data: bytes, count: int) -> None:
@@ -163,22 +163,22 @@ class DynamoDBPositionStore:
                 self._db.put_item(
                     TableName=self._table,
                     Item={
-                        "gw": _s(gateway),
-                        "sk": _s(_chunk_key(name, version, i)),
+                        "gw": str_attr(gateway),
+                        "sk": str_attr(_chunk_key(name, version, i)),
                         "d": {"B": data[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES]},
                     },
                 )
             except ClientError as exc:
-                raise _client_error(exc, "PutItem") from exc
+                raise storage_error(exc, "PutItem") from exc
 
     def _delete_chunks(self, gateway: str, name: str, version: int, count: int) -> None:
         for i in range(count):
             try:
                 self._db.delete_item(
-                    TableName=self._table, Key={"gw": _s(gateway), "sk": _s(_chunk_key(name, version, i))}
+                    TableName=self._table, Key={"gw": str_attr(gateway), "sk": str_attr(_chunk_key(name, version, i))}
                 )
             except ClientError as exc:
-                raise _client_error(exc, "DeleteItem") from exc
+                raise storage_error(exc, "DeleteItem") from exc
 
     def release(self, gateway: str, name: str, token: str) -> bool:
         return self._update(
@@ -186,7 +186,7 @@ class DynamoDBPositionStore:
             name,
             UpdateExpression="REMOVE ls, lu",
             ConditionExpression="ls = :t",
-            ExpressionAttributeValues={":t": _s(token)},
+            ExpressionAttributeValues={":t": str_attr(token)},
         )
 
     def renew(self, gateway: str, name: str, token: str, until_ms: int) -> bool:
@@ -195,18 +195,18 @@ class DynamoDBPositionStore:
             name,
             UpdateExpression="SET lu = :u",
             ConditionExpression="ls = :t",
-            ExpressionAttributeValues={":t": _s(token), ":u": _n(until_ms)},
+            ExpressionAttributeValues={":t": str_attr(token), ":u": num_attr(until_ms)},
         )
 
     def leases(self, gateway: str) -> dict[str, str]:
         found: dict[str, str] = {}
-        for item in _query_all(
+        for item in query_all(
             self._db,
             TableName=self._table,
             KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
             FilterExpression="attribute_exists(ls)",
             ProjectionExpression="sk, ls",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(POSITION_PREFIX)},
+            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(POSITION_PREFIX)},
             ConsistentRead=True,
         ):
             found[item["sk"]["S"].removeprefix(POSITION_PREFIX)] = item["ls"]["S"]
@@ -218,6 +218,6 @@ class DynamoDBPositionStore:
         try:
             self._db.delete_item(TableName=self._table, Key=self._key(gateway, name))
         except ClientError as exc:
-            raise _client_error(exc, "DeleteItem") from exc
+            raise storage_error(exc, "DeleteItem") from exc
         if count:
             self._delete_chunks(gateway, name, stored.version, count)

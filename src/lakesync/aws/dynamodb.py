@@ -15,22 +15,34 @@ Items are built by hand (no TypeSerializer) because this is the hot path.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import random
-import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.errors import condition_failed, error_code
+from lakesync.aws.errors import condition_failed
+from lakesync.aws.items import (
+    REGISTRY_PREFIX,
+    THROTTLED_CODES,
+    Item,
+    batch_get_all,
+    batch_write,
+    batch_write_all,
+    decode_row_state,
+    encode_row_state,
+    num_attr,
+    query_all,
+    registry_key,
+    registry_shard,
+    storage_error,
+    str_attr,
+)
 from lakesync.aws.log_chunks import (
     COMMIT_MARK_EVERY,
     FIRST_KEYED,
@@ -57,15 +69,10 @@ from lakesync.aws.tables import (
     connections_table_spec,
     table_specs,
 )
-from lakesync.core.canonical import JsonValue
-from lakesync.core.connectors import ConnectorConfig
-from lakesync.core.destinations import DestinationConfig, parse_destination
 from lakesync.core.errors import (
-    AlreadyExistsError,
     BackpressureError,
     StorageBusyError,
     StorageError,
-    ValidationError,
 )
 from lakesync.core.hlc import decode
 from lakesync.core.log import (
@@ -78,7 +85,6 @@ from lakesync.core.log import (
     CommitBasis,
     CommitConflict,
     LogEntry,
-    PullBasis,
     ShardHead,
     ShardId,
     StoredRow,
@@ -86,168 +92,14 @@ from lakesync.core.log import (
     recent_key,
     row_key,
 )
-from lakesync.core.merge import RowState, merge, state_from_json, state_to_json
-from lakesync.core.rules import SyncRules, parse_sync_rules
-from lakesync.core.schema import TableSchema, parse_table_schema
+from lakesync.core.merge import merge
 from lakesync.io_pool import awaited, on_pool_thread, results_of, submit
 from lakesync.ports import read_from_entry
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-Item = dict[str, Any]
 logger = logging.getLogger(__name__)
-
-
-_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def utf8_json(value: JsonValue) -> str:
-    """Compact JSON for a DynamoDB string: UTF-8 as it is (what the push size limits measure); only lone surrogates,
-    which UTF-8 cannot carry, are written as JSON escapes."""
-    return _utf8_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-
-
-def _utf8_safe(text: str) -> str:
-    """``text`` with every surrogate code point written as a JSON escape (UTF-8 cannot carry them)."""
-    if not _LONE_SURROGATE.search(text):
-        return text
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
-
-
-REGISTRY_PREFIX = "shard#"
-"""Sort-key prefix of the shard registry items in the config table (``shard#{shard key}``)."""
-
-
-def registry_key(shard: ShardId) -> str:
-    """The config-table sort key registering ``shard``."""
-    return f"{REGISTRY_PREFIX}{shard.key}"
-
-
-def registry_shard(key: str) -> ShardId:
-    """Inverse of :func:`registry_key`."""
-    return ShardId.parse(key.removeprefix(REGISTRY_PREFIX))
-
-
-DESTINATION_PREFIX = "dest#"
-"""Sort-key prefix of the materialisation destinations in the config table (``dest#{name}``); it sorts before
-``rules``, so destinations stay outside the pull's ``rules``..``shard$`` range."""
-
-
-CONNECTOR_PREFIX = "conn#"
-"""Sort-key prefix of the registered connectors in the config table (``conn#{name}``); it sorts before ``rules``.
-Their poll positions are ``cpos#{name}`` (and ``cposd#…`` chunks, :mod:`lakesync.aws.connector_positions`)."""
-
-
-def destination_key(name: str) -> str:
-    """The config-table sort key of the destination ``name``."""
-    return f"{DESTINATION_PREFIX}{name}"
-
-
-def _s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def _n(value: int) -> dict[str, str]:
-    return {"N": str(value)}
-
-
-def encode_row_state(state: RowState) -> str:
-    """JSON text of a row's LWW state (:func:`lakesync.core.merge.state_to_json`)."""
-    return utf8_json(state_to_json(state))
-
-
-def decode_row_state(table: str, row_id: str, text: str) -> RowState:
-    """Inverse of :func:`encode_row_state`."""
-    return state_from_json(table, row_id, json.loads(text), trusted=True)
-
-
-_THROTTLED: Final = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
-"""Error codes of a request DynamoDB refused for capacity (after the SDK's own retries): worth retrying later."""
-
-
-def _client_error(exc: ClientError, what: str) -> StorageError:
-    """What a failed request means to the caller: throttling is :class:`StorageBusyError` (503, retry later), anything
-    else :class:`StorageError` (500)."""
-    code = error_code(exc)
-    if code in _THROTTLED:
-        return StorageBusyError(f"DynamoDB is throttling {what} requests ({code}); retry later")
-    return StorageError(f"DynamoDB {what} failed: {code}")
-
-
-def _batch_get_all(db: DynamoDBClient, table: str, keys: list[Item]) -> list[Item]:
-    """Consistent BatchGetItem of any number of keys (100 keys per request, the requests side by side), following
-    UnprocessedKeys."""
-    slices = [[(table, key) for key in keys[start : start + 100]] for start in range(0, len(keys), 100)]
-    parts = (
-        [_batch_get_slice(db, slices[0])]
-        if len(slices) == 1
-        else results_of([submit(_batch_get_slice, db, part) for part in slices])
-    )
-    return [item for part in parts for _, items in part for item in items]
-
-
-def _batch_get_slice(db: DynamoDBClient, keys: list[tuple[str, Item]]) -> list[tuple[str, list[Item]]]:
-    """One BatchGetItem of up to 100 keys, following UnprocessedKeys: the items found, by table."""
-    request: dict[str, Any] = {}
-    for table, key in keys:
-        request.setdefault(table, {"Keys": [], "ConsistentRead": True})["Keys"].append(key)
-    found: list[tuple[str, list[Item]]] = []
-    while request:
-        try:
-            out = db.batch_get_item(RequestItems=request)
-        except ClientError as exc:
-            raise _client_error(exc, "BatchGetItem") from exc
-        found.extend(out["Responses"].items())
-        request = dict(out.get("UnprocessedKeys") or {})
-    return found
-
-
-def _batch_write_all(db: DynamoDBClient, table: str, items: list[Item], *, attempts: int = 8) -> None:
-    """BatchWriteItem of any number of puts (25 per request), retrying UnprocessedItems with backoff."""
-    for start in range(0, len(items), 25):
-        puts = [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]
-        _batch_write(db, table, puts, attempts=attempts)
-
-
-def _batch_write(
-    db: DynamoDBClient,
-    table: str,
-    requests: list[Item],
-    *,
-    attempts: int = 8,
-    sending: Callable[[], bool] | None = None,
-) -> list[Item]:
-    """One BatchWriteItem of up to 25 write requests, retrying UnprocessedItems with backoff. ``sending``: asked
-    before each request; once it says no, the requests not written yet are returned unsent."""
-    for attempt in range(attempts):
-        if sending is not None and not sending():
-            return requests
-        try:
-            out = db.batch_write_item(RequestItems=cast(Any, {table: requests}))
-        except ClientError as exc:
-            raise _client_error(exc, "BatchWriteItem") from exc
-        requests = cast(list[Item], (out.get("UnprocessedItems") or {}).get(table, []))
-        if not requests:
-            return []
-        time.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.0))
-    raise StorageError(f"DynamoDB BatchWriteItem left items unprocessed after {attempts} attempts")
-
-
-def _query_all(db: DynamoDBClient, *, page_size: Callable[[], int] | None = None, **kwargs: Any) -> Iterator[Item]:
-    """Every item of a Query, following LastEvaluatedKey (``page_size()``: the Limit of each next request)."""
-    while True:
-        if page_size is not None:
-            kwargs["Limit"] = max(1, page_size())
-        try:
-            out = db.query(**kwargs)
-        except ClientError as exc:
-            raise _client_error(exc, "Query") from exc
-        yield from out.get("Items", [])
-        last = out.get("LastEvaluatedKey")
-        if not last:
-            return
-        kwargs["ExclusiveStartKey"] = last
 
 
 _REMEMBERED_CHUNKS = 32
@@ -301,7 +153,7 @@ class DynamoDBBufferStore:
 
     # -- reads ---------------------------------------------------------------------------------------------------
     def _batch_get(self, table: str, keys: list[Item]) -> list[Item]:
-        return _batch_get_all(self._db, table, keys)
+        return batch_get_all(self._db, table, keys)
 
     def get_heads(
         self, shards: Sequence[ShardId], *, reaching: Mapping[ShardId, int] | None = None
@@ -335,7 +187,7 @@ class DynamoDBBufferStore:
         ``reaching``)."""
         if not shards:
             return []
-        items = self._batch_get(self._t.heads, [{"shard": _s(s.key)} for s in dict.fromkeys(shards)])
+        items = self._batch_get(self._t.heads, [{"shard": str_attr(s.key)} for s in dict.fromkeys(shards)])
         found: list[tuple[ShardHead, Future[list[LogEntry]] | None]] = []
         for item in items:
             head = _head_from_item(item)
@@ -360,7 +212,7 @@ class DynamoDBBufferStore:
         for item in self._query(
             TableName=self._t.config,
             KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(REGISTRY_PREFIX)},
+            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(REGISTRY_PREFIX)},
             ConsistentRead=True,
         ):
             shards.append(registry_shard(item["sk"]["S"]))
@@ -375,7 +227,7 @@ class DynamoDBBufferStore:
         for item in self._query(
             TableName=self._t.config,
             KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(_DOUBT_PREFIX)},
+            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(_DOUBT_PREFIX)},
             ConsistentRead=True,
         ):
             doubt = _doubt_from_item(item)
@@ -397,7 +249,7 @@ class DynamoDBBufferStore:
         if not keys:
             return {}
         found: dict[tuple[str, str], StoredRow] = {}
-        for item in self._batch_get(self._t.rows, [{"pk": _s(pk)} for pk in keys]):
+        for item in self._batch_get(self._t.rows, [{"pk": str_attr(pk)} for pk in keys]):
             key = keys[item["pk"]["S"]]
             row = _row_from_item(key, item)
             if key not in found or found[key].version < row.version:
@@ -408,7 +260,7 @@ class DynamoDBBufferStore:
         ids = list(dict.fromkeys(delta_ids))
         if not ids:
             return set()
-        items = self._batch_get(self._t.dedup, [{"pk": _s(f"{gateway}#{d}")} for d in ids])
+        items = self._batch_get(self._t.dedup, [{"pk": str_attr(f"{gateway}#{d}")} for d in ids])
         return _live_delta_ids(gateway, items, now_s)
 
     def read_commit_basis(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis:
@@ -432,9 +284,9 @@ class DynamoDBBufferStore:
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
-            out = self._db.get_item(TableName=self._t.heads, Key={"shard": _s(shard.key)}, ConsistentRead=True)
+            out = self._db.get_item(TableName=self._t.heads, Key={"shard": str_attr(shard.key)}, ConsistentRead=True)
         except ClientError as exc:
-            raise _client_error(exc, "GetItem") from exc
+            raise storage_error(exc, "GetItem") from exc
         return out.get("Item")
 
     def _tail(self, shard: ShardId, after_seq: int, through_seq: int) -> list[LogEntry]:
@@ -448,11 +300,13 @@ class DynamoDBBufferStore:
         raise StorageError(f"the log of shard {shard.key!r} is missing entries in ({after_seq}, {through_seq}]")
 
     def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
-        items = [{"pk": _s(f"{gateway}#{d}"), TTL_ATTRIBUTE: _n(expires_at)} for d in dict.fromkeys(delta_ids)]
-        _batch_write_all(self._db, self._t.dedup, items)
+        items = [
+            {"pk": str_attr(f"{gateway}#{d}"), TTL_ATTRIBUTE: num_attr(expires_at)} for d in dict.fromkeys(delta_ids)
+        ]
+        batch_write_all(self._db, self._t.dedup, items)
 
     def _query(self, **kwargs: Any) -> Iterable[Item]:
-        return _query_all(self._db, **kwargs)
+        return query_all(self._db, **kwargs)
 
     def read_log(self, shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         # `chunk_items` starts with the chunk holding entry `after_seq + 1`. Sequences are contiguous, so stop at the
@@ -579,13 +433,13 @@ class DynamoDBBufferStore:
                 IndexName=COMMIT_INDEX,
                 KeyConditionExpression="#sh = :s AND chlc <= :h",
                 ExpressionAttributeNames={"#sh": "shard"},
-                ExpressionAttributeValues={":s": _s(shard.key), ":h": _n(at_or_below_hlc)},
+                ExpressionAttributeValues={":s": str_attr(shard.key), ":h": num_attr(at_or_below_hlc)},
                 ConsistentRead=True,
                 ScanIndexForward=False,
                 Limit=1,
             )
         except ClientError as exc:
-            raise _client_error(exc, "Query") from exc
+            raise storage_error(exc, "Query") from exc
         found = out.get("Items", [])
         return found[0] if found else None
 
@@ -659,13 +513,16 @@ class DynamoDBBufferStore:
             "TableName": self._t.deltas,
             "KeyConditionExpression": f"#sh = :s AND {condition}",
             "ExpressionAttributeNames": {"#sh": "shard"},
-            "ExpressionAttributeValues": {":s": _s(shard.key), **{name: _n(v) for name, v in bounds.items()}},
+            "ExpressionAttributeValues": {
+                ":s": str_attr(shard.key),
+                **{name: num_attr(v) for name, v in bounds.items()},
+            },
             "ConsistentRead": True,
             "ScanIndexForward": forward,
         }
         if projection is not None:
             kwargs["ProjectionExpression"] = projection
-        return _query_all(self._db, page_size=request_size, **kwargs)
+        return query_all(self._db, page_size=request_size, **kwargs)
 
     def _chunk_at_or_before(self, shard: ShardId, seq: int, projection: str | None) -> Item | None:
         """The last chunk that starts at or before ``seq``, if any."""
@@ -857,30 +714,30 @@ class DynamoDBBufferStore:
         (``None`` leaves them as they are; they change only with ``ra``)."""
         end = entries[-1]
         values = {
-            ":end": _n(end.seq),
-            ":lch": _n(end.commit_hlc),
-            ":b": _n(sum(e.size for e in entries if e.seq > seq)),
-            ":d": _n(sum(1 for e in entries if e.seq > seq)),
-            ":seq": _n(seq),
+            ":end": num_attr(end.seq),
+            ":lch": num_attr(end.commit_hlc),
+            ":b": num_attr(sum(e.size for e in entries if e.seq > seq)),
+            ":d": num_attr(sum(1 for e in entries if e.seq > seq)),
+            ":seq": num_attr(seq),
         }
         update = "SET seq = :end, lch = :lch, bt = bt + :b, dt = dt + :d"
         condition = "seq = :seq"
         if applied is not None:
             update += ", ra = :end"
             condition += " AND (ra = :ra OR attribute_not_exists(ra))"
-            values[":ra"] = _n(applied)
+            values[":ra"] = num_attr(applied)
             update += _doubts_update(doubts, values)
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": _s(shard.key)},
+                Key={"shard": str_attr(shard.key)},
                 UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if not condition_failed(exc):
-                raise _client_error(exc, "UpdateItem") from exc
+                raise storage_error(exc, "UpdateItem") from exc
             return False
         return True
 
@@ -956,14 +813,14 @@ class DynamoDBBufferStore:
                     TableName=self._t.config,
                     Item={
                         **_doubt_record_key(shard, doubt),
-                        "first": _n(doubt.first),
-                        "last": _n(doubt.last),
-                        "until": _n(doubt.until_ms),
-                        "rows": {"L": [_s(pk) for pk in pks]},
+                        "first": num_attr(doubt.first),
+                        "last": num_attr(doubt.last),
+                        "until": num_attr(doubt.until_ms),
+                        "rows": {"L": [str_attr(pk) for pk in pks]},
                     },
                 )
             except ClientError as exc:
-                raise _client_error(exc, "PutItem") from exc
+                raise storage_error(exc, "PutItem") from exc
             self._doubt_rows[(shard.key, doubt.first, doubt.last)] = frozenset(pks)
             doubts.append(doubt)
         return tuple(doubts)
@@ -976,7 +833,7 @@ class DynamoDBBufferStore:
         try:
             out = self._db.get_item(TableName=self._t.config, Key=_doubt_record_key(shard, doubt), ConsistentRead=True)
         except ClientError as exc:
-            raise _client_error(exc, "GetItem") from exc
+            raise storage_error(exc, "GetItem") from exc
         if "Item" not in out:
             raise _RunRetired(f"the record of the in-doubt run {doubt.first}..{doubt.last} of {shard.key!r} is gone")
         pks = frozenset(_record_pks(out["Item"]))
@@ -990,18 +847,20 @@ class DynamoDBBufferStore:
         expired = [d for d in doubts if d.until_ms <= now]
         for doubt in expired:
             alternates = {alt_key(doubt, pk): pk for pk in self._doubt_pks(shard, doubt)}
-            items = self._batch_get(self._t.rows, [{"pk": _s(key)} for key in alternates])
-            results_of([submit(self._put_row_item, {**item, "pk": _s(alternates[item["pk"]["S"]])}) for item in items])
+            items = self._batch_get(self._t.rows, [{"pk": str_attr(key)} for key in alternates])
+            results_of(
+                [submit(self._put_row_item, {**item, "pk": str_attr(alternates[item["pk"]["S"]])}) for item in items]
+            )
         return tuple(d for d in doubts if d not in expired)
 
     def _forget(self, shard: ShardId, retired: Sequence[Doubt]) -> None:
         """After the head stopped listing them: the retired runs' records and alternate rows go."""
         for doubt in retired:
             alternates = [alt_key(doubt, pk) for pk in self._doubt_pks(shard, doubt)]
-            deletes = [{"DeleteRequest": {"Key": {"pk": _s(key)}}} for key in alternates]
+            deletes = [{"DeleteRequest": {"Key": {"pk": str_attr(key)}}} for key in alternates]
             for start in range(0, len(deletes), 25):
                 try:
-                    _batch_write(self._db, self._t.rows, deletes[start : start + 25])
+                    batch_write(self._db, self._t.rows, deletes[start : start + 25])
                 except StorageError as exc:
                     logger.warning("alternate rows of %s %s not deleted: %s", shard.key, doubt.first, exc)
             try:
@@ -1019,19 +878,19 @@ class DynamoDBBufferStore:
                 f"a commit holds at most {LOG_CHUNK_MAX_ENTRIES} entries with consecutive sequences and commit HLCs"
             )
         chunk: Item = {
-            "shard": _s(commit.shard.key),
-            "seq": _n(chunk_key(first.seq)),
-            "n": _n(len(commit.entries)),
-            "c": _n(first.commit_hlc),
+            "shard": str_attr(commit.shard.key),
+            "seq": num_attr(chunk_key(first.seq)),
+            "n": num_attr(len(commit.entries)),
+            "c": num_attr(first.commit_hlc),
             "z": {"B": encode_entries(commit.entries)},
-            TTL_ATTRIBUTE: _n((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
+            TTL_ATTRIBUTE: num_attr((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
         }
         if first.seq > 1 and commit.previous_commit_hlc > 0:
             # The commit HLC of the entry before the chunk: a cursor standing there is checked by the read after it.
-            chunk["pv"] = _n(commit.previous_commit_hlc)
+            chunk["pv"] = num_attr(commit.previous_commit_hlc)
         if is_commit_mark(first.seq, last.seq, self._mark_every):
             # Only marks are in the sparse `by_commit` index (an entry costs a write unit).
-            chunk["chlc"] = _n(last.commit_hlc)
+            chunk["chlc"] = num_attr(last.commit_hlc)
         return chunk
 
     # -- the row index: a cache of the log -----------------------------------------------------------------------
@@ -1058,7 +917,7 @@ class DynamoDBBufferStore:
             if home is None:
                 main.append(row)
             else:
-                alternate.append({**_row_item(shard.gateway, row), "pk": _s(alt_key(home, pk))})
+                alternate.append({**_row_item(shard.gateway, row), "pk": str_attr(alt_key(home, pk))})
         puts = [submit(self._put_row_item, item) for item in alternate]
         with awaited(*puts):
             if batch_until is not None:
@@ -1077,7 +936,7 @@ class DynamoDBBufferStore:
 
     def _batch_of_rows(self, items: list[Item], until: int) -> None:
         requests = [{"PutRequest": {"Item": item}} for item in items]
-        unsent = _batch_write(self._db, self._t.rows, requests, sending=lambda: self._clock_ms() < until)
+        unsent = batch_write(self._db, self._t.rows, requests, sending=lambda: self._clock_ms() < until)
         for put in unsent:
             self._put_row_item(put["PutRequest"]["Item"])
 
@@ -1100,11 +959,11 @@ class DynamoDBBufferStore:
     def _set_applied(self, shard: ShardId, expected: int, to: int, *, doubts: Sequence[Doubt] | None = None) -> bool:
         """Move the head's ``ra`` from ``expected`` to ``to``; ``False`` if it was not at ``expected``. ``doubts`` as
         for :meth:`_set_head`."""
-        values = {":to": _n(to), ":expected": _n(expected)}
+        values = {":to": num_attr(to), ":expected": num_attr(expected)}
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": _s(shard.key)},
+                Key={"shard": str_attr(shard.key)},
                 UpdateExpression="SET ra = :to" + _doubts_update(doubts, values),
                 ConditionExpression="ra = :expected",
                 ExpressionAttributeValues=values,
@@ -1145,12 +1004,12 @@ def _check_rows(commit: Commit) -> None:
 def _row_item(gateway: str, row: StoredRow) -> Item:
     state = row.state
     item: Item = {
-        "pk": _s(row_key(gateway, state.table, state.row_id)),
-        "s": _s(encode_row_state(state)),
-        "v": _n(row.version),
+        "pk": str_attr(row_key(gateway, state.table, state.row_id)),
+        "s": str_attr(encode_row_state(state)),
+        "v": num_attr(row.version),
     }
     if row.recent:
-        item["k"] = _s("".join(row.recent))
+        item["k"] = str_attr("".join(row.recent))
     return item
 
 
@@ -1208,7 +1067,7 @@ def _commit_error(shard: ShardId, exc: ClientError) -> Exception:
     code = error.get("Code", "Unknown")
     if code == "ItemCollectionSizeLimitExceededException":
         return _collection_full(shard)
-    if code in _THROTTLED:
+    if code in THROTTLED_CODES:
         return StorageBusyError(f"DynamoDB is throttling commits to table {shard.table!r} ({code}); retry later")
     return StorageError(f"DynamoDB commit to table {shard.table!r} failed: {code}: {error.get('Message', '')}")
 
@@ -1225,21 +1084,21 @@ def _collection_full(shard: ShardId) -> BackpressureError:
 
 def _registry_item(shard: ShardId) -> Item:
     """The shard's entry in the registry (config table), which pulls and the flush list shards by."""
-    return {"gw": _s(shard.gateway), "sk": _s(registry_key(shard)), "table": _s(shard.table)}
+    return {"gw": str_attr(shard.gateway), "sk": str_attr(registry_key(shard)), "table": str_attr(shard.table)}
 
 
 def _new_head_item(head: ShardHead, *, applied: int) -> Item:
     """A new shard's head item at ``head`` (nothing flushed yet), rows applied through ``applied``."""
     item: Item = {
-        "shard": _s(head.shard.key),
-        "seq": _n(head.seq),
-        "bt": _n(head.bytes_total),
-        "dt": _n(head.deltas_total),
-        "fs": _n(0),
-        "fb": _n(0),
-        "fd": _n(0),
-        "lch": _n(head.last_commit_hlc),
-        "ra": _n(applied),
+        "shard": str_attr(head.shard.key),
+        "seq": num_attr(head.seq),
+        "bt": num_attr(head.bytes_total),
+        "dt": num_attr(head.deltas_total),
+        "fs": num_attr(0),
+        "fb": num_attr(0),
+        "fd": num_attr(0),
+        "lch": num_attr(head.last_commit_hlc),
+        "ra": num_attr(applied),
     }
     return item
 
@@ -1302,7 +1161,7 @@ def _doubts_update(doubts: Sequence[Doubt] | None, values: dict[str, Any]) -> st
         return ""
     if not doubts:
         return " REMOVE dq"
-    values[":dq"] = _s(encode_doubts(doubts))
+    values[":dq"] = str_attr(encode_doubts(doubts))
     return ", dq = :dq"
 
 
@@ -1316,7 +1175,7 @@ def _doubts(head_item: Item | None) -> tuple[Doubt, ...]:
 def _doubt_record_key(shard: ShardId, doubt: Doubt) -> Item:
     # By first and last: two writers that take the same turn over may read different ends of the log, and each
     # record must list the rows of its own run (their alternate keys, by first position, hold the same states).
-    return {"gw": _s(shard.gateway), "sk": _s(f"{_DOUBT_PREFIX}{shard.key}#{doubt.first}#{doubt.last}")}
+    return {"gw": str_attr(shard.gateway), "sk": str_attr(f"{_DOUBT_PREFIX}{shard.key}#{doubt.first}#{doubt.last}")}
 
 
 def _doubt_from_item(item: Item) -> Doubt:
@@ -1339,308 +1198,6 @@ def _contiguous(entries: list[LogEntry], first_seq: int) -> list[LogEntry]:
             return entries[:i]
         expected += 1
     return entries
-
-
-def _rules_and(db: DynamoDBClient, table: str, gateway: str, prefix: str) -> Iterator[Item]:
-    """The gateway's ``rules`` item and its items keyed ``prefix...`` (``prefix`` ends in ``#`` and sorts after
-    ``rules``), in one consistent Query: the range ends at ``prefix`` with ``$``, which sorts right after ``#``, and
-    skips what lies between."""
-    return _query_all(
-        db,
-        TableName=table,
-        KeyConditionExpression="gw = :gw AND sk BETWEEN :rules AND :end",
-        FilterExpression="sk = :rules OR begins_with(sk, :prefix)",
-        ExpressionAttributeValues={
-            ":gw": _s(gateway),
-            ":rules": _s("rules"),
-            ":end": _s(prefix[:-1] + "$"),
-            ":prefix": _s(prefix),
-        },
-        ConsistentRead=True,
-    )
-
-
-class DynamoDBConfigStore:
-    """Gateway configuration items in the config table."""
-
-    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
-        self._db = client
-        self._t = names
-
-    def _get(self, gateway: str, sk: str) -> Item | None:
-        try:
-            out = self._db.get_item(
-                TableName=self._t.config, Key={"gw": _s(gateway), "sk": _s(sk)}, ConsistentRead=True
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "GetItem") from exc
-        item: Item | None = out.get("Item")
-        return item
-
-    def get_sync_rules(self, gateway: str) -> SyncRules | None:
-        item = self._get(gateway, "rules")
-        return parse_sync_rules(json.loads(item["doc"]["S"])) if item else None
-
-    def put_sync_rules(self, gateway: str, rules: SyncRules) -> None:
-        try:
-            self._db.put_item(
-                TableName=self._t.config,
-                Item={"gw": _s(gateway), "sk": _s("rules"), "doc": _s(utf8_json(rules.to_json()))},
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "PutItem") from exc
-
-    def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
-        schemas = {}
-        for item in _query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("schema#")},
-            ConsistentRead=True,
-        ):
-            schema = parse_table_schema(json.loads(item["doc"]["S"]))
-            schemas[schema.table] = (schema, int(item["ver"]["N"]))
-        return schemas
-
-    def get_push_config(self, gateway: str) -> tuple[SyncRules | None, dict[str, tuple[TableSchema, int]]]:
-        rules: SyncRules | None = None
-        schemas = {}
-        for item in _rules_and(self._db, self._t.config, gateway, "schema#"):
-            if item["sk"]["S"] == "rules":
-                rules = parse_sync_rules(json.loads(item["doc"]["S"]))
-            else:
-                schema = parse_table_schema(json.loads(item["doc"]["S"]))
-                schemas[schema.table] = (schema, int(item["ver"]["N"]))
-        return rules, schemas
-
-    def put_schema(self, gateway: str, schema: TableSchema, version: int, expected_version: int) -> None:
-        request: dict[str, Any] = {
-            "TableName": self._t.config,
-            "Item": {
-                "gw": _s(gateway),
-                "sk": _s(f"schema#{schema.table}"),
-                "doc": _s(utf8_json(schema.to_json())),
-                "ver": _n(version),
-            },
-            "ConditionExpression": "attribute_not_exists(sk)",
-        }
-        if expected_version:
-            request["ConditionExpression"] = "ver = :e"
-            request["ExpressionAttributeValues"] = {":e": _n(expected_version)}
-        try:
-            self._db.put_item(**request)
-        except ClientError as exc:
-            if condition_failed(exc):
-                raise CommitConflict() from exc
-            raise _client_error(exc, "PutItem") from exc
-
-    def request_flush(self, gateway: str, request: Mapping[str, Any]) -> None:
-        at = int(request.get("atMs", 0))
-        # Without an id every request of the same millisecond would overwrite the previous one.
-        sk = f"flush#{at:015d}#{request.get('id') or uuid.uuid4().hex}"
-        try:
-            self._db.put_item(
-                TableName=self._t.config,
-                Item={"gw": _s(gateway), "sk": _s(sk), "doc": _s(utf8_json(dict(request)))},
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "PutItem") from exc
-
-    def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
-        items = _query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s("flush#")},
-            ConsistentRead=True,
-        )
-        return [json.loads(item["doc"]["S"]) for item in items]
-
-    def list_destinations(self, gateway: str) -> list[DestinationConfig]:
-        configs = []
-        for item in _query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(DESTINATION_PREFIX)},
-            ConsistentRead=True,
-        ):
-            try:
-                configs.append(parse_destination(json.loads(item["doc"]["S"])))
-            except (ValidationError, ValueError) as exc:  # written by add_destination, so never expected
-                raise StorageError(f"Stored destination {item['sk']['S']!r} is invalid") from exc
-        return sorted(configs, key=lambda c: c.name)
-
-    def add_destination(self, gateway: str, config: DestinationConfig) -> None:
-        try:
-            self._db.put_item(
-                TableName=self._t.config,
-                Item={
-                    "gw": _s(gateway),
-                    "sk": _s(destination_key(config.name)),
-                    "doc": _s(utf8_json(config.to_json())),
-                },
-                # The condition makes the add race-safe: of two concurrent adds of one name exactly one wins.
-                ConditionExpression="attribute_not_exists(sk)",
-            )
-        except ClientError as exc:
-            if condition_failed(exc):
-                raise AlreadyExistsError(f'Destination "{config.name}" already exists') from exc
-            raise _client_error(exc, "PutItem") from exc
-
-    def remove_destination(self, gateway: str, name: str) -> bool:
-        try:
-            out = self._db.delete_item(
-                TableName=self._t.config,
-                Key={"gw": _s(gateway), "sk": _s(destination_key(name))},
-                ReturnValues="ALL_OLD",
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "DeleteItem") from exc
-        return bool(out.get("Attributes"))
-
-    def list_connectors(self, gateway: str) -> list[ConnectorConfig]:
-        configs = []
-        for item in _query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": _s(gateway), ":p": _s(CONNECTOR_PREFIX)},
-            ConsistentRead=True,
-        ):
-            configs.append(_connector(item))
-        return sorted(configs, key=lambda c: c.name)
-
-    def get_connector(self, gateway: str, name: str) -> ConnectorConfig | None:
-        item = self._get(gateway, CONNECTOR_PREFIX + name)
-        return _connector(item) if item else None
-
-    def add_connector(self, gateway: str, config: ConnectorConfig) -> None:
-        try:
-            self._db.put_item(
-                TableName=self._t.config,
-                Item={
-                    "gw": _s(gateway),
-                    "sk": _s(CONNECTOR_PREFIX + config.name),
-                    "doc": _s(utf8_json(config.to_json())),
-                },
-                ConditionExpression="attribute_not_exists(sk)",
-            )
-        except ClientError as exc:
-            if condition_failed(exc):
-                raise AlreadyExistsError(f'Connector "{config.name}" already exists') from exc
-            raise _client_error(exc, "PutItem") from exc
-
-    def remove_connector(self, gateway: str, name: str) -> bool:
-        try:
-            out = self._db.delete_item(
-                TableName=self._t.config,
-                Key={"gw": _s(gateway), "sk": _s(CONNECTOR_PREFIX + name)},
-                ReturnValues="ALL_OLD",
-            )
-        except ClientError as exc:
-            raise _client_error(exc, "DeleteItem") from exc
-        return bool(out.get("Attributes"))
-
-
-def _connector(item: Item) -> ConnectorConfig:
-    doc = json.loads(item["doc"]["S"])
-    return ConnectorConfig(str(doc["name"]), str(doc["type"]), doc)
-
-
-class DynamoDBPullBasisReader:
-    """A pull's sync rules and shard registry in one consistent ``Query`` of the gateway's config partition.
-
-    The sort keys ``rules`` < ``schema#…`` < ``shard#…`` are adjacent, so one key range holds the rules and the
-    registry; a filter leaves the schemas on the server.
-    """
-
-    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
-        self._db = client
-        self._t = names
-
-    def read_pull_basis(self, gateway: str) -> PullBasis:
-        """The sync rules and the registered shards of ``gateway``."""
-        rules: SyncRules | None = None
-        shards = []
-        for item in _rules_and(self._db, self._t.config, gateway, REGISTRY_PREFIX):
-            key = item["sk"]["S"]
-            if key == "rules":
-                rules = parse_sync_rules(json.loads(item["doc"]["S"]))
-            else:
-                shards.append(registry_shard(key))
-        return PullBasis(rules, tuple(sorted(shards)))
-
-
-def _action_record_key(gateway: str, client_id: str, key: str) -> str:
-    """:func:`lakesync.core.actions.action_record_key`, imported on the first use: only the actions function stores
-    action records, and every other function loads this module without ``core.actions`` (``test_fn_imports``)."""
-    from lakesync.core.actions import action_record_key
-
-    return action_record_key(gateway, client_id, key)
-
-
-class DynamoDBActionStore:
-    """Action idempotency records with a TTL, one item per (gateway, client, key): the partition key is
-    :func:`~lakesync.core.actions.action_record_key`."""
-
-    def __init__(self, client: DynamoDBClient, names: TableNames) -> None:
-        self._db = client
-        self._t = names
-
-    def get(self, gateway: str, client_id: str, keys: Sequence[str], now_s: int) -> dict[str, dict[str, Any]]:
-        by_pk = {_action_record_key(gateway, client_id, k): k for k in keys}
-        if not by_pk:
-            return {}
-        items = _batch_get_all(self._db, self._t.actions, [{"pk": _s(pk)} for pk in by_pk])
-        found = {}
-        for item in items:
-            if int(item[TTL_ATTRIBUTE]["N"]) > now_s:
-                found[by_pk[item["pk"]["S"]]] = json.loads(item["rec"]["S"])
-        return found
-
-    def claim(self, gateway: str, client_id: str, key: str, expires_at: int, now_s: int) -> bool:
-        try:
-            self._db.put_item(
-                TableName=self._t.actions,
-                Item={
-                    "pk": _s(_action_record_key(gateway, client_id, key)),
-                    "rec": _s(utf8_json({"status": "pending"})),
-                    TTL_ATTRIBUTE: _n(expires_at),
-                },
-                ConditionExpression="attribute_not_exists(pk) OR #exp <= :now",
-                ExpressionAttributeNames={"#exp": TTL_ATTRIBUTE},
-                ExpressionAttributeValues={":now": _n(now_s)},
-            )
-        except ClientError as exc:
-            if condition_failed(exc):
-                return False
-            raise _client_error(exc, "PutItem") from exc
-        return True
-
-    def put(
-        self, gateway: str, client_id: str, keys: Sequence[str], record: Mapping[str, Any], expires_at: int
-    ) -> None:
-        text = utf8_json(dict(record))
-        try:
-            for key in dict.fromkeys(keys):
-                self._db.put_item(
-                    TableName=self._t.actions,
-                    Item={
-                        "pk": _s(_action_record_key(gateway, client_id, key)),
-                        "rec": _s(text),
-                        TTL_ATTRIBUTE: _n(expires_at),
-                    },
-                )
-        except ClientError as exc:
-            raise _client_error(exc, "PutItem") from exc
-
-    def release(self, gateway: str, client_id: str, key: str) -> None:
-        try:
-            self._db.delete_item(TableName=self._t.actions, Key={"pk": _s(_action_record_key(gateway, client_id, key))})
-        except ClientError as exc:
-            raise _client_error(exc, "DeleteItem") from exc
 
 
 def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:

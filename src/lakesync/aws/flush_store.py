@@ -31,14 +31,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from lakesync.aws.clients import job_client
-from lakesync.aws.dynamodb import (
-    DESTINATION_PREFIX,
-    REGISTRY_PREFIX,
-    DynamoDBBufferStore,
-    chunk_span,
-    registry_shard,
-)
+from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
 from lakesync.aws.errors import condition_failed, error_code
+from lakesync.aws.items import DESTINATION_PREFIX, REGISTRY_PREFIX, registry_shard
 from lakesync.aws.log_chunks import COMMIT_MARK_EVERY
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.clients import dynamodb_client, lambda_client
-from lakesync.aws.dynamodb import (
-    DynamoDBActionStore,
-    DynamoDBBufferStore,
-    DynamoDBConfigStore,
-    DynamoDBPullBasisReader,
-)
+from lakesync.aws.config_store import DynamoDBConfigStore, DynamoDBPullBasisReader
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.function_settings import (
     BroadcastSettings,
     ConnectorSettings,

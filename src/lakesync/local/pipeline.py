@@ -47,7 +47,7 @@ def lake_session(data_dir: Path) -> SparkSession:
 def lake_has_work(stack: LocalStack, gateways: tuple[str, ...]) -> Callable[[], bool]:
     """Whether the local lake has work (the lake tick's rule, :meth:`lakesync.aws.lake_tick.LakeTick.has_work`), read
     from the local stack's buffer and checkpoint bucket; the local flush publishes, as :func:`run_pipeline` runs it."""
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.flush_store import FlushStore
     from lakesync.aws.lake_tick import LakeReader, LakeTick
     from lakesync.aws.objects import S3ObjectStore, s3_client
@@ -111,7 +111,7 @@ def run_pipeline(
     ``glue`` (Spark).
     """
     from lakesync.aws.checkpoints import read_release_bounds
-    from lakesync.aws.dynamodb import DynamoDBConfigStore
+    from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.flush_store import DynamoConfig, FlushStore
     from lakesync.aws.objects import S3ObjectStore, s3_client
     from lakesync.aws.tables import TableNames

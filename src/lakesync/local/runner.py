@@ -364,8 +364,8 @@ class LocalStack:
         from functions._runtime import use_materialise_deps
         from functions.materialise import lambda_handler
         from lakesync import sql
+        from lakesync.aws.config_store import DynamoDBConfigStore
         from lakesync.aws.destinations import ConfiguredDestinations
-        from lakesync.aws.dynamodb import DynamoDBConfigStore
         from lakesync.aws.objects import S3ObjectStore
         from lakesync.aws.secrets import secretsmanager_client
         from lakesync.aws.tables import TableNames
@@ -390,7 +390,7 @@ class LocalStack:
 
     def open_gateways(self) -> list[str]:
         """The gateways without sync rules: any valid token of one reads and writes every row of it."""
-        from lakesync.aws.dynamodb import DynamoDBConfigStore
+        from lakesync.aws.config_store import DynamoDBConfigStore
         from lakesync.aws.tables import TableNames
 
         config = DynamoDBConfigStore(self.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX))

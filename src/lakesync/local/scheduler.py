@@ -73,7 +73,7 @@ class LakeScheduler:
 
     def pending_requests(self) -> int:
         """Flush requests recorded and not yet served, over the stack's gateways."""
-        from lakesync.aws.dynamodb import DynamoDBConfigStore
+        from lakesync.aws.config_store import DynamoDBConfigStore
         from lakesync.aws.tables import TableNames
         from lakesync.local.runner import TABLE_PREFIX
 
