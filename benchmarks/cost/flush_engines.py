@@ -72,7 +72,7 @@ def _function_limits() -> tuple[int, int]:
     """The flush function's timeout (s) and memory (MB), as the stack deploys them."""
     if str(ROOT / "infra") not in sys.path:
         sys.path.insert(0, str(ROOT / "infra"))
-    from lakesync_infra.functions import FLUSH_MEMORY_MB, FLUSH_TIMEOUT_S
+    from lakesync_infra.function_access import FLUSH_MEMORY_MB, FLUSH_TIMEOUT_S
 
     return FLUSH_TIMEOUT_S, FLUSH_MEMORY_MB
 

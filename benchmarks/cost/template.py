@@ -37,7 +37,8 @@ def fallback_functions() -> dict[str, dict[str, Any]]:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from lakesync_infra.common import LAMBDA_ARCHITECTURE, MATERIALISE_ARCHITECTURE
     from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
-    from lakesync_infra.functions import ACCESS, _memory
+    from lakesync_infra.function_access import ACCESS
+    from lakesync_infra.functions import _memory
 
     config = LakeSyncConfig(name="prod")
     out = {}

@@ -345,7 +345,7 @@ def test_max_body_bytes_is_capped_where_a_base64_body_fits_lambdas_payload():
 
 
 def test_pull_gets_the_sql_drivers_only_when_the_environment_asks_for_source_pulls() -> None:
-    from lakesync_infra.functions import DRIVER_FUNCTIONS, driver_functions
+    from lakesync_infra.function_access import DRIVER_FUNCTIONS, driver_functions
 
     # The hot read path stays on the small asset by default; sqlSourcePulls adds it to the driver asset's functions
     assert driver_functions(LakeSyncConfig.from_settings("dev", {})) == frozenset(DRIVER_FUNCTIONS)

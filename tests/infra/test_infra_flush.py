@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakesync_infra.functions import FLUSH_MEMORY_MB, FLUSH_TIMEOUT_S, RUN_RECORDS
+from lakesync_infra.function_access import FLUSH_MEMORY_MB, FLUSH_TIMEOUT_S, RUN_RECORDS
 from lakesync_infra.jobs import ACCESS as JOB_ACCESS
 from lakesync_infra.jobs import JOB_KINDS
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
-from lakesync_infra.functions import application_log_level, driver_functions
+from lakesync_infra.function_access import driver_functions
+from lakesync_infra.functions import application_log_level
 from lakesync_infra.packaging import LAMBDA_PYTHON
 
 from lakesync.api_routes import ROUTES

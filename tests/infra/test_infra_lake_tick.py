@@ -19,7 +19,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 from lakesync_infra.config import ALL_FUNCTIONS, LakeSyncConfig
-from lakesync_infra.functions import RUN_RECORDS
+from lakesync_infra.function_access import RUN_RECORDS
 from lakesync_infra.jobs import JOB_KINDS, SCHEDULE_MAX_AGE, SCHEDULE_RETRIES
 from lakesync_infra.monitoring import DASHBOARD_METRICS, Monitoring
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from lakesync_infra.config import ConfigError, LakeSyncConfig
-from lakesync_infra.functions import RATE_LIMITED
+from lakesync_infra.function_access import RATE_LIMITED
 
 from lakesync.api_routes import ROUTES
 from lakesync.aws.rate_limits import KEY_PREFIX

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from lakesync_infra import packaging
 from lakesync_infra.config import LakeSyncConfig
-from lakesync_infra.functions import driver_functions
+from lakesync_infra.function_access import driver_functions
 from lakesync_infra.packaging import (
     FLUSH_EXTRAS,
     FLUSH_TRIMMED,

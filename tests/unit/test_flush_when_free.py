@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from lakesync_infra.functions import FLUSH_TIMEOUT_S
+from lakesync_infra.function_access import FLUSH_TIMEOUT_S
 
 from lakesync.core.errors import FlushBusyError, FlushError
 from lakesync.lake.flush import LEASE_POLL_S, FlushReport, flush_when_free
