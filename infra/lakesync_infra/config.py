@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from lakesync.api_routes import FUNCTIONS
-from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
+from lakesync.aws.settings_vars import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
 from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG, FlushEngine
 from lakesync.core.lake_work import FLUSH_ENGINES as FLUSH_ENGINE_KINDS
 from lakesync.core.network import parse_networks

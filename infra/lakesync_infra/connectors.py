@@ -28,7 +28,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
-from lakesync.aws.function_settings import (
+from lakesync.aws.settings_vars import (
     CONNECTOR_POLL_FUNCTION_ARN,
     CONNECTOR_SCHEDULE_GROUP,
     CONNECTOR_SCHEDULER_ROLE_ARN,

@@ -30,12 +30,7 @@ from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_function import FlushFunction
 from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
 from lakesync.aws.flush_store import FlushStore
-from lakesync.aws.function_settings import (
-    FlushFunctionSettings,
-    FlushTriggerSettings,
-    LakeTickSettings,
-    SettingsError,
-)
+from lakesync.aws.function_settings import FlushFunctionSettings, FlushTriggerSettings, LakeTickSettings, SettingsError
 from lakesync.aws.jobs import FlushEngines, glue_client
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import FlushError, ValidationError

@@ -10,6 +10,15 @@ import re
 import pytest
 
 from lakesync.aws.function_settings import (
+    BroadcastSettings,
+    LakeTickSettings,
+    MaterialiseSettings,
+    RealtimeSettings,
+    Settings,
+    SettingsError,
+)
+from lakesync.aws.settings_env import Env, flag_problem
+from lakesync.aws.settings_vars import (
     API_ENV_VARS,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
@@ -39,14 +48,7 @@ from lakesync.aws.function_settings import (
     TABLE_PREFIX,
     TABLE_VARS,
     WS_CALLBACK_URL,
-    BroadcastSettings,
-    LakeTickSettings,
-    MaterialiseSettings,
-    RealtimeSettings,
-    Settings,
-    SettingsError,
 )
-from lakesync.aws.settings_env import Env, flag_problem
 from lakesync.aws.tables import TableNames
 from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, CompactPolicy
 
@@ -172,8 +174,8 @@ def test_settings_report_every_problem_at_once():
 
 
 def test_function_env_vars_cover_what_settings_read():
-    # Given every LAKESYNC_* constant the settings module defines
-    from lakesync.aws import function_settings as _settings
+    # Given every LAKESYNC_* constant the settings' variables module defines
+    from lakesync.aws import settings_vars as _settings
 
     constants = {
         v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")

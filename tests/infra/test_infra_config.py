@@ -19,7 +19,7 @@ from lakesync_infra.config import (
     glue_database,
 )
 
-from lakesync.aws.function_settings import MAX_BODY_BYTES_LIMIT
+from lakesync.aws.settings_vars import MAX_BODY_BYTES_LIMIT
 from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG
 from lakesync.lake.tables import DELTA_LOG, GLUE_NAME, state_table
 

@@ -17,6 +17,7 @@ from lakesync_infra.jobs import ACCESS as JOB_ACCESS
 from lakesync_infra.jobs import JOB_KINDS
 
 from lakesync.aws import function_settings as settings
+from lakesync.aws import settings_vars
 from lakesync.aws.flush_runs import ASYNC_EVENT_AGE_S
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS
 from tests.infra.conftest import Cfn, Synth
@@ -74,25 +75,27 @@ def test_flush_function_environment_is_what_the_glue_flush_job_is_given(cfn, ids
     arguments = glue_cfn.resources[glue_ids["job:flush"]]["Properties"]["DefaultArguments"]
     job = {k: glue_cfn.render(v, _placeholder) for k, v in arguments.items()}
     # Then it reads only variables the function's code reads
-    assert set(env) - {"POWERTOOLS_LOG_LEVEL"} <= settings.FUNCTION_ENV_VARS[FLUSH]
+    assert set(env) - {"POWERTOOLS_LOG_LEVEL"} <= settings_vars.FUNCTION_ENV_VARS[FLUSH]
     # And flushes the same warehouse, catalog, database, gateways and tables, releases up to the same checkpoints
     # with the same retention, and publishes to the same bucket and queue as the job
     assert (
-        env[settings.LAKE_WAREHOUSE] == job["--warehouse"] == f"s3://{_placeholder(ids['bucket:warehouse'])}/warehouse"
+        env[settings_vars.LAKE_WAREHOUSE]
+        == job["--warehouse"]
+        == f"s3://{_placeholder(ids['bucket:warehouse'])}/warehouse"
     )
-    assert env[settings.LAKE_CATALOG] == job["--catalog"] == "glue"
+    assert env[settings_vars.LAKE_CATALOG] == job["--catalog"] == "glue"
     assert (
-        env[settings.LAKE_NAMESPACE]
+        env[settings_vars.LAKE_NAMESPACE]
         == job["--namespace"]
         == cfn.render(cfn.resources[ids["database"]]["Properties"]["DatabaseInput"]["Name"])
     )
-    assert env[settings.GATEWAY_IDS] == job["--gateways"] == ",".join(options["gatewayIds"])
-    assert env[settings.CHECKPOINT_BUCKET] == job["--checkpoint_bucket"]
-    assert env[settings.FLUSH_RETENTION_MS] == job["--retention_ms"] == str(DEFAULT_RETENTION_MS)
-    assert env[settings.CLAIM_CHECK_BUCKET] == job["--claim_check_bucket"]
-    assert env[settings.MATERIALISE_QUEUE_URL] == job["--materialise_queue_url"]
+    assert env[settings_vars.GATEWAY_IDS] == job["--gateways"] == ",".join(options["gatewayIds"])
+    assert env[settings_vars.CHECKPOINT_BUCKET] == job["--checkpoint_bucket"]
+    assert env[settings_vars.FLUSH_RETENTION_MS] == job["--retention_ms"] == str(DEFAULT_RETENTION_MS)
+    assert env[settings_vars.CLAIM_CHECK_BUCKET] == job["--claim_check_bucket"]
+    assert env[settings_vars.MATERIALISE_QUEUE_URL] == job["--materialise_queue_url"]
     # And the function's own parser accepts it (the database token read as a name the stack could give)
-    parsed = settings.FlushFunctionSettings.from_env({**env, settings.LAKE_NAMESPACE: "lakesync_dev_0123abcd"})
+    parsed = settings.FlushFunctionSettings.from_env({**env, settings_vars.LAKE_NAMESPACE: "lakesync_dev_0123abcd"})
     assert parsed.tables.as_dict() == {kind: _placeholder(ids[f"table:{kind}"]) for kind in parsed.tables.as_dict()}
     assert parsed.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
     assert parsed.claim_check_bucket == _placeholder(ids["bucket:claim_check"])
@@ -176,8 +179,8 @@ def test_only_the_lake_tick_and_the_flush_trigger_may_start_the_flush_function(c
     # RUN_RECORDS)
     for name in STARTERS:
         env = _env(cfn, name)
-        assert env[settings.FLUSH_FUNCTION_NAME] == _placeholder(ids["function:flush"])
-        assert env[settings.FLUSH_FUNCTION_TIMEOUT_S] == str(functions[FLUSH]["Timeout"])
+        assert env[settings_vars.FLUSH_FUNCTION_NAME] == _placeholder(ids["function:flush"])
+        assert env[settings_vars.FLUSH_FUNCTION_TIMEOUT_S] == str(functions[FLUSH]["Timeout"])
         granted = cfn.allowed(cfn.role_of(functions[name]))
         config = f"<{ids['table:config']}.Arn>"
         assert {(a, config) for a in RUN_RECORDS["config"]} <= set(granted)
@@ -237,8 +240,8 @@ def test_function_engine_deploys_the_function_alone(function_synth: Synth) -> No
     # trigger reads no heads (one engine: nothing to choose)
     for name in STARTERS:
         env = _env(cfn, name)
-        assert env[settings.FLUSH_FUNCTION_NAME] == _placeholder(ids["function:flush"])
-        assert not {settings.FLUSH_JOB_NAME, settings.FLUSH_FUNCTION_MAX_BACKLOG} & set(env), name
+        assert env[settings_vars.FLUSH_FUNCTION_NAME] == _placeholder(ids["function:flush"])
+        assert not {settings_vars.FLUSH_JOB_NAME, settings_vars.FLUSH_FUNCTION_MAX_BACKLOG} & set(env), name
     trigger = cfn.allowed(cfn.role_of(functions["flush_trigger"]))
     assert not [a for a, _ in trigger if a.startswith("glue:")]
     assert not [r for a, r in trigger if r in (f"<{ids['table:heads']}.Arn>", f"<{ids['table:deltas']}.Arn>")]
@@ -267,7 +270,7 @@ def test_glue_engine_keeps_todays_wiring(glue_synth: Synth) -> None:
         role = cfn.role_of(functions[name])
         assert not [a for a, _ in cfn.allowed(role) if a.startswith("lambda:")], name
         env = _env(cfn, name)
-        assert not {settings.FLUSH_FUNCTION_NAME, settings.FLUSH_FUNCTION_TIMEOUT_S} & set(env), name
+        assert not {settings_vars.FLUSH_FUNCTION_NAME, settings_vars.FLUSH_FUNCTION_TIMEOUT_S} & set(env), name
         # And the tick and the trigger read and write no run records
         config = f"<{ids['table:config']}.Arn>"
         writes = {a for a, r in cfn.allowed(role) if r == config and not a.endswith(("Query", "GetItem"))}
@@ -279,7 +282,7 @@ def test_glue_engine_keeps_todays_wiring(glue_synth: Synth) -> None:
         ("glue:StartJobRun", job),
         ("glue:GetJobRuns", job),
     }
-    assert _env(cfn, "flush_trigger")[settings.FLUSH_JOB_NAME] == _placeholder(ids["job:flush"])
+    assert _env(cfn, "flush_trigger")[settings_vars.FLUSH_JOB_NAME] == _placeholder(ids["job:flush"])
     tick = settings.LakeTickSettings.from_env(_env(cfn, "lake_tick"))
     assert tick.flush_function is None
     assert dict(tick.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}

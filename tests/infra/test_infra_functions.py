@@ -14,6 +14,7 @@ from lakesync_infra.packaging import LAMBDA_PYTHON
 
 from lakesync.api_routes import ROUTES
 from lakesync.aws import function_settings as settings
+from lakesync.aws import settings_vars
 from tests.infra.conftest import OPTIONS
 
 WITH_DRIVERS = driver_functions(LakeSyncConfig.from_settings("dev", {"sqlSourcePulls": OPTIONS["sqlSourcePulls"]}))
@@ -87,11 +88,11 @@ def test_function_environment_is_only_what_its_code_reads(cfn, name):
     env = _env(cfn, cfn.functions()[name])
     # Then each LakeSync one is a variable that function's code reads, and the rest are Powertools settings
     lakesync = {k for k in env if k.startswith("LAKESYNC_")}
-    assert lakesync <= settings.FUNCTION_ENV_VARS[name]
+    assert lakesync <= settings_vars.FUNCTION_ENV_VARS[name]
     assert set(env) - lakesync <= _powertools_variables()
 
 
-API_FUNCTIONS = [n for n in ALL_FUNCTIONS if settings.FUNCTION_ENV_VARS[n] >= {settings.JWT_SECRET_ARN}]
+API_FUNCTIONS = [n for n in ALL_FUNCTIONS if settings_vars.FUNCTION_ENV_VARS[n] >= {settings_vars.JWT_SECRET_ARN}]
 
 
 @pytest.mark.parametrize("name", API_FUNCTIONS)

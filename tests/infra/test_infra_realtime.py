@@ -12,6 +12,7 @@ import pytest
 from lakesync_infra.realtime import CONNECT_RATE, STAGE
 
 from lakesync.aws import function_settings as settings
+from lakesync.aws import settings_vars
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 
 WS_FUNCTIONS = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
@@ -226,9 +227,9 @@ def test_websocket_function_configuration_is_valid_for_its_code(cfn, rt, name):
     # Then the senders get the stage's callback URL
     sends = name in ("ws_message", "ws_broadcast")
     expected = f"https://tok-{rt['api'].lower()}.execute-api.<AWS::Region>.<AWS::URLSuffix>/{STAGE}"
-    assert env.get(settings.WS_CALLBACK_URL) == (expected if sends else None)
+    assert env.get(settings_vars.WS_CALLBACK_URL) == (expected if sends else None)
     if sends:  # (pseudo parameters rendered as a deployment would)
-        env[settings.WS_CALLBACK_URL] = expected.replace("<AWS::Region>", "eu-west-1").replace(
+        env[settings_vars.WS_CALLBACK_URL] = expected.replace("<AWS::Region>", "eu-west-1").replace(
             "<AWS::URLSuffix>", "amazonaws.com"
         )
     # And each names the sessions table, in a configuration its own settings parser accepts

@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "lakesync.aws.ws_events",
             "lakesync.aws.lambda_runtime",
             "lakesync.aws.function_settings",
+            "lakesync.aws.settings_vars",
             "lakesync.aws.flush_function",
             "lakesync.edge",
             "lakesync.router",

@@ -326,7 +326,7 @@ class LocalStack:
         import boto3
 
         from functions.ws_broadcast import lambda_handler
-        from lakesync.aws.function_settings import WS_CALLBACK_URL
+        from lakesync.aws.settings_vars import WS_CALLBACK_URL
 
         assert self._front is not None
         self._saved_env.setdefault(WS_CALLBACK_URL, os.environ.get(WS_CALLBACK_URL))
