@@ -20,26 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.errors import error_code
-from lakesync.aws.items import utf8_json
+from lakesync.aws.items import query_all, storage_error, utf8_json
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
-from lakesync.core.errors import StorageBusyError, StorageError
 from lakesync.core.realtime import Connection, Encoding
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["DynamoDBConnectionStore"]
-
-_THROTTLED = frozenset(
-    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded", "LimitExceededException"}
-)
-
-
-def _error(exc: ClientError, what: str) -> StorageError:
-    code = error_code(exc)
-    kind = StorageBusyError if code in _THROTTLED else StorageError
-    return kind(f"DynamoDB {what} failed: {code}")
 
 
 def _item(connection: Connection) -> dict[str, Any]:
@@ -86,7 +74,7 @@ class DynamoDBConnectionStore:
         try:
             self._db.put_item(TableName=self._table, Item=_item(connection))
         except ClientError as exc:
-            raise _error(exc, "PutItem") from exc
+            raise storage_error(exc, "PutItem") from exc
 
     def get_connection(self, connection_id: str) -> Connection | None:
         try:
@@ -94,33 +82,24 @@ class DynamoDBConnectionStore:
                 "Item"
             )
         except ClientError as exc:
-            raise _error(exc, "GetItem") from exc
+            raise storage_error(exc, "GetItem") from exc
         return None if item is None else _connection(item)
 
     def remove_connection(self, connection_id: str) -> None:
         try:
             self._db.delete_item(TableName=self._table, Key={"id": {"S": connection_id}})
         except ClientError as exc:
-            raise _error(exc, "DeleteItem") from exc
+            raise storage_error(exc, "DeleteItem") from exc
 
     def list_connections(self, gateway: str) -> list[Connection]:
         return [_connection(item) for item in self._pages(gateway)]
 
     def _pages(self, gateway: str) -> Iterator[dict[str, Any]]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": CONNECTIONS_INDEX,
-            "KeyConditionExpression": "gw = :g",
-            "ExpressionAttributeValues": {":g": {"S": gateway}},
-            "Limit": self._page_size,
-        }
-        while True:
-            try:
-                out = self._db.query(**kwargs)
-            except ClientError as exc:
-                raise _error(exc, "Query") from exc
-            yield from out.get("Items", [])
-            last = out.get("LastEvaluatedKey")
-            if not last:
-                return
-            kwargs["ExclusiveStartKey"] = last
+        return query_all(
+            self._db,
+            page_size=lambda: self._page_size,
+            TableName=self._table,
+            IndexName=CONNECTIONS_INDEX,
+            KeyConditionExpression="gw = :g",
+            ExpressionAttributeValues={":g": {"S": gateway}},
+        )
