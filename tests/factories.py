@@ -33,6 +33,11 @@ def table_schema(table: str = "todos", /, **columns: str) -> TableSchema:
     return parse_table_schema(schema_doc(table, **columns))
 
 
+def schema_with(schema: TableSchema, **options: JsonValue) -> TableSchema:
+    """``schema`` with document options set (``primaryKey``, ``softDelete``, ``sourceTable``, ...), parsed again."""
+    return parse_table_schema({**schema.to_json(), **options})
+
+
 def todo_schema(table: str = "todos", /, **extra: str) -> dict[str, Any]:
     """The document of a todo table (:data:`TODO_COLUMNS`), then the ``extra`` columns."""
     return schema_doc(table, **TODO_COLUMNS, **extra)

@@ -14,9 +14,9 @@ from lakesync.core.destinations import DestinationConfig, parse_destination
 from lakesync.core.errors import AlreadyExistsError
 from lakesync.core.log import CommitConflict
 from lakesync.core.rules import parse_sync_rules, pass_all_rules, user_scoped_rules
-from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.memory import InMemoryConfigStore
 from lakesync.ports import ConfigStore
+from tests.factories import schema_with, table_schema
 
 
 @pytest.fixture(params=["memory", "dynamodb"])
@@ -28,15 +28,11 @@ def store(request: pytest.FixtureRequest) -> ConfigStore:
     return DynamoDBConfigStore(*request.getfixturevalue("module_dynamodb"))
 
 
-def _schema(table: str, *columns: str) -> object:
-    return parse_table_schema(
-        {
-            "table": table,
-            "columns": [{"name": c, "type": "string"} for c in columns],
-            "primaryKey": ["row_id"],
-            "softDelete": False,
-        }
-    )
+# The options spelled out, as a stored document has them
+OPTIONS: dict[str, Any] = {"primaryKey": ["row_id"], "softDelete": False}
+TODOS = schema_with(table_schema("todos", title="string"), **OPTIONS)
+TODOS_V2 = schema_with(table_schema("todos", title="string", done="string"), **OPTIONS)
+NOTES = schema_with(table_schema("notes", body="string"), **OPTIONS)
 
 
 def test_config_sync_rules_round_trip_and_are_replaced(store: ConfigStore, gw: str) -> None:
@@ -58,8 +54,7 @@ def test_config_sync_rules_round_trip_and_are_replaced(store: ConfigStore, gw: s
 
 
 def test_config_schema_versions_are_guarded_by_the_expected_version(store: ConfigStore, gw: str) -> None:
-    v1 = _schema("todos", "title")
-    v2 = _schema("todos", "title", "done")
+    v1, v2 = TODOS, TODOS_V2
 
     store.put_schema(gw, v1, 1, 0)
     assert store.get_schemas(gw) == {"todos": (v1, 1)}
@@ -78,12 +73,12 @@ def test_config_schema_versions_are_guarded_by_the_expected_version(store: Confi
 
 def test_config_schema_of_an_absent_table_needs_expected_version_zero(store: ConfigStore, gw: str) -> None:
     with pytest.raises(CommitConflict):
-        store.put_schema(gw, _schema("notes", "body"), 2, 1)
+        store.put_schema(gw, NOTES, 2, 1)
     assert store.get_schemas(gw) == {}
 
 
 def test_config_schemas_are_per_table_and_per_gateway(store: ConfigStore, gw: str) -> None:
-    todos, notes = _schema("todos", "title"), _schema("notes", "body")
+    todos, notes = TODOS, NOTES
     store.put_schema(gw, todos, 1, 0)
     store.put_schema(gw, notes, 1, 0)
     store.put_schema(gw + "-b", notes, 1, 0)
@@ -97,7 +92,7 @@ def test_config_schemas_are_per_table_and_per_gateway(store: ConfigStore, gw: st
 
 def test_config_push_config_holds_the_rules_and_every_schema_and_nothing_else(store: ConfigStore, gw: str) -> None:
     assert store.get_push_config(gw) == (None, {})
-    todos, notes = _schema("todos", "title"), _schema("notes", "body")
+    todos, notes = TODOS, NOTES
     store.put_schema(gw, todos, 1, 0)
     assert store.get_push_config(gw) == (None, {"todos": (todos, 1)})
     rules = parse_sync_rules(
@@ -220,7 +215,7 @@ def test_config_destinations_leave_rules_schemas_and_flush_requests_alone(store:
     assert store.get_sync_rules(gw) is None
     assert store.get_schemas(gw) == {}
     assert store.list_flush_requests(gw) == []
-    store.put_schema(gw, _schema("todos", "title"), 1, 0)
+    store.put_schema(gw, TODOS, 1, 0)
     store.request_flush(gw, {"id": "r", "reason": "admin", "atMs": 1})
     assert store.list_destinations(gw) == [_destination("pg")]
 

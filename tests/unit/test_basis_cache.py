@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from lakesync.core.delta import RowDelta, make_delta
-from lakesync.core.hlc import HLC, encode
+from lakesync.core.delta import RowDelta
+from lakesync.core.hlc import HLC
 from lakesync.core.log import PullBasis, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.admin import save_sync_rules
@@ -20,9 +20,9 @@ from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
 from lakesync.gateway.pull import PullResult, StoresPullBasis, pull
 from lakesync.gateway.push import push
+from tests.factories import T0, at, insert
 
 GW = "default"
-T0 = 1_700_000_000_000
 OWN_TEAM = {"version": 1, "buckets": [{"name": "team", "tables": [], "filters": [{"column": "team", "op": "eq",
                                                                                "value": "jwt:team"}]}]}  # fmt: skip
 
@@ -185,15 +185,10 @@ class CountingBasis:
         return self.inner.read_pull_basis(gateway)
 
 
-def _d(table: str, row: str, team: str, n: int) -> RowDelta:
-    return make_delta("INSERT", table=table, row_id=row, client_id="admin", hlc=encode(T0 + n, 0),
-                      columns={"team": team, "n": n})  # fmt: skip
-
-
 def test_rules_saved_by_this_process_apply_to_its_next_pull() -> None:
     # Given a pull that kept the basis (no rules: everything visible)
     gw = Gateway()
-    gw.push(gw.deps, _d("todos", "r1", "red", 1))
+    gw.push(gw.deps, insert("r1", hlc=at(1), client="admin", team="red", n=1))
     assert [x.row_id for x in gw.pull().deltas] == ["r1"]
     # When this process saves rules that hide red rows from blue clients
     save_sync_rules(gw.deps, GW, OWN_TEAM)
@@ -203,9 +198,9 @@ def test_rules_saved_by_this_process_apply_to_its_next_pull() -> None:
 
 def test_a_new_table_committed_by_this_process_is_served_by_its_next_pull() -> None:
     gw = Gateway()
-    gw.push(gw.deps, _d("todos", "r1", "blue", 1))
+    gw.push(gw.deps, insert("r1", hlc=at(1), client="admin", team="blue", n=1))
     page = gw.pull()
-    gw.push(gw.deps, _d("notes", "n1", "blue", 2))
+    gw.push(gw.deps, insert("n1", hlc=at(2), table="notes", client="admin", team="blue", n=2))
     assert [x.row_id for x in gw.pull(page.cursor).deltas] == ["n1"]
     assert gw.reader.reads == 2
 
@@ -213,11 +208,15 @@ def test_a_new_table_committed_by_this_process_is_served_by_its_next_pull() -> N
 def test_a_table_another_process_creates_waits_for_the_ttl_and_is_then_served_whole_once() -> None:
     # Given a cursor client that pulled the one table there was
     gw = Gateway()
-    gw.push(gw.deps, _d("todos", "r1", "blue", 1))
+    gw.push(gw.deps, insert("r1", hlc=at(1), client="admin", team="blue", n=1))
     page = gw.pull()
     # When another process commits to a new table, and to the old one
-    gw.push(gw.other, _d("notes", "n1", "blue", 2), _d("notes", "n2", "blue", 3))
-    gw.push(gw.other, _d("todos", "r2", "blue", 4))
+    gw.push(
+        gw.other,
+        insert("n1", hlc=at(2), table="notes", client="admin", team="blue", n=2),
+        insert("n2", hlc=at(3), table="notes", client="admin", team="blue", n=3),
+    )
+    gw.push(gw.other, insert("r2", hlc=at(4), client="admin", team="blue", n=4))
     # Then within the TTL the pull serves the known table only, and its cursor keeps every position it had
     early = gw.pull(page.cursor)
     assert [x.row_id for x in early.deltas] == ["r2"]
@@ -233,7 +232,7 @@ def test_a_table_another_process_creates_waits_for_the_ttl_and_is_then_served_wh
 
 def test_rules_another_process_saves_reach_cursor_pulls_after_the_ttl_and_since_pulls_at_once() -> None:
     gw = Gateway()
-    gw.push(gw.deps, _d("todos", "r1", "red", 1))
+    gw.push(gw.deps, insert("r1", hlc=at(1), client="admin", team="red", n=1))
     assert len(gw.pull().deltas) == 1
     save_sync_rules(gw.other, GW, OWN_TEAM)
     # A cursor pull within the TTL is served as if the rules had changed that much later
@@ -247,7 +246,11 @@ def test_rules_another_process_saves_reach_cursor_pulls_after_the_ttl_and_since_
 def test_a_cached_basis_is_what_a_fresh_one_would_be_for_a_quiet_gateway() -> None:
     # Many pulls of a quiet gateway read its basis once and answer as fresh reads do
     gw = Gateway()
-    gw.push(gw.deps, _d("todos", "r1", "blue", 1), _d("notes", "n1", "blue", 2))
+    gw.push(
+        gw.deps,
+        insert("r1", hlc=at(1), client="admin", team="blue", n=1),
+        insert("n1", hlc=at(2), table="notes", client="admin", team="blue", n=2),
+    )
     fresh = replace(gw.deps, pull_basis=None)
     cursor = None
     for _ in range(5):
@@ -277,7 +280,7 @@ def test_a_pull_with_the_basis_kept_reads_a_lone_shard_in_its_own_thread_without
             return buffer.read_log_at(shard, seq, limit, images=images)
 
     gw.deps = replace(gw.deps, buffer=Recording())  # type: ignore[arg-type]
-    gw.push(gw.other, *(_d("todos", f"r{i}", "blue", i) for i in range(5)))
+    gw.push(gw.other, *(insert(f"r{i}", hlc=at(i), client="admin", team="blue", n=i) for i in range(5)))
     first = pull(gw.deps, GW, limit=3, claims={})
     reads.clear()
     # When the next page is pulled with the basis at hand

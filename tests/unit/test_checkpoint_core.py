@@ -31,8 +31,9 @@ from lakesync.core.checkpoint import (
 )
 from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta, make_delta
 from lakesync.core.errors import StorageError
-from lakesync.core.hlc import encode
 from lakesync.core.merge import ColumnState, RowState, Version, fold
+from tests import factories
+from tests.factories import at, delete, insert
 
 SETTINGS = settings(max_examples=300, deadline=None)
 
@@ -40,20 +41,16 @@ SETTINGS = settings(max_examples=300, deadline=None)
 # versions, ties and deletes that hit writes are common.
 CLIENTS = ["a", "b", "Z", "\uff01", "\U0001f600"]
 COLUMNS = ["x", "y", "z", "\U0001f600", "\uff01"]
-HLCS = [encode(1_700_000_000_000 + ms, c) for ms in range(2) for c in range(2)]
+HLCS = [at(ms, c) for ms in range(2) for c in range(2)]
 VALUES: list[JsonValue] = [None, True, False, 0, 1, 2.5, "", "a", "1", [], [1], {"k": 1}]
 
 
-def _delta(op: DeltaOp, client: str, hlc: int, columns: list[ColumnDelta]) -> RowDelta:
-    return make_delta(op, table="todos", row_id="row-1", client_id=client, hlc=hlc, columns=tuple(columns))
-
-
 DELTAS = st.builds(
-    _delta,
+    factories.delta,
     st.sampled_from(list(DeltaOp)),
-    st.sampled_from(CLIENTS),
-    st.sampled_from(HLCS),
-    st.lists(st.builds(ColumnDelta, st.sampled_from(COLUMNS), st.sampled_from(VALUES)), max_size=4),
+    client=st.sampled_from(CLIENTS),
+    hlc=st.sampled_from(HLCS),
+    columns=st.lists(st.builds(ColumnDelta, st.sampled_from(COLUMNS), st.sampled_from(VALUES)), max_size=4),
 )
 HISTORIES = st.lists(DELTAS, min_size=1, max_size=10)
 
@@ -153,13 +150,13 @@ def test_row_deltas_are_deterministic(history: list[RowDelta]) -> None:
 # -- row_deltas: examples ------------------------------------------------------------------------------------------
 
 
-H1, H2, H3 = (encode(1_700_000_000_000, c) for c in (1, 2, 3))
+H1, H2, H3 = (at(0, c) for c in (1, 2, 3))
 
 
 def test_row_deltas_row_without_columns_is_one_insert_at_written() -> None:
     state = RowState("todos", "r", {}, None, Version(H1, "c"))
 
-    assert row_deltas(state) == [make_delta(DeltaOp.INSERT, table="todos", row_id="r", client_id="c", hlc=H1)]
+    assert row_deltas(state) == [insert("r", hlc=H1, client="c")]
 
 
 def test_row_deltas_written_above_every_column_adds_an_empty_write() -> None:
@@ -173,21 +170,21 @@ def test_row_deltas_written_above_every_column_adds_an_empty_write() -> None:
         (DeltaOp.INSERT, H1, "c", {"x": 1}),
         (DeltaOp.UPDATE, H3, "d", {}),
     ]
-    after_delete = fold([*deltas, make_delta(DeltaOp.DELETE, table="todos", row_id="r", client_id="e", hlc=H2)])
+    after_delete = fold([*deltas, delete("r", hlc=H2, client="e")])
     assert after_delete is not None and after_delete.values() == {}
 
 
 def test_row_deltas_deleted_row_is_a_lone_delete() -> None:
     state = RowState("todos", "r", {}, Version(H2, "c"), None)
 
-    assert row_deltas(state) == [make_delta(DeltaOp.DELETE, table="todos", row_id="r", client_id="c", hlc=H2)]
+    assert row_deltas(state) == [delete("r", hlc=H2, client="c")]
 
 
 def test_group_rows_splits_runs_of_the_same_row() -> None:
-    a1 = make_delta(DeltaOp.INSERT, table="t", row_id="a", client_id="c", hlc=H1)
+    a1 = insert("a", hlc=H1, table="t", client="c")
     a2 = dataclasses.replace(a1, hlc=H2)
-    b1 = make_delta(DeltaOp.INSERT, table="t", row_id="b", client_id="c", hlc=H1)
-    other_table = make_delta(DeltaOp.INSERT, table="u", row_id="b", client_id="c", hlc=H1)
+    b1 = insert("b", hlc=H1, table="t", client="c")
+    other_table = insert("b", hlc=H1, table="u", client="c")
 
     assert list(group_rows([a1, a2, b1, other_table])) == [[a1, a2], [b1], [other_table]]
     assert list(group_rows([])) == []

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.delta import RowDelta
 from lakesync.core.errors import (
     LakeSyncError,
     PayloadTooLargeError,
@@ -32,7 +32,7 @@ from lakesync.core.schema import (
     validate_delta,
     validate_table_name,
 )
-from tests.factories import table_schema
+from tests.factories import delete, insert, schema_with, table_schema, update
 
 VECTORS = Path(__file__).parent.parent / "vectors"
 SCHEMA_VECTORS = json.loads((VECTORS / "schema_validation.json").read_text(encoding="utf-8"))
@@ -308,7 +308,7 @@ def test_evolve_schema_added_column_bumps_version_and_is_kept():
 
 def test_evolve_schema_option_change_is_a_new_version():
     current = table_schema(title="string")
-    proposed = parse_table_schema({**current.to_json(), "externalIdColumn": "title"})
+    proposed = schema_with(current, externalIdColumn="title")
     _, version = evolve_schema(current, proposed, 1)
     assert version == 2
 
@@ -328,8 +328,8 @@ def test_evolve_schema_option_change_is_a_new_version():
 )
 def test_evolve_schema_rejects_changing_how_rows_are_keyed_deleted_or_fed(before, after, message):
     # Given a stored schema, When a version changes its primary key, soft delete or source table
-    current = parse_table_schema({**table_schema(title="string").to_json(), **before})
-    proposed = parse_table_schema({**table_schema(title="string", done="boolean").to_json(), **after})
+    current = schema_with(table_schema(title="string"), **before)
+    proposed = schema_with(table_schema(title="string", done="boolean"), **after)
     # Then the evolution is unsafe: 400 SCHEMA_ERROR in the style of the original's messages
     with pytest.raises(SchemaDefinitionError) as info:
         evolve_schema(current, proposed, 3)
@@ -342,7 +342,7 @@ def test_evolve_schema_rejects_changing_how_rows_are_keyed_deleted_or_fed(before
 )
 def test_evolve_schema_spelling_out_a_default_is_no_change(spelled):
     current = table_schema(title="string")
-    proposed = parse_table_schema({**current.to_json(), **spelled})
+    proposed = schema_with(current, **spelled)
     assert evolve_schema(current, proposed, 1) == (proposed, 2)
 
 
@@ -398,22 +398,20 @@ def test_evolve_schema_duplicate_columns_use_last_declared_type():
 
 # --- deltas against a schema -----------------------------------------------------------------------------------
 
-
-def _delta(op: DeltaOp, table: str = "todos", **cols: object):
-    return make_delta(op, table=table, row_id="r1", client_id="c1", hlc=1 << 16, columns=cols)
+H1 = 1 << 16  # the deltas' HLC: millisecond 1
 
 
 def test_validate_delta_accepts_known_and_sparse_columns():
     schema = table_schema(title="string", done="boolean")
-    validate_delta(schema, _delta(DeltaOp.INSERT, title="x", done=False), 1)
-    validate_delta(schema, _delta(DeltaOp.UPDATE, done="not-a-bool"), 1)  # types are not checked
-    validate_delta(schema, _delta(DeltaOp.UPDATE), 1)
+    validate_delta(schema, insert("r1", hlc=H1, title="x", done=False), 1)
+    validate_delta(schema, update("r1", hlc=H1, done="not-a-bool"), 1)  # types are not checked
+    validate_delta(schema, update("r1", hlc=H1), 1)
 
 
 def test_validate_delta_rejects_unknown_column_with_version_in_message():
     schema = table_schema(title="string")
     with pytest.raises(SchemaError) as info:
-        validate_delta(schema, _delta(DeltaOp.UPDATE, title="x", colour="red"), 3)
+        validate_delta(schema, update("r1", hlc=H1, title="x", colour="red"), 3)
     assert info.value.message == (
         'Unknown column "colour" in delta for table "todos". Schema version 3 does not include this column.'
     )
@@ -422,26 +420,26 @@ def test_validate_delta_rejects_unknown_column_with_version_in_message():
 
 def test_validate_delta_always_accepts_delete():
     schema = table_schema(title="string")
-    validate_delta(schema, _delta(DeltaOp.DELETE), 1)
+    validate_delta(schema, delete("r1", hlc=H1), 1)
     # A DELETE from the wire may still carry columns; it is a delete all the same.
-    delete_with_columns = RowDelta.from_json({**_delta(DeltaOp.UPDATE, colour="red").to_json(), "op": "DELETE"})
+    delete_with_columns = RowDelta.from_json({**update("r1", hlc=H1, colour="red").to_json(), "op": "DELETE"})
     validate_delta(schema, delete_with_columns, 1)
 
 
 def test_validate_delta_only_constrains_its_own_table():
     schema = table_schema("todos", title="string")
-    validate_delta(schema, _delta(DeltaOp.INSERT, table="notes", body="x"), 1)
+    validate_delta(schema, insert("r1", hlc=H1, table="notes", body="x"), 1)
     with pytest.raises(SchemaError):
-        validate_delta(schema, _delta(DeltaOp.INSERT, table="todos", body="x"), 1)
+        validate_delta(schema, insert("r1", hlc=H1, table="todos", body="x"), 1)
 
 
 def test_validate_delta_uses_source_table_when_set():
     schema = parse_table_schema(
         {"table": "issues", "sourceTable": "jira_issues", "columns": [{"name": "key", "type": "string"}]}
     )
-    validate_delta(schema, _delta(DeltaOp.INSERT, table="issues", other=1), 1)
+    validate_delta(schema, insert("r1", hlc=H1, table="issues", other=1), 1)
     with pytest.raises(SchemaError) as info:
-        validate_delta(schema, _delta(DeltaOp.INSERT, table="jira_issues", other=1), 1)
+        validate_delta(schema, insert("r1", hlc=H1, table="jira_issues", other=1), 1)
     assert 'for table "jira_issues"' in info.value.message
 
 
@@ -456,9 +454,7 @@ def test_parse_table_schema_reference_with_a_non_string_cardinality_is_a_schema_
 
 def test_check_column_evolution_judges_columns_only():
     # (the Spark state tables hold columns only: a change of the table options is no concern there)
-    current = parse_table_schema(
-        {**table_schema(title="string").to_json(), "softDelete": False, "primaryKey": ["title"]}
-    )
+    current = schema_with(table_schema(title="string"), softDelete=False, primaryKey=["title"])
     check_column_evolution(current, table_schema(title="string", done="boolean"))
     with pytest.raises(SchemaDefinitionError, match='Cannot remove column "title"'):
         check_column_evolution(current, table_schema(done="boolean"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import SyncRuleError
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import dedup_key
@@ -33,9 +33,10 @@ from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore, InMemorySinceSessions
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import PushResult, push
+from tests import factories
+from tests.factories import T0, delete, insert, update
 
 GW = "default"
-T0 = 1_700_000_000_000
 RED: Claims = {"team": "red", "sub": "red"}
 BLUE: Claims = {"team": "blue", "sub": "blue"}
 
@@ -72,9 +73,7 @@ class Gateway:
     def delta(self, client: str, op: str, row: str, table: str = "todos", **values: Any) -> RowDelta:
         self.counter += 1
         self.wall += 1
-        return make_delta(
-            DeltaOp(op), table=table, row_id=row, client_id=client, hlc=encode(self.wall, 0), columns=values
-        )
+        return factories.delta(op, row, hlc=encode(self.wall, 0), table=table, client=client, columns=values)
 
     def push(self, client: str, claims: Claims, *deltas: RowDelta, trusted: bool = False) -> PushResult:
         return push(self.deps, GW, SyncPush(client, deltas), client_id=client, claims=claims, trusted=trusted)
@@ -146,16 +145,12 @@ def test_malformed_write_rules_are_refused_on_save(change: dict[str, Any], messa
         parse_sync_rules(doc)
 
 
-def _d(op: str, table: str = "todos", **values: Any) -> RowDelta:
-    return make_delta(DeltaOp(op), table=table, row_id="r", client_id="c", hlc=encode(T0, 0), columns=values)
-
-
 def test_check_write_needs_the_row_readable_before_and_after() -> None:
     rules = parse_sync_rules(TEAM_RULES)
     red_row, blue_row = {"team": "red", "t": 1}, {"team": "blue", "t": 1}
-    assert check_write(rules, RED, _d("INSERT", team="red"), None, red_row) is None
-    assert check_write(rules, RED, _d("UPDATE", t=2), red_row, {**red_row, "t": 2}) is None
-    assert check_write(rules, RED, _d("DELETE"), red_row, None) is None
+    assert check_write(rules, RED, insert("r", client="c", team="red"), None, red_row) is None
+    assert check_write(rules, RED, update("r", client="c", t=2), red_row, {**red_row, "t": 2}) is None
+    assert check_write(rules, RED, delete("r", client="c"), red_row, None) is None
     for before, after, op in [
         (None, blue_row, "INSERT"),  # an insert into another team
         (blue_row, {**blue_row, "t": 2}, "UPDATE"),  # another team's row
@@ -163,15 +158,15 @@ def test_check_write_needs_the_row_readable_before_and_after() -> None:
         (red_row, blue_row, "UPDATE"),  # a move out of scope
         (blue_row, red_row, "UPDATE"),  # a move into scope
     ]:
-        refusal = check_write(rules, RED, _d(op, team="x"), before, after)
+        refusal = check_write(rules, RED, factories.delta(op, "r", client="c", columns={"team": "x"}), before, after)
         assert refusal is not None and refusal.code == OUT_OF_SCOPE, (before, after)
     # The engine's tables are never a client's, rules or none
     for any_rules in (rules, None):
-        refusal = check_write(any_rules, RED, _d("INSERT", table="_lakesync_provenance"), None, {"a": 1})
+        refusal = check_write(any_rules, RED, insert("r", client="c", table="_lakesync_provenance"), None, {"a": 1})
         assert refusal is not None and refusal.code == RESERVED_TABLE
-        assert check_write(any_rules, RED, _d("INSERT", table="_LakeSync_x"), None, {"a": 1}) is not None
+        assert check_write(any_rules, RED, insert("r", client="c", table="_LakeSync_x"), None, {"a": 1}) is not None
     # No rules: every other write is open
-    assert check_write(None, RED, _d("UPDATE", team="blue"), blue_row, blue_row) is None
+    assert check_write(None, RED, update("r", client="c", team="blue"), blue_row, blue_row) is None
 
 
 def test_check_write_applies_bucket_and_table_policies() -> None:
@@ -192,25 +187,32 @@ def test_check_write_applies_bucket_and_table_policies() -> None:
     )
     me = {"sub": "me"}
     mine = {"owner": "me", "title": "a", "approved": False}
-    assert check_write(rules, me, _d("INSERT", owner="me", title="a"), None, {"owner": "me", "title": "a"}) is None
-    refusal = check_write(rules, me, _d("INSERT", owner="me", approved=True), None, {"owner": "me", "approved": True})
+    assert (
+        check_write(rules, me, insert("r", client="c", owner="me", title="a"), None, {"owner": "me", "title": "a"})
+        is None
+    )
+    refusal = check_write(
+        rules, me, insert("r", client="c", owner="me", approved=True), None, {"owner": "me", "approved": True}
+    )
     assert refusal is not None and refusal.code == COLUMN_NOT_WRITABLE and "approved" in refusal.reason
     # Sending a protected column's stored value again changes nothing and is allowed
-    assert check_write(rules, me, _d("UPDATE", owner="me", approved=False, title="b"), mine, mine) is None
-    refusal = check_write(rules, me, _d("UPDATE", approved=True), mine, {**mine, "approved": True})
+    assert check_write(rules, me, update("r", client="c", owner="me", approved=False, title="b"), mine, mine) is None
+    refusal = check_write(rules, me, update("r", client="c", approved=True), mine, {**mine, "approved": True})
     assert refusal is not None and refusal.code == COLUMN_NOT_WRITABLE
     # Insert-only table: inserts pass, updates and deletes do not
-    assert check_write(rules, me, _d("INSERT", table="comments", owner="me"), None, {"owner": "me"}) is None
+    assert check_write(rules, me, insert("r", client="c", table="comments", owner="me"), None, {"owner": "me"}) is None
     for op, after in (("UPDATE", {"owner": "me", "x": 1}), ("DELETE", None)):
-        refusal = check_write(rules, me, _d(op, table="comments", x=1), {"owner": "me"}, after)
+        refusal = check_write(
+            rules, me, factories.delta(op, "r", client="c", table="comments", columns={"x": 1}), {"owner": "me"}, after
+        )
         assert refusal is not None and refusal.code == OPERATION_NOT_ALLOWED
     # A read-only bucket lets the client see the rows but not write them
     assert row_matches(rules, me, "feed", {"x": 1})
-    refusal = check_write(rules, me, _d("UPDATE", table="feed", x=2), {"x": 1}, {"x": 2})
+    refusal = check_write(rules, me, update("r", client="c", table="feed", x=2), {"x": 1}, {"x": 2})
     assert refusal is not None and refusal.code == OPERATION_NOT_ALLOWED
     # Admin-only: neither read nor written by clients, even through a bucket without table list
     assert not row_matches(rules, me, "billing", {"owner": "me"})
-    refusal = check_write(rules, me, _d("INSERT", table="billing", owner="me"), None, {"owner": "me"})
+    refusal = check_write(rules, me, insert("r", client="c", table="billing", owner="me"), None, {"owner": "me"})
     assert refusal is not None and refusal.code == ADMIN_ONLY_TABLE
 
 

@@ -11,17 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakesync.core import merge as lww
-from lakesync.core.delta import DeltaOp, RowDelta, make_delta
-from lakesync.core.hlc import HLC, encode
+from lakesync.core.delta import DeltaOp, RowDelta
+from lakesync.core.hlc import HLC
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import Claims, SyncRules, parse_sync_rules, row_matches
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
 from lakesync.gateway.pull import pull
 from lakesync.gateway.push import push
+from tests import factories
+from tests.factories import T0, at
 
 GW = "default"
-T0 = 1_700_000_000_000
 TABLES = ("todos", "notes")
 TEAMS = ("red", "blue", "green")
 
@@ -59,6 +60,12 @@ class Write:
     row: str
     values: dict[str, Any]
 
+    def delta(self, i: int) -> RowDelta:
+        """This write as the ``i``-th delta of the history (its HLC: counter ``i`` at T0)."""
+        return factories.delta(
+            self.op, self.row, hlc=at(0, i), table=self.table, client=f"c{self.client}", columns=self.values
+        )
+
 
 _write = st.builds(
     Write,
@@ -82,13 +89,6 @@ def _gateway(rules: SyncRules) -> GatewayDeps:
         clock=HLC(lambda: wall[0]),
         wall_ms=lambda: wall[0],
         sleep=lambda _s: None,
-    )
-
-
-def _delta(write: Write, i: int) -> RowDelta:
-    columns = {} if write.op is DeltaOp.DELETE else write.values
-    return make_delta(
-        write.op, table=write.table, row_id=write.row, client_id=f"c{write.client}", hlc=encode(T0, i), columns=columns
     )
 
 
@@ -124,7 +124,7 @@ def test_accepted_writes_are_exactly_the_readable_ones_and_forbidden_ones_change
 ) -> None:
     claims = [{"team": teams[i], "sub": f"c{i}"} for i in range(3)]
     deps = _gateway(rules)
-    deltas = [_delta(w, i) for i, w in enumerate(writes)]
+    deltas = [w.delta(i) for i, w in enumerate(writes)]
     states: dict[tuple[str, str], lww.RowState | None] = {}
     allowed: list[RowDelta] = []
     # Each client pushes its own consecutive writes together, `batch` at most at a time
