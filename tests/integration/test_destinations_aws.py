@@ -14,17 +14,15 @@ import pytest
 
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.destinations import ConfiguredDestinations
-from lakesync.core.delta import make_delta
 from lakesync.core.destinations import parse_destination
 from lakesync.core.errors import DestinationError
-from lakesync.core.hlc import encode
-from lakesync.core.schema import parse_table_schema
 from lakesync.sql import connect
 from tests.conftest import FAKE_AWS
+from tests.factories import insert, table_schema
 from tests.sql.servers import Server, postgres_server  # noqa: F401 (fixture)
 
 GW = "default"
-SCHEMA = parse_table_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
+SCHEMA = table_schema(title="string")
 PASSWORD = "hunter2-never-in-logs"
 
 
@@ -54,12 +52,6 @@ def secret(secrets: Any, value: dict[str, Any]) -> str:
         secrets.create_secret(Name=f"lakesync/test/destinations/{uuid.uuid4().hex}", SecretString=json.dumps(value))[
             "ARN"
         ]
-    )
-
-
-def delta(row: str, title: str, n: int = 0) -> Any:
-    return make_delta(
-        "INSERT", table="todos", row_id=row, client_id="c", hlc=encode(1_700_000_000_000, n), columns={"title": title}
     )
 
 
@@ -104,7 +96,7 @@ def test_secrets_in_rds_and_url_form_connect_and_connections_are_reused(
     assert [d.name for d in first.opened] == ["a", "b"] and first.failures == {}
     assert [id(d) for d in first.opened] == [id(d) for d in second.opened]
     for destination in first.opened:
-        destination.apply(SCHEMA, [delta("r1", f"via {destination.name}")])
+        destination.apply(SCHEMA, [insert("r1", client="c", title=f"via {destination.name}")])
     for db, name in ((db1, "a"), (db2, "b")):
         check = connect(db, name="check")
         assert check.rows(SCHEMA) == {"r1": {"title": f"via {name}"}}
@@ -136,7 +128,7 @@ def test_a_destination_that_cannot_open_is_reported_while_the_others_open(
     # And writing to the unreachable one fails with a retryable error that never shows the password
     down_destination = resolved.opened[0]
     with pytest.raises(DestinationError) as failed:
-        down_destination.apply(SCHEMA, [delta("r1", "x")])
+        down_destination.apply(SCHEMA, [insert("r1", client="c", title="x")])
     assert failed.value.retryable
     for message in [failed.value.message, *(e.message for e in resolved.failures.values())]:
         assert PASSWORD not in message
@@ -175,6 +167,6 @@ def test_a_discarded_destination_is_reopened_on_next_use(config: DynamoDBConfigS
     provider.discard(first)
     again = provider.destinations(GW, "todos").opened[0]
     assert again is not first
-    again.apply(SCHEMA, [delta("r", "x")])
+    again.apply(SCHEMA, [insert("r", client="c", title="x")])
     assert again.rows(SCHEMA) == {"r": {"title": "x"}}
     provider.close()

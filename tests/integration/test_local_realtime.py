@@ -20,13 +20,14 @@ from websockets.sync.client import ClientConnection, connect
 
 from lakesync.auth import mint_token
 from lakesync.client.http import SyncClient
-from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.delta import RowDelta
 from lakesync.core.hlc import HLC
 from lakesync.core.messages import SyncPull, SyncPush
 from lakesync.local.access import LocalCredentials, sign
 from lakesync.local.runner import LocalStack
 from lakesync.wire.codec import decode_sync_response, encode_sync_pull, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame
+from tests import factories
 
 pytestmark = pytest.mark.integration
 
@@ -63,9 +64,8 @@ class Writer:
         self.clock = HLC()
 
     def delta(self, row_id: str, **columns: Any) -> RowDelta:
-        values = {"team": self.team, **columns}
-        return make_delta(
-            "INSERT", table="todos", row_id=row_id, client_id=self.who, hlc=self.clock.now(), columns=values
+        return factories.delta(
+            "INSERT", row_id, hlc=self.clock.now(), client=self.who, columns={"team": self.team, **columns}
         )
 
     def push(self, row_id: str, **columns: Any) -> None:

@@ -12,12 +12,12 @@ from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.row_doubts import BATCH_DEADLINE_MS, Doubt, decode_doubts, encode_doubts, until_ms
-from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.errors import StorageError
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import Commit, row_key
 from lakesync.core.merge import fold
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
+from tests.factories import update
 from tests.integration.test_row_cache import GW, SHARD, _head, _push
 
 START_MS = 1_800_000_000_000
@@ -31,6 +31,10 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now_ms
+
+    def hlc(self) -> int:
+        """A client's HLC, 10 ms behind this clock."""
+        return encode(self.now_ms - 10, 0)
 
 
 class Recording:
@@ -84,12 +88,6 @@ def _deps(buffer: DynamoDBBufferStore, client: Any, names: Any, clock: Clock) ->
     )
 
 
-def _delta(row: str, clock: Clock, **columns: Any) -> RowDelta:
-    return make_delta(
-        "UPDATE", table="todos", row_id=row, client_id="c1", hlc=encode(clock.now_ms - 10, 0), columns=columns
-    )
-
-
 def _doubt_records(client: Any, names: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = client.query(
         TableName=names.config,
@@ -105,11 +103,11 @@ def test_a_push_writes_its_rows_in_batches_on_its_turn(dynamodb_client: Any, dyn
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
     recording = Recording(client)
     deps = _deps(_store(recording, names, clock), client, names, clock)  # type: ignore[arg-type]
-    _push(deps, _delta("r0", clock, v=0))
+    _push(deps, update("r0", hlc=clock.hlc(), v=0))
     recording.writes.clear()
 
     # When 60 rows are pushed (two chunks: 48 and 12)
-    deltas = [_delta(f"r{i}", clock, v=i) for i in range(1, 61)]
+    deltas = [update(f"r{i}", hlc=clock.hlc(), v=i) for i in range(1, 61)]
     _push(deps, *deltas)
 
     # Then each chunk is one put of its log item, its rows in batches of at most 25, and one head update: no put of
@@ -135,7 +133,7 @@ def test_a_writer_past_its_deadline_writes_its_rows_by_conditional_puts(
     deps = _deps(_store(recording, names, late_clock), client, names, clock)  # type: ignore[arg-type]
 
     # When it pushes three rows
-    _push(deps, *[_delta(f"r{i}", clock, v=i) for i in range(3)])
+    _push(deps, *[update(f"r{i}", hlc=clock.hlc(), v=i) for i in range(3)])
 
     # Then it sends no batch: each row is a put, which never goes backwards
     assert f"batch_write_item:{names.rows}" not in recording.writes
@@ -148,7 +146,7 @@ def test_a_late_batch_of_a_stopped_writer_changes_nothing_anyone_reads(
     # Given a writer that committed a chunk and stopped while its rows' batch was on its way
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
     stopped = _stops_in_its_batch(client, names, clock)
-    first = _delta("r1", clock, title="a", n=1)
+    first = update("r1", hlc=clock.hlc(), title="a", n=1)
     _push(_deps(stopped, client, names, clock), first)
     assert len(stopped.held) == 1 and _head(client, names)["seq"]["N"] == "0"
 
@@ -156,7 +154,7 @@ def test_a_late_batch_of_a_stopped_writer_changes_nothing_anyone_reads(
     clock.now_ms += 1000
     store = _store(client, names, clock)
     deps = _deps(store, client, names, clock)
-    second = _delta("r1", clock, done=True)
+    second = update("r1", hlc=clock.hlc(), done=True)
     result = _push(deps, second)
 
     # Then it merged against the row as the log has it, and declared the stopped writer's chunk in doubt until no
@@ -179,13 +177,13 @@ def test_a_late_batch_of_a_stopped_writer_changes_nothing_anyone_reads(
     (row,) = fresh.get_rows(GW, [("todos", "r1")]).values()
     assert (row.state, row.version) == (expected, 2)
     clock.now_ms += 1000
-    third = _delta("r1", clock, n=2)
+    third = update("r1", hlc=clock.hlc(), n=2)
     (entry,) = _push(_deps(fresh, client, names, clock), third).entries
     assert entry.before == {"title": "a", "n": 1, "done": True}
 
     # When no batch of the stopped writer can land any more, and a push to the shard takes its turn
     clock.now_ms = doubt.until_ms + 1
-    _push(deps, _delta("r2", clock, title="b"))
+    _push(deps, update("r2", hlc=clock.hlc(), title="b"))
 
     # Then the row is back at its main key, as the log has it, and nothing is in doubt any more
     head = _head(client, names)
@@ -214,7 +212,7 @@ def test_a_turn_that_does_not_come_is_taken_over_in_doubt(dynamodb_client: Any, 
     # Given a chunk whose writer stopped after its put, and a head moved over it without its rows (as the flush
     # settles a quiet shard's head: `seq` over the chunk, `ra` before it)
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
-    first = _delta("r1", clock, title="a")
+    first = update("r1", hlc=clock.hlc(), title="a")
     _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), first)
     store = _store(client, names, clock)
     store.settle_heads([SHARD], committed_before_ms=clock.now_ms + 1)
@@ -224,7 +222,7 @@ def test_a_turn_that_does_not_come_is_taken_over_in_doubt(dynamodb_client: Any, 
     # When another writer commits a change to the row (its basis folds the pending chunk from the log; its turn
     # never comes, since the stopped writer will not move `ra`)
     clock.now_ms += 1000
-    second = _delta("r1", clock, done=True)
+    second = update("r1", hlc=clock.hlc(), done=True)
     (entry,) = _push(_deps(store, client, names, clock), second).entries
 
     # Then it took the turn over: the stopped writer's chunk in doubt, both chunks' rows written, the head past both
@@ -242,7 +240,10 @@ def test_a_take_over_that_finds_a_run_retired_meanwhile_leaves_the_head_to_the_t
     # Given a chunk past the head (its writer stopped after its put, long ago: nothing of it can land any more), and a
     # head read listing a run in doubt whose record a turn has deleted since (it retired the run, and moved on)
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
-    _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), _delta("r1", clock, title="a"))
+    _push(
+        _deps(_store(client, names, clock, StopsAfterThePut), client, names, clock),
+        update("r1", hlc=clock.hlc(), title="a"),
+    )
     clock.now_ms = until_ms(encode(clock.now_ms + 1000, 0))
     client.update_item(
         TableName=names.heads,
@@ -265,7 +266,10 @@ def test_a_turn_behind_chunks_past_their_deadline_is_taken_over_without_waiting(
 ) -> None:
     # Given a stopped writer's chunk that the flush settled (`seq` over it, `ra` before it), committed a minute ago
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
-    _push(_deps(_store(client, names, clock, StopsAfterThePut), client, names, clock), _delta("r1", clock, title="a"))
+    _push(
+        _deps(_store(client, names, clock, StopsAfterThePut), client, names, clock),
+        update("r1", hlc=clock.hlc(), title="a"),
+    )
     clock.now_ms += 60_000
     patient = DynamoDBBufferStore(client, names, turn_wait_s=60.0, clock_ms=clock)
     patient.settle_heads([SHARD], committed_before_ms=clock.now_ms)
@@ -275,7 +279,7 @@ def test_a_turn_behind_chunks_past_their_deadline_is_taken_over_without_waiting(
 
     # When a writer whose turn waits up to a minute commits after it
     try:
-        (entry,) = _push(_deps(patient, client, names, clock), _delta("r1", clock, done=True)).entries
+        (entry,) = _push(_deps(patient, client, names, clock), update("r1", hlc=clock.hlc(), done=True)).entries
     finally:
         client.meta.events.unregister(event, unique_id=hook)
 
@@ -307,7 +311,7 @@ def test_a_basis_of_many_rows_is_read_in_requests_side_by_side(dynamodb_client: 
     # Given 250 rows
     client, names, clock = dynamodb_client, dynamodb_tables, Clock()
     deps = _deps(_store(client, names, clock), client, names, clock)
-    _push(deps, *[_delta(f"r{i}", clock, v=i) for i in range(250)])
+    _push(deps, *[update(f"r{i}", hlc=clock.hlc(), v=i) for i in range(250)])
 
     # When a chunk's basis holds all of them (three requests of at most 100 keys), read through a client whose
     # BatchGetItem answers only once three are in flight (one after another, the first would wait in vain)
@@ -327,7 +331,7 @@ def test_a_stopped_writer_of_a_chunk_longer_than_a_run_is_taken_over_in_runs(
     stopped = _stops_in_its_batch(client, names, clock)
     settings = GatewaySettings()
     config, actions = DynamoDBConfigStore(client, names), DynamoDBActionStore(client, names)
-    firsts = [_delta(f"r{i}", clock, n=i) for i in range(250)]
+    firsts = [update(f"r{i}", hlc=clock.hlc(), n=i) for i in range(250)]
     _push(GatewayDeps(stopped, config, actions, settings, HLC(clock)), *firsts)
     assert sum(len(batch) for batch in stopped.held) == 250 and _head(client, names)["seq"]["N"] == "0"
 
@@ -335,7 +339,7 @@ def test_a_stopped_writer_of_a_chunk_longer_than_a_run_is_taken_over_in_runs(
     clock.now_ms += 1000
     store = _store(client, names, clock)
     deps = GatewayDeps(store, config, actions, settings, HLC(clock))
-    seconds = [_delta("r7", clock, done=True), _delta("r249", clock, done=True)]
+    seconds = [update("r7", hlc=clock.hlc(), done=True), update("r249", hlc=clock.hlc(), done=True)]
     _push(deps, *seconds)
 
     # Then the stopped writer's chunk is in doubt in runs of at most DOUBT_RUN_ENTRIES, each with its record
@@ -358,7 +362,7 @@ def test_a_stopped_writer_of_a_chunk_longer_than_a_run_is_taken_over_in_runs(
 
     # When no batch can land any more, and a push takes its turn
     clock.now_ms = max(d.until_ms for d in doubts) + 1
-    _push(deps, _delta("r0", clock, n=-1))
+    _push(deps, update("r0", hlc=clock.hlc(), n=-1))
 
     # Then every run is retired: nothing in doubt, no record, no alternate row, and the rows at their main keys
     head = _head(client, names)

@@ -9,15 +9,16 @@ from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
-from lakesync.core.delta import RowDelta, make_delta
-from lakesync.core.hlc import HLC, encode
+from lakesync.core.delta import RowDelta
+from lakesync.core.hlc import HLC
 from lakesync.core.log import Commit, ShardId, StoredRow
 from lakesync.core.merge import fold
 from lakesync.core.messages import SyncPush
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.push import PushResult, push
+from tests.factories import T0, at, update
 
-NOW_MS = 1_700_000_000_000
+NOW_MS = T0
 GW = "gw"
 SHARD = ShardId(GW, "todos", 0)
 
@@ -36,9 +37,9 @@ def _deps(buffer: DynamoDBBufferStore, client: Any, names: Any) -> GatewayDeps:
     )  # fmt: skip
 
 
-def _delta(row: str, at: int, **columns: Any) -> RowDelta:
-    return make_delta("UPDATE", table="todos", row_id=row, client_id="c1", hlc=encode(NOW_MS - 1000 + at, 0),
-                      columns=columns)  # fmt: skip
+def _delta(row: str, ms: int, **columns: Any) -> RowDelta:
+    """An UPDATE by c1 at ``ms`` milliseconds into the second before the gateway's clock (test_commit_by_put's too)."""
+    return update(row, hlc=at(ms - 1000), **columns)
 
 
 def _push(deps: GatewayDeps, *deltas: RowDelta) -> PushResult:

@@ -21,12 +21,13 @@ import functions.pull as pull_fn
 import functions.push as push_fn
 from lakesync.auth import mint_token
 from lakesync.client.http import SyncClient
-from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.delta import RowDelta
 from lakesync.core.hlc import HLC
 from lakesync.core.messages import SyncPush
 from lakesync.local.runner import LocalStack
 from lakesync.wire.codec import decode_sync_response, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame
+from tests.factories import delete, insert, update
 from tests.functions.conftest import Api, api, aws_env
 from tests.integration.test_local_connectors import http
 
@@ -41,21 +42,17 @@ RULES: dict[str, Any] = {
         {"name": "team", "tables": ["todos"], "filters": [{"column": "team", "op": "eq", "value": "jwt:team"}]}
     ],
 }
-_clock = HLC()
-
-
-def _delta(client: str, op: str, row: str, table: str = "todos", **values: Any) -> RowDelta:
-    return make_delta(op, table=table, row_id=row, client_id=client, hlc=_clock.now(), columns=values)
+_clock = HLC()  # the deltas' HLCs: now, as a client's
 
 
 def _probes() -> list[tuple[str, RowDelta]]:
     """The issue's probes of red against blue's row ``b1`` and its own row ``r1``."""
     return [
-        ("update a blue row", _delta("red", "UPDATE", "b1", title="defaced by red")),
-        ("delete a blue row", _delta("red", "DELETE", "b1")),
-        ("insert a blue row", _delta("red", "INSERT", "b2", title="planted", team="blue")),
-        ("move its own row to blue", _delta("red", "UPDATE", "r1", team="blue")),
-        ("forge an audit row", _delta("red", "INSERT", "p1", table="_lakesync_provenance", actor="ops")),
+        ("update a blue row", update("b1", hlc=_clock.now(), client="red", title="defaced by red")),
+        ("delete a blue row", delete("b1", hlc=_clock.now(), client="red")),
+        ("insert a blue row", insert("b2", hlc=_clock.now(), client="red", title="planted", team="blue")),
+        ("move its own row to blue", update("r1", hlc=_clock.now(), client="red", team="blue")),
+        ("forge an audit row", insert("p1", hlc=_clock.now(), client="red", table="_lakesync_provenance", actor="ops")),
     ]
 
 
@@ -100,13 +97,13 @@ def test_local_every_probe_is_rejected_and_blue_sees_nothing_of_it(stack: LocalS
     assert _save_rules(stack, RULES)[0] == 200
     admin_token = mint_token("ops", GW, stack.secret, role="admin")
     red, blue = _client(stack, "red", "red"), _client(stack, "blue", "blue")
-    red.push([_delta("red", "INSERT", "r1", title="mine", team="red")])
-    blue.push([_delta("blue", "INSERT", "b1", title="theirs", team="blue")])
+    red.push([insert("r1", hlc=_clock.now(), client="red", title="mine", team="red")])
+    blue.push([insert("b1", hlc=_clock.now(), client="blue", title="theirs", team="blue")])
     blue_before = _rows([d.to_json() for d in blue.pull_all()[0]])
     red_before = _rows([d.to_json() for d in red.pull_all()[0]])
 
     names, deltas = zip(*_probes(), strict=True)
-    fine = _delta("red", "INSERT", "r9", title="fine", team="red")
+    fine = insert("r9", hlc=_clock.now(), client="red", title="fine", team="red")
     answer = red.push([*deltas, fine])
 
     _assert_rejected(answer["receipts"][:-1], list(names))
@@ -132,7 +129,7 @@ def test_local_every_probe_is_rejected_and_blue_sees_nothing_of_it(stack: LocalS
 def test_local_the_websocket_push_applies_the_same_rules(stack: LocalStack) -> None:
     assert _save_rules(stack, RULES)[0] == 200
     blue = _client(stack, "blue2", "blue")
-    blue.push([_delta("blue2", "INSERT", "ws-b", title="theirs", team="blue")])
+    blue.push([insert("ws-b", hlc=_clock.now(), client="blue2", title="theirs", team="blue")])
     url = stack.url.replace("http://", "ws://") + f"/v1/sync/{GW}/ws?encoding=binary"
 
     def socket(who: str, team: str) -> Any:
@@ -140,7 +137,7 @@ def test_local_the_websocket_push_applies_the_same_rules(stack: LocalStack) -> N
         return connect(url, additional_headers={"Authorization": f"Bearer {token}"})
 
     with socket("red2", "red") as red_ws, socket("blue3", "blue") as blue_ws:
-        forbidden = _delta("red2", "UPDATE", "ws-b", title="defaced over the socket")
+        forbidden = update("ws-b", hlc=_clock.now(), client="red2", title="defaced over the socket")
         red_ws.send(b"\x01" + encode_sync_push(SyncPush("red2", (forbidden,), 0)))
         assert decode_sync_response(red_ws.recv(timeout=5)).server_hlc > 0  # answered, the session stays open
         # Nothing was committed, so nothing of it is broadcast (blue2's own insert may still arrive: it is blue's)
@@ -189,8 +186,8 @@ def _pull(api: Api, who: str, team: str) -> dict[str, dict[str, Any]]:
 def test_lambda_every_probe_is_rejected_and_admins_stay_trusted(api: Api) -> None:
     rules_event = api.event("admin_sync_rules_post", body=RULES, token=api.admin_token())
     assert api.call(admin_fn, rules_event).status == 200
-    _push(api, "red", "red", [_delta("red", "INSERT", "r1", title="mine", team="red")])
-    _push(api, "blue", "blue", [_delta("blue", "INSERT", "b1", title="theirs", team="blue")])
+    _push(api, "red", "red", [insert("r1", hlc=_clock.now(), client="red", title="mine", team="red")])
+    _push(api, "blue", "blue", [insert("b1", hlc=_clock.now(), client="blue", title="theirs", team="blue")])
     blue_before = _pull(api, "blue", "blue")
 
     names, deltas = zip(*_probes(), strict=True)
@@ -201,7 +198,7 @@ def test_lambda_every_probe_is_rejected_and_admins_stay_trusted(api: Api) -> Non
     assert _pull(api, "blue", "blue") == blue_before
     assert _pull(api, "red", "red") == {"todos:r1": {"title": "mine", "team": "red"}}
     # An admin is a trusted writer: the same update commits
-    fixed = _push(api, "ops", None, [_delta("ops", "UPDATE", "b1", title="fixed by ops")])
+    fixed = _push(api, "ops", None, [update("b1", hlc=_clock.now(), client="ops", title="fixed by ops")])
     assert fixed["accepted"] == 1 and fixed["receipts"][0].get("rejected") is None
     assert _pull(api, "blue", "blue")["todos:b1"]["title"] == "fixed by ops"
 
