@@ -22,7 +22,7 @@ from lakesync.core.delta import RowDelta
 from lakesync.core.messages import SyncResponse
 from lakesync.wire.framing import encode_sync_response, frame_checkpoint
 from tests.client.hostile import Answer, ScriptedGateway, Seen, empty_pull, good_push, json_answer, sent_delta_ids
-from tests.factories import todo_schema
+from tests.factories import insert, todo_schema
 
 pytestmark = pytest.mark.integration
 
@@ -127,17 +127,9 @@ def test_a_push_answer_that_is_not_its_receipts_acknowledges_nothing(
 
 
 def _delta(row_id: str, **fields: Any) -> dict[str, Any]:
-    """A remote wire delta (another client's insert of ``row_id``), with ``fields`` replaced."""
-    doc = {
-        "op": "INSERT",
-        "table": TABLE,
-        "rowId": row_id,
-        "clientId": "other",
-        "columns": [{"column": "title", "value": row_id}],
-        "hlc": str(1 << 16),
-        "deltaId": f"d-{row_id}",
-    }
-    return {**doc, **fields}
+    """A remote wire delta (another client's insert of ``row_id``, deltaId ``d-<row_id>``), with ``fields`` replaced."""
+    remote = insert(row_id, hlc=1 << 16, table=TABLE, client="other", title=row_id)
+    return {**remote.to_json(), "deltaId": f"d-{row_id}", **fields}
 
 
 def _page(*deltas: Any, **fields: Any) -> dict[str, Any]:

@@ -32,7 +32,8 @@ from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.wire.codec import decode_sync_response
 from lakesync.wire.fast_checkpoint import decode_checkpoint_deltas
 from lakesync.wire.framing import iter_checkpoint
-from tests.factories import T0, todo_schema
+from tests import factories
+from tests.factories import T0, at, delete, insert, todo_schema, update
 
 SECRET = "bulk-test-secret-bulk-test-secret-0123"
 SCHEMA = todo_schema(nothing="null")
@@ -49,36 +50,36 @@ def _open(path: Path) -> LocalStore:
     return connect(path, url="http://127.0.0.1:9", gateway="default", token=token, schemas=[SCHEMA], realtime=False)
 
 
-def _delta(
-    op: str, row_id: str, t: int, columns: dict[str, Any], *, table: str = "todos", client: str = "a"
-) -> RowDelta:
-    return make_delta(op, table=table, row_id=row_id, client_id=client, hlc=encode(T0, t), columns=columns)
-
-
 HISTORIES: dict[tuple[str, str], list[RowDelta]] = {
     # one write delta of exact values: compact states
-    ("todos", "plain1"): [_delta("INSERT", "plain1", 1, {"title": "a", "done": True, "priority": 3})],
-    ("todos", "plain2"): [_delta("INSERT", "plain2", 2, {"title": "b", "done": False, "priority": 2.5})],
-    ("todos", "plain3"): [_delta("INSERT", "plain3", 3, {"title": "c", "done": None, "priority": 7}, client="b")],
-    ("todos", "json1"): [_delta("INSERT", "json1", 4, {"tags": {"k": [1, "x", None]}, "nothing": None})],
-    ("todos", "json2"): [_delta("INSERT", "json2", 5, {"tags": ["a"], "nothing": "kept"})],
-    ("todos", "partial"): [_delta("INSERT", "partial", 6, {"priority": 2**60})],
-    ("todos", "empty"): [_delta("INSERT", "empty", 7, {})],
+    ("todos", "plain1"): [insert("plain1", hlc=at(0, 1), client="a", title="a", done=True, priority=3)],
+    ("todos", "plain2"): [insert("plain2", hlc=at(0, 2), client="a", title="b", done=False, priority=2.5)],
+    ("todos", "plain3"): [insert("plain3", hlc=at(0, 3), client="b", title="c", done=None, priority=7)],
+    ("todos", "json1"): [insert("json1", hlc=at(0, 4), client="a", tags={"k": [1, "x", None]}, nothing=None)],
+    ("todos", "json2"): [insert("json2", hlc=at(0, 5), client="a", tags=["a"], nothing="kept")],
+    ("todos", "partial"): [insert("partial", hlc=at(0, 6), client="a", priority=2**60)],
+    ("todos", "empty"): [insert("empty", hlc=at(0, 7), client="a")],
     # values a column does not give back as themselves: full states
-    ("todos", "odd1"): [_delta("INSERT", "odd1", 8, {"title": 5, "done": 1, "priority": "7"})],
-    ("todos", "odd2"): [_delta("INSERT", "odd2", 9, {"priority": True, "nothing": False})],
+    ("todos", "odd1"): [insert("odd1", hlc=at(0, 8), client="a", title=5, done=1, priority="7")],
+    ("todos", "odd2"): [insert("odd2", hlc=at(0, 9), client="a", priority=True, nothing=False)],
     # a column the schema lacks
-    ("todos", "extra"): [_delta("INSERT", "extra", 10, {"title": "e", "colour": "red"})],
+    ("todos", "extra"): [insert("extra", hlc=at(0, 10), client="a", title="e", colour="red")],
     # several versions, a delete, a row deleted then written again
     ("todos", "multi"): [
-        _delta("INSERT", "multi", 11, {"title": "m", "done": False}),
-        _delta("UPDATE", "multi", 12, {"done": True}, client="b"),
+        insert("multi", hlc=at(0, 11), client="a", title="m", done=False),
+        update("multi", hlc=at(0, 12), client="b", done=True),
     ],
-    ("todos", "gone"): [_delta("INSERT", "gone", 13, {"title": "g"}), _delta("DELETE", "gone", 14, {})],
-    ("todos", "back"): [_delta("DELETE", "back", 15, {}), _delta("INSERT", "back", 16, {"title": "again"})],
+    ("todos", "gone"): [
+        insert("gone", hlc=at(0, 13), client="a", title="g"),
+        delete("gone", hlc=at(0, 14), client="a"),
+    ],
+    ("todos", "back"): [
+        delete("back", hlc=at(0, 15), client="a"),
+        insert("back", hlc=at(0, 16), client="a", title="again"),
+    ],
     # a table without a schema
-    ("notes", "n1"): [_delta("INSERT", "n1", 17, {"body": "hi"}, table="notes")],
-    ("todos", "plain4"): [_delta("INSERT", "plain4", 18, {"title": "d", "done": True, "priority": 1})],
+    ("notes", "n1"): [insert("n1", hlc=at(0, 17), table="notes", client="a", body="hi")],
+    ("todos", "plain4"): [insert("plain4", hlc=at(0, 18), client="a", title="d", done=True, priority=1)],
 }
 
 
@@ -149,9 +150,9 @@ def test_a_compact_state_merges_as_the_full_state_would(store: LocalStore) -> No
 
     # When remote deltas reach rows with compact states (a newer column, an older one, a delete) and a local update
     remote = [
-        _delta("UPDATE", "plain1", 30, {"done": False}, client="z"),
-        _delta("UPDATE", "plain2", 0, {"title": "older"}, client="z"),
-        _delta("DELETE", "plain3", 31, {}, client="z"),
+        update("plain1", hlc=at(0, 30), client="z", done=False),
+        update("plain2", hlc=at(0, 0), client="z", title="older"),
+        delete("plain3", hlc=at(0, 31), client="z"),
     ]
     store.apply_broadcast(remote)
     store.update("todos", "json1", {"tags": ["new"]})
@@ -162,10 +163,8 @@ def test_a_compact_state_merges_as_the_full_state_would(store: LocalStore) -> No
         assert store.state(*key) == merge(expected[key], delta).state
     local = store.state("todos", "json1")
     assert local is not None and local.written is not None
-    update = make_delta(
-        "UPDATE", table="todos", row_id="json1", client_id="bulk", hlc=local.written.hlc, columns={"tags": ["new"]}
-    )
-    assert local == merge(expected[("todos", "json1")], update).state
+    edit = update("json1", hlc=local.written.hlc, client="bulk", tags=["new"])
+    assert local == merge(expected[("todos", "json1")], edit).state
     assert store.get("todos", "plain1") == {"title": "a", "done": False, "priority": 3, "tags": None, "nothing": None}
     assert store.get("todos", "plain3") is None
 
@@ -278,9 +277,7 @@ def _many_frames(row_ids: list[str], *, chunk_bytes: int = 4096) -> tuple[list[b
     states = {}
     for row_id in row_ids:
         i = int(row_id.removeprefix("row-"))  # the row's values depend on its id only
-        delta = _delta(
-            "INSERT", row_id, i % 50, {"title": f"t{i}", "done": i % 2 == 0, "priority": i}, client="ab"[i % 2]
-        )
+        delta = insert(row_id, hlc=at(0, i % 50), client="ab"[i % 2], title=f"t{i}", done=i % 2 == 0, priority=i)
         state = fold([delta])
         assert state is not None
         states[row_id] = state
@@ -363,9 +360,9 @@ def test_merges_and_local_writes_into_base_rows_act_as_on_full_states(tmp_path: 
 
         # When remote deltas and local writes reach base rows
         remote = [
-            _delta("UPDATE", "row-0000", 60, {"done": True}, client="z"),
-            _delta("UPDATE", "row-0300", 0, {"title": "older"}, client="a"),
-            _delta("DELETE", "row-0699", 61, {}, client="z"),
+            update("row-0000", hlc=at(0, 60), client="z", done=True),
+            update("row-0300", hlc=at(0, 0), client="a", title="older"),
+            delete("row-0699", hlc=at(0, 61), client="z"),
         ]
         store.apply_broadcast(remote)
         store.update("todos", "row-0400", {"title": "local"})
@@ -474,7 +471,7 @@ def _apply(store: LocalStore, step: tuple[Any, ...]) -> str:
     try:
         if kind in ("remote", "remote-delete"):
             op = "UPDATE" if kind == "remote" else "DELETE"
-            store.apply_broadcast([_delta(op, row_id, t, values or {}, client=client)])
+            store.apply_broadcast([factories.delta(op, row_id, hlc=at(0, t), client=client, columns=values or {})])
         elif kind == "update":
             store.update("todos", row_id, values)
         elif kind == "delete":

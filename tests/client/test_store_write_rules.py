@@ -25,14 +25,13 @@ Open = Callable[..., LocalStore]
 TABLE = "tasks"
 
 
-def _schema() -> dict[str, Any]:
-    return schema_doc(TABLE, title="string", team="string")
+SCHEMA = schema_doc(TABLE, title="string", team="string")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def team_rules(stack: LocalStack) -> None:
     ops = admin(stack)
-    ops.admin("POST", "schema", _schema())
+    ops.admin("POST", "schema", SCHEMA)
     ops.admin(
         "POST",
         "sync-rules",
@@ -47,7 +46,7 @@ def team_rules(stack: LocalStack) -> None:
 
 def _store(stack: LocalStack, open_store: Open, name: str, team: str, **options: Any) -> LocalStore:
     token = mint_token(name, "default", stack.secret, claims={"team": team})
-    return open_store(name, token=token, schemas=[_schema()], **options)
+    return open_store(name, token=token, schemas=[SCHEMA], **options)
 
 
 def _team_rows(stack: LocalStack, team: str) -> dict[str, dict[str, Any]]:

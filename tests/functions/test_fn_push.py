@@ -16,18 +16,22 @@ from hypothesis import strategies as st
 
 import functions.push as push_fn
 from lakesync.aws.settings_vars import MAX_BODY_BYTES_LIMIT
-from lakesync.core.delta import ColumnDelta, make_delta
+from lakesync.core.delta import ColumnDelta, RowDelta
 from lakesync.core.hlc import encode
 from lakesync.core.messages import SyncPush
 from lakesync.wire import decode_sync_response, encode_sync_push
+from tests.factories import delta, insert, update
 
 VECTORS = Path(__file__).parent.parent / "vectors"
 PUSH_VECTORS = json.loads((VECTORS / "http_handlers.json").read_text(encoding="utf-8"))["push"]
+MS = 1_763_000_000_000
+"""The millisecond of the deltas' HLCs (a past one: the clock-drift check refuses only the future)."""
 EMPTY = {"deltas": 0, "rows": 0, "heads": 0, "dedup": 0, "config": 0, "actions": 0}
 
 
-def _delta(row: str = "row-1", *, client: str = "client-a", table: str = "todos", ms: int = 1_763_000_000_000) -> Any:
-    return make_delta("UPDATE", table=table, row_id=row, client_id=client, hlc=encode(ms, 0), columns={"title": row})
+def _delta(row: str = "row-1", *, client: str = "client-a", table: str = "todos", ms: int = MS) -> RowDelta:
+    """An UPDATE of ``row`` setting its ``title`` to the row id."""
+    return update(row, hlc=encode(ms, 0), table=table, client=client, title=row)
 
 
 def _body(*deltas: Any, client: str = "client-a") -> dict[str, Any]:
@@ -281,9 +285,7 @@ def test_push_clock_drift_is_409_and_writes_nothing(api):
 
 
 def test_push_oversized_row_is_413(api):
-    big = make_delta(
-        "UPDATE", table="todos", row_id="r", client_id="client-a", hlc=encode(1, 0), columns={"a": "x" * 200_000}
-    )
+    big = update("r", hlc=encode(1, 0), client="client-a", a="x" * 200_000)
     _rejected(api, api.event("push_json", body=_body(big)), 413)
 
 
@@ -307,14 +309,14 @@ _delta_like = st.fixed_dictionaries(
     },
 )
 _valid_delta = st.builds(
-    lambda op, table, row, columns, ms, client: make_delta(
-        op, table=table, row_id=row, client_id=client, hlc=encode(ms, 0), columns=columns
+    lambda op, table, row, columns, ms, client: delta(
+        op, row, hlc=encode(ms, 0), table=table, client=client, columns=columns
     ).to_json(),
     op=st.sampled_from(["INSERT", "UPDATE", "DELETE"]),
     table=st.sampled_from(["todos", "notes", "1bad", "x" * 65, "a-b"]),
     row=st.text(min_size=1, max_size=6),
     columns=st.dictionaries(st.text(min_size=1, max_size=5), _json, max_size=3),
-    ms=st.sampled_from([1_763_000_000_000, 4_000_000_000_000]) | st.integers(0, 2**47),
+    ms=st.sampled_from([MS, 4_000_000_000_000]) | st.integers(0, 2**47),
     client=st.sampled_from(["client-a", "client-a", "someone-else"]),
 )
 _push_like = st.fixed_dictionaries(
@@ -342,13 +344,11 @@ def test_push_random_json_never_yields_a_5xx(api, body):
 
 def test_push_losing_delta_is_omitted_and_its_receipt_names_the_winner(api):
     # Given a newer write to row-1's title
-    newer = _delta("row-1", ms=1_763_000_000_500)
+    newer = _delta("row-1", ms=MS + 500)
     assert api.call(push_fn, api.event("push_json", body=_body(newer))).status == 200
     before = api.items()["deltas"]
     # When an older write to the same column arrives from another client (an admin pushing on its behalf)
-    older = make_delta(
-        "UPDATE", table="todos", row_id="row-1", client_id="b", hlc=encode(1_763_000_000_000, 0), columns={"title": "x"}
-    )
+    older = update("row-1", hlc=encode(MS, 0), client="b", title="x")
     reply = api.call(push_fn, api.event("push_json", token=api.admin_token("b"), body=_body(older, client="b")))
     body = reply.json()
     # Then (ours) it changes nothing: no effective delta, no log entry, and the receipt names the winner
@@ -403,7 +403,7 @@ def test_push_lone_surrogate_client_id_of_an_admin_push_is_400(api):
 
 def test_push_protobuf_lone_surrogate_in_a_value_is_400(api):
     # Given a protobuf push whose value bytes hold the JSON escape of a lone surrogate
-    delta = make_delta("UPDATE", table="todos", row_id="r", client_id="client-a", hlc=encode(1_763_000_000_000, 0))
+    delta = update("r", hlc=encode(MS, 0), client="client-a")
     delta = replace(delta, columns=(ColumnDelta("title", "x\ud800"),))
     # When pushed, Then the same check refuses it
     error = _rejected(api, api.event("push_protobuf", body=_pb_body(delta)), 400)["error"]
@@ -413,17 +413,7 @@ def test_push_protobuf_lone_surrogate_in_a_value_is_400(api):
 def test_push_whose_later_chunk_would_outgrow_a_row_writes_nothing(api):
     # Given a push of two chunks (48 deltas each): the first harmless, the second growing one row past the row limit
     first = [_delta(f"r{i}") for i in range(48)]
-    grow = [
-        make_delta(
-            "UPDATE",
-            table="todos",
-            row_id="big",
-            client_id="client-a",
-            hlc=encode(1_763_000_000_000 + i, 0),
-            columns={f"c{i}": "x" * 60_000},
-        )
-        for i in range(2)
-    ]
+    grow = [update("big", hlc=encode(MS + i, 0), client="client-a", **{f"c{i}": "x" * 60_000}) for i in range(2)]
     # When pushed, Then it is refused with 422 before the first chunk is committed (before: the first chunk stayed)
     body = _rejected(api, api.event("push_json", body=_body(*first, *grow)), 422, code="SCHEMA_ERROR")
     assert body["error"].startswith("Row todos:big would grow to ")
@@ -431,25 +421,11 @@ def test_push_whose_later_chunk_would_outgrow_a_row_writes_nothing(api):
 
 def test_push_whose_later_shard_would_outgrow_a_row_writes_nothing(api):
     # Given a row already near the limit, and a push of two shards (tables) whose second grows it past the limit
-    seed = make_delta(
-        "INSERT",
-        table="todos",
-        row_id="big",
-        client_id="client-a",
-        hlc=encode(1_763_000_000_000, 0),
-        columns={"a": "x" * 60_000},
-    )
+    seed = insert("big", hlc=encode(MS, 0), client="client-a", a="x" * 60_000)
     assert api.call(push_fn, api.event("push_json", body=_body(seed))).status == 200
     before = api.items()
     other = _delta("n1", table="notes")
-    grow = make_delta(
-        "UPDATE",
-        table="todos",
-        row_id="big",
-        client_id="client-a",
-        hlc=encode(1_763_000_000_001, 0),
-        columns={"b": "y" * 60_000},
-    )
+    grow = update("big", hlc=encode(MS + 1, 0), client="client-a", b="y" * 60_000)
     # When pushed, Then 422 and the other shard's chunk is not committed either
     reply = api.call(push_fn, api.event("push_json", body=_body(other, grow)))
     assert (reply.status, reply.json()["code"]) == (422, "SCHEMA_ERROR")
@@ -492,15 +468,7 @@ def test_push_row_state_beyond_an_item_is_422_and_writes_nothing(api):
     # (every value with its HLC and clientId) would exceed DynamoDB's 400 KB item
     client = "connector-" + "x" * 90
     deltas = [
-        make_delta(
-            "UPDATE",
-            table="todos",
-            row_id="wide",
-            client_id=client,
-            hlc=encode(1_763_000_000_000 + d, 0),
-            columns={f"c{d}_{i}": 0 for i in range(3_000)},
-        )
-        for d in range(3)
+        update("wide", hlc=encode(MS + d, 0), client=client, **{f"c{d}_{i}": 0 for i in range(3_000)}) for d in range(3)
     ]
     event = api.event("push_json", token=api.admin_token("ops"), body=_body(*deltas, client="ops"))
     # When pushed, Then 422 (before: 500) and nothing is written
