@@ -1,7 +1,7 @@
 """The flush function: one flush run into the delta log, on pyiceberg (:mod:`lakesync.aws.flush_function`).
 
 Queued by the lake tick or the flush trigger (asynchronous ``Invoke`` with ``{"run": <run id>}``), or invoked by hand
-with ``{}``. Reads :class:`~lakesync.aws.function_settings.FlushFunctionSettings` and makes its clients on the first
+with ``{}``. Reads :class:`~lakesync.aws.settings.lake.FlushFunctionSettings` and makes its clients on the first
 invocation. Returns (and logs) what the run did; a failed run is recorded, then fails the invocation.
 """
 
@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import logger, metrics, one_at_a_time, tracer
 from lakesync.aws.flush_function import FlushFunction
-from lakesync.aws.function_settings import FlushFunctionSettings
+from lakesync.aws.settings.lake import FlushFunctionSettings
 from lakesync.core.errors import ValidationError
 
 _RUN_ID = re.compile(r"\d{13}-[0-9a-f]{12}")

@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import logger, metrics, one_at_a_time, tracer
 from lakesync.aws.flush_trigger import trigger_flush, wait_budget_s
-from lakesync.aws.function_settings import FlushTriggerSettings
+from lakesync.aws.settings.lake import FlushTriggerSettings
 
 if TYPE_CHECKING:
     from lakesync.aws.jobs import RunStarter

@@ -1,7 +1,7 @@
 """EventBridge Scheduler -> the lake tick: start one Glue job only when it has work (:mod:`lakesync.aws.lake_tick`).
 
 Each job's schedule invokes this function with ``{"job": "flush" | "compact" | "checkpoint"}``. The settings
-(:class:`~lakesync.aws.function_settings.LakeTickSettings`) are read and the clients made on the first invocation.
+(:class:`~lakesync.aws.settings.lake.LakeTickSettings`) are read and the clients made on the first invocation.
 Each tick writes one log line (the decision, its reasons, the run). While the checkpoints lag flushed data, the
 checkpoint tick also writes the one custom metric, ``LakeSync/CheckpointAgeSeconds`` (dimension
 ``service=lake_tick``; :attr:`TickReport.checkpoint_age_s`), which the ``CheckpointAge`` alarm watches (no data reads
@@ -20,8 +20,8 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions._runtime import logger, one_at_a_time, tracer
-from lakesync.aws.function_settings import LakeTickSettings
 from lakesync.aws.lambda_runtime import NAMESPACE
+from lakesync.aws.settings.lake import LakeTickSettings
 from lakesync.core.errors import ValidationError
 from lakesync.core.lake_work import JOB_KINDS, JobKind
 

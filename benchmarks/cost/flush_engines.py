@@ -102,7 +102,7 @@ def measure_function(endpoint: str, work: Path, *, deltas: int, row_bytes: int, 
     from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.dynamodb import DynamoDBBufferStore, create_tables
     from lakesync.aws.flush_function import FlushFunction
-    from lakesync.aws.function_settings import FlushFunctionSettings
+    from lakesync.aws.settings.lake import FlushFunctionSettings
     from lakesync.aws.tables import TableNames
     from lakesync.core.hlc import HLC
     from lakesync.core.messages import SyncPush

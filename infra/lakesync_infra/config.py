@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from lakesync.api_routes import FUNCTIONS
-from lakesync.aws.settings_vars import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
+from lakesync.aws.settings.variables import MAX_BODY_BYTES_LIMIT, MAX_PULL_BASIS_TTL_MS
 from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG, FlushEngine
 from lakesync.core.lake_work import FLUSH_ENGINES as FLUSH_ENGINE_KINDS
 from lakesync.core.network import parse_networks
@@ -422,7 +422,7 @@ _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "public_throttle_rate": (1, 1_000_000, False),
     "public_throttle_burst": (1, 1_000_000, False),
     "authorizer_cache_seconds": (0, 3600, False),  # API Gateway's range for a Lambda authorizer's cache TTL
-    "max_token_lifetime_seconds": (60, 30 * 86_400, False),  # the functions' own range (function_settings)
+    "max_token_lifetime_seconds": (60, 30 * 86_400, False),  # the functions' own range (aws/settings/variables)
     "lake_noncurrent_days": (1, 3650, False),
     "claim_check_days": (15, 3650, False),
     "access_log_days": (1, 3650, False),

@@ -10,7 +10,7 @@ schedules only in that group. The poll function's reserved concurrency (``connec
 connectors cannot take the executions the API needs. Connector credentials are secrets named under ``{prefix}/``:
 the admin function creates, updates and deletes them (registration moves plaintext credentials there); the functions
 that open connectors (the poller, ``source=`` pulls, actions) read them. Every such function gets the connector
-variables of :class:`lakesync.aws.function_settings.ConnectorSettings`.
+variables of :class:`lakesync.aws.settings.connectors.ConnectorSettings`.
 
 :class:`lakesync_infra.stack.LakeSyncStack` wires it with the stack's functions (``connector_poll``, ``admin``, and
 ``pull`` and ``actions`` as readers) and a per-environment secret prefix. Only the admin function gets the scheduler
@@ -28,7 +28,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
-from lakesync.aws.settings_vars import (
+from lakesync.aws.settings.variables import (
     CONNECTOR_POLL_FUNCTION_ARN,
     CONNECTOR_SCHEDULE_GROUP,
     CONNECTOR_SCHEDULER_ROLE_ARN,

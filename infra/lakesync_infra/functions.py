@@ -5,7 +5,7 @@ on) on ARM64 (``materialise`` and ``flush`` on x86_64: :data:`~lakesync_infra.co
 :data:`~lakesync_infra.common.FLUSH_ARCHITECTURE`) with active X-Ray
 tracing, its own log group (with retention) and its own role holding exactly what its code does: what each function
 may do is :mod:`lakesync_infra.function_access` (per function, the DynamoDB actions on each logical table), and the
-environment is the subset of :data:`lakesync.aws.settings_vars.FUNCTION_ENV_VARS` the function needs.
+environment is the subset of :data:`lakesync.aws.settings.variables.FUNCTION_ENV_VARS` the function needs.
 
 ``flush_trigger`` consumes the ``config`` table's stream, filtered to new flush requests
 (:data:`FLUSH_REQUEST_FILTER`: ``sk`` beginning with ``flush#``), and reports batch item failures. Each invocation
@@ -76,7 +76,7 @@ from constructs import Construct
 
 from lakesync.aws.flush_runs import ASYNC_EVENT_AGE_S
 from lakesync.aws.rate_limits import KEY_PREFIX as RATE_LIMIT_KEY_PREFIX
-from lakesync.aws.settings_vars import (
+from lakesync.aws.settings.variables import (
     ALLOWED_NETWORKS,
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,

@@ -41,7 +41,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from lakesync.aws.settings_vars import CONNECTIONS_TABLE, WS_CALLBACK_URL
+from lakesync.aws.settings.variables import CONNECTIONS_TABLE, WS_CALLBACK_URL
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE, connections_table_spec
 from lakesync_infra.api import AccessLogs
 from lakesync_infra.buffer import Buffer, key_attribute

@@ -176,7 +176,7 @@ MAX_TOKEN_LIFETIME_VAR = "LAKESYNC_MAX_TOKEN_LIFETIME_S"
 def _max_token_lifetime() -> int | None:
     """The gateway's maximum token lifetime as the functions read it (``None``, with a message, when invalid)."""
     from lakesync.auth import DEFAULT_MAX_LIFETIME_S
-    from lakesync.aws.settings_vars import MAX_TOKEN_LIFETIME_LIMIT_S, MIN_TOKEN_LIFETIME_LIMIT_S
+    from lakesync.aws.settings.variables import MAX_TOKEN_LIFETIME_LIMIT_S, MIN_TOKEN_LIFETIME_LIMIT_S
 
     raw = os.environ.get(MAX_TOKEN_LIFETIME_VAR, "").strip()
     if not raw:

@@ -185,7 +185,7 @@ def api(aws_env: None, monkeypatch: pytest.MonkeyPatch, dynamodb_tables: TableNa
     """The functions configured on fresh tables, gateways ``default`` and ``other``, a cold runtime."""
     from functions._runtime import reset_runtime
     from lakesync import egress
-    from lakesync.aws.settings_vars import TABLE_VARS
+    from lakesync.aws.settings.variables import TABLE_VARS
 
     for kind, var in TABLE_VARS.items():
         monkeypatch.setenv(var, getattr(dynamodb_tables, kind))

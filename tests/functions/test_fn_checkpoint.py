@@ -17,9 +17,10 @@ import pytest
 
 import functions.admin as admin_fn
 import functions.checkpoint as checkpoint_fn
-from lakesync.aws.function_settings import Settings, SettingsError
 from lakesync.aws.objects import S3ObjectStore, create_bucket
-from lakesync.aws.settings_vars import CHECKPOINT_BUCKET
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.env import SettingsError
+from lakesync.aws.settings.variables import CHECKPOINT_BUCKET
 from lakesync.core.checkpoint import Manifest, checkpoint_id, manifest_key, row_deltas
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.errors import StorageError

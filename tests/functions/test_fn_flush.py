@@ -30,8 +30,9 @@ from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_function import FlushFunction
 from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
 from lakesync.aws.flush_store import FlushStore
-from lakesync.aws.function_settings import FlushFunctionSettings, FlushTriggerSettings, LakeTickSettings, SettingsError
 from lakesync.aws.jobs import FlushEngines, glue_client
+from lakesync.aws.settings.env import SettingsError
+from lakesync.aws.settings.lake import FlushFunctionSettings, FlushTriggerSettings, LakeTickSettings
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import FlushError, ValidationError
 from lakesync.core.hlc import HLC, encode, system_clock

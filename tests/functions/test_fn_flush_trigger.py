@@ -25,8 +25,9 @@ import functions.flush_trigger as flush_trigger
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.flush_store import LEASE_GATEWAY, LEASE_SK
 from lakesync.aws.flush_trigger import SAFETY_S
-from lakesync.aws.function_settings import FlushTriggerSettings, SettingsError
 from lakesync.aws.jobs import GlueJobStarter, glue_client
+from lakesync.aws.settings.env import SettingsError
+from lakesync.aws.settings.lake import FlushTriggerSettings
 from lakesync.core.errors import StorageError, ValidationError
 from lakesync.local.front import LambdaContext
 from tests.moto_api import moto_state_manager

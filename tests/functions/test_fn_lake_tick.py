@@ -27,10 +27,10 @@ import functions.lake_tick as lake_tick
 import functions.push as push_fn
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.flush_store import FlushStore
-from lakesync.aws.function_settings import SettingsError
 from lakesync.aws.jobs import glue_client
 from lakesync.aws.objects import S3ObjectStore, create_bucket
-from lakesync.aws.settings_vars import JOB_NAME_VARS
+from lakesync.aws.settings.env import SettingsError
+from lakesync.aws.settings.variables import JOB_NAME_VARS
 from lakesync.core.checkpoint import checkpoint_id
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import ValidationError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from lakesync.aws.function_settings import Settings
+from lakesync.aws.settings.api import Settings
 from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import TableNames
 from lakesync.aws.wiring import gateway_deps

@@ -23,7 +23,7 @@ from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.publish import ClaimCheckSink, publish_flushed
-from lakesync.aws.settings_vars import CLAIM_CHECK_BUCKET, TABLE_VARS
+from lakesync.aws.settings.variables import CLAIM_CHECK_BUCKET, TABLE_VARS
 from lakesync.core.delta import make_delta
 from lakesync.core.destinations import parse_destination
 from lakesync.core.hlc import HLC

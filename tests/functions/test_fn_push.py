@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import functions.push as push_fn
-from lakesync.aws.settings_vars import MAX_BODY_BYTES_LIMIT
+from lakesync.aws.settings.variables import MAX_BODY_BYTES_LIMIT
 from lakesync.core.delta import ColumnDelta, RowDelta
 from lakesync.core.hlc import encode
 from lakesync.core.messages import SyncPush

@@ -1,6 +1,6 @@
-"""lakesync.aws.function_settings.Settings.from_env: defaults, the table-name and secret alternatives, and one
+"""lakesync.aws.settings.api.Settings.from_env: defaults, the table-name and secret alternatives, and one
 clear error listing every bad variable; the materialise consumer's, the lake tick's and the WebSocket functions'
-settings likewise; the one reader they share (lakesync.aws.settings_env.Env).
+settings likewise; the one reader they share (lakesync.aws.settings.env.Env).
 """
 
 from __future__ import annotations
@@ -9,16 +9,12 @@ import re
 
 import pytest
 
-from lakesync.aws.function_settings import (
-    BroadcastSettings,
-    LakeTickSettings,
-    MaterialiseSettings,
-    RealtimeSettings,
-    Settings,
-    SettingsError,
-)
-from lakesync.aws.settings_env import Env, flag_problem
-from lakesync.aws.settings_vars import (
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.env import Env, SettingsError, flag_problem
+from lakesync.aws.settings.lake import LakeTickSettings
+from lakesync.aws.settings.materialise import MaterialiseSettings
+from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
+from lakesync.aws.settings.variables import (
     API_ENV_VARS,
     CHECKPOINT_BUCKET,
     CLAIM_CHECK_BUCKET,
@@ -175,10 +171,10 @@ def test_settings_report_every_problem_at_once():
 
 def test_function_env_vars_cover_what_settings_read():
     # Given every LAKESYNC_* constant the settings' variables module defines
-    from lakesync.aws import settings_vars as _settings
+    from lakesync.aws.settings import variables
 
     constants = {
-        v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
+        v for k, v in vars(variables).items() if k.isupper() and isinstance(v, str) and v.startswith("LAKESYNC_")
     }
     # Then the API functions declare exactly those (and the six table names) but the job names and whether the flush
     # publishes, which flush_trigger and lake_tick read, the flush function's name, timeout and backlog limit (both

@@ -34,7 +34,7 @@ from lakesync.auth import mint_token
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.dynamodb import create_tables
 from lakesync.aws.log_stream import decode_stream_records
-from lakesync.aws.settings_vars import CONNECTIONS_TABLE, TABLE_VARS, WS_CALLBACK_URL
+from lakesync.aws.settings.variables import CONNECTIONS_TABLE, TABLE_VARS, WS_CALLBACK_URL
 from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.messages import SyncPull, SyncPush, SyncResponse
 from lakesync.core.realtime import Connection, Encoding

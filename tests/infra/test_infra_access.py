@@ -60,7 +60,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, dynamodb_tables: Ta
     Manager (read by ARN, as on AWS), a flush threshold of one byte (every push requests a flush) and no
     backpressure."""
     from functions._runtime import reset_runtime
-    from lakesync.aws.settings_vars import TABLE_VARS
+    from lakesync.aws.settings.variables import TABLE_VARS
 
     for key in list(os.environ):
         if key.startswith(("LAKESYNC_", "AWS_")):
@@ -973,9 +973,9 @@ def test_flush_function_role_allows_exactly_what_a_run_calls(cfn, ids, aws, reco
     from lakesync.aws.config_store import DynamoDBConfigStore
     from lakesync.aws.flush_function import FlushFunction
     from lakesync.aws.flush_store import FlushStore
-    from lakesync.aws.function_settings import FlushFunctionSettings
     from lakesync.aws.objects import create_bucket
-    from lakesync.aws.settings_vars import LAKE_NAMESPACE
+    from lakesync.aws.settings.lake import FlushFunctionSettings
+    from lakesync.aws.settings.variables import LAKE_NAMESPACE
     from lakesync.core.destinations import parse_destination
     from lakesync.core.hlc import encode
     from lakesync.core.lake_work import DEFAULT_RETENTION_MS

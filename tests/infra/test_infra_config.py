@@ -19,7 +19,7 @@ from lakesync_infra.config import (
     glue_database,
 )
 
-from lakesync.aws.settings_vars import MAX_BODY_BYTES_LIMIT
+from lakesync.aws.settings.variables import MAX_BODY_BYTES_LIMIT
 from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG
 from lakesync.lake.tables import DELTA_LOG, GLUE_NAME, state_table
 
@@ -337,7 +337,7 @@ def test_shipped_environments_deploy_on_a_new_account():
 
 
 def test_max_body_bytes_is_capped_where_a_base64_body_fits_lambdas_payload():
-    # Given the largest body whose base64 event fits Lambda's 6 MB (lakesync.aws.function_settings)
+    # Given the largest body whose base64 event fits Lambda's 6 MB (lakesync.aws.settings.variables)
     assert LakeSyncConfig.from_settings("p", {"maxBodyBytes": MAX_BODY_BYTES_LIMIT}).max_body_bytes == 4_669_437
     # Then one byte more is refused by the config check, before anything is deployed
     with pytest.raises(ConfigError, match=r"maxBodyBytes must be an integer in 1\.\.4669437"):

@@ -16,9 +16,14 @@ from lakesync_infra.function_access import FLUSH_MEMORY_MB, FLUSH_TIMEOUT_S, RUN
 from lakesync_infra.jobs import ACCESS as JOB_ACCESS
 from lakesync_infra.jobs import JOB_KINDS
 
-from lakesync.aws import function_settings as settings
-from lakesync.aws import settings_vars
 from lakesync.aws.flush_runs import ASYNC_EVENT_AGE_S
+from lakesync.aws.settings import variables as settings_vars
+from lakesync.aws.settings.lake import (
+    DEFAULT_FLUSH_MAX_DELTAS,
+    FlushFunctionSettings,
+    FlushTriggerSettings,
+    LakeTickSettings,
+)
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS
 from tests.infra.conftest import Cfn, Synth
 
@@ -95,12 +100,12 @@ def test_flush_function_environment_is_what_the_glue_flush_job_is_given(cfn, ids
     assert env[settings_vars.CLAIM_CHECK_BUCKET] == job["--claim_check_bucket"]
     assert env[settings_vars.MATERIALISE_QUEUE_URL] == job["--materialise_queue_url"]
     # And the function's own parser accepts it (the database token read as a name the stack could give)
-    parsed = settings.FlushFunctionSettings.from_env({**env, settings_vars.LAKE_NAMESPACE: "lakesync_dev_0123abcd"})
+    parsed = FlushFunctionSettings.from_env({**env, settings_vars.LAKE_NAMESPACE: "lakesync_dev_0123abcd"})
     assert parsed.tables.as_dict() == {kind: _placeholder(ids[f"table:{kind}"]) for kind in parsed.tables.as_dict()}
     assert parsed.checkpoint_bucket == _placeholder(ids["bucket:checkpoints"])
     assert parsed.claim_check_bucket == _placeholder(ids["bucket:claim_check"])
     assert parsed.materialise_queue_url == _placeholder(ids["queue:materialise"])
-    assert parsed.max_deltas == settings.DEFAULT_FLUSH_MAX_DELTAS
+    assert parsed.max_deltas == DEFAULT_FLUSH_MAX_DELTAS
 
 
 def _by_service(cfn: Cfn, role: str) -> dict[str, set[tuple[str, str]]]:
@@ -202,7 +207,7 @@ def test_default_deploys_both_engines_and_the_starters_may_start_either(synth: S
     assert {("glue:StartJobRun", job), ("glue:GetJobRuns", job), ("lambda:InvokeFunction", _flush_arn(ids))} <= (
         tick_granted
     )
-    tick = settings.LakeTickSettings.from_env(_env(cfn, "lake_tick"))
+    tick = LakeTickSettings.from_env(_env(cfn, "lake_tick"))
     assert tick.flush_function is not None and tick.flush_function.name == _placeholder(ids["function:flush"])
     assert dict(tick.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}
     assert tick.flush_function_max_backlog == config.flush_function_max_backlog
@@ -218,7 +223,7 @@ def test_default_deploys_both_engines_and_the_starters_may_start_either(synth: S
     assert ("dynamodb:Query", f"<{ids['table:config']}.Arn>") in trigger_granted
     assert ("dynamodb:BatchGetItem", f"<{ids['table:heads']}.Arn>") in trigger_granted
     assert ("dynamodb:Query", f"<{ids['table:deltas']}.Arn>") in trigger_granted
-    trigger = settings.FlushTriggerSettings.from_env(_env(cfn, "flush_trigger"))
+    trigger = FlushTriggerSettings.from_env(_env(cfn, "flush_trigger"))
     assert trigger.job_name == _placeholder(ids["job:flush"])
     assert trigger.flush_function == tick.flush_function
     assert trigger.gateway_ids == tuple(sorted(config.gateway_ids)) == tick.gateway_ids
@@ -245,7 +250,7 @@ def test_function_engine_deploys_the_function_alone(function_synth: Synth) -> No
     trigger = cfn.allowed(cfn.role_of(functions["flush_trigger"]))
     assert not [a for a, _ in trigger if a.startswith("glue:")]
     assert not [r for a, r in trigger if r in (f"<{ids['table:heads']}.Arn>", f"<{ids['table:deltas']}.Arn>")]
-    assert settings.FlushTriggerSettings.from_env(_env(cfn, "flush_trigger")).job_name is None
+    assert FlushTriggerSettings.from_env(_env(cfn, "flush_trigger")).job_name is None
 
 
 def test_the_stack_outputs_the_flush_function_and_the_flush_job(synth, glue_synth):
@@ -283,7 +288,7 @@ def test_glue_engine_keeps_todays_wiring(glue_synth: Synth) -> None:
         ("glue:GetJobRuns", job),
     }
     assert _env(cfn, "flush_trigger")[settings_vars.FLUSH_JOB_NAME] == _placeholder(ids["job:flush"])
-    tick = settings.LakeTickSettings.from_env(_env(cfn, "lake_tick"))
+    tick = LakeTickSettings.from_env(_env(cfn, "lake_tick"))
     assert tick.flush_function is None
     assert dict(tick.job_names) == {kind: _placeholder(ids[f"job:{kind}"]) for kind in JOB_KINDS}
     # And a failed Glue flush run is reported by the Glue failure rule (no flush function errors alarm)

@@ -13,8 +13,9 @@ from lakesync_infra.functions import application_log_level
 from lakesync_infra.packaging import LAMBDA_PYTHON
 
 from lakesync.api_routes import ROUTES
-from lakesync.aws import function_settings as settings
-from lakesync.aws import settings_vars
+from lakesync.aws.settings import variables as settings_vars
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.lake import FlushTriggerSettings
 from tests.infra.conftest import OPTIONS
 
 WITH_DRIVERS = driver_functions(LakeSyncConfig.from_settings("dev", {"sqlSourcePulls": OPTIONS["sqlSourcePulls"]}))
@@ -101,7 +102,7 @@ def test_api_function_environment_is_a_valid_configuration(cfn, ids, options, na
     fn = cfn.functions()[name]
     env = _env(cfn, fn)
     # When the function's own settings parser reads it
-    parsed = settings.Settings.from_env(env)
+    parsed = Settings.from_env(env)
     # Then it is valid and names the stack's tables, secret and configured options
     for kind, table in parsed.tables.as_dict().items():
         assert table == _placeholder(ids[f"table:{kind}"])
@@ -120,7 +121,7 @@ def test_flush_trigger_environment_names_the_flush_job_with_the_glue_engine(glue
     # Given the flush trigger's environment with flushEngine glue
     env = _env(glue_cfn, glue_cfn.functions()["flush_trigger"])
     # When the function reads which flush it starts
-    parsed = settings.FlushTriggerSettings.from_env(env)
+    parsed = FlushTriggerSettings.from_env(env)
     # Then it is the flush job, and the trigger starts no flush function
     assert parsed.job_name == _placeholder(glue_ids["job:flush"])
     assert parsed.flush_function is None
@@ -130,7 +131,7 @@ def test_flush_trigger_environment_names_both_engines(cfn, ids):
     # Given the flush trigger's environment (the default engine: auto)
     env = _env(cfn, cfn.functions()["flush_trigger"])
     # When the function reads which flush it starts
-    parsed = settings.FlushTriggerSettings.from_env(env)
+    parsed = FlushTriggerSettings.from_env(env)
     # Then it is the flush function, with its timeout, whose runs it records in the stack's config table, and the
     # Glue flush job
     assert parsed.flush_function is not None and parsed.tables is not None

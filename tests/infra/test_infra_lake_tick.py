@@ -23,7 +23,7 @@ from lakesync_infra.function_access import RUN_RECORDS
 from lakesync_infra.jobs import JOB_KINDS, SCHEDULE_MAX_AGE, SCHEDULE_RETRIES
 from lakesync_infra.monitoring import DASHBOARD_METRICS, Monitoring
 
-from lakesync.aws.function_settings import FlushFunctionRef, LakeTickSettings
+from lakesync.aws.settings.lake import FlushFunctionRef, LakeTickSettings
 from lakesync.core.lake_work import DEFAULT_COMPACT_POLICY, DEFAULT_RETENTION_MS, CompactPolicy
 from tests.infra.test_infra_access import _client_operations
 

@@ -106,8 +106,8 @@ def test_rate_limits_and_authorizer_cache_settings_are_validated() -> None:
 
 def test_every_function_that_verifies_tokens_gets_the_maximum_token_lifetime(cfn: Any) -> None:
     # Given the functions whose code verifies tokens (they read the JWT secret) and their environments
-    from lakesync.aws.function_settings import Settings
-    from lakesync.aws.settings_vars import MAX_TOKEN_LIFETIME_S
+    from lakesync.aws.settings.api import Settings
+    from lakesync.aws.settings.variables import MAX_TOKEN_LIFETIME_S
 
     verifying = {
         name: props["Environment"]["Variables"]

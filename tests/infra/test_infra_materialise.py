@@ -80,7 +80,7 @@ def test_queue_hides_a_message_for_six_consumer_timeouts_and_dead_letters_it_aft
 
 def test_materialise_environment_names_the_claim_check_bucket_and_the_tables(cfn, ids):
     # Given the function's environment, read by its own settings parser
-    from lakesync.aws.function_settings import MaterialiseSettings
+    from lakesync.aws.settings.materialise import MaterialiseSettings
 
     variables = cfn.functions()[MATERIALISE]["Environment"]["Variables"]
     env = {k: cfn.render(v, lambda logical: f"tok-{logical.lower()}") for k, v in variables.items()}

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from lakesync_infra.realtime import CONNECT_RATE, STAGE
 
-from lakesync.aws import function_settings as settings
-from lakesync.aws import settings_vars
+from lakesync.aws.settings import variables as settings_vars
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 
 WS_FUNCTIONS = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
@@ -233,12 +234,12 @@ def test_websocket_function_configuration_is_valid_for_its_code(cfn, rt, name):
             "<AWS::URLSuffix>", "amazonaws.com"
         )
     # And each names the sessions table, in a configuration its own settings parser accepts
-    parsed = settings.RealtimeSettings.from_env(env, sends=sends)
+    parsed = RealtimeSettings.from_env(env, sends=sends)
     assert parsed.connections_table == f"tok-{rt['table'].lower()}"
     if name == "ws_broadcast":
-        assert settings.BroadcastSettings.from_env(env).tables.deltas.startswith("tok-")
+        assert BroadcastSettings.from_env(env).tables.deltas.startswith("tok-")
     if name in ("ws_connect", "ws_message"):
-        assert settings.Settings.from_env(env).jwt_secret_arn
+        assert Settings.from_env(env).jwt_secret_arn
 
 
 def test_broadcaster_is_alarmed_on_errors_lag_and_exhausted_batches(cfn, rt):

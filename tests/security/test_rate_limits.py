@@ -25,7 +25,8 @@ from websockets.sync.client import connect
 from functions import actions, checkpoint, pull, push
 from functions._runtime import get_deps, reset_runtime
 from lakesync.auth import mint_token
-from lakesync.aws.function_settings import Settings, SettingsError
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.env import SettingsError
 from lakesync.client.http import SyncClient
 from lakesync.core.messages import SyncPull
 from lakesync.local.authorizer import LocalAuthorizer

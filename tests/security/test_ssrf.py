@@ -32,7 +32,9 @@ import functions.admin as admin_fn
 from functions._runtime import reset_runtime
 from lakesync import egress
 from lakesync.aws.destinations import open_destination
-from lakesync.aws.function_settings import ConnectorSettings, SettingsError, network_policy
+from lakesync.aws.settings.connectors import ConnectorSettings
+from lakesync.aws.settings.env import SettingsError
+from lakesync.aws.settings.validators import network_policy
 from lakesync.connectors.http_api import ApiRequestError, HttpApiClient, RetryPolicy, UrllibTransport
 from lakesync.connectors.secrets import InMemorySecretStore
 from lakesync.connectors.sql.postgres import PostgresRunner

@@ -24,9 +24,10 @@ import functions.pull as pull_fn
 from functions._runtime import reset_runtime
 from lakesync import cli
 from lakesync.auth import DEFAULT_MAX_LIFETIME_S, MIN_KEY_BYTES, generate_secret, mint_token, verify_token
-from lakesync.aws.function_settings import Settings, SettingsError
 from lakesync.aws.rotation import RotationError, check_usable
 from lakesync.aws.secrets import load_jwt_secrets
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.env import SettingsError
 from lakesync.core.errors import AuthError, StorageError
 from lakesync.local.runner import (
     PREVIOUS_SECRET_FILE,

@@ -30,7 +30,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("ports", ("lakesync.ports",)),
-    ("adapters", ("lakesync.aws", "lakesync.sql", "lakesync.connectors", "lakesync.adapters")),
+    (
+        "adapters",
+        ("lakesync.aws", "lakesync.aws.settings.env", "lakesync.sql", "lakesync.connectors", "lakesync.adapters"),
+    ),
     ("services", ("lakesync.gateway", "lakesync.lake")),
     ("lake jobs", ("lakesync.spark",)),
     (
@@ -40,8 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "lakesync.aws.log_stream",
             "lakesync.aws.ws_events",
             "lakesync.aws.lambda_runtime",
-            "lakesync.aws.function_settings",
-            "lakesync.aws.settings_vars",
+            "lakesync.aws.settings",
             "lakesync.aws.flush_function",
             "lakesync.edge",
             "lakesync.router",
@@ -55,7 +57,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Bottom first: a module may import its own layer and those below. A module belongs to the layer of the longest
 prefix naming it: ``lakesync.aws.wiring`` composes services from adapters, ``log_stream`` and ``ws_events`` turn
-AWS events into service calls; the rest of ``lakesync.aws`` adapts AWS to the ports."""
+AWS events into service calls, ``lakesync.aws.settings`` reads the functions' configuration (its environment reader,
+``settings.env``, needs nothing above the adapters); the rest of ``lakesync.aws`` adapts AWS to the ports."""
 
 
 def _modules() -> dict[str, Path]:

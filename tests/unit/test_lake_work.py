@@ -397,7 +397,7 @@ def test_the_default_limit_leaves_the_function_half_its_timeout_at_the_measured_
 
 def test_lakesync_local_reads_the_functions_limit_as_the_stack_sets_it():
     # Given the embedded default's pipeline, which chooses the flush engine with choose_flush_engine
-    from lakesync.aws.function_settings import SettingsError
+    from lakesync.aws.settings.env import SettingsError
     from lakesync.local.pipeline import flush_function_max_backlog
 
     # Then its limit is the deployed default, or LAKESYNC_FLUSH_FUNCTION_MAX_BACKLOG as the lake tick reads it

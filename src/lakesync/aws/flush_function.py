@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Final
 from lakesync.aws.checkpoints import ReleaseBounds, read_release_bounds
 from lakesync.aws.flush_runs import FlushRunLog, new_run_id
 from lakesync.aws.flush_store import DynamoConfig, FlushStore
-from lakesync.aws.function_settings import FlushFunctionSettings
 from lakesync.aws.publish import PublishConfig
+from lakesync.aws.settings.lake import FlushFunctionSettings
 from lakesync.core.hlc import system_clock
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 (the handlers in ``functions/`` import it through ``functions._runtime``).
 
 Nothing here touches AWS at import time. :func:`get_settings` validates the environment on first use (a bad
-configuration fails every request with a logged :class:`~lakesync.aws.function_settings.SettingsError`, never at
+configuration fails every request with a logged :class:`~lakesync.aws.settings.env.SettingsError`, never at
 import, so the module stays importable for tooling); :func:`get_deps` builds the boto3 client and the DynamoDB
 stores on first use; the JWT secret is read from the environment or from Secrets Manager
 (:class:`lakesync.aws.secrets.CachedSecrets`, re-read every :data:`SECRET_TTL_S`, so a rotation reaches warm
@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 from aws_lambda_powertools import Logger, Metrics
 
 from lakesync.auth import TokenKeys
-from lakesync.aws.function_settings import BroadcastSettings, MaterialiseSettings, RealtimeSettings, Settings
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.materialise import MaterialiseSettings
+from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
 from lakesync.aws.tracing import OptionalTracer
 from lakesync.lazy import Lazy
 
@@ -79,7 +81,7 @@ def get_settings() -> Settings:
 def get_deps() -> GatewayDeps:
     """The services' dependencies over DynamoDB and S3 (:func:`lakesync.aws.wiring.gateway_deps`), built on first
     use."""
-    from lakesync.aws.function_settings import ConnectorSettings
+    from lakesync.aws.settings.connectors import ConnectorSettings
     from lakesync.aws.wiring import gateway_deps
 
     return gateway_deps(get_settings(), ConnectorSettings.from_env(os.environ))
@@ -108,7 +110,7 @@ use_materialise_deps = _materialise.use
 @functools.lru_cache(maxsize=1)
 def get_realtime() -> Realtime:
     """The WebSocket functions' sessions and sender (:func:`lakesync.aws.wiring.realtime`), built on first use from
-    :class:`~lakesync.aws.function_settings.RealtimeSettings` (the sender only where a callback URL is set)."""
+    :class:`~lakesync.aws.settings.realtime.RealtimeSettings` (the sender only where a callback URL is set)."""
     from lakesync.aws.wiring import realtime
 
     return realtime(RealtimeSettings.from_env(os.environ))

@@ -8,19 +8,14 @@ from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.clients import dynamodb_client, lambda_client
 from lakesync.aws.config_store import DynamoDBConfigStore, DynamoDBPullBasisReader
 from lakesync.aws.dynamodb import DynamoDBBufferStore
-from lakesync.aws.function_settings import (
-    BroadcastSettings,
-    ConnectorSettings,
-    FlushFunctionRef,
-    FlushTriggerSettings,
-    LakeTickSettings,
-    MaterialiseSettings,
-    RealtimeSettings,
-    Settings,
-    SettingsError,
-)
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.rate_limits import DynamoDBRateLimitCounter
+from lakesync.aws.settings.api import Settings
+from lakesync.aws.settings.connectors import ConnectorSettings
+from lakesync.aws.settings.env import SettingsError
+from lakesync.aws.settings.lake import FlushFunctionRef, FlushTriggerSettings, LakeTickSettings
+from lakesync.aws.settings.materialise import MaterialiseSettings
+from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps

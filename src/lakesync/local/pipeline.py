@@ -83,8 +83,8 @@ def flush_function_max_backlog(environ: Mapping[str, str]) -> int:
     Raises:
         SettingsError: the variable is not a whole number of at least 0.
     """
-    from lakesync.aws.function_settings import SettingsError
-    from lakesync.aws.settings_vars import FLUSH_FUNCTION_MAX_BACKLOG
+    from lakesync.aws.settings.env import SettingsError
+    from lakesync.aws.settings.variables import FLUSH_FUNCTION_MAX_BACKLOG
     from lakesync.core.lake_work import DEFAULT_FUNCTION_MAX_BACKLOG
 
     raw = environ.get(FLUSH_FUNCTION_MAX_BACKLOG, "").strip()

@@ -245,7 +245,7 @@ class LocalStack:
         # Imported only now: the handlers' logger reads POWERTOOLS_LOG_LEVEL when it is first imported.
         from functions._runtime import reset_runtime
         from lakesync import egress
-        from lakesync.aws.function_settings import network_policy
+        from lakesync.aws.settings.validators import network_policy
 
         reset_runtime()
         _forget_default_credentials()
@@ -326,7 +326,7 @@ class LocalStack:
         import boto3
 
         from functions.ws_broadcast import lambda_handler
-        from lakesync.aws.settings_vars import WS_CALLBACK_URL
+        from lakesync.aws.settings.variables import WS_CALLBACK_URL
 
         assert self._front is not None
         self._saved_env.setdefault(WS_CALLBACK_URL, os.environ.get(WS_CALLBACK_URL))

@@ -3,7 +3,7 @@
 :class:`Env` keeps the non-empty ``LAKESYNC_*`` variables of an environment (an empty one counts as unset) and reads
 them as text, integers in a range, flags, JSON objects, bucket names or names matching a pattern. A problem does not
 stop the reading: it is recorded in :attr:`Env.errors`, naming the variable, so that the settings
-(:mod:`lakesync.aws.function_settings`) can report every one at once.
+(:mod:`lakesync.aws.settings`) can report every one at once, in one :class:`SettingsError` (:meth:`Env.check`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ def flag_problem(var: str, raw: str, note: str = "") -> str | None:
     return f"{var} must be true or false" + (f" ({note})" if note else "")
 
 
+class SettingsError(ValueError):
+    """The environment does not describe a usable configuration."""
+
+
 class Env:
     """The ``LAKESYNC_*`` variables of ``environ`` being read, with the problems found so far."""
 
@@ -36,6 +40,11 @@ class Env:
     def problem(self, message: str) -> None:
         """Record a problem."""
         self.errors.append(message)
+
+    def check(self) -> None:
+        """Raise every problem recorded, in order, in one :class:`SettingsError`."""
+        if self.errors:
+            raise SettingsError("Invalid LakeSync configuration: " + "; ".join(self.errors))
 
     def raw(self, var: str) -> str | None:
         """The value as set (not stripped), or ``None`` when unset."""

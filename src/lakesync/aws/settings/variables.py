@@ -1,5 +1,6 @@
 """Every ``LAKESYNC_*`` variable the functions read, which function reads which (:data:`FUNCTION_ENV_VARS`, the
-subset the CDK app sets), and the limits on their values. :mod:`lakesync.aws.function_settings` reads them."""
+subset the CDK app sets), and the limits on their values. The settings classes of :mod:`lakesync.aws.settings` read
+them."""
 
 from __future__ import annotations
 
@@ -69,12 +70,14 @@ CONNECTOR_ENV_VARS: Final = frozenset(
         CONNECTOR_SECRET_PREFIX,
     }
 )
-"""Read by the functions that open connectors (:class:`ConnectorSettings`), all optional."""
+"""Read by the functions that open connectors (:class:`~lakesync.aws.settings.connectors.ConnectorSettings`), all
+optional."""
 
 ALLOWED_NETWORKS: Final = "LAKESYNC_ALLOWED_NETWORKS"
 ALLOW_PLAIN_HTTP: Final = "LAKESYNC_ALLOW_PLAIN_HTTP"
 NETWORK_ENV_VARS: Final = frozenset({ALLOWED_NETWORKS, ALLOW_PLAIN_HTTP})
-"""Where connectors and destinations may connect (:func:`network_policy`), read by the functions that open them."""
+"""Where connectors and destinations may connect (:func:`~lakesync.aws.settings.validators.network_policy`), read by
+the functions that open them."""
 DESTINATION_SECRET_PREFIX: Final = "LAKESYNC_DESTINATION_SECRET_PREFIX"
 """Name prefix of the destinations' secrets: a destination's ``secretArn`` must lie under ``{prefix}{gateway}/``
 (checked by ``admin`` at registration and by ``materialise`` before reading it)."""
