@@ -343,8 +343,8 @@ def batch_write(client: Any, table: str, items: Sequence[dict[str, Any]]) -> int
 def one_item_per_delta(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The log as issue 15 measured it (its floor A): the entries of stored chunk items as one item per delta, each
     with its delta and its row images -- the reference push and pull goals are set against, whatever the layout."""
-    from lakesync.aws.dynamodb import chunk_span
-    from lakesync.aws.log_chunks import decode_entries
+    from lakesync.aws.buffer.items import chunk_span
+    from lakesync.aws.buffer.log_chunks import decode_entries
     from lakesync.core.log import ShardId
 
     items = []

@@ -94,13 +94,13 @@ class _RenderingBuffer:
     def shard_items(self, shard: Any) -> list[tuple[str, dict[str, Any]]]:
         """``(table, item)`` of the shard's head, at its final values with every row written, and its registry
         entry: what its commits leave."""
-        from lakesync.aws.dynamodb import _new_head_item, _registry_item
+        from lakesync.aws.buffer.items import new_head_item, registry_item
 
         names = self.renderer._t
         head = self.memory.get_heads([shard])[shard]
         return [
-            (names.heads, _new_head_item(head, applied=head.seq)),
-            (names.config, _registry_item(shard)),
+            (names.heads, new_head_item(head, applied=head.seq)),
+            (names.config, registry_item(shard)),
         ]
 
 

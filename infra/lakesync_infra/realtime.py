@@ -67,11 +67,12 @@ LOG_ITEM_FILTER: Final = {
         }
     }
 }
-"""Only new log chunks (``lakesync.aws.log_chunks``: every attribute :func:`lakesync.aws.log_stream.decode_record`
-reads) invoke the broadcaster. DynamoDB event source mappings filter only on the ``dynamodb`` key
-(https://docs.aws.amazon.com/lambda/latest/dg/with-ddb-filtering.html), so ``eventName`` cannot be matched: a removal
-(the flush's release, a TTL delete) carries no ``NewImage`` and fails every ``exists``; a ``MODIFY`` would pass, but
-log items are never changed once put, and the handler drops anything but an ``INSERT`` itself."""
+"""Only new log chunks (``lakesync.aws.buffer.log_chunks``: every attribute
+:func:`lakesync.aws.log_stream.decode_record` reads) invoke the broadcaster. DynamoDB event source mappings filter only
+on the ``dynamodb`` key (https://docs.aws.amazon.com/lambda/latest/dg/with-ddb-filtering.html), so ``eventName``
+cannot be matched: a removal (the flush's release, a TTL delete) carries no ``NewImage`` and fails every ``exists``; a
+``MODIFY`` would pass, but log items are never changed once put, and the handler drops anything but an ``INSERT``
+itself."""
 ACCESS_LOG_FORMAT: Final = json.dumps(
     {
         "requestId": "$context.requestId",

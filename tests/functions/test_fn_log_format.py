@@ -5,8 +5,8 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from lakesync.aws.buffer.log_chunks import FIRST_KEYED
 from lakesync.aws.settings.api import Settings
-from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import TableNames
 from lakesync.aws.wiring import gateway_deps
 from lakesync.core.delta import make_delta

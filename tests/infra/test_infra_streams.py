@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from moto.events.models import EventPattern
 
+from lakesync.aws.buffer.log_chunks import encode_entries
 from lakesync.aws.flush_trigger import flush_requests_in
-from lakesync.aws.log_chunks import encode_entries
 from lakesync.aws.log_stream import decode_record
 from lakesync.core.flush_requests import flush_request_key
 from lakesync.core.log import LogEntry, ShardId

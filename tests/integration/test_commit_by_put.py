@@ -10,10 +10,10 @@ from collections import Counter
 from typing import Any
 
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.log_chunks import FIRST_KEYED
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import STOPPED_WRITER_MS, FlushStore
-from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.core.hlc import HLC
 from lakesync.core.log import Commit
 from lakesync.core.merge import fold

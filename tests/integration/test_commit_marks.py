@@ -1,4 +1,4 @@
-"""Commit marks (``lakesync.aws.log_chunks.is_commit_mark``): only the log items holding a multiple of the mark
+"""Commit marks (``lakesync.aws.buffer.log_chunks.is_commit_mark``): only the log items holding a multiple of the mark
 interval carry ``chlc``, so only they are in the sparse ``by_commit`` index (on the moto server), and the positions
 found by commit HLC -- ``DynamoDBBufferStore.read_log_by_commit_hlc`` and ``FlushStore.release_target`` -- are what a
 scan of every entry gives, whichever items carry ``chlc``: marks, every item (logs written before marks), any subset,
@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
+from lakesync.aws.buffer.items import chunk_span
+from lakesync.aws.buffer.log_chunks import COMMIT_MARK_EVERY, chunk_key, encode_entries, is_commit_mark
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
-from lakesync.aws.log_chunks import COMMIT_MARK_EVERY, chunk_key, encode_entries, is_commit_mark
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import encode

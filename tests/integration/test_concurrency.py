@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.aws.row_doubts import DOUBT_RUN_ENTRIES
+from lakesync.aws.buffer.row_doubts import DOUBT_RUN_ENTRIES
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.hlc import HLC, encode, system_clock
 from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, Commit, CommitConflict, LogEntry, dedup_key, recent_key

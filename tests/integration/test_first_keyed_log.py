@@ -1,6 +1,6 @@
-"""The log of first-keyed chunks (``seq = FIRST_KEYED + first``, :mod:`lakesync.aws.log_chunks`) on the moto server:
-every read by position and by commit HLC, every release target, by a reader that has read the shard before and by a
-new one, is what a scan of the entries the buffer holds gives; and how many requests a read takes."""
+"""The log of first-keyed chunks (``seq = FIRST_KEYED + first``, :mod:`lakesync.aws.buffer.log_chunks`) on the moto
+server: every read by position and by commit HLC, every release target, by a reader that has read the shard before and
+by a new one, is what a scan of the entries the buffer holds gives; and how many requests a read takes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
+from lakesync.aws.buffer.items import chunk_span
+from lakesync.aws.buffer.log_chunks import FIRST_KEYED
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore, ShardRange
-from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, LogEntry, ShardId
 from lakesync.io_pool import submit

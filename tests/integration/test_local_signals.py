@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from lakesync.auth import mint_token
-from lakesync.aws.dynamodb import chunk_span
-from lakesync.aws.log_chunks import decode_entries
+from lakesync.aws.buffer.items import chunk_span
+from lakesync.aws.buffer.log_chunks import decode_entries
 from lakesync.client.http import SyncClient
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC

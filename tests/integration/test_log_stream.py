@@ -14,9 +14,9 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.log_chunks import FIRST_KEYED
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.dynamodb import DynamoDBBufferStore, create_tables
-from lakesync.aws.log_chunks import FIRST_KEYED
 from lakesync.aws.log_stream import StreamRecordError, decode_record, decode_stream_records
 from lakesync.aws.tables import TableNames
 from lakesync.core.log import ShardId

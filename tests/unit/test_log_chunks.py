@@ -1,4 +1,4 @@
-"""The stored form of a commit chunk (``lakesync.aws.log_chunks``): every entry reads back exactly."""
+"""The stored form of a commit chunk (``lakesync.aws.buffer.log_chunks``): every entry reads back exactly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.aws.log_chunks import (
+from lakesync.aws.buffer.log_chunks import (
     FIRST_KEYED,
     _encode,
     chunk_first,

@@ -1,12 +1,12 @@
-"""In-doubt runs (lakesync.aws.row_doubts): how long a late batch can land, where a row of a run lives, the head's
-``dq`` form."""
+"""In-doubt runs (lakesync.aws.buffer.row_doubts): how long a late batch can land, where a row of a run lives, the
+head's ``dq`` form."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.aws.row_doubts import (
+from lakesync.aws.buffer.row_doubts import (
     BATCH_DEADLINE_MS,
     CLOCK_MARGIN_MS,
     RETRY_SPAN_MS,

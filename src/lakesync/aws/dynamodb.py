@@ -8,8 +8,8 @@ mapped to :class:`CommitConflict` (retried by the push), throttling to ``Storage
 ``StorageError`` at once. The chunk's dedup keys (opaque to the store: ``gw#{key}``, see
 :func:`lakesync.core.log.dedup_key`) are then recorded with ``BatchWriteItem`` (a record is live while
 ``exp > now``, as everywhere else). The chunk's log item carries ``chlc`` -- an entry of the sparse ``by_commit``
-index -- only when it is a commit mark (:mod:`lakesync.aws.log_chunks`); reads by commit HLC start from the last mark
-at or below the position and walk the table from there.
+index -- only when it is a commit mark (:mod:`lakesync.aws.buffer.log_chunks`); reads by commit HLC start from the
+last mark at or below the position and walk the table from there.
 Items are built by hand (no TypeSerializer) because this is the hot path.
 """
 
@@ -26,6 +26,48 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from lakesync.aws.buffer.items import (
+    DOUBT_PREFIX,
+    ChunkAttr,
+    DoubtAttr,
+    HeadAttr,
+    RegistryAttr,
+    RowAttr,
+    chunk_item,
+    chunk_span,
+    decode_chunk_part,
+    dedup_item,
+    dedup_record_key,
+    doubt_from_record,
+    doubt_record_item,
+    doubt_record_key,
+    doubts_update,
+    head_doubts,
+    head_from_item,
+    head_key,
+    head_last_commit_hlc,
+    head_seq,
+    live_delta_ids,
+    new_head_item,
+    record_pks,
+    registry_item,
+    row_from_item,
+    row_item,
+    row_item_key,
+    rows_applied,
+)
+from lakesync.aws.buffer.log_chunks import (
+    COMMIT_MARK_EVERY,
+    FIRST_KEYED,
+    decode_entries,
+)
+from lakesync.aws.buffer.row_doubts import (
+    DOUBT_RUN_ENTRIES,
+    Doubt,
+    alt_key,
+    deadline_ms,
+    until_ms,
+)
 from lakesync.aws.errors import condition_failed
 from lakesync.aws.items import (
     REGISTRY_PREFIX,
@@ -34,32 +76,12 @@ from lakesync.aws.items import (
     batch_get_all,
     batch_write,
     batch_write_all,
-    decode_row_state,
     encode_row_state,
     num_attr,
     query_all,
-    registry_key,
     registry_shard,
     storage_error,
     str_attr,
-)
-from lakesync.aws.log_chunks import (
-    COMMIT_MARK_EVERY,
-    FIRST_KEYED,
-    chunk_first,
-    chunk_key,
-    decode_entries,
-    encode_entries,
-    is_commit_mark,
-)
-from lakesync.aws.row_doubts import (
-    DOUBT_RUN_ENTRIES,
-    Doubt,
-    alt_key,
-    deadline_ms,
-    decode_doubts,
-    encode_doubts,
-    until_ms,
 )
 from lakesync.aws.tables import (
     COMMIT_INDEX,
@@ -79,7 +101,6 @@ from lakesync.core.log import (
     ITEM_LIMIT_BYTES,
     LOG_CHUNK_MAX_ENTRIES,
     LOG_TTL_S,
-    ROW_RECENT_KEY_CHARS,
     ROW_RECENT_KEYS,
     Commit,
     CommitBasis,
@@ -110,6 +131,16 @@ _REMEMBERED_CHUNK_MS = 30_000
 _PER_CHUNK = 48
 """Entries per log item to expect before a read has seen any: a full push chunk."""
 
+_NEW_CHUNK = f"attribute_not_exists({ChunkAttr.SEQ})"
+"""The commit: a put where no chunk is."""
+_NEWER_ROW = f"attribute_not_exists({RowAttr.KEY}) OR {RowAttr.VERSION} < :v"
+"""A row put that never goes backwards."""
+_MOVE_HEAD = (
+    f"SET {HeadAttr.SEQ} = :end, {HeadAttr.LAST_COMMIT_HLC} = :lch,"
+    f" {HeadAttr.BYTES_TOTAL} = {HeadAttr.BYTES_TOTAL} + :b, {HeadAttr.DELTAS_TOTAL} = {HeadAttr.DELTAS_TOTAL} + :d"
+)
+"""A head moved over chunks: its position, last commit HLC and totals."""
+
 
 class DynamoDBBufferStore:
     """The buffer on DynamoDB (deltas, rows, heads, dedup and the shard registry in config).
@@ -117,10 +148,11 @@ class DynamoDBBufferStore:
     ``commit_mark_every`` is how many entries apart the commit marks it writes are (:func:`is_commit_mark`); reads
     by commit HLC are correct whichever chunks are marks, it only sizes their first request.
 
-    A commit is a conditional put of the chunk's log item, keyed by its first sequence (:mod:`lakesync.aws.log_chunks`);
-    its rows are written after it, in batches on the chunk's turn, and a writer that takes a turn over declares the
-    chunks it takes over in doubt (:mod:`lakesync.aws.row_doubts`): ``turn_wait_s`` is how long it waits for the
-    writer before it, ``clock_ms`` the wall clock it judges the writers' deadlines by.
+    A commit is a conditional put of the chunk's log item, keyed by its first sequence
+    (:mod:`lakesync.aws.buffer.log_chunks`); its rows are written after it, in batches on the chunk's turn, and a
+    writer that takes a turn over declares the chunks it takes over in doubt (:mod:`lakesync.aws.buffer.row_doubts`):
+    ``turn_wait_s`` is how long it waits for the writer before it, ``clock_ms`` the wall clock it judges the writers'
+    deadlines by.
     """
 
     def __init__(
@@ -187,10 +219,10 @@ class DynamoDBBufferStore:
         ``reaching``)."""
         if not shards:
             return []
-        items = self._batch_get(self._t.heads, [{"shard": str_attr(s.key)} for s in dict.fromkeys(shards)])
+        items = self._batch_get(self._t.heads, [head_key(s) for s in dict.fromkeys(shards)])
         found: list[tuple[ShardHead, Future[list[LogEntry]] | None]] = []
         for item in items:
-            head = _head_from_item(item)
+            head = head_from_item(item)
             reached = head.seq >= (reaching or {}).get(head.shard, head.seq + 1)
             found.append((head, submit(self._past_head, head) if not reached else None))
         past = iter(results_of(read for _, read in found if read is not None))
@@ -198,24 +230,24 @@ class DynamoDBBufferStore:
 
     def _past_head(self, head: ShardHead) -> list[LogEntry]:
         """The entries of the chunks that follow ``head`` (one Query, usually empty)."""
-        pages = self._chunk_pages(head.shard, "seq > :a", {":a": FIRST_KEYED + head.seq}, lambda: 25, None)
+        pages = self._chunk_pages(head.shard, f"{ChunkAttr.SEQ} > :a", {":a": FIRST_KEYED + head.seq}, lambda: 25, None)
         entries: list[LogEntry] = []
         for item in pages:
             first, _, first_hlc = chunk_span(item)
             if first != head.seq + len(entries) + 1:
                 break
-            entries.extend(decode_entries(head.shard, first, first_hlc, item["z"]["B"], images=False))
+            entries.extend(decode_entries(head.shard, first, first_hlc, item[ChunkAttr.ENTRIES]["B"], images=False))
         return entries
 
     def list_shards(self, gateway: str) -> list[ShardId]:
         shards = []
         for item in self._query(
             TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+            KeyConditionExpression=f"{RegistryAttr.GATEWAY} = :gw AND begins_with({RegistryAttr.SORT_KEY}, :p)",
             ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(REGISTRY_PREFIX)},
             ConsistentRead=True,
         ):
-            shards.append(registry_shard(item["sk"]["S"]))
+            shards.append(registry_shard(item[RegistryAttr.SORT_KEY]["S"]))
         return sorted(shards)
 
     def get_rows(self, gateway: str, rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], StoredRow]:
@@ -226,12 +258,12 @@ class DynamoDBBufferStore:
         alternates: dict[str, tuple[str, str]] = {}
         for item in self._query(
             TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(_DOUBT_PREFIX)},
+            KeyConditionExpression=f"{DoubtAttr.GATEWAY} = :gw AND begins_with({DoubtAttr.SORT_KEY}, :p)",
+            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(DOUBT_PREFIX)},
             ConsistentRead=True,
         ):
-            doubt = _doubt_from_item(item)
-            alternates.update((alt_key(doubt, pk), by_pk[pk]) for pk in _record_pks(item) if pk in by_pk)
+            doubt = doubt_from_record(item)
+            alternates.update((alt_key(doubt, pk), by_pk[pk]) for pk in record_pks(item) if pk in by_pk)
         return self._newest_rows({**by_pk, **alternates})
 
     def _read_rows(
@@ -249,9 +281,9 @@ class DynamoDBBufferStore:
         if not keys:
             return {}
         found: dict[tuple[str, str], StoredRow] = {}
-        for item in self._batch_get(self._t.rows, [{"pk": str_attr(pk)} for pk in keys]):
-            key = keys[item["pk"]["S"]]
-            row = _row_from_item(key, item)
+        for item in self._batch_get(self._t.rows, [row_item_key(pk) for pk in keys]):
+            key = keys[item[RowAttr.KEY]["S"]]
+            row = row_from_item(key, item)
             if key not in found or found[key].version < row.version:
                 found[key] = row
         return found
@@ -260,21 +292,21 @@ class DynamoDBBufferStore:
         ids = list(dict.fromkeys(delta_ids))
         if not ids:
             return set()
-        items = self._batch_get(self._t.dedup, [{"pk": str_attr(f"{gateway}#{d}")} for d in ids])
-        return _live_delta_ids(gateway, items, now_s)
+        items = self._batch_get(self._t.dedup, [dedup_record_key(gateway, d) for d in ids])
+        return live_delta_ids(gateway, items, now_s)
 
     def read_commit_basis(self, shard: ShardId, rows: Sequence[tuple[str, str]]) -> CommitBasis:
         # The head first: every chunk up to its `ra` has its rows written, so the rows read after it hold them; the
         # chunks after `ra` are read from the log and folded in (the row index is a cache of the log).
         head_item = self._head_item(shard)
-        head = _head_from_item(head_item) if head_item is not None else None
+        head = head_from_item(head_item) if head_item is not None else None
         if head is not None:
             self._headed.add(shard.key)
-        applied = _rows_applied(head_item)
+        applied = rows_applied(head_item)
         tail_read = None
         if head is not None and applied < head.seq:
             tail_read = submit(self._tail, shard, applied, head.seq)
-        doubts = _doubts(head_item)
+        doubts = head_doubts(head_item)
         self._bases[shard.key] = (head.seq, applied, doubts) if head is not None else (0, 0, ())
         with awaited(tail_read):
             stored = self._read_rows(shard.gateway, rows, doubts)
@@ -284,7 +316,7 @@ class DynamoDBBufferStore:
 
     def _head_item(self, shard: ShardId) -> Item | None:
         try:
-            out = self._db.get_item(TableName=self._t.heads, Key={"shard": str_attr(shard.key)}, ConsistentRead=True)
+            out = self._db.get_item(TableName=self._t.heads, Key=head_key(shard), ConsistentRead=True)
         except ClientError as exc:
             raise storage_error(exc, "GetItem") from exc
         return out.get("Item")
@@ -300,9 +332,7 @@ class DynamoDBBufferStore:
         raise StorageError(f"the log of shard {shard.key!r} is missing entries in ({after_seq}, {through_seq}]")
 
     def record_delta_ids(self, gateway: str, delta_ids: Sequence[str], expires_at: int) -> None:
-        items = [
-            {"pk": str_attr(f"{gateway}#{d}"), TTL_ATTRIBUTE: num_attr(expires_at)} for d in dict.fromkeys(delta_ids)
-        ]
+        items = [dedup_item(gateway, d, expires_at) for d in dict.fromkeys(delta_ids)]
         batch_write_all(self._db, self._t.dedup, items)
 
     def _query(self, **kwargs: Any) -> Iterable[Item]:
@@ -334,7 +364,7 @@ class DynamoDBBufferStore:
     def _remember_chunk(self, shard: ShardId, item: Item) -> None:
         """Keep the last chunk a read decoded (items are never changed once put: the same key always holds the same
         entries)."""
-        if "z" not in item:
+        if ChunkAttr.ENTRIES not in item:
             return
         with self._last_chunks_lock:
             self._last_chunks.pop(shard.key, None)
@@ -352,7 +382,7 @@ class DynamoDBBufferStore:
             return None
         item = remembered[1]
         first, count, _ = chunk_span(item)
-        if first <= seq <= first + count - 1 or (first == seq + 1 and "pv" in item):
+        if first <= seq <= first + count - 1 or (first == seq + 1 and ChunkAttr.PREVIOUS_HLC in item):
             return item
         return None
 
@@ -364,8 +394,8 @@ class DynamoDBBufferStore:
         from it (the caller then reads as if nothing were remembered)."""
         first, count, first_hlc = chunk_span(item)
         last = first + count - 1
-        at_hlc = first_hlc + (seq - first) if seq >= first else int(item["pv"]["N"])
-        entries = _decode_part(shard, item, seq + 1 - first, limit, images)
+        at_hlc = first_hlc + (seq - first) if seq >= first else int(item[ChunkAttr.PREVIOUS_HLC]["N"])
+        entries = decode_chunk_part(shard, item, seq + 1 - first, limit, images)
         if len(entries) >= limit:
             return at_hlc, entries
         after = self._read_after_chunk_end(shard, last, limit - len(entries), images)
@@ -386,10 +416,10 @@ class DynamoDBBufferStore:
         bounds = {":a": FIRST_KEYED + seq + 1, ":b": FIRST_KEYED + seq + max(limit, LOG_CHUNK_MAX_ENTRIES)}
 
         def after_it(request_size: Callable[[], int]) -> Iterator[Item]:
-            for item in self._chunk_pages(shard, "seq BETWEEN :a AND :b", bounds, request_size, None):
+            for item in self._chunk_pages(shard, f"{ChunkAttr.SEQ} BETWEEN :a AND :b", bounds, request_size, None):
                 if not first_items:
                     first_items.append(item)
-                    if chunk_span(item)[0] != seq + 1 or "pv" not in item:
+                    if chunk_span(item)[0] != seq + 1 or ChunkAttr.PREVIOUS_HLC not in item:
                         return
                 yield item
 
@@ -398,7 +428,7 @@ class DynamoDBBufferStore:
             return None, []
         if not entries:
             return None
-        return int(first_items[0]["pv"]["N"]), _contiguous(entries, seq + 1)
+        return int(first_items[0][ChunkAttr.PREVIOUS_HLC]["N"]), _contiguous(entries, seq + 1)
 
     def read_log_by_commit_hlc(
         self, shard: ShardId, after_commit_hlc: int, limit: int, *, images: bool = True
@@ -418,7 +448,7 @@ class DynamoDBBufferStore:
             images,
             after_hlc=after_commit_hlc,
             skip=self._mark_every,
-            per_chunk=int(mark["n"]["N"]) if mark is not None else _PER_CHUNK,
+            per_chunk=int(mark[ChunkAttr.COUNT]["N"]) if mark is not None else _PER_CHUNK,
         )
         # From the first entry past the position (the entries before it may be gone: TTL deletes in no set order),
         # up to the first gap, as `read_log`.
@@ -431,8 +461,8 @@ class DynamoDBBufferStore:
             out = self._db.query(
                 TableName=self._t.deltas,
                 IndexName=COMMIT_INDEX,
-                KeyConditionExpression="#sh = :s AND chlc <= :h",
-                ExpressionAttributeNames={"#sh": "shard"},
+                KeyConditionExpression=f"#sh = :s AND {ChunkAttr.MARK_HLC} <= :h",
+                ExpressionAttributeNames={"#sh": ChunkAttr.SHARD},
                 ExpressionAttributeValues={":s": str_attr(shard.key), ":h": num_attr(at_or_below_hlc)},
                 ConsistentRead=True,
                 ScanIndexForward=False,
@@ -470,11 +500,11 @@ class DynamoDBBufferStore:
             else None
         )
         later = (
-            self._chunk_pages(shard, "seq > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
+            self._chunk_pages(shard, f"{ChunkAttr.SEQ} > :a", {":a": FIRST_KEYED + after_seq}, request_size, projection)
             if through is None
             else self._chunk_pages(
                 shard,
-                "seq BETWEEN :a AND :b",
+                f"{ChunkAttr.SEQ} BETWEEN :a AND :b",
                 {":a": FIRST_KEYED + after_seq + 1, ":b": FIRST_KEYED + max(through, after_seq + 1)},
                 request_size,
                 projection,
@@ -512,7 +542,7 @@ class DynamoDBBufferStore:
         kwargs: dict[str, Any] = {
             "TableName": self._t.deltas,
             "KeyConditionExpression": f"#sh = :s AND {condition}",
-            "ExpressionAttributeNames": {"#sh": "shard"},
+            "ExpressionAttributeNames": {"#sh": ChunkAttr.SHARD},
             "ExpressionAttributeValues": {
                 ":s": str_attr(shard.key),
                 **{name: num_attr(v) for name, v in bounds.items()},
@@ -527,7 +557,9 @@ class DynamoDBBufferStore:
     def _chunk_at_or_before(self, shard: ShardId, seq: int, projection: str | None) -> Item | None:
         """The last chunk that starts at or before ``seq``, if any."""
         bounds = {":lo": FIRST_KEYED, ":hi": FIRST_KEYED + seq}
-        pages = self._chunk_pages(shard, "seq BETWEEN :lo AND :hi", bounds, lambda: 1, projection, forward=False)
+        pages = self._chunk_pages(
+            shard, f"{ChunkAttr.SEQ} BETWEEN :lo AND :hi", bounds, lambda: 1, projection, forward=False
+        )
         return next(pages, None)
 
     def _read_chunks(
@@ -581,7 +613,7 @@ class DynamoDBBufferStore:
             entries_read += count
             # The entries past the position (and the commit HLC) that the read still wants, decoded alone.
             start = max(0, after_seq + 1 - first, floor + 1 - first_hlc)
-            kept = _decode_part(shard, item, start, limit - len(entries), images)
+            kept = decode_chunk_part(shard, item, start, limit - len(entries), images)
             skipped += min(start, count)
             entries.extend(kept)
             if len(entries) >= limit:
@@ -614,7 +646,7 @@ class DynamoDBBufferStore:
             self._expect_head(shard, expected)
         item = self._chunk_item(commit)
         try:
-            self._db.put_item(TableName=self._t.deltas, Item=item, ConditionExpression="attribute_not_exists(seq)")
+            self._db.put_item(TableName=self._t.deltas, Item=item, ConditionExpression=_NEW_CHUNK)
         except ClientError as exc:
             if condition_failed(exc):
                 self._roll_forward(shard)
@@ -641,7 +673,7 @@ class DynamoDBBufferStore:
             head_item = self._await_turn(shard, previous, last)
             if head_item is None:
                 return
-            doubts = _doubts(head_item)
+            doubts = head_doubts(head_item)
         kept = self._retire(shard, doubts)
         rows = [w.row for w in commit.rows]
         self._write_home(shard, rows, kept, batch_until=deadline_ms(entries[-1].commit_hlc))
@@ -657,12 +689,12 @@ class DynamoDBBufferStore:
             for item in self._head_polls(shard, at_once=True):
                 if item is None:
                     return None
-                seq, applied = int(item["seq"]["N"]), _rows_applied(item)
+                seq, applied = head_seq(item), rows_applied(item)
                 if seq >= last:
                     return None
                 if seq == previous and applied == previous:
                     return item
-                if seq == previous and deadline_ms(int(item["lch"]["N"])) <= self._clock_ms():
+                if seq == previous and deadline_ms(head_last_commit_hlc(item)) <= self._clock_ms():
                     break  # the chunks whose rows are pending are past their deadline: nobody will batch them
             self._roll_forward(shard, own=(previous + 1, last), wait=False)
         raise StorageError(f"the head of {shard.key!r} did not reach {previous}: the rows after it wait")
@@ -671,12 +703,12 @@ class DynamoDBBufferStore:
         """Before the first put to a shard its basis found no head for: the registry entry (the flush finds shards
         there) and the head, either of which may exist already."""
         try:
-            self._db.put_item(TableName=self._t.config, Item=_registry_item(shard))
+            self._db.put_item(TableName=self._t.config, Item=registry_item(shard))
             self._db.put_item(
                 TableName=self._t.heads,
-                Item=_new_head_item(ShardHead(shard), applied=0),
+                Item=new_head_item(ShardHead(shard), applied=0),
                 ConditionExpression="attribute_not_exists(#sh)",
-                ExpressionAttributeNames={"#sh": "shard"},
+                ExpressionAttributeNames={"#sh": HeadAttr.SHARD},
             )
         except ClientError as exc:
             if not condition_failed(exc):
@@ -686,7 +718,7 @@ class DynamoDBBufferStore:
         """Before a put to a shard this store has seen no head of: the head exists and is still at ``expected``, so
         the commit was planned on it and none committed since (else :class:`CommitConflict`)."""
         item = self._head_item(shard)
-        if item is None or int(item["seq"]["N"]) != expected:
+        if item is None or head_seq(item) != expected:
             raise CommitConflict()
         self._headed.add(shard.key)
 
@@ -720,17 +752,17 @@ class DynamoDBBufferStore:
             ":d": num_attr(sum(1 for e in entries if e.seq > seq)),
             ":seq": num_attr(seq),
         }
-        update = "SET seq = :end, lch = :lch, bt = bt + :b, dt = dt + :d"
-        condition = "seq = :seq"
+        update = _MOVE_HEAD
+        condition = f"{HeadAttr.SEQ} = :seq"
         if applied is not None:
-            update += ", ra = :end"
-            condition += " AND (ra = :ra OR attribute_not_exists(ra))"
+            update += f", {HeadAttr.ROWS_APPLIED} = :end"
+            condition += f" AND ({HeadAttr.ROWS_APPLIED} = :ra OR attribute_not_exists({HeadAttr.ROWS_APPLIED}))"
             values[":ra"] = num_attr(applied)
-            update += _doubts_update(doubts, values)
+            update += doubts_update(doubts, values)
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": str_attr(shard.key)},
+                Key=head_key(shard),
                 UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
@@ -748,13 +780,13 @@ class DynamoDBBufferStore:
 
         A chunk whose writer may still write a batch of its rows (its last signature not yet expired) is waited for
         first (``wait``: up to ``turn_wait_s``), then taken over *in doubt*: its rows, and every later write of them
-        until that writer can no longer land anything, go to alternate keys (:mod:`lakesync.aws.row_doubts`).
+        until that writer can no longer land anything, go to alternate keys (:mod:`lakesync.aws.buffer.row_doubts`).
         ``own``: this writer's own chunk, whose rows it writes here and in no batch."""
         for attempt in range(2):
             item = self._head_item(shard)
             if item is None:
                 return
-            head, applied, doubts = _head_from_item(item), _rows_applied(item), _doubts(item)
+            head, applied, doubts = head_from_item(item), rows_applied(item), head_doubts(item)
             behind = self._tail(shard, applied, head.seq) if applied < head.seq else []
             past = self._past_head(head)
             entries = behind + past
@@ -784,7 +816,7 @@ class DynamoDBBufferStore:
         """Wait up to ``turn_wait_s`` for the head to reach ``last`` with every row written (``seq`` and ``ra``);
         whether it did."""
         return any(
-            item is not None and int(item["seq"]["N"]) >= last and _rows_applied(item) >= last
+            item is not None and head_seq(item) >= last and rows_applied(item) >= last
             for item in self._head_polls(shard, at_once=False)
         )
 
@@ -809,16 +841,7 @@ class DynamoDBBufferStore:
             doubt = Doubt(run[0].seq, run[-1].seq, max(until_ms(e.commit_hlc) for e in run))
             pks = list(dict.fromkeys(row_key(shard.gateway, e.delta.table, e.delta.row_id) for e in run))
             try:
-                self._db.put_item(
-                    TableName=self._t.config,
-                    Item={
-                        **_doubt_record_key(shard, doubt),
-                        "first": num_attr(doubt.first),
-                        "last": num_attr(doubt.last),
-                        "until": num_attr(doubt.until_ms),
-                        "rows": {"L": [str_attr(pk) for pk in pks]},
-                    },
-                )
+                self._db.put_item(TableName=self._t.config, Item=doubt_record_item(shard, doubt, pks))
             except ClientError as exc:
                 raise storage_error(exc, "PutItem") from exc
             self._doubt_rows[(shard.key, doubt.first, doubt.last)] = frozenset(pks)
@@ -831,12 +854,12 @@ class DynamoDBBufferStore:
         if cached is not None:
             return cached
         try:
-            out = self._db.get_item(TableName=self._t.config, Key=_doubt_record_key(shard, doubt), ConsistentRead=True)
+            out = self._db.get_item(TableName=self._t.config, Key=doubt_record_key(shard, doubt), ConsistentRead=True)
         except ClientError as exc:
             raise storage_error(exc, "GetItem") from exc
         if "Item" not in out:
             raise _RunRetired(f"the record of the in-doubt run {doubt.first}..{doubt.last} of {shard.key!r} is gone")
-        pks = frozenset(_record_pks(out["Item"]))
+        pks = frozenset(record_pks(out["Item"]))
         self._doubt_rows[(shard.key, doubt.first, doubt.last)] = pks
         return pks
 
@@ -847,9 +870,12 @@ class DynamoDBBufferStore:
         expired = [d for d in doubts if d.until_ms <= now]
         for doubt in expired:
             alternates = {alt_key(doubt, pk): pk for pk in self._doubt_pks(shard, doubt)}
-            items = self._batch_get(self._t.rows, [{"pk": str_attr(key)} for key in alternates])
+            items = self._batch_get(self._t.rows, [row_item_key(key) for key in alternates])
             results_of(
-                [submit(self._put_row_item, {**item, "pk": str_attr(alternates[item["pk"]["S"]])}) for item in items]
+                [
+                    submit(self._put_row_item, {**item, **row_item_key(alternates[item[RowAttr.KEY]["S"]])})
+                    for item in items
+                ]
             )
         return tuple(d for d in doubts if d not in expired)
 
@@ -857,41 +883,20 @@ class DynamoDBBufferStore:
         """After the head stopped listing them: the retired runs' records and alternate rows go."""
         for doubt in retired:
             alternates = [alt_key(doubt, pk) for pk in self._doubt_pks(shard, doubt)]
-            deletes = [{"DeleteRequest": {"Key": {"pk": str_attr(key)}}} for key in alternates]
+            deletes = [{"DeleteRequest": {"Key": row_item_key(key)}} for key in alternates]
             for start in range(0, len(deletes), 25):
                 try:
                     batch_write(self._db, self._t.rows, deletes[start : start + 25])
                 except StorageError as exc:
                     logger.warning("alternate rows of %s %s not deleted: %s", shard.key, doubt.first, exc)
             try:
-                self._db.delete_item(TableName=self._t.config, Key=_doubt_record_key(shard, doubt))
+                self._db.delete_item(TableName=self._t.config, Key=doubt_record_key(shard, doubt))
             except ClientError as exc:
                 logger.warning("record of the in-doubt chunks %s of %s not deleted: %s", doubt.first, shard.key, exc)
             self._doubt_rows.pop((shard.key, doubt.first, doubt.last), None)
 
     def _chunk_item(self, commit: Commit) -> Item:
-        first, last = commit.entries[0], commit.entries[-1]
-        if len(commit.entries) > LOG_CHUNK_MAX_ENTRIES or any(
-            e.seq != first.seq + i or e.commit_hlc != first.commit_hlc + i for i, e in enumerate(commit.entries)
-        ):
-            raise ValueError(
-                f"a commit holds at most {LOG_CHUNK_MAX_ENTRIES} entries with consecutive sequences and commit HLCs"
-            )
-        chunk: Item = {
-            "shard": str_attr(commit.shard.key),
-            "seq": num_attr(chunk_key(first.seq)),
-            "n": num_attr(len(commit.entries)),
-            "c": num_attr(first.commit_hlc),
-            "z": {"B": encode_entries(commit.entries)},
-            TTL_ATTRIBUTE: num_attr((last.commit_hlc >> 16) // 1000 + self._log_ttl_s),
-        }
-        if first.seq > 1 and commit.previous_commit_hlc > 0:
-            # The commit HLC of the entry before the chunk: a cursor standing there is checked by the read after it.
-            chunk["pv"] = num_attr(commit.previous_commit_hlc)
-        if is_commit_mark(first.seq, last.seq, self._mark_every):
-            # Only marks are in the sparse `by_commit` index (an entry costs a write unit).
-            chunk["chlc"] = num_attr(last.commit_hlc)
-        return chunk
+        return chunk_item(commit, log_ttl_s=self._log_ttl_s, mark_every=self._mark_every)
 
     # -- the row index: a cache of the log -----------------------------------------------------------------------
     def _put_rows(self, gateway: str, puts: Sequence[StoredRow]) -> None:
@@ -917,7 +922,7 @@ class DynamoDBBufferStore:
             if home is None:
                 main.append(row)
             else:
-                alternate.append({**_row_item(shard.gateway, row), "pk": str_attr(alt_key(home, pk))})
+                alternate.append({**row_item(shard.gateway, row), **row_item_key(alt_key(home, pk))})
         puts = [submit(self._put_row_item, item) for item in alternate]
         with awaited(*puts):
             if batch_until is not None:
@@ -929,7 +934,7 @@ class DynamoDBBufferStore:
     def _batch_rows(self, gateway: str, rows: Sequence[StoredRow], until: int) -> None:
         """Unconditional ``BatchWriteItem``s of rows (on their chunk's turn), none sent after ``until`` (the rest by
         conditional puts)."""
-        items = [_row_item(gateway, row) for row in rows]
+        items = [row_item(gateway, row) for row in rows]
         results_of(
             [submit(self._batch_of_rows, items[start : start + 25], until) for start in range(0, len(items), 25)]
         )
@@ -941,7 +946,7 @@ class DynamoDBBufferStore:
             self._put_row_item(put["PutRequest"]["Item"])
 
     def _put_row(self, gateway: str, row: StoredRow) -> None:
-        self._put_row_item(_row_item(gateway, row))
+        self._put_row_item(row_item(gateway, row))
 
     def _put_row_item(self, item: Item) -> None:
         """Put a row item unless the stored one is at or past its position (``v``): never backwards."""
@@ -949,8 +954,8 @@ class DynamoDBBufferStore:
             self._db.put_item(
                 TableName=self._t.rows,
                 Item=item,
-                ConditionExpression="attribute_not_exists(pk) OR v < :v",
-                ExpressionAttributeValues={":v": item["v"]},
+                ConditionExpression=_NEWER_ROW,
+                ExpressionAttributeValues={":v": item[RowAttr.VERSION]},
             )
         except ClientError as exc:
             if not condition_failed(exc):
@@ -963,9 +968,9 @@ class DynamoDBBufferStore:
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": str_attr(shard.key)},
-                UpdateExpression="SET ra = :to" + _doubts_update(doubts, values),
-                ConditionExpression="ra = :expected",
+                Key=head_key(shard),
+                UpdateExpression=f"SET {HeadAttr.ROWS_APPLIED} = :to" + doubts_update(doubts, values),
+                ConditionExpression=f"{HeadAttr.ROWS_APPLIED} = :expected",
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
@@ -999,42 +1004,6 @@ def _check_rows(commit: Commit) -> None:
             raise StorageError(
                 f"DynamoDB would refuse the row item of {state.table}:{state.row_id}: {size:,} bytes, over an item"
             )
-
-
-def _row_item(gateway: str, row: StoredRow) -> Item:
-    state = row.state
-    item: Item = {
-        "pk": str_attr(row_key(gateway, state.table, state.row_id)),
-        "s": str_attr(encode_row_state(state)),
-        "v": num_attr(row.version),
-    }
-    if row.recent:
-        item["k"] = str_attr("".join(row.recent))
-    return item
-
-
-def chunk_span(item: Item) -> tuple[int, int, int]:
-    """``(first sequence, count, first commit HLC)`` of a log item."""
-    return chunk_first(int(item["seq"]["N"])), int(item["n"]["N"]), int(item["c"]["N"])
-
-
-def _decode_part(shard: ShardId, item: Item, start: int, wanted: int, images: bool) -> list[LogEntry]:
-    """Up to ``wanted`` entries of a chunk item from its ``start``-th on, decoded alone (the text inflated no further
-    than they reach when the chunk holds more)."""
-    first, count, first_hlc = chunk_span(item)
-    if start >= count:
-        return []
-    stop = start + wanted
-    return decode_entries(
-        shard, first, first_hlc, item["z"]["B"], images=images, start=start, stop=stop if stop < count else None
-    )
-
-
-def _rows_applied(head_item: Item | None) -> int:
-    """The head's ``ra``: every chunk up to it has its rows written."""
-    if head_item is None:
-        return 0
-    return int(head_item["ra"]["N"]) if "ra" in head_item else int(head_item["seq"]["N"])
 
 
 def _fold(
@@ -1082,27 +1051,6 @@ def _collection_full(shard: ShardId) -> BackpressureError:
     )
 
 
-def _registry_item(shard: ShardId) -> Item:
-    """The shard's entry in the registry (config table), which pulls and the flush list shards by."""
-    return {"gw": str_attr(shard.gateway), "sk": str_attr(registry_key(shard)), "table": str_attr(shard.table)}
-
-
-def _new_head_item(head: ShardHead, *, applied: int) -> Item:
-    """A new shard's head item at ``head`` (nothing flushed yet), rows applied through ``applied``."""
-    item: Item = {
-        "shard": str_attr(head.shard.key),
-        "seq": num_attr(head.seq),
-        "bt": num_attr(head.bytes_total),
-        "dt": num_attr(head.deltas_total),
-        "fs": num_attr(0),
-        "fb": num_attr(0),
-        "fd": num_attr(0),
-        "lch": num_attr(head.last_commit_hlc),
-        "ra": num_attr(applied),
-    }
-    return item
-
-
 def _extended(head: ShardHead, past: Sequence[LogEntry]) -> ShardHead:
     """``head`` moved over the entries ``past`` that follow it."""
     if not past:
@@ -1116,79 +1064,12 @@ def _extended(head: ShardHead, past: Sequence[LogEntry]) -> ShardHead:
     )
 
 
-def _head_from_item(item: Item) -> ShardHead:
-    return ShardHead(
-        shard=ShardId.parse(item["shard"]["S"]),
-        seq=int(item["seq"]["N"]),
-        bytes_total=int(item["bt"]["N"]),
-        deltas_total=int(item["dt"]["N"]),
-        flushed_seq=int(item["fs"]["N"]),
-        flushed_bytes=int(item["fb"]["N"]),
-        flushed_deltas=int(item["fd"]["N"]),
-        last_commit_hlc=int(item["lch"]["N"]),
-        released_seq=int(item["rs"]["N"]) if "rs" in item else 0,
-        released_hlc=int(item["rh"]["N"]) if "rh" in item else 0,
-        published_seq=int(item["ps"]["N"]) if "ps" in item else None,
-    )
-
-
 def _row_keys(gateway: str, rows: Sequence[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     return {row_key(gateway, table, row_id): (table, row_id) for table, row_id in dict.fromkeys(rows)}
 
 
-def _row_from_item(key: tuple[str, str], item: Item) -> StoredRow:
-    table, row_id = key
-    recent = item["k"]["S"] if "k" in item else ""
-    return StoredRow(
-        decode_row_state(table, row_id, item["s"]["S"]),
-        int(item["v"]["N"]),
-        tuple(recent[i : i + ROW_RECENT_KEY_CHARS] for i in range(0, len(recent), ROW_RECENT_KEY_CHARS)),
-    )
-
-
 class _RunRetired(StorageError):
     """The record of an in-doubt run the head listed is gone: a turn retired it since the head was read."""
-
-
-_DOUBT_PREFIX = "#doubt#"
-"""Config sort keys of the in-doubt runs' records: ``#doubt#{shard}#{first}#{last}``, holding their rows' main
-keys."""
-
-
-def _doubts_update(doubts: Sequence[Doubt] | None, values: dict[str, Any]) -> str:
-    """The part of a head update that sets its in-doubt runs (``dq``), if given."""
-    if doubts is None:
-        return ""
-    if not doubts:
-        return " REMOVE dq"
-    values[":dq"] = str_attr(encode_doubts(doubts))
-    return ", dq = :dq"
-
-
-def _doubts(head_item: Item | None) -> tuple[Doubt, ...]:
-    """The in-doubt chunks a head lists (``dq``)."""
-    if head_item is None or "dq" not in head_item:
-        return ()
-    return decode_doubts(head_item["dq"]["S"])
-
-
-def _doubt_record_key(shard: ShardId, doubt: Doubt) -> Item:
-    # By first and last: two writers that take the same turn over may read different ends of the log, and each
-    # record must list the rows of its own run (their alternate keys, by first position, hold the same states).
-    return {"gw": str_attr(shard.gateway), "sk": str_attr(f"{_DOUBT_PREFIX}{shard.key}#{doubt.first}#{doubt.last}")}
-
-
-def _doubt_from_item(item: Item) -> Doubt:
-    return Doubt(int(item["first"]["N"]), int(item["last"]["N"]), int(item["until"]["N"]))
-
-
-def _record_pks(item: Item) -> list[str]:
-    return [value["S"] for value in item["rows"]["L"]]
-
-
-def _live_delta_ids(gateway: str, items: Iterable[Item], now_s: int) -> set[str]:
-    prefix = len(gateway) + 1
-    return {item["pk"]["S"][prefix:] for item in items if int(item[TTL_ATTRIBUTE]["N"]) > now_s}
 
 
 def _contiguous(entries: list[LogEntry], first_seq: int) -> list[LogEntry]:

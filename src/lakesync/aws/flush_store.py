@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from lakesync.aws.buffer.items import ChunkAttr, HeadAttr, chunk_span, head_key
+from lakesync.aws.buffer.log_chunks import COMMIT_MARK_EVERY
 from lakesync.aws.clients import job_client
-from lakesync.aws.dynamodb import DynamoDBBufferStore, chunk_span
+from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.items import DESTINATION_PREFIX, REGISTRY_PREFIX, registry_shard
-from lakesync.aws.log_chunks import COMMIT_MARK_EVERY
 from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.errors import FlushError, StorageError
@@ -148,6 +149,9 @@ def log_record(entry: LogEntry) -> LogRecord:
         "size": entry.size,
     }
 
+
+_CHUNK_SPAN: Final = f"{ChunkAttr.SEQ}, {ChunkAttr.COUNT}, {ChunkAttr.FIRST_HLC}"
+"""What :func:`chunk_span` reads of a log item: all a walk by commit HLC needs."""
 
 STOPPED_WRITER_MS: Final = 60_000
 """Chunks past a stored head committed this long ago were left by a writer that stopped (a live one moves the head
@@ -321,9 +325,12 @@ class FlushStore:
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": _s(shard.key)},
-                UpdateExpression="SET fs = :to, fb = fb + :b, fd = fd + :d",
-                ConditionExpression="fs = :old",
+                Key=head_key(shard),
+                UpdateExpression=(
+                    f"SET {HeadAttr.FLUSHED_SEQ} = :to, {HeadAttr.FLUSHED_BYTES} = {HeadAttr.FLUSHED_BYTES} + :b,"
+                    f" {HeadAttr.FLUSHED_DELTAS} = {HeadAttr.FLUSHED_DELTAS} + :d"
+                ),
+                ConditionExpression=f"{HeadAttr.FLUSHED_SEQ} = :old",
                 ExpressionAttributeValues={
                     ":to": _n(seq),
                     ":b": _n(add_bytes),
@@ -349,10 +356,13 @@ class FlushStore:
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": _s(shard.key)},
-                UpdateExpression="SET ps = :to",
-                ConditionExpression="attribute_exists(#sh) AND (attribute_not_exists(ps) OR ps < :to)",
-                ExpressionAttributeNames={"#sh": "shard"},
+                Key=head_key(shard),
+                UpdateExpression=f"SET {HeadAttr.PUBLISHED_SEQ} = :to",
+                ConditionExpression=(
+                    f"attribute_exists(#sh) AND (attribute_not_exists({HeadAttr.PUBLISHED_SEQ})"
+                    f" OR {HeadAttr.PUBLISHED_SEQ} < :to)"
+                ),
+                ExpressionAttributeNames={"#sh": HeadAttr.SHARD},
                 ExpressionAttributeValues={":to": _n(seq)},
             )
         except ClientError as exc:
@@ -422,16 +432,16 @@ class FlushStore:
     def _chunks_after(self, shard: ShardId, after_seq: int, limit: int) -> Iterator[Item]:
         """``seq``, ``n`` and ``c`` of the log items holding the entries after ``after_seq``, in order, ``limit`` to a
         request."""
-        return self._buffer.chunk_items(shard, after_seq, lambda: limit, projection="seq, n, c")
+        return self._buffer.chunk_items(shard, after_seq, lambda: limit, projection=_CHUNK_SPAN)
 
     def mark_released(self, shard: ShardId, seq: int, commit_hlc: int) -> None:
         """Record ``rs``/``rh`` on the head (only forward)."""
         try:
             self._db.update_item(
                 TableName=self._t.heads,
-                Key={"shard": _s(shard.key)},
-                UpdateExpression="SET rs = :rs, rh = :rh",
-                ConditionExpression="attribute_not_exists(rs) OR rs < :rs",
+                Key=head_key(shard),
+                UpdateExpression=f"SET {HeadAttr.RELEASED_SEQ} = :rs, {HeadAttr.RELEASED_HLC} = :rh",
+                ConditionExpression=f"attribute_not_exists({HeadAttr.RELEASED_SEQ}) OR {HeadAttr.RELEASED_SEQ} < :rs",
                 ExpressionAttributeValues={":rs": _n(seq), ":rh": _n(commit_hlc)},
             )
         except ClientError as exc:

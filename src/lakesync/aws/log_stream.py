@@ -1,6 +1,6 @@
 """New log chunks from the deltas table's DynamoDB stream, as the real-time broadcaster gets them.
 
-A committed push writes one log item per commit chunk (:mod:`lakesync.aws.log_chunks`: ``shard``, ``seq`` = the
+A committed push writes one log item per commit chunk (:mod:`lakesync.aws.buffer.log_chunks`: ``shard``, ``seq`` = the
 chunk's last sequence, ``n``, ``c``, ``z``, ``exp``, and ``chlc`` on commit marks only). The table streams
 ``NEW_IMAGE``, so each chunk arrives once as an ``INSERT`` record carrying the whole item, its row images included: the
 broadcast needs no read. An entry's commit HLC comes from ``c`` (entry ``first + i`` has ``c + i``); ``chlc`` is not
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakesync.aws.log_chunks import chunk_first, decode_entries
+from lakesync.aws.buffer.log_chunks import chunk_first, decode_entries
 from lakesync.core.errors import LakeSyncError
 from lakesync.core.log import LogEntry, ShardId
 from lakesync.gateway import realtime

@@ -10,7 +10,7 @@
 | actions | ``pk`` = gw#key          | --        | action results by actionId / idempotency key, TTL ``exp``        |
 
 The ``by_commit`` index is sparse: only commit marks (a chunk about every
-:data:`lakesync.aws.log_chunks.COMMIT_MARK_EVERY` entries) carry its sort key ``chlc``, so only they are in it.
+:data:`lakesync.aws.buffer.log_chunks.COMMIT_MARK_EVERY` entries) carry its sort key ``chlc``, so only they are in it.
 
 The deltas table streams new images (:data:`LOG_STREAM_VIEW`): the real-time broadcaster reads new log items from it.
 
@@ -89,8 +89,8 @@ def table_specs(names: TableNames) -> list[dict[str, Any]]:
                     {"AttributeName": "shard", "KeyType": "HASH"},
                     {"AttributeName": "chlc", "KeyType": "RANGE"},
                 ],
-                # Sparse: only commit marks carry `chlc` (lakesync.aws.log_chunks). A mark's count and first commit HLC
-                # with its keys: where to start walking the table to find a position by commit HLC.
+                # Sparse: only commit marks carry `chlc` (lakesync.aws.buffer.log_chunks). A mark's count and first
+                # commit HLC with its keys: where to start walking the table to find a position by commit HLC.
                 "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["n", "c"]},
             }
         ],
