@@ -33,7 +33,7 @@ from lakesync.wire.codec import decode_sync_response
 from lakesync.wire.fast_checkpoint import decode_checkpoint_deltas
 from lakesync.wire.framing import iter_checkpoint
 from tests import factories
-from tests.factories import T0, at, delete, insert, todo_schema, update
+from tests.factories import T0, at, delete, insert, schema_doc, todo_schema, update
 
 SECRET = "bulk-test-secret-bulk-test-secret-0123"
 SCHEMA = todo_schema(nothing="null")
@@ -526,10 +526,7 @@ def test_a_column_whose_type_changes_is_remade_so_its_values_read_back_as_writte
     token = mint_token("bulk", "default", SECRET)
 
     def schema(priority: str) -> dict[str, Any]:
-        return {
-            "table": "todos",
-            "columns": [{"name": "title", "type": "string"}, {"name": "priority", "type": priority}],
-        }
+        return schema_doc("todos", title="string", priority=priority)
 
     def open_with(priority: str) -> LocalStore:
         return connect(

@@ -348,8 +348,8 @@ def test_evolve_schema_spelling_out_a_default_is_no_change(spelled):
 
 def test_check_schema_limits_bounds_columns_and_document_size():
     # Given schemas at and over the column bound, and one whose stored document is too large
-    at = parse_table_schema({"table": "t", "columns": [{"name": f"c{i}", "type": "string"} for i in range(1000)]})
-    over = parse_table_schema({"table": "t", "columns": [{"name": f"c{i}", "type": "string"} for i in range(1001)]})
+    at = table_schema("t", **{f"c{i}": "string" for i in range(1000)})
+    over = table_schema("t", **{f"c{i}": "string" for i in range(1001)})
     check_schema_limits(at)
     with pytest.raises(SchemaDefinitionError) as info:
         check_schema_limits(over)
@@ -434,9 +434,7 @@ def test_validate_delta_only_constrains_its_own_table():
 
 
 def test_validate_delta_uses_source_table_when_set():
-    schema = parse_table_schema(
-        {"table": "issues", "sourceTable": "jira_issues", "columns": [{"name": "key", "type": "string"}]}
-    )
+    schema = schema_with(table_schema("issues", key="string"), sourceTable="jira_issues")
     validate_delta(schema, insert("r1", hlc=H1, table="issues", other=1), 1)
     with pytest.raises(SchemaError) as info:
         validate_delta(schema, insert("r1", hlc=H1, table="jira_issues", other=1), 1)
