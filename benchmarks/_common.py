@@ -206,7 +206,7 @@ class HandlerEnv:
         Returns:
             The :class:`lakesync.aws.tables.TableNames`.
         """
-        from lakesync.aws.dynamodb import create_tables
+        from lakesync.aws.table_setup import create_tables
         from lakesync.aws.tables import TableNames
 
         prefix = f"bench{uuid.uuid4().hex[:10]}"

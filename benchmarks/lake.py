@@ -560,7 +560,7 @@ def run_write(lake: Lake, sizes: LakeSizes) -> dict[str, Any]:
 def _seed_buffer(client: Any, count: int) -> tuple[Any, int, dict[str, float]]:
     """Fresh DynamoDB tables holding ``count`` pending deltas over 8 shards; returns (names, shards, timings)."""
     from benchmarks.pull import _RenderingBuffer
-    from lakesync.aws.dynamodb import create_tables
+    from lakesync.aws.table_setup import create_tables
     from lakesync.aws.tables import TableNames
     from lakesync.core.delta import make_delta
     from lakesync.core.hlc import HLC

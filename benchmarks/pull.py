@@ -76,7 +76,7 @@ class _RenderingBuffer:
     """An in-memory buffer whose commits are also rendered into the log items the real DynamoDB store puts."""
 
     def __init__(self, names: Any) -> None:
-        from lakesync.aws.dynamodb import DynamoDBBufferStore
+        from lakesync.aws.buffer.store import DynamoDBBufferStore
         from lakesync.gateway.memory import InMemoryBufferStore
 
         self.memory = InMemoryBufferStore()

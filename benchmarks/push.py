@@ -343,7 +343,7 @@ def profile(*, deltas: int, batch: int) -> dict[str, Any]:
                 "SyncPush.from_json": "lakesync/core/messages.py:from_json",
                 "push validation (_validate)": "lakesync/gateway/push.py:_validate",
                 "merge + commit planning (_plan)": "lakesync/gateway/push.py:_plan",
-                "commit request building + send (DynamoDBBufferStore.commit)": "lakesync/aws/dynamodb.py:commit",
+                "commit request building + send (DynamoDBBufferStore.commit)": "lakesync/aws/buffer/commit.py:commit",
                 "response JSON (PushResult.to_json)": "lakesync/gateway/push.py:to_json",
             },
         )

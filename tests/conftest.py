@@ -136,7 +136,7 @@ def dynamodb_tables(dynamodb_client: Any) -> Any:
     """Fresh LakeSync tables with a unique prefix; yields their TableNames."""
     import uuid
 
-    from lakesync.aws.dynamodb import create_tables
+    from lakesync.aws.table_setup import create_tables
     from lakesync.aws.tables import TableNames
 
     names = TableNames.with_prefix(f"t{uuid.uuid4().hex[:10]}")
@@ -151,7 +151,7 @@ def module_dynamodb(moto_endpoint: str) -> Any:
 
     import boto3
 
-    from lakesync.aws.dynamodb import create_tables
+    from lakesync.aws.table_setup import create_tables
     from lakesync.aws.tables import TableNames
 
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE_AWS)

@@ -138,7 +138,7 @@ class CostEnv:
     def new_tables(self) -> Any:
         """Fresh tables under a unique prefix, registered with the meter, used by the handlers from now on."""
         from functions._runtime import reset_runtime
-        from lakesync.aws.dynamodb import create_tables
+        from lakesync.aws.table_setup import create_tables
         from lakesync.aws.tables import TableNames
 
         prefix = f"cost{uuid.uuid4().hex[:10]}"

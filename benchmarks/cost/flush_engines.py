@@ -99,10 +99,11 @@ def measure_function(endpoint: str, work: Path, *, deltas: int, row_bytes: int, 
     import boto3
 
     from lakesync.aws.action_store import DynamoDBActionStore
+    from lakesync.aws.buffer.store import DynamoDBBufferStore
     from lakesync.aws.config_store import DynamoDBConfigStore
-    from lakesync.aws.dynamodb import DynamoDBBufferStore, create_tables
     from lakesync.aws.flush_function import FlushFunction
     from lakesync.aws.settings.lake import FlushFunctionSettings
+    from lakesync.aws.table_setup import create_tables
     from lakesync.aws.tables import TableNames
     from lakesync.core.hlc import HLC
     from lakesync.core.messages import SyncPush

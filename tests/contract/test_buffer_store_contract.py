@@ -40,7 +40,7 @@ def store(request: pytest.FixtureRequest) -> BufferStore:
     """The in-memory store, and the DynamoDB store."""
     if request.param == "memory":
         return InMemoryBufferStore()
-    from lakesync.aws.dynamodb import DynamoDBBufferStore
+    from lakesync.aws.buffer.store import DynamoDBBufferStore
 
     return DynamoDBBufferStore(*request.getfixturevalue("module_dynamodb"))
 
@@ -565,7 +565,7 @@ def test_buffer_stores_the_widest_row_state_the_push_service_admits(store: Buffe
 
 
 def test_dynamodb_commit_refused_for_an_item_is_an_error_at_once_not_a_conflict(module_dynamodb: Any, gw: str) -> None:
-    from lakesync.aws.dynamodb import DynamoDBBufferStore
+    from lakesync.aws.buffer.store import DynamoDBBufferStore
     from lakesync.core.errors import StorageError
 
     # Given commits DynamoDB refuses for what they hold, not because of a concurrent writer: a key with a lone

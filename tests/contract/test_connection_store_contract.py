@@ -18,7 +18,7 @@ from lakesync.ports import ConnectionStore
 @pytest.fixture(scope="module")
 def connections_table(module_dynamodb: Any) -> tuple[Any, str]:
     """A connections table on the moto server, shared by the module (tests use unique gateway and connection ids)."""
-    from lakesync.aws.dynamodb import create_tables
+    from lakesync.aws.table_setup import create_tables
 
     client, names = module_dynamodb
     table = connections_table_name(names.deltas.removesuffix("-deltas"))

@@ -35,8 +35,8 @@ def subject(request: pytest.FixtureRequest) -> Subject:
     if request.param == "stores-memory":
         memory_config, memory_buffer = InMemoryConfigStore(), InMemoryBufferStore()
         return Subject(StoresPullBasis(memory_config, memory_buffer), memory_config, memory_buffer)
+    from lakesync.aws.buffer.store import DynamoDBBufferStore
     from lakesync.aws.config_store import DynamoDBConfigStore, DynamoDBPullBasisReader
-    from lakesync.aws.dynamodb import DynamoDBBufferStore
 
     client, names = request.getfixturevalue("module_dynamodb")
     config, buffer = DynamoDBConfigStore(client, names), DynamoDBBufferStore(client, names)

@@ -25,8 +25,8 @@ import functions.flush_trigger as trigger_fn
 import functions.lake_tick as lake_tick
 import functions.push as push_fn
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_function import FlushFunction
 from lakesync.aws.flush_runs import FlushRunLog, FunctionJobStarter
 from lakesync.aws.flush_store import FlushStore

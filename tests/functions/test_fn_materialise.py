@@ -19,8 +19,8 @@ import pytest
 from functions import materialise as handler
 from lakesync import sql
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.publish import ClaimCheckSink, publish_flushed
 from lakesync.aws.settings.variables import CLAIM_CHECK_BUCKET, TABLE_VARS

@@ -32,9 +32,9 @@ from aws_lambda_powertools.utilities.parser.models import (
 from functions import ws_broadcast, ws_connect, ws_disconnect, ws_message
 from lakesync.auth import mint_token
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import create_tables
 from lakesync.aws.log_stream import decode_stream_records
 from lakesync.aws.settings.variables import CONNECTIONS_TABLE, TABLE_VARS, WS_CALLBACK_URL
+from lakesync.aws.table_setup import create_tables
 from lakesync.aws.tables import TableNames, connections_table_name
 from lakesync.core.messages import SyncPull, SyncPush, SyncResponse
 from lakesync.core.realtime import Connection, Encoding

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
 from lakesync.core.checkpoint import load_manifest
 from lakesync.core.delta import make_delta

@@ -26,9 +26,9 @@ import pytest
 from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.buffer.items import chunk_span
 from lakesync.aws.buffer.log_chunks import chunk_first, chunk_key, decode_entries, encode_entries
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.checkpoints import checkpointed_gateways, read_release_bounds, release_bounds
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange, log_record
 from lakesync.aws.objects import S3ObjectStore, create_bucket, s3_client
 from lakesync.aws.tables import TableNames

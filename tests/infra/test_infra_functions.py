@@ -169,8 +169,9 @@ def test_flush_trigger_consumes_flush_requests_from_the_config_stream(cfn, ids):
     assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {
         "Fn::GetAtt": [ids["queue:stream_failures"], "Arn"]
     }
-    # And lets through only new flush requests (the key layout of lakesync.aws.dynamodb.request_flush), under the
-    # dynamodb key alone (run against records in test_infra_streams)
+    # And lets through only new flush requests (the key layout of
+    # lakesync.aws.config_store.DynamoDBConfigStore.request_flush), under the dynamodb key alone (run against records
+    # in test_infra_streams)
     (flt,) = mapping["FilterCriteria"]["Filters"]
     pattern = json.loads(flt["Pattern"])
     assert pattern == {"dynamodb": {"NewImage": {"gw": {"S": [{"exists": True}]}, "sk": {"S": [{"prefix": "flush#"}]}}}}

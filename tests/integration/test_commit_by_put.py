@@ -11,8 +11,8 @@ from typing import Any
 
 from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.buffer.log_chunks import FIRST_KEYED
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import STOPPED_WRITER_MS, FlushStore
 from lakesync.core.hlc import HLC
 from lakesync.core.log import Commit

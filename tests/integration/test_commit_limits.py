@@ -7,8 +7,8 @@ from typing import Any
 
 from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.buffer.log_chunks import chunk_key
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import Commit

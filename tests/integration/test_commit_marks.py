@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from lakesync.aws.buffer.items import chunk_span
 from lakesync.aws.buffer.log_chunks import COMMIT_MARK_EVERY, chunk_key, encode_entries, is_commit_mark
-from lakesync.aws.dynamodb import DynamoDBBufferStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.delta import make_delta

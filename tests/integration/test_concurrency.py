@@ -123,8 +123,8 @@ class LateBatches:
 
 def _deps(client: Any, names: Any, late: LateBatches | None = None, shape: Shape = SMALL) -> GatewayDeps:
     from lakesync.aws.action_store import DynamoDBActionStore
+    from lakesync.aws.buffer.store import DynamoDBBufferStore
     from lakesync.aws.config_store import DynamoDBConfigStore
-    from lakesync.aws.dynamodb import DynamoDBBufferStore
     from lakesync.core.errors import StorageError
 
     class CountingBufferStore(DynamoDBBufferStore):

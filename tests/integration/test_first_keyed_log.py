@@ -12,7 +12,7 @@ import pytest
 
 from lakesync.aws.buffer.items import chunk_span
 from lakesync.aws.buffer.log_chunks import FIRST_KEYED
-from lakesync.aws.dynamodb import DynamoDBBufferStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore, ShardRange
 from lakesync.aws.tables import COMMIT_INDEX, TableNames
 from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES, LogEntry, ShardId

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore, DynamoDBPullBasisReader
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.core.delta import make_delta
 from lakesync.core.hlc import HLC, encode

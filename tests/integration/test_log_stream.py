@@ -15,9 +15,10 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 
 from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.buffer.log_chunks import FIRST_KEYED
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore, create_tables
 from lakesync.aws.log_stream import StreamRecordError, decode_record, decode_stream_records
+from lakesync.aws.table_setup import create_tables
 from lakesync.aws.tables import TableNames
 from lakesync.core.log import ShardId
 from lakesync.core.messages import SyncPush

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.aws.publish import ClaimCheckSink, plan_publish, publish_flushed
 from lakesync.core.delta import make_delta

@@ -10,8 +10,8 @@ from typing import Any
 
 from lakesync.aws.action_store import DynamoDBActionStore
 from lakesync.aws.buffer.row_doubts import BATCH_DEADLINE_MS, Doubt, decode_doubts, encode_doubts, until_ms
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.core.errors import StorageError
 from lakesync.core.hlc import HLC, encode
 from lakesync.core.log import Commit, row_key

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.config_store import DynamoDBConfigStore
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.flush_store import FlushStore
 from lakesync.core.delta import RowDelta
 from lakesync.core.hlc import HLC
@@ -110,11 +110,11 @@ def test_row_writes_never_go_backwards(dynamodb_client: Any, dynamodb_tables: An
     store = DynamoDBBufferStore(dynamodb_client, dynamodb_tables)
     newer, older = fold([_delta("r1", 5, title="new")]), fold([_delta("r1", 3, title="old")])
     assert newer is not None and older is not None
-    store._put_row(GW, StoredRow(newer, 5))
+    store._rows.put_row(GW, StoredRow(newer, 5))
 
     # When a late writer writes the row as it was at position 3 (or 5 again)
-    store._put_row(GW, StoredRow(older, 3))
-    store._put_row(GW, StoredRow(older, 5))
+    store._rows.put_row(GW, StoredRow(older, 3))
+    store._rows.put_row(GW, StoredRow(older, 5))
 
     # Then the row stays at position 5
     row = store.get_rows(GW, [("todos", "r1")])[("todos", "r1")]

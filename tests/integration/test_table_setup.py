@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from lakesync.aws.dynamodb import create_tables, drop_tables
+from lakesync.aws.table_setup import create_tables, drop_tables
 from lakesync.aws.tables import TableNames
 
 

@@ -1,4 +1,4 @@
-"""What a failed write of a commit means (lakesync.aws.dynamodb._commit_error), from DynamoDB's documented error
+"""What a failed write of a commit means (lakesync.aws.buffer.commit.commit_error), from DynamoDB's documented error
 shapes: throttling is 503 busy, a full item collection is 503 backpressure naming the remedy, anything else a storage
 error at once. (A put whose key is taken is a lost race, retried: the commit maps it to CommitConflict itself.)"""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from lakesync.aws.dynamodb import _commit_error
+from lakesync.aws.buffer.commit import commit_error
 from lakesync.aws.items import storage_error
 from lakesync.core.errors import BackpressureError, StorageBusyError, StorageError
 from lakesync.core.log import ShardId
@@ -30,12 +30,12 @@ def _failed(code: str, operation: str = "PutItem") -> ClientError:
     ],
 )
 def test_commit_errors_map_to_what_the_client_can_do(error: ClientError, kind: type[Exception]) -> None:
-    mapped = _commit_error(SHARD, error)
+    mapped = commit_error(SHARD, error)
     assert type(mapped) is kind
 
 
 def test_a_full_item_collection_is_a_503_naming_the_shard_and_the_remedy() -> None:
-    mapped = _commit_error(SHARD, _failed("ItemCollectionSizeLimitExceededException"))
+    mapped = commit_error(SHARD, _failed("ItemCollectionSizeLimitExceededException"))
     assert isinstance(mapped, BackpressureError)
     body = mapped.to_body()
     assert (mapped.status, body["code"]) == (503, "BACKPRESSURE_ERROR")

@@ -32,8 +32,8 @@ from botocore.exceptions import ClientError
 
 from lakesync.aws.buffer.items import ChunkAttr, HeadAttr, chunk_span, head_key
 from lakesync.aws.buffer.log_chunks import COMMIT_MARK_EVERY
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.clients import job_client
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.items import DESTINATION_PREFIX, REGISTRY_PREFIX, registry_shard
 from lakesync.aws.tables import TableNames

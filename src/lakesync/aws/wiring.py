@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from lakesync.aws.action_store import DynamoDBActionStore
+from lakesync.aws.buffer.store import DynamoDBBufferStore
 from lakesync.aws.clients import dynamodb_client, lambda_client
 from lakesync.aws.config_store import DynamoDBConfigStore, DynamoDBPullBasisReader
-from lakesync.aws.dynamodb import DynamoDBBufferStore
 from lakesync.aws.objects import S3ObjectStore
 from lakesync.aws.rate_limits import DynamoDBRateLimitCounter
 from lakesync.aws.settings.api import Settings

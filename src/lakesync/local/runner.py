@@ -204,8 +204,8 @@ class LocalStack:
 
     def start(self) -> Self:
         """Start moto, create (and restore) the tables, point the handlers at them and serve HTTP."""
-        from lakesync.aws.dynamodb import create_tables, drop_tables
         from lakesync.aws.objects import create_bucket, s3_client
+        from lakesync.aws.table_setup import create_tables, drop_tables
         from lakesync.aws.tables import TableNames, connections_table_name
 
         make_data_dir(self.data_dir)

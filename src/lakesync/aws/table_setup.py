@@ -1,0 +1,52 @@
+"""Creating and dropping LakeSync's DynamoDB tables, from their specs in :mod:`lakesync.aws.tables` (the local
+runner, the tests and the benchmarks; a deployed stack's tables are made by CDK)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lakesync.aws.tables import TTL_ATTRIBUTE, TTL_TABLES, TableNames, connections_table_spec, table_specs
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+__all__ = ["create_tables", "drop_tables"]
+
+
+def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
+    """Create every LakeSync table (idempotent) and enable TTL where records expire.
+
+    Args:
+        client: The DynamoDB client.
+        names: The buffer's tables.
+        connections: The WebSocket sessions table to create as well
+            (:func:`lakesync.aws.tables.connections_table_name`), if any.
+    """
+    existing = _table_names(client)
+    specs = table_specs(names) + ([connections_table_spec(connections)] if connections else [])
+    for spec in specs:
+        if spec["TableName"] not in existing:
+            client.create_table(**spec)
+    for spec in specs:
+        client.get_waiter("table_exists").wait(TableName=spec["TableName"])
+    for name in [names.as_dict()[logical] for logical in TTL_TABLES] + ([connections] if connections else []):
+        client.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+        )
+
+
+def drop_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
+    """Delete every LakeSync table that exists (for a fresh local start), the sessions table too when named."""
+    existing = _table_names(client)
+    for name in [*names.as_dict().values(), *([connections] if connections else [])]:
+        if name in existing:
+            client.delete_table(TableName=name)
+            client.get_waiter("table_not_exists").wait(TableName=name)
+
+
+def _table_names(client: DynamoDBClient) -> set[str]:
+    names: set[str] = set()
+    for page in client.get_paginator("list_tables").paginate():
+        names.update(page.get("TableNames", []))
+    return names
