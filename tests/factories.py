@@ -33,6 +33,13 @@ def table_schema(table: str = "todos", /, **columns: str) -> TableSchema:
     return parse_table_schema(schema_doc(table, **columns))
 
 
+def schema_of(table: str, /, columns: Mapping[str, str], **options: JsonValue) -> TableSchema:
+    """A schema of ``table`` with ``columns`` (name to type, in order) and document options (``primaryKey``,
+    ``softDelete``, ``externalIdColumn``, ...), parsed. ``functools.partial(schema_of, columns=...)`` gives a suite its
+    usual columns, which a call can still replace."""
+    return parse_table_schema({**schema_doc(table, **columns), **options})
+
+
 def schema_with(schema: TableSchema, **options: JsonValue) -> TableSchema:
     """``schema`` with document options set (``primaryKey``, ``softDelete``, ``sourceTable``, ...), parsed again."""
     return parse_table_schema({**schema.to_json(), **options})

@@ -2,37 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lakesync.adapters import SqlStateDestination
 from lakesync.core.delta import RowDelta
 from lakesync.core.materialise import MaterialiseJob, encode_payload, payload_key
-from lakesync.core.schema import TableSchema, parse_table_schema
 from lakesync.gateway.memory import InMemoryObjectStore
 from lakesync.sql import connect
+from tests import factories
 from tests.sql.servers import Server, mariadb_server, postgres_server
-from tests.sql.test_destination_contract import dele, ins, upd
+from tests.sql.test_destination_contract import H, dele, ins, upd
 
-__all__ = ["dele", "ins", "mariadb_server", "postgres_server", "upd"]
+__all__ = ["H", "dele", "ins", "mariadb_server", "postgres_server", "upd"]
 
 KINDS = ("sqlite", "postgres", "mariadb")
 
+COLUMNS = {"title": "string", "done": "boolean", "n": "number"}
+"""The composition tests' table columns."""
 
-def H(ms: int, counter: int = 0) -> int:
-    return (ms << 16) | counter
-
-
-def schema_of(table: str, columns: dict[str, str] | None = None, **options: Any) -> TableSchema:
-    columns = columns or {"title": "string", "done": "boolean", "n": "number"}
-    doc: dict[str, Any] = {"table": table, "columns": [{"name": k, "type": v} for k, v in columns.items()]}
-    doc.update(options)
-    return parse_table_schema(doc)
+schema_of = functools.partial(factories.schema_of, columns=COLUMNS)
 
 
 @pytest.fixture

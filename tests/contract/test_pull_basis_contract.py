@@ -9,19 +9,18 @@ from typing import NamedTuple
 
 import pytest
 
-from lakesync.core.delta import make_delta
-from lakesync.core.hlc import HLC, encode
+from lakesync.core.hlc import HLC
 from lakesync.core.log import PullBasis, ShardId
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules, user_scoped_rules
-from lakesync.core.schema import parse_table_schema
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.memory import InMemoryActionStore, InMemoryBufferStore, InMemoryConfigStore
 from lakesync.gateway.pull import StoresPullBasis
 from lakesync.gateway.push import push
 from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
+from tests.factories import T0, at, insert, schema_of
 
-NOW_MS = 1_700_000_000_000
+NOW_MS = T0
 
 
 class Subject(NamedTuple):
@@ -55,11 +54,7 @@ def _push_rows(subject: Subject, gateway: str, tables: dict[str, int], sub_shard
         wall_ms=lambda: NOW_MS,
     )
     deltas = tuple(
-        make_delta(
-            "INSERT", table=table, row_id=f"r{i}", client_id="c1", hlc=encode(NOW_MS, i), columns={"title": f"t{i}"}
-        )
-        for table, rows in tables.items()
-        for i in range(rows)
+        insert(f"r{i}", hlc=at(0, i), table=table, title=f"t{i}") for table, rows in tables.items() for i in range(rows)
     )
     push(deps, gateway, SyncPush("c1", deltas), client_id="c1", trusted=True)  # the rows are any table's
 
@@ -81,9 +76,7 @@ def test_pull_basis_is_the_rules_and_the_registry_of_that_gateway_only(subject: 
     subject.config.put_sync_rules(gw, rules)
     subject.config.put_sync_rules(other, user_scoped_rules("owner"))
     # Items that share the gateway's config partition but are not part of the basis.
-    schema = parse_table_schema(
-        {"table": "todos", "columns": [{"name": "title", "type": "string"}], "primaryKey": ["row_id"]}
-    )
+    schema = schema_of("todos", {"title": "string"}, primaryKey=["row_id"])
     subject.config.put_schema(gw, schema, 1, 0)
     subject.config.request_flush(gw, {"id": "f1", "reason": "manual", "atMs": NOW_MS})
     _push_rows(subject, gw, {"todos": 40, "notes": 2, "zeta": 1}, {"todos": 3})

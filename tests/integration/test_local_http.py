@@ -16,10 +16,11 @@ import pytest
 from lakesync.auth import mint_token
 from lakesync.client.http import ApiError, SyncClient
 from lakesync.core import merge as lww
-from lakesync.core.delta import RowDelta, make_delta
+from lakesync.core.delta import RowDelta
 from lakesync.core.hlc import HLC
 from lakesync.local.runner import LocalStack
 from lakesync.wire import decode, encode
+from tests.factories import delete, insert, update
 
 pytestmark = pytest.mark.integration
 
@@ -61,10 +62,10 @@ def test_concurrent_column_edits_from_two_clients_both_reach_a_third(stack: Loca
     # Given a row created by alice and two clients editing different columns at the same moment
     alice, bob, carol = client(stack, "alice"), client(stack, "bob"), client(stack, "carol")
     ha, hb = HLC(), HLC()
-    alice.push([make_delta("INSERT", table="notes", row_id="n1", client_id="alice", hlc=ha.now(), columns={"a": 0})])
+    alice.push([insert("n1", hlc=ha.now(), table="notes", client="alice", a=0)])
     edits = [
-        (alice, make_delta("UPDATE", table="notes", row_id="n1", client_id="alice", hlc=ha.now(), columns={"a": 1})),
-        (bob, make_delta("UPDATE", table="notes", row_id="n1", client_id="bob", hlc=hb.now(), columns={"b": 2})),
+        (alice, update("n1", hlc=ha.now(), table="notes", client="alice", a=1)),
+        (bob, update("n1", hlc=hb.now(), table="notes", client="bob", b=2)),
     ]
     threads = [threading.Thread(target=c.push, args=([d],)) for c, d in edits]
     for thread in threads:
@@ -83,7 +84,7 @@ def test_concurrent_column_edits_from_two_clients_both_reach_a_third(stack: Loca
 
 def test_protobuf_push_and_pull_round_trip(stack: LocalStack) -> None:
     sync = client(stack, "proto")
-    delta = make_delta("INSERT", table="pb", row_id="p1", client_id="proto", hlc=HLC().now(), columns={"x": [1, "y"]})
+    delta = insert("p1", hlc=HLC().now(), table="pb", client="proto", x=[1, "y"])
     body = encode("SyncPush", {"clientId": "proto", "deltas": [delta.to_json()], "lastSeenHlc": "0"})
     headers = {"Authorization": f"Bearer {sync.token}", "Content-Type": "application/x-protobuf"}
 
@@ -118,14 +119,8 @@ def test_sync_rules_deliver_rows_and_their_deletes_only_to_matching_clients(stac
     try:
         ann, ben = client(stack, "ann"), client(stack, "ben")
         clock = HLC()
-        ann.push(
-            [
-                make_delta(
-                    "INSERT", table="tasks", row_id="k1", client_id="ann", hlc=clock.now(), columns={"owner": "ann"}
-                )
-            ]
-        )
-        ann.push([make_delta("DELETE", table="tasks", row_id="k1", client_id="ann", hlc=clock.now())])
+        ann.push([insert("k1", hlc=clock.now(), table="tasks", client="ann", owner="ann")])
+        ann.push([delete("k1", hlc=clock.now(), table="tasks", client="ann")])
 
         ann_deltas, _ = ann.pull_all()
         ben_deltas, _ = ben.pull_all()
@@ -137,8 +132,7 @@ def test_sync_rules_deliver_rows_and_their_deletes_only_to_matching_clients(stac
 
 
 def _delta_json(client_id: str, **overrides: Any) -> dict[str, Any]:
-    d = make_delta("INSERT", table="bad", row_id="r", client_id=client_id, hlc=HLC().now(), columns={"v": 1}).to_json()
-    return {**d, **overrides}
+    return {**insert("r", hlc=HLC().now(), table="bad", client=client_id, v=1).to_json(), **overrides}
 
 
 @pytest.mark.parametrize(
@@ -226,10 +220,7 @@ def test_large_answers_are_gzipped_only_for_clients_that_accept_gzip(stack: Loca
     # Given a page of pull output well over a kilobyte
     sync = client(stack, "zipper")
     hlc = HLC()
-    pushed = [
-        make_delta("INSERT", table="zipped", row_id=f"z{i}", client_id="zipper", hlc=hlc.now(), columns={"t": "x" * 60})
-        for i in range(40)
-    ]
+    pushed = [insert(f"z{i}", hlc=hlc.now(), table="zipped", client="zipper", t="x" * 60) for i in range(40)]
     sync.push(pushed)
     path = "/v1/sync/default/pull?clientId=zipper&cursor=&limit=1000"
     auth = {"Authorization": f"Bearer {sync.token}", "Accept": accept}

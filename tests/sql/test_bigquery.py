@@ -11,13 +11,11 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import bigquery
 
-from lakesync.core.delta import make_delta
 from lakesync.core.errors import DestinationError
 from lakesync.core.merge import fold, state_to_json
-from lakesync.core.schema import parse_table_schema
 from lakesync.sql import connect, connect_params
 from lakesync.sql.bigquery import parse_bigquery_url
-from tests.factories import table_schema
+from tests.factories import delete, insert, schema_with, table_schema, update
 
 
 @dataclass
@@ -80,9 +78,7 @@ def test_url_parsing() -> None:
 def test_first_apply_creates_tables_outside_the_transaction_then_merges_inside_it() -> None:
     client = FakeClient(meta=[])  # the metadata row starts empty: ensure adds the columns and records them
     dest = _dest(client)
-    delta = make_delta(
-        "INSERT", table="todos", row_id="r1", client_id="a", hlc=1 << 16, columns={"title": "x'y", "n": 2, "meta": [1]}
-    )
+    delta = insert("r1", hlc=1 << 16, client="a", title="x'y", n=2, meta=[1])
     client_meta_after = META
 
     original = client.query
@@ -115,16 +111,7 @@ def test_first_apply_creates_tables_outside_the_transaction_then_merges_inside_i
 def test_upsert_binds_a_typed_struct_array() -> None:
     client = FakeClient(meta=META)
     dest = _dest(client)
-    deltas = [
-        make_delta(
-            "INSERT",
-            table="todos",
-            row_id="r1",
-            client_id="a",
-            hlc=1 << 16,
-            columns={"title": "it's; DROP", "n": "bad", "done": True, "meta": {"k": [1]}},
-        )
-    ]
+    deltas = [insert("r1", hlc=1 << 16, client="a", title="it's; DROP", n="bad", done=True, meta={"k": [1]})]
     stats = dest.apply(SCHEMA, deltas)
     assert stats.nulled == 1
     sql, config = next(c for c in client.calls if c[0].startswith("MERGE `todos`"))
@@ -152,12 +139,12 @@ def test_upsert_binds_a_typed_struct_array() -> None:
 
 
 def test_state_is_read_and_merged_with_the_one_rule() -> None:
-    old = make_delta("INSERT", table="todos", row_id="r1", client_id="a", hlc=5 << 16, columns={"title": "new"})
+    old = insert("r1", hlc=5 << 16, client="a", title="new")
     state = fold([old])
     assert state is not None
     client = FakeClient(meta=META, states={"r1": json.dumps(state_to_json(state))})
     dest = _dest(client)
-    late = make_delta("UPDATE", table="todos", row_id="r1", client_id="b", hlc=1 << 16, columns={"title": "older"})
+    late = update("r1", hlc=1 << 16, client="b", title="older")
     stats = dest.apply(SCHEMA, [late])
     assert stats.unchanged == 1 and stats.upserted == 0
     sql, config = next(c for c in client.calls if c[0].startswith("SELECT row_id, state"))
@@ -167,17 +154,17 @@ def test_state_is_read_and_merged_with_the_one_rule() -> None:
 
 
 def test_delete_soft_and_hard() -> None:
-    live = make_delta("INSERT", table="todos", row_id="r1", client_id="a", hlc=1 << 16, columns={"title": "x"})
+    live = insert("r1", hlc=1 << 16, client="a", title="x")
     state = fold([live])
     assert state is not None
     for soft, expected in (
         (True, "UPDATE `todos` SET deleted_at = CURRENT_TIMESTAMP()"),
         (False, "DELETE FROM `todos`"),
     ):
-        schema = parse_table_schema({**SCHEMA.to_json(), "softDelete": soft})
+        schema = schema_with(SCHEMA, softDelete=soft)
         client = FakeClient(meta=META, states={"r1": json.dumps(state_to_json(state))})
         dest = _dest(client)
-        stats = dest.apply(schema, [make_delta("DELETE", table="todos", row_id="r1", client_id="a", hlc=2 << 16)])
+        stats = dest.apply(schema, [delete("r1", hlc=2 << 16, client="a")])
         assert stats.deleted == 1
         sql, config = next(c for c in client.calls if c[0].startswith(expected))
         assert "row_id IN UNNEST(?)" in sql and config.query_parameters[0].values == ["r1"]
@@ -194,7 +181,7 @@ def test_concurrent_update_is_retried_and_other_errors_are_not() -> None:
     )
     dest = _dest(client)
     dest._sleep = lambda s: None
-    delta = make_delta("INSERT", table="todos", row_id="r1", client_id="a", hlc=1 << 16, columns={"title": "x"})
+    delta = insert("r1", hlc=1 << 16, client="a", title="x")
     assert dest.apply(SCHEMA, [delta]).attempts == 2
     # the metadata check of the first ensure, the commit that failed, the retried one
     assert client.statements().count("COMMIT TRANSACTION") == 3

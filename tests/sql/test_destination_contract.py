@@ -2,43 +2,44 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from lakesync.core.delta import make_delta
+from lakesync.core.delta import RowDelta
 from lakesync.core.errors import DestinationError
-from lakesync.core.schema import ColumnSpec, ColumnType, TableSchema, parse_table_schema
+from lakesync.core.schema import ColumnSpec, ColumnType, TableSchema
 from lakesync.sql import SqlDestination
 from lakesync.sql.dialect import META_TABLE, STATE_TABLE, Statement
+from tests import factories
+from tests.factories import delete, insert, update
 from tests.sql.conftest import Db
 
 pytestmark = pytest.mark.integration
+
+COLUMNS = {"title": "string", "done": "boolean", "n": "number", "meta": "json"}
+"""The contract table's columns, one of every type but null."""
+
+schema_of = functools.partial(factories.schema_of, columns=COLUMNS)
 
 
 def H(ms: int, counter: int = 0) -> int:
     return (ms << 16) | counter
 
 
-def schema_of(table: str, columns: dict[str, str] | None = None, **options: Any) -> TableSchema:
-    columns = columns or {"title": "string", "done": "boolean", "n": "number", "meta": "json"}
-    doc: dict[str, Any] = {"table": table, "columns": [{"name": k, "type": v} for k, v in columns.items()]}
-    doc.update(options)
-    return parse_table_schema(doc)
+def ins(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> RowDelta:
+    return insert(row, hlc=hlc, table=table, client=client, **cols)
 
 
-def ins(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> Any:
-    return make_delta("INSERT", table=table, row_id=row, client_id=client, hlc=hlc, columns=cols)
+def upd(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> RowDelta:
+    return update(row, hlc=hlc, table=table, client=client, **cols)
 
 
-def upd(table: str, row: str, hlc: int, client: str = "a", **cols: Any) -> Any:
-    return make_delta("UPDATE", table=table, row_id=row, client_id=client, hlc=hlc, columns=cols)
-
-
-def dele(table: str, row: str, hlc: int, client: str = "a") -> Any:
-    return make_delta("DELETE", table=table, row_id=row, client_id=client, hlc=hlc)
+def dele(table: str, row: str, hlc: int, client: str = "a") -> RowDelta:
+    return delete(row, hlc=hlc, table=table, client=client)
 
 
 EMPTY = {"title": None, "done": None, "n": None, "meta": None}
@@ -143,13 +144,13 @@ def test_synced_at_moves_on_each_write(dest: SqlDestination, db: Db, table: str)
 def test_schema_evolution_adds_and_backfills_columns(
     make_dest: Callable[[], SqlDestination], db: Db, table: str
 ) -> None:
-    v1 = schema_of(table, {"title": "string"})
+    v1 = schema_of(table, columns={"title": "string"})
     dest = make_dest()
     # Deltas may carry columns the destination's schema does not have yet: the state keeps them.
     dest.apply(v1, [ins(table, "r1", H(1), title="a", prio=3, tags=["x"]), ins(table, "r2", H(1), title="b")])
     dest.apply(v1, [ins(table, "r3", H(1), prio=9), dele(table, "r3", H(2))])
     assert dest.rows(v1) == {"r1": {"title": "a"}, "r2": {"title": "b"}}
-    v2 = schema_of(table, {"title": "string", "prio": "number", "tags": "json"})
+    v2 = schema_of(table, columns={"title": "string", "prio": "number", "tags": "json"})
     # Another process (fresh cache) with the new schema: the columns are added and back-filled.
     other = make_dest()
     stats = other.apply(v2, [upd(table, "r2", H(3), prio=1)])
@@ -167,7 +168,7 @@ def test_schema_evolution_adds_and_backfills_columns(
 
 
 def test_composite_primary_key(dest: SqlDestination, db: Db, table: str) -> None:
-    schema = schema_of(table, {"org": "string", "num": "number", "title": "string"}, primaryKey=["org", "num"])
+    schema = schema_of(table, columns={"org": "string", "num": "number", "title": "string"}, primaryKey=["org", "num"])
     dest.apply(
         schema, [ins(table, "r1", H(1), org="acme", num=1, title="a"), ins(table, "r2", H(1), org="acme", num=2)]
     )
@@ -188,7 +189,7 @@ def test_composite_primary_key(dest: SqlDestination, db: Db, table: str) -> None
 
 
 def test_external_id_column_is_the_conflict_target(dest: SqlDestination, db: Db, table: str) -> None:
-    schema = schema_of(table, {"ext": "string", "title": "string"}, externalIdColumn="ext")
+    schema = schema_of(table, columns={"ext": "string", "title": "string"}, externalIdColumn="ext")
     # A row without its external id yet, then with it, then with another one: always the same destination row.
     dest.apply(schema, [ins(table, "r1", H(1), title="a")])
     dest.apply(schema, [upd(table, "r1", H(2), ext="E1")])
@@ -343,7 +344,7 @@ def test_key_values_too_long_for_the_key_column_do_not_fail_the_batch(
     # MariaDB's key columns are VARCHAR(255) (LONGTEXT cannot be a key); the other databases take any length.
     fits = kind != "mariadb"
     long_text = "k" * 300
-    keyed = schema_of(table, {"org": "string", "title": "string"}, primaryKey=["org"])
+    keyed = schema_of(table, columns={"org": "string", "title": "string"}, primaryKey=["org"])
     stats = dest.apply(
         keyed, [ins(table, "ok", H(1), org="acme", title="a"), ins(table, "long", H(1), org=long_text, title="b")]
     )
@@ -354,7 +355,7 @@ def test_key_values_too_long_for_the_key_column_do_not_fail_the_batch(
     assert dest.rows(keyed)["long"] == {"org": "short", "title": "b"}
 
     by_ext = f"{table}_x"
-    ext = schema_of(by_ext, {"ext": "string", "title": "string"}, externalIdColumn="ext")
+    ext = schema_of(by_ext, columns={"ext": "string", "title": "string"}, externalIdColumn="ext")
     stats = dest.apply(ext, [ins(by_ext, "ok", H(1), ext="E1"), ins(by_ext, "long", H(1), ext=long_text, title="c")])
     assert (stats.upserted, stats.nulled) == (2, 0 if fits else 1)
     assert dest.rows(ext)["long"] == {"ext": long_text if fits else None, "title": "c"}
@@ -364,7 +365,7 @@ def test_row_ids_too_long_for_the_database_are_skipped_not_a_failed_batch(
     dest: SqlDestination, kind: str, table: str
 ) -> None:
     fits = kind != "mariadb"
-    schema = schema_of(table, {"title": "string"})
+    schema = schema_of(table, columns={"title": "string"})
     long_id = "r" * 256
     stats = dest.apply(schema, [ins(table, "ok", H(1), title="a"), ins(table, long_id, H(1), title="b")])
     assert (stats.upserted, stats.skipped) == ((2, 0) if fits else (1, 1))

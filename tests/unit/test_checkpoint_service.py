@@ -23,9 +23,9 @@ from lakesync.core.checkpoint import (
     manifest_key,
     row_deltas,
 )
-from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import NotFoundError, PayloadTooLargeError, StorageError, ValidationError
-from lakesync.core.hlc import HLC, encode
+from lakesync.core.hlc import HLC
 from lakesync.core.merge import RowState, fold, state_from_json, state_to_json
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import Bucket, SyncRules, user_scoped_rules
@@ -51,9 +51,10 @@ from lakesync.wire import decode_sync_response
 from lakesync.wire.checkpoint_columns import MEDIA_TYPE, decode_columns
 from lakesync.wire.fast_checkpoint import to_row_delta
 from lakesync.wire.framing import iter_checkpoint, iter_checkpoint_responses
+from tests import factories
+from tests.factories import T0, at, delete, insert, update
 
 GW = "default"
-T0 = 1_700_000_000_000
 
 
 class MemoryObjects:
@@ -72,10 +73,6 @@ class MemoryObjects:
 
     def list_keys(self, prefix: str) -> list[str]:
         return sorted(k for k in self.objects if k.startswith(prefix))
-
-
-def t(ms: int, counter: int = 0) -> int:
-    return encode(T0 + ms, counter)
 
 
 def _deps(objects: MemoryObjects | None = None) -> GatewayDeps:
@@ -97,11 +94,7 @@ def _state(table: str, row: str, *deltas: RowDelta) -> RowState:
 
 
 def _row(table: str, row: str, user: str, ms: int, **cols: JsonValue) -> RowState:
-    return _state(
-        table,
-        row,
-        make_delta("INSERT", table=table, row_id=row, client_id="c1", hlc=t(ms), columns={"user_id": user, **cols}),
-    )
+    return _state(table, row, insert(row, hlc=at(ms), table=table, user_id=user, **cols))
 
 
 def _write(
@@ -113,7 +106,7 @@ def _write(
         checkpoint_id=checkpoint_id(T0 + ms, "0000abcd"),
         created_at_ms=T0 + ms,
         positions={f"{GW}#todos#0": 7},
-        server_hlc=server_hlc or t(ms),
+        server_hlc=server_hlc or at(ms),
         tables=sorted({s.table for s in states}),
         rows=(encode_row(s) for s in states),
         chunk_bytes=chunk_bytes,
@@ -172,12 +165,11 @@ def test_write_checkpoint_never_splits_a_row_across_chunks() -> None:
     states = []
     for i in range(30):
         deltas = [
-            make_delta(
+            factories.delta(
                 rnd.choice(["INSERT", "UPDATE", "DELETE"]),
-                table="todos",
-                row_id=f"r{i}",
-                client_id=rnd.choice(["a", "b"]),
-                hlc=t(j),
+                f"r{i}",
+                client=rnd.choice(["a", "b"]),
+                hlc=at(j),
                 columns={rnd.choice("xyz"): j},
             )
             for j in range(rnd.randrange(1, 6))
@@ -236,9 +228,9 @@ def test_serve_filters_rows_by_sync_rules_on_their_values() -> None:
     moved = _state(
         "todos",
         "moved",
-        make_delta("INSERT", table="todos", row_id="moved", client_id="c1", hlc=t(1), columns={"user_id": "u2"}),
-        make_delta("UPDATE", table="todos", row_id="moved", client_id="c1", hlc=t(2), columns={"user_id": "u1"}),
-        make_delta("UPDATE", table="todos", row_id="moved", client_id="c1", hlc=t(3), columns={"title": "t"}),
+        insert("moved", hlc=at(1), user_id="u2"),
+        update("moved", hlc=at(2), user_id="u1"),
+        update("moved", hlc=at(3), title="t"),
     )
     states = [_row("todos", "a", "u1", 0), _row("todos", "b", "u2", 0), moved, _row("notes", "n", "u2", 0)]
     objects = MemoryObjects()
@@ -264,8 +256,8 @@ def test_serve_deleted_rows_reach_only_buckets_without_filters() -> None:
     deleted = _state(
         "todos",
         "gone",
-        make_delta("INSERT", table="todos", row_id="gone", client_id="c1", hlc=t(1), columns={"user_id": "u1"}),
-        make_delta("DELETE", table="todos", row_id="gone", client_id="c1", hlc=t(2)),
+        insert("gone", hlc=at(1), user_id="u1"),
+        delete("gone", hlc=at(2)),
     )
     objects = MemoryObjects()
     _write(objects, [deleted])
@@ -295,8 +287,8 @@ def test_tombstones_reach_a_resynced_since_client_exactly_as_the_checkpoint_rout
         return _state(
             table,
             row,
-            make_delta("INSERT", table=table, row_id=row, client_id="c1", hlc=t(1), columns={"user_id": user}),
-            make_delta("DELETE", table=table, row_id=row, client_id="c1", hlc=t(2)),
+            insert(row, hlc=at(1), table=table, user_id=user),
+            delete(row, hlc=at(2), table=table),
         )
 
     states = [
@@ -341,15 +333,15 @@ def test_columns_serve_the_streams_rows_whole_and_by_chunk_for_any_rules(rule_se
         _state(
             "notes",
             "n-gone",
-            make_delta("INSERT", table="notes", row_id="n-gone", client_id="c1", hlc=t(1), columns={"user_id": "u1"}),
-            make_delta("DELETE", table="notes", row_id="n-gone", client_id="c1", hlc=t(2)),
+            insert("n-gone", hlc=at(1), table="notes", user_id="u1"),
+            delete("n-gone", hlc=at(2), table="notes"),
         ),
         *(_row("notes", f"n{i}", f"u{i % 2 + 1}", i) for i in range(6)),
         _state(
             "todos",
             "moved",
-            make_delta("INSERT", table="todos", row_id="moved", client_id="c1", hlc=t(1), columns={"user_id": "u2"}),
-            make_delta("UPDATE", table="todos", row_id="moved", client_id="c2", hlc=t(2), columns={"user_id": "u1"}),
+            insert("moved", hlc=at(1), user_id="u2"),
+            update("moved", hlc=at(2), client="c2", user_id="u1"),
         ),
         *(_row("todos", f"t{i}", f"u{i % 2 + 1}", i, title=f"task {i}", done=i % 3 == 0) for i in range(12)),
     ]
@@ -486,12 +478,12 @@ def test_load_manifest_rejects_a_manifest_of_another_gateway() -> None:
 def _random_delta(rnd: random.Random, step: int) -> RowDelta:
     op = rnd.choices(["INSERT", "UPDATE", "DELETE"], weights=[3, 5, 2])[0]
     columns = {rnd.choice(["title", "done", "user_id"]): rnd.choice([step, None, "x", True]) for _ in range(2)}
-    return make_delta(
+    return factories.delta(
         op,
         table=rnd.choice(["todos", "notes"]),
-        row_id=f"r{rnd.randrange(6)}",
-        client_id=rnd.choice(["a", "b", "c"]),
-        hlc=t(rnd.randrange(step + 1) * 10, rnd.randrange(3)),
+        row=f"r{rnd.randrange(6)}",
+        client=rnd.choice(["a", "b", "c"]),
+        hlc=at(rnd.randrange(step + 1) * 10, rnd.randrange(3)),
         columns=columns,
     )
 
