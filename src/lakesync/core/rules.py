@@ -34,16 +34,36 @@ original's evaluation of the sparse delta (a filter column missing from the delt
 
 from __future__ import annotations
 
-import enum
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from lakesync.core.canonical import JsonValue, js_string_coerce, js_stringify, utf8_size, utf16_key
+from lakesync.core.canonical import JsonValue, js_stringify, utf8_size
 from lakesync.core.claims import Claims
 from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import PayloadTooLargeError, SyncRuleError
+from lakesync.core.filters import (
+    JWT_PREFIX,
+    Condition,
+    Filter,
+    FilterOp,
+    MembershipSource,
+    Row,
+    compare_filter_values,
+    filter_holds,
+    filter_values,
+    js_object,
+    parse_filter,
+    resolve_filter,
+    resolve_filter_value,
+)
+from lakesync.core.streams import (
+    MAX_STREAMS,
+    Stream,
+    check_membership_limits,
+    check_stream_limits,
+    parse_streams,
+)
 from lakesync.core.write_policy import (
     ABSENT,
     DEFAULT_POLICY,
@@ -55,11 +75,6 @@ from lakesync.core.write_policy import (
     parse_write_policy,
 )
 
-Row = Mapping[str, JsonValue]
-"""A row as column name -> JSON value."""
-
-JWT_PREFIX = "jwt:"
-
 MAX_BUCKETS = 256
 """Most buckets a rules document saved through the admin route may have (every pull evaluates them)."""
 MAX_BUCKET_TABLES = 256
@@ -68,35 +83,6 @@ MAX_BUCKET_FILTERS = 64
 """Most filters one bucket may have."""
 MAX_RULES_BYTES = 300 * 1024
 """Largest stored rules document (UTF-8 JSON), well within a 400 KB DynamoDB item."""
-
-
-class FilterOp(enum.StrEnum):
-    """The filter operators, in the order the validation message lists them."""
-
-    EQ = "eq"
-    IN = "in"
-    NEQ = "neq"
-    GT = "gt"
-    LT = "lt"
-    GTE = "gte"
-    LTE = "lte"
-
-
-_OP_LIST = ", ".join(op.value for op in FilterOp)
-_OP_VALUES = frozenset(op.value for op in FilterOp)
-
-
-@dataclass(frozen=True, slots=True)
-class Filter:
-    """One condition on a row column; ``value`` is a literal or a ``jwt:<claim>`` reference."""
-
-    column: str
-    op: FilterOp
-    value: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON shape ``{"column", "op", "value"}``."""
-        return {"column": self.column, "op": self.op.value, "value": self.value}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,18 +113,26 @@ class Bucket:
 
 @dataclass(frozen=True, slots=True)
 class SyncRules:
-    """A validated sync-rules document: its buckets and the policies of some tables."""
+    """A validated sync-rules document: its buckets, the policies of some tables and its streams
+    (:mod:`lakesync.core.streams`)."""
 
     version: int
     buckets: tuple[Bucket, ...] = ()
     tables: Mapping[str, TablePolicy] = field(default_factory=dict)
+    streams: tuple[Stream, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON shape ``{"version", "buckets", "tables"?}``."""
+        """The JSON shape ``{"version", "buckets", "tables"?, "streams"?}``."""
         doc: dict[str, Any] = {"version": self.version, "buckets": [b.to_json() for b in self.buckets]}
         if self.tables:
             doc["tables"] = {name: policy.to_json() for name, policy in self.tables.items()}
+        if self.streams:
+            doc["streams"] = [s.to_json() for s in self.streams]
         return doc
+
+    def stream(self, name: str) -> Stream | None:
+        """The stream called ``name``, if the rules declare one."""
+        return next((s for s in self.streams if s.name == name), None)
 
     def admin_only(self, table: str) -> bool:
         """Whether only admins may read and write ``table``."""
@@ -159,15 +153,6 @@ def user_scoped_rules(tables: Sequence[str], user_column: str = "user_id") -> Sy
 # --- parsing and validation -------------------------------------------------------------------------------------
 
 
-def _js_object(value: object) -> Mapping[str, object] | None:
-    """``value`` seen as a JavaScript object (``typeof == "object"``, not null); arrays have none of our fields."""
-    if isinstance(value, Mapping):
-        return value
-    if isinstance(value, list | tuple):
-        return {}
-    return None
-
-
 def _is_positive_integer(value: object) -> bool:
     """A JS number that ``Number.isInteger`` and is at least 1."""
     if isinstance(value, bool):
@@ -181,27 +166,9 @@ def _non_empty_str(value: object) -> bool:
     return isinstance(value, str) and bool(value)
 
 
-def _parse_filter(raw: object, bucket_name: str, j: int, *, unknown_op_ok: bool) -> Filter | None:
-    where = f'Bucket "{bucket_name}" filter at index {j}'
-    obj = _js_object(raw)
-    if obj is None:
-        raise SyncRuleError(f"{where} must be an object")
-    column = obj.get("column")
-    if not isinstance(column, str) or not column:
-        raise SyncRuleError(f"{where} must have a non-empty column")
-    op_text = obj.get("op")
-    op = FilterOp(op_text) if isinstance(op_text, str) and op_text in _OP_VALUES else None
-    if op is None and not unknown_op_ok:
-        raise SyncRuleError(f"{where} op must be one of: {_OP_LIST}")
-    value = obj.get("value")
-    if not isinstance(value, str) or not value:
-        raise SyncRuleError(f"{where} must have a non-empty value")
-    return None if op is None else Filter(column, op, value)
-
-
 def _parse_bucket(raw: object, i: int, seen: set[str], *, unknown_op_ok: bool = False) -> Bucket | None:
     """Validate one bucket; ``None`` when ``unknown_op_ok`` and a filter has an unknown operator."""
-    obj = _js_object(raw)
+    obj = js_object(raw)
     if obj is None:
         raise SyncRuleError(f"Bucket at index {i} must be an object")
     name = obj.get("name")
@@ -218,7 +185,10 @@ def _parse_bucket(raw: object, i: int, seen: set[str], *, unknown_op_ok: bool = 
     raw_filters = obj.get("filters")
     if not isinstance(raw_filters, list):
         raise SyncRuleError(f'Bucket "{name}" filters must be an array')
-    filters = [_parse_filter(f, name, j, unknown_op_ok=unknown_op_ok) for j, f in enumerate(raw_filters)]
+    filters = [
+        parse_filter(f, f'Bucket "{name}" filter at index {j}', unknown_op_ok=unknown_op_ok)
+        for j, f in enumerate(raw_filters)
+    ]
     if any(f is None for f in filters):
         return None
     write = parse_write_policy(obj.get("write", ABSENT), f'Bucket "{name}"')
@@ -229,12 +199,14 @@ def parse_sync_rules(obj: object) -> SyncRules:
     """Validate a sync-rules JSON document and build the typed model.
 
     Checks run in the original's order and the first failure wins; unknown extra fields are ignored and any version
-    ``>= 1`` is accepted.
+    ``>= 1`` is accepted. Our additions come after the original's checks: the ``"tables"`` policies, then the
+    ``"streams"`` (:func:`~lakesync.core.streams.parse_streams`, whose unknown fields are refused). A bucket filter may
+    take its values from a ``"membership"`` instead of a ``"value"`` (:mod:`lakesync.core.filters`).
 
     Raises:
-        SyncRuleError: with the original's exact message.
+        SyncRuleError: with the original's exact message, or ours naming the stream and field.
     """
-    config = _js_object(obj)
+    config = js_object(obj)
     if config is None:
         raise SyncRuleError("Sync rules config must be an object")
     version = config.get("version")
@@ -255,7 +227,9 @@ def parse_sync_rules(obj: object) -> SyncRules:
         for table in bucket.tables:
             if table in tables and tables[table].admin_only:
                 raise SyncRuleError(f'Bucket "{bucket.name}" lists table "{table}", which is admin-only')
-    return SyncRules(int(version), tuple(buckets), tables)
+    admin_only = frozenset(name for name, policy in tables.items() if policy.admin_only)
+    streams = parse_streams(config.get("streams", ABSENT), admin_only)
+    return SyncRules(int(version), tuple(buckets), tables, streams)
 
 
 def check_sync_rules_limits(rules: SyncRules) -> None:
@@ -264,7 +238,9 @@ def check_sync_rules_limits(rules: SyncRules) -> None:
 
     Raises:
         SyncRuleError: more than :data:`MAX_BUCKETS` buckets, or a bucket with more than :data:`MAX_BUCKET_TABLES`
-            tables or :data:`MAX_BUCKET_FILTERS` filters (HTTP 400).
+            tables or :data:`MAX_BUCKET_FILTERS` filters; more than :data:`~lakesync.core.streams.MAX_STREAMS`
+            streams, or a stream over its bounds (:func:`~lakesync.core.streams.check_stream_limits`); a bucket or
+            stream reading too many or too large memberships (HTTP 400).
         PayloadTooLargeError: the stored document would exceed :data:`MAX_RULES_BYTES` (HTTP 413).
     """
     if len(rules.buckets) > MAX_BUCKETS:
@@ -274,100 +250,14 @@ def check_sync_rules_limits(rules: SyncRules) -> None:
             raise SyncRuleError(f'Bucket "{bucket.name}" may list at most {MAX_BUCKET_TABLES} tables')
         if len(bucket.filters) > MAX_BUCKET_FILTERS:
             raise SyncRuleError(f'Bucket "{bucket.name}" may have at most {MAX_BUCKET_FILTERS} filters')
+        check_membership_limits(f'Bucket "{bucket.name}"', bucket.filters)
+    if len(rules.streams) > MAX_STREAMS:
+        raise SyncRuleError(f"Sync rules may have at most {MAX_STREAMS} streams; got {len(rules.streams):,}")
+    for stream in rules.streams:
+        check_stream_limits(stream, MAX_BUCKET_FILTERS)
     size = utf8_size(rules.to_json())
     if size > MAX_RULES_BYTES:
         raise PayloadTooLargeError(f"Sync rules document is {size:,} bytes; the limit is {MAX_RULES_BYTES:,}")
-
-
-# --- values and comparison --------------------------------------------------------------------------------------
-
-
-def resolve_filter_value(value: str, claims: Claims) -> list[str]:
-    """The values a filter compares against: the literal ``[value]``, or the claim named after ``jwt:``.
-
-    A missing claim, or an empty array claim, resolves to ``[]``.
-    """
-    if not value.startswith(JWT_PREFIX):
-        return [value]
-    claim = claims.get(value[len(JWT_PREFIX) :])
-    if claim is None:
-        return []
-    if isinstance(claim, str):
-        return [claim]
-    return list(claim)
-
-
-_NUMBER = re.compile(r"(-?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?")
-_INT_CHUNK = 4000  # below the interpreter's int <-> str digit limit
-
-
-def _decimal_int(text: str) -> int:
-    """``int(text)`` for an optionally signed digit string of any length."""
-    negative = text.startswith("-")
-    digits = text.lstrip("+-").lstrip("0") or "0"
-    value = 0
-    for start in range(0, len(digits), _INT_CHUNK):
-        chunk = digits[start : start + _INT_CHUNK]
-        value = value * 10 ** len(chunk) + int(chunk)
-    return -value if negative else value
-
-
-def _number_key(text: str) -> tuple[int, int, str] | None:
-    """``(sign, magnitude exponent, significant digits)`` of a full decimal number, else ``None``.
-
-    A non-zero value equals ``sign * 0.<digits> * 10**exponent`` with ``digits`` free of leading and trailing zeros,
-    so magnitudes order by exponent first, then by ``digits`` as strings.
-    """
-    match = _NUMBER.fullmatch(text)
-    if match is None:
-        return None
-    minus, whole, fraction, exponent = match.groups()
-    fraction = fraction or ""
-    digits = (whole + fraction).lstrip("0")
-    if not digits:
-        return (0, 0, "")
-    magnitude = _decimal_int(exponent or "0") - len(fraction) + len(digits)
-    return (-1 if minus else 1, magnitude, digits.rstrip("0"))
-
-
-def _cmp(a: Any, b: Any) -> int:
-    return int(a > b) - int(a < b)
-
-
-def compare_filter_values(left: str, right: str) -> int:
-    """-1, 0 or 1 as ``left`` orders before, equal to or after ``right`` under our comparison rule.
-
-    Both full decimal numbers: exact numeric order. Otherwise: UTF-16 code-unit order of the strings.
-    """
-    a = _number_key(left)
-    b = _number_key(right)
-    if a is None or b is None:
-        return _cmp(utf16_key(left), utf16_key(right))
-    if a[0] != b[0]:
-        return _cmp(a[0], b[0])
-    return a[0] * _cmp(a[1:], b[1:])
-
-
-def _filter_holds(flt: Filter, row: Row, claims: Claims) -> bool:
-    if flt.column not in row:
-        return False
-    resolved = resolve_filter_value(flt.value, claims)
-    if not resolved:
-        return False
-    text = js_string_coerce(row[flt.column])
-    match flt.op:
-        case FilterOp.EQ | FilterOp.IN:
-            return text in resolved
-        case FilterOp.NEQ:
-            return text not in resolved
-        case FilterOp.GT:
-            return compare_filter_values(text, resolved[0]) > 0
-        case FilterOp.LT:
-            return compare_filter_values(text, resolved[0]) < 0
-        case FilterOp.GTE:
-            return compare_filter_values(text, resolved[0]) >= 0
-        case FilterOp.LTE:
-            return compare_filter_values(text, resolved[0]) <= 0
 
 
 # --- matching ---------------------------------------------------------------------------------------------------
@@ -381,13 +271,26 @@ def _delta_values(delta: RowDelta) -> dict[str, JsonValue]:
     return values
 
 
-def bucket_matches_row(bucket: Bucket, table: str, row: Row | None, claims: Claims) -> bool:
-    """Whether ``row`` of ``table`` falls into ``bucket`` (an absent row passes only a bucket without filters)."""
+def resolve_bucket(bucket: Bucket, claims: Claims, memberships: MembershipSource | None = None) -> Condition:
+    """``bucket`` as a plain condition: its filters' values resolved against ``claims`` and ``memberships``."""
+    return Condition(bucket.tables, tuple(resolve_filter(f, claims, None, memberships) for f in bucket.filters))
+
+
+def bucket_matches_row(
+    bucket: Bucket, table: str, row: Row | None, claims: Claims, memberships: MembershipSource | None = None
+) -> bool:
+    """Whether ``row`` of ``table`` falls into ``bucket`` (an absent row passes only a bucket without filters).
+
+    A membership filter reads ``memberships`` at each call (without them it never holds): to judge many rows,
+    resolve the bucket once (:func:`resolve_bucket`, or a :class:`~lakesync.core.scope.Scope`).
+    """
     if not bucket.covers_table(table):
         return False
     if not bucket.filters:
         return True
-    return row is not None and all(_filter_holds(f, row, claims) for f in bucket.filters)
+    return row is not None and all(
+        filter_holds(f.column, f.op, filter_values(f, claims, None, memberships), row) for f in bucket.filters
+    )
 
 
 def matches_bucket(delta: RowDelta, bucket: Bucket, claims: Claims) -> bool:
@@ -412,32 +315,53 @@ def delta_matches_bucket(delta: dict[str, Any], bucket: dict[str, Any], claims: 
 
 
 def rules_apply(rules: SyncRules | None) -> TypeGuard[SyncRules]:
-    """Whether ``rules`` filter what clients see: ``None``, or zero buckets and no admin-only table, make everything
-    visible."""
-    return rules is not None and (bool(rules.buckets) or any(p.admin_only for p in rules.tables.values()))
+    """Whether ``rules`` filter what clients see: ``None``, or zero buckets, no stream and no admin-only table, make
+    everything visible."""
+    return rules is not None and (
+        bool(rules.buckets) or bool(rules.streams) or any(p.admin_only for p in rules.tables.values())
+    )
 
 
-def row_matches(rules: SyncRules | None, claims: Claims, table: str, row: Row | None) -> bool:
-    """Whether the client with ``claims`` may see ``row`` of ``table`` (``None`` = the row does not exist).
+def confines(rules: SyncRules) -> bool:
+    """Whether ``rules`` confine clients to their scope: they have buckets or streams (else every row a table policy
+    does not hide is in scope)."""
+    return bool(rules.buckets) or bool(rules.streams)
 
-    Rows of an admin-only table are never visible to a client; without buckets every other row is.
+
+def row_matches(
+    rules: SyncRules | None, claims: Claims, table: str, row: Row | None, memberships: MembershipSource | None = None
+) -> bool:
+    """Whether the client with ``claims`` may see ``row`` of ``table`` (``None`` = the row does not exist) through
+    its buckets.
+
+    Rows of an admin-only table are never visible to a client; without buckets and streams every other row is. A
+    stream's rows are visible only through a subscription (:class:`~lakesync.core.scope.Scope`).
     """
     if not rules_apply(rules):
         return True
     if rules.admin_only(table):
         return False
-    if not rules.buckets:
+    if not confines(rules):
         return True
-    return any(bucket_matches_row(b, table, row, claims) for b in rules.buckets)
+    return any(bucket_matches_row(b, table, row, claims, memberships) for b in rules.buckets)
 
 
-def change_visible(rules: SyncRules | None, claims: Claims, table: str, before: Row | None, after: Row | None) -> bool:
+def change_visible(
+    rules: SyncRules | None,
+    claims: Claims,
+    table: str,
+    before: Row | None,
+    after: Row | None,
+    memberships: MembershipSource | None = None,
+) -> bool:
     """Whether a change of a row of ``table`` from ``before`` to ``after`` is delivered to the client.
 
     True when the row was visible before the change or is visible after it; ``None`` marks an absent row (an
     INSERT has no ``before``, a DELETE no ``after``).
     """
-    return row_matches(rules, claims, table, before) or row_matches(rules, claims, table, after)
+    return row_matches(rules, claims, table, before, memberships) or row_matches(
+        rules, claims, table, after, memberships
+    )
 
 
 # --- writes -----------------------------------------------------------------------------------------------------
@@ -494,14 +418,35 @@ def _policy_refusal(
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A part of a client's scope as the write rule sees it: the rows of ``condition``, written within ``write``;
+    ``origin`` names the bucket or subscription in refusals (``Bucket "team"``)."""
+
+    origin: str
+    condition: Condition
+    write: WritePolicy = DEFAULT_POLICY
+
+
+def bucket_grants(
+    rules: SyncRules, claims: Claims, memberships: MembershipSource | None = None, table: str | None = None
+) -> list[Grant]:
+    """The grants of the buckets of ``rules`` (those covering ``table`` when given), resolved against ``claims``."""
+    return [
+        Grant(f'Bucket "{b.name}"', resolve_bucket(b, claims, memberships), b.write)
+        for b in rules.buckets
+        if table is None or b.covers_table(table)
+    ]
+
+
 def _scope_refusal(
-    rules: SyncRules, claims: Claims, delta: RowDelta, kind: WriteOp, row: Row, when: str, before: Row | None
+    grants: Sequence[Grant], delta: RowDelta, kind: WriteOp, row: Row, when: str, before: Row | None
 ) -> WriteRefusal | None:
-    """Why no bucket holding ``row`` (the row ``when`` the change) lets the client make the write, or ``None``."""
+    """Why no grant holding ``row`` (the row ``when`` the change) lets the client make the write, or ``None``."""
     refusal = None
-    for bucket in rules.buckets:
-        if bucket_matches_row(bucket, delta.table, row, claims):
-            refusal = _policy_refusal(bucket.write, f'Bucket "{bucket.name}"', kind, delta, before)
+    for grant in grants:
+        if grant.condition.matches(delta.table, row):
+            refusal = _policy_refusal(grant.write, grant.origin, kind, delta, before)
             if refusal is None:
                 return None
     return refusal or WriteRefusal(
@@ -510,17 +455,32 @@ def _scope_refusal(
 
 
 def check_write(
-    rules: SyncRules | None, claims: Claims, delta: RowDelta, before: Row | None, after: Row | None
+    rules: SyncRules | None,
+    claims: Claims,
+    delta: RowDelta,
+    before: Row | None,
+    after: Row | None,
+    memberships: MembershipSource | None = None,
 ) -> WriteRefusal | None:
-    """Why a client with ``claims`` may not make ``delta``, or ``None`` when it may.
+    """Why a client with ``claims`` may not make ``delta`` through its buckets, or ``None`` when it may.
 
     ``before`` and ``after`` are the row's live values just before the delta and merged with it (``None``: the row
-    does not exist). A client may write a row only if a bucket holds it before the write and one holds it after
-    (:func:`row_matches`, the read rule), each of them allowing the write by its policy, and the table's policy
-    allows it too. Tables named ``_lakesync_*`` are never written by clients. Without buckets every row may be
-    written, as far as the table policies allow. A write that leaves no row on either side (a delete of a row that
-    is gone) needs a bucket of the table whose policy allows it.
+    does not exist); ``memberships`` give membership filters their values. A client may write a row only if a bucket
+    holds it before the write and one holds it after (:func:`row_matches`, the read rule), each of them allowing the
+    write by its policy, and the table's policy allows it too. Tables named ``_lakesync_*`` are never written by
+    clients. Without buckets and streams every row may be written, as far as the table policies allow. A write that
+    leaves no row on either side (a delete of a row that is gone) needs a bucket of the table whose policy allows it.
+    With subscriptions, judge through the client's scope (:meth:`lakesync.core.scope.Scope.check_write`).
     """
+    if rules is None or not confines(rules):
+        return check_write_in(rules, (), delta, before, after)
+    return check_write_in(rules, bucket_grants(rules, claims, memberships, delta.table), delta, before, after)
+
+
+def check_write_in(
+    rules: SyncRules | None, grants: Sequence[Grant], delta: RowDelta, before: Row | None, after: Row | None
+) -> WriteRefusal | None:
+    """:func:`check_write` with the client's scope given as ``grants`` (its buckets' and subscriptions')."""
     if is_reserved_table(delta.table):
         return WriteRefusal(RESERVED_TABLE, f"Table {delta.table!r} is written by the engine only")
     if rules is None:
@@ -533,17 +493,17 @@ def check_write(
         refusal = _policy_refusal(table_policy.write, f"Table {delta.table!r}", kind, delta, before)
         if refusal is not None:
             return refusal
-    if not rules.buckets:
+    if not confines(rules):
         return None
+    covering = [g for g in grants if g.condition.covers_table(delta.table)]
     sides = [(row, when) for row, when in ((before, "before"), (after, "after")) if row is not None]
     for row, when in sides:
-        refusal = _scope_refusal(rules, claims, delta, kind, row, when, before)
+        refusal = _scope_refusal(covering, delta, kind, row, when, before)
         if refusal is not None:
             return refusal
     if sides:
         return None
-    covering = [b for b in rules.buckets if b.covers_table(delta.table)]
-    if any(_policy_refusal(b.write, "", kind, delta, before) is None for b in covering):
+    if any(_policy_refusal(g.write, "", kind, delta, before) is None for g in covering):
         return None
     return WriteRefusal(OUT_OF_SCOPE, f"No sync rule lets the client write table {delta.table!r}")
 
@@ -577,18 +537,24 @@ __all__ = [
     "Claims",
     "Filter",
     "FilterOp",
+    "Grant",
     "Row",
     "SyncRules",
     "WriteRefusal",
+    "bucket_grants",
     "bucket_matches_row",
     "change_visible",
+    "check_sync_rules_limits",
     "check_write",
+    "check_write_in",
     "compare_filter_values",
+    "confines",
     "delta_matches_bucket",
     "filter_deltas",
     "matches_bucket",
     "parse_sync_rules",
     "pass_all_rules",
+    "resolve_bucket",
     "resolve_client_buckets",
     "resolve_filter_value",
     "row_matches",
