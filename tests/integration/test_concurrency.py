@@ -93,6 +93,7 @@ class LateBatches:
         self.client, self.rows_table, self.every = client, rows_table, every
         self.rnd = random.Random(7)
         self.held: list[tuple[float, list[dict[str, Any]]]] = []
+        self.holds = 0
         self.landed = 0
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -103,14 +104,18 @@ class LateBatches:
             if self.rnd.random() >= self.every:
                 return False
             self.held.append((time.monotonic() + self.rnd.uniform(0.05, 1.5), items))
+            self.holds += 1
             return True
 
     def land(self) -> None:
         """Send each held batch once its time comes, until every writer is done and nothing is held."""
         while True:
             with self.lock:
-                due = [h for h in self.held if h[0] <= time.monotonic()]
-                self.held = [h for h in self.held if h[0] > time.monotonic()]
+                # One reading of the clock for both sides: read twice, a batch falling due in between would be in
+                # neither and never land
+                now = time.monotonic()
+                due = [h for h in self.held if h[0] <= now]
+                self.held = [h for h in self.held if h[0] > now]
                 idle = not self.held
             for _, items in due:
                 requests = [{"PutRequest": {"Item": item}} for item in items]
@@ -265,6 +270,7 @@ def _run_threads(
     if late is not None and lander is not None:
         late.done.set()
         lander.join(60)
+        assert not lander.is_alive() and late.landed == late.holds, "a held batch has not landed"
     for thread in pullers:
         thread.join(120)
     assert not run.errors, run.errors
