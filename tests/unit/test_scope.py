@@ -342,3 +342,19 @@ def test_the_scope_judges_bucket_writes_like_check_write():
     for delta, before, after in cases:
         assert scope.check_write(delta, before, after) == check_write(RULES, U1, delta, before, after, members)
     assert resolve_scope(None, {}).check_write(insert("t1", table="x", a=1), None, {"a": 1}) is None
+
+
+def test_a_scope_knows_which_membership_rows_it_depends_on_and_the_index_finds_them():
+    members = _members(("u1", 42))
+    scope = resolve_scope(RULES, U1, memberships=members)
+    assert scope.depends_on("memberships", None, {"user": "u1", "project": 43})
+    assert scope.depends_on("memberships", {"user": "u1", "project": 42}, None)
+    assert not scope.depends_on("memberships", None, {"user": "u2", "project": 43})
+    assert not scope.depends_on("memberships", None, {"user": "u1", "project": None})
+    assert not scope.depends_on("tasks", None, {"user": "u1", "project": 43})
+    assert not resolve_scope(RULES, U1).depends_on("memberships", None, {"user": "u1", "project": 43})
+    index = ScopeIndex()
+    index.put("s1", scope)
+    index.put("s2", resolve_scope(RULES, {"sub": "u2"}, memberships=members))
+    assert index.dependents("memberships", None, {"user": "u1", "project": 43}) == {"s1"}
+    assert index.dependents("memberships", {"user": "u2", "project": 1}, {"user": "u1", "project": 1}) == {"s1", "s2"}

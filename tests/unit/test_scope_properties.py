@@ -3,7 +3,8 @@
 (a) a scope of buckets alone is the pull's rule (``row_matches``, ``change_visible``): one evaluation;
 (b) a scope covers a row exactly when its buckets or one of its allowed, live subscriptions, each judged alone, does;
 (c) the difference between two scopes finds exactly the rows whose coverage changed, through its conditions;
-(d) the broadcaster's index never misses a session whose scope covers a changed row before or after the change.
+(d) the broadcaster's index never misses a session whose scope covers a changed row before or after the change;
+(e) a change of a membership row that changes a scope is one the scope depends on, and the index finds its session.
 """
 
 from __future__ import annotations
@@ -103,13 +104,12 @@ _claims = st.fixed_dictionaries(
         "projects": st.lists(st.sampled_from(("0", "1", "2", "3")), min_size=1, max_size=3),
     },
 )
-_memberships = st.lists(
-    st.fixed_dictionaries(
-        {"user": st.sampled_from(USERS), "project": st.integers(0, 3)},
-        optional={"role": st.sampled_from(("lead", "member"))},
-    ),
-    max_size=6,
-).map(lambda rows: InMemoryMemberships({"memberships": rows}))
+_membership_row = st.fixed_dictionaries(
+    {"user": st.sampled_from(USERS), "project": st.one_of(st.integers(0, 3), st.none())},
+    optional={"role": st.sampled_from(("lead", "member"))},
+)
+_membership_rows = st.lists(_membership_row, max_size=6)
+_memberships = _membership_rows.map(lambda rows: InMemoryMemberships({"memberships": rows}))
 _project = st.sampled_from(("0", "1", "2", "3"))
 _params_of = {
     "by_project": st.fixed_dictionaries({"project": _project}),
@@ -225,3 +225,36 @@ def test_the_index_never_misses_a_session_a_change_concerns(sessions, rules, cha
     for (table, before), after in changes:
         concerned = {s for s, scope in scopes.items() if scope.change_visible(table, before, after)}
         assert concerned <= index.candidates(table, before, after)
+
+
+_all_streams = st.builds(_rules_doc, st.lists(_bucket, max_size=3), st.just(sorted(STREAMS)), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rules=_all_streams,
+    sessions=st.lists(st.tuples(_claims, _subscriptions), min_size=1, max_size=4),
+    rows=_membership_rows,
+    change=st.tuples(st.integers(0, 6), st.one_of(st.none(), _membership_row), st.booleans()),
+)
+def test_a_membership_change_that_changes_a_scope_is_found_through_the_index(rules, sessions, rows, change):
+    # Given membership rows, and one of them inserted, changed or deleted (or a new one inserted), often one of a
+    # session's user
+    at, image, own = change
+    if image is not None and own:
+        image = {**image, "user": sessions[0][0]["sub"]}
+    before = rows[at] if at < len(rows) else None
+    changed = [r for i, r in enumerate(rows) if i != at] + ([image] if image is not None else [])
+    old_members = InMemoryMemberships({"memberships": rows})
+    new_members = InMemoryMemberships({"memberships": changed})
+    index = ScopeIndex()
+    for i, (claims, drawn) in enumerate(sessions):
+        subs = [*drawn, Subscription.of("member_todos")]
+        old = resolve_scope(rules, claims, subs, old_members, now_ms=NOW)
+        index.put(f"s{i}", old)
+        new = resolve_scope(rules, claims, subs, new_members, now_ms=NOW)
+        # Then a scope that changed depends on the row, and the index names its session
+        if (old.fingerprint, old.subscriptions) != (new.fingerprint, new.subscriptions):
+            assert old.depends_on("memberships", before, image)
+        if old.depends_on("memberships", before, image):
+            assert f"s{i}" in index.dependents("memberships", before, image)

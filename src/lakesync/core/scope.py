@@ -17,7 +17,9 @@ The scope carries what its users need:
   entering (:meth:`ScopeDifference.enters`) and sends deletes for the rows leaving (:meth:`ScopeDifference.leaves`).
 * :meth:`Scope.index_keys` and :func:`row_keys` -- keys through which a broadcaster finds the sessions a row change
   concerns without evaluating every session (:class:`ScopeIndex`): each condition is indexed by its most selective
-  ``eq``/``in`` clause, or by a catch-all for its tables when it has none.
+  ``eq``/``in`` clause, or by a catch-all for its tables when it has none. The membership queries a scope read are
+  indexed the same way (:meth:`ScopeIndex.dependents`): a change of a membership row finds the sessions whose scope
+  to resolve again.
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ class _Memo:
         self._source = source
         self._answers: dict[MembershipQuery, Collection[str]] = {}
 
+    @property
+    def queries(self) -> frozenset[MembershipQuery]:
+        """Every query asked so far."""
+        return frozenset(self._answers)
+
     def member_values(self, query: MembershipQuery) -> Collection[str]:
         if query not in self._answers:
             self._answers[query] = frozenset(self._source.member_values(query))
@@ -144,7 +151,8 @@ class Scope:
 
     Build it with :func:`resolve_scope`. :attr:`grants` keep each bucket's and subscription's condition with its write
     policy, for :meth:`check_write`; :attr:`subscriptions` are the ones in force, :attr:`refused` those dropped with
-    why (run out, no longer allowed, their stream gone).
+    why (run out, no longer allowed, their stream gone); :attr:`memberships` the membership queries it read, whose
+    answers a change of a membership row may alter (:meth:`depends_on`).
     """
 
     conditions: frozenset[Condition]
@@ -154,6 +162,7 @@ class Scope:
     refused: tuple[tuple[Subscription, SubscriptionRefusal], ...] = ()
     fingerprint: str = ""
     rules: SyncRules | None = field(default=None, compare=False, repr=False)
+    memberships: frozenset[MembershipQuery] = frozenset()
 
     def covers(self, table: str, row: Row | None) -> bool:
         """Whether the client may see ``row`` of ``table`` (``None``: the row does not exist)."""
@@ -174,6 +183,18 @@ class Scope:
     def index_keys(self) -> frozenset[IndexKey]:
         """The keys to index this scope under (:func:`condition_keys` of every condition)."""
         return frozenset(k for c in self.conditions for k in condition_keys(c))
+
+    def depends_on(self, table: str, before: Row | None, after: Row | None) -> bool:
+        """Whether changing a row of ``table`` from ``before`` to ``after`` may change this scope: the row gives, or
+        gave, a value to one of the membership queries it read (so the scope must be resolved again)."""
+        return any(
+            q.table == table and any(row is not None and q.contributes(row) is not None for row in (before, after))
+            for q in self.memberships
+        )
+
+    def dependency_keys(self) -> frozenset[IndexKey]:
+        """The keys to index this scope's membership queries under, for :meth:`depends_on`."""
+        return frozenset(k for q in self.memberships for k in condition_keys(Condition((q.table,), q.where)))
 
 
 def _subscription_grants(
@@ -239,6 +260,7 @@ def resolve_scope(
         tuple(refused),
         _fingerprint(conditions, hidden),
         rules,
+        source.queries if source is not None else frozenset(),
     )
 
 
@@ -303,30 +325,56 @@ class ScopeIndex:
     may concern, in time that grows with the keys of the row, not with the sessions."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, frozenset[IndexKey]] = {}
-        self._sessions: dict[IndexKey, set[str]] = {}
+        self._rows = _KeyIndex()
+        self._memberships = _KeyIndex()
 
     def put(self, session: str, scope: Scope) -> None:
         """Index ``session`` under ``scope`` (replacing its previous scope)."""
+        self._rows.put(session, scope.index_keys())
+        self._memberships.put(session, scope.dependency_keys())
+
+    def remove(self, session: str) -> None:
+        """Forget ``session``."""
+        self._rows.remove(session)
+        self._memberships.remove(session)
+
+    def candidates(self, table: str, before: Row | None, after: Row | None) -> set[str]:
+        """Every session whose scope may cover the row before or after the change (a superset: confirm each with
+        :meth:`Scope.change_visible`)."""
+        return self._rows.find(row_keys(table, before) | row_keys(table, after))
+
+    def dependents(self, table: str, before: Row | None, after: Row | None) -> set[str]:
+        """Every session whose scope may change with this change of a membership row (a superset: confirm each
+        with :meth:`Scope.depends_on`, then resolve its scope again and send the :func:`difference`)."""
+        return self._memberships.find(row_keys(table, before) | row_keys(table, after))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+class _KeyIndex:
+    """Sessions by key, and each session's keys."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, frozenset[IndexKey]] = {}
+        self._sessions: dict[IndexKey, set[str]] = {}
+
+    def put(self, session: str, keys: frozenset[IndexKey]) -> None:
         self.remove(session)
-        keys = scope.index_keys()
         self._keys[session] = keys
         for key in keys:
             self._sessions.setdefault(key, set()).add(session)
 
     def remove(self, session: str) -> None:
-        """Forget ``session``."""
         for key in self._keys.pop(session, ()):
             sessions = self._sessions[key]
             sessions.discard(session)
             if not sessions:
                 del self._sessions[key]
 
-    def candidates(self, table: str, before: Row | None, after: Row | None) -> set[str]:
-        """Every session whose scope may cover the row before or after the change (a superset: confirm each with
-        :meth:`Scope.change_visible`)."""
+    def find(self, keys: Iterable[IndexKey]) -> set[str]:
         found: set[str] = set()
-        for key in row_keys(table, before) | row_keys(table, after):
+        for key in keys:
             found |= self._sessions.get(key, set())
         return found
 
