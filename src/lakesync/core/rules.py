@@ -2,7 +2,10 @@
 
 A rules document (:class:`SyncRules`) holds named buckets. A bucket (:class:`Bucket`) covers some tables (none listed
 = every table) and AND-s its filters (:class:`Filter`); a row is visible to a client when it falls into ANY bucket.
-No rules, or rules with zero buckets, mean no filtering at all: everything is visible (:func:`rules_apply`).
+No rules, or rules with zero buckets and no stream, mean no filtering at all: everything is visible
+(:func:`rules_apply`). Streams (:mod:`lakesync.core.streams`) add rows on demand, per subscription; a client's buckets
+and subscriptions together are its scope (:mod:`lakesync.core.scope`). The filter model and its one evaluation are in
+:mod:`lakesync.core.filters`, where a filter may also take its values from a membership table.
 
 The JSON shape, the validation order and its messages (:func:`parse_sync_rules`), claim resolution
 (:func:`resolve_filter_value`), the matching of one sparse delta (:func:`delta_matches_bucket`), :func:`filter_deltas`
