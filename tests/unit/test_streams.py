@@ -466,3 +466,21 @@ def test_a_subscription_is_identified_by_stream_and_sorted_params_not_by_expiry(
     assert a.to_json() == {"stream": "s", "params": {"a": "1", "b": "2"}, "expiresAt": 5}
     assert a.expired(5) and not a.expired(4) and not a.expired(None)
     assert not Subscription.of("s").expired(10**15)
+
+
+def test_a_stream_says_when_a_subscription_runs_out_and_which_membership_tables_it_reads():
+    rules = parse_sync_rules(
+        _doc(
+            _stream(ttlSeconds={"default": 60, "max": 600}),
+            {"name": "plain", "table": "t"},
+            buckets=[{"name": "b", "tables": [], "filters": [_filter(membership={**MEMBER_OF, "table": "teams"})]}],
+        )
+    )
+    stream = rules.streams[0]
+    assert stream.expires_at(1_000) == 61_000
+    assert stream.expires_at(1_000, 10**6) == 601_000
+    assert rules.streams[1].expires_at(0) == 86_400_000
+    assert stream.membership_tables() == {"memberships"}
+    assert rules.streams[1].membership_tables() == frozenset()
+    assert rules.membership_tables() == {"memberships", "teams"}
+    assert parse_sync_rules({"version": 1, "buckets": []}).membership_tables() == frozenset()

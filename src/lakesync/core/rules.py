@@ -137,6 +137,12 @@ class SyncRules:
         """The stream called ``name``, if the rules declare one."""
         return next((s for s in self.streams if s.name == name), None)
 
+    def membership_tables(self) -> frozenset[str]:
+        """The tables the buckets and streams read memberships from: a change of one of their rows may change scopes
+        (:meth:`lakesync.core.scope.ScopeIndex.dependents`)."""
+        tables = {f.membership.table for b in self.buckets for f in b.filters if f.membership is not None}
+        return frozenset(tables).union(*(s.membership_tables() for s in self.streams))
+
     def admin_only(self, table: str) -> bool:
         """Whether only admins may read and write ``table``."""
         policy = self.tables.get(table)

@@ -126,6 +126,15 @@ class Stream:
         """The stream's lifetimes (the engine's when it gives none)."""
         return self.ttl or DEFAULT_TTL
 
+    def expires_at(self, now_ms: int, requested_seconds: int | None = None) -> int:
+        """When a subscription made at ``now_ms`` (epoch milliseconds) for ``requested_seconds`` runs out."""
+        return now_ms + 1000 * self.lifetime.seconds(requested_seconds)
+
+    def membership_tables(self) -> frozenset[str]:
+        """The tables this stream's filters and parameters read memberships from."""
+        memberships = [f.membership for f in self.filters] + [p.membership for p in self.params]
+        return frozenset(m.table for m in memberships if m is not None)
+
     def to_json(self) -> dict[str, Any]:
         """The JSON shape ``{"name", "table", "filters", "params", "write"?, "ttlSeconds"?}``."""
         doc: dict[str, Any] = {
