@@ -358,3 +358,38 @@ def test_a_scope_knows_which_membership_rows_it_depends_on_and_the_index_finds_t
     index.put("s2", resolve_scope(RULES, {"sub": "u2"}, memberships=members))
     assert index.dependents("memberships", None, {"user": "u1", "project": 43}) == {"s1"}
     assert index.dependents("memberships", {"user": "u2", "project": 1}, {"user": "u1", "project": 1}) == {"s1", "s2"}
+
+
+def test_a_parameter_may_feed_a_membership_of_the_streams_filter():
+    # Given a stream of the tasks of the projects a team (the parameter) belongs to
+    rules = parse_sync_rules(
+        {
+            "version": 1,
+            "buckets": [],
+            "streams": [
+                {
+                    "name": "team_projects",
+                    "table": "tasks",
+                    "filters": [
+                        {
+                            "column": "project_id",
+                            "op": "in",
+                            "membership": {
+                                "table": "teams",
+                                "column": "project",
+                                "where": [{"column": "team", "op": "eq", "value": "param:team"}],
+                            },
+                        }
+                    ],
+                    "params": {"team": {"subscription": {"allowed": "jwt:teams"}}},
+                }
+            ],
+        }
+    )
+    teams = InMemoryMemberships({"teams": [{"team": "red", "project": 1}, {"team": "blue", "project": 2}]})
+    # When a red member subscribes to red
+    scope = resolve_scope(rules, {"teams": ["red"]}, [Subscription.of("team_projects", {"team": "red"})], teams)
+    # Then it covers red's projects only, and depends on red's rows of the teams table
+    assert scope.covers("tasks", {"project_id": 1}) and not scope.covers("tasks", {"project_id": 2})
+    assert scope.depends_on("teams", None, {"team": "red", "project": 3})
+    assert not scope.depends_on("teams", None, {"team": "blue", "project": 3})
