@@ -72,6 +72,10 @@ bench: setup ## run the gateway benchmarks (push, pull, imports, real-time fresh
 bench-lake: setup ## run the lake benchmarks (Spark + Iceberg, ~15 min); results go to benchmarks/results/lake.*
 	$(RUN) python -m benchmarks --only lake
 
+.PHONY: bench-flush
+bench-flush: setup ## the flush function (the default engine) end to end vs a raw Query + one pyiceberg append of the same rows (~5 min); results in benchmarks/results/flush.*
+	$(RUN) python -m benchmarks.flush
+
 bench-materialise: setup ## materialise 100k deltas into a throwaway PostgreSQL, then local freshness push -> row (~3 min); results in benchmarks/results/{materialise,freshness}.*
 	$(RUN) python -m benchmarks.materialise
 	$(RUN) python -m benchmarks.freshness
