@@ -63,7 +63,6 @@ GATEWAY = "default"
 REGION = "us-east-1"
 NAMESPACE = "lakesync"
 WARM_UP_DELTAS = 200
-STEP_COLOURS = {"log read": "#4C72B0", "rows and Arrow": "#DD8452", "Parquet and commit": "#55A868"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,16 +469,15 @@ class Timing:
     result: Any
 
 
-def moto_cpu(endpoint_pid: int | None = None) -> Callable[[], float]:
+def moto_cpu() -> Callable[[], float]:
     """A reader of the moto server's CPU seconds (user + system, from ``/proc``; 0 where there is none): the server
     is this process's child running ``benchmarks._moto``."""
-    pid = endpoint_pid
-    if pid is None:
-        for children in Path("/proc/self/task").glob("*/children"):
-            for child in children.read_text().split():
-                with contextlib.suppress(OSError):
-                    if b"benchmarks._moto" in Path(f"/proc/{child}/cmdline").read_bytes():
-                        pid = int(child)
+    pid = None
+    for children in Path("/proc/self/task").glob("*/children"):
+        for child in children.read_text().split():
+            with contextlib.suppress(OSError):
+                if b"benchmarks._moto" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    pid = int(child)
     if pid is None:
         return lambda: 0.0
     stat, tick = Path(f"/proc/{pid}/stat"), os.sysconf("SC_CLK_TCK")
