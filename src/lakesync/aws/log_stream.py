@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakesync.aws.buffer.items import ChunkAttr
 from lakesync.aws.buffer.log_chunks import chunk_first, decode_entries
 from lakesync.core.errors import LakeSyncError
 from lakesync.core.log import LogEntry, ShardId
@@ -41,7 +42,7 @@ __all__ = [
 LogChunk = tuple[str, list[LogEntry]]
 """A chunk's gateway and its entries, in sequence order."""
 
-_CHUNK_ATTRIBUTES = ("shard", "seq", "n", "c", "z")
+_CHUNK_ATTRIBUTES = (ChunkAttr.SHARD, ChunkAttr.SEQ, ChunkAttr.COUNT, ChunkAttr.FIRST_HLC, ChunkAttr.ENTRIES)
 
 
 class StreamRecordError(ValueError):
@@ -60,13 +61,15 @@ def decode_record(record: Mapping[str, Any]) -> LogChunk | None:
     if not all(name in image for name in _CHUNK_ATTRIBUTES):
         return None
     try:
-        shard = ShardId.parse(image["shard"]["S"])
-        key, count, first_hlc = int(image["seq"]["N"]), int(image["n"]["N"]), int(image["c"]["N"])
-        blob = image["z"]["B"]
+        shard = ShardId.parse(image[ChunkAttr.SHARD]["S"])
+        key, count = int(image[ChunkAttr.SEQ]["N"]), int(image[ChunkAttr.COUNT]["N"])
+        first_hlc = int(image[ChunkAttr.FIRST_HLC]["N"])
+        blob = image[ChunkAttr.ENTRIES]["B"]
         data = base64.b64decode(blob, validate=True) if isinstance(blob, str) else bytes(blob)
         entries = decode_entries(shard, chunk_first(key), first_hlc, data)
     except (KeyError, TypeError, ValueError, zlib.error) as exc:  # binascii.Error and JSON errors are ValueErrors
-        raise StreamRecordError(f"log item {image.get('shard')} {image.get('seq')} does not decode: {exc}") from exc
+        where = f"{image.get(ChunkAttr.SHARD)} {image.get(ChunkAttr.SEQ)}"
+        raise StreamRecordError(f"log item {where} does not decode: {exc}") from exc
     if len(entries) != count:
         raise StreamRecordError(f"log item {shard.key} {key} holds {len(entries)} entries, n = {count}")
     return shard.gateway, entries

@@ -524,10 +524,16 @@ def _forget_published_positions(client: Any, heads_table: str) -> None:
     The next flush then publishes again from each shard's release mark (the idempotent consumer applies what it
     already had without effect); release is bounded by what that pass publishes, so nothing unpublished is released.
     """
+    from lakesync.aws.buffer.items import HeadAttr
+
     for page in client.get_paginator("scan").paginate(TableName=heads_table, ConsistentRead=True):
         for item in page.get("Items", []):
-            if "ps" in item:
-                client.update_item(TableName=heads_table, Key={"shard": item["shard"]}, UpdateExpression="REMOVE ps")
+            if HeadAttr.PUBLISHED_SEQ in item:
+                client.update_item(
+                    TableName=heads_table,
+                    Key={HeadAttr.SHARD: item[HeadAttr.SHARD]},
+                    UpdateExpression=f"REMOVE {HeadAttr.PUBLISHED_SEQ}",
+                )
 
 
 class _PollContext:
