@@ -286,7 +286,7 @@ def _assert_every_push_acknowledged_its_delta_ids_in_order(run: Run, shape: Shap
 
 
 def _assert_every_delta_id_remembered(
-    deps: GatewayDeps, pushed: dict[str, RowDelta], rows: dict[tuple[str, str], Any]
+    deps: GatewayDeps, pushed: dict[str, RowDelta], rows: dict[tuple[str, str], Any], entries: list[LogEntry]
 ) -> None:
     """By a dedup record or by its row (which keeps its last deltas' keys), or a re-send of it would change nothing."""
     keys = {dedup_key(d.client_id, d.delta_id): d for d in pushed.values()}
@@ -295,7 +295,14 @@ def _assert_every_delta_id_remembered(
         row = rows.get((delta.table, delta.row_id))
         kept = row is not None and recent_key(key) in row.recent
         harmless = row is not None and not merge(row.state, delta).changed
-        assert key in recorded or kept or harmless, delta.delta_id
+        if not (key in recorded or kept or harmless):
+            logged = [(e.shard.key, e.seq) for e in entries if e.delta.delta_id == delta.delta_id]
+            row_log = [e.seq for e in entries if (e.delta.table, e.delta.row_id) == (delta.table, delta.row_id)]
+            stored = row.version if row is not None else None
+            raise AssertionError(
+                f"{delta.delta_id} of {delta.table}:{delta.row_id} is not remembered: logged at {logged}, the row"
+                f" stored at {stored}, its log entries at {sorted(row_log)}"
+            )
 
 
 def _assert_row_index_is_the_fold_of_the_log(entries: list[LogEntry], rows: dict[tuple[str, str], Any]) -> None:
@@ -418,7 +425,7 @@ def test_concurrency_pushes_commit_atomically_and_cursor_pulls_lose_and_repeat_n
     pushed = {d.delta_id: d for batch, _ in run.pushed for d in batch}
     # And every deltaId is remembered
     rows = deps.buffer.get_rows(GW, list({(d.table, d.row_id) for d in pushed.values()}))
-    _assert_every_delta_id_remembered(deps, pushed, rows)
+    _assert_every_delta_id_remembered(deps, pushed, rows, entries)
     # And the row index (written after each commit's log item) is the fold of the log, row by row
     _assert_row_index_is_the_fold_of_the_log(entries, rows)
     # And each shard's log is numbered 1..n without gaps, with commit HLCs in sequence order, matching its head
