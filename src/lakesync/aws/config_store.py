@@ -171,32 +171,10 @@ class DynamoDBConfigStore:
         return sorted(configs, key=lambda c: c.name)
 
     def add_destination(self, gateway: str, config: DestinationConfig) -> None:
-        try:
-            self._db.put_item(
-                TableName=self._t.config,
-                Item={
-                    "gw": str_attr(gateway),
-                    "sk": str_attr(destination_key(config.name)),
-                    "doc": str_attr(utf8_json(config.to_json())),
-                },
-                # The condition makes the add race-safe: of two concurrent adds of one name exactly one wins.
-                ConditionExpression="attribute_not_exists(sk)",
-            )
-        except ClientError as exc:
-            if condition_failed(exc):
-                raise AlreadyExistsError(f'Destination "{config.name}" already exists') from exc
-            raise storage_error(exc, "PutItem") from exc
+        self._add(gateway, destination_key(config.name), config.to_json(), f'Destination "{config.name}"')
 
     def remove_destination(self, gateway: str, name: str) -> bool:
-        try:
-            out = self._db.delete_item(
-                TableName=self._t.config,
-                Key={"gw": str_attr(gateway), "sk": str_attr(destination_key(name))},
-                ReturnValues="ALL_OLD",
-            )
-        except ClientError as exc:
-            raise storage_error(exc, "DeleteItem") from exc
-        return bool(out.get("Attributes"))
+        return self._remove(gateway, destination_key(name))
 
     def list_connectors(self, gateway: str) -> list[ConnectorConfig]:
         configs = []
@@ -215,26 +193,30 @@ class DynamoDBConfigStore:
         return _connector(item) if item else None
 
     def add_connector(self, gateway: str, config: ConnectorConfig) -> None:
+        self._add(gateway, CONNECTOR_PREFIX + config.name, config.to_json(), f'Connector "{config.name}"')
+
+    def remove_connector(self, gateway: str, name: str) -> bool:
+        return self._remove(gateway, CONNECTOR_PREFIX + name)
+
+    def _add(self, gateway: str, key: str, doc: Mapping[str, Any], what: str) -> None:
+        """Put a configuration document where none is: of two concurrent adds of one name exactly one wins."""
         try:
             self._db.put_item(
                 TableName=self._t.config,
-                Item={
-                    "gw": str_attr(gateway),
-                    "sk": str_attr(CONNECTOR_PREFIX + config.name),
-                    "doc": str_attr(utf8_json(config.to_json())),
-                },
+                Item={"gw": str_attr(gateway), "sk": str_attr(key), "doc": str_attr(utf8_json(doc))},
                 ConditionExpression="attribute_not_exists(sk)",
             )
         except ClientError as exc:
             if condition_failed(exc):
-                raise AlreadyExistsError(f'Connector "{config.name}" already exists') from exc
+                raise AlreadyExistsError(f"{what} already exists") from exc
             raise storage_error(exc, "PutItem") from exc
 
-    def remove_connector(self, gateway: str, name: str) -> bool:
+    def _remove(self, gateway: str, key: str) -> bool:
+        """Delete a configuration document; whether it was there."""
         try:
             out = self._db.delete_item(
                 TableName=self._t.config,
-                Key={"gw": str_attr(gateway), "sk": str_attr(CONNECTOR_PREFIX + name)},
+                Key={"gw": str_attr(gateway), "sk": str_attr(key)},
                 ReturnValues="ALL_OLD",
             )
         except ClientError as exc:
