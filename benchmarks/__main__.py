@@ -34,7 +34,6 @@ class Sizes:
     push_repetitions: int
     push_warmup: int
     push_profile_deltas: int
-    stock_table_sizes: tuple[int, ...]
     pull_deltas: int
     pull_limit: int
     pull_repetitions: int
@@ -47,7 +46,6 @@ FULL = Sizes(
     push_repetitions=5,
     push_warmup=128,
     push_profile_deltas=1000,
-    stock_table_sizes=(0, 1000),
     pull_deltas=10_000,
     pull_limit=1000,
     pull_repetitions=9,
@@ -59,7 +57,6 @@ QUICK = Sizes(
     push_repetitions=2,
     push_warmup=32,
     push_profile_deltas=96,
-    stock_table_sizes=(0, 100),
     pull_deltas=600,
     pull_limit=200,
     pull_repetitions=2,
@@ -74,11 +71,11 @@ COMMON_METHOD = [
     "`LAKESYNC_GATEWAY_IDS`, `AWS_ENDPOINT_URL`, tracing off, log level WARNING); the handlers' boto3 client is "
     "the project's (`lakesync.aws.clients`). The raw floors use a plain boto3 client on the same server "
     "(no retries, long timeouts).",
-    "* Two emulator artifacts are patched in the moto process, for both sides alike: `TransactWriteItems` backs "
-    "each touched table up once per transaction instead of deep-copying it once per item (stock moto makes a "
-    "commit's cost grow with the table), and `Query`/`Scan` items of JSON-native attribute types are written "
-    "with `json.dumps` instead of moto's model-driven serializer (about 1 ms per returned item; the first "
-    "responses are serialized both ways and compared, and any difference turns the fast path off). moto's "
+    "* One emulator artifact is patched in the moto process, for both sides alike: `Query`/`Scan` items of "
+    "JSON-native attribute types are written with `json.dumps` instead of moto's model-driven serializer (about "
+    "1 ms per returned item; the first responses are serialized both ways and compared, and any difference turns "
+    "the fast path off). The server also carries the embedded default's moto patches (`lakesync.local.moto_fast`: "
+    "a table's stream keeps its last 20,000 records; no request timed here is a `TransactWriteItems`). moto's "
     "`Query` still scans the table and sorts the partition on every call, so its cost grows with the partition "
     "(STACK.md): only the ratios are meaningful, not the absolute rates.",
     "* Every figure is the median of several repetitions after a warm-up; min, max and spread "
@@ -97,9 +94,9 @@ PUSH_METHOD = [
     "* **floor C (the same items)**: `BatchWriteItem` (25 items per request) of every item the handler run stored -- "
     "log chunks, rows, deltaId records, head and shard-registry items, read back from its tables -- unconditional, "
     "no reads.",
-    "* **floor B**: the very write requests the handler run sent (`TransactWriteItems`, `PutItem`, `UpdateItem`, "
-    "`BatchWriteItem`), recorded on its client and replayed in order on fresh tables: the storage work of a push "
-    "without its reads and without our code.",
+    "* **floor B**: the very write requests the handler run sent (`PutItem`, `UpdateItem`, `BatchWriteItem`), "
+    "recorded on its client and replayed in order on fresh tables: the storage work of a push without its reads "
+    "and without our code.",
 ]
 PULL_METHOD = [
     "* Setup (not timed): the deltas go through the real push service over in-memory stores whose commits are "
@@ -162,24 +159,20 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "sizes": asdict(sizes),
         "method": {"common": COMMON_METHOD, "push": PUSH_METHOD, "pull": PULL_METHOD},
-        "moto": {},
     }
     summaries = []
     if "push" in selected:
-        figures, sample = push.run(
+        figures = push.run(
             deltas=sizes.push_deltas,
             batch=sizes.push_batch,
             repetitions=sizes.push_repetitions,
             warmup_deltas=sizes.push_warmup,
         )
         results["push"] = figures
-        results["moto"]["fast_transactions_rollback_check"] = figures.pop("fast_transactions_rollback_check")
         summaries.append(push.quick_summary(figures))
         progress(summaries[-1])
         if profile_mode or (profile_mode is None and not figures["goal"]["met"]):
             results["push_profile"] = push.profile(deltas=sizes.push_profile_deltas, batch=sizes.push_batch)
-        if sample is not None:
-            results["push_stock_moto_commit"] = push.stock_moto_commit_cost(sample, table_sizes=sizes.stock_table_sizes)
     if "pull" in selected:
         results["pull"] = pull.run(
             deltas=sizes.pull_deltas,

@@ -121,16 +121,65 @@ def pull_event(token: str, *, limit: int, cursor: str) -> dict[str, Any]:
 
 
 # -- the handlers' environment ---------------------------------------------------------------------------------------
+def handler_environment(
+    *, endpoint_url: str, region: str, secret: str, gateways: str, log_level: str
+) -> dict[str, str]:
+    """The variables the handlers read, as the local runner sets them: the AWS endpoint, region and test credentials,
+    the JWT secret, the gateways served, Powertools with tracing off and ``log_level``."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+        "LAKESYNC_JWT_SECRET": secret,
+        "LAKESYNC_GATEWAY_IDS": gateways,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_SERVICE_NAME": "lakesync",
+        "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
+        "POWERTOOLS_LOG_LEVEL": log_level,
+    }
+
+
+def set_environ(variables: Mapping[str, str], saved: dict[str, str | None]) -> None:
+    """Set ``variables`` in the process environment, keeping in ``saved`` the value each had first (``None``: unset)."""
+    for key, value in variables.items():
+        saved.setdefault(key, os.environ.get(key))
+        os.environ[key] = value
+
+
+def restore_environ(saved: dict[str, str | None]) -> None:
+    """Put back the values ``saved`` holds (unsetting those that were unset) and empty it."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    saved.clear()
+
+
+def lambda_context(function_name: str, region: str) -> Any:
+    """The context object a handler is called with, for a function of that name."""
+    from lakesync.local.front import LambdaContext
+
+    return LambdaContext(
+        function_name=function_name,
+        aws_request_id=str(uuid.uuid4()),
+        invoked_function_arn=f"arn:aws:lambda:{region}:123456789012:function:{function_name}",
+    )
+
+
 class HandlerEnv:
     """A moto server (separate process) plus the environment variables the Lambda handlers read.
 
-    ``with HandlerEnv(fast_transactions=True) as env: names = env.new_tables(); env.invoke(module, event)``.
+    ``with HandlerEnv() as env: names = env.new_tables(); env.invoke(module, event)``.
     The process environment is restored on exit.
     """
 
-    def __init__(self, *, fast_transactions: bool = True, fast_json: bool = True, profile: Path | None = None) -> None:
+    def __init__(self, *, fast_json: bool = True, profile: Path | None = None) -> None:
         """Configure; nothing starts until ``__enter__`` (the flags are :mod:`benchmarks._moto`'s)."""
-        self.moto = MotoProcess(fast_transactions=fast_transactions, fast_json=fast_json, profile=profile)
+        self.moto = MotoProcess(fast_transactions=True, fast_json=fast_json, profile=profile)
         self.secret = secrets.token_urlsafe(32)
         self._saved: dict[str, str | None] = {}
         self._sink = io.StringIO()
@@ -139,39 +188,19 @@ class HandlerEnv:
 
     def __enter__(self) -> HandlerEnv:
         self.moto.start()
-        env = {
-            "AWS_ENDPOINT_URL": self.moto.endpoint_url,
-            "AWS_REGION": "us-east-1",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-            "LAKESYNC_JWT_SECRET": self.secret,
-            "LAKESYNC_GATEWAY_IDS": GATEWAY,
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_SERVICE_NAME": "lakesync",
-            "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
-            "POWERTOOLS_LOG_LEVEL": "WARNING",
-        }
-        for key, value in env.items():
-            self._saved.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
-        from lakesync.local.front import LambdaContext
-
-        self._context = LambdaContext(
-            function_name="lakesync-bench",
-            aws_request_id=str(uuid.uuid4()),
-            invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:lakesync-bench",
+        variables = handler_environment(
+            endpoint_url=self.moto.endpoint_url,
+            region="us-east-1",
+            secret=self.secret,
+            gateways=GATEWAY,
+            log_level="WARNING",
         )
+        set_environ(variables, self._saved)
+        self._context = lambda_context("lakesync-bench", "us-east-1")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for key, value in self._saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved.clear()
+        restore_environ(self._saved)
         with contextlib.suppress(ImportError):
             from functions._runtime import reset_runtime
 
@@ -250,15 +279,10 @@ class CallRecorder:
     ``sends`` counts HTTP requests: more sends than calls means the SDK retried (e.g. after a read timeout).
     """
 
-    record: frozenset[str] = frozenset({"TransactWriteItems", "BatchWriteItem"})
+    record: frozenset[str] = frozenset({"BatchWriteItem"})
     calls: Counter[str] = field(default_factory=Counter)
     recorded: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     sends: int = 0
-
-    @property
-    def transactions(self) -> list[list[dict[str, Any]]]:
-        """The ``TransactItems`` of every recorded ``TransactWriteItems``, in order."""
-        return [params["TransactItems"] for op, params in self.recorded if op == "TransactWriteItems"]
 
     def _on_call(self, params: Mapping[str, Any], model: Any, **_: Any) -> None:
         self.calls[model.name] += 1
@@ -287,21 +311,9 @@ class CallRecorder:
                 client.meta.events.unregister(event, unique_id=f"bench-{event}-{id(self)}")
 
 
-def retarget(transaction: list[dict[str, Any]], old: Any, new: Any) -> list[dict[str, Any]]:
-    """The same ``TransactItems`` with table names moved from the ``old`` TableNames to the ``new`` ones."""
-    mapping = {old_name: new.as_dict()[kind] for kind, old_name in old.as_dict().items()}
-    moved = []
-    for action in transaction:
-        ((op_type, op),) = action.items()
-        moved.append({op_type: {**op, "TableName": mapping[op["TableName"]]}})
-    return moved
-
-
 def retarget_request(operation: str, params: dict[str, Any], old: Any, new: Any) -> dict[str, Any]:
-    """A recorded write request (``TransactWriteItems``, ``BatchWriteItem``, ``PutItem``, ``UpdateItem``) with its
-    tables moved from ``old`` to ``new``."""
-    if operation == "TransactWriteItems":
-        return {**params, "TransactItems": retarget(params["TransactItems"], old, new)}
+    """A recorded write request (``BatchWriteItem``, ``PutItem``, ``UpdateItem``) with its tables moved from the
+    ``old`` TableNames to the ``new`` ones."""
     mapping = {old_name: new.as_dict()[kind] for kind, old_name in old.as_dict().items()}
     if operation in ("PutItem", "UpdateItem"):
         return {**params, "TableName": mapping[params["TableName"]]}

@@ -5,12 +5,13 @@ DynamoDB do not share an interpreter. In one process, moto's request handling an
 turns on one GIL, and a client-side profile would mix the two. Here the client's profile shows moto as time spent
 waiting on a socket, and moto can be profiled on its own (``--profile``).
 
-Two flags each replace one emulator artifact (both sides of every comparison run on the same server).
+Both sides of every comparison run on the same server, with the same flags.
 
-``--fast-transactions``: :func:`lakesync.local.moto_fast.install_fast_transactions`, which the embedded default's
-moto server uses too: stock moto 5.x backs up every table a ``TransactWriteItems`` touches once per *item* of the
-transaction, so one commit costs O(items in the transaction x items in the tables); with the flag each touched
-table is backed up once per transaction. A failed transaction still rolls back to exactly the state before it.
+``--fast-transactions``: :func:`lakesync.local.moto_fast.install_fast_transactions`, the patches the embedded
+default's moto server runs: a table's stream keeps its last records instead of every one ever written (the log table
+has a stream: every log write adds a record), consumed shard iterators are forgotten, and a ``TransactWriteItems``
+backs each touched table up once per transaction instead of once per item. The gateway sends no transaction (a push
+commits by one conditional ``PutItem`` of its chunk's log item, issue 42), so that last patch is idle here.
 
 ``--fast-json``: moto 5.x writes every response through a generic, botocore-model-driven serializer that costs
 about a millisecond per item returned (seconds for a 1,000-item ``Query`` page; DynamoDB answers in milliseconds).

@@ -170,7 +170,7 @@ def run(*, deltas: int, limit: int, repetitions: int, profile: bool | None = Non
     """
     import functions.pull as pull_module
 
-    with HandlerEnv(fast_transactions=True) as env:
+    with HandlerEnv() as env:
         progress(f"pull: seeding {deltas} deltas through the push service")
         seconds, names = timed(lambda: seed(env, deltas))
         progress(f"pull: seeded in {seconds:.1f}s")

@@ -13,9 +13,9 @@ One repetition, on fresh tables each side:
 * **floor A, raw log writes** (the figure the goal is set against): ``BatchWriteItem`` of the log alone, one item
   per delta (the handler's entries with their delta and row images, as the buffer stored them before it kept a
   chunk per item).
-* **floor B, raw replay**: the very write requests the handler run sent (``PutItem``, ``UpdateItem``,
-  ``TransactWriteItems`` and ``BatchWriteItem``, recorded on its client), replayed in order on fresh tables: the
-  storage work of a push without its reads and without our code.
+* **floor B, raw replay**: the very write requests the handler run sent (``PutItem``, ``UpdateItem`` and
+  ``BatchWriteItem``, recorded on its client), replayed in order on fresh tables: the storage work of a push without
+  its reads and without our code.
 
 Workload: ``deltas`` INSERTs of distinct rows of one table (one shard), three columns each, from one client.
 """
@@ -23,7 +23,6 @@ Workload: ``deltas`` INSERTs of distinct rows of one table (one shard), three co
 from __future__ import annotations
 
 import cProfile
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +39,6 @@ from benchmarks._common import (
     progress,
     push_events,
     query_all,
-    retarget,
     retarget_request,
     scan_all,
     summarize,
@@ -57,7 +55,7 @@ GOAL_RATIO = 0.7
 def _handler_run(env: HandlerEnv, push_module: Any, deltas: list[Any], batch: int) -> dict[str, Any]:
     names = env.new_tables()
     events = push_events(deltas, batch, env.token())
-    recorder = CallRecorder(record=frozenset({"TransactWriteItems", "BatchWriteItem", "PutItem", "UpdateItem"}))
+    recorder = CallRecorder(record=frozenset({"BatchWriteItem", "PutItem", "UpdateItem"}))
     with recorder.attached(env.handler_client()):
         seconds = 0.0
         for event in events:
@@ -99,7 +97,6 @@ def _floor_replay(env: HandlerEnv, source: Any, recorded: list[tuple[str, dict[s
     client = env.raw_client()
     moved = [(op, retarget_request(op, params, source, names)) for op, params in recorded]
     calls = {
-        "TransactWriteItems": client.transact_write_items,
         "BatchWriteItem": client.batch_write_item,
         "PutItem": client.put_item,
         "UpdateItem": client.update_item,
@@ -107,9 +104,7 @@ def _floor_replay(env: HandlerEnv, source: Any, recorded: list[tuple[str, dict[s
     try:
         seconds, _ = timed(lambda: [calls[op](**params) for op, params in moved])
         items, _ = query_all(client, names.deltas, SHARD, page=1000)
-        # Each commit is a put of its log item.
-        logged = sum(1 for op, params in recorded if op == "PutItem" and params["TableName"] == source.deltas)
-        if len(items) != logged:
+        if len(items) != _commits(recorded, source):
             raise RuntimeError("replayed requests did not write the expected log items")
         return seconds
     finally:
@@ -140,27 +135,20 @@ def _repetition(env: HandlerEnv, push_module: Any, count: int, batch: int, tag: 
         "floor_log_write_requests": floor_a_requests,
         "calls": dict(recorder.calls),
         "retries": recorder.retries,
-        # A commit is a put of its log item (the transactions' lists stay empty: the push sends none).
-        "items_per_commit": [len(t) for t in recorder.transactions]
-        + [1 for op, params in recorder.recorded if op == "PutItem" and params["TableName"] == names.deltas],
-        "transaction_items": sum(len(t) for t in recorder.transactions),
-        "sample_commit": (names, recorder.transactions[0]) if recorder.transactions else None,
+        "commits": _commits(recorder.recorded, names),
     }
 
 
-def run(
-    *, deltas: int, batch: int, repetitions: int, warmup_deltas: int
-) -> tuple[dict[str, Any], tuple[Any, list[dict[str, Any]]] | None]:
-    """Measure push throughput (see the module docstring).
+def _commits(recorded: list[tuple[str, dict[str, Any]]], names: Any) -> int:
+    """The commits among recorded write requests: each is one ``PutItem`` of its chunk's log item."""
+    return sum(1 for op, params in recorded if op == "PutItem" and params["TableName"] == names.deltas)
 
-    Returns:
-        The figures for the results file, and one transaction the handler sent (its table names and
-        ``TransactItems``; the first commit of a new shard) for :func:`stock_moto_commit_cost`, or ``None`` when it
-        sent none (first keys: every commit is a put).
-    """
+
+def run(*, deltas: int, batch: int, repetitions: int, warmup_deltas: int) -> dict[str, Any]:
+    """Measure push throughput (see the module docstring); returns the figures for the results file."""
     import functions.push as push_module
 
-    with HandlerEnv(fast_transactions=True) as env:
+    with HandlerEnv() as env:
         progress(f"push: warm-up ({warmup_deltas} deltas, handler + both floors)")
         _repetition(env, push_module, warmup_deltas, min(batch, warmup_deltas), "warm")
         reps = []
@@ -173,7 +161,6 @@ def run(
                 f"raw log writes {deltas / rep['floor_log_writes_s']:.0f}/s, "
                 f"raw replay {deltas / rep['floor_replay_s']:.0f}/s"
             )
-        rollback_ok = _check_fast_transaction_rollback(env)
 
     def rates(key: str) -> dict[str, Any]:
         return summarize([deltas / r[key] for r in reps], digits=1)
@@ -182,7 +169,7 @@ def run(
     ratio_b = summarize([r["floor_replay_s"] / r["handler_s"] for r in reps], digits=3)
     ratio_c = summarize([r["floor_all_items_s"] / r["handler_s"] for r in reps], digits=3)
     first = reps[0]
-    chunks = len(first["items_per_commit"])
+    chunks = first["commits"]
     result = {
         "workload": {
             "deltas": deltas,
@@ -207,98 +194,13 @@ def run(
             "floor_all_items_total": first["floor_all_items_requests"],
             "floor_log_writes_total": first["floor_log_write_requests"],
             "commits": chunks,
-            "items_per_commit_median": statistics.median(first["items_per_commit"]),
-            "transaction_items_per_delta_handler": round(first["transaction_items"] / deltas, 3),
             "items_written_per_delta_floor_all_items": round(first["floor_all_items"] / deltas, 3),
             "items_written_per_delta_floor_log_writes": 1,
             "handler_sdk_retries_total": sum(r["retries"] for r in reps),
         },
-        "fast_transactions_rollback_check": rollback_ok,
         "moto_fast_json": env.moto.fast_json_report,
     }
-    return result, first["sample_commit"]
-
-
-def _check_fast_transaction_rollback(env: HandlerEnv) -> bool:
-    """A cancelled transaction on the patched moto leaves every item as it was (puts and an in-place update)."""
-    client = env.raw_client()
-    names = env.new_tables(use_for_handlers=False)
-    try:
-        client.put_item(TableName=names.heads, Item={"shard": {"S": "s"}, "seq": {"N": "1"}})
-        client.put_item(TableName=names.rows, Item={"pk": {"S": "taken"}, "v": {"N": "1"}})
-        before = client.scan(TableName=names.heads)["Items"], client.scan(TableName=names.rows)["Items"]
-        try:
-            client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": names.heads,
-                            "Key": {"shard": {"S": "s"}},
-                            "UpdateExpression": "SET seq = :n",
-                            "ExpressionAttributeValues": {":n": {"N": "2"}},
-                        }
-                    },
-                    {"Put": {"TableName": names.rows, "Item": {"pk": {"S": "new"}, "v": {"N": "1"}}}},
-                    {
-                        "Put": {
-                            "TableName": names.rows,
-                            "Item": {"pk": {"S": "taken"}, "v": {"N": "9"}},
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                ]
-            )
-        except client.exceptions.TransactionCanceledException:
-            pass
-        else:
-            return False
-        after = client.scan(TableName=names.heads)["Items"], client.scan(TableName=names.rows)["Items"]
-        return before == after
-    finally:
-        env.drop_tables(names)
-
-
-def stock_moto_commit_cost(sample: tuple[Any, list[dict[str, Any]]], *, table_sizes: tuple[int, ...]) -> dict[str, Any]:
-    """Seconds of one commit the handler sent, replayed on stock moto and on the patched one, as the tables grow.
-
-    Before each replay the log, row and dedup tables are filled with ``size`` unrelated items each.
-    """
-    source, commit = sample
-    results: dict[str, Any] = {"commit_items": len(commit), "table_sizes": list(table_sizes)}
-    for label, fast in (("stock_moto_s", False), ("patched_moto_s", True)):
-        seconds = []
-        with HandlerEnv(fast_transactions=fast) as env:
-            client = env.raw_client()
-            warm = env.new_tables(use_for_handlers=False)
-            client.transact_write_items(TransactItems=retarget(commit, source, warm))
-            env.drop_tables(warm)
-            for size in table_sizes:
-                names = env.new_tables(use_for_handlers=False)
-                _fill(client, names, size)
-                moved = retarget(commit, source, names)
-                start = time.perf_counter()
-                client.transact_write_items(TransactItems=moved)
-                elapsed = time.perf_counter() - start
-                seconds.append(round(elapsed, 4))
-                env.drop_tables(names)
-                kind = "stock" if not fast else "patched"
-                progress(f"push: one {len(commit)}-item commit on {kind} moto, tables at {size} items: {elapsed:.3f}s")
-        results[label] = seconds
-    return results
-
-
-def _fill(client: Any, names: Any, size: int) -> None:
-    pad = "x" * 150
-    batch_write(
-        client,
-        names.deltas,
-        [
-            {"shard": {"S": "fill#t#0"}, "seq": {"N": str(i)}, "chlc": {"N": str(i)}, "d": {"S": pad}}
-            for i in range(1, size + 1)
-        ],
-    )
-    batch_write(client, names.rows, [{"pk": {"S": f"fill#{i}"}, "s": {"S": pad}, "v": {"N": "1"}} for i in range(size)])
-    batch_write(client, names.dedup, [{"pk": {"S": f"fill#{i}"}, "exp": {"N": "9999999999"}} for i in range(size)])
+    return result
 
 
 def profile(*, deltas: int, batch: int) -> dict[str, Any]:
@@ -308,7 +210,7 @@ def profile(*, deltas: int, batch: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         server_profile = Path(tmp) / "moto.prof"
         client_profile = Path(tmp) / "client.prof"
-        with HandlerEnv(fast_transactions=True, profile=server_profile) as env:
+        with HandlerEnv(profile=server_profile) as env:
             warm = make_deltas(64, row_prefix="pwarm")
             env.new_tables()
             for event in push_events(warm, 64, env.token()):
@@ -328,7 +230,7 @@ def profile(*, deltas: int, batch: int) -> dict[str, Any]:
             server_profile,
             {
                 op: f"moto/dynamodb/responses.py:{op}"
-                for op in ("transact_write_items", "batch_get_item", "query", "get_item", "batch_write_item")
+                for op in ("put_item", "update_item", "batch_get_item", "query", "get_item", "batch_write_item")
             },
         )
         ops["condition expression parsing (moto)"] = cumulative(

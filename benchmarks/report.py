@@ -156,11 +156,8 @@ def markdown(r: dict[str, Any]) -> str:
         if fast:
             state = f"turned off ({fast['disabled_reason']})" if fast["disabled_reason"] else "stayed on"
             checks.append(f"{name} server: {fast['used']} fast responses, {fast['verified']} verified, {state}")
-    if "fast_transactions_rollback_check" in r["moto"]:
-        rollback = r["moto"]["fast_transactions_rollback_check"]
-        checks.append(f"a cancelled transaction on the patched server left every item as it was: {rollback}")
     if checks:
-        lines.append(f"* Checks of the moto patches in this run: {'; '.join(checks)}.")
+        lines.append(f"* Checks of the moto patch in this run: {'; '.join(checks)}.")
     lines.append("")
     if push:
         lines += _push_section(r, push)
@@ -198,34 +195,14 @@ def _push_section(r: dict[str, Any], push: dict[str, Any]) -> list[str]:
         f"handler / floor B = {_range(push['ratio_vs_replay'], '{:.3f}')}.",
         "",
         f"DynamoDB requests of one handler repetition: {_calls(calls['handler'])} = {calls['handler_total']} "
-        f"({calls['handler_per_commit']} per commit of ~{calls['items_per_commit_median']:.0f} items), against "
+        f"({calls['handler_per_commit']} per commit; {calls['commits']} commits, each one conditional `PutItem` of "
+        "its chunk's log item), against "
         f"{calls['floor_all_items_total']} `BatchWriteItem` requests "
         f"({calls['items_written_per_delta_floor_all_items']} items per delta) for floor C and "
         f"{calls['floor_log_writes_total']} (1 item per delta) for floor A. SDK retries during the handler runs: "
         f"{calls['handler_sdk_retries_total']}.",
         "",
     ]
-    stock = r.get("push_stock_moto_commit")
-    if stock:
-        lines += [
-            "### Why the moto server is patched for transactions",
-            "",
-            f"One {stock['commit_items']}-item commit the handler sent, replayed with the log, row and dedup tables "
-            "already holding N unrelated items each:",
-            "",
-            "| N items per table | stock moto (s) | patched moto (s) |",
-            "|---|---|---|",
-            *[
-                f"| {n} | {a:.3f} | {b:.3f} |"
-                for n, a, b in zip(stock["table_sizes"], stock["stock_moto_s"], stock["patched_moto_s"], strict=True)
-            ],
-            "",
-            "Stock moto deep-copies every touched table once per transaction item, so a commit's cost grows with "
-            "everything stored before it and a push run is quadratic (a 1,000-delta push took about a minute in "
-            "exploratory runs). The benchmark's moto backs each table up once per transaction instead "
-            f"(rollback verified on every run: {r['moto']['fast_transactions_rollback_check']}).",
-            "",
-        ]
     profile = r.get("push_profile")
     if profile:
         lines += [

@@ -89,7 +89,7 @@ def run(*, deltas: int, batch: int, repetitions: int, warmup_deltas: int) -> dic
     """Measure (see the module docstring)."""
     import functions.push as push_module
 
-    with HandlerEnv(fast_transactions=True) as env:
+    with HandlerEnv() as env:
         progress(f"write rules: warm-up ({warmup_deltas} deltas, with and without)")
         for rules in (False, True):
             _run(env, push_module, _deltas(warmup_deltas, f"warm{rules}"), min(batch, warmup_deltas), rules=rules)

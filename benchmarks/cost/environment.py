@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from benchmarks._common import handler_environment, lambda_context, restore_environ, set_environ
 from benchmarks._moto import MotoProcess
 from benchmarks.cost.meter import Meter
 from benchmarks.cost.model import http_api_requests, lambda_gb_seconds
@@ -80,32 +81,16 @@ class CostEnv:
 
     def __enter__(self) -> CostEnv:
         self.moto.start()
-        env = {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-            "LAKESYNC_JWT_SECRET": self.secret,
-            "LAKESYNC_GATEWAY_IDS": PUSH_GATEWAY,
-            "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET,
-            "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_SERVICE_NAME": "lakesync",
-            "POWERTOOLS_METRICS_NAMESPACE": "LakeSync",
+        variables = handler_environment(
+            endpoint_url=self.endpoint,
+            region=REGION,
+            secret=self.secret,
+            gateways=PUSH_GATEWAY,
             # The deployed default (infra config logLevel): what the functions log is CloudWatch Logs ingestion.
-            "POWERTOOLS_LOG_LEVEL": "INFO",
-        }
-        for key, value in env.items():
-            self._saved.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
-        from lakesync.local.front import LambdaContext
-
-        self._context = LambdaContext(
-            function_name="lakesync-cost",
-            aws_request_id=str(uuid.uuid4()),
-            invoked_function_arn=f"arn:aws:lambda:{REGION}:123456789012:function:lakesync-cost",
+            log_level="INFO",
         )
+        set_environ({**variables, "LAKESYNC_CLAIM_CHECK_BUCKET": CLAIM_CHECK_BUCKET}, self._saved)
+        self._context = lambda_context("lakesync-cost", REGION)
         s3 = self.raw("s3")
         for bucket in (CLAIM_CHECK_BUCKET, CHECKPOINT_BUCKET):
             s3.create_bucket(Bucket=bucket)
@@ -121,11 +106,7 @@ class CostEnv:
             from functions._runtime import reset_runtime
 
             reset_runtime()
-        for key, value in self._saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_environ(self._saved)
         self.moto.stop()
 
     def gateways(self, *ids: str) -> None:
@@ -306,11 +287,7 @@ def environ(variables: Mapping[str, str], drop: Sequence[str]) -> Iterator[None]
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_environ(saved)
 
 
 def merge_passes(env: CostEnv, phase: str) -> Invocations:
