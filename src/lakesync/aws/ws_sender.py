@@ -78,6 +78,12 @@ class ManagementApiSender:
                     self._client = management_api_client(self.endpoint_url)
         return self._client
 
+    def use(self, client: Any) -> None:
+        """Send through ``client`` from now on (an object with the management API client's calls, e.g. the
+        embedded default's in-process one)."""
+        with self._lock:
+            self._client = client
+
     def send(self, connection_id: str, data: bytes) -> bool:
         """``PostToConnection``; ``False`` when the session is gone.
 

@@ -44,6 +44,7 @@ from lakesync.gateway import limits
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.recipients import RecipientIndex
 from lakesync.io_pool import results_of, submit
 from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
@@ -375,39 +376,64 @@ def _varint_len(n: int) -> int:
 
 
 def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) -> BroadcastReport:
-    """Send ``gateway``'s committed ``entries`` to each of its open sessions, filtered for it.
+    """Send ``gateway``'s committed ``entries`` to each of its open sessions that receives them.
 
-    A session the transport reports gone is forgotten; an expired one is closed and forgotten. The recipients are
-    sent to concurrently (the shared I/O pool); each recipient's messages go in order.
+    The sessions are read once and indexed by scope (:class:`~lakesync.gateway.recipients.RecipientIndex`): each
+    entry goes to the sessions the index names and the pull's rule confirms, not its author's. The index is built
+    per call, from the sessions read: on AWS each invocation reads the connections table anyway (a session may have
+    come or gone since the last), and scopes are resolved once per distinct claims. The frames are encoded once per
+    distinct list of entries and encoding, then sent to the recipients concurrently (the shared I/O pool); each
+    recipient's messages go in order. A session the transport reports gone is forgotten; an expired one is closed
+    and forgotten.
     """
     report = BroadcastReport()
     if not entries:
         return report
     rules = deps.config.get_sync_rules(gateway)
     now = deps.now_s()
-    sends = []
+    live = []
     for connection in deps.connections.list_connections(gateway):
         if connection.expired(now):
             deps.sender.close(connection.connection_id)
             deps.connections.remove_connection(connection.connection_id)
             report.gone += 1
-            continue
-        visible = visible_to(connection, rules, entries)
-        if visible:
-            # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one
-            # request, not for every one before it.
-            sends.append(submit(_send_to, deps, connection, visible))
+        else:
+            live.append(connection)
+    frames = _Frames(deps.message_limit)
+    sends = [
+        # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one request,
+        # not for every one before it.
+        submit(_send_to, deps, connection, frames.of(visible, connection.encoding))
+        for connection, visible in RecipientIndex(rules, live).deliveries(entries).values()
+    ]
     for sent in results_of(sends):
         report.add(sent)
     return report
 
 
-def _send_to(deps: BroadcastDeps, connection: Connection, entries: Sequence[LogEntry]) -> BroadcastReport:
+class _Frames:
+    """The messages carrying a list of entries, as sent in an encoding: encoded once per distinct list."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._made: dict[tuple[Encoding, tuple[int, ...]], list[tuple[bytes, int]]] = {}
+
+    def of(self, entries: Sequence[LogEntry], encoding: Encoding) -> list[tuple[bytes, int]]:
+        key = (encoding, tuple(id(e) for e in entries))
+        made = self._made.get(key)
+        if made is None:
+            text = encoding is Encoding.BASE64
+            made = self._made[key] = [
+                (base64.b64encode(frame) if text else frame, count)
+                for frame, count in broadcast_messages(entries, limit=self._limit, base64_text=text)
+            ]
+        return made
+
+
+def _send_to(deps: BroadcastDeps, connection: Connection, messages: Sequence[tuple[bytes, int]]) -> BroadcastReport:
     report = BroadcastReport(recipients=1)
-    text = connection.encoding is Encoding.BASE64
-    for frame, count in broadcast_messages(entries, limit=deps.message_limit, base64_text=text):
-        data = encode_message(connection, frame)
-        if not deps.sender.send(connection.connection_id, data.encode("ascii") if isinstance(data, str) else data):
+    for data, count in messages:
+        if not deps.sender.send(connection.connection_id, data):
             deps.connections.remove_connection(connection.connection_id)
             report.gone += 1
             return report

@@ -39,7 +39,7 @@ from lakesync.local.journal import DurableState
 from lakesync.local.materialiser import MAX_RECEIVE_COUNT, LocalMaterialiser
 from lakesync.local.moto import MotoServer
 from lakesync.local.streams import LocalStreamSource
-from lakesync.local.websocket import GatewaySessions, SocketHub
+from lakesync.local.websocket import GatewaySessions, HubManagementClient, SocketHub
 
 if TYPE_CHECKING:
     from lakesync.aws.publish import PublishConfig
@@ -325,8 +325,10 @@ class LocalStack:
         """The broadcaster function on the deltas table's stream, sending through the front's management API."""
         import boto3
 
+        from functions._runtime import get_broadcast_deps
         from functions.ws_broadcast import lambda_handler
         from lakesync.aws.settings.variables import WS_CALLBACK_URL
+        from lakesync.aws.ws_sender import ManagementApiSender
 
         assert self._front is not None
         self._saved_env.setdefault(WS_CALLBACK_URL, os.environ.get(WS_CALLBACK_URL))
@@ -334,6 +336,10 @@ class LocalStack:
         kwargs = self.aws_kwargs()
         arn = self.dynamodb_client().describe_table(TableName=deltas_table)["Table"]["LatestStreamArn"]
         streams = boto3.client("dynamodbstreams", **kwargs)  # type: ignore[call-overload]
+        sender = get_broadcast_deps().sender
+        if isinstance(sender, ManagementApiSender) and self._front.sockets is not None:
+            # The hub is in this process: its management API without an HTTP request per message.
+            sender.use(HubManagementClient(self._front.sockets))
         self.broadcaster = LocalStreamSource(streams, arn, lambda_handler, region=kwargs["region_name"]).start()
 
     @property
