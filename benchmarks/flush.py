@@ -27,8 +27,7 @@ by shard and sequence).
 Beside the wall clock, each side's CPU seconds are recorded: this process's (every thread) and the moto server's
 (from ``/proc``). Other work on a shared machine stretches the wall clock whenever it takes a CPU from either
 process; the CPU ratio is the steadier figure there. When either ratio misses the goal, one more function flush is
-profiled (:func:`profile_function`) and the fix the profile points to, :func:`sketched_record` patched in for
-``log_record`` in this process only, is measured against the same floor (:func:`measure_sketch`).
+profiled (:func:`profile_function`), to say where the function's time goes.
 
 moto serves the ``Query`` pages for both sides alike (the log items hold binary attributes, so the benchmark's fast
 JSON path does not apply to them); absolute rates say nothing about DynamoDB, the ratios are the figures. Results:
@@ -265,7 +264,7 @@ def chunk_rows(item: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         hlc = commit_hlc + i
         yield {
             "gateway": gateway,
-            **delta_columns(json.loads(wire), _json_text),
+            **_delta_columns(json.loads(wire)),
             "shard": shard,
             "seq": first + i,
             "commit_hlc": hlc,
@@ -277,9 +276,8 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def delta_columns(delta: Mapping[str, Any], value_text: Callable[[Any], str]) -> dict[str, Any]:
-    """The delta log's columns that come from a delta's wire JSON (as ``json.loads`` returns it), each column value
-    written as ``value_text`` does."""
+def _delta_columns(delta: Mapping[str, Any]) -> dict[str, Any]:
+    """The delta log's columns that come from a delta's wire JSON (as ``json.loads`` returns it)."""
     return {
         "tbl": delta["table"],
         "row_id": delta["rowId"],
@@ -287,7 +285,7 @@ def delta_columns(delta: Mapping[str, Any], value_text: Callable[[Any], str]) ->
         "client_id": delta["clientId"],
         "hlc": int(delta["hlc"]),
         "delta_id": delta["deltaId"],
-        "columns": [{"name": c["column"], "value": value_text(c["value"])} for c in delta["columns"]],
+        "columns": [{"name": c["column"], "value": _json_text(c["value"])} for c in delta["columns"]],
     }
 
 
@@ -324,8 +322,7 @@ PROFILE_PARTS = {
     "every DynamoDB request (botocore `_make_api_call`, moto's time included)": "botocore/client.py:_make_api_call",
     "  chunks inflated into entries (`decode_entries`)": "log_chunks.py:decode_entries",
     "  entries as records (`log_record`)": "flush_store.py:log_record",
-    "    wire JSON parsed into `RowDelta` (`from_stored_json`)": "delta.py:from_stored_json",
-    "    column values as canonical JSON (`stable_stringify`)": "canonical.py:stable_stringify",
+    "    column values as canonical JSON (`canonical_value`)": "canonical.py:canonical_value",
     "each range checked whole (`range_figures`)": "lake/flush.py:range_figures",
     "records into Arrow (`record_batches`)": "lake/flush.py:record_batches",
     "Arrow batches as delta-log rows (`delta_log_rows`)": "iceberg_flush.py:delta_log_rows",
@@ -382,63 +379,6 @@ def profile_function(buffer: Buffer, lake: Lake, function: Any, heads: Sequence[
         "parts": {label: v["seconds"] for label, v in cumulative(path, PROFILE_PARTS).items()},
         "by_owner": owners["by_owner"],
         "top_functions": owners["top_functions"],
-    }
-
-
-# -- the fix, sketched ----------------------------------------------------------------------------------------------
-def _canonical(value: Any) -> str:
-    """``stable_stringify(value)`` with C-speed paths for strings without escapes, small integers, booleans and null
-    (the same text: ``JSON.stringify`` writes integers within 2**53 as their digits)."""
-    from lakesync.core.canonical import js_string, stable_stringify
-
-    kind = type(value)
-    if kind is str:
-        return js_string(value)
-    if kind is int and -(2**53) <= value <= 2**53:
-        return str(value)
-    if value is None or kind is bool:
-        return "null" if value is None else "true" if value else "false"
-    return stable_stringify(value)
-
-
-def sketched_record(entry: Any) -> dict[str, Any]:
-    """:func:`lakesync.aws.flush_store.log_record` as the fix would write it: from the stored wire JSON as parsed,
-    without building a ``RowDelta`` and its ``ColumnDelta`` objects, column values through :func:`_canonical`."""
-    shard = entry.shard
-    return {
-        "gateway": shard.gateway,
-        **delta_columns(json.loads(entry.wire_json), _canonical),
-        "shard": shard.key,
-        "seq": entry.seq,
-        "commit_hlc": entry.commit_hlc,
-        "commit_ms": entry.commit_hlc >> 16,
-        "size": entry.size,
-    }
-
-
-def measure_sketch(
-    buffer: Buffer, lake: Lake, function: Any, heads: Sequence[dict[str, Any]], repetitions: int
-) -> dict[str, Any]:
-    """The function with :func:`sketched_record` in place of ``log_record`` (patched in this process only), against
-    the floor as in the measured repetitions; its table checked equal to the floor's."""
-    from unittest import mock
-
-    runs = []
-    with mock.patch("lakesync.aws.flush_store.log_record", sketched_record):
-        for rep in range(repetitions):
-            fn, floor = _pair(buffer, lake, function, heads, function_first=rep % 2 == 0)
-            if rep == 0 and not _same_rows(lake)["equal"]:
-                raise RuntimeError("the sketched flush wrote other rows than the floor")
-            runs.append((fn, floor))
-    ratios = [round(b.wall_s / a.wall_s, 2) for a, b in runs]
-    progress(f"flush: the fix sketched, {repetitions} repetitions: floor / function {ratios}")
-    return {
-        "repetitions": repetitions,
-        "function_s": summarize([fn.wall_s for fn, _ in runs], digits=3),
-        "ratio_floor_over_function": summarize([b.wall_s / a.wall_s for a, b in runs], digits=3),
-        "cpu_ratio_floor_over_function": summarize(
-            [(b.cpu_s + b.moto_cpu_s) / (a.cpu_s + a.moto_cpu_s) for a, b in runs], digits=3
-        ),
     }
 
 
@@ -595,7 +535,6 @@ def _measure(client: Any, lake: Lake, sizes: FlushSizes, profile: str) -> dict[s
     if profile == "always" or (profile == "auto" and missed):
         progress("flush: profiling one more function flush")
         measured["profile"] = profile_function(buffer, lake, function, heads)
-        measured["sketch"] = measure_sketch(buffer, lake, function, heads, max(2, sizes.repetitions // 2))
     return measured
 
 
@@ -644,8 +583,8 @@ def figures(measured: Mapping[str, Any], sizes: FlushSizes) -> dict[str, Any]:
 
 
 def run(sizes: FlushSizes, *, profile: str = "auto") -> dict[str, Any]:
-    """Measure (module docstring); the results document. ``profile``: ``auto`` profiles one more function flush and
-    measures the sketched fix when the wall-clock or the CPU ratio misses the goal, ``always`` or ``never``."""
+    """Measure (module docstring); the results document. ``profile``: ``auto`` profiles one more function flush
+    when the wall-clock or the CPU ratio misses the goal, ``always`` or ``never``."""
     load_start = report.load_average()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lakesync-bench-flush-") as tmp:
@@ -665,7 +604,6 @@ def run(sizes: FlushSizes, *, profile: str = "auto") -> dict[str, Any]:
         "measured": measured,
         **figures(measured, sizes),
         "profile": measured.pop("profile", None),
-        "sketch": measured.pop("sketch", None),
     }
 
 
@@ -771,42 +709,7 @@ def markdown(r: dict[str, Any]) -> str:
     profile = r.get("profile")
     if profile:
         lines += _profile_lines(profile)
-    sketch = r.get("sketch")
-    if sketch:
-        lines += _sketch_lines(sketch)
     return "\n".join(lines) + "\n"
-
-
-FIX = (
-    "The fix this points to (not made here: `src/lakesync/aws/flush_store.py` is being restructured by others):"
-    " `log_record` should build a record from the stored wire JSON as `json.loads` returns it, without making a"
-    " `RowDelta` and its `ColumnDelta` objects first (`LogEntry.delta` exists for the pull and the merge, which need"
-    " them), and the canonical JSON of a column value should take C-speed paths for the common kinds: a string is"
-    " `js_string`, an integer within 2**53 its digits, booleans and null their literals, and only floats, objects"
-    " and arrays go through `stable_stringify`'s recursion (best in `lakesync.core.canonical` itself, with a"
-    " property test against the current implementation, since the Spark flush and the compaction use it too)."
-    " `sketched_record` in `benchmarks/flush.py` is that change, and is measured below with the same floor."
-)
-
-
-def _sketch_lines(sketch: Mapping[str, Any]) -> list[str]:
-    return [
-        "## The fix, sketched and measured",
-        "",
-        FIX,
-        "",
-        *report.table(
-            ("the function with `sketched_record` (patched in the benchmark process only)", "median (min–max)"),
-            [
-                ("seconds for the backlog", _seconds(sketch["function_s"])),
-                ("floor / function, wall clock", report.stat_range(sketch["ratio_floor_over_function"], "{:.2f}")),
-                ("floor / function, CPU", report.stat_range(sketch["cpu_ratio_floor_over_function"], "{:.2f}")),
-            ],
-        ),
-        "",
-        "Its table held the same rows as the floor's (checked in its first repetition).",
-        "",
-    ]
 
 
 def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
@@ -877,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile",
         choices=("auto", "always", "never"),
         default="auto",
-        help="profile a function flush and measure the sketched fix (auto: when the wall or CPU ratio misses)",
+        help="profile one more function flush (auto: when the wall or CPU ratio misses)",
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FlushSizes()

@@ -37,7 +37,7 @@ from lakesync.aws.clients import job_client
 from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.items import DESTINATION_PREFIX, REGISTRY_PREFIX, registry_shard
 from lakesync.aws.tables import TableNames
-from lakesync.core.canonical import stable_stringify
+from lakesync.core.canonical import canonical_value
 from lakesync.core.errors import FlushError, StorageError
 from lakesync.core.log import LogEntry, ShardHead, ShardId
 
@@ -131,18 +131,23 @@ def _storage_error(exc: ClientError, what: str) -> StorageError:
 
 
 def log_record(entry: LogEntry) -> LogRecord:
-    """A log entry as a delta-log record; column values become their canonical JSON (``stable_stringify``)."""
-    delta = entry.delta
+    """A log entry as a delta-log record; column values become their canonical JSON (``stable_stringify``).
+
+    The record is made from the stored wire JSON as parsed (no :class:`~lakesync.core.delta.RowDelta` is built),
+    or from the entry's delta when the store gave no wire JSON.
+    """
+    shard = entry.shard
+    wire = json.loads(entry.wire_json) if entry.wire_json is not None else entry.delta.to_json()
     return {
-        "gateway": entry.shard.gateway,
-        "tbl": delta.table,
-        "row_id": delta.row_id,
-        "op": delta.op.value,
-        "client_id": delta.client_id,
-        "hlc": delta.hlc,
-        "delta_id": delta.delta_id,
-        "columns": [{"name": c.column, "value": stable_stringify(c.value)} for c in delta.columns],
-        "shard": entry.shard.key,
+        "gateway": shard.gateway,
+        "tbl": wire["table"],
+        "row_id": wire["rowId"],
+        "op": wire["op"],
+        "client_id": wire["clientId"],
+        "hlc": int(wire["hlc"]),
+        "delta_id": wire["deltaId"],
+        "columns": [{"name": c["column"], "value": canonical_value(c["value"])} for c in wire["columns"]],
+        "shard": shard.key,
         "seq": entry.seq,
         "commit_hlc": entry.commit_hlc,
         "commit_ms": entry.commit_hlc >> 16,
