@@ -1,4 +1,5 @@
-"""GET /v1/sync/{gw}/pull?clientId=&since=&cursor=&limit=&source=: auth → query params → pull service."""
+"""GET /v1/sync/{gw}/pull?clientId=&since=&cursor=&limit=&source=: auth → query params → pull service; and the
+caller's stream subscriptions (:mod:`functions._subscriptions`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import _http as http
+from functions import _subscriptions
 from functions._query import parse_pull_params
 from functions._runtime import get_deps, logger, metrics, one_at_a_time, tracer
 from lakesync import edge
@@ -21,6 +23,7 @@ CURSOR_HEADER = "X-LakeSync-Cursor"
 """Carries the cursor of a protobuf response (``SyncResponse`` has no field for it)."""
 
 app = http.new_app()
+_subscriptions.serve(app)
 
 
 @app.get("/v1/sync/{gw}/pull")

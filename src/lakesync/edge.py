@@ -58,8 +58,9 @@ RATE_FAMILIES: Final = {
     "checkpoint": "checkpoint",
     "action": "actions",
     "actions": "actions",
+    "subscriptions": "subscriptions",
 }
-"""The last segment of a ``/v1/sync/{gw}/...`` route -> its rate limit family."""
+"""The fourth segment of a ``/v1/sync/{gw}/...`` route -> its rate limit family."""
 
 
 def json_response(body: JsonValue, status: int = 200) -> Response:
@@ -108,9 +109,11 @@ def error_response(exc: LakeSyncError) -> Response:
 
 
 def rate_family(path: str) -> str | None:
-    """The rate limit family of a request path: ``push``, ``pull``, ``checkpoint`` or ``actions`` for the sync
-    routes; ``None`` (not limited per caller) for the admin routes, health and the API document."""
+    """The rate limit family of a request path: ``push``, ``pull``, ``checkpoint``, ``actions`` or ``subscriptions``
+    for the sync routes; ``None`` (not limited per caller) for the admin routes, health and the API document."""
     parts = path.split("/")
+    if len(parts) == 6 and parts[4] == "subscriptions":  # DELETE /v1/sync/{gw}/subscriptions/{id}
+        parts = parts[:5]
     if len(parts) == 5 and parts[1] == "v1" and parts[2] == "sync":
         return RATE_FAMILIES.get(parts[4])
     return None

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from lakesync.core.rules import SyncRules
     from lakesync.core.schema import TableSchema
     from lakesync.core.since import SinceSession
+    from lakesync.core.streams import Subscription
 
 
 class BufferStore(Protocol):
@@ -430,3 +431,46 @@ class SinceSessionStore(Protocol):
             CommitConflict: another request changed the session meanwhile.
         """
         ...
+
+
+class SubscriptionStore(Protocol):
+    """Each client's stream subscriptions, by gateway and clientId (the token's ``sub``).
+
+    A subscription is identified by its stream and parameters (:class:`~lakesync.core.streams.Subscription` equality);
+    its ``expires_at`` (epoch milliseconds) is when it runs out. One that has run out is never returned and no longer
+    counts, and a later write drops it. :func:`put_subscription` is the rule every implementation applies.
+    """
+
+    def get(self, gateway: str, client_id: str, now_ms: int) -> list[Subscription]:
+        """The client's subscriptions live at ``now_ms`` (consistent read), sorted by stream and parameters."""
+        ...
+
+    def put(self, gateway: str, client_id: str, subscription: Subscription, now_ms: int, limit: int) -> bool:
+        """Store ``subscription``, or refresh the expiry of the equal one held; ``False`` (nothing stored) when the
+        client already holds ``limit`` other live subscriptions. Atomic: two concurrent puts at the bound cannot both
+        be stored.
+
+        Raises:
+            CommitConflictError: concurrent writes of the client's subscriptions kept winning; retry.
+        """
+        ...
+
+    def remove(self, gateway: str, client_id: str, subscription: Subscription, now_ms: int) -> bool:
+        """Remove the live subscription equal to ``subscription``; whether there was one."""
+        ...
+
+
+def put_subscription(
+    held: Sequence[Subscription], subscription: Subscription, now_ms: int, limit: int
+) -> list[Subscription] | None:
+    """The subscriptions a client holds after :meth:`SubscriptionStore.put` of ``subscription``: the live ones of
+    ``held``, the equal one replaced, sorted; ``None`` when that would be more than ``limit``."""
+    kept = [s for s in held if not s.expired(now_ms) and s != subscription]
+    if len(kept) >= limit:
+        return None
+    return sorted([*kept, subscription], key=subscription_order)
+
+
+def subscription_order(subscription: Subscription) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The order of a client's subscriptions: by stream, then parameters."""
+    return subscription.stream, subscription.params

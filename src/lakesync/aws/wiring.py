@@ -17,6 +17,7 @@ from lakesync.aws.settings.lake import FlushFunctionRef, FlushTriggerSettings, L
 from lakesync.aws.settings.materialise import MaterialiseSettings
 from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
+from lakesync.aws.subscription_store import DynamoDBSubscriptionStore
 from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.limits import RateLimiter
@@ -50,6 +51,7 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
         pull_basis=_pull_basis(DynamoDBPullBasisReader(client, settings.tables), settings.pull_basis_ttl_ms),
         since_sessions=DynamoDBSinceSessions(client, settings.tables),
         limiter=_limiter(client, settings),
+        subscriptions=DynamoDBSubscriptionStore(client, settings.tables),
     )
     if connectors is not None:
         connector_parts(deps, client, settings, connectors)

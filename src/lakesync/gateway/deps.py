@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from lakesync.connectors.runtime import ConnectorRuntime
     from lakesync.core.action_policy import ActionPolicy
     from lakesync.core.actions import ActionHandler
+    from lakesync.core.filters import MembershipSource
     from lakesync.gateway.limits import RateLimiter
     from lakesync.ports import (
         ActionStore,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         PullBasisReader,
         SinceSessionStore,
         SourceAdapter,
+        SubscriptionStore,
     )
 
 MIB = 1024 * 1024
@@ -120,3 +122,7 @@ class GatewayDeps:
     destination_secret_prefix: str | None = None
     """Destinations' secrets must lie under ``{prefix}{gateway}/`` (``None``: the deployment names no prefix)."""
     limiter: RateLimiter | None = None
+    subscriptions: SubscriptionStore | None = None
+    """Each client's stream subscriptions (:mod:`lakesync.gateway.subscriptions`); ``None``: none are served."""
+    memberships: MembershipSource | None = None
+    """Reads membership tables for streams that name one; ``None``: such streams are refused (422)."""

@@ -2,10 +2,10 @@
 
 A limit is ``requests`` per fixed window of ``window_s`` seconds (windows start at multiples of ``window_s`` since
 the epoch), per gateway, client (the verified token's ``sub``) and family: ``push``, ``pull``, ``checkpoint``,
-``actions`` (both action routes) and ``socket`` (each WebSocket client message). Over it, the request is refused with
-:class:`~lakesync.core.errors.CallerRateLimitedError` (429 ``RATE_LIMITED`` with ``Retry-After``: the seconds until
-the window ends), before any other storage request. A fixed window admits at most ``2 * requests`` across a window
-boundary; that is the burst a limit allows.
+``actions`` (both action routes), ``subscriptions`` (the three subscription routes) and ``socket`` (each WebSocket
+client message). Over it, the request is refused with :class:`~lakesync.core.errors.CallerRateLimitedError` (429
+``RATE_LIMITED`` with ``Retry-After``: the seconds until the window ends), before any other storage request. A fixed
+window admits at most ``2 * requests`` across a window boundary; that is the burst a limit allows.
 
 The count is shared by every process serving the gateway (many Lambda instances at once) through a
 :class:`~lakesync.ports.RateLimitCounter`, and taken from it in **slices**: a process that has used up its allowance
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FAMILIES: Final = ("push", "pull", "checkpoint", "actions", "socket")
+FAMILIES: Final = ("push", "pull", "checkpoint", "actions", "subscriptions", "socket")
 """The route families limited separately."""
 SLICE_FRACTION: Final = 10
 """A process's largest slice is a tenth of the limit: at most ten shared writes per busy client and window."""
@@ -70,6 +70,7 @@ DEFAULT_LIMITS: Final[Mapping[str, RateLimit]] = {
     "pull": RateLimit(2_400, 60),
     "checkpoint": RateLimit(600, 60),
     "actions": RateLimit(600, 60),
+    "subscriptions": RateLimit(600, 60),
     "socket": RateLimit(2_400, 60),
 }
 """Per client and gateway: 20 pushes and 40 pulls a second sustained, far above what a syncing client sends."""

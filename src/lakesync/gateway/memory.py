@@ -30,7 +30,8 @@ from lakesync.core.realtime import Connection
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
 from lakesync.core.since import SinceSession
-from lakesync.ports import StoredPosition, read_from_entry
+from lakesync.core.streams import Subscription
+from lakesync.ports import StoredPosition, put_subscription, read_from_entry
 
 
 class InMemoryBufferStore:
@@ -417,3 +418,29 @@ class InMemorySinceSessions:
             if (stored[1] if stored else 0) != session.version:
                 raise CommitConflict()
             self._items[(gateway, client_id)] = (session.encode(), session.version + 1)
+
+
+class InMemorySubscriptions:
+    """:class:`~lakesync.ports.SubscriptionStore` in memory (the contract tests run it beside DynamoDB)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], list[Subscription]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, gateway: str, client_id: str, now_ms: int) -> list[Subscription]:
+        with self._lock:
+            return [s for s in self._held.get((gateway, client_id), ()) if not s.expired(now_ms)]
+
+    def put(self, gateway: str, client_id: str, subscription: Subscription, now_ms: int, limit: int) -> bool:
+        with self._lock:
+            after = put_subscription(self._held.get((gateway, client_id), ()), subscription, now_ms, limit)
+            if after is not None:
+                self._held[(gateway, client_id)] = after
+            return after is not None
+
+    def remove(self, gateway: str, client_id: str, subscription: Subscription, now_ms: int) -> bool:
+        with self._lock:
+            live = [s for s in self._held.get((gateway, client_id), ()) if not s.expired(now_ms)]
+            kept = [s for s in live if s != subscription]
+            self._held[(gateway, client_id)] = kept
+            return len(kept) < len(live)

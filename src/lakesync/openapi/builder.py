@@ -22,10 +22,12 @@ ERROR_TEXT: Final = {
     "token's `sub` (`FORBIDDEN`); or API Gateway's authorizer refused the token (malformed, badly signed, over the "
     'lifetime limit, a gateway not served): `{"message": "Forbidden"}`.',
     404: "The gateway is not served here, or the named resource does not exist (`NOT_FOUND`).",
-    409: "Conflict: an HLC too far ahead of the server clock (`CLOCK_DRIFT`) or a name already taken.",
+    409: "Conflict: an HLC too far ahead of the server clock (`CLOCK_DRIFT`), a name already taken, or a client "
+    "holding the most subscriptions it may (`VALIDATION_ERROR`, refusal `TOO_MANY_SUBSCRIPTIONS`).",
     410: "The cursor or `since` is behind the released part of the log: reload the checkpoint (`CURSOR_EXPIRED`).",
     413: "Body larger than the limit (`VALIDATION_ERROR`).",
-    422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`).",
+    422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`), or a stream this deployment "
+    "cannot serve yet (`VALIDATION_ERROR`, refusal `MEMBERSHIP_UNSUPPORTED`).",
     429: "The caller (this token's `sub` on this gateway) is over its rate limit for the route family "
     "(`RATE_LIMITED`): retry after `Retry-After` seconds, when its window ends.",
     500: "Unexpected failure (`INTERNAL_ERROR`, with `requestId`; details only in the log).",
@@ -39,6 +41,7 @@ ERROR_TEXT: Final = {
 _PATH_PARAMETERS: Final = {
     "gw": "The gateway id; the token's `gw` claim must name it.",
     "name": "The destination's or connector's name.",
+    "id": "The subscription's id.",
 }
 
 _RESPONSE_HEADERS: Final = {

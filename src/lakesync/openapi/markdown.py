@@ -87,8 +87,11 @@ def _operation_section(path: str, method: str, op: Mapping[str, Any], components
     for status, response in op["responses"].items():
         if "$ref" in response:
             response = components["responses"][str(response["$ref"]).rsplit("/", 1)[-1]]
-        bodies = ", ".join(
-            f"`{media}` {_schema_text(content['schema'])}" for media, content in response["content"].items()
+        bodies = (
+            ", ".join(
+                f"`{media}` {_schema_text(content['schema'])}" for media, content in response.get("content", {}).items()
+            )
+            or "none"
         )
         out.append(f"| {status} | {_cell(response['description'])} | {_cell(bodies)} |")
     return out

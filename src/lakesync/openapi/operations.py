@@ -16,6 +16,7 @@ from lakesync.openapi.model import (
     json_response,
     ref,
 )
+from lakesync.openapi.subscriptions import SUBSCRIPTION_OPERATIONS
 
 _DESTINATION_EXAMPLE: Final = {"name": "local", "type": "sqlite", "url": "sqlite:///tmp/lakesync-example.db"}
 _PUSH_EXAMPLE: Final = {
@@ -519,4 +520,5 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         "none",
         responses={"200": json_response({"type": "array", "items": {"type": "object"}}, "The types.")},
     ),
+    **SUBSCRIPTION_OPERATIONS,
 }

@@ -6,6 +6,7 @@ from typing import Final
 
 from lakesync.core.errors import API_ERROR_CODES
 from lakesync.openapi.model import NON_EMPTY, Schema, ref
+from lakesync.openapi.subscriptions import REFUSALS, SUBSCRIPTION_SCHEMAS
 
 _IDENTIFIER = {
     "type": "string",
@@ -22,6 +23,11 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "error": {"type": "string", "description": "Human-readable message."},
             "code": {"type": "string", "enum": list(API_ERROR_CODES)},
             "requestId": {"type": "string"},
+            "refusal": {
+                "type": "string",
+                "enum": list(REFUSALS),
+                "description": "Why a subscription request was refused (the subscription routes only).",
+            },
         },
     },
     "GatewayError": {
@@ -400,4 +406,5 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "tables": {"type": "array", "items": _IDENTIFIER, "minItems": 1, "maxItems": 1000},
         },
     },
+    **SUBSCRIPTION_SCHEMAS,
 }
