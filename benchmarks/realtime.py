@@ -35,6 +35,7 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks._common import machine_info, progress
+from benchmarks.cost import idle_clients
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOAL_P99_MS = 100.0
@@ -240,6 +241,7 @@ def write(runs: list[dict[str, Any]], out: Path, before: list[dict[str, Any]] | 
     }
     if before:
         doc["before"] = before
+    doc["idle_clients"] = idle_clients.idle_month()
     report.write(doc, out, stem="realtime", render=markdown, ensure_ascii=True)
     plot(doc, out / "realtime.png")
 
@@ -289,6 +291,8 @@ def markdown(doc: dict[str, Any]) -> str:
             if count:
                 lines.append(f"{label:>12} {'█' * (count * 40 // peak)} {count}")
         lines.append("```")
+    if doc.get("idle_clients"):
+        lines += ["", *idle_clients.markdown(doc["idle_clients"])]
     lines.append("")
     return "\n".join(lines)
 

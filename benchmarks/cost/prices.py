@@ -64,6 +64,10 @@ PRICES: dict[str, Price] = {
     "apigw.http.request": Price(
         1.00 / 1e6, "HTTP API request (512 KB increments)", _APIGW, note="first 300 million per month"
     ),
+    "apigw.ws.message": Price(
+        1.00 / 1e6, "WebSocket API message, sent or received (32 KB increments)", _APIGW, note="first 1 billion"
+    ),
+    "apigw.ws.connection_minute": Price(0.25 / 1e6, "WebSocket API connection-minute", _APIGW),
     "sqs.request": Price(0.40 / 1e6, "standard-queue request (64 KB chunks)", _SQS, note="first 1M per month free"),
     "s3.put": Price(0.005 / 1000, "PUT, COPY, POST or LIST request", _S3, note="S3 Standard"),
     "s3.get": Price(0.0004 / 1000, "GET or other request", _S3, note="S3 Standard; DELETE is free"),

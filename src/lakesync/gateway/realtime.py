@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -45,7 +46,7 @@ from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.recipients import RecipientIndex
-from lakesync.io_pool import results_of, submit
+from lakesync.io_pool import inline, results_of, submit
 from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
 from lakesync.wire.framing import TAG_BROADCAST, TAG_SYNC_PULL, TAG_SYNC_PUSH, decode_frame
@@ -400,12 +401,13 @@ def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) ->
         else:
             live.append(connection)
     frames = _Frames(deps.message_limit)
-    sends = [
-        # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one request,
-        # not for every one before it.
-        submit(_send_to, deps, connection, frames.of(visible, connection.encoding))
-        for connection, visible in RecipientIndex(rules, live).deliveries(entries).values()
-    ]
+    # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one request, not
+    # for every one before it; a sender that does not wait on the network sends them one after another.
+    with inline() if getattr(deps.sender, "immediate", False) else contextlib.nullcontext():
+        sends = [
+            submit(_send_to, deps, connection, frames.of(visible, connection.encoding))
+            for connection, visible in RecipientIndex(rules, live).deliveries(entries).values()
+        ]
     for sent in results_of(sends):
         report.add(sent)
     return report

@@ -339,7 +339,7 @@ class LocalStack:
         sender = get_broadcast_deps().sender
         if isinstance(sender, ManagementApiSender) and self._front.sockets is not None:
             # The hub is in this process: its management API without an HTTP request per message.
-            sender.use(HubManagementClient(self._front.sockets))
+            sender.use(HubManagementClient(self._front.sockets), immediate=True)
         self.broadcaster = LocalStreamSource(streams, arn, lambda_handler, region=kwargs["region_name"]).start()
 
     @property

@@ -1,0 +1,165 @@
+"""Connected idle clients with live updates: what N clients holding the real-time socket all month cost (no I/O).
+
+An idle client (``lakesync.client.realtime``) holds one WebSocket on API Gateway and sends a ping every
+:data:`PING_INTERVAL_S` seconds, which keeps the 10-minute idle timeout away. API Gateway ends every connection after
+two hours, so the client reconnects (:data:`MAX_CONNECTION_S`) and, since broadcasts sent while it was away are lost,
+pulls once on every (re)connect. With no changes nothing is broadcast. What that bills:
+
+* **connection minutes**, every minute of the month (the floor: $10.80 for 1,000 clients);
+* **pings**: WebSocket control frames are answered by API Gateway itself, routed to no integration, and not counted
+  as messages (CloudWatch's ``MessageCount`` counts messages sent to or from the client, which pings are not); the
+  scenario keeps them at zero and records what they would cost if they were metered;
+* **each reconnect**: the ``$connect`` request (counted as one message, as ``ConnectCount`` counts it) and its
+  function (token check, one PutItem into the sessions table), the ``$disconnect`` function (one DeleteItem), the
+  access-log lines of both, and the pull that follows (an HTTP API request, the pull function, its reads);
+* **the sessions table**: the items stored (a few hundred bytes each) with point-in-time recovery.
+
+Per change broadcast (not in the idle month) the broadcaster reads the gateway's sessions once (one Query of every
+session item, eventually consistent) and sends one message per recipient: :func:`per_change` prices it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from benchmarks.cost.model import READ_UNIT_BYTES
+from benchmarks.cost.prices import price
+
+MAX_CONNECTION_S = 2 * 3600
+"""API Gateway's maximum connection duration."""
+PING_INTERVAL_S = 60
+"""The client's ping interval (``lakesync.client.realtime.PING_INTERVAL``)."""
+GOAL_USD_PER_1000 = 12.0
+"""Issue 43's goal for 1,000 connected idle clients a month."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdleClients:
+    """The scenario's inputs.
+
+    Attributes:
+        clients: Clients connected all month.
+        days: Days in the month.
+        function_ms: Billed milliseconds of one ``$connect``, ``$disconnect`` or idle pull invocation (the idle
+            pull measured 28 ms at 1 GB on this machine: docs/cost.md).
+        function_gb: Memory of those functions.
+        pull_rru: Read units of the idle cursor pull after a reconnect (the config Query, the log Query, the head).
+        session_item_bytes: Bytes of one session item (id, gateway, client, claims, encoding, expiry).
+        log_bytes_per_invocation: CloudWatch Logs bytes per function invocation (the platform's START/END/REPORT
+            lines and the function's one JSON line).
+        access_log_bytes: Bytes of one API Gateway access-log line (``$connect``, ``$disconnect``).
+    """
+
+    clients: int = 1000
+    days: float = 30.0
+    function_ms: float = 28.0
+    function_gb: float = 1.0
+    pull_rru: float = 3.0
+    session_item_bytes: int = 300
+    log_bytes_per_invocation: int = 700
+    access_log_bytes: int = 350
+
+
+def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
+    """The month of ``inputs.clients`` idle clients: ``{"inputs", "lines": [...], "total_usd", "per_1000_usd",
+    "goal_usd_per_1000", "goal_met", "pings_if_metered_usd"}``; each line has ``item``, ``quantity``, ``unit``,
+    ``usd`` and ``note``."""
+    n = inputs.clients
+    minutes = inputs.days * 24 * 60
+    reconnects = n * inputs.days * 86400 / MAX_CONNECTION_S
+    invocation_usd = price("lambda.request") + inputs.function_ms / 1000 * inputs.function_gb * price(
+        "lambda.gb_s.arm64"
+    )
+    lines: list[dict[str, Any]] = []
+
+    def line(item: str, quantity: float, unit: str, usd: float, note: str = "") -> None:
+        lines.append({"item": item, "quantity": quantity, "unit": unit, "usd": usd, "note": note})
+
+    line(
+        "API Gateway connection minutes",
+        n * minutes,
+        "connection-minutes",
+        n * minutes * price("apigw.ws.connection_minute"),
+        "every minute of the month: the floor",
+    )
+    pings = n * minutes * 60 / PING_INTERVAL_S
+    line("pings (control frames)", pings, "pings", 0.0, "answered by API Gateway, not metered as messages")
+    line(
+        "$connect requests",
+        reconnects,
+        "messages",
+        reconnects * price("apigw.ws.message"),
+        "a reconnect every 2 h (API Gateway's maximum connection duration), counted as a message",
+    )
+    line("$connect and $disconnect functions", 2 * reconnects, "invocations", 2 * reconnects * invocation_usd)
+    write_units = math.ceil(inputs.session_item_bytes / 1024)
+    line(
+        "sessions table writes",
+        2 * reconnects * write_units,
+        "write request units",
+        2 * reconnects * write_units * price("dynamodb.wru"),
+        "a PutItem on connect, a DeleteItem on disconnect",
+    )
+    line(
+        "pull after each reconnect",
+        reconnects,
+        "pulls",
+        reconnects * (price("apigw.http.request") + invocation_usd + inputs.pull_rru * price("dynamodb.rru")),
+        "HTTP API request, pull function, its reads: broadcasts sent while away are lost",
+    )
+    log_gb = reconnects * (3 * inputs.log_bytes_per_invocation + 2 * inputs.access_log_bytes) / 1e9
+    line("CloudWatch Logs", log_gb, "GB ingested", log_gb * price("cloudwatch.logs_ingest"), "functions and access")
+    stored_gb = n * inputs.session_item_bytes / 1e9
+    line(
+        "sessions table storage",
+        stored_gb,
+        "GB-month",
+        stored_gb * (price("dynamodb.storage") + price("dynamodb.pitr")),
+        "with point-in-time recovery",
+    )
+    total = sum(entry["usd"] for entry in lines)
+    per_1000 = total * 1000 / n
+    return {
+        "inputs": asdict(inputs),
+        "lines": lines,
+        "total_usd": total,
+        "per_1000_usd": per_1000,
+        "floor_per_1000_usd": 1000 * minutes * price("apigw.ws.connection_minute"),
+        "goal_usd_per_1000": GOAL_USD_PER_1000,
+        "goal_met": per_1000 <= GOAL_USD_PER_1000,
+        "pings_if_metered_usd": pings * price("apigw.ws.message"),
+    }
+
+
+def per_change(sessions: int, recipients: int, session_item_bytes: int = 300) -> float:
+    """Dollars of one broadcast change: the broadcaster's Query of ``sessions`` session items (eventually
+    consistent) and one message to each of ``recipients``."""
+    read_units = max(1, math.ceil(sessions * session_item_bytes / READ_UNIT_BYTES)) / 2
+    return read_units * price("dynamodb.rru") + recipients * price("apigw.ws.message")
+
+
+def markdown(result: dict[str, Any]) -> list[str]:
+    """The scenario's lines for a results file."""
+    n = result["inputs"]["clients"]
+    rows = [
+        f"| {e['item']} | {e['quantity']:,.2f} {e['unit']} | ${e['usd']:.2f} | {e['note']} |" for e in result["lines"]
+    ]
+    verdict = "met" if result["goal_met"] else "missed"
+    return [
+        f"## Monthly cost of {n:,} connected idle clients with live updates",
+        "",
+        f"**${result['total_usd']:.2f} a month** (${result['per_1000_usd']:.2f} per 1,000 clients; goal ≤ "
+        f"${result['goal_usd_per_1000']:.2f}, {verdict}; the connection-minute floor is "
+        f"${result['floor_per_1000_usd']:.2f}). From `benchmarks/cost/idle_clients.py` at list prices "
+        "(`benchmarks/cost/prices.py`); the inputs are in the JSON.",
+        "",
+        "| item | quantity | USD | note |",
+        "|---|---:|---:|---|",
+        *rows,
+        "",
+        f"If API Gateway metered the pings as messages, they would add ${result['pings_if_metered_usd']:.2f} "
+        f"(one a minute per client). A change broadcast to all of them costs ${per_change(n, n) * 1e6:,.0f} per "
+        f"million changes (the sessions Query and {n:,} messages).",
+    ]
