@@ -84,7 +84,7 @@ bench-cost: setup ## what workloads cost on AWS (requests counted, handlers time
 	$(RUN) python -m benchmarks.cost
 	$(RUN) python -m benchmarks.cost.flush_engines
 
-bench-realtime: setup ## local freshness push -> other clients' sockets, 1 and 25 listeners (~1 min); results in benchmarks/results/realtime.*
+bench-realtime: setup ## local freshness push -> other clients' sockets (listeners in their own processes), 1, 25 and 100 listeners (~3 min); results in benchmarks/results/realtime.*
 	$(RUN) python -m benchmarks.realtime
 
 bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*

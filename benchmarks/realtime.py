@@ -237,6 +237,7 @@ def write(runs: list[dict[str, Any]], out: Path, before: list[dict[str, Any]] | 
     doc: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
+        "load_average": report.load_average(),
         "runs": runs,
     }
     if before:
@@ -273,16 +274,22 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Measured {doc['when']} with `python -m benchmarks.realtime` (`make bench-realtime`): the embedded default; "
         "the push is a single-delta HTTP push from one pusher; the path is the one AWS runs: commit → the deltas "
         "table's stream → the broadcaster function (here called by the local stream source, which polls every 10 ms) "
-        "→ sync rules and sessions (the scope index) → the management API (`POST /@connections/{id}`) → the socket. "
+        "→ sync rules and sessions (the scope index) → the management API (`PostToConnection`; locally the socket "
+        "hub's, called in process) → the socket. "
         "The listeners are real clients in their own processes (each process holds its share of the sockets, each "
         "socket with its own token), base64 text frames. Server CPU per change: the CPU of the server process "
         "(front, socket hub, broadcaster; not moto's) over the run, divided by the pushes. "
-        f"Goal: p99 ≤ {GOAL_P99_MS:g} ms.",
+        f"Goal: p99 ≤ {GOAL_P99_MS:g} ms. Load average at the end (1, 5, 15 min; 2 CPUs): {doc.get('load_average')}.",
         "",
         *report.table((*_HEADERS, "goal met"), _rows(doc["runs"])),
     ]
     if doc.get("before"):
-        lines += ["", "Before (the broadcaster evaluating every session; same benchmark):", ""]
+        lines += [
+            "",
+            "Before (the same benchmark on the code before issue 43's item 6: the broadcaster evaluating every "
+            "session and posting to each through the HTTP management API, signed, from the I/O pool):",
+            "",
+        ]
         lines += report.table((*_HEADERS, "goal met"), _rows(doc["before"]))
     for r in doc["runs"]:
         peak = max(count for _, count in r["histogram"])
@@ -323,13 +330,15 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _previous_before(out: Path) -> list[dict[str, Any]] | None:
+def _before(path: Path | None, out: Path) -> list[dict[str, Any]] | None:
+    """The "before" figures: the runs of ``path`` (a realtime.json), else those the last results kept."""
+    source = path or out / "realtime.json"
     try:
-        doc = json.loads((out / "realtime.json").read_text())
+        doc = json.loads(source.read_text())
     except (OSError, ValueError):
         return None
-    before = doc.get("before")
-    return before if isinstance(before, list) else None
+    runs = doc.get("runs") if path is not None else doc.get("before")
+    return runs if isinstance(runs, list) else None
 
 
 def main(argv: list[str] | None = None, run: Callable[..., dict[str, Any]] = measure) -> int:
@@ -338,17 +347,13 @@ def main(argv: list[str] | None = None, run: Callable[..., dict[str, Any]] = mea
     parser.add_argument("--listeners", default="1,25,100", help="comma-separated listener counts, one run each")
     parser.add_argument("--processes", type=int, default=2, help="listener processes")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--as-before", action="store_true", help="record the runs as the 'before' figures")
+    parser.add_argument("--before", type=Path, help="a realtime.json whose runs are the 'before' figures")
     parser.add_argument("--listen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.listen:
         return listen_main()
     runs = [run(args.samples, int(n), args.processes) for n in args.listeners.split(",")]
-    if args.as_before:
-        previous = json.loads((args.out / "realtime.json").read_text()) if (args.out / "realtime.json").exists() else {}
-        write(previous.get("runs") or runs, args.out, before=runs)
-    else:
-        write(runs, args.out, before=_previous_before(args.out))
+    write(runs, args.out, before=_before(args.before, args.out))
     for r in runs:
         progress(f"{r['listeners']} listener(s): p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, missing {r['missing']}")
     return 0
