@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lakesync.client.backoff import Backoff
-    from lakesync.client.model import Change, Conflict, OfflineError, Rejected, SyncReport, SyncStateError
+    from lakesync.client.model import (
+        Change,
+        Conflict,
+        OfflineError,
+        Rejected,
+        StreamSubscription,
+        SubscriptionState,
+        SyncReport,
+        SyncStateError,
+    )
     from lakesync.client.store import LocalStore, connect
     from lakesync.client.tables import LocalWriteError, RowExistsError, RowNotFoundError
 
@@ -25,6 +34,8 @@ _EXPORTS = {
     "LocalStore": "lakesync.client.store",
     "OfflineError": "lakesync.client.model",
     "Rejected": "lakesync.client.model",
+    "StreamSubscription": "lakesync.client.model",
+    "SubscriptionState": "lakesync.client.model",
     "SyncReport": "lakesync.client.model",
     "SyncStateError": "lakesync.client.model",
     "connect": "lakesync.client.store",
@@ -43,6 +54,8 @@ __all__ = [
     "Rejected",
     "RowExistsError",
     "RowNotFoundError",
+    "StreamSubscription",
+    "SubscriptionState",
     "SyncReport",
     "SyncStateError",
     "connect",

@@ -23,7 +23,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
-from lakesync.client.model import Change, SyncReport
+from lakesync.client.model import Change, StreamSubscription, SyncReport
 from lakesync.client.store import Batch, LocalStore
 from lakesync.client.store import connect as connect_store
 from lakesync.core.canonical import JsonValue
@@ -111,6 +111,21 @@ class AsyncLocalStore:
     def request_sync(self) -> None:
         """Ask the background sync for a cycle soon."""
         self.store.request_sync()
+
+    # -- stream subscriptions --------------------------------------------------------------------------------------
+    async def subscribe_stream(
+        self, name: str, params: Mapping[str, str] | None = None, *, ttl: int | None = None
+    ) -> StreamSubscription:
+        """Subscribe to a stream of the sync rules (:meth:`LocalStore.subscribe_stream`)."""
+        return await asyncio.to_thread(self.store.subscribe_stream, name, params, ttl=ttl)
+
+    async def unsubscribe(self, name: str | StreamSubscription, params: Mapping[str, str] | None = None) -> bool:
+        """Unsubscribe from a stream (:meth:`LocalStore.unsubscribe`)."""
+        return await asyncio.to_thread(self.store.unsubscribe, name, params)
+
+    async def subscriptions(self) -> list[StreamSubscription]:
+        """The stream subscriptions the store holds, with their states (:meth:`LocalStore.subscriptions`)."""
+        return await asyncio.to_thread(self.store.subscriptions)
 
     # -- changes ---------------------------------------------------------------------------------------------------
     def subscribe(self, table: str, callback: Callable[[Change], Awaitable[None] | None]) -> Callable[[], None]:

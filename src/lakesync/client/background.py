@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from lakesync.client.backoff import Backoff
@@ -37,9 +38,13 @@ class SyncedStore(RealtimeStore, Protocol):
 class BackgroundSync:
     """The sync thread and the real-time listener of one store (see the module docstring)."""
 
-    def __init__(self, store: SyncedStore, db: Database) -> None:
+    def __init__(
+        self, store: SyncedStore, db: Database, *, renewal_in: Callable[[], float | None] = lambda: None
+    ) -> None:
         self._store = store
         self._db = db
+        self._renewal_in = renewal_in
+        """Seconds until a stream subscription is due for renewal (a cycle then runs however long the interval)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,6 +93,9 @@ class BackgroundSync:
         retry_at = 0.0
         while not self._stop.is_set():
             interval = store.connected_poll_interval if self.realtime_connected else store.poll_interval
+            renewal = self._renewal_in()
+            if renewal is not None:
+                interval = min(interval, renewal)
             now = time.monotonic()
             if retry_at > now:
                 # Offline: local writes do not cut the backoff short, only stop does.

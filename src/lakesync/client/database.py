@@ -2,6 +2,7 @@
 persisted clock, and the layout of the store's own tables (see :mod:`lakesync.client.store` for what each holds).
 
 A file of layout version 1 is upgraded when opened (version 2 added ``_lakesync_base``); a newer one is refused.
+``_lakesync_subscriptions`` is created in a file that lacks it without a new version: an older SDK ignores it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ _LAYOUT = (
     "CREATE TABLE IF NOT EXISTS _lakesync_rejected (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "delta_id TEXT NOT NULL, delta TEXT NOT NULL, status INTEGER NOT NULL, error TEXT NOT NULL, "
     "at_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS _lakesync_subscriptions (key TEXT PRIMARY KEY, stream TEXT NOT NULL, "
+    "params TEXT NOT NULL, ttl INTEGER, state TEXT NOT NULL, server_id TEXT, expires_at INTEGER, renew_at INTEGER, "
+    "refusal TEXT, reason TEXT, attempted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
 )
 
 

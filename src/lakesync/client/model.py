@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -75,6 +76,40 @@ class Rejected:
     code: str = ""
 
 
+SubscriptionState = Literal["pending", "active", "refused", "removing"]
+"""Where a stream subscription stands: ``pending`` (recorded, not yet acknowledged by the gateway), ``active``
+(acknowledged), ``refused`` (the gateway refused it: see ``refusal``), ``removing`` (unsubscribed, the gateway not yet
+told)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSubscription:
+    """A stream subscription as the store records it (:meth:`LocalStore.subscribe_stream`).
+
+    Attributes:
+        stream: The stream's name in the sync rules.
+        params: The parameters the subscription supplies.
+        ttl: The lifetime asked, in seconds (``None``: the stream's default); the store renews an active
+            subscription before it runs out for as long as it keeps it.
+        state: See :data:`SubscriptionState`.
+        id: The gateway's id of the subscription (derived from the stream and parameters).
+        expires_at: When the gateway's subscription runs out (epoch milliseconds, as the gateway answered; ``None``
+            until acknowledged).
+        refusal: The gateway's stable refusal code (``UNKNOWN_STREAM``, ``NOT_ALLOWED``, ``TOO_MANY_SUBSCRIPTIONS``...,
+            or the API ``code`` of a refusal without one) when ``refused``.
+        reason: The gateway's message with the refusal.
+    """
+
+    stream: str
+    params: Mapping[str, str]
+    ttl: int | None
+    state: SubscriptionState
+    id: str
+    expires_at: int | None = None
+    refusal: str | None = None
+    reason: str | None = None
+
+
 @dataclass
 class SyncReport:
     """What one :meth:`LocalStore.sync` did.
@@ -88,6 +123,7 @@ class SyncReport:
         rebootstrapped: The cursor had expired and the checkpoint was loaded again.
         conflicts: Local column writes that lost.
         rejected: Local deltas the gateway refused for good.
+        refused_subscriptions: Stream subscriptions the gateway refused in this cycle.
         cursor: The cursor after the cycle.
         server_hlc: The gateway's clock at the last answer.
     """
@@ -100,5 +136,6 @@ class SyncReport:
     rebootstrapped: bool = False
     conflicts: list[Conflict] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    refused_subscriptions: list[StreamSubscription] = field(default_factory=list)
     cursor: str | None = None
     server_hlc: int = 0

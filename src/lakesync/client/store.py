@@ -14,6 +14,8 @@
   deltas not yet acknowledged, and ``_lakesync_rejected``, those the gateway refused for good;
 * :mod:`~lakesync.client.push`, :mod:`~lakesync.client.pull`, :mod:`~lakesync.client.bootstrap` (checkpoints): the
   three steps of a sync cycle, over the gateway's answers as :mod:`~lakesync.client.answers` checks them;
+* :mod:`~lakesync.client.subscriptions`: ``_lakesync_subscriptions``, the stream subscriptions the app keeps, sent
+  (and renewed before they run out) by the sync cycle;
 * :mod:`~lakesync.client.background`: the sync thread and the real-time listener.
 
 Invariants:
@@ -54,12 +56,13 @@ from lakesync.client.base import BaseRecords
 from lakesync.client.bootstrap import Bootstrap
 from lakesync.client.database import Database
 from lakesync.client.http import ApiError, SyncClient
-from lakesync.client.model import Change, Conflict, OfflineError, Origin, Rejected, SyncReport
+from lakesync.client.model import Change, Conflict, OfflineError, Origin, Rejected, StreamSubscription, SyncReport
 from lakesync.client.outbox import PUSH_BATCH, Outbox
 from lakesync.client.pull import PULL_LIMIT, Puller
 from lakesync.client.push import Pusher
 from lakesync.client.states import RowStates
 from lakesync.client.storage import Storage
+from lakesync.client.subscriptions import Subscriptions
 from lakesync.client.tables import load_tables, quote
 from lakesync.client.writes import LocalWrites, WriteOp
 from lakesync.core.canonical import JsonValue
@@ -178,7 +181,8 @@ class LocalStore:
         self._push = Pusher(storage, self.http)
         self._pull = Puller(storage, self.http)
         self._bootstrap = Bootstrap(storage, self._pull, self.http)
-        self._background = BackgroundSync(self, self._db)
+        self._streams = Subscriptions(self._db, self.http, clock)
+        self._background = BackgroundSync(self, self._db, renewal_in=self._streams.renewal_in)
 
     # -- reads -----------------------------------------------------------------------------------------------------
     def rows(self, table: str) -> dict[str, dict[str, JsonValue]]:
@@ -300,6 +304,38 @@ class LocalStore:
 
         return unsubscribe
 
+    def subscribe_stream(
+        self, name: str, params: Mapping[str, str] | None = None, *, ttl: int | None = None
+    ) -> StreamSubscription:
+        """Subscribe to the stream ``name`` of the sync rules with ``params``, for ``ttl`` seconds (``None``: the
+        stream's default) renewed while the store keeps it. Recorded at once, offline or not, and sent by the next
+        sync (the background thread is woken); rows of the stream's scope then arrive through the pull. A refusal
+        turns the subscription ``refused`` (:meth:`subscriptions`, ``SyncReport.refused_subscriptions``). Subscribing
+        again with the same stream and parameters changes its ttl.
+
+        Raises:
+            ValueError: an empty name, a parameter that is not a non-empty string, a ttl not from 1 to 2**31-1.
+        """
+        held = self._streams.add(name, params, ttl)
+        self._background.wake()
+        return held
+
+    def unsubscribe(self, name: str | StreamSubscription, params: Mapping[str, str] | None = None) -> bool:
+        """Unsubscribe from the stream ``name`` with ``params`` (or a :class:`StreamSubscription`); the gateway is
+        told at the next sync, and the rows no other subscription covers leave through the pull. False when the store
+        holds no such subscription."""
+        if isinstance(name, StreamSubscription):
+            removed = self._streams.remove(name.stream, name.params)
+        else:
+            removed = self._streams.remove(name, params)
+        self._background.wake()
+        return removed
+
+    def subscriptions(self) -> list[StreamSubscription]:
+        """The stream subscriptions the store holds, each with its state (pending, active, refused, removing), by
+        stream and parameters."""
+        return self._streams.held()
+
     def _notify(self, changed: Mapping[str, set[str]], origin: Origin) -> None:
         for table, row_ids in changed.items():
             if not row_ids:
@@ -332,6 +368,7 @@ class LocalStore:
                 if self.cursor is None:
                     self._bootstrap.load(report, again=False)
                 self._push.push(report, batch=self.push_batch)
+                report.refused_subscriptions = self._streams.sync()
                 self._pull.pull(report, limit=self.pull_limit, on_expired=self._reload_checkpoint)
             except BaseException as exc:
                 self.last_error = exc
