@@ -46,7 +46,8 @@ class FakeGateway:
     """The gateway's subscription routes over one client's subscriptions, an empty pull and no checkpoint.
 
     ``refuse`` maps a stream to ``(status, body)``; ``down`` answers everything 503; ``lose_answer`` drops the
-    connection after storing a subscribe (its answer lost); ``on_post`` runs while a subscribe is being served.
+    connection after storing a subscribe (its answer lost); ``no_expiry`` answers without ``expiresAt``; ``on_post``
+    runs while a subscribe is being served.
     """
 
     clock: Clock
@@ -55,6 +56,7 @@ class FakeGateway:
     refuse: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     down: bool = False
     lose_answer: bool = False
+    no_expiry: bool = False
     on_post: Callable[[], None] | None = None
 
     def serve(self, method: str, path: str, body: Any) -> tuple[int, Any] | None:
@@ -88,6 +90,8 @@ class FakeGateway:
             **subscription.to_json(),
             "expiresAt": self.clock() + 1000 * body.get("ttlSeconds", DEFAULT_TTL),
         }
+        if self.no_expiry:
+            del held["expiresAt"]
         self.held[held["id"]] = held
         return None if self.lose_answer else (201, held)
 
@@ -404,6 +408,20 @@ def test_an_active_subscription_is_renewed_before_it_runs_out(
     store.subscribe_stream("project_tasks", {"project": "1"}, ttl=120)
     store.sync()
     assert len(gateway.posts()) == 3
+
+
+def test_a_subscription_the_gateway_gave_no_expiry_is_not_renewed(
+    fake: tuple[FakeGateway, str], open_store: Callable[..., LocalStore], clock: Clock
+) -> None:
+    gateway, url = fake
+    gateway.no_expiry = True
+    store = open_store(url)
+    store.subscribe_stream("project_tasks", {"project": "1"})
+    store.sync()
+    clock.now += 10 * 365 * 86_400_000
+    store.sync()
+    assert len(gateway.posts()) == 1 and store._streams.renewal_in() is None
+    assert [(s.state, s.expires_at) for s in store.subscriptions()] == [("active", None)]
 
 
 def test_the_background_thread_renews_in_time_however_long_its_poll_interval(

@@ -3,12 +3,13 @@
 ``_lakesync_subscriptions`` holds one row per stream and parameters, in one of four states (see
 :class:`~lakesync.client.model.StreamSubscription`): ``pending`` (recorded, not yet acknowledged), ``active`` (the
 gateway answered 201; ``expires_at`` is its expiry and ``renew_at`` when the sync loop subscribes again to refresh
-it), ``refused`` (the gateway refused it: ``refusal`` and ``reason``) and ``removing`` (unsubscribed, the ``DELETE``
-not yet acknowledged). The app's calls only write the table, offline or not; :meth:`Subscriptions.sync`, a step of
-the sync cycle, sends what is due, so a subscription recorded before a crash or while offline is sent at the next
-cycle, and a ``POST`` whose answer was lost is sent again (the gateway treats the same stream and parameters as the
-same subscription). The ``id`` is the gateway's: 32 hex digits of a SHA-256 of the stream and its parameters
-(docs/streams.md, "Subscribing"), so a subscription sent but never acknowledged can still be deleted.
+it; ``NULL`` when the gateway gave no expiry: never renewed), ``refused`` (the gateway refused it: ``refusal`` and
+``reason``) and ``removing`` (unsubscribed, the ``DELETE`` not yet acknowledged). The app's calls only write the
+table, offline or not; :meth:`Subscriptions.sync`, a step of the sync cycle, sends what is due, so a subscription
+recorded before a crash or while offline is sent at the next cycle, and a ``POST`` whose answer was lost is sent again
+(the gateway treats the same stream and parameters as the same subscription). The ``id`` is the gateway's: 32 hex
+digits of a SHA-256 of the stream and its parameters (docs/streams.md, "Subscribing"), so a subscription sent but
+never acknowledged can still be deleted.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class Subscriptions:
             self._db.check_open()
             rows = self._db.conn.execute(
                 f"SELECT {_COLUMNS} FROM _lakesync_subscriptions WHERE state IN ('pending', 'removing') "
-                "OR (state = 'active' AND (renew_at IS NULL OR renew_at <= ?)) ORDER BY state = 'removing' DESC, key",
+                "OR (state = 'active' AND renew_at <= ?) ORDER BY state = 'removing' DESC, key",
                 (self._clock(),),
             ).fetchall()
         refused = []
