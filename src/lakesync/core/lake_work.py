@@ -90,9 +90,9 @@ DEFAULT_FUNCTION_MAX_BACKLOG: Final = 1_500_000
 Measured (``make bench-cost``: ``benchmarks/cost/flush_engines.py``, ``benchmarks/results/cost-flush-engines.md``): the
 function flushed 3,122 deltas/s of 2 KB rows (6,854/s of 250 B rows) after a 5-second cold start on a loaded 2-CPU
 machine (3,471/s in an earlier run), which put half of its 900-second timeout at 1.39 million; a million, rounded
-down, took it about 330 s. Measured again after the record fix of the flush's log read: 4,782 deltas/s of 2 KB rows
-(17,929/s of 250 B rows), warm, on a loaded machine: half the timeout would be 2.13 million. The default, 1.5
-million, takes it about 315 s, the same margin as before."""
+down, took it about 330 s. Measured again after the record fix of the flush's log read: 6,054 deltas/s of 2 KB rows
+(10,183/s of 250 B rows), warm, on a loaded machine: half the timeout would be 2.59 million. The default, 1.5
+million, takes it about 250 s."""
 
 DEFAULT_RETENTION_MS: Final = 24 * 3600 * 1000
 """How long flushed entries stay in the buffer before they may be released (the flush job's ``--retention_ms``, which
