@@ -48,6 +48,7 @@ def pull(gw: str) -> Response:
         source=params.source,
         # A `since` session belongs to the client that pulls as itself (as a push must push as itself).
         client_id=params.client_id if params.client_id == claims.client_id else None,
+        subscriber=claims.client_id,
     )
     metrics.add_metric(name="PulledDeltas", unit=MetricUnit.Count, value=len(result.items))
     if protobuf:

@@ -7,8 +7,8 @@ DynamoDB and S3. The contract tests in ``tests/contract`` run one behaviour suit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from lakesync.core.connectors import ConnectorConfig
@@ -459,6 +459,16 @@ class SubscriptionStore(Protocol):
         """Remove the live subscription equal to ``subscription``; whether there was one."""
         ...
 
+    def get_served(self, gateway: str, client_id: str) -> dict[str, tuple[Subscription, ...]]:
+        """The scopes pulls served the client lately, by fingerprint: the subscriptions each was resolved from
+        (consistent read; :mod:`lakesync.gateway.scope_change`)."""
+        ...
+
+    def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
+        """Record that a pull served the client the scope ``fingerprint`` of ``subscriptions`` (kept as
+        :func:`keep_served` says)."""
+        ...
+
 
 def put_subscription(
     held: Sequence[Subscription], subscription: Subscription, now_ms: int, limit: int
@@ -469,6 +479,20 @@ def put_subscription(
     if len(kept) >= limit:
         return None
     return sorted([*kept, subscription], key=subscription_order)
+
+
+MAX_SERVED_SCOPES: Final = 8
+"""Served scopes a client's record keeps (the latest)."""
+
+
+def keep_served(
+    held: Mapping[str, tuple[Subscription, ...]], fingerprint: str, subscriptions: Sequence[Subscription]
+) -> dict[str, tuple[Subscription, ...]]:
+    """The served scopes after :meth:`SubscriptionStore.put_served`: ``held`` (oldest first) with ``fingerprint``
+    last, its subscriptions without their expiry, the oldest dropped past :data:`MAX_SERVED_SCOPES`."""
+    kept = {fp: subs for fp, subs in held.items() if fp != fingerprint}
+    kept[fingerprint] = tuple(sorted((replace(s, expires_at=None) for s in subscriptions), key=subscription_order))
+    return dict(list(kept.items())[-MAX_SERVED_SCOPES:])
 
 
 def subscription_order(subscription: Subscription) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -10,7 +10,7 @@ import pytest
 from lakesync.aws.subscription_store import DynamoDBSubscriptionStore, subscriptions_key
 from lakesync.core.streams import MAX_CLIENT_SUBSCRIPTIONS, Subscription
 from lakesync.gateway.memory import InMemorySubscriptions
-from lakesync.ports import SubscriptionStore
+from lakesync.ports import MAX_SERVED_SCOPES, SubscriptionStore
 
 NOW = 1_700_000_000_000
 LATER = NOW + 3_600_000
@@ -136,3 +136,27 @@ def test_dynamodb_subscriptions_live_under_a_key_no_delta_id_record_can_take_wit
     assert store.remove("gw", "c1", sub("a"), NOW)
     item = dynamodb_client.get_item(TableName=dynamodb_tables.dedup, Key=key)["Item"]
     assert item["exp"]["N"] == str(-(-(NOW + 900) // 1000))
+
+
+def test_served_scopes_are_kept_latest_last_without_expiry_apart_from_the_subscriptions(
+    store: SubscriptionStore,
+) -> None:
+    assert store.get_served("gw", "c1") == {}
+    assert store.put("gw", "c1", sub(project="a"), NOW, 64)
+    store.put_served("gw", "c1", "fp-a", [sub(project="a")])
+    store.put_served("gw", "c1", "fp-ab", [sub(project="b"), sub(project="a", kind="é😀")])
+    served = store.get_served("gw", "c1")
+    assert list(served) == ["fp-a", "fp-ab"]
+    assert served["fp-ab"] == (sub(project="a", kind="é😀"), sub(project="b"))
+    assert all(s.expires_at is None for subs in served.values() for s in subs)
+    # The subscriptions themselves are untouched, and a subscribe does not drop the served scopes
+    assert store.get("gw", "c1", NOW) == [sub(project="a")]
+    assert store.put("gw", "c1", sub(project="b"), NOW, 64)
+    assert list(store.get_served("gw", "c1")) == ["fp-a", "fp-ab"]
+    # Serving one again makes it the latest; past MAX_SERVED_SCOPES the oldest go
+    store.put_served("gw", "c1", "fp-a", [sub(project="a")])
+    assert list(store.get_served("gw", "c1")) == ["fp-ab", "fp-a"]
+    for i in range(MAX_SERVED_SCOPES):
+        store.put_served("gw", "c1", f"fp-{i}", [])
+    assert list(store.get_served("gw", "c1")) == [f"fp-{i}" for i in range(MAX_SERVED_SCOPES)]
+    assert store.get_served("gw", "c2") == {} and store.get_served("other", "c1") == {}

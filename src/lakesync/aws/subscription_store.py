@@ -10,11 +10,18 @@ Every change is a read and a put guarded by the version read, retried from a fre
 client wrote first: the bound is checked against the set actually replaced, so two subscribes at the bound cannot
 both be stored. Each client's item is its own partition: subscriptions never make a hot key, and they stay out of the
 config table, whose gateway partition every pull reads (``rules``...``shard$``, docs/buffer.md).
+
+The scopes pulls served the client (:meth:`get_served`, :mod:`lakesync.gateway.scope_change`) are an item of their
+own, ``pk = ~scope#{gateway}#{clientId}``: a JSON object of fingerprint to subscriptions in ``f``, the latest
+:data:`~lakesync.ports.MAX_SERVED_SCOPES` kept, and fewer while it would pass :data:`SERVED_BYTES`. It is put
+unconditionally: a pull only adds the scope it is about to hand out, so two racing pulls of one client at worst drop
+each other's newest scope, whose cursor then answers 410 and reloads.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
@@ -23,12 +30,15 @@ from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import CommitConflictError, StorageError
 from lakesync.core.streams import Subscription
-from lakesync.ports import put_subscription
+from lakesync.ports import keep_served, put_subscription
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 KEY_PREFIX: Final = "~subs#"
+SERVED_PREFIX: Final = "~scope#"
+SERVED_BYTES: Final = 300_000
+"""Most bytes of served scopes one item holds (DynamoDB's item limit is 400 KB)."""
 ATTEMPTS: Final = 8
 """Read-and-put rounds a change gets against concurrent changes of the same client's subscriptions."""
 
@@ -71,15 +81,43 @@ class DynamoDBSubscriptionStore:
                 return True
         raise CommitConflictError(f"Subscriptions of client {client_id!r} kept changing; retry")
 
-    def _read(self, key: str) -> tuple[list[Subscription], int]:
+    def get_served(self, gateway: str, client_id: str) -> dict[str, tuple[Subscription, ...]]:
+        item = self._get(f"{SERVED_PREFIX}{gateway}#{client_id}")
+        if item is None:
+            return {}
+        docs = json.loads(item["f"]["S"])
+        return {fp: tuple(_subscription(d) for d in subs) for fp, subs in docs.items()}
+
+    def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
+        served = keep_served(self.get_served(gateway, client_id), fingerprint, subscriptions)
+        while True:
+            text = json.dumps(
+                {fp: [s.to_json() for s in subs] for fp, subs in served.items()},
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
+            if len(text.encode()) <= SERVED_BYTES or len(served) == 1:
+                break
+            served.pop(next(iter(served)))
+        item = {"pk": {"S": f"{SERVED_PREFIX}{gateway}#{client_id}"}, "f": {"S": text}}
+        try:
+            self._db.put_item(TableName=self._table, Item=item)
+        except ClientError as exc:
+            raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
+
+    def _get(self, key: str) -> dict[str, Any] | None:
         try:
             item = self._db.get_item(TableName=self._table, Key={"pk": {"S": key}}, ConsistentRead=True).get("Item")
         except ClientError as exc:
             raise StorageError(f"DynamoDB GetItem failed: {error_code(exc)}") from exc
+        return item
+
+    def _read(self, key: str) -> tuple[list[Subscription], int]:
+        item = self._get(key)
         if item is None:
             return [], 0
         docs = json.loads(item["s"]["S"])
-        held = [Subscription.of(d["stream"], d["params"], d.get("expiresAt")) for d in docs]
+        held = [_subscription(d) for d in docs]
         return held, int(item["v"]["N"])
 
     def _write(self, key: str, held: list[Subscription], version: int, now_ms: int) -> bool:
@@ -102,6 +140,10 @@ class DynamoDBSubscriptionStore:
                 return False
             raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
         return True
+
+
+def _subscription(doc: dict[str, Any]) -> Subscription:
+    return Subscription.of(doc["stream"], doc["params"], doc.get("expiresAt"))
 
 
 def _item_expiry(held: list[Subscription], now_ms: int) -> int | None:

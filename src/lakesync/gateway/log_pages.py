@@ -13,6 +13,7 @@ from lakesync.core.delta import RowDelta
 from lakesync.core.errors import CursorExpiredError
 from lakesync.core.log import LogEntry, ShardHead, ShardId
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
+from lakesync.core.scope import Scope
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.ports import read_from_entry
 
@@ -226,9 +227,12 @@ def collect_page(
     limit: int,
     rules: SyncRules | None,
     claims: Claims,
+    scope: Scope | None = None,
 ) -> tuple[list[LogEntry], bool]:
     """Merge the shards by commit HLC and collect up to ``limit`` visible deltas, cutting the page early (with
-    ``hasMore``) once it holds ``max_page_bytes`` or scanned ``max_scan_per_pull`` entries."""
+    ``hasMore``) once it holds ``max_page_bytes`` or scanned ``max_scan_per_pull`` entries. With ``scope`` (rules
+    with streams: the client's buckets and subscriptions), a delta is visible when the scope covers its row before
+    or after it; else by the rules' buckets."""
     settings = deps.settings
     live = [reader for reader in readers if reader.peek() is not None]
     if len(live) == 1 and not rules_apply(rules):
@@ -247,7 +251,11 @@ def collect_page(
     size = 0
     for _reader, entry in merged(readers):
         scanned += 1
-        if entry_visible(entry, rules, claims):
+        if (
+            scope.change_visible(entry.shard.table, entry.before, entry.after)
+            if scope is not None
+            else entry_visible(entry, rules, claims)
+        ):
             collected.append(entry)
             size += entry.size
         if len(collected) >= limit or size >= settings.max_page_bytes or scanned >= settings.max_scan_per_pull:

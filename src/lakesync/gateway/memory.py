@@ -31,7 +31,7 @@ from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
 from lakesync.core.since import SinceSession
 from lakesync.core.streams import Subscription
-from lakesync.ports import StoredPosition, put_subscription, read_from_entry
+from lakesync.ports import StoredPosition, keep_served, put_subscription, read_from_entry
 
 
 class InMemoryBufferStore:
@@ -425,6 +425,7 @@ class InMemorySubscriptions:
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, str], list[Subscription]] = {}
+        self._served: dict[tuple[str, str], dict[str, tuple[Subscription, ...]]] = {}
         self._lock = threading.Lock()
 
     def get(self, gateway: str, client_id: str, now_ms: int) -> list[Subscription]:
@@ -444,3 +445,12 @@ class InMemorySubscriptions:
             kept = [s for s in live if s != subscription]
             self._held[(gateway, client_id)] = kept
             return len(kept) < len(live)
+
+    def get_served(self, gateway: str, client_id: str) -> dict[str, tuple[Subscription, ...]]:
+        with self._lock:
+            return dict(self._served.get((gateway, client_id), {}))
+
+    def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
+        with self._lock:
+            key = (gateway, client_id)
+            self._served[key] = keep_served(self._served.get(key, {}), fingerprint, subscriptions)

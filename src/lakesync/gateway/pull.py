@@ -37,15 +37,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from lakesync.core.delta import is_valid_client_id
 from lakesync.core.errors import AdapterError, AdapterNotFoundError, LakeSyncError
 from lakesync.core.log import LogEntry, PullBasis, ShardId
-from lakesync.core.rules import Claims, change_visible, rules_apply
+from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
 from lakesync.gateway.basis_cache import fresh_reader, kept_basis
-from lakesync.gateway.cursor import cursor_marks, decode_cursor, encode_cursor
+from lakesync.gateway.cursor import CursorScope, cursor_marks, cursor_scope, decode_cursor, encode_cursor
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.log_pages import (
     PullResult,
@@ -57,6 +57,7 @@ from lakesync.gateway.log_pages import (
     page_size,
     regressed_error,
 )
+from lakesync.gateway.scope_change import ScopeView, difference_page, scope_view
 from lakesync.gateway.since_pull import SinceRequest, pull_since
 from lakesync.io_pool import awaited, results_of, submit
 from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
@@ -100,6 +101,7 @@ def pull(
     since: int | None = None,
     source: str | None = None,
     client_id: str | None = None,
+    subscriber: str | None = None,
 ) -> PullResult:
     """Serve one pull page for ``gateway``.
 
@@ -114,6 +116,8 @@ def pull(
         client_id: The (authenticated) client whose ``since`` session is used; ``None`` serves ``since`` without one,
             as does an id no push accepts (not valid Unicode, or over ``MAX_ID_BYTES``): such a client has written no
             delta, and its id might not fit the session store's key.
+        subscriber: The token's client (``sub``), whose stream subscriptions a cursor pull serves when the rules
+            have streams (:mod:`lakesync.gateway.scope_change`); ``None``: its buckets alone.
     """
     if client_id is not None and not is_valid_client_id(client_id):
         client_id = None
@@ -123,7 +127,8 @@ def pull(
     marks = cursor_marks(cursor) if cursor else {}
     basis_reader = deps.pull_basis or StoresPullBasis(deps.config, deps.buffer)
     if cursor is not None or since is None:
-        return _pull_by_cursor(deps, gateway, basis_reader, positions, limit, claims, marks)
+        served = _Served(subscriber, cursor)
+        return _pull_by_cursor(deps, gateway, basis_reader, positions, limit, claims, marks, served)
     # A `since` session records positions per shard: its pulls read the rules and the registry as they are now.
     basis = fresh_reader(basis_reader).read_pull_basis(gateway)
     return pull_since(SinceRequest(deps, gateway, list(basis.shards), since, limit, basis.rules, claims, client_id))
@@ -152,6 +157,7 @@ def _pull_by_cursor(
     limit: int,
     claims: Claims,
     marks: Mapping[str, int],
+    served: _Served,
 ) -> PullResult:
     page = page_size(limit)
 
@@ -202,14 +208,38 @@ def _pull_by_cursor(
         if position > head.seq or (reader.unverified and position > head.released_seq):
             # The cursor is ahead of the log, or the entry it stands on vanished without a release.
             raise regressed_error(gateway, head.shard)
-    collected, has_more = collect_page(deps, readers, limit, rules, claims)
+    view = served.view(deps, gateway, rules, claims, positions)
+    if view is not None and view.mark is not None:
+        assert served.subscriber is not None
+        return difference_page(deps, gateway, basis.shards, positions, marks, limit, view, served.subscriber)
+    collected, has_more = collect_page(deps, readers, limit, rules, claims, view.scope if view is not None else None)
     new_positions, new_marks = dict(positions), dict(marks)
     for reader in readers:
         if reader.after_seq:
             new_positions[reader.shard.key] = reader.after_seq
         if reader.last_hlc is not None:
             new_marks[reader.shard.key] = reader.last_hlc
-    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks))
+    scope = CursorScope(view.scope.fingerprint) if view is not None else None
+    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks, scope))
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """Who a cursor pull serves subscriptions to, and its cursor (whose scope is read only under rules with
+    streams)."""
+
+    subscriber: str | None
+    cursor: str | None
+
+    def view(
+        self, deps: GatewayDeps, gateway: str, rules: SyncRules | None, claims: Claims, positions: Mapping[str, int]
+    ) -> ScopeView | None:
+        """The scope to serve: ``None`` (the buckets, as ever) unless the rules have streams and the deployment
+        keeps subscriptions."""
+        if rules is None or not rules.streams or not self.subscriber or deps.subscriptions is None:
+            return None
+        scope = cursor_scope(self.cursor) if self.cursor else None
+        return scope_view(deps, gateway, rules, claims, self.subscriber, scope, positions)
 
 
 def _pull_from_source(deps: GatewayDeps, gateway: str, name: str, since: int, limit: int, claims: Claims) -> PullResult:

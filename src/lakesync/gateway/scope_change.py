@@ -1,0 +1,319 @@
+"""The cursor pull of rules with streams: the caller's scope (its buckets and its live subscriptions), and a change of
+that scope served as a difference (docs/streams.md, "The pull follows the scope").
+
+A cursor served under such rules records the scope's fingerprint (:class:`~lakesync.gateway.cursor.CursorScope`);
+the subscriptions each served scope was resolved from are kept per client
+(:meth:`~lakesync.ports.SubscriptionStore.put_served`). When a pull finds the client's scope is no longer the one its
+cursor holds (a subscribe, an unsubscribe, a subscription run out), it does not read the log: it serves the
+difference as of the cursor's positions, page by page, the positions unchanged:
+
+* each row's state at the positions is the covering checkpoint's row folded with the log after the checkpoint up to
+  the positions (or, while nothing has been released, the log from its start);
+* a row the new scope covers and the old one did not is sent with its deltas (its state);
+* a row the old scope (or an earlier, unfinished difference's) covered and the new one does not is sent as a
+  ``DELETE`` at HLC 0 under the caller's own id: *drop the row*, which no write can be (an HLC 0 tombstone is below
+  every version) and which names no other client;
+* then the cursor records the new scope and the log continues from the same positions under it: every change after
+  the positions is judged by the new scope, every change up to them is in the difference, so nothing is sent twice or
+  lost.
+
+A scope that cannot be told again (the cursor's is no longer kept, or the rules or memberships changed so that its
+subscriptions resolve differently) and a difference whose log was released past a checkpoint newer than the cursor
+answer 410: the client reloads the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from lakesync.core.checkpoint import Manifest, load_manifest
+from lakesync.core.claims import Claims
+from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.filters import Row
+from lakesync.core.log import LogEntry, ShardId
+from lakesync.core.merge import fold
+from lakesync.core.rules import SyncRules
+from lakesync.core.scope import Scope, difference, resolve_scope
+from lakesync.gateway.checkpoint import chunk_rows
+from lakesync.gateway.cursor import CursorScope, encode_cursor
+from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.log_pages import PAGE_MAX, PullResult, expired_any_error
+from lakesync.gateway.resync import MAX_CHUNKS_PER_PAGE, covering_checkpoint
+from lakesync.io_pool import awaited, results_of, submit
+
+__all__ = ["ScopeView", "difference_page", "scope_view"]
+
+_ROW_OVERHEAD: Final = 96
+_MAX_UNFINISHED: Final = 8
+
+RowKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeView:
+    """What a cursor pull of a subscriber serves.
+
+    Attributes:
+        scope: The client's scope now.
+        held: The scope whose rows the client holds up to the cursor's positions.
+        unfinished: Scopes of unfinished differences: the client may hold the rows any of them covers and surely
+            holds only those all of them (and ``held``) cover.
+        mark: Where the difference stands (its ``target`` the new scope); ``None``: no difference to serve.
+    """
+
+    scope: Scope
+    held: Scope
+    unfinished: tuple[Scope, ...]
+    mark: CursorScope | None
+
+    def judge(self, table: str, values: Row | None) -> str | None:
+        """``"enter"`` for a row to send, ``"leave"`` for a row to drop, ``None`` for one the client has right."""
+        if values is None:
+            return None
+        # An unfinished difference may have sent what entered its scope and dropped what left it: the client
+        # surely holds the rows every one of those scopes covers, and may hold those any of them covers.
+        covered = [s.covers(table, values) for s in (self.held, *self.unfinished)]
+        if self.scope.covers(table, values):
+            return None if all(covered) else "enter"
+        return "leave" if any(covered) else None
+
+    def tables(self) -> frozenset[str] | None:
+        """The tables a row may enter or leave in (``None``: any)."""
+        tables: set[str] = set()
+        for old in (self.held, *self.unfinished):
+            change = difference(old, self.scope)
+            for condition in (*change.entered, *change.left):
+                if not condition.tables:
+                    return None
+                tables.update(condition.tables)
+        return frozenset(tables)
+
+
+def scope_view(
+    deps: GatewayDeps,
+    gateway: str,
+    rules: SyncRules,
+    claims: Claims,
+    subscriber: str,
+    served: CursorScope | None,
+    positions: Mapping[str, int],
+) -> ScopeView:
+    """The scope a pull of ``subscriber`` serves, and the difference to serve first when its cursor (``served``,
+    at ``positions``) holds another scope.
+
+    Raises:
+        CursorExpiredError: the cursor's scope can no longer be told (410).
+    """
+    store = deps.subscriptions
+    assert store is not None
+    now_ms = deps.wall_ms()
+    kept_read = submit(store.get_served, gateway, subscriber)
+    with awaited(kept_read):
+        subscriptions = store.get(gateway, subscriber, now_ms)
+    kept = kept_read.result()
+    scope = resolve_scope(rules, claims, subscriptions, deps.memberships, now_ms)
+    buckets = resolve_scope(rules, claims, (), deps.memberships)
+
+    def told(fingerprint: str) -> Scope:
+        if fingerprint == buckets.fingerprint:
+            return buckets
+        again = resolve_scope(rules, claims, kept.get(fingerprint, ()), deps.memberships)
+        if fingerprint not in kept or again.fingerprint != fingerprint:
+            raise expired_any_error(gateway)
+        return again
+
+    if served is None:
+        served = CursorScope(buckets.fingerprint)  # a cursor served under the buckets alone
+    if not positions:
+        view = ScopeView(scope, scope, (), None)  # nothing consumed: the log from its start is the whole scope
+    elif served.target is None:
+        held = told(served.fingerprint)
+        mark = None if held.fingerprint == scope.fingerprint else CursorScope(held.fingerprint, scope.fingerprint)
+        view = ScopeView(scope, held, (), mark)
+    else:
+        unfinished = served.maybe
+        if served.target != scope.fingerprint:
+            # The scope changed again while a difference was served: start over towards the new one; rows of the
+            # unfinished one may be held.
+            unfinished = tuple(dict.fromkeys([*served.maybe, served.target]))
+            if len(unfinished) > _MAX_UNFINISHED:
+                raise expired_any_error(gateway)
+            served = CursorScope(served.fingerprint, scope.fingerprint, unfinished)
+        view = ScopeView(scope, told(served.fingerprint), tuple(told(f) for f in unfinished), served)
+    if scope.fingerprint != buckets.fingerprint and scope.fingerprint not in kept:
+        store.put_served(gateway, subscriber, scope.fingerprint, scope.subscriptions)
+    return view
+
+
+@dataclass
+class _Page:
+    """A difference page being filled."""
+
+    limit: int
+    budget: int
+    items: list[LogEntry | RowDelta]
+    size: int = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.limit or self.size >= self.budget
+
+    def add_entries(self, entries: Sequence[LogEntry | RowDelta]) -> None:
+        self.items.extend(entries)
+        self.size += sum(_size(e) for e in entries)
+
+
+def _size(item: LogEntry | RowDelta) -> int:
+    if isinstance(item, LogEntry):
+        return item.size
+    return _ROW_OVERHEAD + len(json.dumps(item.values(), separators=(",", ":")))
+
+
+def difference_page(
+    deps: GatewayDeps,
+    gateway: str,
+    shards: Sequence[ShardId],
+    positions: Mapping[str, int],
+    marks: Mapping[str, int],
+    limit: int,
+    view: ScopeView,
+    subscriber: str,
+) -> PullResult:
+    """One page of the difference of ``view`` as of ``positions``; its cursor keeps the positions and says where the
+    difference stands, or, once it is done, the new scope.
+
+    Raises:
+        CursorExpiredError: the log was released past a checkpoint newer than the positions (410).
+        StorageError: a checkpoint chunk is missing or corrupt.
+    """
+    mark = view.mark
+    assert mark is not None and mark.target is not None
+    tables = view.tables()
+    relevant = [s for s in shards if positions.get(s.key, 0) > 0 and (tables is None or s.table in tables)]
+    manifest, mark = _base(deps, gateway, relevant, positions, mark)
+    tail = _tail(deps, gateway, relevant, positions, manifest)
+    page = _Page(limit, deps.settings.max_page_bytes, [])
+    mark = _checkpoint_rows(deps, manifest, mark, tail, tables, view, subscriber, page)
+    if manifest is None or mark.chunk >= len(manifest.chunks):
+        mark = _tail_rows(tail, mark, view, subscriber, page)
+    done = (manifest is None or mark.chunk >= len(manifest.chunks)) and mark.tail >= len(_new_rows(tail))
+    after = CursorScope(mark.target or "") if done else mark
+    return PullResult(tuple(page.items), deps.clock.now(), True, encode_cursor(positions, marks, after))
+
+
+def _base(
+    deps: GatewayDeps, gateway: str, shards: Sequence[ShardId], positions: Mapping[str, int], mark: CursorScope
+) -> tuple[Manifest | None, CursorScope]:
+    """The checkpoint the difference reads (``None``: the log from its start) and the mark, started over when the
+    log it relied on was released meanwhile."""
+    heads = deps.buffer.get_heads(list(shards)) if shards else {}
+    manifest = None
+    if mark.checkpoint and deps.objects is not None:
+        manifest = load_manifest(deps.objects.get, gateway, mark.checkpoint)
+    base = manifest.positions if manifest is not None else {}
+    if (mark.checkpoint and manifest is None) or any(h.released_seq > base.get(h.shard.key, 0) for h in heads.values()):
+        mark = replace(mark, checkpoint="", chunk=0, row=0, tail=0)
+    if mark.checkpoint or mark.chunk or mark.row or mark.tail:
+        return manifest, mark
+    if not any(h.released_seq for h in heads.values()):
+        return None, mark
+    manifest = covering_checkpoint(deps, gateway, heads)
+    if manifest is None or any(manifest.positions.get(s.key, 0) > positions.get(s.key, 0) for s in shards):
+        raise expired_any_error(gateway)
+    return manifest, replace(mark, checkpoint=manifest.checkpoint_id)
+
+
+def _tail(
+    deps: GatewayDeps,
+    gateway: str,
+    shards: Sequence[ShardId],
+    positions: Mapping[str, int],
+    manifest: Manifest | None,
+) -> dict[RowKey, list[LogEntry]]:
+    """The log after the base (the checkpoint's positions, or the start) up to ``positions``, by row."""
+    base = manifest.positions if manifest is not None else {}
+
+    def read(shard: ShardId) -> list[LogEntry]:
+        after, end = base.get(shard.key, 0), positions.get(shard.key, 0)
+        out: list[LogEntry] = []
+        while after < end:
+            fetched = deps.buffer.read_log(shard, after, min(PAGE_MAX, end - after), images=True)
+            if not fetched:
+                raise expired_any_error(gateway)  # released meanwhile: the next pull starts over
+            out.extend(e for e in fetched if e.seq <= end)
+            after = fetched[-1].seq
+        return out
+
+    rows: dict[RowKey, list[LogEntry]] = {}
+    for entries in results_of([submit(read, s) for s in shards]):
+        for entry in entries:
+            rows.setdefault((entry.shard.table, entry.delta.row_id), []).append(entry)
+    return rows
+
+
+def _checkpoint_rows(
+    deps: GatewayDeps,
+    manifest: Manifest | None,
+    mark: CursorScope,
+    tail: Mapping[RowKey, list[LogEntry]],
+    tables: frozenset[str] | None,
+    view: ScopeView,
+    subscriber: str,
+    page: _Page,
+) -> CursorScope:
+    """Serve the checkpoint's rows (each folded with its log after the checkpoint) from the mark into ``page``."""
+    objects = deps.objects
+    if manifest is None or objects is None:
+        return mark
+    chunk, row, read = mark.chunk, mark.row, 0
+    while chunk < len(manifest.chunks) and read < MAX_CHUNKS_PER_PAGE and not page.full:
+        rows = chunk_rows(objects, manifest.chunks[chunk])
+        read += 1
+        while row < len(rows) and not page.full:
+            deltas = rows[row]
+            row += 1
+            table, row_id = deltas[0].table, deltas[0].row_id
+            if tables is not None and table not in tables:
+                continue
+            later = tail.get((table, row_id), [])
+            state = fold([*deltas, *(e.delta for e in later)])
+            verdict = view.judge(table, None if state is None else state.values())
+            if verdict == "enter":
+                page.add_entries([*deltas, *later])
+            elif verdict == "leave":
+                page.add_entries([_drop(table, row_id, subscriber)])
+        if row >= len(rows):
+            chunk, row = chunk + 1, 0
+    return replace(mark, chunk=chunk, row=row)
+
+
+def _new_rows(tail: Mapping[RowKey, list[LogEntry]]) -> list[RowKey]:
+    """The rows of the tail that did not exist at its start (so the checkpoint has none of their live state), in
+    order."""
+    return sorted(key for key, entries in tail.items() if entries[0].before is None)
+
+
+def _tail_rows(
+    tail: Mapping[RowKey, list[LogEntry]], mark: CursorScope, view: ScopeView, subscriber: str, page: _Page
+) -> CursorScope:
+    """Serve the rows the log after the checkpoint created, from the mark into ``page``."""
+    keys = _new_rows(tail)
+    done = mark.tail
+    while done < len(keys) and not page.full:
+        table, row_id = keys[done]
+        entries = tail[keys[done]]
+        done += 1
+        verdict = view.judge(table, entries[-1].after)
+        if verdict == "enter":
+            page.add_entries(entries)
+        elif verdict == "leave":
+            page.add_entries([_drop(table, row_id, subscriber)])
+    return replace(mark, tail=done)
+
+
+def _drop(table: str, row_id: str, subscriber: str) -> RowDelta:
+    """The delete telling a client to drop a row that left its scope: HLC 0, under its own id."""
+    return make_delta(DeltaOp.DELETE, table=table, row_id=row_id, client_id=subscriber, hlc=0)
