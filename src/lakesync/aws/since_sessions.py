@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.errors import condition_failed, error_code
+from lakesync.aws.errors import condition_failed
+from lakesync.aws.items import storage_error
 from lakesync.aws.tables import TableNames
-from lakesync.core.errors import StorageError
 from lakesync.core.log import CommitConflict
 from lakesync.core.since import SinceSession
 
@@ -43,7 +43,7 @@ class DynamoDBSinceSessions:
                 TableName=self._table, Key={"pk": {"S": session_key(gateway, client_id)}}, ConsistentRead=True
             ).get("Item")
         except ClientError as exc:
-            raise StorageError(f"DynamoDB GetItem failed: {error_code(exc)}") from exc
+            raise storage_error(exc, "GetItem") from exc
         if item is None:
             return None
         return SinceSession.from_json(json.loads(item["s"]["S"]), int(item["v"]["N"]))
@@ -66,4 +66,4 @@ class DynamoDBSinceSessions:
         except ClientError as exc:
             if condition_failed(exc):
                 raise CommitConflict() from exc
-            raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
+            raise storage_error(exc, "PutItem") from exc
