@@ -113,8 +113,9 @@ class World:
         push(self.deps, GW, SyncPush("w", (d,)), client_id="w", trusted=True)
         self.server.setdefault(key, []).append(d)
 
-    def checkpoint_and_release(self) -> None:
-        """A checkpoint at the heads, then the log released through it (as the flush job does)."""
+    def checkpoint_and_release(self, chunk_bytes: int = 256) -> None:
+        """A checkpoint at the heads (tiny chunks by default: a difference spans several), then the log released
+        through it (as the flush job does)."""
         buffer = self.deps.buffer
         shards = buffer.list_shards(GW)
         heads = buffer.get_heads(shards)
@@ -129,7 +130,7 @@ class World:
             server_hlc=at(self.wall - T0),
             tables=["tasks"],
             rows=(encode_row(s) for s in states if s is not None),
-            chunk_bytes=256,
+            chunk_bytes=chunk_bytes,
         )
         for shard, head in heads.items():
             buffer.release_log(shard, head.seq)
