@@ -390,3 +390,16 @@ def test_long_random_programs_keep_the_replica_exact(rng: random.Random, page_by
             assert world.held() == world.expected()
     world.catch_up(rng.randrange(1, 5))
     assert world.held() == world.expected()
+
+
+def test_a_release_during_a_difference_starts_it_over_from_the_checkpoint() -> None:
+    world = World()
+    for i in range(6):
+        world.write(f"r{i}", "p1", f"t{i}")
+    world.catch_up()
+    world.subscribe("p1")
+    world.pull(limit=2)  # the difference, from the log's start, is under way
+    assert world.cursor is not None and (cursor_scope(world.cursor) or CursorScope("")).tail == 2
+    world.checkpoint_and_release()  # the log it was reading is gone
+    world.catch_up(limit=2)
+    assert world.held() == world.expected() and len(world.held()) == 6
