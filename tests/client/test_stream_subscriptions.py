@@ -21,9 +21,11 @@ import pytest
 from lakesync.auth import mint_token
 from lakesync.client import LocalStore, OfflineError, StreamSubscription, connect
 from lakesync.client.aio import AsyncLocalStore
+from lakesync.core.delta import DeltaOp, make_delta
+from lakesync.core.merge import RowState
 from lakesync.core.streams import Subscription
 from lakesync.gateway.subscriptions import subscription_id
-from tests.factories import todo_schema
+from tests.factories import T0, todo_schema
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +48,8 @@ class FakeGateway:
     """The gateway's subscription routes over one client's subscriptions, an empty pull and no checkpoint.
 
     ``refuse`` maps a stream to ``(status, body)``; ``down`` answers everything 503; ``lose_answer`` drops the
-    connection after storing a subscribe (its answer lost); ``no_expiry`` answers without ``expiresAt``; ``on_post``
-    runs while a subscribe is being served.
+    connection after storing a subscribe (its answer lost); ``no_expiry`` answers without ``expiresAt``;
+    ``pull_pages`` are the deltas of the next pulls; ``on_post`` runs while a subscribe is being served.
     """
 
     clock: Clock
@@ -57,6 +59,7 @@ class FakeGateway:
     down: bool = False
     lose_answer: bool = False
     no_expiry: bool = False
+    pull_pages: list[list[dict[str, Any]]] = field(default_factory=list)
     on_post: Callable[[], None] | None = None
 
     def serve(self, method: str, path: str, body: Any) -> tuple[int, Any] | None:
@@ -66,7 +69,8 @@ class FakeGateway:
             return 503, {"error": "busy", "code": "STORAGE_BUSY"}
         route = path.split("?")[0].split("/")[4:]
         if route == ["pull"]:
-            return 200, {"deltas": [], "serverHlc": "0", "hasMore": False, "cursor": "c1"}
+            deltas = self.pull_pages.pop(0) if self.pull_pages else []
+            return 200, {"deltas": deltas, "serverHlc": "0", "hasMore": False, "cursor": "c1"}
         if route == ["checkpoint"]:
             return 404, {"error": "none", "code": "NOT_FOUND"}
         if route == ["subscriptions"] and method == "POST":
@@ -422,6 +426,36 @@ def test_a_subscription_the_gateway_gave_no_expiry_is_not_renewed(
     store.sync()
     assert len(gateway.posts()) == 1 and store._streams.renewal_in() is None
     assert [(s.state, s.expires_at) for s in store.subscriptions()] == [("active", None)]
+
+
+def test_a_row_leaving_the_scope_is_dropped_and_can_enter_again(
+    fake: tuple[FakeGateway, str], open_store: Callable[..., LocalStore]
+) -> None:
+    gateway, url = fake
+    store = open_store(url)
+    entering = make_delta(DeltaOp.INSERT, table="todos", row_id="t1", client_id="bob", hlc=T0, columns={"title": "a"})
+    gateway.pull_pages.append([entering.to_json()])
+    store.sync()
+    assert store.rows("todos") == {"t1": {"title": "a", "done": None, "priority": None, "tags": None}}
+    held = store.state("todos", "t1")
+
+    # A DELETE at HLC 0 under another client's id is an ordinary delete, below every version: the row stays
+    other = make_delta(DeltaOp.DELETE, table="todos", row_id="t1", client_id="bob", hlc=0)
+    gateway.pull_pages.append([other.to_json()])
+    store.sync()
+    assert set(store.rows("todos")) == {"t1"}
+    # Under the store's own id it says the row left the scope: dropped, no tombstone kept
+    leaving = make_delta(DeltaOp.DELETE, table="todos", row_id="t1", client_id="c", hlc=0)
+    gateway.pull_pages.append([leaving.to_json()])
+    assert store.sync().changed == {"todos": {"t1"}}
+    assert store.rows("todos") == {} and store.state("todos", "t1") == RowState("todos", "t1")
+    gateway.pull_pages.append([leaving.to_json()])  # again: nothing held, nothing changes
+    assert store.sync().changed == {}
+
+    # Entering again, its real versions apply
+    gateway.pull_pages.append([entering.to_json()])
+    store.sync()
+    assert store.state("todos", "t1") == held
 
 
 def test_the_background_thread_renews_in_time_however_long_its_poll_interval(

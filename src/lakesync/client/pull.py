@@ -2,7 +2,9 @@
 (a crash re-pulls at most that page, and merging it again changes nothing).
 
 Remote deltas are merged with :func:`lakesync.core.merge.merge`, the one merge; a real-time broadcast's deltas go the
-same way without moving the cursor.
+same way without moving the cursor. One delta is not merged: a ``DELETE`` at HLC 0 under this client's own id is how
+a pull says that a row left the client's scope (a subscription ended, docs/streams.md "The pull follows the scope"):
+the row is dropped, its state made empty (not a tombstone), so that if it enters again its real versions apply.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from lakesync.client.answers import pull_page, receive_hlc, unreadable_answer
 from lakesync.client.http import ApiError, SyncClient
 from lakesync.client.model import SyncReport, SyncStateError
 from lakesync.client.storage import Storage
-from lakesync.core.delta import RowDelta
+from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import ClockDriftError
 from lakesync.core.merge import RowState, merge
 
@@ -85,6 +87,10 @@ class Puller:
         for delta in deltas:
             key = (delta.table, delta.row_id)
             state = states[key] if key in states else self._states.get(*key)
+            if self._drops(delta):
+                if state is not None and state != RowState(*key):
+                    states[key] = dirty[key] = RowState(*key)
+                continue
             result = merge(state, delta)
             states[key] = result.state
             if result.changed:
@@ -100,6 +106,10 @@ class Puller:
         for table, row_id in dirty:
             changed.setdefault(table, set()).add(row_id)
         return changed
+
+    def _drops(self, delta: RowDelta) -> bool:
+        """Whether ``delta`` says the row left this client's scope (see the module docstring)."""
+        return delta.hlc == 0 and delta.op is DeltaOp.DELETE and delta.client_id == self._http.client_id
 
     def apply_broadcast(self, deltas: Sequence[RowDelta]) -> dict[str, set[str]]:
         """Merge deltas a real-time broadcast carried, in one transaction (the cursor stays: the next pull delivers
