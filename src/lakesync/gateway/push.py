@@ -35,7 +35,7 @@ import random
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lakesync.core import merge as lww
@@ -66,7 +66,17 @@ from lakesync.core.log import (
     row_key,
 )
 from lakesync.core.messages import SyncPush
-from lakesync.core.rules import Claims, SyncRules, WriteRefusal, check_write, row_matches
+from lakesync.core.rules import (
+    Claims,
+    Grant,
+    SyncRules,
+    WriteRefusal,
+    bucket_grants,
+    check_write,
+    check_write_in,
+    confines,
+    row_matches,
+)
 from lakesync.core.schema import TableSchema, validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
@@ -114,20 +124,23 @@ class DeltaReceipt:
 
 @dataclass(frozen=True, slots=True)
 class WriteGuard:
-    """What an untrusted client may write: the gateway's rules judged against its claims (:func:`check_write`)."""
+    """What an untrusted client may write: the gateway's rules judged against its claims (:func:`check_write`), each
+    table's buckets resolved against the claims once per push."""
 
     rules: SyncRules | None
     claims: Claims
+    _grants: dict[str, list[Grant]] = field(default_factory=dict, compare=False, repr=False)
 
     def refusal(self, delta: RowDelta, before: lww.RowState | None, after: lww.RowState | None) -> WriteRefusal | None:
         """Why the client may not merge ``delta`` into the row ``before`` (giving ``after``), or ``None``."""
-        return check_write(
-            self.rules,
-            self.claims,
-            delta,
-            before.values() if before is not None else None,
-            after.values() if after is not None else None,
-        )
+        before_values = before.values() if before is not None else None
+        after_values = after.values() if after is not None else None
+        if self.rules is None or not confines(self.rules):
+            return check_write(self.rules, self.claims, delta, before_values, after_values)
+        grants = self._grants.get(delta.table)
+        if grants is None:
+            grants = self._grants[delta.table] = bucket_grants(self.rules, self.claims, table=delta.table)
+        return check_write_in(self.rules, grants, delta, before_values, after_values)
 
     def readable(self, table: str, state: lww.RowState | None) -> lww.RowState | None:
         """``state`` when the row exists and the client may read it, else ``None``."""
