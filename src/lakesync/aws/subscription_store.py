@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from lakesync.aws.errors import condition_failed, error_code
+from lakesync.aws.errors import condition_failed
+from lakesync.aws.items import storage_error
 from lakesync.aws.tables import TableNames
-from lakesync.core.errors import CommitConflictError, StorageError
+from lakesync.core.errors import CommitConflictError
 from lakesync.core.streams import Subscription
 from lakesync.ports import keep_served, put_subscription
 
@@ -103,13 +104,13 @@ class DynamoDBSubscriptionStore:
         try:
             self._db.put_item(TableName=self._table, Item=item)
         except ClientError as exc:
-            raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
+            raise storage_error(exc, "PutItem") from exc
 
     def _get(self, key: str) -> dict[str, Any] | None:
         try:
             item = self._db.get_item(TableName=self._table, Key={"pk": {"S": key}}, ConsistentRead=True).get("Item")
         except ClientError as exc:
-            raise StorageError(f"DynamoDB GetItem failed: {error_code(exc)}") from exc
+            raise storage_error(exc, "GetItem") from exc
         return item
 
     def _read(self, key: str) -> tuple[list[Subscription], int]:
@@ -138,7 +139,7 @@ class DynamoDBSubscriptionStore:
         except ClientError as exc:
             if condition_failed(exc):
                 return False
-            raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
+            raise storage_error(exc, "PutItem") from exc
         return True
 
 
