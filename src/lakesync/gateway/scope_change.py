@@ -41,7 +41,6 @@ from lakesync.gateway.checkpoint import chunk_rows
 from lakesync.gateway.cursor import CursorScope, encode_cursor
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.log_pages import PAGE_MAX, PullResult, expired_any_error
-from lakesync.gateway.resync import MAX_CHUNKS_PER_PAGE, covering_checkpoint
 from lakesync.io_pool import awaited, results_of, submit
 
 __all__ = ["ScopeView", "difference_page", "scope_view"]
@@ -220,6 +219,9 @@ def _base(
         return manifest, mark
     if not any(h.released_seq for h in heads.values()):
         return None, mark
+    # Only a difference over a released log reads a checkpoint: a pull's cold start does not load the resync.
+    from lakesync.gateway.resync import covering_checkpoint
+
     manifest = covering_checkpoint(deps, gateway, heads)
     if manifest is None or any(manifest.positions.get(s.key, 0) > positions.get(s.key, 0) for s in shards):
         raise expired_any_error(gateway)
@@ -268,6 +270,8 @@ def _checkpoint_rows(
     objects = deps.objects
     if manifest is None or objects is None:
         return mark
+    from lakesync.gateway.resync import MAX_CHUNKS_PER_PAGE
+
     chunk, row, read = mark.chunk, mark.row, 0
     while chunk < len(manifest.chunks) and read < MAX_CHUNKS_PER_PAGE and not page.full:
         rows = chunk_rows(objects, manifest.chunks[chunk])
