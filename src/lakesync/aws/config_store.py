@@ -17,6 +17,7 @@ from lakesync.aws.items import (
     DESTINATION_PREFIX,
     REGISTRY_PREFIX,
     Item,
+    config_items,
     destination_key,
     num_attr,
     query_all,
@@ -90,13 +91,7 @@ class DynamoDBConfigStore:
 
     def get_schemas(self, gateway: str) -> dict[str, tuple[TableSchema, int]]:
         schemas = {}
-        for item in query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr("schema#")},
-            ConsistentRead=True,
-        ):
+        for item in config_items(self._db, self._t.config, gateway, "schema#"):
             schema = parse_table_schema(json.loads(item["doc"]["S"]))
             schemas[schema.table] = (schema, int(item["ver"]["N"]))
         return schemas
@@ -146,24 +141,12 @@ class DynamoDBConfigStore:
             raise storage_error(exc, "PutItem") from exc
 
     def list_flush_requests(self, gateway: str) -> list[dict[str, Any]]:
-        items = query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr("flush#")},
-            ConsistentRead=True,
-        )
+        items = config_items(self._db, self._t.config, gateway, "flush#")
         return [json.loads(item["doc"]["S"]) for item in items]
 
     def list_destinations(self, gateway: str) -> list[DestinationConfig]:
         configs = []
-        for item in query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(DESTINATION_PREFIX)},
-            ConsistentRead=True,
-        ):
+        for item in config_items(self._db, self._t.config, gateway, DESTINATION_PREFIX):
             try:
                 configs.append(parse_destination(json.loads(item["doc"]["S"])))
             except (ValidationError, ValueError) as exc:  # written by add_destination, so never expected
@@ -178,13 +161,7 @@ class DynamoDBConfigStore:
 
     def list_connectors(self, gateway: str) -> list[ConnectorConfig]:
         configs = []
-        for item in query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(CONNECTOR_PREFIX)},
-            ConsistentRead=True,
-        ):
+        for item in config_items(self._db, self._t.config, gateway, CONNECTOR_PREFIX):
             configs.append(_connector(item))
         return sorted(configs, key=lambda c: c.name)
 

@@ -186,6 +186,18 @@ def batch_write(
     raise StorageError(f"DynamoDB BatchWriteItem left items unprocessed after {attempts} attempts")
 
 
+def config_items(db: DynamoDBClient, table: str, gateway: str, prefix: str) -> Iterator[Item]:
+    """Every item of ``gateway``'s partition of the config table whose sort key starts with ``prefix`` (consistent
+    reads, paged)."""
+    return query_all(
+        db,
+        TableName=table,
+        KeyConditionExpression="gw = :gw AND begins_with(sk, :p)",
+        ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(prefix)},
+        ConsistentRead=True,
+    )
+
+
 def query_all(db: DynamoDBClient, *, page_size: Callable[[], int] | None = None, **kwargs: Any) -> Iterator[Item]:
     """Every item of a Query, following LastEvaluatedKey (``page_size()``: the Limit of each next request)."""
     while True:

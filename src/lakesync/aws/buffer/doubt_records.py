@@ -12,14 +12,13 @@ from botocore.exceptions import ClientError
 
 from lakesync.aws.buffer.items import (
     DOUBT_PREFIX,
-    DoubtAttr,
     doubt_from_record,
     doubt_record_item,
     doubt_record_key,
     record_pks,
 )
 from lakesync.aws.buffer.row_doubts import Doubt
-from lakesync.aws.items import query_all, storage_error, str_attr
+from lakesync.aws.items import config_items, storage_error
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import StorageError
 from lakesync.core.log import ShardId
@@ -79,11 +78,5 @@ class DoubtRecords:
 
     def of_gateway(self, gateway: str) -> Iterator[tuple[Doubt, list[str]]]:
         """Every in-doubt run of the gateway's shards, with its rows' main keys (consistent reads)."""
-        for item in query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression=f"{DoubtAttr.GATEWAY} = :gw AND begins_with({DoubtAttr.SORT_KEY}, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(DOUBT_PREFIX)},
-            ConsistentRead=True,
-        ):
+        for item in config_items(self._db, self._t.config, gateway, DOUBT_PREFIX):
             yield doubt_from_record(item), record_pks(item)

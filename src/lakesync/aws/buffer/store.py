@@ -31,9 +31,8 @@ from lakesync.aws.items import (
     Item,
     batch_get_all,
     batch_write_all,
-    query_all,
+    config_items,
     registry_shard,
-    str_attr,
 )
 from lakesync.core.hlc import decode
 from lakesync.core.log import CommitBasis, LogEntry, ShardHead, ShardId, StoredRow
@@ -97,13 +96,7 @@ class DynamoDBBufferStore(BufferCommits):
 
     def list_shards(self, gateway: str) -> list[ShardId]:
         shards = []
-        for item in query_all(
-            self._db,
-            TableName=self._t.config,
-            KeyConditionExpression=f"{RegistryAttr.GATEWAY} = :gw AND begins_with({RegistryAttr.SORT_KEY}, :p)",
-            ExpressionAttributeValues={":gw": str_attr(gateway), ":p": str_attr(REGISTRY_PREFIX)},
-            ConsistentRead=True,
-        ):
+        for item in config_items(self._db, self._t.config, gateway, REGISTRY_PREFIX):
             shards.append(registry_shard(item[RegistryAttr.SORT_KEY]["S"]))
         return sorted(shards)
 
