@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from lakesync.core.delta import RowDelta
     from lakesync.core.destinations import DestinationConfig
     from lakesync.core.errors import LakeSyncError
+    from lakesync.core.filters import MembershipSource
     from lakesync.core.log import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
     from lakesync.core.realtime import Connection
     from lakesync.core.rules import SyncRules
@@ -467,6 +468,16 @@ class SubscriptionStore(Protocol):
     def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
         """Record that a pull served the client the scope ``fingerprint`` of ``subscriptions`` (kept as
         :func:`keep_served` says)."""
+        ...
+
+
+class MembershipReader(Protocol):
+    """Reads the membership tables streams and buckets name (:class:`~lakesync.core.filters.Membership`): the live
+    rows of a gateway's tables, as of the latest commits."""
+
+    def source(self, gateway: str) -> MembershipSource:
+        """A membership source over ``gateway``'s live rows, current at the call (one pull, push or broadcast uses
+        one)."""
         ...
 
 

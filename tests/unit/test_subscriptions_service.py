@@ -15,6 +15,7 @@ from lakesync.gateway.memory import (
     InMemoryActionStore,
     InMemoryBufferStore,
     InMemoryConfigStore,
+    InMemoryMembershipReader,
     InMemorySubscriptions,
 )
 from lakesync.gateway.pull import StoresPullBasis
@@ -36,7 +37,7 @@ def deps(memberships: InMemoryMemberships | None = None) -> GatewayDeps:
         InMemoryActionStore(),
         wall_ms=lambda: NOW,
         subscriptions=InMemorySubscriptions(),
-        memberships=memberships,
+        memberships=InMemoryMembershipReader(memberships) if memberships is not None else None,
     )
     made.config.put_sync_rules("gw", parse_sync_rules({"version": 1, "buckets": [], "streams": [STREAM]}))
     return made

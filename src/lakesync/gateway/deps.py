@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         ConfigStore,
         ConnectorPositionStore,
         ConnectorScheduler,
+        MembershipReader,
         ObjectStore,
         PullBasisReader,
         SinceSessionStore,
@@ -124,5 +125,10 @@ class GatewayDeps:
     limiter: RateLimiter | None = None
     subscriptions: SubscriptionStore | None = None
     """Each client's stream subscriptions (:mod:`lakesync.gateway.subscriptions`); ``None``: none are served."""
-    memberships: MembershipSource | None = None
-    """Reads membership tables for streams that name one; ``None``: such streams are refused (422)."""
+    memberships: MembershipReader | None = None
+    """Reads membership tables for the streams and buckets that name one; ``None``: such streams are refused (422)
+    and such bucket filters hold for no row."""
+
+    def membership_source(self, gateway: str) -> MembershipSource | None:
+        """The membership source of ``gateway`` for one request (``None``: memberships are not read)."""
+        return self.memberships.source(gateway) if self.memberships is not None else None

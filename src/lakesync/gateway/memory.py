@@ -17,6 +17,7 @@ from typing import Any
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig
 from lakesync.core.errors import AlreadyExistsError
+from lakesync.core.filters import InMemoryMemberships
 from lakesync.core.log import (
     Commit,
     CommitBasis,
@@ -454,3 +455,20 @@ class InMemorySubscriptions:
         with self._lock:
             key = (gateway, client_id)
             self._served[key] = keep_served(self._served.get(key, {}), fingerprint, subscriptions)
+
+
+class InMemoryMembershipReader:
+    """A :class:`~lakesync.ports.MembershipReader` over membership rows held in memory, one
+    :class:`~lakesync.core.filters.InMemoryMemberships` per gateway (``default`` for any other gateway)."""
+
+    def __init__(
+        self,
+        default: InMemoryMemberships | None = None,
+        gateways: Mapping[str, InMemoryMemberships] | None = None,
+    ) -> None:
+        self._default = default if default is not None else InMemoryMemberships()
+        self._gateways = dict(gateways or {})
+
+    def source(self, gateway: str) -> InMemoryMemberships:
+        """The membership rows of ``gateway``."""
+        return self._gateways.get(gateway, self._default)

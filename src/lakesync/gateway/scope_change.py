@@ -113,13 +113,14 @@ def scope_view(
     with awaited(kept_read):
         subscriptions = store.get(gateway, subscriber, now_ms)
     kept = kept_read.result()
-    scope = resolve_scope(rules, claims, subscriptions, deps.memberships, now_ms)
-    buckets = resolve_scope(rules, claims, (), deps.memberships)
+    memberships = deps.membership_source(gateway)
+    scope = resolve_scope(rules, claims, subscriptions, memberships, now_ms)
+    buckets = resolve_scope(rules, claims, (), memberships)
 
     def told(fingerprint: str) -> Scope:
         if fingerprint == buckets.fingerprint:
             return buckets
-        again = resolve_scope(rules, claims, kept.get(fingerprint, ()), deps.memberships)
+        again = resolve_scope(rules, claims, kept.get(fingerprint, ()), memberships)
         if fingerprint not in kept or again.fingerprint != fingerprint:
             raise expired_any_error(gateway)
         return again

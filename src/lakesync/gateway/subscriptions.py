@@ -173,7 +173,7 @@ def subscribe(deps: GatewayDeps, gateway: str, client_id: str, claims: Claims, d
                 "which this deployment cannot read yet",
             )
         )
-    refusal = check_stream_params(stream, claims, request.params, deps.memberships)
+    refusal = check_stream_params(stream, claims, request.params, deps.membership_source(gateway))
     if refusal is not None:
         raise refused(refusal)
     now_ms = deps.wall_ms()
