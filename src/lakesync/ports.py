@@ -7,7 +7,7 @@ DynamoDB and S3. The contract tests in ``tests/contract`` run one behaviour suit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from lakesync.core.realtime import Connection
     from lakesync.core.rules import SyncRules
     from lakesync.core.schema import TableSchema
+    from lakesync.core.scope import Scope
     from lakesync.core.since import SinceSession
     from lakesync.core.streams import Subscription
 
@@ -460,14 +461,15 @@ class SubscriptionStore(Protocol):
         """Remove the live subscription equal to ``subscription``; whether there was one."""
         ...
 
-    def get_served(self, gateway: str, client_id: str) -> dict[str, tuple[Subscription, ...]]:
-        """The scopes pulls served the client lately, by fingerprint: the subscriptions each was resolved from
-        (consistent read; :mod:`lakesync.gateway.scope_change`)."""
+    def get_served(self, gateway: str, client_id: str) -> dict[str, Scope]:
+        """The scopes pulls served the client lately, by fingerprint, as :func:`~lakesync.core.scope.held_scope`
+        tells them (consistent read; :mod:`lakesync.gateway.scope_change`); a kept scope that cannot be read is
+        left out."""
         ...
 
-    def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
-        """Record that a pull served the client the scope ``fingerprint`` of ``subscriptions`` (kept as
-        :func:`keep_served` says)."""
+    def put_served(self, gateway: str, client_id: str, scope: Scope) -> None:
+        """Record that a pull is about to hand the client a cursor of ``scope`` (kept as :func:`keep_served`
+        says)."""
         ...
 
 
@@ -496,13 +498,11 @@ MAX_SERVED_SCOPES: Final = 8
 """Served scopes a client's record keeps (the latest)."""
 
 
-def keep_served(
-    held: Mapping[str, tuple[Subscription, ...]], fingerprint: str, subscriptions: Sequence[Subscription]
-) -> dict[str, tuple[Subscription, ...]]:
-    """The served scopes after :meth:`SubscriptionStore.put_served`: ``held`` (oldest first) with ``fingerprint``
-    last, its subscriptions without their expiry, the oldest dropped past :data:`MAX_SERVED_SCOPES`."""
-    kept = {fp: subs for fp, subs in held.items() if fp != fingerprint}
-    kept[fingerprint] = tuple(sorted((replace(s, expires_at=None) for s in subscriptions), key=subscription_order))
+def keep_served(held: Mapping[str, Scope], scope: Scope) -> dict[str, Scope]:
+    """The served scopes after :meth:`SubscriptionStore.put_served`: ``held`` (oldest first) with ``scope`` last,
+    the oldest dropped past :data:`MAX_SERVED_SCOPES`."""
+    kept = {fp: held_scope for fp, held_scope in held.items() if fp != scope.fingerprint}
+    kept[scope.fingerprint] = scope
     return dict(list(kept.items())[-MAX_SERVED_SCOPES:])
 
 

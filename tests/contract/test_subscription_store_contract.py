@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from lakesync.aws.subscription_store import DynamoDBSubscriptionStore, subscriptions_key
+from lakesync.core.filters import Clause, Condition, FilterOp
+from lakesync.core.scope import Scope, held_scope
 from lakesync.core.streams import MAX_CLIENT_SUBSCRIPTIONS, Subscription
 from lakesync.gateway.memory import InMemorySubscriptions
 from lakesync.ports import MAX_SERVED_SCOPES, SubscriptionStore
@@ -138,25 +140,34 @@ def test_dynamodb_subscriptions_live_under_a_key_no_delta_id_record_can_take_wit
     assert item["exp"]["N"] == str(-(-(NOW + 900) // 1000))
 
 
-def test_served_scopes_are_kept_latest_last_without_expiry_apart_from_the_subscriptions(
-    store: SubscriptionStore,
-) -> None:
+def scope_of(*projects: str, hidden: tuple[str, ...] = ()) -> Scope:
+    """A scope covering the tasks of ``projects`` (as the rules resolve it: canonical conditions)."""
+    condition = Condition(("tasks",), (Clause("project_id", FilterOp.IN, tuple(sorted(projects))),))
+    conditions = frozenset({condition.canonical()}) if projects else frozenset()
+    return held_scope(Scope(conditions, frozenset(hidden)).to_json())
+
+
+def test_served_scopes_are_kept_latest_last_and_told_as_they_covered(store: SubscriptionStore) -> None:
     assert store.get_served("gw", "c1") == {}
     assert store.put("gw", "c1", sub(project="a"), NOW, 64)
-    store.put_served("gw", "c1", "fp-a", [sub(project="a")])
-    store.put_served("gw", "c1", "fp-ab", [sub(project="b"), sub(project="a", kind="é😀")])
+    a, ab = scope_of("a"), scope_of("b", "a é😀", hidden=("secrets",))
+    store.put_served("gw", "c1", a)
+    store.put_served("gw", "c1", ab)
     served = store.get_served("gw", "c1")
-    assert list(served) == ["fp-a", "fp-ab"]
-    assert served["fp-ab"] == (sub(project="a", kind="é😀"), sub(project="b"))
-    assert all(s.expires_at is None for subs in served.values() for s in subs)
+    assert list(served) == [a.fingerprint, ab.fingerprint]
+    # Told as it covered: the same rows, the same hidden tables, the same fingerprint
+    assert served[ab.fingerprint] == ab and served[ab.fingerprint].hidden == frozenset({"secrets"})
+    assert served[ab.fingerprint].covers("tasks", {"project_id": "a é😀"})
+    assert not served[a.fingerprint].covers("tasks", {"project_id": "b"})
     # The subscriptions themselves are untouched, and a subscribe does not drop the served scopes
     assert store.get("gw", "c1", NOW) == [sub(project="a")]
     assert store.put("gw", "c1", sub(project="b"), NOW, 64)
-    assert list(store.get_served("gw", "c1")) == ["fp-a", "fp-ab"]
+    assert list(store.get_served("gw", "c1")) == [a.fingerprint, ab.fingerprint]
     # Serving one again makes it the latest; past MAX_SERVED_SCOPES the oldest go
-    store.put_served("gw", "c1", "fp-a", [sub(project="a")])
-    assert list(store.get_served("gw", "c1")) == ["fp-ab", "fp-a"]
-    for i in range(MAX_SERVED_SCOPES):
-        store.put_served("gw", "c1", f"fp-{i}", [])
-    assert list(store.get_served("gw", "c1")) == [f"fp-{i}" for i in range(MAX_SERVED_SCOPES)]
+    store.put_served("gw", "c1", a)
+    assert list(store.get_served("gw", "c1")) == [ab.fingerprint, a.fingerprint]
+    many = [scope_of(f"p{i}") for i in range(MAX_SERVED_SCOPES)]
+    for scope in many:
+        store.put_served("gw", "c1", scope)
+    assert list(store.get_served("gw", "c1")) == [s.fingerprint for s in many]
     assert store.get_served("gw", "c2") == {} and store.get_served("other", "c1") == {}

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from lakesync.core.canonical import JsonValue
 from lakesync.core.delta import DeltaOp, RowDelta
 from lakesync.core.errors import CursorExpiredError
+from lakesync.core.filters import InMemoryMemberships
 from lakesync.core.hlc import HLC
 from lakesync.core.merge import RowState, fold, merge_all
 from lakesync.core.messages import SyncPush
@@ -31,6 +32,7 @@ from lakesync.gateway.memory import (
     InMemoryActionStore,
     InMemoryBufferStore,
     InMemoryConfigStore,
+    InMemoryMembershipReader,
     InMemorySubscriptions,
 )
 from lakesync.gateway.pull import PullResult, pull
@@ -39,6 +41,7 @@ from tests.factories import T0, at, delete, insert, update
 
 GW = "gw"
 ME = "ann"
+CLAIMS = {"sub": ME}
 PROJECTS = ("p0", "p1", "p2", "p3")
 RULES = {
     "version": 1,
@@ -54,6 +57,34 @@ RULES = {
         }
     ],
 }
+MEMBER_OF = {"table": "memberships", "column": "project", "where": [{"column": "user", "op": "eq", "value": "jwt:sub"}]}
+VERSIONS: tuple[dict[str, Any], ...] = (
+    RULES,
+    # the lobby moved to p1
+    {
+        **RULES,
+        "version": 2,
+        "buckets": [{**RULES["buckets"][0], "filters": [{**RULES["buckets"][0]["filters"][0], "value": "p1"}]}],
+    },
+    # the projects the client is a member of, read from the memberships table
+    {
+        **RULES,
+        "version": 3,
+        "buckets": [
+            {
+                "name": "mine",
+                "tables": ["tasks"],
+                "filters": [{"column": "project_id", "op": "in", "membership": MEMBER_OF}],
+            }
+        ],
+    },
+    # subscriptions only
+    {**RULES, "version": 4, "buckets": []},
+    # buckets only
+    {"version": 5, "buckets": RULES["buckets"]},
+    # rules that do not confine: every row
+    {"version": 6, "buckets": []},
+)
 
 
 class MemoryObjects:
@@ -77,6 +108,8 @@ class World:
 
     def __init__(self, rules: Mapping[str, Any] = RULES, **settings: Any) -> None:
         self.wall = T0
+        self.members = InMemoryMemberships()
+        self.projects: set[str] = set()
         self.objects = MemoryObjects()
         self.deps = GatewayDeps(
             InMemoryBufferStore(),
@@ -88,6 +121,7 @@ class World:
             sleep=lambda _: None,
             objects=self.objects,
             subscriptions=InMemorySubscriptions(),
+            memberships=InMemoryMembershipReader(self.members),
         )
         self.deps.config.put_sync_rules(GW, parse_sync_rules(dict(rules)))
         self.server: dict[tuple[str, str], list[RowDelta]] = {}
@@ -135,13 +169,24 @@ class World:
         for shard, head in heads.items():
             buffer.release_log(shard, head.seq)
 
+    def save_rules(self, doc: Mapping[str, Any]) -> None:
+        """An admin saves a new rules version."""
+        self.deps.config.put_sync_rules(GW, parse_sync_rules(dict(doc)))
+
+    def join(self, project: str, *, leave: bool = False) -> None:
+        """The client's membership row of ``project`` inserted (or deleted)."""
+        (self.projects.discard if leave else self.projects.add)(project)
+        self.members.put("memberships", [{"user": ME, "project": p} for p in sorted(self.projects)])
+
     # -- the client -------------------------------------------------------------------------------------------------
 
     def subscribe(self, project: str, ttl: int | None = None) -> None:
         doc: dict[str, Any] = {"stream": "project", "params": {"project": project}}
         if ttl is not None:
             doc["ttlSeconds"] = ttl
-        subs.subscribe(self.deps, GW, ME, {}, doc)
+        rules = self.deps.config.get_sync_rules(GW)
+        if rules is not None and rules.stream("project") is not None:
+            subs.subscribe(self.deps, GW, ME, CLAIMS, doc)
 
     def unsubscribe(self, project: str) -> None:
         held = {h.subscription.param_map["project"]: h.id for h in subs.list_subscriptions(self.deps, GW, ME)}
@@ -149,7 +194,7 @@ class World:
             subs.unsubscribe(self.deps, GW, ME, held[project])
 
     def pull(self, limit: int = 100) -> PullResult:
-        page = pull(self.deps, GW, limit=limit, claims={}, cursor=self.cursor, subscriber=ME)
+        page = pull(self.deps, GW, limit=limit, claims=CLAIMS, cursor=self.cursor, subscriber=ME)
         for d in page.deltas:
             self.apply(d)
         self.received += len(page.deltas)
@@ -181,7 +226,7 @@ class World:
     def expected(self) -> dict[tuple[str, str], dict[str, JsonValue]]:
         rules = self.deps.config.get_sync_rules(GW)
         live = self.deps.subscriptions.get(GW, ME, self.wall) if self.deps.subscriptions else []
-        scope = resolve_scope(rules, {}, live, None, self.wall)
+        scope = resolve_scope(rules, CLAIMS, live, self.members, self.wall)
         out = {}
         for key, deltas in self.server.items():
             values = fold(deltas).values()  # type: ignore[union-attr]
@@ -203,6 +248,8 @@ OPS = st.one_of(
     st.tuples(st.just("pull"), st.integers(1, 4)),
     st.tuples(st.just("catch_up"), st.integers(1, 4)),
     st.tuples(st.just("release")),
+    st.tuples(st.just("rules"), st.integers(0, len(VERSIONS) - 1)),
+    st.tuples(st.just("member"), STREAMED, st.booleans()),
 )
 
 
@@ -224,6 +271,10 @@ def run(world: World, op: tuple[Any, ...]) -> None:
         world.pull(op[1])
     elif kind == "catch_up":
         world.catch_up(op[1])
+    elif kind == "rules":
+        world.save_rules(VERSIONS[op[1]])
+    elif kind == "member":
+        world.join(op[1], leave=op[2])
     elif kind == "release" and world.caught_up() and world.heads():
         # Only a caught-up client's log is released: a client behind a release reloads (not what is tested here).
         world.checkpoint_and_release()
@@ -311,12 +362,101 @@ def test_a_cursor_behind_a_checkpoint_past_a_release_gets_410_on_a_scope_change(
         world.pull()
 
 
-def test_rules_without_streams_keep_cursors_without_a_scope() -> None:
-    world = World({"version": 1, "buckets": RULES["buckets"]})
+def test_a_rules_change_serves_the_difference_not_a_resync() -> None:
+    # Given a client caught up under buckets alone (rules without streams): its cursor records its scope
+    world = World(VERSIONS[4])
+    for i in range(8):
+        world.write(f"r{i}", PROJECTS[i % 4], f"t{i}")
+    world.catch_up()
+    assert world.cursor is not None and cursor_scope(world.cursor) is not None
+    assert set(world.held()) == {("tasks", "r0"), ("tasks", "r4")}
+    # When an admin moves the lobby from p0 to p1
+    world.save_rules(VERSIONS[1])
+    received = world.received
+    world.catch_up()
+    # Then the next pull sends the rows of p1 with their state and drops those of p0: four rows, not a reload
+    assert world.held() == world.expected() and set(world.held()) == {("tasks", "r1"), ("tasks", "r5")}
+    assert world.received - received == 4
+    # And the cursor goes on under the new rules, exactly once
+    world.write("r1", title="later")
+    world.write("r0", title="unseen")
+    received = world.received
+    world.catch_up()
+    assert world.received - received == 1 and world.held()[("tasks", "r1")]["title"] == "later"
+
+
+def test_a_rules_change_to_rules_that_do_not_confine_and_back() -> None:
+    world = World(VERSIONS[4])
+    for i in range(4):
+        world.write(f"r{i}", PROJECTS[i])
+    world.catch_up()
+    world.save_rules(VERSIONS[5])  # every row
+    world.catch_up()
+    assert len(world.held()) == 4 and world.held() == world.expected()
+    world.save_rules(VERSIONS[4])
+    world.catch_up()
+    assert set(world.held()) == {("tasks", "r0")} and world.held() == world.expected()
+
+
+def test_a_membership_change_moves_rows_in_and_out_without_a_resync() -> None:
+    world = World(VERSIONS[2])
+    for i in range(8):
+        world.write(f"r{i}", PROJECTS[i % 4], f"t{i}")
+    world.catch_up()
+    assert world.held() == {}
+    # When the client's membership of p2 is inserted, the rows of p2 enter
+    world.join("p2")
+    received = world.received
+    world.catch_up()
+    assert set(world.held()) == {("tasks", "r2"), ("tasks", "r6")} and world.received - received == 2
+    # And later changes of p2 arrive on the cursor
+    world.write("r2", title="new")
+    world.catch_up()
+    assert world.held()[("tasks", "r2")]["title"] == "new"
+    # When it is deleted, they leave; when another is inserted, its rows enter
+    world.join("p2", leave=True)
+    world.join("p3")
+    world.catch_up()
+    assert set(world.held()) == {("tasks", "r3"), ("tasks", "r7")} and world.held() == world.expected()
+
+
+def test_a_rules_change_during_a_difference_ends_in_the_newest_scope() -> None:
+    world = World(max_page_bytes=150)
+    for i in range(12):
+        world.write(f"r{i}", PROJECTS[i % 4], f"t{i}")
+    world.catch_up()
+    world.subscribe("p2")
+    world.pull(limit=1)  # the difference is under way
+    world.save_rules(VERSIONS[1])
+    world.pull(limit=1)
+    world.join("p3")
+    world.save_rules(VERSIONS[2])
+    world.catch_up(limit=2)
+    assert world.held() == world.expected()
+    assert set(world.held()) == {("tasks", f"r{i}") for i in (2, 6, 10, 3, 7, 11)}
+
+
+def test_a_scope_kept_is_read_only_when_the_scope_changes() -> None:
+    world = World(VERSIONS[4])
     world.write("a", "p0")
-    page = world.pull()
-    assert page.cursor is not None and cursor_scope(page.cursor) is None
-    assert [d.row_id for d in page.deltas] == ["a"]
+    world.catch_up()
+    store = world.deps.subscriptions
+    assert store is not None
+    reads = 0
+    get_served = store.get_served
+
+    def counting(gateway: str, client_id: str) -> Any:
+        nonlocal reads
+        reads += 1
+        return get_served(gateway, client_id)
+
+    store.get_served = counting  # type: ignore[method-assign]
+    world.write("b", "p0")
+    world.catch_up()
+    assert reads == 0
+    world.save_rules(VERSIONS[1])
+    world.catch_up()
+    assert reads >= 1
 
 
 def test_an_old_cursor_without_a_scope_is_the_buckets_scope() -> None:
@@ -360,6 +500,8 @@ WEIGHTED = (
     ("pull", 20),
     ("catch_up", 8),
     ("release", 8),
+    ("rules", 5),
+    ("member", 6),
 )
 
 
@@ -375,6 +517,10 @@ def random_op(rng: random.Random) -> tuple[Any, ...]:
         return (kind, rng.randrange(1, 4))
     if kind == "time":
         return (kind, rng.randrange(500, 4000))
+    if kind == "rules":
+        return (kind, rng.randrange(len(VERSIONS)))
+    if kind == "member":
+        return (kind, rng.choice(PROJECTS), rng.random() < 0.4)
     return (kind,)
 
 

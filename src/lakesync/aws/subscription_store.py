@@ -12,16 +12,17 @@ both be stored. Each client's item is its own partition: subscriptions never mak
 config table, whose gateway partition every pull reads (``rules``...``shard$``, docs/buffer.md).
 
 The scopes pulls served the client (:meth:`get_served`, :mod:`lakesync.gateway.scope_change`) are an item of their
-own, ``pk = ~scope#{gateway}#{clientId}``: a JSON object of fingerprint to subscriptions in ``f``, the latest
-:data:`~lakesync.ports.MAX_SERVED_SCOPES` kept, and fewer while it would pass :data:`SERVED_BYTES`. It is put
-unconditionally: a pull only adds the scope it is about to hand out, so two racing pulls of one client at worst drop
-each other's newest scope, whose cursor then answers 410 and reloads.
+own, ``pk = ~scope#{gateway}#{clientId}``: a JSON object of fingerprint to what the scope covers
+(:meth:`~lakesync.core.scope.Scope.to_json`) in ``f``, the latest :data:`~lakesync.ports.MAX_SERVED_SCOPES` kept, and
+fewer while it would pass :data:`SERVED_BYTES`. It is put unconditionally: a pull only adds the scope it is about to
+hand out, so two racing pulls of one client at worst drop each other's newest scope, whose cursor then answers 410
+and reloads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
@@ -30,6 +31,7 @@ from lakesync.aws.errors import condition_failed
 from lakesync.aws.items import storage_error
 from lakesync.aws.tables import TableNames
 from lakesync.core.errors import CommitConflictError
+from lakesync.core.scope import Scope, held_scope
 from lakesync.core.streams import Subscription
 from lakesync.ports import keep_served, put_subscription
 
@@ -82,21 +84,20 @@ class DynamoDBSubscriptionStore:
                 return True
         raise CommitConflictError(f"Subscriptions of client {client_id!r} kept changing; retry")
 
-    def get_served(self, gateway: str, client_id: str) -> dict[str, tuple[Subscription, ...]]:
+    def get_served(self, gateway: str, client_id: str) -> dict[str, Scope]:
         item = self._get(f"{SERVED_PREFIX}{gateway}#{client_id}")
         if item is None:
             return {}
-        docs = json.loads(item["f"]["S"])
-        return {fp: tuple(_subscription(d) for d in subs) for fp, subs in docs.items()}
+        served: dict[str, Scope] = {}
+        for fingerprint, doc in json.loads(item["f"]["S"]).items():
+            with contextlib.suppress(ValueError):  # a scope kept in another form is not one this pull can tell
+                served[fingerprint] = held_scope(doc)
+        return served
 
-    def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
-        served = keep_served(self.get_served(gateway, client_id), fingerprint, subscriptions)
+    def put_served(self, gateway: str, client_id: str, scope: Scope) -> None:
+        served = {fp: s.to_json() for fp, s in keep_served(self.get_served(gateway, client_id), scope).items()}
         while True:
-            text = json.dumps(
-                {fp: [s.to_json() for s in subs] for fp, subs in served.items()},
-                separators=(",", ":"),
-                ensure_ascii=False,
-            )
+            text = json.dumps(served, separators=(",", ":"), ensure_ascii=False)
             if len(text.encode()) <= SERVED_BYTES or len(served) == 1:
                 break
             served.pop(next(iter(served)))

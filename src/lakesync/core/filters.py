@@ -218,6 +218,22 @@ class Clause:
         """The JSON shape ``{"column", "op", "values"}``."""
         return {"column": self.column, "op": self.op.value, "values": list(self.values)}
 
+    @classmethod
+    def from_json(cls, doc: object) -> Clause:
+        """The clause :meth:`to_json` gave.
+
+        Raises:
+            ValueError: not such a shape.
+        """
+        if not isinstance(doc, Mapping) or set(doc) != {"column", "op", "values"}:
+            raise ValueError("a clause is {column, op, values}")
+        column, op, values = doc["column"], doc["op"], doc["values"]
+        if not isinstance(column, str) or op not in _OP_VALUES or not isinstance(values, list):
+            raise ValueError("a clause has a column, a known op and a list of values")
+        if not all(isinstance(v, str) for v in values):
+            raise ValueError("a clause's values are strings")
+        return cls(column, FilterOp(op), tuple(values))
+
 
 @dataclass(frozen=True, slots=True)
 class Condition:
@@ -258,6 +274,20 @@ class Condition:
     def to_json(self) -> dict[str, Any]:
         """The JSON shape ``{"tables", "clauses"}``."""
         return {"tables": list(self.tables), "clauses": [c.to_json() for c in self.clauses]}
+
+    @classmethod
+    def from_json(cls, doc: object) -> Condition:
+        """The condition :meth:`to_json` gave.
+
+        Raises:
+            ValueError: not such a shape.
+        """
+        if not isinstance(doc, Mapping) or set(doc) != {"tables", "clauses"}:
+            raise ValueError("a condition is {tables, clauses}")
+        tables, clauses = doc["tables"], doc["clauses"]
+        if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables) or not isinstance(clauses, list):
+            raise ValueError("a condition has a list of tables and a list of clauses")
+        return cls(tuple(tables), tuple(Clause.from_json(c) for c in clauses))
 
 
 # --- memberships ------------------------------------------------------------------------------------------------

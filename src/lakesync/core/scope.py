@@ -28,6 +28,7 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lakesync.core.canonical import js_string_coerce
 from lakesync.core.claims import Claims
@@ -137,7 +138,7 @@ def row_keys(table: str, row: Row | None) -> frozenset[IndexKey]:
 
 def _fingerprint(conditions: Iterable[Condition], hidden: Iterable[str]) -> str:
     doc = {
-        "conditions": sorted(json.dumps(c.to_json(), sort_keys=True, separators=(",", ":")) for c in conditions),
+        "conditions": sorted(_json_text(c.to_json()) for c in conditions),
         "hidden": sorted(hidden),
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -195,6 +196,36 @@ class Scope:
     def dependency_keys(self) -> frozenset[IndexKey]:
         """The keys to index this scope's membership queries under, for :meth:`depends_on`."""
         return frozenset(k for q in self.memberships for k in condition_keys(Condition((q.table,), q.where)))
+
+    def to_json(self) -> dict[str, Any]:
+        """What the scope covers, as JSON (``{"conditions", "hidden"}``): enough to judge rows by it after the rules,
+        the claims or the memberships it came from have changed (:func:`held_scope`)."""
+        return {
+            "conditions": sorted((c.to_json() for c in self.conditions), key=_json_text),
+            "hidden": sorted(self.hidden),
+        }
+
+
+def _json_text(doc: object) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def held_scope(doc: object) -> Scope:
+    """The scope :meth:`Scope.to_json` gave: what it covers (:meth:`Scope.covers`, :func:`difference`), without the
+    grants, subscriptions and rules it was resolved from, with its fingerprint computed again.
+
+    Raises:
+        ValueError: not such a document.
+    """
+    if not isinstance(doc, dict) or set(doc) != {"conditions", "hidden"}:
+        raise ValueError("a held scope is {conditions, hidden}")
+    raw_conditions, hidden = doc["conditions"], doc["hidden"]
+    if not isinstance(raw_conditions, list) or not isinstance(hidden, list):
+        raise ValueError("a held scope has a list of conditions and a list of hidden tables")
+    if not all(isinstance(t, str) for t in hidden):
+        raise ValueError("hidden tables are strings")
+    conditions = frozenset(Condition.from_json(c).canonical() for c in raw_conditions)
+    return Scope(conditions, frozenset(hidden), fingerprint=_fingerprint(conditions, hidden))
 
 
 def _subscription_grants(
@@ -391,6 +422,7 @@ __all__ = [
     "check_subscription",
     "condition_keys",
     "difference",
+    "held_scope",
     "resolve_scope",
     "resolve_stream",
     "row_keys",

@@ -30,6 +30,7 @@ from lakesync.core.log import (
 from lakesync.core.realtime import Connection
 from lakesync.core.rules import SyncRules
 from lakesync.core.schema import TableSchema
+from lakesync.core.scope import Scope, held_scope
 from lakesync.core.since import SinceSession
 from lakesync.core.streams import Subscription
 from lakesync.ports import StoredPosition, keep_served, put_subscription, read_from_entry
@@ -426,7 +427,7 @@ class InMemorySubscriptions:
 
     def __init__(self) -> None:
         self._held: dict[tuple[str, str], list[Subscription]] = {}
-        self._served: dict[tuple[str, str], dict[str, tuple[Subscription, ...]]] = {}
+        self._served: dict[tuple[str, str], dict[str, Scope]] = {}
         self._lock = threading.Lock()
 
     def get(self, gateway: str, client_id: str, now_ms: int) -> list[Subscription]:
@@ -447,14 +448,15 @@ class InMemorySubscriptions:
             self._held[(gateway, client_id)] = kept
             return len(kept) < len(live)
 
-    def get_served(self, gateway: str, client_id: str) -> dict[str, tuple[Subscription, ...]]:
+    def get_served(self, gateway: str, client_id: str) -> dict[str, Scope]:
         with self._lock:
             return dict(self._served.get((gateway, client_id), {}))
 
-    def put_served(self, gateway: str, client_id: str, fingerprint: str, subscriptions: Sequence[Subscription]) -> None:
+    def put_served(self, gateway: str, client_id: str, scope: Scope) -> None:
+        held = held_scope(scope.to_json())  # what the stored form keeps, as the DynamoDB store gives it back
         with self._lock:
             key = (gateway, client_id)
-            self._served[key] = keep_served(self._served.get(key, {}), fingerprint, subscriptions)
+            self._served[key] = keep_served(self._served.get(key, {}), held)
 
 
 class InMemoryMembershipReader:

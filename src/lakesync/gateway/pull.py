@@ -212,7 +212,8 @@ def _pull_by_cursor(
     if view is not None and view.mark is not None:
         assert served.subscriber is not None
         return difference_page(deps, gateway, basis.shards, positions, marks, limit, view, served.subscriber)
-    collected, has_more = collect_page(deps, readers, limit, rules, claims, view.scope if view is not None else None)
+    judged = view.scope if view is not None and images else None
+    collected, has_more = collect_page(deps, readers, limit, rules, claims, judged)
     new_positions, new_marks = dict(positions), dict(marks)
     for reader in readers:
         if reader.after_seq:
@@ -234,9 +235,9 @@ class _Served:
     def view(
         self, deps: GatewayDeps, gateway: str, rules: SyncRules | None, claims: Claims, positions: Mapping[str, int]
     ) -> ScopeView | None:
-        """The scope to serve: ``None`` (the buckets, as ever) unless the rules have streams and the deployment
-        keeps subscriptions."""
-        if rules is None or not rules.streams or not self.subscriber or deps.subscriptions is None:
+        """The scope to serve: ``None`` (the buckets, as ever, with a cursor that records no scope) when the pull
+        names no subscriber or the deployment keeps no scopes."""
+        if not self.subscriber or deps.subscriptions is None:
             return None
         scope = cursor_scope(self.cursor) if self.cursor else None
         return scope_view(deps, gateway, rules, claims, self.subscriber, scope, positions)

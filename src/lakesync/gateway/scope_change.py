@@ -40,15 +40,13 @@ from lakesync.core.scope import Scope, difference, resolve_scope
 from lakesync.gateway.checkpoint import chunk_rows
 from lakesync.gateway.cursor import CursorScope, encode_cursor
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.log_pages import PAGE_MAX, PullResult, expired_any_error
-from lakesync.io_pool import awaited, results_of, submit
+from lakesync.gateway.log_pages import PullResult, expired_any_error
+from lakesync.gateway.log_tail import RowKey, read_tail
 
 __all__ = ["ScopeView", "difference_page", "scope_view"]
 
 _ROW_OVERHEAD: Final = 96
 _MAX_UNFINISHED: Final = 8
-
-RowKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +92,7 @@ class ScopeView:
 def scope_view(
     deps: GatewayDeps,
     gateway: str,
-    rules: SyncRules,
+    rules: SyncRules | None,
     claims: Claims,
     subscriber: str,
     served: CursorScope | None,
@@ -103,49 +101,71 @@ def scope_view(
     """The scope a pull of ``subscriber`` serves, and the difference to serve first when its cursor (``served``,
     at ``positions``) holds another scope.
 
+    The scope the cursor holds is read from the client's kept scopes only when it is not the scope now, so a pull
+    whose scope did not change reads nothing more than the subscriptions (under rules with streams) and the
+    memberships (under rules naming them). A scope is kept before a cursor of it is first handed out.
+
     Raises:
         CursorExpiredError: the cursor's scope can no longer be told (410).
     """
     store = deps.subscriptions
     assert store is not None
     now_ms = deps.wall_ms()
-    kept_read = submit(store.get_served, gateway, subscriber)
-    with awaited(kept_read):
-        subscriptions = store.get(gateway, subscriber, now_ms)
-    kept = kept_read.result()
     memberships = deps.membership_source(gateway)
+    subscriptions = store.get(gateway, subscriber, now_ms) if rules is not None and rules.streams else ()
     scope = resolve_scope(rules, claims, subscriptions, memberships, now_ms)
-    buckets = resolve_scope(rules, claims, (), memberships)
-
-    def told(fingerprint: str) -> Scope:
-        if fingerprint == buckets.fingerprint:
-            return buckets
-        again = resolve_scope(rules, claims, kept.get(fingerprint, ()), memberships)
-        if fingerprint not in kept or again.fingerprint != fingerprint:
-            raise expired_any_error(gateway)
-        return again
-
+    known = [scope, resolve_scope(None, {})]  # the scope now, and that of rules that do not confine
     if served is None:
-        served = CursorScope(buckets.fingerprint)  # a cursor served under the buckets alone
+        # A checkpoint's cursor (or none): the client holds what its buckets covered when it was served, which is
+        # what they cover now unless the rules or the memberships changed in between.
+        buckets = resolve_scope(rules, claims, (), memberships)
+        known.append(buckets)
+        served = CursorScope(buckets.fingerprint)
+    elif served.target is None and served.fingerprint == scope.fingerprint and positions:
+        return ScopeView(scope, scope, (), None)  # the scope the cursor holds, kept when the cursor was made
     if not positions:
         view = ScopeView(scope, scope, (), None)  # nothing consumed: the log from its start is the whole scope
     elif served.target is None:
-        held = told(served.fingerprint)
-        mark = None if held.fingerprint == scope.fingerprint else CursorScope(held.fingerprint, scope.fingerprint)
-        view = ScopeView(scope, held, (), mark)
+        mark = None if served.fingerprint == scope.fingerprint else CursorScope(served.fingerprint, scope.fingerprint)
+        view = ScopeView(scope, scope, (), mark)
     else:
-        unfinished = served.maybe
+        mark = served
         if served.target != scope.fingerprint:
             # The scope changed again while a difference was served: start over towards the new one; rows of the
             # unfinished one may be held.
             unfinished = tuple(dict.fromkeys([*served.maybe, served.target]))
             if len(unfinished) > _MAX_UNFINISHED:
                 raise expired_any_error(gateway)
-            served = CursorScope(served.fingerprint, scope.fingerprint, unfinished)
-        view = ScopeView(scope, told(served.fingerprint), tuple(told(f) for f in unfinished), served)
-    if scope.fingerprint != buckets.fingerprint and scope.fingerprint not in kept:
-        store.put_served(gateway, subscriber, scope.fingerprint, scope.subscriptions)
-    return view
+            mark = CursorScope(served.fingerprint, scope.fingerprint, unfinished)
+        view = ScopeView(scope, scope, (), mark)
+    return _told(deps, gateway, subscriber, view, known)
+
+
+def _told(deps: GatewayDeps, gateway: str, subscriber: str, view: ScopeView, known: Sequence[Scope]) -> ScopeView:
+    """``view`` with the scopes its mark names told from ``known`` or the client's kept scopes, and the scope now
+    kept (unless it is that of rules that do not confine, which is told without it).
+
+    Raises:
+        CursorExpiredError: a scope the mark names can no longer be told (410).
+    """
+    store = deps.subscriptions
+    assert store is not None
+    scope = view.scope
+    stored = store.get_served(gateway, subscriber)
+    if scope.fingerprint not in stored and scope.fingerprint != known[1].fingerprint:
+        store.put_served(gateway, subscriber, scope)
+    kept = {**stored, **{k.fingerprint: k for k in known}}
+
+    def told(fingerprint: str) -> Scope:
+        held = kept.get(fingerprint)
+        if held is None:
+            raise expired_any_error(gateway)
+        return held
+
+    mark = view.mark
+    if mark is None:
+        return view
+    return ScopeView(scope, told(mark.fingerprint), tuple(told(f) for f in mark.maybe), mark)
 
 
 @dataclass
@@ -237,24 +257,7 @@ def _tail(
     manifest: Manifest | None,
 ) -> dict[RowKey, list[LogEntry]]:
     """The log after the base (the checkpoint's positions, or the start) up to ``positions``, by row."""
-    base = manifest.positions if manifest is not None else {}
-
-    def read(shard: ShardId) -> list[LogEntry]:
-        after, end = base.get(shard.key, 0), positions.get(shard.key, 0)
-        out: list[LogEntry] = []
-        while after < end:
-            fetched = deps.buffer.read_log(shard, after, min(PAGE_MAX, end - after), images=True)
-            if not fetched:
-                raise expired_any_error(gateway)  # released meanwhile: the next pull starts over
-            out.extend(e for e in fetched if e.seq <= end)
-            after = fetched[-1].seq
-        return out
-
-    rows: dict[RowKey, list[LogEntry]] = {}
-    for entries in results_of([submit(read, s) for s in shards]):
-        for entry in entries:
-            rows.setdefault((entry.shard.table, entry.delta.row_id), []).append(entry)
-    return rows
+    return read_tail(deps.buffer, gateway, shards, manifest.positions if manifest is not None else {}, positions)
 
 
 def _checkpoint_rows(
