@@ -24,6 +24,7 @@ from lakesync.core.merge import RowState, fold, merge_all
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules
 from lakesync.core.scope import resolve_scope
+from lakesync.gateway import checkpoint
 from lakesync.gateway import subscriptions as subs
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.gateway.cursor import CursorScope, cursor_scope, decode_cursor, encode_cursor
@@ -37,6 +38,7 @@ from lakesync.gateway.memory import (
 )
 from lakesync.gateway.pull import PullResult, pull
 from lakesync.gateway.push import push
+from lakesync.wire.framing import iter_checkpoint_responses
 from tests.factories import T0, at, delete, insert, update
 
 GW = "gw"
@@ -549,3 +551,30 @@ def test_a_release_during_a_difference_starts_it_over_from_the_checkpoint() -> N
     world.checkpoint_and_release()  # the log it was reading is gone
     world.catch_up(limit=2)
     assert world.held() == world.expected() and len(world.held()) == 6
+
+
+def test_a_checkpoint_serves_the_rows_of_the_memberships_and_its_cursor_follows_them() -> None:
+    # Given rules whose bucket reads the memberships table, and a checkpoint of every row
+    world = World(VERSIONS[2])
+    for i in range(8):
+        world.write(f"r{i}", PROJECTS[i % 4], f"t{i}")
+    world.join("p1")
+    world.catch_up()
+    world.checkpoint_and_release()
+    # When a new client bootstraps from it
+    payload = checkpoint.serve(world.deps, GW, CLAIMS)
+    assert isinstance(payload.body, bytes)
+    deltas = [d for response in iter_checkpoint_responses(payload.body) for d in response.deltas]
+    # Then it gets the rows of its projects, as a pull would have served them
+    assert {d.row_id for d in deltas} == {"r1", "r5"}
+    fresh = World(VERSIONS[2])
+    fresh.deps, fresh.server, fresh.members, fresh.projects = world.deps, world.server, world.members, world.projects
+    for d in deltas:
+        fresh.apply(d)
+    fresh.cursor = payload.manifest.cursor
+    fresh.catch_up()
+    assert fresh.received == 0 and fresh.held() == fresh.expected()
+    # And a membership inserted after it moves rows in on the checkpoint's cursor
+    fresh.join("p3")
+    fresh.catch_up()
+    assert fresh.held() == fresh.expected() and set(fresh.held()) == {("tasks", f"r{i}") for i in (1, 5, 3, 7)}

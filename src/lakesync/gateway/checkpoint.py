@@ -10,7 +10,8 @@ Writing (:func:`write_checkpoint`): chunks first, then ``manifest.json``, then `
 Serving (:func:`serve`), our semantics:
 
 * Rows are filtered by the caller's sync rules on each row's *values* (its deltas folded with per-column LWW), with
-  :func:`~lakesync.core.rules.row_matches`; a row is served whole or not at all, and frames left empty are dropped.
+  the caller's buckets (:func:`~lakesync.core.scope.resolve_scope`, with the membership tables they read); a row is
+  served whole or not at all, and frames left empty are dropped.
   Without rules the stored chunks are served as they are.
 * No checkpoint (or no bucket configured) → 404 ``No checkpoint available``: the client syncs from the log instead.
 * ``chunk=i`` serves chunk ``i`` alone; an index outside ``0..chunks-1`` → 400. ``checkpoint=<id>`` pins the
@@ -30,7 +31,7 @@ Serving (:func:`serve`), our semantics:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -56,9 +57,11 @@ from lakesync.core.errors import (
     StorageError,
     ValidationError,
 )
+from lakesync.core.filters import Row
 from lakesync.core.merge import RowState, fold
 from lakesync.core.messages import SyncResponse
-from lakesync.core.rules import Claims, SyncRules, row_matches, rules_apply
+from lakesync.core.rules import Claims, rules_apply
+from lakesync.core.scope import resolve_scope
 from lakesync.gateway.cursor import encode_cursor
 from lakesync.gateway.deps import MIB, GatewayDeps
 from lakesync.ports import ObjectStore
@@ -229,11 +232,13 @@ def serve(
             )
         selected = manifest.chunks
     rules = deps.config.get_sync_rules(gateway)
+    # The caller's buckets, with the memberships they read: what a pull from the checkpoint's cursor holds.
+    visible = resolve_scope(rules, claims, (), deps.membership_source(gateway)).covers if rules_apply(rules) else None
     if columns:
-        rows = (row for info in selected for row in _chunk_raw_rows(objects, info, rules, claims))
+        rows = (row for info in selected for row in _chunk_raw_rows(objects, info, visible))
         document = checkpoint_columns.encode_columns(rows, manifest.server_hlc)
         return CheckpointPayload(document, manifest, chunk, checkpoint_columns.MEDIA_TYPE)
-    body = b"".join(_chunk_stream(objects, info, manifest.server_hlc, rules, claims) for info in selected)
+    body = b"".join(_chunk_stream(objects, info, manifest.server_hlc, visible) for info in selected)
     return CheckpointPayload(body, manifest, chunk)
 
 
@@ -259,18 +264,14 @@ def chunk_rows(objects: ObjectStore, info: ChunkInfo) -> list[list[RowDelta]]:
         raise StorageError(f"Corrupt checkpoint chunk {info.key}") from exc
 
 
-def _chunk_stream(
-    objects: ObjectStore, info: ChunkInfo, server_hlc: int, rules: SyncRules | None, claims: Claims
-) -> bytes:
+def _chunk_stream(objects: ObjectStore, info: ChunkInfo, server_hlc: int, visible: Visible | None) -> bytes:
     data = _chunk_data(objects, info)
-    if not rules_apply(rules):
+    if visible is None:
         return data
     frames: list[bytes] = []
     try:
         for response in iter_checkpoint_responses(data):
-            kept = tuple(
-                delta for row in group_rows(response.deltas) if _row_visible(row, rules, claims) for delta in row
-            )
+            kept = tuple(delta for row in group_rows(response.deltas) if _row_visible(row, visible) for delta in row)
             if kept:
                 frames.append(frame_checkpoint_chunk(encode_sync_response(SyncResponse(kept, server_hlc))))
     except CodecError as exc:
@@ -278,23 +279,25 @@ def _chunk_stream(
     return b"".join(frames)
 
 
-def _chunk_raw_rows(
-    objects: ObjectStore, info: ChunkInfo, rules: SyncRules | None, claims: Claims
-) -> list[list[RawDelta]]:
+def _chunk_raw_rows(objects: ObjectStore, info: ChunkInfo, visible: Visible | None) -> list[list[RawDelta]]:
     """One chunk's rows the caller may see, decoded for the columnar document."""
     data = _chunk_data(objects, info)
     try:
         rows = list(decode_checkpoint((data,)))
     except CodecError as exc:
         raise StorageError(f"Corrupt checkpoint chunk {info.key}") from exc
-    if not rules_apply(rules):
+    if visible is None:
         return rows
-    return [row for row in rows if _row_visible([to_row_delta(d) for d in row], rules, claims)]
+    return [row for row in rows if _row_visible([to_row_delta(d) for d in row], visible)]
 
 
-def _row_visible(row: list[RowDelta], rules: SyncRules | None, claims: Claims) -> bool:
+Visible = Callable[[str, Row | None], bool]
+"""Whether the caller may see a row of a table (its values; ``None``: the row does not exist)."""
+
+
+def _row_visible(row: list[RowDelta], visible: Visible) -> bool:
     state = fold(row)
-    return row_matches(rules, claims, row[0].table, None if state is None else state.values())
+    return visible(row[0].table, None if state is None else state.values())
 
 
 def _json_bytes(body: object) -> bytes:
