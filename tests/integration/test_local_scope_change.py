@@ -3,6 +3,7 @@ the backfill of the stream's rows, following later changes by the cursor, unsubs
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ RULES = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with LocalStack(Path(tmp_path_factory.mktemp("local-scope")), port=0, persist=False) as running:
+    root = Path(tmp_path_factory.mktemp("local-scope"))
+    with LocalStack(root, port=0, persist=False, gateway_ids=("default", "rules-change")) as running:
         admin = SyncClient(running.url, "default", mint_token("ops", "default", running.secret, role="admin"), "ops")
         admin.request("POST", "/v1/admin/sync-rules/default", body=RULES)
         yield running
@@ -94,4 +96,44 @@ def test_subscribe_backfill_follow_unsubscribe_drops_over_http(stack: LocalStack
     assert all(d.op is DeltaOp.DELETE and d.hlc == 0 and d.client_id == "ann" for d in drops)
     assert set(ann.held()) == {"l1"}
     # And nothing more is pending
+    assert ann.sync() == []
+
+
+def test_a_rules_version_moves_rows_in_and_out_without_a_reload_over_http(stack: LocalStack) -> None:
+    # Given a gateway of its own whose rules have buckets alone, and a client caught up under them
+    gw = "rules-change"
+    admin = SyncClient(stack.url, gw, mint_token("ops", gw, stack.secret, role="admin"), "ops")
+    lobby = {"name": "lobby", "tables": ["tasks"], "filters": [{"column": "project_id", "op": "eq", "value": "a"}]}
+    admin.request("POST", f"/v1/admin/sync-rules/{gw}", body={"version": 1, "buckets": [lobby]})
+    writer = SyncClient(stack.url, gw, mint_token("w", gw, stack.secret, role="admin"), "w")
+    clock = HLC()
+    writer.push(
+        [
+            insert(f"{p}{i}", hlc=clock.now(), table="tasks", client="w", project_id=p, n=i)
+            for p in "abc"
+            for i in range(4)
+        ]
+    )
+    ann = Replica(SyncClient(stack.url, gw, mint_token("ann", gw, stack.secret), "ann"))
+    ann.sync()
+    assert set(ann.held()) == {"a0", "a1", "a2", "a3"}
+    # When an admin saves a version whose lobby is project b
+    moved = {**lobby, "filters": [{"column": "project_id", "op": "eq", "value": "b"}]}
+    admin.request("POST", f"/v1/admin/sync-rules/{gw}", body={"version": 2, "buckets": [moved]})
+    before = len(ann.received)
+    for _ in range(100):  # the pull function reads the rules again within its basis cache's lifetime
+        ann.sync()
+        if set(ann.held()) != {"a0", "a1", "a2", "a3"}:
+            break
+        time.sleep(0.05)
+    # Then its next pulls send b's rows with their state and drop a's: eight deltas, not its whole scope again
+    assert set(ann.held()) == {"b0", "b1", "b2", "b3"}
+    got = ann.received[before:]
+    assert sorted((d.row_id, d.op, d.hlc == 0) for d in got) == sorted(
+        [(f"a{i}", DeltaOp.DELETE, True) for i in range(4)] + [(f"b{i}", DeltaOp.INSERT, False) for i in range(4)]
+    )
+    # And the cursor goes on under the new version, exactly once
+    writer.push([update("b1", hlc=clock.now(), table="tasks", client="w", n=10)])
+    writer.push([update("a1", hlc=clock.now(), table="tasks", client="w", n=10)])
+    assert [(d.row_id, d.op) for d in ann.sync()] == [("b1", DeltaOp.UPDATE)]
     assert ann.sync() == []
