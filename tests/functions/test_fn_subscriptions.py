@@ -120,7 +120,7 @@ def test_subscribing_again_is_the_same_subscription_with_its_expiry_refreshed_an
         ({"stream": "project_tasks"}, 400, "MISSING_PARAM", 'parameter "project" is required'),
         ({"stream": "project_tasks", "params": {"project": "999"}}, 403, "NOT_ALLOWED", "not allowed for this client"),
         ({"stream": "team_notes"}, 403, "NOT_ALLOWED", 'needs the token\'s claim "team"'),
-        ({"stream": "member_tasks", "params": {"project": "1"}}, 422, "MEMBERSHIP_UNSUPPORTED", "cannot read yet"),
+        ({"stream": "member_tasks", "params": {"project": "1"}}, 403, "NOT_ALLOWED", "not allowed for this client"),
     ],
 )
 def test_every_refusal_has_its_status_code_and_refusal_and_writes_nothing(

@@ -103,7 +103,7 @@ def test_subscribe_list_refresh_and_unsubscribe_over_http(stack: LocalStack) -> 
         ({"stream": "project_tasks", "params": {"project": 7}}, 400, "INVALID_PARAM"),
         ({"stream": "project_tasks"}, 400, "MISSING_PARAM"),
         ({"stream": "project_tasks", "params": {"project": "9"}}, 403, "NOT_ALLOWED"),
-        ({"stream": "member_tasks", "params": {"project": "1"}}, 422, "MEMBERSHIP_UNSUPPORTED"),
+        ({"stream": "member_tasks", "params": {"project": "1"}}, 403, "NOT_ALLOWED"),  # no membership row
         ({"stream": "project_tasks", "ttlSeconds": -1}, 400, None),
     ],
 )

@@ -21,6 +21,7 @@ from lakesync.aws.subscription_store import DynamoDBSubscriptionStore
 from lakesync.gateway.basis_cache import CachedPullBasis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.limits import RateLimiter
+from lakesync.gateway.membership_view import GatewayMemberships
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
 
 def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None) -> GatewayDeps:
     """Stores over one DynamoDB client (boto3 honours ``AWS_ENDPOINT_URL``), the checkpoint bucket when configured
-    (its S3 client made on first use), the gateway settings, and the registered connectors (:func:`connector_parts`)."""
+    (its S3 client made on first use), the gateway settings, the membership tables read over those stores
+    (:class:`~lakesync.gateway.membership_view.GatewayMemberships`), and the registered connectors
+    (:func:`connector_parts`)."""
     client = dynamodb_client()
     config = DynamoDBConfigStore(client, settings.tables)
     deps = GatewayDeps(
@@ -53,6 +56,7 @@ def gateway_deps(settings: Settings, connectors: ConnectorSettings | None = None
         limiter=_limiter(client, settings),
         subscriptions=DynamoDBSubscriptionStore(client, settings.tables),
     )
+    deps.memberships = GatewayMemberships(deps)
     if connectors is not None:
         connector_parts(deps, client, settings, connectors)
     return deps

@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 MAX_MEMBERSHIP_ROWS: Final = 100_000
 """Most live rows one membership table may hold in a gateway process (its fold and index stay in memory: about
-0.5 KB a row of a few short columns)."""
+0.6 KB a row of a few short columns, its index included: some 60 MB at the limit)."""
 _ATTEMPTS: Final = 3
 """Reads of a table's log a catch-up makes while a release keeps overtaking them, before it answers 503."""
 

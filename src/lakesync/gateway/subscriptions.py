@@ -50,7 +50,8 @@ TOO_MANY_SUBSCRIPTIONS: Final = "TOO_MANY_SUBSCRIPTIONS"
 UNKNOWN_SUBSCRIPTION: Final = "UNKNOWN_SUBSCRIPTION"
 """Refusal code: the client holds no live subscription of that id (404)."""
 MEMBERSHIP_UNSUPPORTED: Final = "MEMBERSHIP_UNSUPPORTED"
-"""Refusal code: the stream reads a membership table and this deployment has no membership source (422)."""
+"""Refusal code: the stream reads a membership table and the deployment was built without a membership reader
+(``GatewayDeps.memberships`` is ``None``; every deployed function and ``lakesync local`` have one) (422)."""
 MAX_TTL_REQUEST: Final = 2**31 - 1
 """Largest ``ttlSeconds`` a request may ask (the stream's own maximum applies below it)."""
 _FIELDS: Final = frozenset({"stream", "params", "ttlSeconds"})
@@ -86,7 +87,7 @@ class TooManySubscriptionsError(SubscriptionRefusedError, ConflictError):
 
 
 class UnsupportedSubscriptionError(SubscriptionRefusedError, ValidationError):
-    """422: the stream reads memberships, which this deployment cannot read (``MEMBERSHIP_UNSUPPORTED``)."""
+    """422: the stream reads memberships and the deployment has no membership reader (``MEMBERSHIP_UNSUPPORTED``)."""
 
     status = 422
 
@@ -159,8 +160,10 @@ def subscribe(deps: GatewayDeps, gateway: str, client_id: str, claims: Claims, d
 
     Raises:
         ValidationError: a malformed body (400).
-        SubscriptionRefusedError: refused (404 unknown stream, 400 a bad parameter, 403 not allowed, 409 too many,
-            422 a stream reading memberships without a membership source).
+        SubscriptionRefusedError: refused (404 unknown stream, 400 a bad parameter, 403 not allowed -- for a
+            membership parameter, no membership row allows the value --, 409 too many, 422 a stream reading
+            memberships in a deployment built without a membership reader).
+        MembershipTableTooLargeError: the membership table is over the gateway's limit (503).
     """
     request = SubscribeRequest.parse(doc)
     store = _store(deps)
@@ -170,7 +173,7 @@ def subscribe(deps: GatewayDeps, gateway: str, client_id: str, claims: Claims, d
             SubscriptionRefusal(
                 MEMBERSHIP_UNSUPPORTED,
                 f'Stream "{stream.name}" reads the membership tables {sorted(stream.membership_tables())}, '
-                "which this deployment cannot read yet",
+                "and this deployment has no membership reader",
             )
         )
     refusal = check_stream_params(stream, claims, request.params, deps.membership_source(gateway))

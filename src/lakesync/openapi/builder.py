@@ -26,15 +26,17 @@ ERROR_TEXT: Final = {
     "holding the most subscriptions it may (`VALIDATION_ERROR`, refusal `TOO_MANY_SUBSCRIPTIONS`).",
     410: "The cursor or `since` is behind the released part of the log: reload the checkpoint (`CURSOR_EXPIRED`).",
     413: "Body larger than the limit (`VALIDATION_ERROR`).",
-    422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`), or a stream this deployment "
-    "cannot serve yet (`VALIDATION_ERROR`, refusal `MEMBERSHIP_UNSUPPORTED`).",
+    422: "A delta breaks its table's identifier rules or schema (`SCHEMA_ERROR`), or a stream reading a membership "
+    "table in a deployment built without a membership reader (`VALIDATION_ERROR`, refusal "
+    "`MEMBERSHIP_UNSUPPORTED`).",
     429: "The caller (this token's `sub` on this gateway) is over its rate limit for the route family "
     "(`RATE_LIMITED`): retry after `Retry-After` seconds, when its window ends.",
     500: "Unexpected failure (`INTERNAL_ERROR`, with `requestId`; details only in the log).",
     502: "An external system failed (`ADAPTER_ERROR`).",
     503: "Backpressure (buffer full until a flush: `BACKPRESSURE_ERROR`), a commit lost to concurrent writers "
     "(`INTERNAL_ERROR`), or storage busy: throttled, or a pull whose log read does not show a commit yet "
-    "(`STORAGE_BUSY`): retry later.",
+    "(`STORAGE_BUSY`): retry later. Also a membership table holding more rows than the gateway reads to evaluate "
+    "membership filters (`INTERNAL_ERROR`, the message names the table): served again once it shrinks.",
 }
 
 

@@ -81,8 +81,10 @@ SUBSCRIPTION_OPERATIONS: Final[Mapping[str, Operation]] = {
         "the same stream and parameters is the same subscription (the same `id`), its expiry refreshed. Refusals "
         "carry a stable `refusal` code: 404 `UNKNOWN_STREAM`; 400 `UNEXPECTED_PARAM`, `INVALID_PARAM`, "
         f"`MISSING_PARAM`; 403 `NOT_ALLOWED`; 409 `{TOO_MANY_SUBSCRIPTIONS}` (at most {MAX_CLIENT_SUBSCRIPTIONS} "
-        f"live ones per client); 422 `{MEMBERSHIP_UNSUPPORTED}` (a stream reading a membership table, which this "
-        "deployment cannot read yet). See docs/streams.md.",
+        f"live ones per client); 422 `{MEMBERSHIP_UNSUPPORTED}` (a stream reading a membership table in a "
+        "deployment built without a membership reader; every deployed function and `lakesync local` read them). "
+        "A membership parameter is allowed when a live row of the membership table gives the value, read as of the "
+        "latest commit; 503 when that table holds more rows than the gateway reads. See docs/streams.md.",
         "sync",
         "client",
         body={JSON: ref("SubscriptionRequest")},
