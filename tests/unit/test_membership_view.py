@@ -36,7 +36,7 @@ from tests.factories import T0, at, delete, insert, update
 GW = "gw"
 TABLE = "memberships"
 MEMBER_OF = {"table": TABLE, "column": "project", "where": [{"column": "user", "op": "eq", "value": "jwt:sub"}]}
-RULES = {
+RULES: dict[str, Any] = {
     "version": 1,
     "buckets": [
         {
@@ -253,7 +253,7 @@ def test_a_log_released_while_read_starts_over(monkeypatch: pytest.MonkeyPatch) 
     world.member("m1", "u1", "p1", hlc=10)
     world.member("m2", "u2", "p2", hlc=11)
     real = world.buffer.read_log
-    released = []
+    released: list[bool] = []
 
     def releasing(shard: ShardId, after_seq: int, limit: int, *, images: bool = True) -> list[LogEntry]:
         if not released:  # the flush releases the log between the heads read and the log read
@@ -354,3 +354,24 @@ def test_concurrent_requests_see_every_committed_row() -> None:
     assert errors == []
     model = world.model()
     assert world.answers() == [frozenset(model.member_values(q)) for q in QUERIES]
+
+
+def test_a_query_looks_its_candidates_up_in_the_index_instead_of_scanning() -> None:
+    from lakesync.gateway.membership_view import _TableRows
+
+    rows = _TableRows()
+    for i in range(1000):
+        rows.put(f"m{i}", fold([insert(f"m{i}", table=TABLE, user=f"u{i % 100}", project=f"p{i}")]))
+    by_user = MembershipQuery(TABLE, "project", (Clause("user", FilterOp.IN, ("u7",)),))
+    by_both = MembershipQuery(
+        TABLE, "project", (Clause("user", FilterOp.IN, ("u7", "u8")), Clause("project", FilterOp.IN, ("p7",)))
+    )
+    assert len(list(rows._candidates(by_user))) == 10
+    assert len(list(rows._candidates(by_both))) == 1  # the most selective clause's candidates
+    assert rows.answer(by_user) == {f"p{i}" for i in range(7, 1000, 100)}
+    # An update moving a row to another user moves it in the index; a delete removes it
+    rows.put("m7", fold([insert("m7", table=TABLE, user="u9", project="p7")]))
+    rows.put("m107", None)
+    assert rows.answer(by_user) == {f"p{i}" for i in range(207, 1000, 100)}
+    assert len(list(rows._candidates(by_user))) == 8
+    assert len(list(rows._candidates(MembershipQuery(TABLE, "project")))) == 999  # no eq/in clause: every row

@@ -39,6 +39,7 @@ from lakesync.gateway.log_tail import read_tail
 
 if TYPE_CHECKING:
     from lakesync.core.canonical import JsonValue
+    from lakesync.core.filters import MembershipSource
     from lakesync.gateway.deps import GatewayDeps
     from lakesync.ports import PullBasisReader
 
@@ -150,7 +151,7 @@ class GatewayMemberships:
         self._tables: dict[tuple[str, str], _TableRows] = {}
         self._lock = threading.Lock()
 
-    def source(self, gateway: str) -> _RequestSource:
+    def source(self, gateway: str) -> MembershipSource:
         """A source over ``gateway``'s membership tables for one request (each table caught up on its first query)."""
         return _RequestSource(self, gateway)
 
