@@ -35,7 +35,7 @@ import random
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from lakesync.core import merge as lww
@@ -66,21 +66,12 @@ from lakesync.core.log import (
     row_key,
 )
 from lakesync.core.messages import SyncPush
-from lakesync.core.rules import (
-    Claims,
-    Grant,
-    SyncRules,
-    WriteRefusal,
-    bucket_grants,
-    check_write,
-    check_write_in,
-    confines,
-    row_matches,
-)
+from lakesync.core.rules import Claims, WriteRefusal
 from lakesync.core.schema import TableSchema, validate_delta, validate_table_name
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.since import note_push
+from lakesync.gateway.write_guard import WriteGuard
 from lakesync.io_pool import awaited, results_of, submit
 
 
@@ -123,34 +114,6 @@ class DeltaReceipt:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteGuard:
-    """What an untrusted client may write: the gateway's rules judged against its claims (:func:`check_write`), each
-    table's buckets resolved against the claims once per push."""
-
-    rules: SyncRules | None
-    claims: Claims
-    _grants: dict[str, list[Grant]] = field(default_factory=dict, compare=False, repr=False)
-
-    def refusal(self, delta: RowDelta, before: lww.RowState | None, after: lww.RowState | None) -> WriteRefusal | None:
-        """Why the client may not merge ``delta`` into the row ``before`` (giving ``after``), or ``None``."""
-        before_values = before.values() if before is not None else None
-        after_values = after.values() if after is not None else None
-        if self.rules is None or not confines(self.rules):
-            return check_write(self.rules, self.claims, delta, before_values, after_values)
-        grants = self._grants.get(delta.table)
-        if grants is None:
-            grants = self._grants[delta.table] = bucket_grants(self.rules, self.claims, table=delta.table)
-        return check_write_in(self.rules, grants, delta, before_values, after_values)
-
-    def readable(self, table: str, state: lww.RowState | None) -> lww.RowState | None:
-        """``state`` when the row exists and the client may read it, else ``None``."""
-        values = state.values() if state is not None else None
-        if values is None or not row_matches(self.rules, self.claims, table, values):
-            return None
-        return state
-
-
-@dataclass(frozen=True, slots=True)
 class PushResult:
     """The push response: server clock, accepted count, effective deltas and receipts."""
 
@@ -186,14 +149,16 @@ def push(
 ) -> PushResult:
     """Validate and commit a push for ``gateway`` from the authenticated ``client_id``.
 
-    An untrusted client's deltas are judged one by one against the gateway's write rules (:class:`WriteGuard`): a
-    forbidden delta is rejected in its receipt and the rest of the batch commits.
+    An untrusted client's deltas are judged one by one against the gateway's write rules, by the client's scope: its
+    buckets and its live subscriptions (:class:`~lakesync.gateway.write_guard.WriteGuard`). A forbidden delta is
+    rejected in its receipt and the rest of the batch commits.
 
     Args:
         deps: Stores, clock and settings.
         gateway: The gateway id (already checked against the caller's token).
         message: The decoded push.
-        client_id: The authenticated client; every delta must carry it unless ``trusted``.
+        client_id: The authenticated client (the token's subject, whose subscriptions count); every delta must carry
+            it unless ``trusted``.
         trusted: Admin callers, connectors and the engine itself may push deltas on behalf of other clients, to any
             row and table.
         claims: The client's JWT claims, for the write rules (``None``: none).
@@ -209,7 +174,7 @@ def push(
         raise ValidationError(f"Too many deltas in a single push (max {settings.max_deltas_per_push:,})")
     rules, schemas = deps.config.get_push_config(gateway) if deltas else (None, {})
     column_bytes = _validate(deps, gateway, deltas, schemas, client_id=client_id, trusted=trusted)
-    guard = None if trusted else WriteGuard(rules, claims or {})
+    guard = None if trusted else WriteGuard.for_client(deps, gateway, rules, claims or {}, client_id)
     # The pusher's `since` session (original clients only) is read while the push commits, not after it.
     sessions = deps.since_sessions
     session_read = submit(sessions.get, gateway, client_id) if sessions is not None else None
