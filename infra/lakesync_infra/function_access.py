@@ -248,8 +248,13 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
     ),
     # the HTTP API's authorizer: the API settings' gateways and JWT keys (the secret), no table.
     AUTHORIZER: FunctionAccess(timeout_s=AUTHORIZER_TIMEOUT_S),
-    # the broadcaster: each gateway's sync rules (GetItem), once per batch.
-    BROADCAST: FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, api=False, timeout_s=BROADCAST_TIMEOUT_S),
+    # the broadcaster: each gateway's sync rules (GetItem), once per batch; under rules with streams, each connected
+    # client's subscriptions (GetItem in the dedup table).
+    BROADCAST: FunctionAccess(
+        tables={"config": ("dynamodb:GetItem",), "dedup": ("dynamodb:GetItem",)},
+        api=False,
+        timeout_s=BROADCAST_TIMEOUT_S,
+    ),
 }
 
 

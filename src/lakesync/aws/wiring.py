@@ -239,7 +239,8 @@ def realtime(settings: RealtimeSettings) -> Realtime:
 
 
 def broadcast_deps(settings: BroadcastSettings) -> BroadcastDeps:
-    """The broadcaster's dependencies: sync rules from the config table, the sessions, the management API."""
+    """The broadcaster's dependencies: sync rules from the config table, the sessions, the management API, the
+    clients' stream subscriptions (the dedup table)."""
     from lakesync.gateway.realtime import BroadcastDeps
 
     live = realtime(settings.realtime)
@@ -247,4 +248,5 @@ def broadcast_deps(settings: BroadcastSettings) -> BroadcastDeps:
         config=DynamoDBConfigStore(dynamodb_client(), settings.tables),
         connections=live.connections,
         sender=live.sender,
+        subscriptions=DynamoDBSubscriptionStore(dynamodb_client(), settings.tables),
     )

@@ -3,13 +3,16 @@
 A session is opened with a verified token (``Authorization: Bearer`` or ``?token=``, as the original) and kept as a
 :class:`Connection` in a :class:`~lakesync.ports.ConnectionStore`. A client frame is one tag byte and a protobuf:
 ``0x01`` SyncPush and ``0x02`` SyncPull are answered with an untagged SyncResponse; anything wrong closes the session
-with the original's close code and reason (:class:`SessionClose`).
+with the original's close code and reason (:class:`SessionClose`). LakeSync's own ``0x10`` subscription frame
+(:mod:`lakesync.gateway.socket_subscriptions`) subscribes, unsubscribes and lists, answered with a ``0x10`` frame.
 
 Committed changes reach every *other* session of the gateway as broadcast frames ``0x03`` + SyncResponse, filtered
-per recipient by its sync rules exactly as its pulls are (on the row images before and after the change), and split
-into messages of at most :data:`MESSAGE_LIMIT_BYTES`. A change too large for one message is replaced by a *pull now*
-notice (no deltas, ``hasMore`` true). Broadcasts are an optimisation: a client that misses one (it was connecting,
-its socket dropped) gets the change from its next pull, so delivery needs no retry here.
+per recipient by its scope exactly as its pulls are (its buckets and its client's stream subscriptions, on the row
+images before and after the change), and split into messages of at most :data:`MESSAGE_LIMIT_BYTES`. A change too
+large for one message is replaced by a *pull now* notice (no deltas, ``hasMore`` true), and so is a change of a
+membership row a session's scope depends on (rows may enter or leave it: the pull serves that difference).
+Broadcasts are an optimisation: a client that misses one (it was connecting, its socket dropped) gets the change
+from its next pull, so delivery needs no retry here.
 
 Encodings: a session opened with ``?encoding=base64`` exchanges text frames, each the standard base64 of the
 binary frame (API Gateway WebSocket APIs reject binary frames from clients with 1003). Without it, binary frames as
@@ -41,15 +44,17 @@ from lakesync.core.log import LogEntry
 from lakesync.core.messages import SyncResponse
 from lakesync.core.realtime import Connection, Encoding
 from lakesync.core.rules import SyncRules
+from lakesync.core.streams import Subscription
 from lakesync.gateway import limits
 from lakesync.gateway import pull as pull_service
 from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.recipients import RecipientIndex
+from lakesync.gateway.recipients import Delivery, RecipientIndex
+from lakesync.gateway.socket_subscriptions import serve_subscription_frame
 from lakesync.io_pool import inline, results_of, submit
-from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore
+from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore, MembershipReader, SubscriptionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
-from lakesync.wire.framing import TAG_BROADCAST, TAG_SYNC_PULL, TAG_SYNC_PUSH, decode_frame
+from lakesync.wire.framing import TAG_BROADCAST, TAG_SUBSCRIPTIONS, TAG_SYNC_PULL, TAG_SYNC_PUSH, decode_frame
 
 __all__ = [
     "MESSAGE_LIMIT_BYTES",
@@ -233,7 +238,8 @@ def handle_frame(deps: GatewayDeps, connection: Connection, frame: bytes, *, now
     """Serve one client frame: the untagged SyncResponse to send back.
 
     A push answers ``{deltas: [], serverHlc}``; a pull (``since``, as the original client pulls over the socket)
-    answers the page.
+    answers the page; a subscription frame (``0x10``) answers a ``0x10`` frame with the HTTP route's status and body,
+    refusals included (:func:`~lakesync.gateway.socket_subscriptions.serve_subscription_frame`).
 
     Raises:
         SessionClose: 1002 for a short frame or an unknown or unserved tag, 1008 for an expired token, a message that
@@ -243,11 +249,14 @@ def handle_frame(deps: GatewayDeps, connection: Connection, frame: bytes, *, now
         raise SessionClose(CLOSE_POLICY_VIOLATION, "JWT has expired")
     if len(frame) > MAX_FRAME_BYTES:
         raise SessionClose(CLOSE_MESSAGE_TOO_BIG, _TOO_LARGE)
+    subscriptions = len(frame) >= 2 and frame[0] == TAG_SUBSCRIPTIONS  # LakeSync's own tag, not the original's
     try:
-        tag, payload = decode_frame(frame)
+        tag, payload = (TAG_SUBSCRIPTIONS, frame) if subscriptions else decode_frame(frame)
     except CodecError as exc:
         raise SessionClose(CLOSE_PROTOCOL_ERROR, str(exc)) from None
     try:
+        if tag == TAG_SUBSCRIPTIONS:
+            return serve_subscription_frame(deps, connection, payload)
         if tag == TAG_SYNC_PUSH:
             return _push(deps, connection, payload)
         if tag == TAG_SYNC_PULL:
@@ -295,13 +304,16 @@ def _reason(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BroadcastDeps:
-    """What a broadcast needs: the gateway's sync rules, its sessions and a way to send to them."""
+    """What a broadcast needs: the gateway's sync rules, its sessions and a way to send to them; the clients' stream
+    subscriptions (``None``: none are served) and the membership tables (``None``: a membership gives no values)."""
 
     config: ConfigStore
     connections: ConnectionStore
     sender: ConnectionSender
     now_s: Callable[[], float] = time.time
     message_limit: int = MESSAGE_LIMIT_BYTES
+    subscriptions: SubscriptionStore | None = None
+    memberships: MembershipReader | None = None
 
 
 @dataclass(slots=True)
@@ -330,16 +342,19 @@ def visible_to(connection: Connection, rules: SyncRules | None, entries: Iterabl
     ]
 
 
-def broadcast_messages(entries: Sequence[LogEntry], *, limit: int, base64_text: bool) -> Iterator[tuple[bytes, int]]:
+def broadcast_messages(
+    entries: Sequence[LogEntry], *, limit: int, base64_text: bool, pull_at: int | None = None
+) -> Iterator[tuple[bytes, int]]:
     """The broadcast frames (``0x03`` + SyncResponse) carrying ``entries`` in order, each at most ``limit`` bytes as
     sent (base64 text when ``base64_text``), with the number of deltas in each.
 
-    ``serverHlc`` is the latest commit HLC of the entries. Entries that cannot fit in a message on their own are
-    left out, and a last frame with no deltas and ``hasMore`` tells the client to pull.
+    ``serverHlc`` is the latest commit HLC of the entries (and ``pull_at``). Entries that cannot fit in a message on
+    their own are left out, and a last frame with no deltas and ``hasMore`` tells the client to pull; with
+    ``pull_at`` (the commit HLC of a change that moved the client's scope) that frame is sent in any case.
     """
-    if not entries:
+    if not entries and pull_at is None:
         return
-    server_hlc = max(e.commit_hlc for e in entries)
+    server_hlc = max([e.commit_hlc for e in entries] + ([pull_at] if pull_at is not None else []))
     raw_limit = limit // 4 * 3 if base64_text else limit
     # Frame = tag (1) + field 3 serverHlc (≤ 11) + field 4 hasMore (2) + per delta: key (1) + length (≤ 5) + bytes.
     budget = raw_limit - 14
@@ -359,7 +374,7 @@ def broadcast_messages(entries: Sequence[LogEntry], *, limit: int, base64_text: 
         used += cost
     if batch:
         yield _frame(batch, server_hlc, False), len(batch)
-    if oversized:
+    if oversized or pull_at is not None:
         yield _frame([], server_hlc, True), 0
 
 
@@ -380,12 +395,13 @@ def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) ->
     """Send ``gateway``'s committed ``entries`` to each of its open sessions that receives them.
 
     The sessions are read once and indexed by scope (:class:`~lakesync.gateway.recipients.RecipientIndex`): each
-    entry goes to the sessions the index names and the pull's rule confirms, not its author's. The index is built
-    per call, from the sessions read: on AWS each invocation reads the connections table anyway (a session may have
-    come or gone since the last), and scopes are resolved once per distinct claims. The frames are encoded once per
-    distinct list of entries and encoding, then sent to the recipients concurrently (the shared I/O pool); each
-    recipient's messages go in order. A session the transport reports gone is forgotten; an expired one is closed
-    and forgotten.
+    entry goes to the sessions the index names and the pull's rule confirms, not its author's, and a session whose
+    scope a change of a membership row may move is told to pull. The index is built per call, from the sessions
+    read: on AWS each invocation reads the connections table anyway (a session may have come or gone since the
+    last), and scopes are resolved once per distinct claims and subscriptions (:func:`_recipients`). The frames are
+    encoded once per distinct list of entries and encoding, then sent to the recipients concurrently (the shared I/O
+    pool); each recipient's messages go in order. A session the transport reports gone is forgotten; an expired one
+    is closed and forgotten.
     """
     report = BroadcastReport()
     if not entries:
@@ -400,34 +416,63 @@ def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) ->
             report.gone += 1
         else:
             live.append(connection)
+    recipients = _recipients(deps, gateway, rules, live, entries, now)
     frames = _Frames(deps.message_limit)
     # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one request, not
     # for every one before it; a sender that does not wait on the network sends them one after another.
     with inline() if getattr(deps.sender, "immediate", False) else contextlib.nullcontext():
         sends = [
             submit(_send_to, deps, connection, frames.of(visible, connection.encoding))
-            for connection, visible in RecipientIndex(rules, live).deliveries(entries).values()
+            for connection, visible in recipients.plan(entries).values()
         ]
     for sent in results_of(sends):
         report.add(sent)
     return report
 
 
+def _recipients(
+    deps: BroadcastDeps,
+    gateway: str,
+    rules: SyncRules | None,
+    live: Sequence[Connection],
+    entries: Sequence[LogEntry],
+    now_s: float,
+) -> RecipientIndex:
+    """The index of the ``live`` sessions by scope: their claims, their clients' subscriptions (read only when a
+    stream's table or one of the tables its memberships read is among the ``entries``' tables, concurrently, one
+    consistent read per connected client) and the gateway's memberships (a source made only when the rules read
+    any)."""
+    now_ms = int(now_s * 1000)
+    memberships = None
+    if deps.memberships is not None and rules is not None and rules.membership_tables():
+        memberships = deps.memberships.source(gateway)
+    held: dict[str, list[Subscription]] = {}
+    if deps.subscriptions is not None and rules is not None and rules.streams:
+        concerned = {s.table for s in rules.streams}.union(*(s.membership_tables() for s in rules.streams))
+        if any(e.shard.table in concerned for e in entries):
+            clients = sorted({c.client_id for c in live})
+            reads = [submit(deps.subscriptions.get, gateway, client, now_ms) for client in clients]
+            held = dict(zip(clients, results_of(reads), strict=True))
+    return RecipientIndex(rules, live, held, memberships, now_ms)
+
+
 class _Frames:
-    """The messages carrying a list of entries, as sent in an encoding: encoded once per distinct list."""
+    """The messages carrying a delivery, as sent in an encoding: encoded once per distinct list of entries and
+    notice."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._made: dict[tuple[Encoding, tuple[int, ...]], list[tuple[bytes, int]]] = {}
+        self._made: dict[tuple[Encoding, tuple[int, ...], int | None], list[tuple[bytes, int]]] = {}
 
-    def of(self, entries: Sequence[LogEntry], encoding: Encoding) -> list[tuple[bytes, int]]:
-        key = (encoding, tuple(id(e) for e in entries))
+    def of(self, delivery: Delivery, encoding: Encoding) -> list[tuple[bytes, int]]:
+        entries, pull_at = delivery.entries, delivery.pull_at
+        key = (encoding, tuple(id(e) for e in entries), pull_at)
         made = self._made.get(key)
         if made is None:
             text = encoding is Encoding.BASE64
             made = self._made[key] = [
                 (base64.b64encode(frame) if text else frame, count)
-                for frame, count in broadcast_messages(entries, limit=self._limit, base64_text=text)
+                for frame, count in broadcast_messages(entries, limit=self._limit, base64_text=text, pull_at=pull_at)
             ]
         return made
 

@@ -6,6 +6,10 @@ WebSocket binary frames are one tag byte followed by a protobuf message::
     0x03 broadcast SyncResponse (server → clients)
     0x04 ActionPush / 0x05 ActionResponse (defined, not served by the original)
 
+LakeSync adds one tag of its own, outside the original's (:data:`FRAME_TAGS` is theirs, unchanged)::
+
+    0x10 subscriptions: a request (client → server) or its answer (server → client), UTF-8 JSON
+
 Responses to a push or pull are *untagged* SyncResponse bytes; a client tells a broadcast apart by its first byte
 (an untagged SyncResponse starts with a field key, 0x0a/0x11/0x18, never 0x03). A frame needs a tag and at least one
 payload byte, as in the original: an all-defaults message (empty payload) cannot be framed.
@@ -19,13 +23,16 @@ Errors are :class:`~lakesync.core.errors.CodecError` with the original's message
 
 from __future__ import annotations
 
+import json
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
+from lakesync.core.canonical import JsonValue
 from lakesync.core.errors import CodecError, ValidationError
 from lakesync.core.messages import SyncResponse
 from lakesync.wire.codec import decode_sync_response, encode_sync_response
+from lakesync.wire.jsonapi import loads
 
 TAG_SYNC_PUSH: Final = 0x01
 TAG_SYNC_PULL: Final = 0x02
@@ -35,6 +42,10 @@ TAG_ACTION_RESPONSE: Final = 0x05
 FRAME_TAGS: Final[frozenset[int]] = frozenset(
     {TAG_SYNC_PUSH, TAG_SYNC_PULL, TAG_BROADCAST, TAG_ACTION_PUSH, TAG_ACTION_RESPONSE}
 )
+
+TAG_SUBSCRIPTIONS: Final = 0x10
+"""LakeSync's subscription frame (docs/streams.md, "Over the WebSocket"): the tag, then a UTF-8 JSON object. Not one
+of :data:`FRAME_TAGS`: :func:`decode_frame` refuses it as the original does."""
 
 _LENGTH = struct.Struct(">I")
 MAX_CHECKPOINT_FRAME: Final = 0xFFFFFFFF
@@ -86,6 +97,27 @@ def decode_broadcast_frame(data: bytes | bytearray | memoryview) -> SyncResponse
     if data[0] != TAG_BROADCAST:
         raise CodecError(f"Expected broadcast tag {_hex(TAG_BROADCAST)}, got {_hex(data[0])}")
     return decode_sync_response(bytes(data[1:]))
+
+
+def encode_subscription_frame(doc: Mapping[str, object]) -> bytes:
+    """The subscription frame ``0x10`` + ``doc`` as compact JSON (ASCII, so any string encodes)."""
+    return bytes((TAG_SUBSCRIPTIONS,)) + json.dumps(doc, separators=(",", ":")).encode("ascii")
+
+
+def decode_subscription_frame(data: bytes | bytearray | memoryview) -> dict[str, JsonValue]:
+    """The JSON object of a subscription frame, parsed as strictly as an HTTP body.
+
+    Raises:
+        CodecError: ``Expected subscription tag 0x10, got 0x{hh}``, ``Invalid JSON body`` (not UTF-8 JSON), or
+            ``A subscription frame holds a JSON object``.
+    """
+    if len(data) < 2 or data[0] != TAG_SUBSCRIPTIONS:
+        got = _hex(data[0]) if len(data) else "nothing"
+        raise CodecError(f"Expected subscription tag {_hex(TAG_SUBSCRIPTIONS)}, got {got}")
+    doc = loads(bytes(data[1:]), revive_hlcs=False)
+    if not isinstance(doc, dict):
+        raise CodecError("A subscription frame holds a JSON object")
+    return doc
 
 
 def frame_checkpoint_chunk(payload: bytes) -> bytes:
@@ -150,12 +182,15 @@ __all__ = [
     "TAG_ACTION_PUSH",
     "TAG_ACTION_RESPONSE",
     "TAG_BROADCAST",
+    "TAG_SUBSCRIPTIONS",
     "TAG_SYNC_PULL",
     "TAG_SYNC_PUSH",
     "decode_broadcast_frame",
     "decode_frame",
+    "decode_subscription_frame",
     "encode_broadcast",
     "encode_frame",
+    "encode_subscription_frame",
     "frame_checkpoint",
     "frame_checkpoint_chunk",
     "iter_checkpoint",
