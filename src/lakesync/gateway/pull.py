@@ -35,12 +35,12 @@ move a row out of a bucket reach the clients that held the row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Final
 
-from lakesync.core.delta import is_valid_client_id
+from lakesync.core.delta import RowDelta, is_valid_client_id
 from lakesync.core.errors import AdapterError, AdapterNotFoundError, LakeSyncError
 from lakesync.core.log import LogEntry, PullBasis, ShardId
 from lakesync.core.rules import Claims, SyncRules, change_visible, rules_apply
@@ -58,6 +58,7 @@ from lakesync.gateway.log_pages import (
     regressed_error,
 )
 from lakesync.gateway.scope_change import ScopeView, difference_page, scope_view
+from lakesync.gateway.scope_moves import shape_moves
 from lakesync.gateway.since_pull import SinceRequest, pull_since
 from lakesync.io_pool import awaited, results_of, submit
 from lakesync.ports import BufferStore, ConfigStore, PullBasisReader
@@ -221,7 +222,10 @@ def _pull_by_cursor(
         if reader.last_hlc is not None:
             new_marks[reader.shard.key] = reader.last_hlc
     scope = CursorScope(view.scope.fingerprint) if view is not None else None
-    return PullResult(tuple(collected), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks, scope))
+    items: Sequence[LogEntry | RowDelta] = collected
+    if judged is not None and served.subscriber is not None:
+        items = shape_moves(deps.buffer, gateway, collected, judged, served.subscriber)
+    return PullResult(tuple(items), deps.clock.now(), has_more, encode_cursor(new_positions, new_marks, scope))
 
 
 @dataclass(frozen=True, slots=True)
