@@ -10,6 +10,7 @@ import json
 import random
 from collections.abc import Mapping
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +25,7 @@ from lakesync.core.merge import RowState, fold, merge_all
 from lakesync.core.messages import SyncPush
 from lakesync.core.rules import parse_sync_rules
 from lakesync.core.scope import resolve_scope
-from lakesync.gateway import checkpoint
+from lakesync.gateway import checkpoint, scope_change
 from lakesync.gateway import subscriptions as subs
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.gateway.cursor import CursorScope, cursor_scope, decode_cursor, encode_cursor
@@ -149,9 +150,9 @@ class World:
         push(self.deps, GW, SyncPush("w", (d,)), client_id="w", trusted=True)
         self.server.setdefault(key, []).append(d)
 
-    def checkpoint_and_release(self, chunk_bytes: int = 256) -> None:
+    def checkpoint_and_release(self, chunk_bytes: int = 256, *, release: bool = True) -> None:
         """A checkpoint at the heads (tiny chunks by default: a difference spans several), then the log released
-        through it (as the flush job does)."""
+        through it (as the flush job does) unless ``release`` is false."""
         buffer = self.deps.buffer
         shards = buffer.list_shards(GW)
         heads = buffer.get_heads(shards)
@@ -169,7 +170,8 @@ class World:
             chunk_bytes=chunk_bytes,
         )
         for shard, head in heads.items():
-            buffer.release_log(shard, head.seq)
+            if release:
+                buffer.release_log(shard, head.seq)
 
     def save_rules(self, doc: Mapping[str, Any]) -> None:
         """An admin saves a new rules version."""
@@ -578,3 +580,127 @@ def test_a_checkpoint_serves_the_rows_of_the_memberships_and_its_cursor_follows_
     fresh.join("p3")
     fresh.catch_up()
     assert fresh.held() == fresh.expected() and set(fresh.held()) == {("tasks", f"r{i}") for i in (1, 5, 3, 7)}
+
+
+# -- the source by cost: a checkpoint under an unreleased log ---------------------------------------------------------
+
+
+class Counted:
+    """Counts the log entries, checkpoint objects and checkpoint chunks a world's gateway reads."""
+
+    def __init__(self, world: World) -> None:
+        self.entries = 0
+        self.objects = 0
+        self.chunks = 0
+        read_log, get = world.deps.buffer.read_log, world.objects.get
+
+        def counted_read(*args: Any, **kwargs: Any) -> Any:
+            out = read_log(*args, **kwargs)
+            self.entries += len(out)
+            return out
+
+        def counted_get(key: str) -> bytes | None:
+            self.objects += 1
+            self.chunks += not key.endswith(("/latest.json", "/manifest.json"))
+            return get(key)
+
+        world.deps.buffer.read_log = counted_read  # type: ignore[method-assign]
+        world.objects.get = counted_get  # type: ignore[method-assign]
+
+
+def hot_rows(world: World, rows: int, updates: int) -> None:
+    """``rows`` rows over the projects, each then updated ``updates`` times: a long log, few folded rows."""
+    for i in range(rows):
+        world.write(f"r{i}", PROJECTS[i % 4], "t")
+    for u in range(updates):
+        for i in range(rows):
+            world.write(f"r{i}", title=f"t{u}")
+
+
+def test_a_small_checkpoint_stands_for_a_long_unreleased_log() -> None:
+    # Given 40 rows updated 30 times each (1,240 entries), a checkpoint of them at the heads, nothing released, and
+    # a later write folded in after it
+    world = World()
+    hot_rows(world, 40, 30)
+    world.checkpoint_and_release(chunk_bytes=4096, release=False)
+    world.write("r1", title="after")
+    world.write("x", "p1", "new")
+    world.catch_up()
+    counted = Counted(world)
+    # When the client subscribes to p1
+    world.subscribe("p1")
+    world.catch_up(limit=5)
+    # Then the difference read the checkpoint and the two entries after it (again on each of its pages), not the
+    # 1,242 entries of the log from its start
+    assert counted.chunks > 0 and counted.entries <= 2 * 12
+    assert world.held() == world.expected() and len(world.held()) == 10 + 10 + 1  # p0's lobby, p1's rows and x
+    assert world.held()[("tasks", "r1")]["title"] == "after"
+
+
+def test_a_checkpoint_larger_than_the_log_it_replaces_is_not_read() -> None:
+    # Given 1,100 rows written once each: the checkpoint has as many deltas as the log has entries
+    world = World()
+    hot_rows(world, 1100, 0)
+    world.checkpoint_and_release(chunk_bytes=65536, release=False)
+    world.catch_up()
+    counted = Counted(world)
+    world.subscribe("p1")
+    world.catch_up(limit=500)
+    # Then the difference read the log from its start (the manifest only, to weigh it) and no chunk
+    assert counted.entries >= 1100 and counted.chunks == 0 and counted.objects == 2  # the latest pointer, the manifest
+    assert world.held() == world.expected() and len(world.held()) == 550
+
+
+def test_a_short_log_is_read_without_looking_for_a_checkpoint() -> None:
+    world = World()
+    hot_rows(world, 4, 3)
+    world.checkpoint_and_release(release=False)
+    world.catch_up()
+    counted = Counted(world)
+    world.subscribe("p1")
+    world.catch_up()
+    assert counted.objects == 0 and world.held() == world.expected()
+
+
+def test_a_checkpoint_ahead_of_the_cursor_is_not_read() -> None:
+    world = World()
+    hot_rows(world, 40, 30)
+    world.catch_up()
+    world.write("r1", title="unseen yet")
+    world.checkpoint_and_release(release=False)  # past the client's cursor
+    counted = Counted(world)
+    world.subscribe("p1")
+    world.pull(limit=500)
+    assert counted.entries >= 1240
+    world.catch_up()
+    assert world.held() == world.expected()
+
+
+UNRELEASED = st.one_of(
+    OPS.filter(lambda op: op[0] != "release"),
+    st.tuples(st.just("checkpoint")),
+    st.tuples(st.just("update_all"), st.text("ab")),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(UNRELEASED, min_size=12, max_size=50), st.integers(1, 4), st.integers(200, 2000))
+def test_the_replica_is_exact_with_checkpoints_under_an_unreleased_log(
+    ops: list[tuple[Any, ...]], limit: int, page_bytes: int
+) -> None:
+    # Given the same programs with checkpoints written and the log never released, and rows updated over and over (so
+    # the checkpoint is sometimes cheaper, sometimes not, sometimes ahead of the cursor), any log length weighed
+    with mock.patch.object(scope_change, "MIN_LOG_FOR_A_CHECKPOINT", 0):
+        world = World(max_page_bytes=page_bytes)
+        for op in ops:
+            if op[0] == "checkpoint" and world.heads():
+                world.checkpoint_and_release(release=False)
+            elif op[0] == "update_all":
+                for key in sorted(k for k, ds in world.server.items() if fold(ds).values() is not None):  # type: ignore[union-attr]
+                    world.write(key[1], title=op[1])
+            elif op[0] not in ("checkpoint", "update_all"):
+                run(world, op)
+            if op[0] == "catch_up":
+                assert world.held() == world.expected()
+        world.catch_up(limit)
+        assert world.held() == world.expected()

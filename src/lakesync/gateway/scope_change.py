@@ -17,6 +17,17 @@ difference as of the cursor's positions, page by page, the positions unchanged:
   the positions is judged by the new scope, every change up to them is in the difference, so nothing is sent twice or
   lost.
 
+The source by cost. While nothing of the shards has been released, the state as of the positions is the log from
+its start, but the latest checkpoint can stand for the log up to its own positions when those are all at or below the
+cursor's (for the tables the difference reads) and it holds those tables. It is read, with the log after it, when
+that is estimated cheaper: the checkpoint holds ``manifest.deltas`` deltas (``manifest.rows`` rows, one chunk object
+per ``chunk_bytes``, every chunk read), the log it replaces ``sum(manifest.positions)`` entries of those shards (a
+shard's sequence numbers are dense). A log entry carries its delta and its row images, so it is at least the bytes of
+a checkpoint delta (``manifest.bytes / manifest.deltas``): the checkpoint is read when it has fewer deltas than the
+log entries it replaces (a table updated over and over: many entries, one folded row each), the log otherwise (ties
+too: it needs no object read). Below :data:`MIN_LOG_FOR_A_CHECKPOINT` entries to the cursor the manifest is not even
+read. The row index cannot serve it: it is keyed by row and cannot list a table.
+
 A scope that cannot be told again (the cursor's is no longer kept, or the rules or memberships changed so that its
 subscriptions resolve differently) and a difference whose log was released past a checkpoint newer than the cursor
 answer 410: the client reloads the checkpoint.
@@ -32,6 +43,7 @@ from typing import Final
 from lakesync.core.checkpoint import Manifest, load_manifest
 from lakesync.core.claims import Claims
 from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.errors import StorageError
 from lakesync.core.filters import Row
 from lakesync.core.log import LogEntry, ShardId
 from lakesync.core.merge import fold
@@ -40,11 +52,14 @@ from lakesync.core.scope import Scope, difference, resolve_scope
 from lakesync.gateway.checkpoint import chunk_rows
 from lakesync.gateway.cursor import CursorScope, encode_cursor
 from lakesync.gateway.deps import GatewayDeps
-from lakesync.gateway.log_pages import PullResult, expired_any_error
+from lakesync.gateway.log_pages import PAGE_MAX, PullResult, expired_any_error
 from lakesync.gateway.log_tail import RowKey, read_tail
 
-__all__ = ["ScopeView", "difference_page", "scope_view"]
+__all__ = ["MIN_LOG_FOR_A_CHECKPOINT", "ScopeView", "difference_page", "scope_view"]
 
+MIN_LOG_FOR_A_CHECKPOINT: Final = PAGE_MAX
+"""Log entries (up to the cursor, of the shards a difference reads) below which it reads the log without looking for
+a checkpoint: one log page costs about what the manifest's ``GetObject`` does."""
 _ROW_OVERHEAD: Final = 96
 _MAX_UNFINISHED: Final = 8
 
@@ -213,7 +228,7 @@ def difference_page(
     assert mark is not None and mark.target is not None
     tables = view.tables()
     relevant = [s for s in shards if positions.get(s.key, 0) > 0 and (tables is None or s.table in tables)]
-    manifest, mark = _base(deps, gateway, relevant, positions, mark)
+    manifest, mark = _base(deps, gateway, relevant, positions, mark, tables)
     tail = _tail(deps, gateway, relevant, positions, manifest)
     page = _Page(limit, deps.settings.max_page_bytes, [])
     mark = _checkpoint_rows(deps, manifest, mark, tail, tables, view, subscriber, page)
@@ -225,10 +240,16 @@ def difference_page(
 
 
 def _base(
-    deps: GatewayDeps, gateway: str, shards: Sequence[ShardId], positions: Mapping[str, int], mark: CursorScope
+    deps: GatewayDeps,
+    gateway: str,
+    shards: Sequence[ShardId],
+    positions: Mapping[str, int],
+    mark: CursorScope,
+    tables: frozenset[str] | None,
 ) -> tuple[Manifest | None, CursorScope]:
     """The checkpoint the difference reads (``None``: the log from its start) and the mark, started over when the
-    log it relied on was released meanwhile."""
+    log it relied on was released meanwhile. While nothing is released, a checkpoint at or below the positions is
+    read when that is cheaper than the log (:func:`_cheaper_checkpoint`)."""
     heads = deps.buffer.get_heads(list(shards)) if shards else {}
     manifest = None
     if mark.checkpoint and deps.objects is not None:
@@ -239,7 +260,8 @@ def _base(
     if mark.checkpoint or mark.chunk or mark.row or mark.tail:
         return manifest, mark
     if not any(h.released_seq for h in heads.values()):
-        return None, mark
+        manifest = _cheaper_checkpoint(deps, gateway, shards, positions, tables)
+        return manifest, mark if manifest is None else replace(mark, checkpoint=manifest.checkpoint_id)
     # Only a difference over a released log reads a checkpoint: a pull's cold start does not load the resync.
     from lakesync.gateway.resync import covering_checkpoint
 
@@ -247,6 +269,32 @@ def _base(
     if manifest is None or any(manifest.positions.get(s.key, 0) > positions.get(s.key, 0) for s in shards):
         raise expired_any_error(gateway)
     return manifest, replace(mark, checkpoint=manifest.checkpoint_id)
+
+
+def _cheaper_checkpoint(
+    deps: GatewayDeps,
+    gateway: str,
+    shards: Sequence[ShardId],
+    positions: Mapping[str, int],
+    tables: frozenset[str] | None,
+) -> Manifest | None:
+    """The latest checkpoint when it can stand for the log up to its positions and reading it is estimated cheaper
+    (module docstring, "The source by cost"); ``None``: the log from its start."""
+    objects = deps.objects
+    if objects is None or sum(positions.get(s.key, 0) for s in shards) < MIN_LOG_FOR_A_CHECKPOINT:
+        return None
+    try:
+        manifest = load_manifest(objects.get, gateway)
+    except StorageError:
+        return None  # the log is all there: serve from it rather than fail on a checkpoint it does not need
+    if manifest is None or not {s.table for s in shards} <= set(manifest.tables):
+        return None
+    for key, seq in manifest.positions.items():
+        # Every row of the checkpoint the difference may send must be at or below the cursor's positions.
+        if (tables is None or ShardId.parse(key).table in tables) and seq > positions.get(key, 0):
+            return None
+    replaced = sum(manifest.positions.get(s.key, 0) for s in shards)
+    return manifest if manifest.deltas < replaced else None
 
 
 def _tail(
