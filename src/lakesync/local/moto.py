@@ -21,6 +21,8 @@ Invariants:
 * With a journal attached (:meth:`MotoServer.set_journal`, :mod:`lakesync.local.journal`), every successful item
   write (and object write to a journaled bucket) is in the journal, in the order moto applied them, before its
   response is sent.
+* A successful DynamoDB item write calls the listeners of the tables it wrote (:meth:`MotoServer.on_write`), after
+  moto applied it (its stream records are readable) and before its response is sent.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import logging
 import socket
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -238,6 +240,21 @@ class MotoServer:
         app.buckets, app.compact_bytes, app.on_full = buckets, compact_bytes, on_full
         return previous
 
+    def on_write(self, table: str, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after each successful item write to ``table`` (``PutItem``, ``UpdateItem``,
+        ``DeleteItem``, ``BatchWriteItem``, ``TransactWriteItems``), on the writing request's thread: it must not
+        block. Returns a function that removes it."""
+        app = self._isolation()
+        with app.listeners_lock:
+            app.listeners.setdefault(table, []).append(listener)
+
+        def remove() -> None:
+            with app.listeners_lock:
+                if listener in app.listeners.get(table, ()):
+                    app.listeners[table].remove(listener)
+
+        return remove
+
     def _isolation(self) -> _Isolation:
         if self._app is None or self._server is None:
             raise RuntimeError("MotoServer is not started")
@@ -271,6 +288,8 @@ class _Isolation:
         self.buckets: frozenset[str] = frozenset()
         self.compact_bytes = 0
         self.on_full: Callable[[], None] | None = None
+        self.listeners: dict[str, list[Callable[[], None]]] = {}
+        self.listeners_lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
         body = _read_body(environ)
@@ -291,12 +310,23 @@ class _Isolation:
             status, headers, out = self._serve(environ)
             if keep and journal is not None and request is not None and status.startswith("2"):
                 upto = journal.append(request.encode())
+        if self.listeners and target in _ITEM_WRITES and status.startswith("2"):
+            self._notify(_written_tables(target, body))
         if upto and journal is not None:
             journal.sync(upto)  # outside the lock: one fsync serves every request that appended before it
             if self.compact_bytes and journal.size > self.compact_bytes and self.on_full is not None:
                 self.on_full()
         start_response(status, headers)
         return out
+
+    def _notify(self, tables: Iterable[str]) -> None:
+        with self.listeners_lock:
+            called = [listener for table in tables for listener in self.listeners.get(table, ())]
+        for listener in called:
+            try:
+                listener()
+            except Exception:  # a listener's failure is not the write's: the write has happened
+                logger.exception("a write listener failed")
 
     def serve_inner(self, environ: dict[str, Any]) -> int:
         """Serve ``environ`` with moto's app (the caller holds :attr:`lock`); the HTTP status."""
@@ -313,6 +343,29 @@ class _Isolation:
         out = list(self.app(environ, start_response))
         status, headers = started[0]
         return status, headers, out
+
+
+_ITEM_WRITES = frozenset(
+    f"DynamoDB_20120810.{op}" for op in ("PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems")
+)
+
+
+def _written_tables(target: str, body: bytes) -> set[str]:
+    """The tables an item write (``target``, its JSON ``body``) wrote to."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return set()
+    if target.endswith(".BatchWriteItem"):
+        return set(request.get("RequestItems") or {})
+    if target.endswith(".TransactWriteItems"):
+        return {
+            str(action["TableName"])
+            for item in request.get("TransactItems") or []
+            for kind, action in item.items()
+            if kind != "ConditionCheck" and isinstance(action, dict) and "TableName" in action
+        }
+    return {str(request["TableName"])} if "TableName" in request else set()
 
 
 def _read_body(environ: dict[str, Any]) -> bytes:

@@ -14,6 +14,13 @@ removes three such costs, each without changing any response:
   keeps the partition it was asked for, so its cost grows with the table (the embedded default's tables only grow).
   A Query of the table or of a local secondary index (whose partition key is the table's) now lists only its
   partition's items; moto filters and sorts them as before.
+* **A list of every DynamoDB object ever made.** moto's models append each instance they create to a class-wide list
+  (``instances_tracked``) that only its dashboard reads, and never drop it: every item version written, every item a
+  Query copies out, every stream record and shard iterator stays alive for the life of the process. For the
+  embedded default that is memory growing with every request (a broadcast to 100 sessions kept 100 items more), and
+  every full collection of the garbage collector walks all of it, holding the interpreter for 50-500 ms on a loaded
+  machine, the tail of the real-time latency. DynamoDB and DynamoDB Streams objects are no longer tracked (nothing
+  of ours serves the dashboard; the S3 models, whose reset reads the list, still are).
 * **Per-request dispatch lookups.** Routing a request lists moto's package directory (a ``stat`` per service) and
   inspects the handler class for its methods, each time. Both answers are fixed for the life of the process and are
   now computed once.
@@ -89,6 +96,7 @@ def install_fast_requests() -> bool:
         try:
             from moto import backends
             from moto.core import responses as core_responses
+            from moto.core.common_models import BaseModel
             from moto.dynamodb.models.table import Table
             from moto.dynamodb.responses import DynamoResult
         except ImportError:  # pragma: no cover - moto is a dependency of the local extra
@@ -99,6 +107,7 @@ def install_fast_requests() -> bool:
             callable(getattr(Table, "all_items", None)),
             callable(getattr(backends, "list_of_moto_modules", None)),
             callable(getattr(core_responses, "method_names_from_class", None)),
+            "__new__" in vars(BaseModel),
         )
         if not all(expected):
             logger.warning("moto's internals changed; its requests stay unpatched (slower)")
@@ -106,6 +115,7 @@ def install_fast_requests() -> bool:
         _patch_serializer(DynamoResult)
         _patch_query(Table)
         _patch_dispatch(backends, core_responses)
+        _untrack_dynamodb(BaseModel)
         _installed = True
         return True
 
@@ -205,6 +215,21 @@ def _patch_query(table_class: Any) -> None:
 
     table_class.query = query
     table_class.all_items = all_items
+
+
+UNTRACKED_MODULES: Final = ("moto.dynamodb.", "moto.dynamodbstreams.")
+"""moto's packages whose model instances are not kept in ``instances_tracked``."""
+
+
+def _untrack_dynamodb(base_model: Any) -> None:
+    tracked_new = base_model.__new__
+
+    def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if cls.__module__.startswith(UNTRACKED_MODULES):
+            return object.__new__(cls)
+        return tracked_new(cls, *args, **kwargs)
+
+    base_model.__new__ = __new__
 
 
 def _partition(table: Any, hash_key: Any, index_name: str | None, conditions: Any) -> Any:

@@ -5,6 +5,12 @@ shard of the stream from where it started (``LATEST``) with ``GetRecords``, keep
 mapping's filter criteria), hands them in batches to the same ``lambda_handler`` the AWS function runs (a stream event
 of the same shape), and on a partial batch failure (``batchItemFailures``) hands the records again from the first
 failed one, up to ``max_retries`` times, then skips them, as a mapping with bounded retries does.
+
+A mapping reads a shard as soon as its last read came back with records, and waits between reads of an idle one.
+Here the wait ends early when :meth:`LocalStreamSource.wake` is called: the embedded default calls it on every
+commit to the table (:meth:`lakesync.local.moto.MotoServer.on_write`), so a record is read as soon as it is written
+instead of at the next poll, and an idle stream costs one read per ``poll_s``, not a hundred a second. The records,
+their order, the batches and the retries are the same either way; only the moment of the read changes.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class LocalStreamSource:
         handler: The Lambda handler.
         admit: The filter criteria: records it rejects never reach the handler.
         batch_size: Records per invocation at most.
-        poll_s: Seconds between reads of an idle stream.
+        poll_s: Seconds between reads of an idle stream, unless :meth:`wake` ends the wait sooner.
         max_retries: Times a failed record is handed again before it is skipped.
         region: ``awsRegion`` of the records.
     """
@@ -69,6 +75,7 @@ class LocalStreamSource:
         self._function_name = function_name
         self._iterators: dict[str, str | None] = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._polls = threading.Condition()
         self._polls_started = 0
@@ -86,6 +93,7 @@ class LocalStreamSource:
     def stop(self) -> None:
         """Stop reading; waits for the batch in hand. Idempotent."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -97,7 +105,12 @@ class LocalStreamSource:
         """
         with self._polls:
             after = self._polls_started
+            self._wake.set()
             return self._polls.wait_for(lambda: self._last_idle_poll > after, timeout_s)
+
+    def wake(self) -> None:
+        """Records were written: read the stream now rather than at the end of the idle wait. Does not block."""
+        self._wake.set()
 
     def poll_once(self) -> int:
         """Read every shard once and deliver what was admitted; returns the records read."""
@@ -119,12 +132,14 @@ class LocalStreamSource:
             with self._polls:
                 self._polls_started += 1
                 poll = self._polls_started
+            # Cleared before the read: a commit during it sets it again, and the next wait returns at once.
+            self._wake.clear()
             try:
                 if self.poll_once() == 0:
                     with self._polls:
                         self._last_idle_poll = poll
                         self._polls.notify_all()
-                    self._stop.wait(self._poll_s)
+                    self._wake.wait(self._poll_s)
             except Exception:
                 logger.exception("reading the stream %s failed", self._arn)
                 self._stop.wait(1.0)
