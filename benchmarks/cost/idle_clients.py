@@ -1,17 +1,23 @@
 """Connected idle clients with live updates: what N clients holding the real-time socket all month cost (no I/O).
 
-An idle client (``lakesync.client.realtime``) holds one WebSocket on API Gateway and sends a ping every
-:data:`PING_INTERVAL_S` seconds, which keeps the 10-minute idle timeout away. API Gateway ends every connection after
-two hours, so the client reconnects (:data:`MAX_CONNECTION_S`) and, since broadcasts sent while it was away are lost,
-pulls once on every (re)connect. With no changes nothing is broadcast. What that bills:
+What the SDK does (``lakesync.client.realtime``), and so what is priced: an idle client holds one WebSocket on API
+Gateway and sends a ping every :data:`PING_INTERVAL_S` seconds, which keeps the 10-minute idle timeout away. API
+Gateway ends every connection after two hours, so a minute before that (:data:`ROTATE_AFTER_S`) the client hands its
+session over: it opens a new socket and reads the old one :data:`HANDOVER_S` seconds more before closing it. Every
+broadcast reaches one of the two, so a handover asks for no pull; only a gap (a socket that ended without a
+successor, an old one that ended during its handover) does. With no changes nothing is broadcast. What that bills:
 
-* **connection minutes**, every minute of the month (the floor: $10.80 for 1,000 clients);
+* **connection minutes**, every minute of the month (the floor: $10.80 for 1,000 clients), and the handovers'
+  overlap (two sockets for :data:`HANDOVER_S` seconds);
 * **pings**: WebSocket control frames are answered by API Gateway itself, routed to no integration, and not counted
   as messages (CloudWatch's ``MessageCount`` counts messages sent to or from the client, which pings are not); the
   scenario keeps them at zero and records what they would cost if they were metered;
-* **each reconnect**: the ``$connect`` request (counted as one message, as ``ConnectCount`` counts it) and its
+* **each handover**: the ``$connect`` request (counted as one message, as ``ConnectCount`` counts it) and its
   function (token check, one PutItem into the sessions table), the ``$disconnect`` function (one DeleteItem), the
-  access-log lines of both, and the pull that follows (an HTTP API request, the pull function, its reads);
+  access-log lines of both;
+* **pulls after a gap** (:attr:`IdleClients.gap_ratio` of the handovers; none by default: an idle client's socket
+  is assumed to drop only at the limit, which the handover comes before), each an HTTP API request, the pull function
+  and its reads;
 * **the sessions table**: the items stored (a few hundred bytes each) with point-in-time recovery.
 
 Per change broadcast (not in the idle month) the broadcaster reads the gateway's sessions once (one Query of every
@@ -29,6 +35,10 @@ from benchmarks.cost.prices import price
 
 MAX_CONNECTION_S = 2 * 3600
 """API Gateway's maximum connection duration."""
+ROTATE_AFTER_S = MAX_CONNECTION_S - 60
+"""Seconds between the client's handovers (``lakesync.client.realtime.ROTATE_AFTER_S``)."""
+HANDOVER_S = 10
+"""Seconds two sockets are open at a handover (``lakesync.client.realtime.HANDOVER_S``)."""
 PING_INTERVAL_S = 60
 """The client's ping interval (``lakesync.client.realtime.PING_INTERVAL``)."""
 GOAL_USD_PER_1000 = 12.0
@@ -50,6 +60,7 @@ class IdleClients:
         log_bytes_per_invocation: CloudWatch Logs bytes per function invocation (the platform's START/END/REPORT
             lines and the function's one JSON line).
         access_log_bytes: Bytes of one API Gateway access-log line (``$connect``, ``$disconnect``).
+        gap_ratio: Handovers that found a gap and were followed by a pull.
     """
 
     clients: int = 1000
@@ -60,6 +71,7 @@ class IdleClients:
     session_item_bytes: int = 300
     log_bytes_per_invocation: int = 700
     access_log_bytes: int = 350
+    gap_ratio: float = 0.0
 
 
 def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
@@ -68,7 +80,8 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
     ``usd`` and ``note``."""
     n = inputs.clients
     minutes = inputs.days * 24 * 60
-    reconnects = n * inputs.days * 86400 / MAX_CONNECTION_S
+    reconnects = n * inputs.days * 86400 / ROTATE_AFTER_S
+    pulls = reconnects * inputs.gap_ratio
     invocation_usd = price("lambda.request") + inputs.function_ms / 1000 * inputs.function_gb * price(
         "lambda.gb_s.arm64"
     )
@@ -84,6 +97,14 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
         n * minutes * price("apigw.ws.connection_minute"),
         "every minute of the month: the floor",
     )
+    overlap = reconnects * HANDOVER_S / 60
+    line(
+        "handover overlap",
+        overlap,
+        "connection-minutes",
+        overlap * price("apigw.ws.connection_minute"),
+        f"two sockets for {HANDOVER_S} s at each handover",
+    )
     pings = n * minutes * 60 / PING_INTERVAL_S
     line("pings (control frames)", pings, "pings", 0.0, "answered by API Gateway, not metered as messages")
     line(
@@ -91,7 +112,7 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
         reconnects,
         "messages",
         reconnects * price("apigw.ws.message"),
-        "a reconnect every 2 h (API Gateway's maximum connection duration), counted as a message",
+        f"a handover every {ROTATE_AFTER_S / 60:g} min (before API Gateway's 2 h limit), counted as a message",
     )
     line("$connect and $disconnect functions", 2 * reconnects, "invocations", 2 * reconnects * invocation_usd)
     write_units = math.ceil(inputs.session_item_bytes / 1024)
@@ -103,13 +124,16 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
         "a PutItem on connect, a DeleteItem on disconnect",
     )
     line(
-        "pull after each reconnect",
-        reconnects,
+        "pulls after a gap",
+        pulls,
         "pulls",
-        reconnects * (price("apigw.http.request") + invocation_usd + inputs.pull_rru * price("dynamodb.rru")),
-        "HTTP API request, pull function, its reads: broadcasts sent while away are lost",
+        pulls * (price("apigw.http.request") + invocation_usd + inputs.pull_rru * price("dynamodb.rru")),
+        "HTTP API request, pull function, its reads; a handover without a gap pulls nothing",
     )
-    log_gb = reconnects * (3 * inputs.log_bytes_per_invocation + 2 * inputs.access_log_bytes) / 1e9
+    log_gb = (
+        reconnects * (2 * inputs.log_bytes_per_invocation + 2 * inputs.access_log_bytes)
+        + pulls * inputs.log_bytes_per_invocation
+    ) / 1e9
     line("CloudWatch Logs", log_gb, "GB ingested", log_gb * price("cloudwatch.logs_ingest"), "functions and access")
     stored_gb = n * inputs.session_item_bytes / 1e9
     line(
@@ -127,6 +151,7 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
         "total_usd": total,
         "per_1000_usd": per_1000,
         "floor_per_1000_usd": 1000 * minutes * price("apigw.ws.connection_minute"),
+        "handovers_per_client": inputs.days * 86400 / ROTATE_AFTER_S,
         "goal_usd_per_1000": GOAL_USD_PER_1000,
         "goal_met": per_1000 <= GOAL_USD_PER_1000,
         "pings_if_metered_usd": pings * price("apigw.ws.message"),

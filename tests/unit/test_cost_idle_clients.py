@@ -1,5 +1,6 @@
-"""The cost of connected idle clients (issue 43, item 6): the connection-minute floor, a reconnect every two hours
-with its functions, writes and pull, and the total the lines add up to."""
+"""The cost of connected idle clients (issue 43, item 6): the connection-minute floor, a handover a minute before
+API Gateway's two hours with its functions and writes and no pull unless a gap is assumed, and the total the lines
+add up to."""
 
 from __future__ import annotations
 
@@ -13,13 +14,23 @@ def test_a_thousand_idle_clients_pay_the_connection_minute_floor_and_their_recon
     lines = {e["item"]: e for e in result["lines"]}
     assert lines["API Gateway connection minutes"]["usd"] == pytest.approx(10.80)
     assert result["floor_per_1000_usd"] == pytest.approx(10.80)
-    assert lines["$connect requests"]["quantity"] == pytest.approx(1000 * 30 * 12)  # every 2 h, all month
-    assert lines["$connect and $disconnect functions"]["quantity"] == pytest.approx(2 * 1000 * 30 * 12)
+    handovers = 1000 * 30 * 86400 / (2 * 3600 - 60)  # every 1 h 59 min, all month
+    assert lines["$connect requests"]["quantity"] == pytest.approx(handovers)
+    assert lines["$connect and $disconnect functions"]["quantity"] == pytest.approx(2 * handovers)
+    assert lines["handover overlap"]["quantity"] == pytest.approx(handovers * 10 / 60)
+    assert lines["pulls after a gap"]["quantity"] == 0.0 and lines["pulls after a gap"]["usd"] == 0.0
     assert lines["pings (control frames)"]["usd"] == 0.0
     assert result["pings_if_metered_usd"] == pytest.approx(43.20)
     assert result["total_usd"] == pytest.approx(sum(e["usd"] for e in result["lines"]))
     assert 10.80 < result["total_usd"] < 20.0
     assert result["goal_met"] == (result["per_1000_usd"] <= 12.0)
+
+
+def test_a_handover_that_found_a_gap_pays_its_pull() -> None:
+    every = idle_month(IdleClients(gap_ratio=1.0))
+    lines = {e["item"]: e for e in every["lines"]}
+    assert lines["pulls after a gap"]["quantity"] == pytest.approx(lines["$connect requests"]["quantity"])
+    assert every["total_usd"] - idle_month()["total_usd"] > 0.5  # what a pull on every reconnect used to cost
 
 
 def test_the_cost_scales_with_the_clients() -> None:

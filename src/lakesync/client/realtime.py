@@ -11,10 +11,22 @@ Protocol (the gateway's ``/v1/sync/{gw}/ws``):
 
 Broadcasts are a latency optimisation only. The listener merges their deltas at once (idempotent: the later cursor
 pull delivers them again and changes nothing), notifies subscribers, and asks the sync thread for a pull, which
-moves the cursor. It also asks for a pull on every (re)connect, since broadcasts sent while it was away are lost.
-Connections drop (AWS closes them after 2 h, or 10 min idle; pings every 60 s keep them busy): it reconnects with
-jittered backoff, reset only by a session that delivered a broadcast or lasted ``healthy_after`` seconds (a server
-that accepts and drops at once is retried less and less often, not every second). A gateway without the route (the
+moves the cursor. It also asks for a pull whenever it may have missed a broadcast: on connecting, and whenever a
+socket ends without a successor already in place, since broadcasts sent while it was away are lost. Exactly-once
+stays the cursor's job; the channel only decides when to pull.
+
+API Gateway ends every connection after 2 hours. Before that (``rotate_after``, 1 h 59 min) the listener hands the
+session over without a gap: it opens a new socket, and only once that one is open (the gateway records a session
+before it answers the upgrade, so every broadcast that reads the sessions from then on finds it) keeps reading the
+old one for ``handover`` seconds more (a broadcast that read the sessions just before still reaches it there), then
+closes it. Every change committed meanwhile reaches at least one of the two sockets (both, at worst: merging twice
+changes nothing), so the handover asks for no pull. If the new socket cannot be opened, the old one is kept and the
+handover tried again later; if the old one ends before its ``handover`` seconds are up, a broadcast may have
+fallen between them, and the listener pulls.
+
+Connections drop otherwise too (10 min idle on AWS; pings every 60 s keep them busy): it reconnects with jittered
+backoff, reset only by a session that delivered a broadcast or lasted ``healthy_after`` seconds (a server that
+accepts and drops at once is retried less and less often, not every second). A gateway without the route (the
 upgrade answered 404, 426, ...) leaves the store polling; the listener tries again after ``unavailable_retry``
 seconds.
 """
@@ -42,6 +54,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PING_INTERVAL = 60.0
+MAX_CONNECTION_S = 7200.0
+"""API Gateway's maximum connection duration: it closes every WebSocket after 2 hours."""
+ROTATE_AFTER_S = MAX_CONNECTION_S - 60.0
+"""Seconds after a socket opened at which the listener hands its session over to a new one: a minute before the
+limit leaves time for the new socket's upgrade and the handover, however the two clocks differ."""
+HANDOVER_S = 10.0
+"""Seconds the old socket is still read once the new one is open: longer than a broadcast takes from reading the
+sessions to its last send."""
+ROTATE_RETRY_S = 30.0
+"""Seconds before another handover attempt when the new socket could not be opened."""
 UNAVAILABLE_STATUS = frozenset({400, 403, 404, 405, 426, 501})
 """Upgrade answers meaning "no real-time channel here": fall back to polling."""
 
@@ -103,6 +125,9 @@ class RealtimeListener:
         unavailable_retry: float = 300.0,
         open_timeout: float = 10.0,
         healthy_after: float = 30.0,
+        rotate_after: float | None = ROTATE_AFTER_S,
+        handover: float = HANDOVER_S,
+        rotate_retry: float = ROTATE_RETRY_S,
     ) -> None:
         self.store = store
         self.backoff = backoff or Backoff(initial=1.0, cap=60.0)
@@ -110,12 +135,21 @@ class RealtimeListener:
         self.open_timeout = open_timeout
         self.healthy_after = healthy_after
         """Seconds a session must last (unless it delivers a broadcast) for its end to reset the backoff."""
+        self.rotate_after = rotate_after
+        """Seconds after a socket opened at which it is handed over to a new one (``None``: never)."""
+        self.handover = handover
+        """Seconds the old socket is still read once its successor is open."""
+        self.rotate_retry = rotate_retry
+        """Seconds before another handover attempt when the new socket could not be opened."""
         self.connected = False
         self.unavailable = False
         """The gateway answered the upgrade with a "no such channel" status (the store polls)."""
         self.broadcasts = 0
+        self.handovers = 0
+        """Sessions handed over to a new socket without a gap (no pull asked)."""
         self._stop = threading.Event()
         self._socket: Any = None
+        self._retiring: set[Any] = set()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"lakesync-ws-{store.client_id}", daemon=True)
 
@@ -127,9 +161,10 @@ class RealtimeListener:
         """Close the socket and wait for the thread."""
         self._stop.set()
         with self._lock:
-            sock = self._socket
-        if sock is not None:
-            sock.close()
+            sockets = [self._socket, *self._retiring]
+        for sock in sockets:
+            if sock is not None:
+                sock.close()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -161,45 +196,116 @@ class RealtimeListener:
             return self.backoff.next_delay()
 
     def _session(self) -> bool:
-        """One connection, until it closes; whether it was healthy (delivered a broadcast or lasted
+        """One session, until its last socket closes; whether it was healthy (delivered a broadcast or lasted
         ``healthy_after`` seconds)."""
-        from websockets.exceptions import ConnectionClosed
+        sock = self._open()
+        with self._lock:
+            self._socket = sock
+        opened, broadcasts = time.monotonic(), self.broadcasts
+        try:
+            if self._stop.is_set():
+                return False
+            self.connected = True
+            self.unavailable = False
+            self.store.request_sync()  # broadcasts sent while away are lost: pull on every (re)connect
+            self._follow(sock)
+            return self.broadcasts > broadcasts or time.monotonic() - opened >= self.healthy_after
+        finally:
+            self.connected = False
+            with self._lock:
+                sock, self._socket = self._socket, None
+            sock.close()
+            if not self._stop.is_set():
+                self.store.request_sync()  # back to polling: pull now rather than after a whole interval
+
+    def _open(self) -> Any:
+        """A new socket to the gateway, with the current token.
+
+        Raises:
+            websockets.exceptions.InvalidStatus: the upgrade was answered otherwise (401, 404, ...).
+        """
         from websockets.sync.client import connect
 
         http = self.store.http
-        url = websocket_url(self.store.url, self.store.gateway, http.token, self.store.ws_url)
-        with connect(
-            url,
+        connection = connect(
+            websocket_url(self.store.url, self.store.gateway, http.token, self.store.ws_url),
             additional_headers={"Authorization": f"Bearer {http.token}"},
             open_timeout=self.open_timeout,
             ping_interval=PING_INTERVAL,
             ping_timeout=PING_INTERVAL / 2,
             close_timeout=2,
             max_size=16 * 1024 * 1024,
-        ) as sock:
-            with self._lock:
-                self._socket = sock
-            opened, broadcasts = time.monotonic(), self.broadcasts
+        )
+        # Entered, not used in a ``with``: a socket may outlive the block that opened it (handed over); close()
+        # ends it.
+        return connection.__enter__()
+
+    def _follow(self, sock: Any) -> None:
+        """Serve ``sock``'s messages, handing it over to a new socket every ``rotate_after`` seconds, until the
+        socket in use closes or the listener stops."""
+        from websockets.exceptions import ConnectionClosed
+
+        rotate_at = None if self.rotate_after is None else time.monotonic() + self.rotate_after
+        while not self._stop.is_set():
             try:
-                if self._stop.is_set():
-                    return False
-                self.connected = True
-                self.unavailable = False
-                self.store.request_sync()  # broadcasts sent while away are lost: pull on every (re)connect
-                while not self._stop.is_set():
-                    try:
-                        message = sock.recv()
-                    except ConnectionClosed as exc:
-                        logger.info("real-time channel closed: %s", exc)
-                        break
-                    self._handle(message)
-                return self.broadcasts > broadcasts or time.monotonic() - opened >= self.healthy_after
-            finally:
-                self.connected = False
-                with self._lock:
-                    self._socket = None
-                if not self._stop.is_set():
-                    self.store.request_sync()  # back to polling: pull now rather than after a whole interval
+                message = sock.recv(timeout=None if rotate_at is None else max(0.0, rotate_at - time.monotonic()))
+            except TimeoutError:
+                successor = self._successor()
+                if successor is None:
+                    rotate_at = time.monotonic() + self.rotate_retry
+                    continue
+                self._retire(sock)
+                sock = successor
+                rotate_at = time.monotonic() + (self.rotate_after or 0.0)
+                continue
+            except ConnectionClosed as exc:
+                logger.info("real-time channel closed: %s", exc)
+                return
+            self._handle(message)
+
+    def _successor(self) -> Any:
+        """The socket taking the session over, open and in place (``None``: it could not be opened; the old one
+        stays)."""
+        try:
+            successor = self._open()
+        except Exception as exc:
+            logger.info("real-time handover postponed: %s", exc)
+            return None
+        with self._lock:
+            if self._stop.is_set():
+                successor.close()
+                return None
+            self._socket = successor
+        self.handovers += 1
+        return successor
+
+    def _retire(self, sock: Any) -> None:
+        """Keep reading ``sock`` for ``handover`` seconds on a thread of its own, then close it; a pull is asked if
+        it ends sooner (a broadcast may have fallen between it and its successor)."""
+        with self._lock:
+            self._retiring.add(sock)
+        threading.Thread(target=self._drain, args=(sock,), name=f"{self._thread.name}-handover", daemon=True).start()
+
+    def _drain(self, sock: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        deadline = time.monotonic() + self.handover
+        try:
+            while not self._stop.is_set():
+                try:
+                    message = sock.recv(timeout=max(0.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    return
+                except ConnectionClosed:
+                    if not self._stop.is_set():
+                        logger.info("real-time socket ended during its handover; pulling")
+                        self.store.request_sync()
+                    return
+                self._handle(message)
+        finally:
+            sock.close()
+            with self._lock:
+                self._retiring.discard(sock)
 
     def _handle(self, message: str | bytes) -> None:
         try:
@@ -207,7 +313,8 @@ class RealtimeListener:
         except CodecError as exc:
             logger.warning("ignoring a real-time message that is not a broadcast: %s", exc)
             return
-        self.broadcasts += 1
+        with self._lock:
+            self.broadcasts += 1
         if response.deltas:
             try:
                 self.store.apply_broadcast(response.deltas)
