@@ -254,14 +254,19 @@ def test_broadcast_applies_each_recipients_sync_rules_on_the_row_images() -> Non
     entries = [
         _entry(1, "carol", {"owner": "alice"}),
         _entry(2, "carol", {"owner": "bob"}),
-        # bob's row handed to alice: bob sees it leave, alice sees it arrive.
+        # bob's row handed to alice: it leaves bob's scope and enters alice's by an update, so neither is sent the
+        # change (bob may no longer read its values; alice would hold only the columns it carries): both pull.
         _entry(3, "carol", {"owner": "alice"}, before={"owner": "bob"}),
         # a delete of alice's row: visible to alice by its before image.
         _entry(4, "carol", None, before={"owner": "alice"}),
     ]
-    realtime.broadcast(deps, GW, entries)
-    assert _received(sender, alice) == ["r1", "r3", "r4"]
-    assert _received(sender, bob) == ["r2", "r3"]
+    report = realtime.broadcast(deps, GW, entries)
+    assert _received(sender, alice) == ["r1", "r4"]
+    assert _received(sender, bob) == ["r2"]
+    for session in (alice, bob):
+        last = decode_broadcast_frame(sender.sent[session.connection_id][-1])
+        assert last.deltas == () and last.has_more  # pull now
+    assert report.pull_notices == 2
 
 
 def test_broadcast_splits_messages_within_the_limit_and_sends_a_pull_notice_for_what_cannot_fit() -> None:

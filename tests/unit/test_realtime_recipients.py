@@ -18,6 +18,7 @@ from lakesync.core.hlc import encode
 from lakesync.core.log import LogEntry, ShardId
 from lakesync.core.realtime import Connection, Encoding
 from lakesync.core.rules import SyncRules
+from lakesync.core.scope import resolve_scope
 from lakesync.gateway import realtime
 from lakesync.gateway.memory import InMemoryConfigStore, InMemoryConnectionStore
 from lakesync.gateway.realtime import visible_to
@@ -47,8 +48,15 @@ _change = st.tuples(st.sampled_from(TABLES), st.sampled_from(CLIENTS), _row, _ro
 
 
 def _brute_force(rules: SyncRules, sessions: list[Connection], entries: list[LogEntry]) -> dict[str, list[LogEntry]]:
-    """Every session evaluated against every entry by the pull's rule, as the broadcaster did before the index."""
-    return {c.connection_id: seen for c in sessions if (seen := visible_to(c, rules, entries))}
+    """Every session evaluated against every entry by the pull's rule, as the broadcaster did before the index; an
+    entry moving a row across the session's scope is not sent as it is (the session is told to pull instead)."""
+    out = {}
+    for c in sessions:
+        scope = resolve_scope(rules, c.claims)
+        seen = [e for e in visible_to(c, rules, entries) if not scope.crosses(e.shard.table, e.before, e.after)]
+        if seen:
+            out[c.connection_id] = seen
+    return out
 
 
 @settings(max_examples=300, deadline=None)

@@ -67,12 +67,15 @@ def _brute_force(
     out: dict[str, tuple[list[LogEntry], int | None]] = {}
     for c in sessions:
         scope = resolve_scope(rules, c.claims, held.get(c.client_id, ()), memberships, now_ms=NOW)
-        seen = [
+        reached = [
             e
             for e in entries
             if e.delta.client_id != c.client_id and scope.change_visible(e.shard.table, e.before, e.after)
         ]
+        # A row moved across the scope is not sent as it is: the session is told to pull (its drop or whole row)
+        seen = [e for e in reached if not scope.crosses(e.shard.table, e.before, e.after)]
         moved = [e.commit_hlc for e in entries if scope.depends_on(e.shard.table, e.before, e.after)]
+        moved += [e.commit_hlc for e in reached if scope.crosses(e.shard.table, e.before, e.after)]
         if seen or moved:
             out[c.connection_id] = (seen, max(moved) if moved else None)
     return out
@@ -192,15 +195,17 @@ def test_a_streams_rows_reach_its_subscribers_live_and_not_the_bucket_only_clien
         _entry(1, "tasks", "writer", None, {"project_id": 7, "title": "a"}),
         _entry(2, "tasks", "writer", None, {"project_id": 8}),
         _entry(3, "todos", "writer", None, {"owner": "u3"}),
-        # a task moved from project 7 to 8: it leaves the subscriber's scope and enters the other's
-        _entry(4, "tasks", "writer", {"project_id": 7}, {"project_id": 8}),
+        _entry(4, "tasks", "writer", {"project_id": 8}, {"project_id": 8, "title": "b"}),
+        # a task moved from project 7 to 8: it leaves the subscriber's scope and enters the other's, so neither is
+        # sent the change (values the first may no longer read, a partial row for the second): both are told to pull
+        _entry(5, "tasks", "writer", {"project_id": 7}, {"project_id": 8}),
     ]
     report = realtime.broadcast(world.deps, GW, entries)
     hlc = entries[-1].commit_hlc
-    assert world.frames(subscriber) == [(["r1", "r4"], False, hlc)]
-    assert world.frames(other_project) == [(["r2", "r4"], False, hlc)]
+    assert world.frames(subscriber) == [(["r1"], False, hlc), ([], True, hlc)]
+    assert world.frames(other_project) == [(["r2", "r4"], False, hlc), ([], True, hlc)]
     assert world.frames(bucket_only) == [(["r3"], False, entries[2].commit_hlc)]  # its own entries' latest
-    assert report.recipients == 3 and report.pull_notices == 0
+    assert report.recipients == 3 and report.pull_notices == 2
 
 
 def test_an_expired_subscription_no_longer_brings_its_rows() -> None:

@@ -176,6 +176,15 @@ class Scope:
         scope before it or is after it."""
         return self.covers(table, before) or self.covers(table, after)
 
+    def crosses(self, table: str, before: Row | None, after: Row | None) -> bool:
+        """Whether a write moves an existing row of ``table`` across the scope: out of it (``before`` covered,
+        ``after`` an existing row that is not), or into it by an update (``before`` an existing row that is not
+        covered, ``after`` covered). Such a change alone leaves a client that follows the scope wrong: it would keep
+        the values of a row it may no longer see, or hold only the columns the update carried."""
+        if before is None or after is None:
+            return False
+        return self.covers(table, before) != self.covers(table, after)
+
     def check_write(self, delta: RowDelta, before: Row | None, after: Row | None) -> WriteRefusal | None:
         """Why the client may not make ``delta`` (:func:`lakesync.core.rules.check_write` over the scope's grants:
         its buckets' and its subscriptions'), or ``None``."""

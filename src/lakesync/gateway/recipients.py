@@ -51,8 +51,9 @@ class Delivery:
 
     Attributes:
         entries: The entries it sees, in commit order.
-        pull_at: The commit HLC of the latest change of a membership row its scope depends on: the session is told
-            to pull (``None``: it is not).
+        pull_at: The commit HLC of the latest change that moved its scope or a row across it (a membership row its
+            scope depends on, a row entering or leaving it by an update): the session is told to pull (``None``: it
+            is not).
     """
 
     entries: list[LogEntry] = field(default_factory=list)
@@ -141,12 +142,19 @@ class RecipientIndex:
 
     def recipients(self, entry: LogEntry) -> list[Connection]:
         """The sessions ``entry`` reaches: their scope covers its row before or after it, and it is not their own."""
-        found: list[Connection] = []
+        return [connection for connection, _ in self._reached(entry)]
+
+    def _reached(self, entry: LogEntry) -> list[tuple[Connection, bool]]:
+        """The sessions ``entry`` reaches, each with whether it moves the row across the session's scope
+        (:meth:`~lakesync.core.scope.Scope.crosses`)."""
+        found: list[tuple[Connection, bool]] = []
         author = entry.delta.client_id
         table, before, after = entry.shard.table, entry.before, entry.after
         for key in self._index.candidates(table, before, after):
-            if self._scopes[key].change_visible(table, before, after):
-                found.extend(c for c in self._groups[key].values() if c.client_id != author)
+            scope = self._scopes[key]
+            if scope.change_visible(table, before, after):
+                crosses = scope.crosses(table, before, after)
+                found.extend((c, crosses) for c in self._groups[key].values() if c.client_id != author)
         return found
 
     def dependents(self, entry: LogEntry) -> list[Connection]:
@@ -173,8 +181,14 @@ class RecipientIndex:
             return held[1]
 
         for entry in entries:
-            for connection in self.recipients(entry):
-                of(connection).entries.append(entry)
+            for connection, crosses in self._reached(entry):
+                delivery = of(connection)
+                if crosses:
+                    # A row moved across the scope: its change alone would show values the session may no longer
+                    # read, or a partial row. Its pull sends a drop or the row whole (gateway/scope_moves.py).
+                    delivery.pull_at = max(entry.commit_hlc, delivery.pull_at or 0)
+                else:
+                    delivery.entries.append(entry)
             for connection in self.dependents(entry):
                 delivery = of(connection)
                 delivery.pull_at = max(entry.commit_hlc, delivery.pull_at or 0)

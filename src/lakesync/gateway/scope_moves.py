@@ -46,21 +46,22 @@ def shape_moves(
     Raises:
         StorageBusyError: the row index does not hold an entering row's change yet (503: retry).
     """
-    entering = [e for e in entries if e.before is not None and not scope.covers(e.shard.table, e.before)]
-    if not any(e.after is None or not scope.covers(e.shard.table, e.after) for e in entries) and not entering:
+    moves = [e for e in entries if scope.crosses(e.shard.table, e.before, e.after)]
+    if not moves:
         return list(entries)
+    entering = [e for e in moves if scope.covers(e.shard.table, e.after)]
     keys = list(dict.fromkeys((e.shard.table, e.delta.row_id) for e in entering))
     stored = buffer.get_rows(gateway, keys) if keys else {}
     out: list[LogEntry | RowDelta] = []
     for entry in entries:
         table, row_id = entry.shard.table, entry.delta.row_id
-        if entry.after is not None and not scope.covers(table, entry.after):
+        if not scope.crosses(table, entry.before, entry.after):
+            out.append(entry)
+        elif not scope.covers(table, entry.after):
             out.append(drop_delta(table, row_id, subscriber))
-        elif entry.before is not None and not scope.covers(table, entry.before):
+        else:
             row = stored.get((table, row_id))
             if row is None or row.version < entry.seq:
                 raise StorageBusyError(f"The row index is catching up with a change of {table!r}; retry the pull")
             out.extend(row_deltas(row.state))
-        else:
-            out.append(entry)
     return out
