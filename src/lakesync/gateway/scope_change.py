@@ -166,6 +166,8 @@ def _told(deps: GatewayDeps, gateway: str, subscriber: str, view: ScopeView, kno
     store = deps.subscriptions
     assert store is not None
     scope = view.scope
+    if view.mark is None and scope.fingerprint == known[1].fingerprint:
+        return view  # every row, under rules that do not confine: nothing to tell, nothing to keep
     stored = store.get_served(gateway, subscriber)
     if scope.fingerprint not in stored and scope.fingerprint != known[1].fingerprint:
         store.put_served(gateway, subscriber, scope)
