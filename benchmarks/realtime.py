@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks._common import machine_info, progress
+from benchmarks._common import machine_info, progress, yardstick_ms
 from benchmarks.cost import idle_clients
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,6 +45,11 @@ WORKERS = min(4, os.cpu_count() or 1)
 WARM_UP_PUSHES = 3
 """Pushes before the measured ones, left out of the figures."""
 ROOT = Path(__file__).resolve().parent.parent
+BEFORE_LABEL = (
+    "the code before issue 43's item 6: the broadcaster evaluating every session and posting to each through the "
+    "HTTP management API, signed, from the I/O pool"
+)
+"""What the "before" figures measured, unless ``--before-label`` says otherwise."""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -160,6 +165,7 @@ def measure(samples: int, listeners: int, processes: int, seed: int = 7) -> dict
     from lakesync.local.runner import LocalStack
 
     rng = random.Random(seed)
+    yardstick = yardstick_ms()
     invocations: list[float] = []
     acked: dict[str, float] = {}
     with (
@@ -192,7 +198,11 @@ def measure(samples: int, listeners: int, processes: int, seed: int = 7) -> dict
             cpu_s = time.process_time() - cpu_start
         finally:
             arrivals = pool.stop()
-    return _summary(listeners, samples, acked, arrivals, cpu_s, invocations)
+    return {
+        **_summary(listeners, samples, acked, arrivals, cpu_s, invocations),
+        "load_average": report.load_average(),
+        "yardstick_ms": yardstick,
+    }
 
 
 def _delta(make_delta: Callable[..., Any], clock: Any, row_id: str, n: int) -> Any:
@@ -246,6 +256,7 @@ def write(
     out: Path,
     before: list[dict[str, Any]] | None = None,
     before_load: list[float] | None = None,
+    before_label: str | None = None,
 ) -> None:
     """Write ``realtime.json``, ``realtime.md`` and ``realtime.png`` into ``out``."""
     doc: dict[str, Any] = {
@@ -258,6 +269,7 @@ def write(
     if before:
         doc["before"] = before
         doc["before_load_average"] = before_load
+        doc["before_label"] = before_label or BEFORE_LABEL
     doc["idle_clients"] = idle_clients.idle_month()
     report.write(doc, out, stem="realtime", render=markdown, ensure_ascii=True)
     plot(doc, out / "realtime.png")
@@ -273,13 +285,28 @@ def _rows(runs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             r["missing"],
             *(f"{r[key]:.1f} ms" for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
             f"{r['server_cpu_ms_per_change']:.1f} ms" if "server_cpu_ms_per_change" in r else "",
+            f"{r['load_average'][0]:.1f}" if r.get("load_average") else "",
+            f"{r['yardstick_ms']:.1f} ms" if r.get("yardstick_ms") else "",
             "yes" if r["p99_ms"] <= GOAL_P99_MS and r["missing"] == 0 else "no",
         )
         for r in runs
     ]
 
 
-_HEADERS = ("listeners", "processes", "pushes", "received", "missing", "p50", "p90", "p99", "max", "server CPU/change")
+_HEADERS = (
+    "listeners",
+    "processes",
+    "pushes",
+    "received",
+    "missing",
+    "p50",
+    "p90",
+    "p99",
+    "max",
+    "server CPU/change",
+    "load (1 min) at end",
+    "yardstick",
+)
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -289,25 +316,28 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         f"Measured {doc['when']} with `python -m benchmarks.realtime` (`make bench-realtime`): the embedded default; "
         "the push is a single-delta HTTP push from one pusher; the path is the one AWS runs: commit → the deltas "
-        "table's stream → the broadcaster function (here called by the local stream source, which polls every 10 ms) "
-        "→ sync rules and sessions (the scope index) → the management API (`PostToConnection`; locally the socket "
-        "hub's, called in process) → the socket. "
+        "table's stream → the broadcaster function (here called by the local stream source, woken by each commit "
+        "to the table) → sync rules and sessions (the scope index) → the management API (`PostToConnection`, one "
+        "recipient per future of the I/O pool; locally the socket hub's, called in process) → the socket. "
         "The listeners are real clients in their own processes (each process holds its share of the sockets, each "
         "socket with its own token), base64 text frames. The stack runs its handlers in worker processes, as "
         f"`lakesync local` does by default ({doc.get('workers', 0)} here). Server CPU per change: the CPU of the "
         "server process (front, socket hub, broadcaster, and moto, which runs in it; not the handler workers') over "
         "the run, divided by the pushes. "
         f"The first {WARM_UP_PUSHES} pushes warm the path up and are left out. Goal: p99 ≤ {GOAL_P99_MS:g} ms. "
-        f"Load average at the end (1, 5, 15 min; 2 CPUs): {doc.get('load_average')}.",
+        f"Load average at the end (1, 5, 15 min): {doc.get('load_average')}; each run's 1-minute load at its end "
+        "and the fixed Python yardstick (`benchmarks._common.yardstick_ms`, a quiet machine's about 25 ms) taken "
+        "before it are in the table: the machine is shared, and the tail grows with its load.",
+        "",
+        *_machine(doc.get("machine") or {}),
         "",
         *report.table((*_HEADERS, "goal met"), _rows(doc["runs"])),
     ]
     if doc.get("before"):
         lines += [
             "",
-            "Before (the same benchmark on the code before issue 43's item 6: the broadcaster evaluating every "
-            "session and posting to each through the HTTP management API, signed, from the I/O pool; load average "
-            f"at its end {doc.get('before_load_average')}):",
+            f"Before (the same benchmark on {doc.get('before_label') or BEFORE_LABEL}; load average at its end "
+            f"{doc.get('before_load_average')}):",
             "",
         ]
         lines += report.table((*_HEADERS, "goal met"), _rows(doc["before"]))
@@ -322,6 +352,16 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += ["", *idle_clients.markdown(doc["idle_clients"])]
     lines.append("")
     return "\n".join(lines)
+
+
+def _machine(m: dict[str, Any]) -> list[str]:
+    if not m:
+        return []
+    commit = ((m.get("git") or {}).get("commit") or "unknown")[:12]
+    return [
+        f"Machine: {m.get('cpu')}, {m.get('cpu_count')} CPUs, {m.get('memory_gib')} GiB, Python {m.get('python')}; "
+        f"commit `{commit}`."
+    ]
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
@@ -350,18 +390,24 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _before(path: Path | None, out: Path) -> tuple[list[dict[str, Any]] | None, list[float] | None]:
-    """The "before" figures and the load average at their end: the runs of ``path`` (a realtime.json), else those
-    the last results kept."""
+def _before(path: Path | None, out: Path) -> tuple[list[dict[str, Any]] | None, list[float] | None, str | None]:
+    """The "before" figures, the load average at their end and what they measured: the runs of ``path`` (a
+    realtime.json), else those the last results kept."""
     source = path or out / "realtime.json"
     try:
         doc = json.loads(source.read_text())
     except (OSError, ValueError):
-        return None, None
-    runs, load = (
-        (doc.get("runs"), doc.get("load_average")) if path else (doc.get("before"), doc.get("before_load_average"))
+        return None, None, None
+    runs, load, label = (
+        (doc.get("runs"), doc.get("load_average"), None)
+        if path
+        else (doc.get("before"), doc.get("before_load_average"), doc.get("before_label"))
     )
-    return (runs if isinstance(runs, list) else None), (load if isinstance(load, list) else None)
+    return (
+        runs if isinstance(runs, list) else None,
+        load if isinstance(load, list) else None,
+        label if isinstance(label, str) else None,
+    )
 
 
 def main(argv: list[str] | None = None, run: Callable[..., dict[str, Any]] = measure) -> int:
@@ -371,12 +417,14 @@ def main(argv: list[str] | None = None, run: Callable[..., dict[str, Any]] = mea
     parser.add_argument("--processes", type=int, default=2, help="listener processes")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--before", type=Path, help="a realtime.json whose runs are the 'before' figures")
+    parser.add_argument("--before-label", help="what the 'before' figures measured (the results keep it)")
     parser.add_argument("--listen", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.listen:
         return listen_main()
     runs = [run(args.samples, int(n), args.processes) for n in args.listeners.split(",")]
-    write(runs, args.out, *_before(args.before, args.out))
+    before, before_load, before_label = _before(args.before, args.out)
+    write(runs, args.out, before, before_load, args.before_label or before_label)
     for r in runs:
         progress(f"{r['listeners']} listener(s): p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, missing {r['missing']}")
     return 0

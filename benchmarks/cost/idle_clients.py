@@ -184,6 +184,14 @@ def markdown(result: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---|",
         *rows,
         "",
+        f"Assumed, as the SDK (`lakesync.client.realtime`) does: a handover {ROTATE_AFTER_S / 60:g} minutes after "
+        f"each connect, the old socket read {HANDOVER_S} s after the new one opened, and a pull only after a gap, "
+        f"here {result['inputs']['gap_ratio']:.0%} of the handovers (an idle client's socket drops only at the "
+        f"limit); were every handover followed by a pull, as before the handover, the month would cost "
+        f"${idle_month(IdleClients(**{**result['inputs'], 'gap_ratio': 1.0}))['total_usd']:.2f}. Above the floor, "
+        "what is left is the handover's server side: the $connect message, the two functions, the session's write "
+        "and delete, and their logs.",
+        "",
         f"If API Gateway metered the pings as messages, they would add ${result['pings_if_metered_usd']:.2f} "
         f"(one a minute per client). A change broadcast to all of them costs ${per_change(n, n) * 1e6:,.0f} per "
         f"million changes (the sessions Query and {n:,} messages).",
