@@ -194,3 +194,23 @@ def test_a_successor_that_cannot_be_opened_leaves_the_old_socket_in_use(server: 
     assert len(upgrades) >= 3
     assert sessions[1].opened < (sessions[0].closed or 0.0)
     assert store.pulls == 1
+
+
+def test_a_successor_refused_401_refreshes_the_token_for_the_next_attempt(server: Any) -> None:
+    tokens = iter(mint_token("c", "default", "s" * 32, claims={"n": str(n)}) for n in range(1, 100))
+    seen: list[str] = []
+
+    def expire_the_first_token(sock: ServerConnection, request: Any) -> Any:
+        seen.append(request.headers["Authorization"])
+        return sock.respond(401, "Token expired\n") if len(seen) == 2 else None
+
+    # Given a server that refuses the first handover's upgrade 401, and a store that can get a new token
+    sessions, store, listener = server(process_request=expire_the_first_token, rotate_after=0.3, rotate_retry=0.2)
+    store.http.get_token = lambda: next(tokens)
+
+    # When the handover has been tried again and has succeeded
+    _wait_for(lambda: len(sessions) >= 2 and sessions[0].closed is not None)
+
+    # Then the retry carried a new token, and no pull was asked beyond the first
+    assert seen[2] != seen[1] == seen[0]
+    assert store.pulls == 1 and listener.handovers >= 1

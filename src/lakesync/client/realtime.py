@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 import threading
 import time
@@ -266,10 +267,16 @@ class RealtimeListener:
     def _successor(self) -> Any:
         """The socket taking the session over, open and in place (``None``: it could not be opened; the old one
         stays)."""
+        from websockets.exceptions import InvalidStatus
+
+        token = self.store.http.token
         try:
             successor = self._open()
         except Exception as exc:
             logger.info("real-time handover postponed: %s", exc)
+            if isinstance(exc, InvalidStatus) and exc.response.status_code == 401:
+                with contextlib.suppress(Exception):  # the next attempt, or the reconnect, tries again
+                    self.store.http.refresh_token(token)
             return None
         with self._lock:
             if self._stop.is_set():
