@@ -475,6 +475,19 @@ def test_an_old_cursor_without_a_scope_is_the_buckets_scope() -> None:
     assert world.held() == world.expected() and set(world.held()) == {("tasks", "a"), ("tasks", "b")}
 
 
+def test_a_cursor_without_a_scope_serves_a_difference_of_many_pages() -> None:
+    # Given a checkpoint's cursor (no scope: it holds the buckets') and a subscription whose rows span pages
+    world = World()
+    for i in range(12):
+        world.write(f"r{i}", PROJECTS[i % 2], f"t{i}")
+    world.subscribe("p1")
+    world.cursor = encode_cursor(world.heads())
+    world.replica = {k: fold(ds) for k, ds in world.server.items() if k[1] in {f"r{i}" for i in range(0, 12, 2)}}  # type: ignore[misc]
+    # When it pulls a page at a time, the difference's later pages still tell the scope the cursor held
+    world.catch_up(limit=1)
+    assert world.held() == world.expected() and len(world.held()) == 12
+
+
 def test_an_unknown_served_scope_is_410() -> None:
     world = World()
     world.write("a", "p1")

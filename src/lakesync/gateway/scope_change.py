@@ -182,7 +182,12 @@ def _told(deps: GatewayDeps, gateway: str, subscriber: str, view: ScopeView, kno
     mark = view.mark
     if mark is None:
         return view
-    return ScopeView(scope, told(mark.fingerprint), tuple(told(f) for f in mark.maybe), mark)
+    held = told(mark.fingerprint)
+    if mark.fingerprint not in stored and mark.fingerprint != known[1].fingerprint:
+        # A cursor without a scope holds its buckets' (told from ``known`` now): kept, so that the difference's next
+        # pages, whose cursors name it, can tell it again.
+        store.put_served(gateway, subscriber, held)
+    return ScopeView(scope, held, tuple(told(f) for f in mark.maybe), mark)
 
 
 @dataclass
