@@ -142,3 +142,41 @@ def test_moto_keeps_no_dynamodb_item_a_query_copied_out(moto: MotoServer) -> Non
     assert alive() <= before
     assert not getattr(Item, "instances_tracked", [])
     assert isinstance(FakeKey.instances_tracked, list)
+
+
+def test_a_sampled_check_runs_off_the_request_and_still_switches_a_wrong_fast_path_off(
+    moto: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesync.local import moto_requests
+
+    client = boto3.client("dynamodb", endpoint_url=moto.endpoint_url, **FAKE)
+    name = _table(client, stream=False)
+    client.put_item(TableName=name, Item={"pk": {"S": "a"}})
+    # Given every response sampled after the first, and a fast path told to write a member the stock serializer
+    # changes (capacity units: 1 becomes 1.0)
+    monkeypatch.setattr(moto_requests._State, "disabled", None)
+    monkeypatch.setattr(moto_requests._State, "counts", {})
+    monkeypatch.setattr(moto_requests, "VERIFY_FIRST", 0)
+    monkeypatch.setattr(moto_requests, "VERIFY_EVERY", 1)
+    monkeypatch.setattr(
+        moto_requests, "ITEM_MEMBERS", {**moto_requests.ITEM_MEMBERS, "BatchGetItem": ("Responses", "ConsumedCapacity")}
+    )
+    checked = threading.Event()
+    same = moto_requests._same
+
+    def slow_same(*args: Any) -> bool:
+        assert checked.wait(10)  # the check waits: the answer must not
+        return same(*args)
+
+    monkeypatch.setattr(moto_requests, "_same", slow_same)
+
+    # When such a response is written while its check is held back
+    answer = client.batch_get_item(RequestItems={name: {"Keys": [{"pk": {"S": "a"}}]}}, ReturnConsumedCapacity="TOTAL")
+    assert moto_requests.fast_responses_disabled() is None
+    checked.set()
+    moto_requests.verified()
+
+    # Then the client had its answer before the check ran, and the check switched the fast path off
+    assert answer["Responses"][name] == [{"pk": {"S": "a"}}]
+    assert "BatchGetItem" in str(moto_requests.fast_responses_disabled())
+    monkeypatch.setattr(moto_requests._State, "disabled", None)
