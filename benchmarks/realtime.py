@@ -360,7 +360,12 @@ def _machine(m: dict[str, Any]) -> list[str]:
     commit = ((m.get("git") or {}).get("commit") or "unknown")[:12]
     return [
         f"Machine: {m.get('cpu')}, {m.get('cpu_count')} CPUs, {m.get('memory_gib')} GiB, Python {m.get('python')}; "
-        f"commit `{commit}`."
+        f"commit `{commit}`"
+        + (
+            " (the shared working tree had uncommitted changes in src/ or functions/: other work in progress)."
+            if (m.get("git") or {}).get("src_or_functions_modified")
+            else "."
+        )
     ]
 
 
