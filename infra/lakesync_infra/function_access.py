@@ -100,6 +100,8 @@ class FunctionAccess:
         index_actions: Logical DynamoDB table -> actions on its secondary indexes.
         api: Whether it is an API function (gateway, tables, JWT secret and limits in its environment).
         checkpoints: Whether it reads the checkpoint bucket.
+        checkpoint_objects: Whether it reads checkpoint objects by key only (``s3:GetObject`` under the checkpoints
+            prefix, no listing: the broadcaster's membership tables).
         timeout_s: Timeout (API functions use the configured one).
         verifies_tokens: Whether it reads the JWT secret (an API function that is not an HTTP route, the
             connector poller, has the API settings, whose parser requires the secret's ARN, but never reads it).
@@ -109,6 +111,7 @@ class FunctionAccess:
     index_actions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     api: bool = True
     checkpoints: bool = False
+    checkpoint_objects: bool = False
     timeout_s: int | None = None
     verifies_tokens: bool = True
 
@@ -226,6 +229,11 @@ def _union(*accesses: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...
     return out
 
 
+MEMBERSHIP_READS: Final = {table: _ACCESS["pull"].tables[table] for table in ("config", "heads", "deltas")}
+"""What reading a membership table takes (:class:`lakesync.gateway.membership_view.GatewayMemberships`), the pull's
+grants on those tables: the rules with the shard registry (config Query), the heads of the table's shards
+(BatchGetItem, and a Query of the log past each) and its log (Query)."""
+
 # The WebSocket functions: the sessions table, the management API and the WebSocket API itself are granted by
 # lakesync_infra.realtime; here only what they touch of the buffer. $default serves pushes and pulls.
 ACCESS: Final[Mapping[str, FunctionAccess]] = {
@@ -249,10 +257,12 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
     # the HTTP API's authorizer: the API settings' gateways and JWT keys (the secret), no table.
     AUTHORIZER: FunctionAccess(timeout_s=AUTHORIZER_TIMEOUT_S),
     # the broadcaster: each gateway's sync rules (GetItem), once per batch; under rules with streams, each connected
-    # client's subscriptions (GetItem in the dedup table).
+    # client's subscriptions (GetItem in the dedup table); under rules filtering by a membership table, the table
+    # read as the pull reads it (MEMBERSHIP_READS) and its checkpoint objects.
     BROADCAST: FunctionAccess(
-        tables={"config": ("dynamodb:GetItem",), "dedup": ("dynamodb:GetItem",)},
+        tables=_union({"config": ("dynamodb:GetItem",), "dedup": ("dynamodb:GetItem",)}, MEMBERSHIP_READS),
         api=False,
+        checkpoint_objects=True,
         timeout_s=BROADCAST_TIMEOUT_S,
     ),
 }

@@ -16,8 +16,10 @@ a batch that still fails lands (as metadata) in a DLQ, and the lake tick starts 
 
 ``ws_connect``, ``ws_disconnect``, ``ws_message`` and ``ws_broadcast`` are the WebSocket API's routes and the
 broadcaster on the ``deltas`` table's stream; their access here is what they touch of the buffer (``ws_message``
-serves pushes and pulls: the union of ``push``'s and ``pull``'s), the rest -- the sessions table, the management API,
-the stream mapping, their sessions table and callback URL variables -- is :mod:`lakesync_infra.realtime`'s.
+serves pushes and pulls: the union of ``push``'s and ``pull``'s; ``ws_broadcast`` reads the membership tables as the
+pull reads them, and their checkpoint objects by key, with the checkpoint bucket and the sub-shards in its
+environment), the rest -- the sessions table, the management API, the stream mapping, their sessions table and
+callback URL variables -- is :mod:`lakesync_infra.realtime`'s.
 
 ``lake_tick`` is what the jobs' schedules invoke (:meth:`lakesync_infra.jobs.Jobs.schedule_ticks`): it reads the
 heads, the shard registry and flush requests, the commit index of the log (the release step's target) and the
@@ -105,6 +107,7 @@ from lakesync.aws.settings.variables import (
     SUB_SHARDS,
     TABLE_VARS,
 )
+from lakesync.core.checkpoint import PREFIX as CHECKPOINT_PREFIX
 from lakesync.core.lake_work import DEFAULT_RETENTION_MS
 from lakesync.lake.tables import DELTA_LOG
 from lakesync_infra.buffer import STREAM_TABLE, Buffer
@@ -296,6 +299,8 @@ class Functions(Construct):
             _grant_jwt_secret(role, key, jwt_secret)
         if access.checkpoints:
             _grant_checkpoint_reads(role, key, lake)
+        if access.checkpoint_objects:
+            _grant_checkpoint_object_reads(role, key, lake)
 
     def _wire_materialise(self, config: LakeSyncConfig, queues: Queues) -> None:
         """The materialise function: the consumer of the materialise queue, reading the destinations' secrets."""
@@ -383,7 +388,7 @@ def _environment(
         env[POWERTOOLS_TRACE_DISABLED] = "true"
     if access.api:
         env.update(_api_environment(config, buffer, jwt_secret))
-    if access.checkpoints:
+    if access.checkpoints or access.checkpoint_objects:
         env[CHECKPOINT_BUCKET] = lake.checkpoints.bucket_name
     if name == FLUSH_TRIGGER:
         env.update(_flush_trigger_environment(config, buffer, job_names))
@@ -391,6 +396,7 @@ def _environment(
         env.update(_lake_tick_environment(config, buffer, job_names))
     if name == BROADCAST:
         env.update({var: getattr(buffer.names, kind) for kind, var in TABLE_VARS.items()})
+        env.update(_sub_shards_environment(config))
     if name == MATERIALISE:
         env.update(_materialise_environment(config, buffer, queues))
     if name == FLUSH:
@@ -415,6 +421,11 @@ def _wildcards(
     if access.checkpoints:
         wildcards[f"Resource::{arn_token(lake.checkpoints)}/*"] = (
             "Reads checkpoint objects: chunk and manifest keys are generated per gateway and checkpoint id."
+        )
+    if access.checkpoint_objects:
+        wildcards[f"Resource::{arn_token(lake.checkpoints)}/{CHECKPOINT_PREFIX}/*"] = (
+            "Reads checkpoint objects by key, under the checkpoints prefix only: chunk and manifest keys are "
+            "generated per gateway and checkpoint id."
         )
     if name == MATERIALISE:
         wildcards.update(_materialise_wildcards(config, queues))
@@ -447,14 +458,22 @@ def _grant_checkpoint_reads(role: iam.Role, key: kms.IKey, lake: Lake) -> None:
     allow_key(role, key, ["kms:Decrypt"], ["s3"], sid="CheckpointKey")
 
 
+def _grant_checkpoint_object_reads(role: iam.Role, key: kms.IKey, lake: Lake) -> None:
+    """Reading checkpoint objects by key, under the checkpoints prefix, without listing: a missing object answers
+    403, not 404, which the membership view treats alike (it reads a checkpoint only for a released log, which one
+    covers)."""
+    objects = lake.checkpoints.arn_for_objects(f"{CHECKPOINT_PREFIX}/*")
+    allow(role, ["s3:GetObject"], [objects], sid="ReadCheckpoints")
+    allow_key(role, key, ["kms:Decrypt"], ["s3"], sid="CheckpointKey")
+
+
 def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secretsmanager.ISecret) -> dict[str, str]:
     env = {GATEWAY_IDS: ",".join(config.gateway_ids), JWT_SECRET_ARN: jwt_secret.secret_arn}
     env[MAX_TOKEN_LIFETIME_S] = str(config.max_token_lifetime_seconds)
     env.update(_egress_environment(config))
     for kind, var in TABLE_VARS.items():
         env[var] = getattr(buffer.names, kind)
-    if config.sub_shards:
-        env[SUB_SHARDS] = json.dumps(dict(sorted(config.sub_shards.items())), separators=(",", ":"))
+    env.update(_sub_shards_environment(config))
     for var, value in (
         (FLUSH_THRESHOLD_BYTES, config.flush_threshold_bytes),
         (BACKPRESSURE_BYTES, config.backpressure_bytes),
@@ -465,6 +484,13 @@ def _api_environment(config: LakeSyncConfig, buffer: Buffer, jwt_secret: secrets
         if value is not None:
             env[var] = str(value)
     return env
+
+
+def _sub_shards_environment(config: LakeSyncConfig) -> dict[str, str]:
+    """``LAKESYNC_SUB_SHARDS`` when the environment configures sub-shards."""
+    if not config.sub_shards:
+        return {}
+    return {SUB_SHARDS: json.dumps(dict(sorted(config.sub_shards.items())), separators=(",", ":"))}
 
 
 def _lake_tick_environment(config: LakeSyncConfig, buffer: Buffer, job_names: Mapping[str, str]) -> dict[str, str]:

@@ -41,6 +41,7 @@ from lakesync.aws.settings.variables import (
     MATERIALISE_QUEUE_URL,
     MAX_BODY_BYTES_LIMIT,
     NETWORK_ENV_VARS,
+    SUB_SHARDS,
     TABLE_PREFIX,
     TABLE_VARS,
     WS_CALLBACK_URL,
@@ -223,7 +224,8 @@ def test_function_env_vars_cover_what_settings_read():
     assert FUNCTION_ENV_VARS["ws_connect"] == API_ENV_VARS | {CONNECTIONS_TABLE}
     assert FUNCTION_ENV_VARS["ws_message"] == API_ENV_VARS | realtime
     assert FUNCTION_ENV_VARS["ws_disconnect"] == {TABLE_PREFIX, CONNECTIONS_TABLE}
-    assert FUNCTION_ENV_VARS["ws_broadcast"] == {TABLE_PREFIX, *TABLE_VARS.values(), *realtime}
+    memberships = {CHECKPOINT_BUCKET, SUB_SHARDS}  # the membership tables the broadcaster reads
+    assert FUNCTION_ENV_VARS["ws_broadcast"] == {TABLE_PREFIX, *TABLE_VARS.values(), *realtime, *memberships}
 
 
 @pytest.mark.parametrize(
@@ -266,6 +268,29 @@ def test_the_broadcaster_needs_the_tables_and_the_callback_url():
     assert ok.tables == TableNames.with_prefix("ls") and ok.realtime == RealtimeSettings(
         "ls-connections", "http://h:1/s"
     )
+    # And without a checkpoint bucket or sub-shards, membership tables are read from the log of one shard each
+    assert ok.checkpoint_bucket is None and ok.sub_shards == {}
+
+
+def test_the_broadcaster_reads_the_checkpoint_bucket_and_the_sub_shards_as_the_api_functions_do():
+    # Given the broadcaster's variables with the checkpoint bucket and sub-shards
+    env = {"LAKESYNC_TABLE_PREFIX": "ls", "LAKESYNC_WS_CALLBACK_URL": "http://h:1/s"}
+    ok = BroadcastSettings.from_env({**env, CHECKPOINT_BUCKET: " my-ckpts ", SUB_SHARDS: '{"memberships": 4}'})
+    # Then it reads them as the API functions' settings do
+    api = Settings.from_env({**_env(), CHECKPOINT_BUCKET: " my-ckpts ", SUB_SHARDS: '{"memberships": 4}'})
+    assert (
+        (ok.checkpoint_bucket, ok.sub_shards)
+        == (api.checkpoint_bucket, api.sub_shards)
+        == (
+            "my-ckpts",
+            {"memberships": 4},
+        )
+    )
+    # And refuses what they refuse, every problem at once
+    with pytest.raises(SettingsError) as err:
+        BroadcastSettings.from_env({**env, CHECKPOINT_BUCKET: "Not_A_Bucket", SUB_SHARDS: '{"t": 0}'})
+    assert "LAKESYNC_CHECKPOINT_BUCKET 'Not_A_Bucket' is not a valid S3 bucket name" in str(err.value)
+    assert "LAKESYNC_SUB_SHARDS: t must map to an integer in 1..256, got 0" in str(err.value)
 
 
 def test_materialise_settings_need_tables_and_a_valid_claim_check_bucket():

@@ -40,9 +40,10 @@ from lakesync.core.messages import SyncPull, SyncPush, SyncResponse
 from lakesync.core.realtime import Connection, Encoding
 from lakesync.core.rules import parse_sync_rules
 from lakesync.local.front import LambdaContext
-from lakesync.wire.codec import decode_sync_response, encode_sync_pull, encode_sync_push
+from lakesync.wire.codec import decode_sync_push, decode_sync_response, encode_sync_pull, encode_sync_push
 from lakesync.wire.framing import decode_broadcast_frame
 from tests.ddb_stream import FAKE, Stream
+from tests.integration.test_local_memberships import RULES as MEMBERSHIP_RULES
 from tests.management_api import ManagementApi, management_api
 
 EVENTS = Path(__file__).resolve().parent.parent.parent / "events"
@@ -168,12 +169,14 @@ def text(frame: bytes) -> str:
     return base64.b64encode(frame).decode("ascii")
 
 
-def push_frame(client: str, rows: list[tuple[str, dict[str, Any]]], *, as_client: str | None = None) -> bytes:
+def push_frame(
+    client: str, rows: list[tuple[str, dict[str, Any]]], *, as_client: str | None = None, table: str = "todos"
+) -> bytes:
     hlc = int(time.time() * 1000) << 16
     deltas = [
         {
             "op": "INSERT",
-            "table": "todos",
+            "table": table,
             "rowId": row,
             "clientId": as_client or client,
             "columns": [{"column": k, "value": v} for k, v in cols.items()],
@@ -436,3 +439,111 @@ def test_the_sample_stream_event_decodes_and_broadcasts(env: Env) -> None:
     bob = connect(env, "bob", team="red")
     assert invoke(ws_broadcast, event) == {"batchItemFailures": []}
     assert env.api.sent(bob) == []  # the row's team is unset: bob's rules do not let him see it
+
+
+# -- the broadcaster reads membership tables -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def members_gateway(env: Env) -> Iterator[str]:
+    """The ``other`` gateway under rules reading ``tasks`` by project membership (the ``memberships`` rows whose
+    ``user`` is the caller's ``sub``), without rules again afterwards."""
+    DynamoDBConfigStore(env.client, env.names).put_sync_rules("other", parse_sync_rules(MEMBERSHIP_RULES))
+    yield "other"
+    env.client.delete_item(TableName=env.names.config, Key={"gw": {"S": "other"}, "sk": {"S": "rules"}})
+
+
+def write(gw: str, table: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """An admin's push of ``rows`` of ``table`` to ``gw`` (trusted, as over HTTP: admin-only tables too)."""
+    from functions._runtime import get_deps
+    from lakesync.gateway.push import push
+
+    frame = push_frame("ops", rows, table=table)
+    result = push(get_deps(), gw, decode_sync_push(frame[1:]), client_id="ops", trusted=True)
+    assert result.accepted == len(rows), result.receipts
+
+
+def broadcast(env: Env) -> None:
+    """The stream's new records through the broadcaster, none failing."""
+    assert invoke(ws_broadcast, env.stream.event()) == {"batchItemFailures": []}
+
+
+def test_a_membership_brings_its_projects_rows_live_and_its_change_a_pull_notice(
+    env: Env, members_gateway: str
+) -> None:
+    # Given ann and bob on a gateway whose tasks are read by project membership, ann a member of p1, bob of p2
+    ann, bob = connect(env, "ann", gw=members_gateway), connect(env, "bob", gw=members_gateway)
+    write(
+        members_gateway,
+        "memberships",
+        [("ann-p1", {"user": "ann", "project": "p1"}), ("bob-p2", {"user": "bob", "project": "p2"})],
+    )
+    broadcast(env)
+    seen = {ann: len(received(env, ann)), bob: len(received(env, bob))}
+    # When an admin writes a task of each project
+    write(members_gateway, "tasks", [("t-p1", {"project_id": "p1"}), ("t-p2", {"project_id": "p2"})])
+    broadcast(env)
+    # Then each hears its project's task live, not the other's
+    (to_ann,) = received(env, ann)[seen[ann] :]
+    (to_bob,) = received(env, bob)[seen[bob] :]
+    assert [d.row_id for d in to_ann.deltas] == ["t-p1"] and not to_ann.has_more
+    assert [d.row_id for d in to_bob.deltas] == ["t-p2"] and not to_bob.has_more
+    # When the admin makes ann a member of p2 too
+    write(members_gateway, "memberships", [("ann-p2", {"user": "ann", "project": "p2"})])
+    broadcast(env)
+    # Then ann's socket gets a pull-now notice (no deltas, hasMore), and bob's, whose scope did not move, nothing
+    (notice,) = received(env, ann)[seen[ann] + 1 :]
+    assert notice.deltas == () and notice.has_more
+    assert len(received(env, bob)) == seen[bob] + 1
+
+
+class _Calls:
+    """The AWS calls made through boto3's default session while registered: ``(service, operation, params)``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __call__(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        self.calls.append((model.service_model.service_name, model.name, params))
+
+    def reads_of(self, env: Env) -> set[str]:
+        """What of the membership tables' sources the calls read: ``heads``, ``deltas`` (tables), ``s3``."""
+        tables = {env.names.heads: "heads", env.names.deltas: "deltas"}
+        named = {n for _, _, p in self.calls for n in (p.get("TableName"), *p.get("RequestItems", {}))}
+        return {tables[n] for n in named if n in tables} | {service for service, _, _ in self.calls if service == "s3"}
+
+
+@pytest.fixture
+def calls() -> Iterator[_Calls]:
+    """Every AWS call of the functions' clients (made again, so that they carry the hook) while the test runs."""
+    from functions._runtime import reset_runtime
+
+    recorder = _Calls()
+    events = boto3._get_default_session().events
+    events.register("provide-client-params", recorder, unique_id="fn-ws-calls")
+    reset_runtime()
+    yield recorder
+    events.unregister("provide-client-params", unique_id="fn-ws-calls")
+    reset_runtime()
+
+
+def test_a_broadcast_under_rules_without_memberships_reads_no_membership_source(
+    env: Env, members_gateway: str, calls: _Calls
+) -> None:
+    # Given a session on the gateway without membership rules and one on the gateway with them
+    alice, bob = connect(env, "alice", team="red"), connect(env, "bob", team="red")
+    ann = connect(env, "ann", gw=members_gateway)
+    # When a row is written on the gateway without membership rules and broadcast
+    reply(message(alice, text(push_frame("alice", [(f"r-{uuid.uuid4().hex[:8]}", {"team": "red"})]))))
+    calls.calls.clear()
+    broadcast(env)
+    # Then it reached bob, and the broadcast read no head, no log and no checkpoint
+    assert len(received(env, bob)) == 1
+    assert calls.reads_of(env) == set()
+    # When a task is written on the gateway with membership rules and broadcast
+    write(members_gateway, "tasks", [(f"t-{uuid.uuid4().hex[:8]}", {"project_id": "p9"})])
+    calls.calls.clear()
+    broadcast(env)
+    # Then that broadcast read the membership table's heads and log (ann is a member of nothing: she hears nothing)
+    assert calls.reads_of(env) == {"heads", "deltas"}
+    assert received(env, ann) == []

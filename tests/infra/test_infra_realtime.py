@@ -238,8 +238,80 @@ def test_websocket_function_configuration_is_valid_for_its_code(cfn, rt, name):
     assert parsed.connections_table == f"tok-{rt['table'].lower()}"
     if name == "ws_broadcast":
         assert BroadcastSettings.from_env(env).tables.deltas.startswith("tok-")
+    # And only the broadcaster, of the WebSocket functions, is given the checkpoint bucket (ws_message reads the API
+    # settings, which leave it unset)
+    assert (settings_vars.CHECKPOINT_BUCKET in env) == (name == "ws_broadcast"), name
     if name in ("ws_connect", "ws_message"):
         assert Settings.from_env(env).jwt_secret_arn
+
+
+MEMBERSHIP_TABLES = ("config", "heads", "deltas")
+"""The buffer tables a membership table is read from (the rules and shard registry, the heads, the log)."""
+
+
+def _table_grants(cfn: Any, name: str, ids: dict[str, str]) -> dict[str, set[tuple[str, str]]]:
+    """Function ``name``'s DynamoDB grants on each buffer table (its indexes' as ``<table>/index``)."""
+    grants: dict[str, set[tuple[str, str]]] = {}
+    for action, resource in cfn.allowed(cfn.role_of(cfn.functions()[name])):
+        for kind in ("config", "heads", "deltas", "rows", "dedup", "actions"):
+            arn = f"<{ids[f'table:{kind}']}.Arn>"
+            if resource == arn:
+                grants.setdefault(kind, set()).add((action, "table"))
+            elif resource.startswith(f"{arn}/index/"):
+                grants.setdefault(kind, set()).add((action, "index"))
+    return grants
+
+
+def test_broadcaster_reads_membership_tables_with_the_pulls_reads_and_writes_no_buffer_table(cfn, ids):
+    # Given the broadcaster's and the pull's grants on the buffer tables
+    broadcaster, pull = _table_grants(cfn, "ws_broadcast", ids), _table_grants(cfn, "pull", ids)
+    # Then on the tables a membership table is read from, the broadcaster holds the pull's reads of the tables
+    # themselves (the rules and registry Query, the heads' BatchGetItem, the log's Query), and the rules' GetItem
+    # it held before; no index (the membership view reads the log by sequence, not by commit HLC)
+    for kind in MEMBERSHIP_TABLES:
+        pulls = {grant for grant in pull[kind] if grant[1] == "table"}
+        assert broadcaster[kind] - {("dynamodb:GetItem", "table")} == pulls, kind
+    assert broadcaster == {
+        "config": {("dynamodb:GetItem", "table"), ("dynamodb:Query", "table")},
+        "heads": {("dynamodb:BatchGetItem", "table")},
+        "deltas": {("dynamodb:Query", "table")},
+        "dedup": {("dynamodb:GetItem", "table")},  # the clients' subscriptions
+    }
+    # And no write on any buffer table
+    writes = {a for grants in broadcaster.values() for a, _ in grants if not a.endswith(("GetItem", "Query"))}
+    assert writes == set()
+
+
+def test_broadcaster_reads_checkpoint_objects_by_key_under_their_prefix_only(cfn, ids):
+    # Given the broadcaster's role
+    role = cfn.role_of(cfn.functions()["ws_broadcast"])
+    checkpoints = f"<{ids['bucket:checkpoints']}.Arn>"
+    # Then its only S3 permission is reading the objects under the checkpoints prefix: no listing, no write, no
+    # other bucket
+    s3 = {(a, r) for a, r in cfn.allowed(role) if a.startswith("s3:")}
+    assert s3 == {("s3:GetObject", f"{checkpoints}/checkpoints/*")}
+    # And it may decrypt them with the data key, through S3 (and DynamoDB: its tables and the stream) only
+    via: dict[str, set[str]] = {}
+    for st in cfn.role_statements(role):
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        if any(a.startswith("kms:") for a in actions):
+            assert st["Resource"] == {"Fn::GetAtt": [ids["key:data"], "Arn"]}
+            for service in st["Condition"]["StringEquals"]["kms:ViaService"]:
+                via.setdefault(cfn.render(service).split(".")[0], set()).update(actions)
+    assert via["s3"] == {"kms:Decrypt"}
+    assert set(via) == {"s3", "dynamodb"}
+
+
+def test_broadcaster_environment_names_the_checkpoint_bucket_and_the_sub_shards(cfn, ids, options):
+    # Given the broadcaster's environment, tokens rendered as stand-ins
+    variables = cfn.functions()["ws_broadcast"]["Environment"]["Variables"]
+    env = {k: cfn.render(v, lambda logical: f"tok-{logical.lower()}") for k, v in variables.items()}
+    env[settings_vars.WS_CALLBACK_URL] = "https://abc.execute-api.eu-west-1.amazonaws.com/prod"
+    # When its settings parser reads it
+    parsed = BroadcastSettings.from_env(env)
+    # Then the membership tables are read from the stack's checkpoint bucket and the configured sub-shards
+    assert parsed.checkpoint_bucket == f"tok-{ids['bucket:checkpoints'].lower()}"
+    assert dict(parsed.sub_shards) == options["subShards"]
 
 
 def test_broadcaster_is_alarmed_on_errors_lag_and_exhausted_batches(cfn, rt):

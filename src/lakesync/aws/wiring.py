@@ -19,7 +19,7 @@ from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
 from lakesync.aws.since_sessions import DynamoDBSinceSessions
 from lakesync.aws.subscription_store import DynamoDBSubscriptionStore
 from lakesync.gateway.basis_cache import CachedPullBasis
-from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.deps import GatewayDeps, GatewaySettings
 from lakesync.gateway.limits import RateLimiter
 from lakesync.gateway.membership_view import GatewayMemberships
 
@@ -239,14 +239,33 @@ def realtime(settings: RealtimeSettings) -> Realtime:
 
 
 def broadcast_deps(settings: BroadcastSettings) -> BroadcastDeps:
-    """The broadcaster's dependencies: sync rules from the config table, the sessions, the management API, the
-    clients' stream subscriptions (the dedup table)."""
+    """The broadcaster's dependencies over one DynamoDB client: sync rules from the config table, the sessions, the
+    management API, the clients' stream subscriptions (the dedup table) and the membership tables
+    (:func:`_broadcast_memberships`)."""
     from lakesync.gateway.realtime import BroadcastDeps
 
+    client = dynamodb_client()
     live = realtime(settings.realtime)
     return BroadcastDeps(
-        config=DynamoDBConfigStore(dynamodb_client(), settings.tables),
+        config=DynamoDBConfigStore(client, settings.tables),
         connections=live.connections,
         sender=live.sender,
-        subscriptions=DynamoDBSubscriptionStore(dynamodb_client(), settings.tables),
+        subscriptions=DynamoDBSubscriptionStore(client, settings.tables),
+        memberships=_broadcast_memberships(client, settings),
     )
+
+
+def _broadcast_memberships(client: DynamoDBClient, settings: BroadcastSettings) -> GatewayMemberships:
+    """The membership tables as the pull reads them (:func:`gateway_deps`): the rules and shard registry, the heads
+    and the log of a table's shards, the checkpoint bucket when configured (its S3 client made on first use), the
+    sub-shards. Nothing is read until a broadcast's rules name a membership table."""
+    tables = settings.tables
+    stores = GatewayDeps(
+        buffer=DynamoDBBufferStore(client, tables),
+        config=DynamoDBConfigStore(client, tables),
+        actions=DynamoDBActionStore(client, tables),  # a GatewayDeps field the membership view never reads
+        settings=GatewaySettings(sub_shards=dict(settings.sub_shards)),
+        objects=S3ObjectStore(settings.checkpoint_bucket) if settings.checkpoint_bucket else None,
+        pull_basis=DynamoDBPullBasisReader(client, tables),
+    )
+    return GatewayMemberships(stores)

@@ -35,7 +35,7 @@ from typing import Final
 
 from lakesync.auth import DEFAULT_MAX_LIFETIME_S, check_signing_key
 from lakesync.aws.settings.env import Env
-from lakesync.aws.settings.validators import gateway_ids, table_names
+from lakesync.aws.settings.validators import gateway_ids, sub_shards, table_names
 from lakesync.aws.settings.variables import (
     BACKPRESSURE_BYTES,
     CHECKPOINT_BUCKET,
@@ -53,15 +53,12 @@ from lakesync.aws.settings.variables import (
     MIN_TOKEN_LIFETIME_LIMIT_S,
     PULL_BASIS_TTL_MS,
     RATE_LIMITS,
-    SUB_SHARDS,
 )
 from lakesync.aws.tables import TableNames
-from lakesync.core.schema import is_valid_identifier
 from lakesync.gateway.deps import GatewaySettings
 from lakesync.gateway.limits import DEFAULT_LIMITS, RateLimit, parse_limits
 
 _DEFAULTS: Final = GatewaySettings()
-_MAX_SUB_SHARDS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +111,7 @@ class Settings:
             max_token_lifetime_s=env.integer(MAX_TOKEN_LIFETIME_S, *lifetime, unit="s"),
             flush_threshold_bytes=env.integer(FLUSH_THRESHOLD_BYTES, _DEFAULTS.flush_threshold_bytes, 1),
             backpressure_bytes=env.optional_integer(BACKPRESSURE_BYTES, 0),
-            sub_shards=_sub_shards(env),
+            sub_shards=sub_shards(env),
             max_body_bytes=env.integer(MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, 1, MAX_BODY_BYTES_LIMIT),
             checkpoint_bucket=env.bucket(CHECKPOINT_BUCKET),
             pull_basis_ttl_ms=env.integer(
@@ -161,18 +158,3 @@ def _secrets(env: Env) -> tuple[str, ...]:
         except ValueError as exc:
             env.problem(str(exc))
     return secrets
-
-
-def _sub_shards(env: Env) -> dict[str, int]:
-    doc = env.json_object(SUB_SHARDS, '{"table": n}')
-    if doc is None:
-        return {}
-    shards: dict[str, int] = {}
-    for table, n in doc.items():
-        if not is_valid_identifier(table):
-            env.problem(f"{SUB_SHARDS}: {table!r} is not a valid table name")
-        elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= _MAX_SUB_SHARDS:
-            env.problem(f"{SUB_SHARDS}: {table} must map to an integer in 1..{_MAX_SUB_SHARDS}, got {n!r}")
-        else:
-            shards[table] = n
-    return shards

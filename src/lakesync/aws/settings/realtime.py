@@ -6,17 +6,20 @@ and ``ws_message`` read) and :class:`BroadcastSettings` (``ws_broadcast``).
 * ``LAKESYNC_WS_CALLBACK_URL`` -- the WebSocket API stage's callback URL for the management API
   (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; locally the front's), read by ``ws_message`` (to
   close a session) and ``ws_broadcast`` (to send); ``ws_broadcast`` reads the table names too (sync rules).
+* ``LAKESYNC_CHECKPOINT_BUCKET`` (optional) and ``LAKESYNC_SUB_SHARDS`` -- read by ``ws_broadcast`` as the API
+  functions read them: the membership tables a sync rule filters by are read from the latest checkpoint and the log
+  of the table's shards (:class:`~lakesync.gateway.membership_view.GatewayMemberships`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lakesync.aws.settings.env import Env
-from lakesync.aws.settings.validators import TABLE_NAME, table_names
-from lakesync.aws.settings.variables import CONNECTIONS_TABLE, TABLE_PREFIX, WS_CALLBACK_URL
+from lakesync.aws.settings.validators import TABLE_NAME, sub_shards, table_names
+from lakesync.aws.settings.variables import CHECKPOINT_BUCKET, CONNECTIONS_TABLE, TABLE_PREFIX, WS_CALLBACK_URL
 from lakesync.aws.tables import TableNames, connections_table_name
 
 _CALLBACK_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d{1,5})?(?:/[A-Za-z0-9._~$-]+)*/?")
@@ -57,10 +60,15 @@ class BroadcastSettings:
     Attributes:
         tables: Physical DynamoDB table names (the config table holds the sync rules).
         realtime: The sessions table and the callback URL (required).
+        checkpoint_bucket: S3 bucket of the checkpoints a membership table is read from once its log was released
+            (``None``: a membership table whose log was released cannot be read).
+        sub_shards: Hash sub-shards per hot table (a membership table's shards).
     """
 
     tables: TableNames
     realtime: RealtimeSettings
+    checkpoint_bucket: str | None = None
+    sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> BroadcastSettings:
@@ -73,8 +81,10 @@ class BroadcastSettings:
         tables = table_names(env)
         table = _connections_table(env)
         url = _callback_url(env, required=True)
+        bucket = env.bucket(CHECKPOINT_BUCKET)
+        shards = sub_shards(env)
         env.check()
-        return cls(tables, RealtimeSettings(table, url))
+        return cls(tables, RealtimeSettings(table, url), bucket, shards)
 
 
 def _connections_table(env: Env) -> str:

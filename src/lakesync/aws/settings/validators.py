@@ -1,5 +1,5 @@
-"""The readers more than one function family shares: the gateway ids, the table names, and where connectors and
-destinations may connect (with the destinations' secret prefix).
+"""The readers more than one function family shares: the gateway ids, the table names, the sub-shards of hot tables,
+and where connectors and destinations may connect (with the destinations' secret prefix).
 
 Each reads from an :class:`~lakesync.aws.settings.env.Env` (or a plain mapping, for the network policy the embedded
 default reads too) and records its problems rather than raising them.
@@ -17,10 +17,12 @@ from lakesync.aws.settings.variables import (
     ALLOWED_NETWORKS,
     DESTINATION_SECRET_PREFIX,
     GATEWAY_IDS,
+    SUB_SHARDS,
     TABLE_PREFIX,
     TABLE_VARS,
 )
 from lakesync.aws.tables import TableNames
+from lakesync.core.schema import is_valid_identifier
 
 if TYPE_CHECKING:
     from lakesync.core.network import IPNetwork, NetworkPolicy
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 _GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 TABLE_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 """A DynamoDB table name."""
+MAX_SUB_SHARDS: Final = 256
+"""The most hash sub-shards one table may be given."""
 _DESTINATION_SECRET_PREFIX = re.compile(r"[A-Za-z0-9/_+=.@-]{1,400}")
 
 
@@ -57,6 +61,22 @@ def table_names(env: Env) -> TableNames:
         if (kind in given or prefix) and not TABLE_NAME.fullmatch(name):
             env.problem(f"table name {name!r} ({kind}) is not a valid DynamoDB table name")
     return names
+
+
+def sub_shards(env: Env) -> dict[str, int]:
+    """``LAKESYNC_SUB_SHARDS``: a JSON object ``{"table": n}`` of hash sub-shards for hot tables (empty when unset)."""
+    doc = env.json_object(SUB_SHARDS, '{"table": n}')
+    if doc is None:
+        return {}
+    shards: dict[str, int] = {}
+    for table, n in doc.items():
+        if not is_valid_identifier(table):
+            env.problem(f"{SUB_SHARDS}: {table!r} is not a valid table name")
+        elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SUB_SHARDS:
+            env.problem(f"{SUB_SHARDS}: {table} must map to an integer in 1..{MAX_SUB_SHARDS}, got {n!r}")
+        else:
+            shards[table] = n
+    return shards
 
 
 def destination_secret_prefix(env: Mapping[str, str], errors: list[str]) -> str | None:

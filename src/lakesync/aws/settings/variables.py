@@ -164,8 +164,9 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     "ws_disconnect": frozenset({TABLE_PREFIX, CONNECTIONS_TABLE}),
     # $default serves frames with the gateway services and closes sessions through the management API.
     "ws_message": API_ENV_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
-    # the broadcaster: sync rules (config table), the sessions, the management API.
-    "ws_broadcast": _BUFFER_TABLE_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
+    # the broadcaster: sync rules (config table), the sessions, the management API; the membership tables (the
+    # buffer, the checkpoints, the sub-shards).
+    "ws_broadcast": _BUFFER_TABLE_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL, CHECKPOINT_BUCKET, SUB_SHARDS},
     # the HTTP API's authorizer: the API settings (it reads the JWT keys and their lifetime).
     "authorizer": API_ENV_VARS,
     # connectors: the API functions that open them, and the scheduled poller.
