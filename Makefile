@@ -88,7 +88,7 @@ bench-realtime: setup ## local freshness push -> other clients' sockets (listene
 	$(RUN) python -m benchmarks.realtime
 
 .PHONY: bench-streams
-bench-streams: setup ## scope changes as differences on moto: a subscription's backfill from the log and from a checkpoint, membership changes, a rules change for 1,000 clients vs re-bootstrapping them (~3 min); results in benchmarks/results/streams.*
+bench-streams: setup ## scope changes as differences on moto: a subscription's backfill from the log and from a checkpoint, membership changes, a rules change for 1,000 clients vs re-bootstrapping them (~3-4 min); results in benchmarks/results/streams.*
 	$(RUN) python -m benchmarks.streams
 
 bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*

@@ -624,8 +624,9 @@ def plot(doc: Mapping[str, Any], path: Path) -> bool:
         return False
     r = doc["rules_change"]
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    values = [r["memory"]["bytes_sent"] / 1e6, r["bootstrap"]["bytes"] / 1e6]
-    ax.barh(["difference", "re-bootstrap"], values, color=["#2a7", "#c44"])
+    values = [r["memory"]["protobuf_bytes_sent"] / 1e6, r["memory"]["bytes_sent"] / 1e6, r["bootstrap"]["bytes"] / 1e6]
+    labels = ["difference (protobuf)", "difference (JSON)", "re-bootstrap (protobuf)"]
+    ax.barh(labels, values, color=["#2a7", "#7c9", "#c44"])
     ax.set_xlabel(f"MB sent to {r['clients']:,} clients after a rules change")
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f} MB", va="center")
