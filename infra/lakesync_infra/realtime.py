@@ -20,7 +20,9 @@
   clients pull, so old records are not worth sending) and records what still fails in an SQS queue (alarmed).
 * **Least privilege.** Each function gets exactly its calls on the sessions table (and the key);
   ``execute-api:ManageConnections`` only on this API's stage, ``@connections/*``, for the methods it uses
-  (``ws_message``: ``DELETE`` to close; ``ws_broadcast``: ``POST`` to send and ``DELETE`` to close).
+  (``ws_message``: ``DELETE`` to close; ``ws_broadcast``: ``POST`` to send and ``DELETE`` to close). What they read of
+  the buffer (the broadcaster: the sync rules, the subscriptions, the membership tables and their checkpoint objects)
+  is :mod:`lakesync_infra.function_access`'s.
 """
 
 from __future__ import annotations
