@@ -3,7 +3,9 @@ events on the moto server), a run of the flush function (on moto's DynamoDB, S3,
 job's AWS-side code (the flush store, the schema store, the checkpoint reads and writes) run with every AWS call
 recorded; each call must be allowed by that function's or job's role in the template, and every DynamoDB grant of the
 role must be used by some call -- so a role can neither miss a permission its code needs nor keep one it does not.
-The Glue flush job is checked in the ``flushEngine: glue`` template, where it exists.
+The Glue flush job is checked in the ``flushEngine: glue`` template, where it exists. The broadcaster is checked on
+what it reads of the buffer under rules filtering by a membership table (its sessions table and the management API
+are :mod:`lakesync_infra.realtime`'s, checked in ``test_infra_realtime``).
 
 Calls are mapped to IAM actions and resources the way IAM evaluates them: a transaction item needs the item's
 action (``PutItem``, ``UpdateItem``...) on its table, a batch needs the batch action on each table, a query on an
@@ -657,6 +659,73 @@ def _wrote_log_item(calls: list[tuple[str, str, dict[str, Any]]], deltas: str) -
 
 def _env_var(cfn: Any, function: str, var: str) -> str:
     return str(cfn.functions()[function]["Environment"]["Variables"][var])
+
+
+def _membership_broadcast(env: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Under rules reading ``tasks`` by project membership (with a stream whose parameter a membership checks), a
+    connected client and an admin's write of its membership: the sessions table and the stream event of that write."""
+    from functions._runtime import get_deps
+    from lakesync.aws.connections import DynamoDBConnectionStore
+    from lakesync.aws.settings.variables import CONNECTIONS_TABLE
+    from lakesync.aws.table_setup import create_tables
+    from lakesync.core.delta import make_delta
+    from lakesync.core.hlc import HLC
+    from lakesync.core.messages import SyncPush
+    from lakesync.core.realtime import Connection, Encoding
+    from lakesync.core.rules import parse_sync_rules
+    from lakesync.gateway.push import push
+    from tests.ddb_stream import Stream
+    from tests.integration.test_local_memberships import RULES
+
+    client = boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE)
+    sessions = f"{env['tables'].deltas}-connections"
+    create_tables(client, env["tables"], connections=sessions)
+    env["monkeypatch"].setenv(CONNECTIONS_TABLE, sessions)
+    get_deps().config.put_sync_rules(GW, parse_sync_rules(RULES))
+    now = int(time.time())
+    ann = Connection("ann-1", GW, "ann", {"sub": "ann"}, Encoding.BASE64, now + 600, now)
+    DynamoDBConnectionStore(client, sessions).put_connection(ann)
+    stream = Stream(env["endpoint"], client, env["tables"].deltas)
+    row = make_delta(
+        "INSERT", table="memberships", row_id="ann-p1", client_id="ops", hlc=HLC().now(),
+        columns={"user": "ann", "project": "p1"},
+    )  # fmt: skip
+    assert push(get_deps(), GW, SyncPush("ops", (row,), 0), client_id="ops", trusted=True).accepted == 1
+    return sessions, stream.event()
+
+
+def test_broadcaster_role_allows_exactly_what_reading_membership_tables_calls(cfn, ids, aws, recorder):
+    # Given a client connected under rules filtering by a membership table, and a write of its membership
+    from functions import ws_broadcast
+    from functions._runtime import reset_runtime
+    from lakesync.local.front import LambdaContext
+    from tests.management_api import management_api
+
+    sessions, event = _membership_broadcast(aws)
+    with management_api() as api:
+        api.connect("ann-1")
+        aws["monkeypatch"].setenv("LAKESYNC_WS_CALLBACK_URL", api.url)
+        reset_runtime()
+        recorder.calls.clear()
+        # When the broadcaster serves the write's stream record, every AWS call recorded
+        context = LambdaContext(function_name="b", aws_request_id=str(uuid.uuid4()), invoked_function_arn="arn:b")
+        assert ws_broadcast.lambda_handler(event, context) == {"batchItemFailures": []}
+    # Then it read the membership table (the client got a pull-now notice: its scope moved)
+    assert len(api.sent("ann-1")) == 1
+    # And, leaving out the sessions table and the management API (lakesync_infra.realtime's grants, checked in
+    # test_infra_realtime), the role allows every call it made
+    role = cfn.role_of(cfn.functions()["ws_broadcast"])
+    calls = [
+        call for call in recorder.calls if call[0] != "apigatewaymanagementapi" and call[2].get("TableName") != sessions
+    ]
+    required, missing = _check(cfn, role, calls, _names(aws, ids))
+    assert not missing, f"used but not granted: {missing}"
+    # And every DynamoDB permission of the role on the buffer tables was needed by some call
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    buffer = {f"<{ids[f'table:{kind}']}.Arn>" for kind in aws["tables"].as_dict()}
+    grants = {g for g in _dynamodb_grants(cfn, role) if g[1].split("/index/")[0] in buffer}
+    unused = sorted(g for g in grants if not any(_allows([g], *pair) for pair in used))
+    assert not unused, f"granted but never used: {unused}"
 
 
 def test_health_calls_nothing_and_may_do_nothing_but_log_and_trace(cfn, aws, recorder):
