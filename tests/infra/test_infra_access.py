@@ -28,6 +28,7 @@ import pytest
 
 from lakesync.auth import mint_token
 from lakesync.aws.tables import TableNames
+from lakesync.core.delta import RowDelta
 from tests.moto_api import create_glue_job
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -661,9 +662,10 @@ def _env_var(cfn: Any, function: str, var: str) -> str:
     return str(cfn.functions()[function]["Environment"]["Variables"][var])
 
 
-def _membership_broadcast(env: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _membership_broadcast(env: dict[str, Any], *, released: bool) -> tuple[str, dict[str, Any]]:
     """Under rules reading ``tasks`` by project membership (with a stream whose parameter a membership checks), a
-    connected client and an admin's write of its membership: the sessions table and the stream event of that write."""
+    connected client and an admin's write of its membership: the sessions table and the stream event of that write.
+    ``released``: an earlier membership is in the gateway's checkpoint and released from the log."""
     from functions._runtime import get_deps
     from lakesync.aws.connections import DynamoDBConnectionStore
     from lakesync.aws.settings.variables import CONNECTIONS_TABLE
@@ -685,23 +687,56 @@ def _membership_broadcast(env: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     now = int(time.time())
     ann = Connection("ann-1", GW, "ann", {"sub": "ann"}, Encoding.BASE64, now + 600, now)
     DynamoDBConnectionStore(client, sessions).put_connection(ann)
+    clock = HLC()
+
+    def member(project: str) -> RowDelta:
+        row = make_delta(
+            "INSERT", table="memberships", row_id=f"ann-{project}", client_id="ops", hlc=clock.now(),
+            columns={"user": "ann", "project": project},
+        )  # fmt: skip
+        assert push(get_deps(), GW, SyncPush("ops", (row,), 0), client_id="ops", trusted=True).accepted == 1
+        return row
+
+    if released:
+        _release_in_checkpoint(env, member("p0"))
     stream = Stream(env["endpoint"], client, env["tables"].deltas)
-    row = make_delta(
-        "INSERT", table="memberships", row_id="ann-p1", client_id="ops", hlc=HLC().now(),
-        columns={"user": "ann", "project": "p1"},
-    )  # fmt: skip
-    assert push(get_deps(), GW, SyncPush("ops", (row,), 0), client_id="ops", trusted=True).accepted == 1
+    member("p1")
     return sessions, stream.event()
 
 
-def test_broadcaster_role_allows_exactly_what_reading_membership_tables_calls(cfn, ids, aws, recorder):
-    # Given a client connected under rules filtering by a membership table, and a write of its membership
+def _release_in_checkpoint(env: dict[str, Any], row: RowDelta) -> None:
+    """A checkpoint of ``row``'s shard at its first entry, and the entry released from the log (as the flush does)."""
+    from lakesync.aws.buffer.items import HeadAttr
+    from lakesync.aws.objects import S3ObjectStore
+    from lakesync.core.checkpoint import checkpoint_id
+    from lakesync.core.merge import fold
+    from lakesync.gateway.checkpoint import encode_row, write_checkpoint
+
+    shard = f"{GW}#{row.table}#0"
+    state = fold([row])
+    assert state is not None
+    write_checkpoint(
+        S3ObjectStore(env["bucket"], boto3.client("s3", endpoint_url=env["endpoint"], **FAKE)),
+        gateway=GW, checkpoint_id=checkpoint_id(int(time.time() * 1000), "0b1c2d3e"),
+        created_at_ms=int(time.time() * 1000), positions={shard: 1}, server_hlc=row.hlc, tables=[row.table],
+        rows=[encode_row(state)],
+    )  # fmt: skip
+    boto3.client("dynamodb", endpoint_url=env["endpoint"], **FAKE).update_item(
+        TableName=env["tables"].heads, Key={"shard": {"S": shard}},
+        UpdateExpression=f"SET {HeadAttr.RELEASED_SEQ} = :one", ExpressionAttributeValues={":one": {"N": "1"}},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("released", [False, True], ids=["log", "checkpoint"])
+def test_broadcaster_role_allows_exactly_what_reading_membership_tables_calls(cfn, ids, aws, recorder, released):
+    # Given a client connected under rules filtering by a membership table, and a write of its membership (an earlier
+    # one, with `released`, in the checkpoint and released from the log)
     from functions import ws_broadcast
     from functions._runtime import reset_runtime
     from lakesync.local.front import LambdaContext
     from tests.management_api import management_api
 
-    sessions, event = _membership_broadcast(aws)
+    sessions, event = _membership_broadcast(aws, released=released)
     with management_api() as api:
         api.connect("ann-1")
         aws["monkeypatch"].setenv("LAKESYNC_WS_CALLBACK_URL", api.url)
@@ -720,6 +755,9 @@ def test_broadcaster_role_allows_exactly_what_reading_membership_tables_calls(cf
     ]
     required, missing = _check(cfn, role, calls, _names(aws, ids))
     assert not missing, f"used but not granted: {missing}"
+    # (with the log released, the membership table was read from the checkpoint: its pointer, manifest and chunk)
+    read = sorted(params["Key"] for service, op, params in calls if (service, op) == ("s3", "GetObject"))
+    assert len(read) == (3 if released else 0) and all(key.startswith(f"checkpoints/{GW}/") for key in read)
     # And every DynamoDB permission of the role on the buffer tables was needed by some call
     used = {pair for pair in required if pair[0].startswith("dynamodb:")}
     buffer = {f"<{ids[f'table:{kind}']}.Arn>" for kind in aws["tables"].as_dict()}
