@@ -494,8 +494,10 @@ def put_subscription(
     return sorted([*kept, subscription], key=subscription_order)
 
 
-MAX_SERVED_SCOPES: Final = 8
-"""Served scopes a client's record keeps (the latest)."""
+MAX_SERVED_SCOPES: Final = 16
+"""Served scopes a client's record keeps (the latest). A cursor names at most 10 (the scope it holds, the target of
+the difference under way and the 8 unfinished ones it may hold), each kept by the pull that handed it out, and a pull
+keeps at most one: so the client's own pulls never drop a scope its cursor still names."""
 
 
 def keep_served(held: Mapping[str, Scope], scope: Scope) -> dict[str, Scope]:
