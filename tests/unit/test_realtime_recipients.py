@@ -82,7 +82,6 @@ def test_the_index_names_exactly_the_sessions_evaluating_every_session_would(rul
 class _Sender:
     sent: dict[str, list[bytes]] = field(default_factory=dict)
     threads: set[str] = field(default_factory=set)
-    immediate: bool = False
 
     def send(self, connection_id: str, data: bytes) -> bool:
         self.sent.setdefault(connection_id, []).append(data)
@@ -106,16 +105,15 @@ def test_a_broadcast_encodes_each_distinct_message_once_and_sends_it_to_every_re
     assert all(m is messages[0] for m in messages)  # one encoding, shared
 
 
-@pytest.mark.parametrize("immediate", [True, False])
-def test_a_sender_that_does_not_wait_on_the_network_is_sent_to_from_the_broadcasting_thread(immediate: bool) -> None:
+def test_a_broadcast_sends_from_the_io_pool_not_the_broadcasting_thread() -> None:
+    # As on AWS, and in the embedded default alike: a recipient slow to read holds one pool thread, not the broadcast
     store = InMemoryConnectionStore()
     for i in range(3):
         store.put_connection(_connection(i, f"c{i}", {"sub": f"c{i}"}))
-    sender = _Sender(immediate=immediate)
+    sender = _Sender()
     deps = realtime.BroadcastDeps(InMemoryConfigStore(), store, sender, now_s=lambda: T0 / 1000)
     assert realtime.broadcast(deps, GW, [_entry(1, "todos", "writer", None, {"v": 1})]).recipients == 3
-    here = threading.current_thread().name
-    assert (sender.threads == {here}) is immediate
+    assert sender.threads and threading.current_thread().name not in sender.threads
 
 
 @dataclass

@@ -78,16 +78,11 @@ class ManagementApiSender:
                     self._client = management_api_client(self.endpoint_url)
         return self._client
 
-    immediate: bool = False
-    """Whether a send returns without waiting on the network (an in-process client): a broadcast then sends one
-    message after another instead of from the I/O pool."""
-
-    def use(self, client: Any, *, immediate: bool = False) -> None:
+    def use(self, client: Any) -> None:
         """Send through ``client`` from now on (an object with the management API client's calls, e.g. the
-        embedded default's in-process one, which is ``immediate``)."""
+        embedded default's in-process one)."""
         with self._lock:
             self._client = client
-            self.immediate = immediate
 
     def send(self, connection_id: str, data: bytes) -> bool:
         """``PostToConnection``; ``False`` when the session is gone.

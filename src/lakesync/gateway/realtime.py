@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -51,7 +50,7 @@ from lakesync.gateway import push as push_service
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.recipients import Delivery, RecipientIndex
 from lakesync.gateway.socket_subscriptions import serve_subscription_frame
-from lakesync.io_pool import inline, results_of, submit
+from lakesync.io_pool import results_of, submit
 from lakesync.ports import ConfigStore, ConnectionSender, ConnectionStore, MembershipReader, SubscriptionStore
 from lakesync.wire.codec import decode_sync_pull, decode_sync_push, encode_row_delta, encode_sync_response
 from lakesync.wire.framing import TAG_BROADCAST, TAG_SUBSCRIPTIONS, TAG_SYNC_PULL, TAG_SYNC_PUSH, decode_frame
@@ -419,12 +418,11 @@ def broadcast(deps: BroadcastDeps, gateway: str, entries: Sequence[LogEntry]) ->
     recipients = _recipients(deps, gateway, rules, live, entries, now)
     frames = _Frames(deps.message_limit)
     # One request per recipient (PostToConnection): sent at once, so the last recipient waits for one request, not
-    # for every one before it; a sender that does not wait on the network sends them one after another.
-    with inline() if getattr(deps.sender, "immediate", False) else contextlib.nullcontext():
-        sends = [
-            submit(_send_to, deps, connection, frames.of(visible, connection.encoding))
-            for connection, visible in recipients.plan(entries).values()
-        ]
+    # for every one before it, and a recipient slow to read holds one pool thread, not the broadcast.
+    sends = [
+        submit(_send_to, deps, connection, frames.of(visible, connection.encoding))
+        for connection, visible in recipients.plan(entries).values()
+    ]
     for sent in results_of(sends):
         report.add(sent)
     return report
