@@ -185,7 +185,9 @@ def test_a_successor_that_cannot_be_opened_leaves_the_old_socket_in_use(server: 
         return sock.respond(503, "Busy\n") if len(upgrades) == 2 else None
 
     # Given a server that refuses the second upgrade only, and a listener retrying a handover after 0.2 s
-    sessions, store, _listener = server(process_request=refuse_the_second, rotate_after=0.3, rotate_retry=0.2)
+    sessions, store, _listener = server(
+        process_request=refuse_the_second, rotate_after=0.3, rotate_retry=0.2, handover=0.2
+    )
 
     # When the handover has been tried again and has succeeded
     _wait_for(lambda: len(sessions) >= 2 and sessions[0].closed is not None)
@@ -205,7 +207,9 @@ def test_a_successor_refused_401_refreshes_the_token_for_the_next_attempt(server
         return sock.respond(401, "Token expired\n") if len(seen) == 2 else None
 
     # Given a server that refuses the first handover's upgrade 401, and a store that can get a new token
-    sessions, store, listener = server(process_request=expire_the_first_token, rotate_after=0.3, rotate_retry=0.2)
+    sessions, store, listener = server(
+        process_request=expire_the_first_token, rotate_after=0.3, rotate_retry=0.2, handover=0.2
+    )
     store.http.get_token = lambda: next(tokens)
 
     # When the handover has been tried again and has succeeded
