@@ -1,19 +1,6 @@
-"""The deltas table's DynamoDB stream -> every other open WebSocket session of each gateway.
-
-A batch's new log chunks are grouped by gateway (:mod:`lakesync.aws.log_stream`) and each gateway's entries go out
-in one :func:`lakesync.gateway.realtime.broadcast` (per recipient: its sync rules, with the membership tables they
-read, its own changes left out, messages within API Gateway's frame size, a pull-now notice for what does not fit or
-for a membership change that moves its scope). A session the management API reports gone (410) is forgotten; an
-expired one is closed and forgotten.
-
-Partial batch failures (Powertools' batch utility, ``ReportBatchItemFailures``): the records of a gateway whose
-broadcast failed (the sessions, sync rules or membership tables could not be read, API Gateway kept throttling) and a
-record that does not decode are reported failed; the other gateways' records are not. Lambda retries a stream batch
-from the lowest failed sequence number, so records of other gateways *after* it are delivered again: a broadcast
-delta is applied idempotently by clients (per-column LWW), so a repeat costs a message, never a wrong row. The event
-source mapping bounds the retries and the record age and sends what still fails to its on-failure queue; broadcasts
-are an optimisation (clients pull), so nothing is lost for good.
-"""
+"""The deltas table's DynamoDB stream -> the open WebSocket sessions of each gateway: one broadcast per gateway
+(:func:`lakesync.aws.log_stream.broadcast_records`), its failed records reported to Lambda (``ReportBatchItemFailures``;
+what fails and why, and the retries: docs/realtime.md)."""
 
 from __future__ import annotations
 
@@ -41,11 +28,8 @@ def _observe(result: StreamBroadcast) -> None:
         logger.warning("broadcast failed", extra={"gateway": gateway, "code": exc.api_code, "error": exc.message})
     for gateway, report in result.gateways.items():
         logger.info("broadcast", extra={"gateway": gateway, "messages": report.messages, "gone": report.gone})
-    metrics.add_metric(name="BroadcastFailures", unit=MetricUnit.Count, value=len(result.errors))
-    metrics.add_metric(name="BroadcastMessages", unit=MetricUnit.Count, value=result.total.messages)
-    metrics.add_metric(name="BroadcastRecipients", unit=MetricUnit.Count, value=result.total.recipients)
-    metrics.add_metric(name="GoneConnections", unit=MetricUnit.Count, value=result.total.gone)
-    metrics.add_metric(name="PullNotices", unit=MetricUnit.Count, value=result.total.pull_notices)
+    for name, value in result.counts().items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
 @one_at_a_time

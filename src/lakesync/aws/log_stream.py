@@ -138,6 +138,18 @@ class StreamBroadcast:
     gateways: dict[str, realtime.BroadcastReport] = field(default_factory=dict)
     total: realtime.BroadcastReport = field(default_factory=realtime.BroadcastReport)
 
+    def counts(self) -> dict[str, int]:
+        """The batch's metrics, by name: failed gateways, and messages, recipients, gone sessions and pull notices
+        summed over the gateways."""
+        total = self.total
+        return {
+            "BroadcastFailures": len(self.errors),
+            "BroadcastMessages": total.messages,
+            "BroadcastRecipients": total.recipients,
+            "GoneConnections": total.gone,
+            "PullNotices": total.pull_notices,
+        }
+
     @property
     def failed(self) -> dict[str, str]:
         """Sequence number -> why, for each record to report failed (Lambda retries the batch from the lowest)."""
