@@ -540,7 +540,9 @@ def test_a_broadcast_under_rules_without_memberships_reads_no_membership_source(
     # Then it reached bob, and the broadcast read no head, no log and no checkpoint
     assert len(received(env, bob)) == 1
     assert calls.reads_of(env) == set()
-    # When a task is written on the gateway with membership rules and broadcast
+    # When someone else's membership row and a task are written on the gateway with membership rules and broadcast
+    # (the membership table's head moves, whatever an earlier test left in this process's membership view)
+    write(members_gateway, "memberships", [(f"m-{uuid.uuid4().hex[:8]}", {"user": "zed", "project": "p1"})])
     write(members_gateway, "tasks", [(f"t-{uuid.uuid4().hex[:8]}", {"project_id": "p9"})])
     calls.calls.clear()
     broadcast(env)
