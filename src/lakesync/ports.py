@@ -467,9 +467,9 @@ class SubscriptionStore(Protocol):
         left out."""
         ...
 
-    def put_served(self, gateway: str, client_id: str, scope: Scope) -> None:
-        """Record that a pull is about to hand the client a cursor of ``scope`` (kept as :func:`keep_served`
-        says)."""
+    def put_served(self, gateway: str, client_id: str, scope: Scope, held: Mapping[str, Scope] | None = None) -> None:
+        """Record that a pull is about to hand the client a cursor of ``scope`` (kept as :func:`keep_served` says);
+        ``held``: the kept scopes as the caller just read them (``None``: read them)."""
         ...
 
 

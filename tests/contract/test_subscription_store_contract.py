@@ -171,3 +171,13 @@ def test_served_scopes_are_kept_latest_last_and_told_as_they_covered(store: Subs
         store.put_served("gw", "c1", scope)
     assert list(store.get_served("gw", "c1")) == [s.fingerprint for s in many]
     assert store.get_served("gw", "c2") == {} and store.get_served("other", "c1") == {}
+
+
+def test_a_put_of_a_served_scope_builds_on_the_kept_scopes_the_caller_read(store: SubscriptionStore) -> None:
+    a, b = scope_of("a"), scope_of("b")
+    store.put_served("gw", "c3", a)
+    held = store.get_served("gw", "c3")
+    store.put_served("gw", "c3", b, held)  # the caller's read, not a second one
+    assert list(store.get_served("gw", "c3")) == [a.fingerprint, b.fingerprint]
+    store.put_served("gw", "c3", a, {})  # what the caller read is what the put builds on
+    assert list(store.get_served("gw", "c3")) == [a.fingerprint]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
@@ -94,8 +95,9 @@ class DynamoDBSubscriptionStore:
                 served[fingerprint] = held_scope(doc)
         return served
 
-    def put_served(self, gateway: str, client_id: str, scope: Scope) -> None:
-        served = {fp: s.to_json() for fp, s in keep_served(self.get_served(gateway, client_id), scope).items()}
+    def put_served(self, gateway: str, client_id: str, scope: Scope, held: Mapping[str, Scope] | None = None) -> None:
+        kept = self.get_served(gateway, client_id) if held is None else held
+        served = {fp: s.to_json() for fp, s in keep_served(kept, scope).items()}
         while True:
             text = json.dumps(served, separators=(",", ":"), ensure_ascii=False)
             if len(text.encode()) <= SERVED_BYTES or len(served) == 1:

@@ -237,6 +237,10 @@ def held_scope(doc: object) -> Scope:
     return Scope(conditions, frozenset(hidden), fingerprint=_fingerprint(conditions, hidden))
 
 
+UNCONFINED = Scope(frozenset({EVERYTHING}), fingerprint=_fingerprint((EVERYTHING,), ()))
+"""The scope of a gateway without rules: every row of every table."""
+
+
 def _subscription_grants(
     rules: SyncRules,
     claims: Claims,
@@ -283,7 +287,7 @@ def resolve_scope(
     :attr:`Scope.refused`. Of subscriptions equal but for their expiry, the one lasting longest counts.
     """
     if rules is None:
-        return Scope(frozenset({EVERYTHING}), fingerprint=_fingerprint((EVERYTHING,), ()))
+        return UNCONFINED
     source = _Memo(memberships) if memberships is not None else None
     hidden = frozenset(name for name, policy in rules.tables.items() if policy.admin_only)
     if not confines(rules):
@@ -424,6 +428,7 @@ class _KeyIndex:
 
 __all__ = [
     "EVERYTHING",
+    "UNCONFINED",
     "IndexKey",
     "Scope",
     "ScopeDifference",

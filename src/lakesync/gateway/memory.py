@@ -452,11 +452,11 @@ class InMemorySubscriptions:
         with self._lock:
             return dict(self._served.get((gateway, client_id), {}))
 
-    def put_served(self, gateway: str, client_id: str, scope: Scope) -> None:
-        held = held_scope(scope.to_json())  # what the stored form keeps, as the DynamoDB store gives it back
+    def put_served(self, gateway: str, client_id: str, scope: Scope, held: Mapping[str, Scope] | None = None) -> None:
+        kept = held_scope(scope.to_json())  # what the stored form keeps, as the DynamoDB store gives it back
         with self._lock:
             key = (gateway, client_id)
-            self._served[key] = keep_served(self._served.get(key, {}), held)
+            self._served[key] = keep_served(self._served.get(key, {}) if held is None else held, kept)
 
 
 class InMemoryMembershipReader:

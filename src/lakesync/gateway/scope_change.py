@@ -42,18 +42,19 @@ from typing import Final
 
 from lakesync.core.checkpoint import Manifest, load_manifest
 from lakesync.core.claims import Claims
-from lakesync.core.delta import DeltaOp, RowDelta, make_delta
+from lakesync.core.delta import RowDelta
 from lakesync.core.errors import StorageError
 from lakesync.core.filters import Row
 from lakesync.core.log import LogEntry, ShardId
 from lakesync.core.merge import fold
 from lakesync.core.rules import SyncRules
-from lakesync.core.scope import Scope, difference, resolve_scope
+from lakesync.core.scope import UNCONFINED, Scope, difference, resolve_scope
 from lakesync.gateway.checkpoint import chunk_rows
 from lakesync.gateway.cursor import CursorScope, encode_cursor
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.log_pages import PAGE_MAX, PullResult, expired_any_error
 from lakesync.gateway.log_tail import RowKey, read_tail
+from lakesync.gateway.scope_moves import drop_delta
 
 __all__ = ["MIN_LOG_FOR_A_CHECKPOINT", "ScopeView", "difference_page", "scope_view"]
 
@@ -129,7 +130,7 @@ def scope_view(
     memberships = deps.membership_source(gateway)
     subscriptions = store.get(gateway, subscriber, now_ms) if rules is not None and rules.streams else ()
     scope = resolve_scope(rules, claims, subscriptions, memberships, now_ms)
-    known = [scope, resolve_scope(None, {})]  # the scope now, and that of rules that do not confine
+    known = [scope, UNCONFINED]  # the scope now, and that of rules that do not confine
     if served is None:
         # A checkpoint's cursor (or none): the client holds what its buckets covered when it was served, which is
         # what they cover now unless the rules or the memberships changed in between.
@@ -170,7 +171,7 @@ def _told(deps: GatewayDeps, gateway: str, subscriber: str, view: ScopeView, kno
         return view  # every row, under rules that do not confine: nothing to tell, nothing to keep
     stored = store.get_served(gateway, subscriber)
     if scope.fingerprint not in stored and scope.fingerprint != known[1].fingerprint:
-        store.put_served(gateway, subscriber, scope)
+        store.put_served(gateway, subscriber, scope, stored)
     kept = {**stored, **{k.fingerprint: k for k in known}}
 
     def told(fingerprint: str) -> Scope:
@@ -347,7 +348,7 @@ def _checkpoint_rows(
             if verdict == "enter":
                 page.add_entries([*deltas, *later])
             elif verdict == "leave":
-                page.add_entries([_drop(table, row_id, subscriber)])
+                page.add_entries([drop_delta(table, row_id, subscriber)])
         if row >= len(rows):
             chunk, row = chunk + 1, 0
     return replace(mark, chunk=chunk, row=row)
@@ -373,10 +374,5 @@ def _tail_rows(
         if verdict == "enter":
             page.add_entries(entries)
         elif verdict == "leave":
-            page.add_entries([_drop(table, row_id, subscriber)])
+            page.add_entries([drop_delta(table, row_id, subscriber)])
     return replace(mark, tail=done)
-
-
-def _drop(table: str, row_id: str, subscriber: str) -> RowDelta:
-    """The delete telling a client to drop a row that left its scope: HLC 0, under its own id."""
-    return make_delta(DeltaOp.DELETE, table=table, row_id=row_id, client_id=subscriber, hlc=0)
