@@ -44,6 +44,7 @@ from werkzeug.serving import BaseWSGIServer
 
 from lakesync.local.access import LocalCredentials, SignatureRefused, is_loopback_host, sign, verify
 from lakesync.local.journal import RecordedRequest, journaled
+from lakesync.local.keep_alive import keep_alive_handler
 from lakesync.local.moto_fast import install_fast_transactions
 from lakesync.local.moto_requests import install_fast_requests
 
@@ -171,15 +172,11 @@ class MotoServer:
         _quiet_werkzeug()
         install_fast_transactions()
         install_fast_requests()
-        from moto.moto_server.werkzeug_app import (
-            DomainDispatcherApplication,
-            MotoRequestHandler,
-            create_backend_app,
-        )
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
         from werkzeug.serving import make_server
 
         app = _Isolation(DomainDispatcherApplication(create_backend_app), self.credentials)
-        server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=MotoRequestHandler)
+        server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=keep_alive_handler())
         thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
         thread.start()
         self._server = server
