@@ -7,7 +7,7 @@ is the body of the answer, in the session's encoding: base64 text for a base64 s
 
 **Closing differs from the original.** A Lambda integration cannot close a WebSocket with a close code: where the
 original closes with 1002/1003/1007/1008/1009, this handler calls ``DeleteConnection`` (API Gateway closes the
-socket with 1000 and runs ``$disconnect``), forgets the session, logs the code and reason it would have sent, and
+socket with 1000), forgets the session, logs the code and reason it would have sent, and
 answers 200 with no body. Clients see a closed socket and reconnect as they would after a close code.
 
 **Sizes.** API Gateway sends at most 128 KB in one message (frames of 32 KB), the route response too. Pulls over the

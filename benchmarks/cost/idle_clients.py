@@ -13,8 +13,10 @@ successor, an old one that ended during its handover) does. With no changes noth
   as messages (CloudWatch's ``MessageCount`` counts messages sent to or from the client, which pings are not); the
   scenario keeps them at zero and records what they would cost if they were metered;
 * **each handover**: the ``$connect`` request (counted as one message, as ``ConnectCount`` counts it) and its
-  function (token check, one PutItem into the sessions table), the ``$disconnect`` function (one DeleteItem), the
-  access-log lines of both;
+  function (token check, one PutItem into the sessions table), and the access-log lines of the connect and of the
+  disconnect. The WebSocket API has no ``$disconnect`` route: the old session's item expires about 50 s after its
+  socket closed (its ``exp`` is two hours after it opened) and DynamoDB's TTL deletes it without a write charge;
+  were there one, its function and DeleteItem would add :func:`disconnect_route` a month;
 * **pulls after a gap** (:attr:`IdleClients.gap_ratio` of the handovers; none by default: an idle client's socket
   is assumed to drop only at the limit, which the handover comes before), each an HTTP API request, the pull function
   and its reads;
@@ -52,14 +54,14 @@ class IdleClients:
     Attributes:
         clients: Clients connected all month.
         days: Days in the month.
-        function_ms: Billed milliseconds of one ``$connect``, ``$disconnect`` or idle pull invocation (the idle
+        function_ms: Billed milliseconds of one ``$connect`` or idle pull invocation (the idle
             pull measured 28 ms at 1 GB on this machine: docs/cost.md).
         function_gb: Memory of those functions.
         pull_rru: Read units of the idle cursor pull after a reconnect (the config Query, the log Query, the head).
         session_item_bytes: Bytes of one session item (id, gateway, client, claims, encoding, expiry).
         log_bytes_per_invocation: CloudWatch Logs bytes per function invocation (the platform's START/END/REPORT
             lines and the function's one JSON line).
-        access_log_bytes: Bytes of one API Gateway access-log line (``$connect``, ``$disconnect``).
+        access_log_bytes: Bytes of one API Gateway access-log line (a connect, a disconnect).
         gap_ratio: Handovers that found a gap and were followed by a pull.
     """
 
@@ -114,14 +116,14 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
         reconnects * price("apigw.ws.message"),
         f"a handover every {ROTATE_AFTER_S / 60:g} min (before API Gateway's 2 h limit), counted as a message",
     )
-    line("$connect and $disconnect functions", 2 * reconnects, "invocations", 2 * reconnects * invocation_usd)
+    line("$connect function", reconnects, "invocations", reconnects * invocation_usd)
     write_units = math.ceil(inputs.session_item_bytes / 1024)
     line(
         "sessions table writes",
-        2 * reconnects * write_units,
+        reconnects * write_units,
         "write request units",
-        2 * reconnects * write_units * price("dynamodb.wru"),
-        "a PutItem on connect, a DeleteItem on disconnect",
+        reconnects * write_units * price("dynamodb.wru"),
+        "a PutItem on connect; the closed session's item goes by TTL (no write charge)",
     )
     line(
         "pulls after a gap",
@@ -131,7 +133,7 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
         "HTTP API request, pull function, its reads; a handover without a gap pulls nothing",
     )
     log_gb = (
-        reconnects * (2 * inputs.log_bytes_per_invocation + 2 * inputs.access_log_bytes)
+        reconnects * (inputs.log_bytes_per_invocation + 2 * inputs.access_log_bytes)
         + pulls * inputs.log_bytes_per_invocation
     ) / 1e9
     line("CloudWatch Logs", log_gb, "GB ingested", log_gb * price("cloudwatch.logs_ingest"), "functions and access")
@@ -158,9 +160,22 @@ def idle_month(inputs: IdleClients = IdleClients()) -> dict[str, Any]:
     }
 
 
+def disconnect_route(inputs: IdleClients = IdleClients()) -> float:
+    """Dollars a month a ``$disconnect`` function deleting the session would add to ``inputs``' idle month: an
+    invocation, its log lines and a DeleteItem per handover."""
+    reconnects = inputs.clients * inputs.days * 86400 / ROTATE_AFTER_S
+    invocation_usd = price("lambda.request") + inputs.function_ms / 1000 * inputs.function_gb * price(
+        "lambda.gb_s.arm64"
+    )
+    log_usd = inputs.log_bytes_per_invocation / 1e9 * price("cloudwatch.logs_ingest")
+    write_usd = math.ceil(inputs.session_item_bytes / 1024) * price("dynamodb.wru")
+    return reconnects * (invocation_usd + log_usd + write_usd)
+
+
 def per_change(sessions: int, recipients: int, session_item_bytes: int = 300) -> float:
     """Dollars of one broadcast change: the broadcaster's Query of ``sessions`` session items (eventually
-    consistent) and one message to each of ``recipients``."""
+    consistent; closed sessions not yet expired or found gone among them) and one message to each of
+    ``recipients``."""
     read_units = max(1, math.ceil(sessions * session_item_bytes / READ_UNIT_BYTES)) / 2
     return read_units * price("dynamodb.rru") + recipients * price("apigw.ws.message")
 
@@ -189,8 +204,10 @@ def markdown(result: dict[str, Any]) -> list[str]:
         f"here {result['inputs']['gap_ratio']:.0%} of the handovers (an idle client's socket drops only at the "
         f"limit); were every handover followed by a pull, as before the handover, the month would cost "
         f"${idle_month(IdleClients(**{**result['inputs'], 'gap_ratio': 1.0}))['total_usd']:.2f}. Above the floor, "
-        "what is left is the handover's server side: the $connect message, the two functions, the session's write "
-        "and delete, and their logs.",
+        "what is left is the handover's server side: the $connect message, its function, the session's write, and "
+        f"the logs. A $disconnect route deleting each closed session would add "
+        f"${disconnect_route(IdleClients(**result['inputs'])):.2f}; there is none, and the closed session's item "
+        "goes by TTL, or by the broadcast that finds it gone or expired (`docs/realtime.md`).",
         "",
         f"If API Gateway metered the pings as messages, they would add ${result['pings_if_metered_usd']:.2f} "
         f"(one a minute per client). A change broadcast to all of them costs ${per_change(n, n) * 1e6:,.0f} per "

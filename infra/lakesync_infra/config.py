@@ -45,7 +45,7 @@ EXTRA_FUNCTIONS: Final = (
     "authorizer",
 )
 """Functions deployed besides the API's (their handler modules are ``functions.<name>``)."""
-REALTIME_FUNCTIONS: Final = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
+REALTIME_FUNCTIONS: Final = ("ws_connect", "ws_message", "ws_broadcast")
 """The WebSocket API's route functions and the broadcaster (:mod:`lakesync_infra.realtime` wires them)."""
 ALL_FUNCTIONS: Final = (*FUNCTIONS, *EXTRA_FUNCTIONS, *REALTIME_FUNCTIONS)
 

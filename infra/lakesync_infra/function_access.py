@@ -249,7 +249,6 @@ ACCESS: Final[Mapping[str, FunctionAccess]] = {
         verifies_tokens=_CONNECTOR_POLL.verifies_tokens,
     ),
     "ws_connect": FunctionAccess(),
-    "ws_disconnect": FunctionAccess(api=False),
     "ws_message": FunctionAccess(
         tables=_union(_ACCESS["push"].tables, _ACCESS["pull"].tables),
         index_actions=_union(_ACCESS["push"].index_actions, _ACCESS["pull"].index_actions),

@@ -14,7 +14,7 @@ the mapping retries a reported batch up to :data:`STREAM_RETRY_ATTEMPTS` times w
 a batch that still fails lands (as metadata) in a DLQ, and the lake tick starts the flush for its requests anyway
 (they stay recorded until served).
 
-``ws_connect``, ``ws_disconnect``, ``ws_message`` and ``ws_broadcast`` are the WebSocket API's routes and the
+``ws_connect``, ``ws_message`` and ``ws_broadcast`` are the WebSocket API's routes and the
 broadcaster on the ``deltas`` table's stream; their access here is what they touch of the buffer (``ws_message``
 serves pushes and pulls: the union of ``push``'s and ``pull``'s; ``ws_broadcast`` reads the membership tables as the
 pull reads them, and their checkpoint objects by key, with the checkpoint bucket and the sub-shards in its

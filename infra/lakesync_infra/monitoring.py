@@ -91,10 +91,10 @@ QUIET_FUNCTIONS = ("rotate_secret", "connector_poll", *(f for f in REALTIME_FUNC
 """Functions too trivial or too rare for the invocation, duration and throttle graphs (their errors are graphed); the
 WebSocket routes and the connector poller (one invocation per connector and schedule tick; its errors alarm) are here
 so the dashboard stays within :data:`DASHBOARD_METRICS`."""
-UNGRAPHED = ("health", AUTHORIZER, "ws_disconnect", "flush")
+UNGRAPHED = ("health", AUTHORIZER, "flush")
 """Functions left off the dashboard entirely (the dashboard has no room): ``health`` does no I/O, a failure of it is
 an API 5xx (graphed and alarmed), as is one of the authorizer (about one invocation per token and cache period);
-``ws_disconnect`` is a ``DeleteItem`` per closed socket; the flush function runs at most one run at a time, and its
+the flush function runs at most one run at a time, and its
 errors alarm is on the dashboard's alarm widget (as the Glue flush job's failures are on its graph of failed
 runs)."""
 OWN_ROW = "materialise"

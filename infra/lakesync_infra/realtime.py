@@ -1,10 +1,13 @@
 """Real-time delivery: the WebSocket API, its sessions table, and the broadcaster on the ``deltas`` table's stream.
 
-* **The API.** A WebSocket API with routes ``$connect`` (``ws_connect``: authenticates and records the session),
-  ``$disconnect`` (``ws_disconnect``) and ``$default`` (``ws_message``, two-way: a route response returns the reply)
-  on Lambda proxy integrations; messages are text (the sessions' base64 frames), passed through untouched. The stage
-  auto-deploys, is created after the ``$connect`` route its route settings name, and writes JSON access logs, which
-  need API Gateway's account-wide CloudWatch Logs role: a prerequisite, or created here (``apiGatewayLogsRole``).
+* **The API.** A WebSocket API with routes ``$connect`` (``ws_connect``: authenticates and records the session) and
+  ``$default`` (``ws_message``, two-way: a route response returns the reply) on Lambda proxy integrations, and no
+  ``$disconnect`` route: a closed session's item is deleted by the table's TTL, or sooner by the broadcaster, which
+  forgets a session it finds gone or expired (a function and a write for every closed socket would cost more than the
+  connection minutes leave room for: ``docs/realtime.md``); messages are text (the sessions' base64 frames), passed
+  through untouched. The stage auto-deploys, is created after the ``$connect`` route its route settings name, and writes
+  JSON access logs, which need API Gateway's account-wide CloudWatch Logs role: a prerequisite, or created here
+  (``apiGatewayLogsRole``).
   **Throttling**: API Gateway throttles per stage and route for all clients
   together (a token bucket per account and Region), never per client, so the original's limit of 50 messages per
   second *per client* cannot be expressed. The closest: ``$default`` gets the HTTP API's rate and burst
@@ -92,7 +95,6 @@ ACCESS_LOG_FORMAT: Final = json.dumps(
 )
 SESSION_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {
     "ws_connect": ("dynamodb:PutItem",),
-    "ws_disconnect": ("dynamodb:DeleteItem",),
     "ws_message": ("dynamodb:GetItem", "dynamodb:DeleteItem"),
     "ws_broadcast": ("dynamodb:DeleteItem",),
 }
@@ -132,9 +134,6 @@ class Realtime(Construct):
             description=f"LakeSync {config.name}: real-time sync (WebSocket)",
             connect_route_options=apigwv2.WebSocketRouteOptions(
                 integration=integrations.WebSocketLambdaIntegration("Connect", functions["ws_connect"])
-            ),
-            disconnect_route_options=apigwv2.WebSocketRouteOptions(
-                integration=integrations.WebSocketLambdaIntegration("Disconnect", functions["ws_disconnect"])
             ),
             default_route_options=apigwv2.WebSocketRouteOptions(
                 integration=integrations.WebSocketLambdaIntegration("Message", functions["ws_message"]),

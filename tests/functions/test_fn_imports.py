@@ -22,7 +22,6 @@ HANDLERS = [
     "rotate_secret",
     "lake_tick",
     "ws_connect",
-    "ws_disconnect",
     "ws_message",
     "ws_broadcast",
 ]

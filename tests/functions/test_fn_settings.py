@@ -223,7 +223,6 @@ def test_function_env_vars_cover_what_settings_read():
     assert {FUNCTION_ENV_VARS[f] for f in ("push", "pull", "actions", "admin")} == {API_ENV_VARS}
     assert FUNCTION_ENV_VARS["ws_connect"] == API_ENV_VARS | {CONNECTIONS_TABLE}
     assert FUNCTION_ENV_VARS["ws_message"] == API_ENV_VARS | realtime
-    assert FUNCTION_ENV_VARS["ws_disconnect"] == {TABLE_PREFIX, CONNECTIONS_TABLE}
     memberships = {CHECKPOINT_BUCKET, SUB_SHARDS}  # the membership tables the broadcaster reads
     assert FUNCTION_ENV_VARS["ws_broadcast"] == {TABLE_PREFIX, *TABLE_VARS.values(), *realtime, *memberships}
 

@@ -1,4 +1,4 @@
-"""The WebSocket functions on AWS: ``ws_connect`` ($connect), ``ws_disconnect``, ``ws_message`` ($default) and
+"""The WebSocket functions on AWS: ``ws_connect`` ($connect), ``ws_message`` ($default) and
 ``ws_broadcast`` (the deltas table's stream), with the tables on the moto server, the management API played by
 ``tests/management_api.py`` (moto does not serve it) and the stream read from moto as Lambda's poller reads it.
 
@@ -24,12 +24,11 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.parser.models import (
     APIGatewayWebSocketConnectEventModel,
-    APIGatewayWebSocketDisconnectEventModel,
     APIGatewayWebSocketMessageEventModel,
     DynamoDBStreamModel,
 )
 
-from functions import ws_broadcast, ws_connect, ws_disconnect, ws_message
+from functions import ws_broadcast, ws_connect, ws_message
 from lakesync.auth import mint_token
 from lakesync.aws.config_store import DynamoDBConfigStore
 from lakesync.aws.log_stream import decode_stream_records
@@ -211,7 +210,6 @@ def session_of(connection_id: str) -> Connection | None:
     ("name", "model"),
     [
         ("ws_connect", APIGatewayWebSocketConnectEventModel),
-        ("ws_disconnect", APIGatewayWebSocketDisconnectEventModel),
         ("ws_message", APIGatewayWebSocketMessageEventModel),
         ("ws_broadcast_stream", DynamoDBStreamModel),
     ],
@@ -271,14 +269,6 @@ def test_the_originals_path_names_the_gateway_when_the_event_carries_it(env: Env
     assert invoke(ws_connect, event) == {"statusCode": 200}
     session = session_of(event["requestContext"]["connectionId"])
     assert session is not None and session.gateway == "other" and session.encoding is Encoding.BINARY
-
-
-def test_disconnect_forgets_the_session(env: Env) -> None:
-    connection_id = connect(env, "alice")
-    event = sample("ws_disconnect")
-    event["requestContext"]["connectionId"] = connection_id
-    assert invoke(ws_disconnect, event) == {"statusCode": 200}
-    assert session_of(connection_id) is None
 
 
 # -- $default ------------------------------------------------------------------------------------------------------

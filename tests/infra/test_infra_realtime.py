@@ -16,7 +16,7 @@ from lakesync.aws.settings.api import Settings
 from lakesync.aws.settings.realtime import BroadcastSettings, RealtimeSettings
 from lakesync.aws.tables import CONNECTIONS_INDEX, TTL_ATTRIBUTE
 
-WS_FUNCTIONS = ("ws_connect", "ws_disconnect", "ws_message", "ws_broadcast")
+WS_FUNCTIONS = ("ws_connect", "ws_message", "ws_broadcast")
 
 
 def _lid(synth: Any, construct: Any) -> str:
@@ -92,8 +92,9 @@ def test_websocket_routes_reach_their_functions_and_default_answers(cfn, rt):
     routes = {
         r["RouteKey"]: r for r in cfn.of_type("AWS::ApiGatewayV2::Route").values() if r["ApiId"] == {"Ref": rt["api"]}
     }
-    # Then they are $connect, $disconnect and $default, each a Lambda proxy integration of its function
-    expected = {"$connect": "ws_connect", "$disconnect": "ws_disconnect", "$default": "ws_message"}
+    # Then they are $connect and $default, each a Lambda proxy integration of its function (no $disconnect: a closed
+    # session's item goes by TTL or by the broadcast that finds it gone, with no function or write per socket)
+    expected = {"$connect": "ws_connect", "$default": "ws_message"}
     assert set(routes) == set(expected)
     functions = cfn.functions()
     for key, name in expected.items():
@@ -209,7 +210,6 @@ def test_each_websocket_function_gets_exactly_its_session_calls(cfn, rt):
     table = f"<{rt['table']}.Arn>"
     expected = {
         "ws_connect": {"dynamodb:PutItem"},
-        "ws_disconnect": {"dynamodb:DeleteItem"},
         "ws_message": {"dynamodb:GetItem", "dynamodb:DeleteItem"},
         "ws_broadcast": {"dynamodb:DeleteItem"},
     }

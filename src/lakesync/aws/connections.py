@@ -2,9 +2,9 @@
 
 One item per session in the connections table (:func:`lakesync.aws.tables.connections_table_spec`): ``id`` = API
 Gateway's ``connectionId``, ``gw``, ``cid`` (the token's ``sub``), ``cl`` (the custom claims as JSON), ``enc``, ``at``
-(connected at) and ``exp`` (epoch seconds the session ends: the table's TTL attribute, so sessions whose
-``$disconnect`` never ran are deleted eventually -- DynamoDB's TTL is lazy, so a broadcast still closes an expired
-session it finds).
+(connected at) and ``exp`` (epoch seconds the session ends: the table's TTL attribute). The WebSocket API has no
+``$disconnect`` route, so a closed session's item is deleted by TTL -- which is lazy, so a broadcast closes and deletes
+an expired session it finds -- or by the broadcast that finds it gone.
 
 A broadcast lists its gateway's sessions from the ``by_gateway`` index, which projects every attribute: one paged
 ``Query`` per broadcast, no read per session. The index is eventually consistent, so a session opened a moment ago

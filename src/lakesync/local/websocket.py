@@ -83,7 +83,9 @@ CLOSE_GOING_AWAY: Final = 1001
 
 
 class SessionBackend(Protocol):
-    """What the hub asks of the gateway: open a session, serve a message, forget a session."""
+    """What the hub asks of the gateway: open a session, serve a message. Nothing is asked when a session ends: as
+    on AWS, where the WebSocket API has no ``$disconnect`` route, its record is forgotten when it expires or when a
+    broadcast finds it gone."""
 
     def open(self, gateway: str | None, headers: Mapping[str, str], query: Mapping[str, str], sid: str) -> Connection:
         """Authenticate an upgrade and record its session.
@@ -99,10 +101,6 @@ class SessionBackend(Protocol):
         Raises:
             SessionClose: the session must close.
         """
-        ...
-
-    def closed(self, connection: Connection) -> None:
-        """The session ended."""
         ...
 
 
@@ -127,9 +125,6 @@ class GatewaySessions:
 
     def message(self, connection: Connection, data: bytes | str) -> bytes | str:
         return realtime.serve_message(self._deps(), connection, data)
-
-    def closed(self, connection: Connection) -> None:
-        self._connections().remove_connection(connection.connection_id)
 
 
 def is_socket_path(path: str) -> bool:
@@ -232,7 +227,6 @@ class SocketHub:
         finally:
             with self._lock:
                 self._sessions.pop(sid, None)
-            self.backend.closed(session.connection)
             with contextlib.suppress(Exception):
                 session.socket.close()
             request.close_connection = True
@@ -275,7 +269,6 @@ class SocketHub:
         protocol.send_response(response)
         if protocol.state is not State.OPEN:
             request.connection.sendall(b"".join(protocol.data_to_send()))
-            self.backend.closed(connection)
             return None
         handshake = b"".join(protocol.data_to_send())
         sock = request.connection

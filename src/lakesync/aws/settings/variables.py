@@ -161,7 +161,6 @@ FUNCTION_ENV_VARS: Final[Mapping[str, frozenset[str]]] = {
     ),
     # $connect authenticates (the API settings: gateways, secret) and records the session.
     "ws_connect": API_ENV_VARS | {CONNECTIONS_TABLE},
-    "ws_disconnect": frozenset({TABLE_PREFIX, CONNECTIONS_TABLE}),
     # $default serves frames with the gateway services and closes sessions through the management API.
     "ws_message": API_ENV_VARS | {CONNECTIONS_TABLE, WS_CALLBACK_URL},
     # the broadcaster: sync rules (config table), the sessions, the management API; the membership tables (the
