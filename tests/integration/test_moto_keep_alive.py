@@ -8,6 +8,8 @@ import json
 import uuid
 from urllib.parse import urlsplit
 
+import pytest
+
 from lakesync.local.access import LocalCredentials, sign
 from tests.conftest import FAKE_AWS
 
@@ -60,4 +62,21 @@ def test_bodies_heads_and_errors_are_framed_on_a_kept_connection(moto_endpoint: 
     refused.read()
     again = _request(conn, moto_endpoint, "GET", f"/{bucket}/a%20b.bin")
     assert again.status == 200 and again.read() == data
+    conn.close()
+
+
+def test_a_stopped_server_ends_its_kept_connections() -> None:
+    from lakesync.local.moto import MotoServer
+
+    server = MotoServer(credentials=CREDENTIALS).start()
+    endpoint = server.endpoint_url
+    conn = http.client.HTTPConnection(urlsplit(endpoint).netloc, timeout=10)
+    target = {"x-amz-target": "DynamoDB_20120810.ListTables", "content-type": "application/x-amz-json-1.0"}
+    first = _request(conn, endpoint, "POST", "/", b"{}", **target)
+    assert first.status == 200
+    first.read()
+    server.stop()
+    # the connection kept open is ended with the server: no answer comes from a stopped server
+    with pytest.raises((http.client.HTTPException, OSError)):
+        _request(conn, endpoint, "POST", "/", b"{}", **target).read()
     conn.close()

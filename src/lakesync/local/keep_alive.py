@@ -8,14 +8,18 @@ call of a client opens a TCP connection, and the server a thread: a third of the
 :func:`keep_alive_handler` keeps moto's handler (its WSGI environ, with the S3 metadata headers it preserves) and
 replaces only how a response is written: whole, with its ``Content-Length``, the connection left open unless the
 client or an error closes it. That is safe only behind an application that reads every request body before it
-answers, as :class:`lakesync.local.moto._Isolation` does.
+answers, as :class:`lakesync.local.moto._Isolation` does. A stopped server must also end its kept connections
+(:meth:`close_all`): its handler threads would otherwise go on serving them after ``shutdown``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
 
@@ -24,11 +28,36 @@ _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 
 
 def keep_alive_handler() -> type[Any]:
-    """Moto's ``MotoRequestHandler`` writing whole responses on kept-alive connections (see the module docstring)."""
+    """Moto's ``MotoRequestHandler`` writing whole responses on kept-alive connections (see the module docstring): a
+    new class per server, whose ``close_all()`` ends the connections it holds open."""
     from moto.moto_server.werkzeug_app import MotoRequestHandler
 
     class KeepAlive(MotoRequestHandler):
         protocol_version = "HTTP/1.1"
+        held: ClassVar[set[socket.socket]] = set()
+        held_lock: ClassVar[threading.Lock] = threading.Lock()
+
+        def setup(self) -> None:
+            super().setup()
+            # A response goes out in two writes (head, body): with Nagle's algorithm the body would wait for the
+            # client's delayed ACK of the head (40 ms or more) on every kept connection.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.held_lock:
+                self.held.add(self.connection)
+
+        def finish(self) -> None:
+            with self.held_lock:
+                self.held.discard(self.connection)
+            super().finish()
+
+        @classmethod
+        def close_all(cls) -> None:
+            """End every connection the server still holds (after ``shutdown``: the server accepts no more)."""
+            with cls.held_lock:
+                held = list(cls.held)
+            for connection in held:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
 
         def run_wsgi(self) -> None:
             if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":

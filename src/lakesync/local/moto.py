@@ -131,6 +131,7 @@ class MotoServer:
         self.credentials = credentials or LocalCredentials.generate()
         self._requested_port = port
         self._server: BaseWSGIServer | None = None
+        self._handler: Any = None
         self._thread: threading.Thread | None = None
         self._port: int | None = None
         self._app: _Isolation | None = None
@@ -176,7 +177,8 @@ class MotoServer:
         from werkzeug.serving import make_server
 
         app = _Isolation(DomainDispatcherApplication(create_backend_app), self.credentials)
-        server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=keep_alive_handler())
+        self._handler = keep_alive_handler()
+        server = make_server(self.host, self._requested_port, app, threaded=True, request_handler=self._handler)
         thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
         thread.start()
         self._server = server
@@ -192,6 +194,7 @@ class MotoServer:
         if server is not None:
             server.shutdown()
             server.server_close()
+            self._handler.close_all()  # kept connections would go on being served by their threads
             if self._thread is not None:
                 self._thread.join(10)
                 self._thread = None
