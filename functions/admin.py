@@ -27,7 +27,8 @@ def _document() -> object:
 def _serve(operation: AdminOperation) -> None:
     def handle(gw: str, name: str = "") -> Response:
         claims = http.authorize(app, gw, admin=True)  # 401/403 before the body is read
-        request = AdminRequest(get_deps(), gw, claims.client_id, name, _document)
+        query = app.current_event.query_string_parameters or {}
+        request = AdminRequest(get_deps(), gw, claims.client_id, name, _document, query)
         return http.json_response(operation.run(request))
 
     handle.__doc__ = operation.summary

@@ -150,11 +150,13 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
     # admin: sync rules and schemas read/written, flush requests, metrics from heads (each head read with a Query of
     # the log past it) and the shard registry, materialisation destinations and connectors added
     # (conditional Put) and removed (DeleteItem); an unregistered connector's position deleted (its head read by
-    # GetItem, a large position's chunks by BatchGetItem).
+    # GetItem, a large position's chunks by BatchGetItem). Explain reads a row's index entry (rows BatchGetItem), its
+    # shard's head and log, and the client's subscriptions and `since` session (dedup GetItem).
     "admin": FunctionAccess(
         tables={
             "heads": ("dynamodb:BatchGetItem",),
             "deltas": ("dynamodb:Query",),
+            "rows": ("dynamodb:BatchGetItem",),
             "config": (
                 "dynamodb:Query",
                 "dynamodb:GetItem",
@@ -162,6 +164,7 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
                 "dynamodb:PutItem",
                 "dynamodb:DeleteItem",
             ),
+            "dedup": ("dynamodb:GetItem",),
         }
     ),
     # checkpoint: sync rules (to filter) and the checkpoint objects.

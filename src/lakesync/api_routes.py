@@ -73,6 +73,7 @@ ROUTES = (
     Route("GET", "/v1/admin/schema/{gw}", FUNCTIONS["admin"]),
     Route("POST", "/v1/admin/flush/{gw}", FUNCTIONS["admin"]),
     Route("GET", "/v1/admin/metrics/{gw}", FUNCTIONS["admin"]),
+    Route("GET", "/v1/admin/explain/{gw}", FUNCTIONS["admin"]),
     Route("GET", "/v1/admin/materialise/{gw}", FUNCTIONS["admin"]),
     Route("POST", "/v1/admin/materialise/{gw}", FUNCTIONS["admin"]),
     Route("DELETE", "/v1/admin/materialise/{gw}/{name}", FUNCTIONS["admin"]),

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from lakesync.core.filters import MembershipSource
     from lakesync.core.log import Commit, CommitBasis, LogEntry, PullBasis, ShardHead, ShardId, StoredRow
     from lakesync.core.realtime import Connection
+    from lakesync.core.row_history import LakeRow
     from lakesync.core.rules import SyncRules
     from lakesync.core.schema import TableSchema
     from lakesync.core.scope import Scope
@@ -480,6 +481,15 @@ class MembershipReader(Protocol):
     def source(self, gateway: str) -> MembershipSource:
         """A membership source over ``gateway``'s live rows, current at the call (one pull, push or broadcast uses
         one)."""
+        ...
+
+
+class LakeRowReader(Protocol):
+    """The lake's history of one row (``lakesync explain``): Spark SQL locally (:mod:`lakesync.spark.explain`),
+    Athena on AWS (:mod:`lakesync.aws.athena_explain`)."""
+
+    def read_row(self, gateway: str, table: str, row_id: str) -> LakeRow:
+        """The row's deltas in the delta log (each with when it was flushed) and its state-table row."""
         ...
 
 

@@ -582,6 +582,7 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
                 "admin_schema_get",
                 "admin_flush",
                 "admin_metrics",
+                "admin_explain",
                 *_MATERIALISE_ADMIN,
                 "admin_connectors_get",
                 "connector_types",

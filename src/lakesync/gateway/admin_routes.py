@@ -7,10 +7,10 @@ Sync rules, table schemas, flush requests and buffer metrics are :mod:`lakesync.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
-from lakesync.gateway import admin, connectors
+from lakesync.gateway import admin, connectors, explain
 from lakesync.gateway.deps import GatewayDeps
 
 __all__ = ["OPERATIONS", "AdminOperation", "AdminRequest"]
@@ -27,6 +27,7 @@ class AdminRequest:
         name: The ``{name}`` of the path, for routes that have one.
         document: Reads the request's JSON document (400 when it is not JSON, 413 over the size limit); only routes
             that take a body call it, after the caller was authenticated.
+        query: The query string's parameters.
     """
 
     deps: GatewayDeps
@@ -34,6 +35,7 @@ class AdminRequest:
     caller: str
     name: str
     document: Callable[[], object]
+    query: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,12 @@ OPERATIONS: tuple[AdminOperation, ...] = (
         "/v1/admin/metrics/{gw}",
         lambda r: admin.metrics(r.deps, r.gateway),
         "Buffer figures, in total and per table.",
+    ),
+    AdminOperation(
+        "GET",
+        "/v1/admin/explain/{gw}",
+        lambda r: explain.explain_request(r.deps, r.gateway, r.query),
+        "Why a client has (or has not) a row, from the live buffer; 200 the explanation, 400 a bad parameter.",
     ),
     AdminOperation(
         "GET",

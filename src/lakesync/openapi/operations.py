@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from lakesync.openapi.explain import EXPLAIN_OPERATIONS
 from lakesync.openapi.model import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_STREAM,
@@ -521,4 +522,5 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         responses={"200": json_response({"type": "array", "items": {"type": "object"}}, "The types.")},
     ),
     **SUBSCRIPTION_OPERATIONS,
+    **EXPLAIN_OPERATIONS,
 }
