@@ -244,6 +244,47 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if converged else 1
 
 
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from lakesync.core.errors import LakeSyncError
+    from lakesync.local.restore import restore_local
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        reports = restore_local(Path(args.data_dir), args.gw, replace=args.replace, progress=progress)
+    except FileNotFoundError as exc:
+        print(f"cannot restore: {exc} (start `lakesync local --data-dir {args.data_dir}` first)", file=sys.stderr)
+        return 2
+    except LakeSyncError as exc:
+        hint = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
+        print(f"cannot restore: {exc.message}{hint}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([r.to_json() for r in reports]))
+    else:
+        for report in reports:
+            print("\n".join(report.lines()))
+        print("restart `lakesync local` so that no process keeps what it cached of the old buffer")
+    return 0
+
+
+def _add_restore_parser(sub: Any) -> None:
+    restore = sub.add_parser(
+        "restore", help="rebuild gateways' buffers from the lake (the `lakesync local` on --data-dir must be running)"
+    )
+    restore.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    restore.add_argument("--gw", action="append", required=True, metavar="GATEWAY", help="gateway (repeatable)")
+    restore.add_argument(
+        "--replace",
+        action="store_true",
+        help="read the current buffer (what was never flushed, the configuration), then delete every item of its"
+        " tables; refused while they hold a gateway not named",
+    )
+    restore.add_argument("--json", action="store_true", help="the report as JSON")
+    restore.set_defaults(func=_cmd_restore)
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     import json
 
@@ -361,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         " 2 h sessions) instead of the original's, so what works locally works on AWS",
     )
     local.set_defaults(func=_cmd_local)
+
+    _add_restore_parser(sub)
 
     token = sub.add_parser("token", help="mint a JWT for the local gateway")
     token.add_argument("--sub", required=True, help="client id")
