@@ -2,11 +2,17 @@
 
 Each job's schedule invokes this function with ``{"job": "flush" | "compact" | "checkpoint"}``. The settings
 (:class:`~lakesync.aws.settings.lake.LakeTickSettings`) are read and the clients made on the first invocation.
-Each tick writes one log line (the decision, its reasons, the run). While the checkpoints lag flushed data, the
-checkpoint tick also writes the one custom metric, ``LakeSync/CheckpointAgeSeconds`` (dimension
-``service=lake_tick``; :attr:`TickReport.checkpoint_age_s`), which the ``CheckpointAge`` alarm watches (no data reads
-as OK). CloudWatch bills a custom metric for every hour it is written, so nothing else is written and an idle
-deployment writes nothing (the job runs themselves are in Glue's history).
+Each tick writes one log line (the decision, its reasons, the run). Custom metrics (namespace ``LakeSync``, dimension
+``service=lake_tick``), each only while it has something to say, as CloudWatch bills a custom metric for every hour it
+is written and no data reads as OK to the alarms:
+
+* ``CheckpointAgeSeconds``, by the checkpoint tick while the checkpoints lag flushed data
+  (:attr:`TickReport.checkpoint_age_s`), which the ``CheckpointAge`` alarm watches;
+* ``FlushLagSeconds`` (the age of the oldest commit not yet in the lake) and ``UnflushedDeltas`` (how many wait), by
+  the flush tick while anything is unflushed (:attr:`TickReport.flush_lag`, over the configured gateways): the data a
+  restore from the lake would lose, which the ``FlushLag`` alarm watches.
+
+An idle deployment writes none of them (the job runs themselves are in Glue's history).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from lakesync.core.lake_work import JOB_KINDS, JobKind
 
 CHECKPOINT_AGE_METRIC = "CheckpointAgeSeconds"
 """The checkpoint tick's metric (the monitoring construct's ``CHECKPOINT_AGE`` alarm)."""
+FLUSH_LAG_METRIC = "FlushLagSeconds"
+"""The flush tick's metric of the oldest unflushed commit's age (the monitoring construct's ``FLUSH_LAG`` alarm)."""
+UNFLUSHED_DELTAS_METRIC = "UnflushedDeltas"
+"""The flush tick's metric of the deltas committed and not yet flushed."""
 
 if TYPE_CHECKING:
     from lakesync.aws.lake_tick import LakeTick
@@ -61,14 +71,20 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     report = get_tick().tick(job)
     out = report.report()
     if report.checkpoint_age_s:
-        with single_metric(
-            name=CHECKPOINT_AGE_METRIC,
-            unit=MetricUnit.Seconds,
-            value=report.checkpoint_age_s,
-            namespace=NAMESPACE,
-            default_dimensions={"service": "lake_tick"},
-        ):
-            pass
+        _metric(CHECKPOINT_AGE_METRIC, MetricUnit.Seconds, report.checkpoint_age_s)
+    lag = report.flush_lag
+    if lag is not None and lag.shards:
+        if lag.age_s is not None:
+            _metric(FLUSH_LAG_METRIC, MetricUnit.Seconds, lag.age_s)
+        _metric(UNFLUSHED_DELTAS_METRIC, MetricUnit.Count, lag.deltas)
     log = logger.warning if report.outcome == "deferred" or report.work.stale else logger.info
     log(f"Lake tick {job}: {report.outcome}", extra=out)
     return out
+
+
+def _metric(name: str, unit: MetricUnit, value: float) -> None:
+    """Write one metric of the tick (an EMF line)."""
+    with single_metric(
+        name=name, unit=unit, value=value, namespace=NAMESPACE, default_dimensions={"service": "lake_tick"}
+    ):
+        pass

@@ -86,6 +86,15 @@ CONNECTOR_FUNCTIONS: Final = (CONNECTOR_POLL, "pull", "actions")
 """The functions that open connectors (the poller, ``source=`` pulls, action handlers): ``materialiseVpc`` may place
 them in its VPC too (``connectorFunctions``), so they reach private databases."""
 _MAX_RESERVED = 10_000
+DEFAULT_FLUSH_LAG_ALARM_MINUTES: Final = 60
+"""The ``FlushLag`` alarm's least default threshold: an hour, four ticks of the default flush interval."""
+FLUSH_LAG_ALARM_INTERVALS: Final = 4
+"""By default the ``FlushLag`` alarm fires beyond this many flush intervals (when longer than
+:data:`DEFAULT_FLUSH_LAG_ALARM_MINUTES`): a commit waits up to one interval for its tick in normal operation, plus its
+run; a busy or deferred tick adds one more."""
+MAX_FLUSH_LAG_ALARM_MINUTES: Final = 7 * 24 * 60
+"""Half the buffer's 14-day log TTL (:data:`lakesync.core.log.LOG_TTL_S`): unflushed entries older than the TTL are
+gone, so the alarm must leave a week to act."""
 _MAX_SUBNETS = 16  # Lambda's limits on a function's VPC configuration
 _MAX_SECURITY_GROUPS = 5
 
@@ -185,6 +194,11 @@ class LakeSyncConfig:
         sub_shards: Hash sub-shards per hot table (``LAKESYNC_SUB_SHARDS``).
         flush_interval_minutes: How often the lake tick looks for flush work (the flush job starts only when there is
             some; pushes over the threshold and ``POST /v1/admin/flush`` start it sooner).
+        flush_lag_alarm_minutes: The ``FlushLag`` alarm's threshold: it fires when the oldest commit not yet in the
+            lake (what a restore from the lake would lose) is older than this. ``None`` (default): the longer of
+            :data:`DEFAULT_FLUSH_LAG_ALARM_MINUTES` and :data:`FLUSH_LAG_ALARM_INTERVALS` flush intervals
+            (:attr:`flush_lag_limit_minutes`). A value must exceed ``flush_interval_minutes`` (the lag reaches it
+            between two ticks in normal operation) and be at most :data:`MAX_FLUSH_LAG_ALARM_MINUTES`.
         compact_schedule: EventBridge Scheduler expression of the lake tick for the compaction job.
         compact_min_flush_runs: Flush runs since the last compaction that make the next one due (1..25): each run
             writes a small file per partition it touches, and a compaction of a few of them would bill a Glue
@@ -283,6 +297,7 @@ class LakeSyncConfig:
     gateway_ids: tuple[str, ...] = ("default",)
     sub_shards: Mapping[str, int] = field(default_factory=dict, hash=False)
     flush_interval_minutes: int = 15
+    flush_lag_alarm_minutes: int | None = None
     compact_schedule: str = "rate(1 hour)"
     compact_min_flush_runs: int = 16
     compact_max_wait_minutes: int = 360
@@ -346,6 +361,13 @@ class LakeSyncConfig:
         return FLUSH_ENGINE_KINDS if self.flush_engine == "auto" else (self.flush_engine,)
 
     @property
+    def flush_lag_limit_minutes(self) -> int:
+        """The ``FlushLag`` alarm's threshold in minutes: ``flush_lag_alarm_minutes``, or its default."""
+        if self.flush_lag_alarm_minutes is not None:
+            return self.flush_lag_alarm_minutes
+        return max(DEFAULT_FLUSH_LAG_ALARM_MINUTES, FLUSH_LAG_ALARM_INTERVALS * self.flush_interval_minutes)
+
+    @property
     def connector_poll_reserved(self) -> int | None:
         """The connector poller's reserved concurrency (``connector_poll_concurrency`` with ``auto`` resolved)."""
         if self.connector_poll_concurrency != "auto":
@@ -407,6 +429,7 @@ class LakeSyncConfig:
 # name -> (minimum, maximum, optional)
 _INT_RANGES: Final[Mapping[str, tuple[int, int, bool]]] = {
     "flush_interval_minutes": (1, 24 * 60, False),
+    "flush_lag_alarm_minutes": (2, MAX_FLUSH_LAG_ALARM_MINUTES, True),
     "compact_min_flush_runs": (1, 25, False),  # the flush function's run records keep 30, which the tick counts
     "compact_max_wait_minutes": (0, 7 * 24 * 60, False),
     "flush_threshold_bytes": (1, 2**40, True),
@@ -644,6 +667,17 @@ def _check_schedules(config: LakeSyncConfig) -> list[str]:
     return out
 
 
+def _check_flush_lag_alarm(config: LakeSyncConfig) -> list[str]:
+    """The flush lag alarm's threshold against the flush interval (its range is checked with the integers)."""
+    limit, interval = config.flush_lag_alarm_minutes, config.flush_interval_minutes
+    if limit is None or not _is_int(limit) or not _is_int(interval) or limit > interval:
+        return []
+    return [
+        f"flushLagAlarmMinutes ({limit}) must exceed flushIntervalMinutes ({interval}): the oldest unflushed commit "
+        "reaches the flush interval between two ticks in normal operation, so the alarm would fire every interval"
+    ]
+
+
 def _check_concurrency(config: LakeSyncConfig) -> list[str]:
     """The connector poll's concurrency and the functions' reserved concurrency, within the account's."""
     poll = config.connector_poll_concurrency
@@ -746,6 +780,7 @@ _CHECKS: Final[tuple[Callable[[LakeSyncConfig], list[str]], ...]] = (
     lambda config: _check_sub_shards(config.sub_shards),
     _check_ints,
     _check_schedules,
+    _check_flush_lag_alarm,
     _check_concurrency,
     _check_api,
     _check_logging,

@@ -24,6 +24,13 @@ month, so each watches something no other alarm sees:
   hot shard's log grow toward the deltas table's 10 GB item-collection limit (its local secondary index), where
   pushes to it fail; this alarm says so long before. The lake tick's checkpoint ticks are to emit it (0 when every
   shard is covered, so an idle deployment never alarms); until they do, the alarm has no data and stays OK;
+* data at risk: metric :data:`FLUSH_LAG` (namespace ``LakeSync``, dimension ``service=lake_tick``), the age of the
+  oldest commit not yet in the lake, its maximum over :func:`flush_lag_period` above ``flushLagAlarmMinutes``
+  (``LakeSyncConfig.flush_lag_limit_minutes``). A restore from the lake loses what was committed and not flushed, so
+  this bounds what it could lose; the flush tick writes it while anything is unflushed (no data: nothing waits, OK),
+  with ``UnflushedDeltas``, how many wait. The flush runs' own failures are reported (the Glue rule,
+  ``FlushErrors``), but not a flush that cannot keep up, nor one the tick never starts. Neither metric is on the
+  dashboard, whose 50 metrics are spent; the alarm's state is;
 * a shard near its partition's ceiling: each table keyed by the shard
   (:meth:`lakesync_infra.buffer.Buffer.shard_tables`: ``deltas``, ``heads``) serves a shard from one partition, at
   most 1,000 write and 3,000 read units a second, beyond which the shard's requests are throttled whatever the
@@ -79,6 +86,8 @@ CHECKPOINT_AGE = "CheckpointAgeSeconds"
 CHECKPOINT_AGE_LIMIT = cdk.Duration.hours(24)
 """Beyond the longest default checkpoint schedule (1 day in dev) by the time a few failed runs take to notice; the
 buffer's log items expire 14 days after their commit, so a day leaves time to act."""
+FLUSH_LAG = "FlushLagSeconds"
+"""The lake tick's metric: the age of the oldest commit not yet flushed, over the gateways (no data: none waits)."""
 BROADCASTER = "ws_broadcast"
 BROADCAST_AGE_LIMIT = cdk.Duration.minutes(1)
 AUTHORIZER = "authorizer"
@@ -105,6 +114,12 @@ SHARD_PERIOD = cdk.Duration.minutes(1)
 """DynamoDB publishes consumed capacity per minute; the ceiling is per second, so the shortest period."""
 DASHBOARD_METRICS = 50
 """The most metrics a free dashboard may show (CloudWatch's free tier: 3 dashboards of up to 50 metrics)."""
+
+
+def flush_lag_period(config: LakeSyncConfig) -> cdk.Duration:
+    """The ``FlushLag`` alarm's period: two flush intervals, so that each holds a value of the flush tick's (written
+    once an interval), at most a day (CloudWatch's limit)."""
+    return cdk.Duration.minutes(min(2 * config.flush_interval_minutes, 24 * 60))
 
 
 class Monitoring(Construct):
@@ -262,6 +277,23 @@ class Monitoring(Construct):
             "checkpoint job fails or does not run (see its Glue runs and the lake tick's log). The buffer is not "
             "released meanwhile, and a hot shard's log grows toward the deltas table's 10 GB item-collection limit",
             threshold=CHECKPOINT_AGE_LIMIT.to_seconds(),
+        )
+        flush_lag = cloudwatch.Metric(
+            namespace=METRIC_NAMESPACE,
+            metric_name=FLUSH_LAG,
+            dimensions_map={"service": "lake_tick"},
+            statistic="Maximum",
+            period=flush_lag_period(config),
+            unit=cloudwatch.Unit.SECONDS,
+        )
+        lag_limit = cdk.Duration.minutes(config.flush_lag_limit_minutes)
+        alarm(
+            "FlushLag",
+            flush_lag,
+            f"A commit has waited more than {lag_limit.to_human_string()} for the flush: a restore from the lake "
+            "would lose it and every later one (GET /v1/admin/metrics/{gw}, flushLag, says how much). The flush "
+            "fails, is not started or cannot keep up: see the lake tick's log and the flush runs",
+            threshold=lag_limit.to_seconds(),
         )
         queue_age = materialise_queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum")
         alarm(

@@ -16,10 +16,15 @@ DEFAULT_DATA_DIR = Path(".lakesync")
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
+    from lakesync.aws.buffer.store import DynamoDBBufferStore
+    from lakesync.aws.tables import TableNames
+    from lakesync.core.hlc import system_clock
+    from lakesync.gateway.flush_lag import FlushLagWatch
     from lakesync.local.runner import (
         AWS_CONFIG_FILE,
         AWS_PROFILE,
         SECRET_FILE,
+        TABLE_PREFIX,
         LocalKeyError,
         LocalStack,
         exposure_warning,
@@ -77,9 +82,26 @@ def _cmd_local(args: argparse.Namespace) -> int:
                 flush=True,
             )
         scheduler = _lake_scheduler(stack, data_dir, args.lake_interval)
+        # What a restore from the lake would lose, said as it changes: the admin metrics' flushLag, one code path.
+        at_risk = FlushLagWatch(
+            DynamoDBBufferStore(stack.dynamodb_client(), TableNames.with_prefix(TABLE_PREFIX)),
+            stack.gateway_ids,
+            system_clock,
+        )
+
+        def say_at_risk() -> None:
+            try:
+                lines = at_risk.lines()
+            except Exception:  # the local AWS may be stopping: the next look reads again
+                logging.getLogger(__name__).debug("could not read the flush lag", exc_info=True)
+                return
+            for line in lines:
+                print(line, flush=True)
+
+        say_at_risk()
         print("Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):
-            pass
+            say_at_risk()
         # Further signals while stopping are noted, not fatal: the final snapshot is written either way.
         print(f"stopping ({received[0]})", flush=True)
         if scheduler is not None:

@@ -40,6 +40,7 @@ from lakesync.core.log import ShardHead
 from lakesync.core.merge import fold
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
 from lakesync.local.front import LambdaContext
+from tests.factories import T0
 from tests.moto_api import moto_state_manager
 
 EVENTS = Path(__file__).resolve().parent.parent.parent / "events"
@@ -207,16 +208,25 @@ def test_lake_tick_idle_deployment_starts_no_glue_run(lake, glue, capsys):
 
 def test_lake_tick_starts_the_flush_for_unflushed_deltas_and_not_twice(lake, glue, capsys):
     # Given a delta committed (at a pinned, earlier time) and not flushed
-    lake.api.fix_clock()
+    lake.api.fix_clock(T0)
     lake.push()
     capsys.readouterr()  # the push's own metrics
     # When the flush schedule ticks
+    before_ms = _now_ms()
     first = lake.invoke("flush")
-    # Then the flush job was started, for the unflushed shard (logged, no custom metric: billed by the hour)
+    # Then the flush job was started, for the unflushed shard
     assert (first["outcome"], first["reasons"]) == ("started", {"unflushed": 1})
     (run,) = _runs(glue, lake, "flush")
     assert first["run_id"] == run["Id"]
-    assert '"_aws"' not in capsys.readouterr().out
+    # And the only custom metrics are the flush lag's (billed by the hour, so only while something waits): the one
+    # delta, committed at the pinned time, as the log line says
+    metrics = _emf_metrics(capsys.readouterr().out)
+    assert set(metrics) == {"FlushLagSeconds", "UnflushedDeltas"}
+    assert metrics["UnflushedDeltas"] == [(1, {"service": "lake_tick"})]
+    ((age, dims),) = metrics["FlushLagSeconds"]
+    assert dims == {"service": "lake_tick"} and age == first["flush_lag"]["oldest_commit_age_s"]
+    assert (before_ms - T0) // 1000 <= age <= (_now_ms() - T0) // 1000
+    assert (first["flush_lag"]["unflushed_deltas"], first["flush_lag"]["shards"]) == (1, 1)
     # And the next tick, while that run (begun after the commit) is unfinished, starts nothing
     second = lake.invoke("flush")
     assert (second["outcome"], second["run_id"]) == ("covered", run["Id"])
@@ -407,18 +417,24 @@ def test_lake_tick_without_its_settings_fails_before_any_call(lake, monkeypatch,
         lake.invoke("flush")
 
 
-def _checkpoint_age_metrics(out: str) -> list[tuple[float, dict[str, Any]]]:
-    """The ``CheckpointAgeSeconds`` EMF records in ``out``: (value, dimensions)."""
-    found = []
+def _emf_metrics(out: str) -> dict[str, list[tuple[float, dict[str, Any]]]]:
+    """The EMF records in ``out`` by metric name: (value, dimensions) each."""
+    found: dict[str, list[tuple[float, dict[str, Any]]]] = {}
     for line in out.splitlines():
-        if '"CheckpointAgeSeconds"' not in line:
+        if '"_aws"' not in line:
             continue
         record = json.loads(line)
         (directive,) = record["_aws"]["CloudWatchMetrics"]
         assert directive["Namespace"] == "LakeSync" and directive["Dimensions"] == [["service"]]
-        (value,) = record["CheckpointAgeSeconds"]
-        found.append((value, {"service": record["service"]}))
+        for metric in directive["Metrics"]:
+            (value,) = record[metric["Name"]]
+            found.setdefault(metric["Name"], []).append((value, {"service": record["service"]}))
     return found
+
+
+def _checkpoint_age_metrics(out: str) -> list[tuple[float, dict[str, Any]]]:
+    """The ``CheckpointAgeSeconds`` EMF records in ``out``: (value, dimensions)."""
+    return _emf_metrics(out).get("CheckpointAgeSeconds", [])
 
 
 def test_lake_tick_checkpoint_tick_reports_how_far_the_checkpoints_lag(lake, capsys):

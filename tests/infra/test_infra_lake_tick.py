@@ -192,6 +192,7 @@ EXPECTED_ALARMS = {
     "BroadcastIteratorAge",
     "ConnectorPollErrors",
     "CheckpointAge",
+    "FlushLag",
     "FlushErrors",
     "DeltasShardWrites",
     "DeltasShardReads",
@@ -259,9 +260,8 @@ def test_dashboard_fits_the_free_tier(cfn):
     assert {("Invocations", f"<{tick}>"), ("Errors", f"<{tick}>")} <= shown
 
 
-@pytest.mark.parametrize("dashboard", [False, True])
-def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
-    # Given the monitoring construct of an environment with or without a dashboard, over stand-in resources
+def monitoring_template(config: LakeSyncConfig) -> Template:
+    """The monitoring construct of ``config``'s environment alone, over stand-in resources."""
     stack = cdk.Stack(cdk.App())
     functions = {
         name: lambda_.Function(
@@ -275,7 +275,6 @@ def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
     }
     dlqs = ("MaterialiseDeadLetters", "FlushTriggerFailures", "BroadcastFailures")
     queues = {name: sqs.Queue(stack, name) for name in ("Queue", *dlqs)}
-    config = LakeSyncConfig.from_settings("dev", {"dashboard": dashboard})
     Monitoring(
         stack,
         "Monitoring",
@@ -294,7 +293,13 @@ def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
             for kind in ("deltas", "heads")
         },
     )
-    template = Template.from_stack(stack)
+    return Template.from_stack(stack)
+
+
+@pytest.mark.parametrize("dashboard", [False, True])
+def test_dashboard_is_created_only_when_the_environment_asks_for_it(dashboard):
+    # Given the monitoring construct of an environment with or without a dashboard, over stand-in resources
+    template = monitoring_template(LakeSyncConfig.from_settings("dev", {"dashboard": dashboard}))
     # Then the dashboard exists exactly when asked for, and the alarms are the same either way
     template.resource_count_is("AWS::CloudWatch::Dashboard", 1 if dashboard else 0)
     template.resource_count_is("AWS::CloudWatch::Alarm", len(EXPECTED_ALARMS))

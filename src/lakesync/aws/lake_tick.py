@@ -8,7 +8,9 @@ What one tick reads, all of it small:
   something, the entry its release step would mark (the flush store's ``release_target``: a ``Query`` or two on the
   commit index, one on the log) and, when that entry is beyond the release mark, when its checkpoint became visible
   (``HEAD latest.json``). Only when that finds work: the recent runs of the flush's engines (``GetJobRuns``, the
-  function's run records), to see whether an unfinished run serves it and whether a release is stale.
+  function's run records), to see whether an unfinished run serves it and whether a release is stale. And the flush
+  lag (:mod:`lakesync.core.flush_lag`, the data a restore from the lake would lose): for each shard with unflushed
+  entries, its oldest's commit HLC (one ``Query`` of the log; none while everything is flushed).
 * compact / checkpoint -- the heads and the checkpoints; only when a shard lags the checkpoints, the recent runs of
   the job and of the job before it (for compaction, enough flush runs for its policy to count).
 
@@ -24,7 +26,7 @@ three jobs in series (``lakesync local``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -33,6 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from lakesync.aws.checkpoints import ReleaseBounds, release_bounds
 from lakesync.aws.jobs import FlushEngines
 from lakesync.core.checkpoint import latest_key
+from lakesync.core.flush_lag import FlushLag, measure, oldest_unflushed
 from lakesync.core.hlc import system_clock
 from lakesync.core.lake_work import (
     DEFAULT_COMPACT_POLICY,
@@ -112,6 +115,10 @@ class LakeReader:
         """The entry the flush's release step would mark (``(seq, commit HLC)``), if any."""
         return self.store.release_target(ShardId.parse(shard), limit, cutoff_hlc)
 
+    def commit_hlc_at(self, shard: ShardId, seq: int) -> int | None:
+        """The commit HLC of the shard's entry ``seq`` (``None``: the log does not hold it)."""
+        return self.store.commit_hlc_at(shard, seq)
+
     def checkpoint_times(self, gateways: Iterable[str]) -> dict[str, int]:
         """When each gateway's latest checkpoint became visible (its ``latest.json``'s last modification, epoch ms);
         a gateway whose pointer cannot be read is left out."""
@@ -145,6 +152,8 @@ class TickReport:
             since the latest checkpoint of the gateway whose checkpoint is oldest among those with flushed entries it
             does not cover); 0 when none lags, so an idle deployment never reads as late, and a lagging gateway with
             no checkpoint yet counts 0 (its first run is pending).
+        flush_lag: For the flush job: the gateways' flush lag as the tick read it (what is committed and not yet in
+            the lake).
     """
 
     work: Work
@@ -154,6 +163,7 @@ class TickReport:
     checkpoint_age_s: int | None = None
     engine: str | None = None
     backlog: int | None = None
+    flush_lag: FlushLag | None = None
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready account (the handler's log line and return value)."""
@@ -164,6 +174,14 @@ class TickReport:
             out["backlog"] = self.backlog
         if self.checkpoint_age_s is not None:
             out["checkpoint_age_s"] = self.checkpoint_age_s
+        lag = self.flush_lag
+        if lag is not None and lag.shards:
+            out["flush_lag"] = {
+                "unflushed_deltas": lag.deltas,
+                "unflushed_bytes": lag.bytes,
+                "shards": len(lag.shards),
+                "oldest_commit_age_s": lag.age_s,
+            }
         return out
 
 
@@ -202,14 +220,18 @@ class LakeTick:
         Raises:
             StorageError: a read failed, or Glue refused for a reason waiting cannot fix.
         """
-        age: int | None = None
         if job == "flush":
-            work, runs = self._flush()
-        else:
-            heads, positions = self.reader.heads(), self.reader.bounds().positions
-            work, runs = self._downstream(job, heads, positions)
-            if job == "checkpoint":
-                age = self._checkpoint_age_s(heads, positions)
+            heads = self.reader.heads()
+            report = self._act(job, *self._flush(heads))
+            # Measured once the run is started: a read of the lag that fails never holds the flush back.
+            return replace(report, flush_lag=self.flush_lag(heads))
+        heads, positions = self.reader.heads(), self.reader.bounds().positions
+        work, runs = self._downstream(job, heads, positions)
+        age = self._checkpoint_age_s(heads, positions) if job == "checkpoint" else None
+        return self._act(job, work, runs, age)
+
+    def _act(self, job: JobKind, work: Work, runs: Sequence[JobRun], age: int | None = None) -> TickReport:
+        """Start ``job`` for ``work`` when due and not served by an unfinished run among ``runs``."""
         if not work.due:
             return TickReport(work, "idle", checkpoint_age_s=age)
         runner = self.runners[job]
@@ -227,10 +249,20 @@ class LakeTick:
             return TickReport(work, "deferred", reason=why, checkpoint_age_s=age, engine=engine, backlog=backlog)
         return TickReport(work, "started", run_id, checkpoint_age_s=age, engine=engine, backlog=backlog)
 
+    def flush_lag(self, heads: Mapping[str, ShardHead]) -> FlushLag:
+        """The flush lag of ``heads`` (the gateways' shards): one log read per shard with unflushed entries.
+
+        Raises:
+            StorageError: a read failed.
+        """
+        positions = oldest_unflushed(heads.values())
+        oldest = {shard: self.reader.commit_hlc_at(shard, seq) for shard, seq in positions.items()}
+        return measure(heads.values(), oldest, self.now_ms())
+
     def work(self, job: JobKind) -> tuple[Work, list[JobRun]]:
         """``job``'s work and the job's recent runs (read only when there is work)."""
         if job == "flush":
-            return self._flush()
+            return self._flush(self.reader.heads())
         return self._downstream(job, self.reader.heads(), self.reader.bounds().positions)
 
     def _downstream(
@@ -261,22 +293,21 @@ class LakeTick:
         Raises:
             StorageError: a read failed.
         """
-        if self._flush_decider()(()).due:
+        if self._flush_decider(self.reader.heads())(()).due:
             return True
         return bool(lagging_shards(self.reader.heads(), self.reader.bounds().positions))
 
-    def _flush(self) -> tuple[Work, list[JobRun]]:
-        decide = self._flush_decider()
+    def _flush(self, heads: Mapping[str, ShardHead]) -> tuple[Work, list[JobRun]]:
+        decide = self._flush_decider(heads)
         work = decide(())
         if not work.due:
             return work, []
         runs = self.runners["flush"].runs(enough=_successes(STALE_AFTER_RUNS))
         return decide(runs), runs
 
-    def _flush_decider(self) -> Callable[[Sequence[JobRun]], Work]:
-        """Read what the flush's work depends on; the decision given the flush job's runs."""
+    def _flush_decider(self, heads: Mapping[str, ShardHead]) -> Callable[[Sequence[JobRun]], Work]:
+        """Read what the flush's work depends on besides ``heads``; the decision given the flush job's runs."""
         now = self.now_ms()
-        heads = self.reader.heads()
         requests = self.reader.request_times(now)
         bounds = self.reader.bounds()
         candidates = release_candidates(

@@ -18,6 +18,7 @@ from lakesync.core.schema import TableSchema, check_schema_limits, evolve_schema
 from lakesync.core.write_policy import is_reserved_table
 from lakesync.gateway.basis_cache import forget_basis
 from lakesync.gateway.deps import GatewayDeps
+from lakesync.gateway.flush_lag import flush_lag_of
 
 
 def save_sync_rules(deps: GatewayDeps, gateway: str, document: object) -> dict[str, Any]:
@@ -90,7 +91,8 @@ def request_flush(deps: GatewayDeps, gateway: str, *, requested_by: str) -> dict
 
 
 def metrics(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
-    """Buffer figures for the gateway, in total and per table."""
+    """Buffer figures for the gateway, in total and per table, and its flush lag (``flushLag``: what a restore from
+    the lake would lose, :func:`lakesync.gateway.flush_lag.flush_lag_of`)."""
     shards = deps.buffer.list_shards(gateway)
     heads = deps.buffer.get_heads(shards)
     tables: dict[str, dict[str, int]] = {}
@@ -115,6 +117,7 @@ def metrics(deps: GatewayDeps, gateway: str) -> dict[str, Any]:
         "pendingFlushRequests": len(deps.config.list_flush_requests(gateway)),
         "backpressureLimitBytes": deps.settings.backpressure_limit,
         "flushThresholdBytes": deps.settings.flush_threshold_bytes,
+        "flushLag": flush_lag_of(deps.buffer, heads.values(), deps.wall_ms()).to_json(),
     }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from lakesync.openapi.explain import EXPLAIN_OPERATIONS
+from lakesync.openapi.flush_lag import FLUSH_LAG_SCHEMA
 from lakesync.openapi.model import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_STREAM,
@@ -314,7 +315,8 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     "GET /v1/admin/metrics/{gw}": Operation(
         "bufferMetrics",
         "Buffer figures",
-        "In total and per table.",
+        "In total and per table, and the flush lag (`flushLag`): what is committed and not yet in the lake, which a "
+        "restore from the lake would lose.",
         "admin",
         "admin",
         responses={
@@ -329,8 +331,10 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
                         "pendingFlushRequests",
                         "backpressureLimitBytes",
                         "flushThresholdBytes",
+                        "flushLag",
                     ],
                     "properties": {
+                        "flushLag": FLUSH_LAG_SCHEMA,
                         **{
                             name: {"type": "integer", "minimum": 0}
                             for name in (
