@@ -8,6 +8,7 @@ checkpoint the restore cut, and a client re-bootstrapped from it converges once 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -273,3 +274,40 @@ def test_the_command_says_when_no_local_stack_ran_on_the_data_directory(
 ) -> None:
     assert main(["restore", "--data-dir", str(tmp_path), "--gw", "default"]) == 2
     assert "start `lakesync local" in capsys.readouterr().err
+
+
+def test_the_command_restores_the_buffer_of_a_data_directory_over_itself(
+    moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a data directory whose profile points at the moto server, its lake holding three flushed rows and its
+    # buffer one more delta
+    names = TableNames.with_prefix(f"l{uuid.uuid4().hex[:10]}")
+    create_tables(boto3.client("dynamodb", endpoint_url=moto_endpoint, **FAKE_AWS), names)
+    world = World(moto_endpoint, tmp_path / "lake", names)
+    monkeypatch.setattr("lakesync.local.restore.TABLE_PREFIX", names.deltas.removesuffix("-deltas"))
+    monkeypatch.setattr("lakesync.local.restore.CHECKPOINT_BUCKET", world.objects.bucket)
+    (tmp_path / "aws-config").write_text(
+        "[profile lakesync-local]\n"
+        f"endpoint_url = {moto_endpoint}\nregion = {FAKE_AWS['region_name']}\n"
+        f"aws_access_key_id = {FAKE_AWS['aws_access_key_id']}\n"
+        f"aws_secret_access_key = {FAKE_AWS['aws_secret_access_key']}\n"
+    )
+    wall = int(time.time() * 1000) - 60_000
+    flushed = [delta("a", "todos", f"r{i}", "INSERT", {"x": i}, wall + i) for i in range(3)]
+    world.push("a", flushed)
+    world.flush()
+    world.push("a", [delta("a", "todos", "r0", "UPDATE", {"x": 9}, wall + 5)])
+    command = ["restore", "--data-dir", str(tmp_path), "--gw", world.gw, "--json"]
+
+    # When it is restored without --replace, it is refused: the tables hold the gateway
+    assert main(command) == 1
+    assert "--replace" in capsys.readouterr().err
+
+    # When it is restored with --replace
+    assert main([*command, "--replace"]) == 0
+
+    # Then the report names the rows and the lost delta, and the row index is the lake's fold
+    (report,) = json.loads(capsys.readouterr().out)
+    assert (report["gateway"], report["rows"], report["atRisk"]["deltas"]) == (world.gw, 3, 1)
+    keys = {("todos", f"r{i}") for i in range(3)}
+    assert {k: r.state for k, r in world.rows(names, keys).items()} == folded(flushed)

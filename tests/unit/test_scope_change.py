@@ -643,7 +643,7 @@ def test_a_small_checkpoint_stands_for_a_long_unreleased_log() -> None:
     # When the client subscribes to p1
     world.subscribe("p1")
     world.catch_up(limit=5)
-    # Then the difference read the checkpoint and the two entries after it (again on each of its pages), not the
+    # Then the difference read the checkpoint and the two entries after it (once for all its pages), not the
     # 1,242 entries of the log from its start
     assert counted.chunks > 0 and counted.entries <= 2 * 12
     assert world.held() == world.expected() and len(world.held()) == 10 + 10 + 1  # p0's lobby, p1's rows and x
@@ -662,6 +662,36 @@ def test_a_checkpoint_larger_than_the_log_it_replaces_is_not_read() -> None:
     # Then the difference read the log from its start (the manifest only, to weigh it) and no chunk
     assert counted.entries >= 1100 and counted.chunks == 0 and counted.objects == 2  # the latest pointer, the manifest
     assert world.held() == world.expected() and len(world.held()) == 550
+
+
+def test_a_difference_of_many_pages_reads_its_log_once() -> None:
+    # Given 60 rows, each updated 4 times (300 entries), nothing checkpointed, and the client caught up
+    world = World()
+    hot_rows(world, 60, 4)
+    world.catch_up()
+    counted = Counted(world)
+    # When it subscribes to p1 and takes the difference 5 rows a page (about 15 pages)
+    world.subscribe("p1")
+    pages = 0
+    pull = world.pull
+
+    def counted_pull(limit: int) -> Any:
+        nonlocal pages
+        pages += 1
+        return pull(limit)
+
+    world.pull = counted_pull  # type: ignore[method-assign]
+    world.catch_up(limit=5)
+    # Then the log up to the cursor was read once for all its pages, not once a page
+    assert pages >= 3
+    assert 300 <= counted.entries < 2 * 300
+    assert world.held() == world.expected()
+    # And a new difference over a log grown since reads the new range, not the cached one
+    world.write("late", "p2", "t")
+    world.catch_up()
+    world.subscribe("p2")
+    world.catch_up(limit=5)
+    assert world.held() == world.expected() and ("tasks", "late") in world.held()
 
 
 def test_a_short_log_is_read_without_looking_for_a_checkpoint() -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from lakesync.core.hlc import HLC, system_clock
 from lakesync.core.log import LOG_CHUNK_MAX_ENTRIES
+from lakesync.gateway.tail_cache import TailCache
 
 if TYPE_CHECKING:
     from lakesync.connectors.runtime import ConnectorRuntime
@@ -128,6 +129,8 @@ class GatewayDeps:
     memberships: MembershipReader | None = None
     """Reads membership tables for the streams and buckets that name one; ``None``: such streams are refused (422)
     and such bucket filters hold for no row."""
+    tails: TailCache = field(default_factory=TailCache)
+    """The log ranges a scope difference read, for its next pages (per process, like the deps)."""
 
     def membership_source(self, gateway: str) -> MembershipSource | None:
         """The membership source of ``gateway`` for one request (``None``: memberships are not read)."""

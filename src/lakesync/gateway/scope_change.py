@@ -237,7 +237,7 @@ def difference_page(
     tables = view.tables()
     relevant = [s for s in shards if positions.get(s.key, 0) > 0 and (tables is None or s.table in tables)]
     manifest, mark = _base(deps, gateway, relevant, positions, mark, tables)
-    tail = _tail(deps, gateway, relevant, positions, manifest)
+    tail = _tail(deps, gateway, relevant, positions, marks, manifest)
     page = _Page(limit, deps.settings.max_page_bytes, [])
     mark = _checkpoint_rows(deps, manifest, mark, tail, tables, view, subscriber, page)
     if manifest is None or mark.chunk >= len(manifest.chunks):
@@ -310,10 +310,13 @@ def _tail(
     gateway: str,
     shards: Sequence[ShardId],
     positions: Mapping[str, int],
+    marks: Mapping[str, int],
     manifest: Manifest | None,
 ) -> dict[RowKey, list[LogEntry]]:
-    """The log after the base (the checkpoint's positions, or the start) up to ``positions``, by row."""
-    return read_tail(deps.buffer, gateway, shards, manifest.positions if manifest is not None else {}, positions)
+    """The log after the base (the checkpoint's positions, or the start) up to ``positions``, by row: read by the
+    difference's first page, kept for its next ones (``deps.tails``)."""
+    base = manifest.positions if manifest is not None else {}
+    return read_tail(deps.buffer, gateway, shards, base, positions, cache=deps.tails, end_marks=marks)
 
 
 def _checkpoint_rows(
