@@ -74,6 +74,12 @@ def test_admin_flush_records_a_request_seen_in_metrics(api):
     assert flushed.status == 200 and flushed.json()["flushed"] is True and flushed.json()["requestId"]
     assert metrics["pendingFlushRequests"] == 1
     assert metrics["logSize"] == 1 and metrics["tables"][0]["table"] == "todos"
+    # And the flush lag names that delta, its commit read from the log on DynamoDB (the data a restore would lose)
+    lag = metrics["flushLag"]
+    ((shard,),) = [lag["shards"]]
+    assert (lag["unflushedDeltas"], shard["table"], shard["unflushedDeltas"]) == (1, "todos", 1)
+    assert lag["oldestCommitHlc"] == shard["oldestCommitHlc"] is not None
+    assert lag["oldestCommitAgeSeconds"] is not None and 0 <= lag["oldestCommitAgeSeconds"] < 60
 
 
 @pytest.mark.parametrize("name", ADMIN_EVENTS)

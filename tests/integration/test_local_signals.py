@@ -74,6 +74,8 @@ def test_local_signal_stops_cleanly_and_saves(tmp_path: Path, signum: signal.Sig
     assert code == 0, output
     assert f"stopping ({signum.name})" in output
     assert "Traceback" not in output
+    # And its status said, before it was ready, that no data was at risk (a fresh directory: nothing unflushed)
+    assert "gateway 'default': data at risk: none (every commit is in the lake)\nCtrl-C to stop\n" in output
     snapshot = json.loads((tmp_path / "snapshot.json").read_text())
     assert _logged_delta_ids(snapshot["tables"]["deltas"]) == [delta.delta_id]
     assert not list(tmp_path.glob("journal-*.log")), "a clean stop folds the journal into the snapshot"
