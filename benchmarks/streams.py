@@ -543,7 +543,8 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         f"The checkpoint: {b['manifest']['rows']:,} rows, {b['manifest']['deltas']:,} deltas,"
         f" {b['manifest']['bytes']:,} bytes; fewer deltas than the log's entries, so the difference reads it"
-        ' (docs/streams.md, "The source by cost"). The log source re-reads the log on each page.',
+        ' (docs/streams.md, "The source by cost"). The log source reads the log once for all'
+        " its pages (the range read is kept for the next ones: gateway/tail_cache.py).",
         "",
         f"## Membership changes ({m['rows']:,} rows over {m['projects']} projects; reader: {m['reader']})",
         "",
