@@ -376,6 +376,54 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    """Why a client has (or has not) a row, from the local lake and buffer (:mod:`lakesync.local.explain`)."""
+    from lakesync.core.errors import LakeSyncError
+    from lakesync.core.explain_text import render
+    from lakesync.core.rules import parse_sync_rules
+    from lakesync.gateway.explain import ExplainQuery, parse_time
+    from lakesync.local.explain import explain_local
+
+    try:
+        claims: dict[str, str] = {}
+        for pair in args.claim:
+            key, eq, value = pair.partition("=")
+            if not eq:
+                raise ValueError(f"--claim {pair!r} is not KEY=VALUE")
+            claims[key] = value
+        other = parse_sync_rules(json.loads(Path(args.rules).read_text(encoding="utf-8"))) if args.rules else None
+        at = parse_time(args.at) if args.at else None
+        query = ExplainQuery(args.client, args.table, args.row, claims, at, args.cursor, other)
+        answer = explain_local(Path(args.data_dir), args.gw, query, lake=not args.no_lake)
+    except (OSError, ValueError, LakeSyncError) as exc:
+        print(f"cannot explain: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(answer.to_json(), indent=2) if args.json else render(answer))
+    return 0
+
+
+def _add_explain_parser(sub: Any) -> None:
+    explain = sub.add_parser(
+        "explain",
+        help="why a client has (or has not) a row: its scope, each column's winning write, deletes, delivery, flush"
+        " and materialisation, from the local lake (Spark SQL) and the running local gateway's buffer",
+    )
+    explain.add_argument("--gw", default="default", help="gateway id")
+    explain.add_argument("--client", required=True, help="the client (its token's sub)")
+    explain.add_argument("--table", required=True)
+    explain.add_argument("--row", required=True, help="the row id")
+    explain.add_argument("--at", metavar="TIME", help="also judge the row as it was then (epoch ms or ISO-8601)")
+    explain.add_argument(
+        "--claim", action="append", default=[], metavar="KEY=VALUE", help="the client's claims (default sub=CLIENT)"
+    )
+    explain.add_argument("--cursor", help="the client's pull cursor, to say whether the row reached it")
+    explain.add_argument("--rules", metavar="FILE", help="also judge the row under this rules version")
+    explain.add_argument("--no-lake", action="store_true", help="the buffer only (no Spark)")
+    explain.add_argument("--json", action="store_true", help="machine-readable output (for tools)")
+    explain.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    explain.set_defaults(func=_cmd_explain)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lakesync`` console script."""
     parser = argparse.ArgumentParser(prog="lakesync", description=__doc__)
@@ -488,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     mig.add_argument("--batch", type=int, default=500, metavar="N", help="rows per page (default 500)")
     mig.add_argument("--schemas", metavar="FILE", help="JSON table schema(s) (default: rebuilt from the source)")
     mig.set_defaults(func=_cmd_migrate)
+
+    _add_explain_parser(sub)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo over HTTP")
     demo.set_defaults(func=_cmd_demo)
