@@ -150,8 +150,11 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
     # admin: sync rules and schemas read/written, flush requests, metrics from heads (each head read with a Query of
     # the log past it) and the shard registry, materialisation destinations and connectors added
     # (conditional Put) and removed (DeleteItem); an unregistered connector's position deleted (its head read by
-    # GetItem, a large position's chunks by BatchGetItem). Explain reads a row's index entry (rows BatchGetItem), its
-    # shard's head and log, and the client's subscriptions and `since` session (dedup GetItem).
+    # GetItem, a large position's chunks by BatchGetItem). A rules backtest reads the rows as a scope difference does
+    # (shard registry, heads, the log by Query, the covering checkpoint's objects by key once the log is released)
+    # and the clients' kept subscriptions (GetItem in the dedup table); it writes nothing. Explain reads a row's
+    # index entry (rows BatchGetItem), its shard's head and log, and the client's subscriptions and `since` session
+    # (dedup GetItem).
     "admin": FunctionAccess(
         tables={
             "heads": ("dynamodb:BatchGetItem",),
@@ -165,7 +168,8 @@ _ACCESS: Final[Mapping[str, FunctionAccess]] = {
                 "dynamodb:DeleteItem",
             ),
             "dedup": ("dynamodb:GetItem",),
-        }
+        },
+        checkpoint_objects=True,
     ),
     # checkpoint: sync rules (to filter) and the checkpoint objects.
     "checkpoint": FunctionAccess(tables={"config": ("dynamodb:GetItem",)}, checkpoints=True),

@@ -69,6 +69,7 @@ ROUTES = (
     Route("GET", "/v1/sync/{gw}/actions", FUNCTIONS["actions"]),
     Route("POST", "/v1/admin/sync-rules/{gw}", FUNCTIONS["admin"]),
     Route("GET", "/v1/admin/sync-rules/{gw}", FUNCTIONS["admin"]),
+    Route("POST", "/v1/admin/sync-rules/{gw}/test", FUNCTIONS["admin"]),
     Route("POST", "/v1/admin/schema/{gw}", FUNCTIONS["admin"]),
     Route("GET", "/v1/admin/schema/{gw}", FUNCTIONS["admin"]),
     Route("POST", "/v1/admin/flush/{gw}", FUNCTIONS["admin"]),

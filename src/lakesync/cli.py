@@ -274,19 +274,13 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        reports = restore_local(
-            Path(args.data_dir), args.gw, replace=args.replace, lose_unflushed=args.lose_unflushed, progress=progress
-        )
+        reports = restore_local(Path(args.data_dir), args.gw, replace=args.replace, progress=progress)
     except FileNotFoundError as exc:
         print(f"cannot restore: {exc} (start `lakesync local --data-dir {args.data_dir}` first)", file=sys.stderr)
         return 2
     except LakeSyncError as exc:
-        replace = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
-        hints = {
-            "RESTORE_TARGET_NOT_EMPTY": replace,
-            "RESTORE_WOULD_LOSE_DATA": " (POST /v1/admin/flush/{gw} and wait for the flush; --lose-unflushed goes on)",
-        }
-        print(f"cannot restore: {exc.message}{hints.get(exc.code, '')}", file=sys.stderr)
+        hint = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
+        print(f"cannot restore: {exc.message}{hint}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps([r.to_json() for r in reports]))
@@ -308,11 +302,6 @@ def _add_restore_parser(sub: Any) -> None:
         action="store_true",
         help="read the current buffer (what was never flushed, the configuration), then delete every item of its"
         " tables; refused while they hold a gateway not named",
-    )
-    restore.add_argument(
-        "--lose-unflushed",
-        action="store_true",
-        help="with --replace, go on when the buffer holds deltas never flushed (they are lost; the report names them)",
     )
     restore.add_argument("--json", action="store_true", help="the report as JSON")
     restore.set_defaults(func=_cmd_restore)
@@ -385,6 +374,67 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     tables = ", ".join(f"{t} ({p.rows} rows)" for t, p in sorted(result.tables.items())) or "no tables"
     print(f"migrated ({state}; {result.pages} pages this run): {tables}")
     return 0
+
+
+def _cmd_rules_test(args: argparse.Namespace) -> int:
+    """Backtest candidate rules over ``POST /v1/admin/sync-rules/{gw}/test``: the gateway at ``--url`` with
+    ``--token``, or the local one with an admin token minted from ``--data-dir``."""
+    from lakesync.client.http import ApiError, SyncClient
+    from lakesync.core.backtest import render_text
+
+    try:
+        body: dict[str, Any] = {"rules": json.loads(Path(args.rules).read_text()), "sample": args.sample}
+        if args.claims:
+            body["claimSets"] = json.loads(Path(args.claims).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the input: {exc}", file=sys.stderr)
+        return 2
+    token = args.token
+    if token is None:
+        from lakesync.auth import mint_token
+        from lakesync.local.runner import SECRET_FILE, load_or_create_secret
+
+        data_dir = Path(args.data_dir)
+        if not (data_dir / SECRET_FILE).exists():
+            print(f"no token: give --token, or run `lakesync local` once in {data_dir}", file=sys.stderr)
+            return 2
+        token = mint_token("lakesync-cli", args.gw, load_or_create_secret(data_dir), role="admin", ttl_s=300)
+    client = SyncClient(args.url, args.gw, token, "lakesync-cli", timeout=args.timeout)
+    try:
+        report = client.request("POST", f"/v1/admin/sync-rules/{args.gw}/test", body=body)
+    except ApiError as exc:
+        print(f"backtest refused: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_text(report))
+    return 0
+
+
+def _add_rules_parser(sub: Any) -> None:
+    rules = sub.add_parser("rules", help="sync rules: backtest a candidate version before saving it")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True)
+    test = rules_sub.add_parser(
+        "test",
+        help="what a candidate rules version would change for each client (rows entering and leaving, bytes,"
+        " filters matching nothing or everything), judged on the current rows; read-only",
+    )
+    test.add_argument("rules", metavar="NEW.json", help="the candidate rules document")
+    test.add_argument("--gw", default="default", help="gateway id")
+    test.add_argument("--url", default="http://127.0.0.1:8787", help="the gateway (default: the local one)")
+    test.add_argument("--token", help="an admin token (default: minted from --data-dir for the local gateway)")
+    test.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    test.add_argument(
+        "--claims",
+        metavar="FILE",
+        help='claim sets to judge: [{"claims": {...}, "client"?, "subscriptions"?}] (default: the gateway\'s'
+        " WebSocket sessions)",
+    )
+    test.add_argument("--sample", type=int, default=5, metavar="N", help="sample rows per table and direction")
+    test.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the report")
+    test.add_argument("--json", action="store_true", help="machine-readable output (for tools)")
+    test.set_defaults(func=_cmd_rules_test)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -547,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     mig.add_argument("--batch", type=int, default=500, metavar="N", help="rows per page (default 500)")
     mig.add_argument("--schemas", metavar="FILE", help="JSON table schema(s) (default: rebuilt from the source)")
     mig.set_defaults(func=_cmd_migrate)
+
+    _add_rules_parser(sub)
 
     _add_explain_parser(sub)
 

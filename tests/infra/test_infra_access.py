@@ -578,6 +578,7 @@ SCENARIOS: dict[str, Callable[[dict[str, Any]], list[int]]] = {
             for name in (
                 "admin_sync_rules_post",
                 "admin_sync_rules_get",
+                "admin_sync_rules_test",
                 "admin_schema_post",
                 "admin_schema_get",
                 "admin_flush",

@@ -1,8 +1,9 @@
 """The admin API (role ``admin``): which service each route calls, given the request, so that the Lambda handler
 (``functions/admin.py``) only authenticates the caller and reads the body.
 
-Sync rules, table schemas, flush requests and buffer metrics are :mod:`lakesync.gateway.admin`; connectors are
-:mod:`lakesync.gateway.connectors`. The route table itself (method, path, function) is :mod:`lakesync.api_routes`.
+Sync rules, table schemas, flush requests and buffer metrics are :mod:`lakesync.gateway.admin`; a rules backtest
+:mod:`lakesync.gateway.backtest`; connectors are :mod:`lakesync.gateway.connectors`. The route table itself (method,
+path, function) is :mod:`lakesync.api_routes`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lakesync.gateway import admin, connectors, explain
+from lakesync.gateway import admin, backtest, connectors, explain
 from lakesync.gateway.deps import GatewayDeps
 
 __all__ = ["OPERATIONS", "AdminOperation", "AdminRequest"]
@@ -60,6 +61,12 @@ OPERATIONS: tuple[AdminOperation, ...] = (
         "/v1/admin/sync-rules/{gw}",
         lambda r: admin.get_sync_rules(r.deps, r.gateway),
         "The stored sync rules (an empty rule set when none).",
+    ),
+    AdminOperation(
+        "POST",
+        "/v1/admin/sync-rules/{gw}/test",
+        lambda r: backtest.backtest_request(r.deps, r.gateway, r.document()),
+        "Backtest candidate rules against the current rows (read-only); 200 the report, 400 invalid.",
     ),
     AdminOperation(
         "POST",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from lakesync.openapi.backtest import BACKTEST_OPERATIONS
 from lakesync.openapi.explain import EXPLAIN_OPERATIONS
 from lakesync.openapi.flush_lag import FLUSH_LAG_SCHEMA
 from lakesync.openapi.model import (
@@ -527,4 +528,5 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     ),
     **SUBSCRIPTION_OPERATIONS,
     **EXPLAIN_OPERATIONS,
+    **BACKTEST_OPERATIONS,
 }
