@@ -274,13 +274,19 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        reports = restore_local(Path(args.data_dir), args.gw, replace=args.replace, progress=progress)
+        reports = restore_local(
+            Path(args.data_dir), args.gw, replace=args.replace, lose_unflushed=args.lose_unflushed, progress=progress
+        )
     except FileNotFoundError as exc:
         print(f"cannot restore: {exc} (start `lakesync local --data-dir {args.data_dir}` first)", file=sys.stderr)
         return 2
     except LakeSyncError as exc:
-        hint = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
-        print(f"cannot restore: {exc.message}{hint}", file=sys.stderr)
+        replace = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
+        hints = {
+            "RESTORE_TARGET_NOT_EMPTY": replace,
+            "RESTORE_WOULD_LOSE_DATA": " (POST /v1/admin/flush/{gw} and wait for the flush; --lose-unflushed goes on)",
+        }
+        print(f"cannot restore: {exc.message}{hints.get(exc.code, '')}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps([r.to_json() for r in reports]))
@@ -302,6 +308,11 @@ def _add_restore_parser(sub: Any) -> None:
         action="store_true",
         help="read the current buffer (what was never flushed, the configuration), then delete every item of its"
         " tables; refused while they hold a gateway not named",
+    )
+    restore.add_argument(
+        "--lose-unflushed",
+        action="store_true",
+        help="with --replace, go on when the buffer holds deltas never flushed (they are lost; the report names them)",
     )
     restore.add_argument("--json", action="store_true", help="the report as JSON")
     restore.set_defaults(func=_cmd_restore)

@@ -234,7 +234,7 @@ def test_after_a_restore_old_positions_get_410_and_clients_converge_from_its_che
     shard = ShardId(world.gw, "todos").key
 
     # When the buffer is restored over itself (read, dropped, created again)
-    report = world.restore(world.names, replace=True)
+    report = world.restore(world.names, replace=True, lose_unflushed=True)
 
     # Then the report names the two lost deltas, and the rules came back
     assert report.at_risk.known and report.at_risk.deltas == 2
@@ -303,8 +303,12 @@ def test_the_command_restores_the_buffer_of_a_data_directory_over_itself(
     assert main(command) == 1
     assert "--replace" in capsys.readouterr().err
 
-    # When it is restored with --replace
-    assert main([*command, "--replace"]) == 0
+    # When it is restored with --replace, it is refused too: the buffer holds a delta the lake does not
+    assert main([*command, "--replace"]) == 1
+    assert "--lose-unflushed" in capsys.readouterr().err
+
+    # When that loss is accepted
+    assert main([*command, "--replace", "--lose-unflushed"]) == 0
 
     # Then the report names the rows and the lost delta, and the row index is the lake's fold
     (report,) = json.loads(capsys.readouterr().out)

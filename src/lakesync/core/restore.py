@@ -40,6 +40,7 @@ __all__ = [
     "SavedConfig",
     "ShardAtRisk",
     "TableRows",
+    "UnflushedDataError",
     "fold_lake",
     "restore_hlc",
     "restored_head",
@@ -61,6 +62,12 @@ class RestoreTargetNotEmptyError(ConflictError):
     """The tables a restore writes into already hold something of the gateway."""
 
     code = "RESTORE_TARGET_NOT_EMPTY"
+
+
+class UnflushedDataError(ConflictError):
+    """The buffer a restore would replace still holds deltas the lake does not: flush first, or accept their loss."""
+
+    code = "RESTORE_WOULD_LOSE_DATA"
 
 
 @dataclass(frozen=True, slots=True)

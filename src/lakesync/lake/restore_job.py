@@ -17,7 +17,7 @@ from lakesync.aws.items import REGISTRY_PREFIX, str_attr
 from lakesync.aws.table_setup import create_tables
 from lakesync.aws.tables import TableNames
 from lakesync.core.hlc import HLC
-from lakesync.core.restore import RestoreReport, RestoreTargetNotEmptyError
+from lakesync.core.restore import RestoreReport, RestoreTargetNotEmptyError, UnflushedDataError
 from lakesync.gateway.restore import LakeReader, Survey, restore, survey
 from lakesync.ports import ObjectStore
 
@@ -52,6 +52,7 @@ def restore_buffer(
     objects: ObjectStore | None,
     old: TableNames | None = None,
     replace: bool = False,
+    lose_unflushed: bool = False,
     clock: HLC | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[RestoreReport]:
@@ -65,12 +66,14 @@ def restore_buffer(
         objects: The checkpoint bucket (a checkpoint at the restored positions is cut for each gateway).
         old: The old buffer's tables, read first (the data at risk, the configuration); ``None``: none.
         replace: Read the tables ``names`` as the old buffer, then delete every item in them.
+        lose_unflushed: Replace a buffer that holds deltas the lake does not (they are lost; the report names them).
         clock: The server clock (the restore's HLC follows it).
         progress: Called with a line now and then.
 
     Raises:
         RestoreTargetNotEmptyError: the target holds a gateway being restored (without ``replace``), or, with it,
             a gateway that is not.
+        UnflushedDataError: with ``replace``, the buffer holds deltas the lake does not (without ``lose_unflushed``).
     """
     if replace:
         others = sorted(registered_gateways(client, names) - set(gateways))
@@ -87,6 +90,11 @@ def restore_buffer(
         for gw in gateways
     }
     if replace:
+        at_risk = {gw: s.at_risk.deltas for gw, s in surveys.items() if s.at_risk.deltas}
+        if at_risk and not lose_unflushed:
+            raise UnflushedDataError(
+                f"the buffer holds deltas the lake does not ({at_risk}): flush them first, or accept their loss"
+            )
         clear_tables(client, names)
     create_tables(client, names)
     target = DynamoDBRestoreTarget(client, names)

@@ -18,15 +18,18 @@ def restore_local(
     gateways: Sequence[str],
     *,
     replace: bool = False,
+    lose_unflushed: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> list[RestoreReport]:
     """Restore ``gateways`` into the buffer tables of the stack running on ``data_dir``, from its lake, with a
     checkpoint at the restored positions in its checkpoint bucket (:func:`lakesync.lake.restore_job.restore_buffer`;
-    ``replace``: read the tables as the old buffer, then delete every item in them).
+    ``replace``: read the tables as the old buffer, then delete every item in them; ``lose_unflushed``: even when
+    they hold deltas the lake does not).
 
     Raises:
         FileNotFoundError: no stack ever ran on ``data_dir``, or it has no lake.
         RestoreTargetNotEmptyError: the tables hold a gateway being restored (without ``replace``), or another one.
+        UnflushedDataError: with ``replace``, they hold deltas the lake does not (without ``lose_unflushed``).
     """
     import boto3
 
@@ -47,5 +50,6 @@ def restore_local(
         gateways,
         objects=S3ObjectStore(CHECKPOINT_BUCKET, s3_client(**aws)),
         replace=replace,
+        lose_unflushed=lose_unflushed,
         progress=progress,
     )
