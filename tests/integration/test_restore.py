@@ -267,6 +267,13 @@ def test_after_a_restore_old_positions_get_410_and_clients_converge_from_its_che
     expected = folded(world.pushed)
     assert replica == expected
     assert {k: r.state for k, r in world.rows(world.names, set(expected)).items()} == expected
+    # And the flush goes on from the restored position: the lake then holds the new entries too
+    world.flush()
+    head = world.deps.buffer.get_heads([ShardId.parse(shard)])[ShardId.parse(shard)]
+    assert head.flushed_seq == head.seq == 9
+    assert IcebergLakeReader(world.catalog).watermarks()[shard] == 9
+    lake = folded([e.delta for e in IcebergLakeReader(world.catalog).entries(world.gw)])
+    assert lake == {k: v for k, v in expected.items() if k[0] == "todos"}
 
 
 def test_the_command_says_when_no_local_stack_ran_on_the_data_directory(
