@@ -267,23 +267,33 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
+    from lakesync.aws.settings.env import SettingsError
     from lakesync.core.errors import LakeSyncError
-    from lakesync.local.restore import restore_local
+    from lakesync.local.restore import restore_deployed, restore_local
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    replace, lose = args.replace, args.lose_unflushed
     try:
-        reports = restore_local(
-            Path(args.data_dir), args.gw, replace=args.replace, lose_unflushed=args.lose_unflushed, progress=progress
-        )
+        if args.env:
+            old = args.old_table_prefix
+            reports = restore_deployed(
+                os.environ, args.gw, old_prefix=old, replace=replace, lose_unflushed=lose, progress=progress
+            )
+        else:
+            data_dir = Path(args.data_dir)
+            reports = restore_local(data_dir, args.gw, replace=replace, lose_unflushed=lose, progress=progress)
+    except SettingsError as exc:
+        print(f"cannot restore: the flush function's environment is incomplete: {exc}", file=sys.stderr)
+        return 2
     except FileNotFoundError as exc:
         print(f"cannot restore: {exc} (start `lakesync local --data-dir {args.data_dir}` first)", file=sys.stderr)
         return 2
     except LakeSyncError as exc:
-        replace = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
+        again = "" if args.replace else "; --replace reads what is at risk, then empties the tables"
         hints = {
-            "RESTORE_TARGET_NOT_EMPTY": replace,
+            "RESTORE_TARGET_NOT_EMPTY": again,
             "RESTORE_WOULD_LOSE_DATA": " (POST /v1/admin/flush/{gw} and wait for the flush; --lose-unflushed goes on)",
         }
         print(f"cannot restore: {exc.message}{hints.get(exc.code, '')}", file=sys.stderr)
@@ -293,7 +303,8 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     else:
         for report in reports:
             print("\n".join(report.lines()))
-        print("restart `lakesync local` so that no process keeps what it cached of the old buffer")
+        where = "the stack's functions (a new deployment)" if args.env else "`lakesync local`"
+        print(f"restart {where} so that no process keeps what it cached of the old buffer")
     return 0
 
 
@@ -314,6 +325,13 @@ def _add_restore_parser(sub: Any) -> None:
         action="store_true",
         help="with --replace, go on when the buffer holds deltas never flushed (they are lost; the report names them)",
     )
+    restore.add_argument(
+        "--env",
+        action="store_true",
+        help="restore a deployed stack instead: its tables, lake and checkpoint bucket from the flush function's"
+        " variables in this environment (LAKESYNC_TABLE_*, LAKESYNC_LAKE_*, LAKESYNC_CHECKPOINT_BUCKET, AWS_REGION)",
+    )
+    restore.add_argument("--old-table-prefix", metavar="PREFIX", help="with --env: the old buffer's tables, read first")
     restore.add_argument("--json", action="store_true", help="the report as JSON")
     restore.set_defaults(func=_cmd_restore)
 

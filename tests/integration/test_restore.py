@@ -322,3 +322,41 @@ def test_the_command_restores_the_buffer_of_a_data_directory_over_itself(
     assert (report["gateway"], report["rows"], report["atRisk"]["deltas"]) == (world.gw, 3, 1)
     keys = {("todos", f"r{i}") for i in range(3)}
     assert {k: r.state for k, r in world.rows(names, keys).items()} == folded(flushed)
+
+
+def test_the_command_restores_a_deployed_stack_configured_as_its_flush_function(
+    moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a lake of three rows, the old tables, and new empty tables named by the flush function's environment
+    world = World(moto_endpoint, tmp_path / "lake")
+    wall = int(time.time() * 1000) - 60_000
+    flushed = [delta("a", "notes", f"n{i}", "INSERT", {"x": i}, wall + i) for i in range(3)]
+    world.push("a", flushed)
+    world.flush()
+    new = f"d{uuid.uuid4().hex[:10]}"
+    environment = {
+        "LAKESYNC_TABLE_PREFIX": new,
+        "LAKESYNC_GATEWAY_IDS": world.gw,
+        "LAKESYNC_LAKE_CATALOG": "local",
+        "LAKESYNC_LAKE_CATALOG_URI": str(tmp_path / "lake" / "catalog.db"),
+        "LAKESYNC_LAKE_WAREHOUSE": str(tmp_path / "lake" / "warehouse"),
+        "LAKESYNC_CHECKPOINT_BUCKET": world.objects.bucket,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_REGION": FAKE_AWS["region_name"],
+        "AWS_ACCESS_KEY_ID": FAKE_AWS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": FAKE_AWS["aws_secret_access_key"],
+    }
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    old = world.names.deltas.removesuffix("-deltas")
+
+    # When it is restored with --env, reading the old tables first
+    assert main(["restore", "--env", "--gw", world.gw, "--old-table-prefix", old, "--json"]) == 0
+
+    # Then the new tables hold the lake's fold, nothing was at risk, and the gateway's checkpoint is the restore's
+    (report,) = json.loads(capsys.readouterr().out)
+    assert (report["rows"], report["atRisk"]["known"], report["atRisk"]["deltas"]) == (3, True, 0)
+    keys = {("notes", f"n{i}") for i in range(3)}
+    assert {k: r.state for k, r in world.rows(TableNames.with_prefix(new), keys).items()} == folded(flushed)
+    manifest = load_manifest(world.objects.get, world.gw)
+    assert manifest is not None and manifest.checkpoint_id == report["checkpointId"]

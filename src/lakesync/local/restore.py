@@ -1,16 +1,17 @@
-"""``lakesync restore`` on the embedded default: the buffer of the ``lakesync local`` running on a data directory,
-rebuilt from that directory's lake (docs/lake.md, "Rebuild the gateway from the lake")."""
+"""``lakesync restore``: the buffer of the ``lakesync local`` running on a data directory rebuilt from that directory's
+lake, or a deployed stack's from its lake, configured as its flush function is (docs/lake.md, "Rebuild the gateway
+from the lake")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lakesync.core.restore import RestoreReport
 from lakesync.local.pipeline import lake_paths
 from lakesync.local.runner import CHECKPOINT_BUCKET, TABLE_PREFIX, aws_profile
 
-__all__ = ["restore_local"]
+__all__ = ["restore_deployed", "restore_local"]
 
 
 def restore_local(
@@ -49,6 +50,49 @@ def restore_local(
         IcebergLakeReader(local_catalog(catalog_db, warehouse)),
         gateways,
         objects=S3ObjectStore(CHECKPOINT_BUCKET, s3_client(**aws)),
+        replace=replace,
+        lose_unflushed=lose_unflushed,
+        progress=progress,
+    )
+
+
+def restore_deployed(
+    environ: Mapping[str, str],
+    gateways: Sequence[str],
+    *,
+    old_prefix: str | None = None,
+    replace: bool = False,
+    lose_unflushed: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> list[RestoreReport]:
+    """Restore ``gateways`` of a deployed stack, configured by the flush function's environment ``environ`` (its
+    tables, lake catalog and namespace, checkpoint bucket and region: ``aws lambda get-function-configuration`` of
+    the flush function lists them), with this process's AWS credentials. ``old_prefix``: the old buffer's tables
+    (``{prefix}-deltas`` ...), read first; ``replace`` and ``lose_unflushed`` as for :func:`restore_local`.
+
+    Raises:
+        SettingsError: the environment is incomplete or invalid.
+        RestoreTargetNotEmptyError, UnflushedDataError: as :func:`lakesync.lake.restore_job.restore_buffer`.
+    """
+    import boto3
+
+    from lakesync.aws.flush_function import lake_catalog
+    from lakesync.aws.objects import S3ObjectStore, s3_client
+    from lakesync.aws.settings.lake import FlushFunctionSettings
+    from lakesync.aws.tables import TableNames
+    from lakesync.lake.restore_job import restore_buffer
+    from lakesync.lake.restore_reader import IcebergLakeReader
+
+    settings = FlushFunctionSettings.from_env(environ)
+    region = {"region_name": settings.region} if settings.region else {}
+    bucket = settings.checkpoint_bucket
+    return restore_buffer(
+        boto3.client("dynamodb", **region),  # type: ignore[call-overload]
+        settings.tables,
+        IcebergLakeReader(lake_catalog(settings), settings.namespace),
+        gateways,
+        objects=S3ObjectStore(bucket, s3_client(**region)) if bucket else None,
+        old=TableNames.with_prefix(old_prefix) if old_prefix else None,
         replace=replace,
         lose_unflushed=lose_unflushed,
         progress=progress,
