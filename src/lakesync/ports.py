@@ -486,7 +486,7 @@ class MembershipReader(Protocol):
 
 class LakeRowReader(Protocol):
     """The lake's history of one row (``lakesync explain``): Spark SQL locally (:mod:`lakesync.spark.explain`),
-    Athena on AWS (:mod:`lakesync.aws.athena_explain`)."""
+    Athena on AWS (:mod:`lakesync.lake.athena_explain`)."""
 
     def read_row(self, gateway: str, table: str, row_id: str) -> LakeRow:
         """The row's deltas in the delta log (each with when it was flushed) and its state-table row."""

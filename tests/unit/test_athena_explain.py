@@ -1,4 +1,4 @@
-"""The Athena form of the lake's history of one row (lakesync.aws.athena_explain), without Athena (not run here):
+"""The Athena form of the lake's history of one row (lakesync.lake.athena_explain), without Athena (not run here):
 its query strings name the tables and columns of lakesync.lake.tables and take every value as a parameter; the
 client is driven as Athena answers (a header row, then text values, over pages); failures raise StorageError."""
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from lakesync.aws.athena_explain import AthenaLakeRows, delta_sql, literal, snapshot_sql, state_sql
 from lakesync.core import hlc
 from lakesync.core.canonical import stable_stringify
 from lakesync.core.delta import make_delta
 from lakesync.core.errors import StorageError
 from lakesync.core.merge import fold, state_to_json
+from lakesync.lake.athena_explain import AthenaLakeRows, delta_sql, literal, snapshot_sql, state_sql
 from lakesync.lake.tables import FLUSH_WATERMARKS, state_table
 
 SHARD = "default#Todos#0"

@@ -4,7 +4,7 @@ Three parameterised queries: the row's records in the delta log (pruned to the g
 the delta log's flush snapshots since the row's first commit (their ``lakesync.flush.watermarks`` say when each
 entry was flushed), and the row's state-table row. The deltas are folded by :mod:`lakesync.core.merge` in
 :mod:`lakesync.core.explain`, not in SQL, so no SQL form of the merge needs a proof. The Athena form is
-:mod:`lakesync.aws.athena_explain`.
+:mod:`lakesync.lake.athena_explain`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The lake's history of one row through Amazon Athena (:class:`~lakesync.ports.LakeRowReader` on AWS).
+"""The lake's history of one row through Amazon Athena (:class:`~lakesync.ports.LakeRowReader` on AWS; the Athena
+client is given, so no boto3 here).
 
 The same three questions as the Spark SQL reader (:mod:`lakesync.spark.explain`), in Athena's (Trino) SQL over the
 Glue Data Catalog: the row's delta-log records, the delta log's flush snapshots (the ``$snapshots`` metadata table)
