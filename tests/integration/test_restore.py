@@ -360,3 +360,29 @@ def test_the_command_restores_a_deployed_stack_configured_as_its_flush_function(
     assert {k: r.state for k, r in world.rows(TableNames.with_prefix(new), keys).items()} == folded(flushed)
     manifest = load_manifest(world.objects.get, world.gw)
     assert manifest is not None and manifest.checkpoint_id == report["checkpointId"]
+
+
+def test_clearing_finds_the_buffer_tables_among_more_than_a_page_of_tables(dynamodb_client: Any) -> None:
+    from lakesync.aws.buffer_restore import clear_tables
+    from lakesync.lake.restore_job import registered_gateways
+
+    # Given more tables than ListTables names in one page (100), then the buffer's tables, with an item in them
+    others = [f"x{uuid.uuid4().hex[:8]}-{i:03}" for i in range(101)]
+    for name in others:
+        dynamodb_client.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    names = TableNames.with_prefix(f"t{uuid.uuid4().hex[:10]}")
+    create_tables(dynamodb_client, names)
+    try:
+        dynamodb_client.put_item(TableName=names.config, Item={"gw": {"S": "g1"}, "sk": {"S": "shard#todos#0"}})
+        # Then the config table is found and cleared, whichever page names it
+        assert registered_gateways(dynamodb_client, names) == {"g1"}
+        assert clear_tables(dynamodb_client, names) >= 1
+        assert dynamodb_client.scan(TableName=names.config)["Items"] == []
+    finally:
+        for name in others:
+            dynamodb_client.delete_table(TableName=name)

@@ -181,7 +181,8 @@ def _item(value: object) -> Item:
 def clear_tables(client: DynamoDBClient, names: TableNames) -> int:
     """Delete every item of the buffer tables that exist (item by item, not the tables: the local stack journals item
     writes, so a crash cannot bring the items back, and the deltas table keeps its stream); returns how many."""
-    existing = set(client.list_tables().get("TableNames", []))
+    # ListTables answers 100 names a page: an account (or a shared emulator) with more would hide the buffer's
+    existing = {n for page in client.get_paginator("list_tables").paginate() for n in page.get("TableNames", [])}
     deleted = 0
     for spec in table_specs(names):
         table = spec["TableName"]

@@ -29,7 +29,8 @@ __all__ = ["registered_gateways", "restore_buffer"]
 
 def registered_gateways(client: DynamoDBClient, names: TableNames) -> set[str]:
     """The gateways with shards in the registry of ``names`` (a scan of the config table; empty when it is gone)."""
-    if names.config not in client.list_tables().get("TableNames", []):
+    tables = (n for page in client.get_paginator("list_tables").paginate() for n in page.get("TableNames", []))
+    if names.config not in set(tables):  # every page: ListTables answers 100 names at a time
         return set()
     found: set[str] = set()
     for page in client.get_paginator("scan").paginate(
