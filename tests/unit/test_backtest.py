@@ -378,6 +378,7 @@ def test_claim_sets_come_from_the_gateways_live_websocket_sessions() -> None:
         ({"rules": CANDIDATE, "claimSets": {}}, "claimSets must be an array"),
         ({"rules": CANDIDATE, "claimSets": [{"claims": {"team": 1}}]}, "string"),
         ({"rules": CANDIDATE, "claimSets": [{"claims": {}}]}, "client"),
+        ({"rules": CANDIDATE, "claimSets": [{"claims": {"sub": "u"}, "subscriptions": None}]}, "must be an array"),
     ],
 )
 def test_bad_input_is_refused_as_saving_would_refuse_it(body: object, message: str) -> None:

@@ -78,9 +78,7 @@ def _claim_value(value: object, where: str) -> ClaimValue:
     raise BacktestInputError(f"{where} must be a string or an array of strings")
 
 
-def _subscriptions(raw: object, where: str) -> tuple[Subscription, ...] | None:
-    if raw is None:
-        return None
+def _subscriptions(raw: object, where: str) -> tuple[Subscription, ...]:
     if not isinstance(raw, list):
         raise BacktestInputError(f"{where} subscriptions must be an array")
     out: list[Subscription] = []
@@ -116,7 +114,8 @@ def parse_claim_sets(doc: object) -> list[ClaimSet]:
         if not isinstance(client, str) or not client:
             raise BacktestInputError(f"{where} must name its client (client, or a sub claim)")
         claims.setdefault("sub", client)
-        out.append(ClaimSet(client, claims, _subscriptions(raw.get("subscriptions"), where)))
+        held = _subscriptions(raw["subscriptions"], where) if "subscriptions" in raw else None  # null is refused
+        out.append(ClaimSet(client, claims, held))
     return out
 
 
