@@ -92,7 +92,7 @@ bench-streams: setup ## scope changes as differences on moto: a subscription's b
 	$(RUN) python -m benchmarks.streams
 
 .PHONY: bench-recovery
-bench-recovery: setup ## recovery from the lake: restore 1,000,000 rows (1.2M deltas) from a pyiceberg delta log into an empty buffer on moto, by phase; explain one row on local Spark, cold and warm (~20 min; BENCH_RECOVERY_ROWS=20000 for a ~1 min check into a temp dir); results in benchmarks/results/recovery.*
+bench-recovery: setup ## recovery from the lake: restore 1,000,000 rows (1.2M deltas) from a pyiceberg delta log into an empty buffer on moto, by phase; explain one row on local Spark, cold and warm (~15 min; BENCH_RECOVERY_ROWS=20000 for a ~1 min check into a temp dir); results in benchmarks/results/recovery.*
 	$(RUN) python -m benchmarks.recovery
 
 bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*

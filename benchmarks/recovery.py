@@ -563,6 +563,8 @@ def markdown(r: dict[str, Any]) -> str:
         " (`make bench-recovery`); the method is the module docstring of `benchmarks/recovery.py`.",
         *report.machine_lines(r["machine"]),
         "",
+        _load_line(r["machine"]),
+        "",
         "## The lake",
         "",
         f"{w['deltas']:,} deltas over {w['rows']:,} rows of {len(w['tables'])} tables (one shard each): every row"
@@ -598,10 +600,13 @@ def markdown(r: dict[str, Any]) -> str:
         " spent producing entries, the fold the rest of `fold_lake`'s.",
         "",
         *report.table(
-            ("process", "resident MiB before", "peak MiB during the restore"),
-            [(k, f"{v['start_mib']:,}", f"{v['peak_mib']:,}") for k, v in mem.items()],
-            align="lrr",
+            ("process", "resident MiB before", "peak MiB during the restore", "growth a row"),
+            [(k, f"{v['start_mib']:,}", f"{v['peak_mib']:,}", _per_row(v, rs["rows"])) for k, v in mem.items()],
+            align="lrrr",
         ),
+        "",
+        "The restore holds the whole fold (every row's state, version and dedup keys) until the rows and the"
+        " checkpoint are written; moto holds the row index it was given.",
         "",
         f"Checks: {rs['checks']['rows']:,} rows counted ({rs['checks']['deleted']:,} deleted), as the workload makes"
         f" them; {rs['checks']['sample_rows']} sampled rows read back from the restored row index equal the fold of"
@@ -646,6 +651,22 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _load_line(machine: Mapping[str, Any]) -> str:
+    loads = [x[0] for x in (machine.get("load_average_start"), machine.get("load_average_end")) if x]
+    busiest, cpus = max(loads, default=0.0), machine.get("cpu_count") or 1
+    if busiest > cpus:
+        return (
+            f"The machine was shared and busy (1-minute load up to {busiest:.1f} on {cpus} CPUs at the start or end):"
+            " the absolute seconds are inflated by other work, the shares of the phases less so."
+        )
+    return f"The machine was quiet enough (1-minute load up to {busiest:.1f} on {cpus} CPUs)."
+
+
+def _per_row(memory: Mapping[str, float], rows: int) -> str:
+    """Resident growth during the restore, in KiB a row."""
+    return f"{(memory['peak_mib'] - memory['start_mib']) * 1024 / max(rows, 1):.1f} KiB"
+
+
 def plot(r: Mapping[str, Any], path: Path) -> bool:
     """The restore's phases, and the explain answers (``False``: matplotlib is missing)."""
     try:
@@ -656,21 +677,28 @@ def plot(r: Mapping[str, Any], path: Path) -> bool:
     except ImportError:
         return False
     rs, ex = r["restore"], r["explain"]
-    fig, (phases, answers) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 2]})
-    labels = [k.split(" (")[0] for k in rs["phases_s"]]
+    fig, (phases, answers) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    labels = [k.split(" (")[0].replace(", Arrow batches to Python records", " to records") for k in rs["phases_s"]]
     values = list(rs["phases_s"].values())
     phases.barh(labels[::-1], values[::-1], color="#4C72B0")
     for y, v in enumerate(values[::-1]):
         phases.text(v, y, f" {v:.0f} s", va="center", fontsize="small")
     phases.set_xlim(0, max(values) * 1.25)
     phases.set_xlabel("seconds")
-    phases.set_title(f"restore: {rs['rows']:,} rows in {rs['seconds']:.0f} s ({rs['rows_per_s']:,} rows/s)")
+    phases.set_title(
+        f"restore: {rs['rows']:,} rows in {rs['seconds']:.0f} s\n({rs['rows_per_s']:,} rows/s; rows written to moto)",
+        fontsize="medium",
+    )
     names = ["cold", *(f"warm {i + 1}" for i in range(len(ex["warm_s"])))]
     secs = [ex["cold_s"], *ex["warm_s"]]
     answers.bar(names, secs, color=["#C44E52", *(["#55A868"] * len(ex["warm_s"]))])
     answers.axhline(ex["goal_s"], color="grey", linestyle="--", linewidth=1)
     answers.set_ylabel("seconds")
-    answers.set_title(f"explain on {r['workload']['deltas']:,} deltas (session start {ex['session_start_s']:.0f} s)")
+    answers.set_title(
+        f"explain, one row of {r['workload']['deltas']:,} deltas\n(after a {ex['session_start_s']:.0f} s session"
+        f" start; dashed: {ex['goal_s']:.0f} s)",
+        fontsize="medium",
+    )
     answers.tick_params(axis="x", labelsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
