@@ -303,8 +303,8 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     else:
         for report in reports:
             print("\n".join(report.lines()))
-        where = "the stack's functions (a new deployment)" if args.env else "`lakesync local`"
-        print(f"restart {where} so that no process keeps what it cached of the old buffer")
+        if not args.env:
+            print("restart `lakesync local` if its tables were gone: its real-time feed reads the stream it started on")
     return 0
 
 

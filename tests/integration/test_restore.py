@@ -29,11 +29,12 @@ from lakesync.aws.tables import TableNames
 from lakesync.cli import main
 from lakesync.core.checkpoint import load_manifest
 from lakesync.core.delta import RowDelta, make_delta
-from lakesync.core.errors import CursorExpiredError
+from lakesync.core.errors import CursorExpiredError, GatewayRestoringError
 from lakesync.core.hlc import encode
 from lakesync.core.log import ShardId, StoredRow
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.messages import SyncPush
+from lakesync.core.restore import RestoreTargetNotEmptyError, UnflushedDataError
 from lakesync.core.rules import Bucket, SyncRules
 from lakesync.gateway.checkpoint import chunk_rows
 from lakesync.gateway.deps import GatewayDeps, GatewaySettings
@@ -103,6 +104,8 @@ class World:
 
     def restore(self, into: TableNames, **kwargs: Any) -> Any:
         lake = IcebergLakeReader(self.catalog)
+        # No wait for serving processes to forget the old log: this gateway's are made anew (`gateway`) after it.
+        kwargs.setdefault("settle_s", 0)
         (report,) = restore_buffer(self.client, into, lake, [self.gw], objects=self.objects, **kwargs)
         return report
 
@@ -386,3 +389,80 @@ def test_clearing_finds_the_buffer_tables_among_more_than_a_page_of_tables(dynam
     finally:
         for name in others:
             dynamodb_client.delete_table(TableName=name)
+
+
+def test_while_a_restore_holds_the_gateway_pushes_and_pulls_are_refused_and_served_again_after(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    from lakesync.aws.buffer_restore import DynamoDBRestoreTarget
+
+    # Given a gateway with a row, and a restore's mark on it
+    world = World(moto_endpoint, tmp_path)
+    wall = int(time.time() * 1000) - 60_000
+    world.push("a", [delta("a", "todos", "r0", "INSERT", {"x": 0}, wall)])
+    target = DynamoDBRestoreTarget(world.client, world.names)
+    target.hold(world.gw, started_ms=wall)
+
+    # Then a push, a cursor pull and a since pull are refused as retryable (503), and nothing was written
+    late = [delta("a", "todos", "r1", "INSERT", {"x": 1}, wall + 1)]
+    for call in (
+        lambda: world.push("a", late),
+        lambda: pull(world.deps, world.gw, limit=10, claims={"sub": "c"}),
+        lambda: pull(world.deps, world.gw, limit=10, claims={"sub": "s"}, since=0, client_id="s"),
+    ):
+        with pytest.raises(GatewayRestoringError) as refused:
+            call()
+        assert (refused.value.status, refused.value.api_code) == (503, "BACKPRESSURE_ERROR")
+    assert world.rows(world.names, {("todos", "r1")}) == {}
+    # And a second restore is refused while the mark is there
+    with pytest.raises(RestoreTargetNotEmptyError, match="another restore"):
+        target.hold(world.gw, started_ms=wall + 5)
+
+    # When the mark goes, both are served again
+    target.release(world.gw)
+    world.push("a", late)
+    assert {d.row_id for d in pull(world.deps, world.gw, limit=10, claims={"sub": "c"}).deltas} == {"r0", "r1"}
+
+
+def test_a_restore_refused_before_it_wrote_leaves_the_gateway_serving(moto_endpoint: str, tmp_path: Path) -> None:
+    # Given a gateway whose buffer holds a delta the lake does not
+    world = World(moto_endpoint, tmp_path)
+    wall = int(time.time() * 1000) - 60_000
+    world.push("a", [delta("a", "todos", "r0", "INSERT", {"x": 0}, wall)])
+    world.flush()
+    world.push("a", [delta("a", "todos", "r1", "INSERT", {"x": 1}, wall + 1)])
+
+    # When a restore over the tables is refused (without --replace: they hold it; with it: it would lose a delta)
+    with pytest.raises(RestoreTargetNotEmptyError):
+        world.restore(world.names)
+    with pytest.raises(UnflushedDataError):
+        world.restore(world.names, replace=True)
+
+    # Then the gateway serves as before: no mark is left behind, nothing was cleared
+    world.push("a", [delta("a", "todos", "r2", "INSERT", {"x": 2}, wall + 2)])
+    served = pull(world.deps, world.gw, limit=10, claims={"sub": "c"}).deltas
+    assert [d.row_id for d in served] == ["r0", "r1", "r2"]
+
+
+def test_a_process_that_served_the_old_log_serves_none_of_it_after_the_restore(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    from lakesync.lake.restore_job import SETTLE_S
+
+    # Given a serving process (the world's gateway) that paged a client through entries never flushed, and so
+    # remembers their chunk
+    world = World(moto_endpoint, tmp_path)
+    wall = int(time.time() * 1000) - 60_000
+    world.push("a", [delta("a", "todos", f"r{i}", "INSERT", {"x": i}, wall + i) for i in range(3)])
+    at_flush = pull(world.deps, world.gw, limit=100, claims={"sub": "c"}).cursor
+    world.flush()
+    world.push("a", [delta("a", "todos", "lost", "INSERT", {"x": 9}, wall + 5)])
+    assert [d.row_id for d in pull(world.deps, world.gw, limit=100, claims={}, cursor=at_flush).deltas] == ["lost"]
+
+    # When the buffer is restored under it (the lost entry with it), and a new commit takes the lost one's position
+    world.restore(world.names, replace=True, lose_unflushed=True, settle_s=SETTLE_S)
+    world.push("a", [delta("a", "todos", "new", "INSERT", {"x": 1}, wall + 6)])
+
+    # Then the client's cursor from before gets 410 from that same process, not the entry the lake never had
+    with pytest.raises(CursorExpiredError):
+        pull(world.deps, world.gw, limit=100, claims={}, cursor=at_flush)

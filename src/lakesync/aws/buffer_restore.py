@@ -11,9 +11,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lakesync.aws.buffer.items import DOUBT_PREFIX, HeadAttr, head_key, registry_item, row_item
 from lakesync.aws.buffer.store import DynamoDBBufferStore
-from lakesync.aws.errors import error_code
+from lakesync.aws.errors import condition_failed, error_code
 from lakesync.aws.items import (
     REGISTRY_PREFIX,
+    RESTORE_MARK,
     Item,
     batch_get_all,
     batch_write,
@@ -26,7 +27,7 @@ from lakesync.aws.tables import TableNames, table_specs
 from lakesync.core.errors import StorageError
 from lakesync.core.flush_requests import FLUSH_REQUEST_PREFIX
 from lakesync.core.log import ShardHead, ShardId, StoredRow
-from lakesync.core.restore import CONFIG_KINDS, SavedConfig
+from lakesync.core.restore import CONFIG_KINDS, RestoreTargetNotEmptyError, SavedConfig
 from lakesync.io_pool import results_of, submit
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ __all__ = ["DynamoDBBufferSurvey", "DynamoDBRestoreTarget", "clear_tables", "res
 
 _T = TypeVar("_T")
 
-_NOT_CONFIG = (REGISTRY_PREFIX, FLUSH_REQUEST_PREFIX, DOUBT_PREFIX)
+_NOT_CONFIG = (REGISTRY_PREFIX, FLUSH_REQUEST_PREFIX, DOUBT_PREFIX, RESTORE_MARK)
 """Config sort keys that are the buffer's state, not the gateway's configuration: rebuilt or dropped by a restore."""
 
 
@@ -127,6 +128,38 @@ class DynamoDBRestoreTarget:
         self._t = names
         self._threads = max(1, threads)
 
+    def hold(self, gateway: str, *, started_ms: int, take_over: bool = False) -> None:
+        """Write the gateway's restore mark: from now on its pushes and pulls are refused (503 ``RESTORING``) until
+        :meth:`release`. ``take_over``: even when a mark is there (a restore that stopped before it ended).
+
+        Raises:
+            RestoreTargetNotEmptyError: another restore's mark is there (without ``take_over``).
+        """
+        request: dict[str, Any] = {
+            "TableName": self._t.config,
+            "Item": {"gw": str_attr(gateway), "sk": str_attr(RESTORE_MARK), "startedMs": num_attr(started_ms)},
+        }
+        if not take_over:
+            request["ConditionExpression"] = "attribute_not_exists(sk)"
+        try:
+            self._db.put_item(**request)
+        except ClientError as exc:
+            if condition_failed(exc):
+                raise RestoreTargetNotEmptyError(
+                    f"a restore of gateway {gateway!r} holds the buffer tables (another restore is running, or one"
+                    " stopped before it ended): wait for it, or restore again with --replace"
+                ) from exc
+            raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
+
+    def release(self, gateway: str) -> None:
+        """Remove the gateway's restore mark: pushes and pulls are served again."""
+        _storage(
+            "DeleteItem",
+            lambda: self._db.delete_item(
+                TableName=self._t.config, Key={"gw": str_attr(gateway), "sk": str_attr(RESTORE_MARK)}
+            ),
+        )
+
     def holds(self, gateway: str, shards: Sequence[ShardId]) -> bool:
         """Whether the config table has sync rules or a registered shard of ``gateway``, or the heads table a head of
         ``shards``."""
@@ -157,14 +190,27 @@ class DynamoDBRestoreTarget:
         batch_write_all(self._db, self._t.config, [_item(i) for i in items])
 
     def put_heads(self, heads: Sequence[ShardHead]) -> None:
-        """Write each head where none is (a head written meanwhile by a push is not overwritten: that fails)."""
+        """Write each head where none is (a head written meanwhile, by a push begun before the restore's mark, is
+        not overwritten).
+
+        Raises:
+            StorageError: a head is there already (the restore must be run again with ``--replace``).
+        """
         for head in heads:
-            self._db.put_item(
-                TableName=self._t.heads,
-                Item=restored_head_item(head),
-                ConditionExpression="attribute_not_exists(#shard)",
-                ExpressionAttributeNames={"#shard": HeadAttr.SHARD},
-            )
+            try:
+                self._db.put_item(
+                    TableName=self._t.heads,
+                    Item=restored_head_item(head),
+                    ConditionExpression="attribute_not_exists(#shard)",
+                    ExpressionAttributeNames={"#shard": HeadAttr.SHARD},
+                )
+            except ClientError as exc:
+                if condition_failed(exc):
+                    raise StorageError(
+                        f"shard {head.shard.key} was committed to while the restore wrote it: restore again with"
+                        " --replace (the gateway stays refused until a restore ends)"
+                    ) from exc
+                raise StorageError(f"DynamoDB PutItem failed: {error_code(exc)}") from exc
 
     def register(self, shards: Sequence[ShardId]) -> None:
         """Add ``shards`` to the registry."""
@@ -179,8 +225,9 @@ def _item(value: object) -> Item:
 
 
 def clear_tables(client: DynamoDBClient, names: TableNames) -> int:
-    """Delete every item of the buffer tables that exist (item by item, not the tables: the local stack journals item
-    writes, so a crash cannot bring the items back, and the deltas table keeps its stream); returns how many."""
+    """Delete every item of the buffer tables that exist but the restore marks (item by item, not the tables: the
+    local stack journals item writes, so a crash cannot bring the items back, and the deltas table keeps its stream);
+    returns how many."""
     # ListTables answers 100 names a page: an account (or a shared emulator) with more would hide the buffer's
     existing = {n for page in client.get_paginator("list_tables").paginate() for n in page.get("TableNames", [])}
     deleted = 0
@@ -195,7 +242,7 @@ def clear_tables(client: DynamoDBClient, names: TableNames) -> int:
             ExpressionAttributeNames={f"#k{i}": key for i, key in enumerate(keys)},
             ConsistentRead=True,
         ):
-            items = page.get("Items", [])
+            items = [i for i in page.get("Items", []) if table != names.config or i["sk"]["S"] != RESTORE_MARK]
             for start in range(0, len(items), 25):
                 batch_write(client, table, [{"DeleteRequest": {"Key": item}} for item in items[start : start + 25]])
             deleted += len(items)

@@ -16,6 +16,7 @@ from lakesync.aws.items import (
     CONNECTOR_PREFIX,
     DESTINATION_PREFIX,
     REGISTRY_PREFIX,
+    RESTORE_MARK,
     Item,
     config_items,
     destination_key,
@@ -29,7 +30,7 @@ from lakesync.aws.items import (
 from lakesync.aws.tables import TableNames
 from lakesync.core.connectors import ConnectorConfig
 from lakesync.core.destinations import DestinationConfig, parse_destination
-from lakesync.core.errors import AlreadyExistsError, StorageError, ValidationError
+from lakesync.core.errors import AlreadyExistsError, GatewayRestoringError, StorageError, ValidationError
 from lakesync.core.log import CommitConflict, PullBasis
 from lakesync.core.rules import SyncRules, parse_sync_rules
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -43,20 +44,28 @@ __all__ = ["DynamoDBConfigStore", "DynamoDBPullBasisReader"]
 def _rules_and(db: DynamoDBClient, table: str, gateway: str, prefix: str) -> Iterator[Item]:
     """The gateway's ``rules`` item and its items keyed ``prefix...`` (``prefix`` ends in ``#`` and sorts after
     ``rules``), in one consistent Query: the range ends at ``prefix`` with ``$``, which sorts right after ``#``, and
-    skips what lies between."""
-    return query_all(
+    skips what lies between.
+
+    Raises:
+        GatewayRestoringError: a restore from the lake holds the gateway (its :data:`RESTORE_MARK` is there).
+    """
+    for item in query_all(
         db,
         TableName=table,
         KeyConditionExpression="gw = :gw AND sk BETWEEN :rules AND :end",
-        FilterExpression="sk = :rules OR begins_with(sk, :prefix)",
+        FilterExpression="sk = :rules OR sk = :mark OR begins_with(sk, :prefix)",
         ExpressionAttributeValues={
             ":gw": str_attr(gateway),
             ":rules": str_attr("rules"),
+            ":mark": str_attr(RESTORE_MARK),
             ":end": str_attr(prefix[:-1] + "$"),
             ":prefix": str_attr(prefix),
         },
         ConsistentRead=True,
-    )
+    ):
+        if item["sk"]["S"] == RESTORE_MARK:
+            raise GatewayRestoringError(f"gateway {gateway!r} is being restored from the lake: retry in a few seconds")
+        yield item
 
 
 class DynamoDBConfigStore:

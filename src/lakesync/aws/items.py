@@ -63,6 +63,10 @@ def _utf8_safe(text: str) -> str:
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
+RESTORE_MARK = "rules#restoring"
+"""Config-table sort key of the item a restore from the lake holds while it rebuilds the gateway's buffer: pushes and
+pulls read it with the rules (it sorts right after ``rules``) and are refused while it is there."""
+
 REGISTRY_PREFIX = "shard#"
 """Sort-key prefix of the shard registry items in the config table (``shard#{shard key}``)."""
 

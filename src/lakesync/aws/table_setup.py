@@ -3,6 +3,7 @@ runner, the tests and the benchmarks; a deployed stack's tables are made by CDK)
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from lakesync.aws.tables import TTL_ATTRIBUTE, TTL_TABLES, TableNames, connections_table_spec, table_specs
@@ -13,7 +14,13 @@ if TYPE_CHECKING:
 __all__ = ["create_tables", "drop_tables"]
 
 
-def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
+def create_tables(
+    client: DynamoDBClient,
+    names: TableNames,
+    *,
+    connections: str | None = None,
+    only: Collection[str] | None = None,
+) -> None:
     """Create every LakeSync table (idempotent) and enable TTL where records expire.
 
     Args:
@@ -21,15 +28,19 @@ def create_tables(client: DynamoDBClient, names: TableNames, *, connections: str
         names: The buffer's tables.
         connections: The WebSocket sessions table to create as well
             (:func:`lakesync.aws.tables.connections_table_name`), if any.
+        only: Create these of the tables only (names).
     """
     existing = _table_names(client)
     specs = table_specs(names) + ([connections_table_spec(connections)] if connections else [])
+    if only is not None:
+        specs = [spec for spec in specs if spec["TableName"] in only]
     for spec in specs:
         if spec["TableName"] not in existing:
             client.create_table(**spec)
     for spec in specs:
         client.get_waiter("table_exists").wait(TableName=spec["TableName"])
-    for name in [names.as_dict()[logical] for logical in TTL_TABLES] + ([connections] if connections else []):
+    expiring = [names.as_dict()[logical] for logical in TTL_TABLES] + ([connections] if connections else [])
+    for name in [n for n in expiring if only is None or n in only]:
         client.update_time_to_live(
             TableName=name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},

@@ -22,6 +22,7 @@ Every error a caller can cause carries the API code and HTTP status of the wire 
     ├── RateLimitedError                  RATE_LIMITED       429
     │   └── CallerRateLimitedError        RATE_LIMITED       429  (a caller over its own limit; ``Retry-After``)
     ├── BackpressureError                 BACKPRESSURE_ERROR 503
+    │   └── GatewayRestoringError         BACKPRESSURE_ERROR 503  (domain code RESTORING: rebuilt from the lake)
     ├── AdapterError                      ADAPTER_ERROR      502
     │   └── DestinationError              ADAPTER_ERROR      502  (domain code DESTINATION_ERROR; materialisation)
     ├── FlushError                        FLUSH_ERROR        500
@@ -207,6 +208,12 @@ class BackpressureError(LakeSyncError):
     code = "BACKPRESSURE"
     api_code = "BACKPRESSURE_ERROR"
     status = 503
+
+
+class GatewayRestoringError(BackpressureError):
+    """The gateway's buffer is being rebuilt from the lake (``lakesync restore``); retrying later succeeds."""
+
+    code = "RESTORING"
 
 
 class AdapterError(LakeSyncError):

@@ -28,12 +28,13 @@ from lakesync.io_pool import awaited, on_pool_thread, submit
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["LogReader", "contiguous"]
+__all__ = ["REMEMBERED_CHUNK_MS", "LogReader", "contiguous"]
 
 _REMEMBERED_CHUNKS = 32
 """Shards whose last chunk read a store keeps (a chunk is at most an item: 400 KB)."""
-_REMEMBERED_CHUNK_MS = 30_000
-"""How long a chunk read is used again (a client paging through a backlog asks for its next page at once)."""
+REMEMBERED_CHUNK_MS = 5_000
+"""How long a chunk read is used again (a client paging through a backlog asks for its next page at once; a restore
+from the lake holds the gateway this long at least, so that no chunk of the old log is used again)."""
 
 _PER_CHUNK = 48
 """Entries per log item to expect before a read has seen any: a full push chunk."""
@@ -95,10 +96,10 @@ class LogReader:
     def _remembered_chunk(self, shard: ShardId, seq: int) -> Item | None:
         """The chunk remembered for ``shard`` if it holds entry ``seq`` or starts right after it (where a page that
         ended inside it, or opened it to see whether more follows, leaves the next one), read in the last
-        :data:`_REMEMBERED_CHUNK_MS`."""
+        :data:`REMEMBERED_CHUNK_MS`."""
         with self._last_chunks_lock:
             remembered = self._last_chunks.get(shard.key)
-        if remembered is None or not 0 <= self._clock_ms() - remembered[0] <= _REMEMBERED_CHUNK_MS:
+        if remembered is None or not 0 <= self._clock_ms() - remembered[0] <= REMEMBERED_CHUNK_MS:
             return None
         item = remembered[1]
         first, count, _ = chunk_span(item)
