@@ -15,6 +15,7 @@ from lakesync.client import LocalStore
 from lakesync.client.http import CHECKPOINT_MEDIA_TYPE as STREAM_MEDIA_TYPE
 from lakesync.client.http import COLUMNS_MEDIA_TYPE, SyncClient
 from lakesync.core.checkpoint import checkpoint_id
+from lakesync.core.delta import RowDelta
 from lakesync.core.hlc import HLC
 from lakesync.core.merge import RowState, merge
 from lakesync.gateway.checkpoint import encode_row, write_checkpoint
@@ -27,12 +28,15 @@ pytestmark = pytest.mark.integration
 Open = Callable[..., LocalStore]
 
 
-def _cut_checkpoint(stack: LocalStack) -> tuple[dict[tuple[str, str], RowState], str]:
-    """A checkpoint of everything the gateway holds now, cut as the checkpoint job does; its states and cursor."""
+def _cut_checkpoint(
+    stack: LocalStack, lost: Callable[[RowDelta], bool] = lambda _delta: False
+) -> tuple[dict[tuple[str, str], RowState], str]:
+    """A checkpoint of everything the gateway holds now, cut as the checkpoint job does; its states and cursor.
+    ``lost``: deltas left out, as a restore from a lake that never got them leaves them out."""
     deltas, cursor = admin(stack).pull_all()
     assert cursor is not None
     states: dict[tuple[str, str], RowState] = {}
-    for delta in deltas:
+    for delta in (d for d in deltas if not lost(d)):
         key = (delta.table, delta.row_id)
         states[key] = merge(states.get(key), delta).state
     now = HLC().now()
@@ -48,6 +52,16 @@ def _cut_checkpoint(stack: LocalStack) -> tuple[dict[tuple[str, str], RowState],
         chunk_bytes=2048,  # several chunks
     )
     return states, manifest.cursor
+
+
+def _expire_cursor(path: Any, table: str) -> None:
+    """Point a closed store's cursor where the gateway no longer serves (past the head: 410 CURSOR_EXPIRED)."""
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE _lakesync_meta SET value = ? WHERE key = 'cursor'",
+            (encode_cursor({f"default#{table}#0": 10**9}),),
+        )
+    db.close()
 
 
 @pytest.fixture(params=["columns", "stream", "mixed"])
@@ -133,12 +147,7 @@ def test_an_expired_cursor_reloads_the_checkpoint_and_keeps_pending_local_writes
     _cut_checkpoint(stack)
     behind.close()
     # and its cursor points where the gateway no longer serves (past the head: 410 CURSOR_EXPIRED)
-    with sqlite3.connect(path) as db:
-        db.execute(
-            "UPDATE _lakesync_meta SET value = ? WHERE key = 'cursor'",
-            (encode_cursor({f"default#{table}#0": 10**9}),),
-        )
-    db.close()
+    _expire_cursor(path, table)
 
     # When it syncs again
     again = open_store("behind", table, path=path)
@@ -155,3 +164,36 @@ def test_an_expired_cursor_reloads_the_checkpoint_and_keeps_pending_local_writes
     assert "r2" not in expected
     other.sync()
     assert other.rows(table) == expected
+
+
+def test_a_reload_gives_up_what_the_gateway_lost_and_keeps_pending_local_writes(
+    stack: LocalStack, open_store: Open, tmp_path: Any
+) -> None:
+    table = unique_table()
+    path = tmp_path / "lost.db"
+    store = open_store("loser", table, path=path)
+    store.insert_many(table, {f"r{i}": {"title": f"t{i}", "priority": i} for i in range(3)})
+    store.sync()
+    # Given writes the gateway acknowledged, then lost (a checkpoint past them that does not hold them, as a
+    # restore from a lake they never reached cuts)
+    store.update(table, "r0", {"title": "acknowledged, then lost"})
+    store.insert(table, "gone", {"title": "created, then lost"})
+    store.sync()
+    _cut_checkpoint(
+        stack, lost=lambda d: d.table == table and (d.row_id == "gone" or (d.row_id == "r0" and d.op.value == "UPDATE"))
+    )
+    # and an edit the store has not pushed yet, with its cursor where the gateway no longer serves
+    store.update(table, "r1", {"priority": 70})
+    store.close()
+    _expire_cursor(path, table)
+
+    # When it syncs again
+    again = open_store("loser", table, path=path)
+    report = again.sync()
+
+    # Then it holds the checkpoint's rows with its pending edit on top: the lost writes are gone from it too
+    assert report.rebootstrapped is True
+    rows = again.rows(table)
+    assert rows["r0"]["title"] == "t0" and "gone" not in rows
+    assert rows["r1"]["priority"] == 70
+    assert again.state(table, "r0") is not None and again.state(table, "gone") is None

@@ -2,8 +2,8 @@
 
 Into an empty store, rows are written in bulk without a merge: runs of rows whose values are exact column-wise, as
 base records of compact states (:mod:`lakesync.client.base`), every other row with its full state. Into a store with
-data (a cursor the gateway no longer serves: 410 ``CURSOR_EXPIRED``), the checkpoint is merged into local state,
-pending local writes kept. Either way in one transaction with the cursor.
+data (a cursor the gateway no longer serves: 410 ``CURSOR_EXPIRED``), the synced state becomes the checkpoint's,
+pending local writes merged on top. Either way in one transaction with the cursor.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import operator
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from lakesync.client.tables import LocalTable, bind_column
 from lakesync.collector import collector_paused
 from lakesync.core.delta import DeltaOp
 from lakesync.core.errors import ClockDriftError
+from lakesync.core.merge import merge
 from lakesync.wire.checkpoint_columns import ColumnsChunk, RowsRun, decode_columns
 from lakesync.wire.fast_checkpoint import CheckpointDeltas, RawDelta, decode_checkpoint_deltas, to_row_delta
 
@@ -204,23 +206,41 @@ class Bootstrap:
             db.executemany(self._tables[table].upsert_sql(), params)
 
     def merge_checkpoint(self, rows: Sequence[list[RawDelta]]) -> dict[str, set[str]]:
-        """A store with data: merge the checkpoint into it. A local row the checkpoint lacks and no pending local
-        write holds is dropped: the checkpoint is everything this client may see as of its cursor (a fresh client
-        would not have the row either), and the pull from its cursor delivers every later change."""
+        """A store with data: its synced state becomes the checkpoint's, with its pending local writes merged on top.
+        The checkpoint is everything this client may see as of its cursor (a fresh client would have exactly it), and
+        the pull from its cursor delivers every later change. So a local row the checkpoint lacks and no pending
+        write holds is dropped, and a column held from a write the gateway no longer has (one it acknowledged and
+        then lost with its buffer, restored from the lake) gives way to the checkpoint's. Returns the rows whose
+        state changed."""
         self._base.expand()  # so that dropping a row's state below cannot leave its base state behind
-        changed = self._puller.merge_remote(to_row_delta(d) for row in rows for d in row)
-        present = {(row[0][1], row[0][2]) for row in rows}
         pending = self._outbox.pending_rows()
         db = self._db.conn
-        for table, row_id in db.execute("SELECT tbl, row_id FROM _lakesync_state").fetchall():
-            if (table, row_id) in present or (table, row_id) in pending:
+        before = _encoded_states(db)
+        db.execute("DELETE FROM _lakesync_state")
+        self._puller.merge_remote(to_row_delta(d) for row in rows for d in row)
+        for key, deltas in self._outbox.pending_deltas(pending).items():
+            state = self._states.get(*key)
+            for delta in deltas:
+                state = merge(state, delta).state
+            if state is not None:
+                self._states.put(state)
+        after = _encoded_states(db)
+        changed: dict[str, set[str]] = {}
+        for key in before.keys() | after.keys():
+            if before.get(key) == after.get(key):
                 continue
-            db.execute("DELETE FROM _lakesync_state WHERE tbl = ? AND row_id = ?", (table, row_id))
-            local = self._tables.get(table)
-            if local is not None:
-                db.execute(local.delete_sql(), (row_id,))
-            changed.setdefault(table, set()).add(row_id)
+            local = self._tables.get(key[0])
+            if key not in after and local is not None:
+                db.execute(local.delete_sql(), (key[1],))
+            changed.setdefault(key[0], set()).add(key[1])
         return changed
+
+
+def _encoded_states(db: sqlite3.Connection) -> dict[tuple[str, str], bytes | str]:
+    """Every row's stored state, as stored."""
+    return {
+        (table, row_id): state for table, row_id, state in db.execute("SELECT tbl, row_id, state FROM _lakesync_state")
+    }
 
 
 def decoded_parts(bodies: Sequence[bytes], columnar: Sequence[bool]) -> list[ColumnsChunk | CheckpointDeltas]:
