@@ -22,6 +22,7 @@ from lakesync.local.runner import CHECKPOINT_BUCKET, TABLE_PREFIX, LocalStack
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
+    from lakesync.aws.flush_store import DynamoConfig
     from lakesync.lake.flush import DeltaLog
 
 SparkSession = Any
@@ -95,6 +96,21 @@ def flush_function_max_backlog(environ: Mapping[str, str]) -> int:
     return int(raw)
 
 
+def stack_dynamo_config(stack: LocalStack) -> DynamoConfig:
+    """The lake jobs' DynamoDB settings for the stack's buffer tables on its moto server."""
+    from lakesync.aws.flush_store import DynamoConfig as Config
+    from lakesync.aws.tables import TableNames
+
+    aws = stack.aws_kwargs()
+    return Config(
+        tables=TableNames.with_prefix(TABLE_PREFIX),
+        endpoint_url=aws["endpoint_url"],
+        region=aws["region_name"],
+        access_key_id=aws["aws_access_key_id"],
+        secret_access_key=aws["aws_secret_access_key"],
+    )
+
+
 def run_pipeline(
     stack: LocalStack,
     spark: SparkSession,
@@ -113,7 +129,7 @@ def run_pipeline(
     """
     from lakesync.aws.checkpoints import read_release_bounds
     from lakesync.aws.config_store import DynamoDBConfigStore
-    from lakesync.aws.flush_store import DynamoConfig, FlushStore
+    from lakesync.aws.flush_store import FlushStore
     from lakesync.aws.objects import S3ObjectStore, s3_client
     from lakesync.aws.tables import TableNames
     from lakesync.core.lake_work import FLUSH_ENGINES, choose_flush_engine, flush_backlog
@@ -128,13 +144,7 @@ def run_pipeline(
     bounds = read_release_bounds(CHECKPOINT_BUCKET, gateways, objects=objects)
 
     started = time.perf_counter()
-    dynamo = DynamoConfig(
-        tables=names,
-        endpoint_url=aws["endpoint_url"],
-        region=aws["region_name"],
-        access_key_id=aws["aws_access_key_id"],
-        secret_access_key=aws["aws_secret_access_key"],
-    )
+    dynamo = stack_dynamo_config(stack)
     flush_config = flush.FlushConfig(dynamodb=dynamo, gateways=gateways, publish=stack.publish_config())
     engines = [e for e in FLUSH_ENGINES if flush_engine in ("auto", e)]
     if not engines:
