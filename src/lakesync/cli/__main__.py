@@ -1,0 +1,7 @@
+"""``python -m lakesync.cli``."""
+
+import sys
+
+from lakesync.cli import main
+
+sys.exit(main())
