@@ -67,11 +67,13 @@ def restore_buffer(
     old: TableNames | None = None,
     replace: bool = False,
     lose_unflushed: bool = False,
+    create_missing: bool = True,
     clock: HLC | None = None,
     progress: Callable[[str], None] | None = None,
     settle_s: float = SETTLE_S,
 ) -> list[RestoreReport]:
-    """Restore each of ``gateways`` from ``lake`` into the tables ``names`` (created where missing).
+    """Restore each of ``gateways`` from ``lake`` into the tables ``names`` (created where missing, unless
+    ``create_missing`` is false).
 
     Args:
         client: DynamoDB.
@@ -82,6 +84,8 @@ def restore_buffer(
         old: The old buffer's tables, read first (the data at risk, the configuration); ``None``: none.
         replace: Read the tables ``names`` as the old buffer, then delete every item in them.
         lose_unflushed: Replace a buffer that holds deltas the lake does not (they are lost; the report names them).
+        create_missing: Create the tables that are missing (and enable their TTL); false: they must all exist, as a
+            deployed stack's do (CloudFormation's: the restore job on AWS neither creates nor changes a table).
         clock: The server clock (the restore's HLC follows it).
         progress: Called with a line now and then.
         settle_s: How long the gateways stay held at least (:data:`SETTLE_S`; less only where no process served
@@ -100,13 +104,15 @@ def restore_buffer(
             )
         old = names
     # The config table first: a push reads it before anything else, so none commits once the marks are in it.
-    create_tables(client, names, only={names.config})
+    if create_missing:
+        create_tables(client, names, only={names.config})
     target = DynamoDBRestoreTarget(client, names)
     held_at = time.monotonic()
     _hold(target, gateways, take_over=replace)
     reports: list[RestoreReport] = []
     try:
-        create_tables(client, names)
+        if create_missing:
+            create_tables(client, names)
         surveys = _surveys(client, old, lake, gateways)
         if replace:
             at_risk = {gw: s.at_risk.deltas for gw, s in surveys.items() if s.at_risk.deltas}

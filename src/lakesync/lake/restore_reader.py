@@ -21,9 +21,10 @@ from lakesync.lake.tables import DELTA_LOG, NAMESPACE
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-__all__ = ["IcebergLakeReader", "lake_entry"]
+__all__ = ["FIELDS", "IcebergLakeReader", "lake_entry"]
 
-_FIELDS = ("tbl", "row_id", "op", "client_id", "hlc", "delta_id", "columns", "shard", "seq", "commit_hlc")
+FIELDS = ("tbl", "row_id", "op", "client_id", "hlc", "delta_id", "columns", "shard", "seq", "commit_hlc")
+"""The delta-log columns an entry is made of (:func:`lake_entry`)."""
 
 
 def lake_entry(record: dict[str, Any]) -> LakeEntry:
@@ -64,7 +65,7 @@ class IcebergLakeReader:
         if not self._exists():
             return
         scan = self._catalog.load_table(self._identifier).scan(
-            row_filter=_equal("gateway", gateway), selected_fields=_FIELDS
+            row_filter=_equal("gateway", gateway), selected_fields=FIELDS
         )
         for batch in scan.to_arrow_batch_reader():
             for record in batch.to_pylist():
