@@ -29,7 +29,8 @@ MAX_UINT32 = 0xFFFFFFFF
 
 @dataclass(frozen=True, slots=True)
 class SyncPush:
-    """A client's batch of deltas. ``last_seen_hlc`` is informational; servers do not use it."""
+    """A client's batch of deltas. ``last_seen_hlc``: the ``serverHlc`` of the last page the client applied (or of its
+    last push); the ``since`` session of an original client takes it as confirmed."""
 
     client_id: str
     deltas: tuple[RowDelta, ...]

@@ -194,6 +194,7 @@ def push(
             deps.wall_ms() // 1000,
             prefetched=True,
             session=session_read.result(),
+            last_seen=message.last_seen_hlc,
         )
     return PushResult(
         server_hlc=server_hlc,

@@ -144,12 +144,17 @@ def note_push(
     *,
     prefetched: bool = False,
     session: SinceSession | None = None,
+    last_seen: int = 0,
     attempts: int = 5,
 ) -> None:
     """Record a push in the pusher's session, if it has one (only ``since`` clients do): the ``serverHlc`` it hands
     out resumes from the positions the client last confirmed, with the entries handed out since then uncertain (the
     client may or may not have applied its last pull); rows that may differ at the pusher are queued for redelivery.
     With ``prefetched``, ``session`` is the session as the caller read it while the push committed.
+
+    ``last_seen`` is the push's ``lastSeenHlc``: the original client sends the ``serverHlc`` of the last page it
+    applied (or of its last push), so a handout of that ``serverHlc`` is confirmed as a ``since`` would confirm it,
+    and the push resumes from it (mid-resync: from the page after it, not from where the pull before confirmed).
 
     Raises:
         CommitConflictError: the session kept changing under concurrent requests of the same client.
@@ -173,21 +178,37 @@ def note_push(
             except CommitConflict:
                 continue
             return
-        latest = session.handouts[-1] if session.handouts else None
-        base = session.confirmed if session.confirmed is not None else (latest.positions if latest else {})
-        uncertain = _furthest(latest.positions, latest.uncertain) if latest is not None else None
-        # Mid-resync, the push's serverHlc resumes the resync where the client last confirmed it stood.
+        resumed = _resumed(session, last_seen)
         updated = replace(
-            session.handed(Handout(server_hlc, dict(base), uncertain, session.resync)),
+            session.handed(replace(resumed, server_hlc=server_hlc)),
             redeliver=merge_redeliver(session.redeliver, lost)[-MAX_REDELIVER:],
             pushed=merge_redeliver(session.pushed, ((d.table, d.row_id) for d in deltas))[-MAX_PUSHED:],
         )
+        if session.handout(last_seen) is not None:  # confirmed as a `since` confirms it
+            updated = replace(updated, confirmed=dict(resumed.positions), resync=resumed.resync)
         try:
             store.put(gateway, client_id, updated, now_s + SESSION_TTL_S)
         except CommitConflict:
             continue
         return
     raise CommitConflictError(f"The sync session of client {client_id!r} is being changed concurrently; retry")
+
+
+def _resumed(session: SinceSession, last_seen: int) -> Handout:
+    """Where a push resumes the client (``server_hlc`` left 0): from the handout of ``last_seen`` when the session has
+    it, the entries handed out after it uncertain; else from the positions the client last confirmed with a ``since``,
+    everything handed out since uncertain (mid-resync, the resync where it last confirmed it stood)."""
+    seen = session.handout(last_seen) if last_seen else None
+    if seen is not None:
+        later = session.handouts[session.handouts.index(seen) + 1 :]
+        uncertain = dict(seen.uncertain or {})
+        for handout in later:
+            uncertain = _furthest(_furthest(uncertain, handout.positions), handout.uncertain)
+        return Handout(0, dict(seen.positions), uncertain or None, seen.resync)
+    latest = session.handouts[-1] if session.handouts else None
+    base = session.confirmed if session.confirmed is not None else (latest.positions if latest else {})
+    reach = _furthest(latest.positions, latest.uncertain) if latest is not None else None
+    return Handout(0, dict(base), reach, session.resync)
 
 
 def _furthest(a: Positions, b: Positions | None) -> dict[str, int]:
