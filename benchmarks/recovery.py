@@ -567,6 +567,7 @@ def explain(root: Path, sizes: RecoverySizes) -> dict[str, Any]:
 def run(sizes: RecoverySizes) -> dict[str, Any]:
     """Build the lake, restore from it, explain rows of it (module docstring); the results document."""
     load_start = report.load_average()
+    machine = machine_info()  # the code as it is when the run starts (its modules are imported as it goes)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lakesync-bench-recovery-") as tmp:
         root = Path(tmp)
@@ -576,7 +577,6 @@ def run(sizes: RecoverySizes) -> dict[str, Any]:
         restored = restore(root, sizes)
         gc.collect()
         explained = explain(root, sizes)
-    machine = machine_info()
     machine |= {"load_average_start": load_start, "load_average_end": report.load_average()}
     return {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
