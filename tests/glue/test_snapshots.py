@@ -24,7 +24,7 @@ CATALOG = "lake"
 def listed(spark: SparkSession, table: str) -> tuple[int | None, dict[int, Snapshot]]:
     """The ``main`` ref and every snapshot, as the metadata tables list them."""
     refs = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
-    columns = "snapshot_id, parent_id, operation, summary"
+    columns = "snapshot_id, parent_id, operation, summary, CAST(unix_millis(committed_at) AS BIGINT) AS committed_ms"
     rows = spark.sql(f"SELECT {columns} FROM {table}.snapshots").collect()
     by_id = {
         int(r.snapshot_id): Snapshot(
@@ -32,6 +32,7 @@ def listed(spark: SparkSession, table: str) -> tuple[int | None, dict[int, Snaps
             None if r.parent_id is None else int(r.parent_id),
             str(r.operation),
             dict(r.summary or {}),
+            int(r.committed_ms),
         )
         for r in rows
     }

@@ -1,8 +1,9 @@
 """The lake's history of one row in Spark SQL (:class:`~lakesync.ports.LakeRowReader` for ``lakesync explain``).
 
-Three parameterised queries: the row's records in the delta log (pruned to the gateway's and table's partitions),
-the delta log's flush snapshots since the row's first commit (their ``lakesync.flush.watermarks`` say when each
-entry was flushed), and the row's state-table row. The deltas are folded by :mod:`lakesync.core.merge` in
+Two parameterised queries, the row's records in the delta log (pruned to the gateway's and table's partitions) and
+its state-table row, and the delta log's flush snapshots since the row's first commit (their
+``lakesync.flush.watermarks`` say when each entry was flushed), read from the table's metadata without a Spark job
+(:mod:`lakesync.spark.snapshots`). The deltas are folded by :mod:`lakesync.core.merge` in
 :mod:`lakesync.core.explain`, not in SQL, so no SQL form of the merge needs a proof. The Athena form is
 :mod:`lakesync.lake.athena_explain`.
 """
@@ -14,8 +15,9 @@ from pyspark.sql import SparkSession
 
 from lakesync.core.row_history import LakeRow, flush_snapshot, lake_row
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, qualified, state_table
+from lakesync.spark.snapshots import table_snapshots
 
-__all__ = ["SparkLakeRows", "delta_sql", "snapshot_sql", "state_sql"]
+__all__ = ["SparkLakeRows", "delta_sql", "state_sql"]
 
 
 def delta_sql(catalog: str, namespace: str = NAMESPACE) -> str:
@@ -26,15 +28,6 @@ SELECT op, client_id, CAST(hlc AS STRING) AS hlc, delta_id,
        shard, seq, CAST(commit_hlc AS STRING) AS commit_hlc, CAST(unix_millis(commit_ts) AS BIGINT) AS commit_ms
 FROM {qualified(catalog, DELTA_LOG, namespace)}
 WHERE gateway = :gw AND tbl = :tbl AND row_id = :row
-""".strip()
-
-
-def snapshot_sql(catalog: str, namespace: str = NAMESPACE) -> str:
-    """The delta log's flush snapshots committed at or after ``:since`` (epoch ms): time and watermarks."""
-    return f"""
-SELECT CAST(unix_millis(committed_at) AS BIGINT) AS committed_ms, summary['{FLUSH_WATERMARKS}'] AS watermarks
-FROM {qualified(catalog, DELTA_LOG, namespace)}.snapshots
-WHERE summary['{FLUSH_WATERMARKS}'] IS NOT NULL AND committed_at >= timestamp_millis(:since)
 """.strip()
 
 
@@ -66,9 +59,11 @@ class SparkLakeRows:
             return LakeRow(notes=("the lake has no delta log yet",))
         records = [r.asDict() for r in rows]
         since = min((int(r["commit_ms"]) for r in records), default=0)
+        log = table_snapshots(self._spark, qualified(self._catalog, DELTA_LOG, self._namespace))
         snapshots = [
-            flush_snapshot(int(s["committed_ms"]), s["watermarks"])
-            for s in self._spark.sql(snapshot_sql(self._catalog, self._namespace), args={"since": since}).collect()
+            flush_snapshot(s.committed_ms, s.summary[FLUSH_WATERMARKS])
+            for s in log.by_id.values()
+            if FLUSH_WATERMARKS in s.summary and s.committed_ms >= since
         ]
         try:
             states = self._spark.sql(

@@ -29,6 +29,8 @@ class Snapshot:
     parent_id: int | None
     operation: str
     summary: Mapping[str, str]
+    committed_ms: int
+    """When it was committed (epoch ms: the metadata's ``timestamp-ms``, the table's ``committed_at``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ def _snapshot(entry: Mapping[str, Any]) -> Snapshot:
         parent_id=None if parent is None else int(parent),
         operation=summary.pop("operation", "None"),
         summary=summary,
+        committed_ms=int(entry["timestamp-ms"]),
     )
 
 
