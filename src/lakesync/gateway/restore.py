@@ -177,7 +177,7 @@ def restore(
     say(f"{gateway}: reading the delta log")
     fold = fold_lake(lake.entries(gateway), watermarks)
     at_hlc = restore_hlc(now(), fold, old.heads)
-    _write_rows(gateway, fold, target, say, started)
+    _write_rows(gateway, fold, target, say)
     if old.config.items:
         target.put_config(old.config.items)
     cid = _cut_checkpoint(gateway, fold, objects, at_hlc) if objects is not None and fold.shards else None
@@ -197,9 +197,8 @@ def restore(
     )
 
 
-def _write_rows(
-    gateway: str, fold: LakeFold, target: RestoreTarget, say: Callable[[str], None], started: float
-) -> None:
+def _write_rows(gateway: str, fold: LakeFold, target: RestoreTarget, say: Callable[[str], None]) -> None:
+    started = time.monotonic()
     total, done = len(fold.rows), 0
     rows = iter(fold.rows.values())
     while batch := list(islice(rows, ROW_BATCH)):
@@ -207,7 +206,7 @@ def _write_rows(
         done += len(batch)
         if done % (100 * ROW_BATCH) < ROW_BATCH or done == total:
             rate = done / max(time.monotonic() - started, 1e-6)
-            say(f"{gateway}: rows {done:,}/{total:,} ({rate:,.0f} rows/s)")
+            say(f"{gateway}: rows written {done:,}/{total:,} ({rate:,.0f} rows/s)")
 
 
 def _cut_checkpoint(gateway: str, fold: LakeFold, objects: ObjectStore, at_hlc: int) -> str:
