@@ -1,11 +1,19 @@
-"""The Glue 5.1 jobs (flush, compact, checkpoint), their artifacts, roles and schedules.
+"""The Glue 5.1 jobs (flush, compact, checkpoint), their artifacts, roles and schedules, and what every Glue job of
+the stack runs with (:meth:`Jobs.add_job`), the restore job too.
+
+The restore job (:mod:`lakesync_infra.restore_job`, ``glue_jobs/restore.py``) is built by :meth:`Jobs.add_job` in a
+construct of its own: same runtime, bundle, security configuration and logs, but on the standard execution class, and
+started only by hand (``aws glue start-job-run --job-name <RestoreJob output> --arguments
+'{"--gateways":"default","--replace":"true"}'``): no schedule and no lake tick knows it, it is not one of
+:data:`JOB_KINDS` nor in :attr:`Jobs.jobs`.
 
 The flush is a Glue job with ``flushEngine`` ``auto`` (the default: beside the ``flush`` Lambda function,
 :mod:`lakesync_infra.functions`; the lake tick gives it the runs whose backlog is beyond the function's) or ``glue``;
 with ``function`` no Glue flush job is deployed (:func:`glue_job_kinds`). Its schedule invokes the lake tick either way,
 and the bundle keeps its script.
 
-Artifacts: the three ``glue_jobs/*.py`` scripts and the zip of wheels (``lakesync-<version>.gluewheels.zip``: the
+Artifacts: the ``glue_jobs/*.py`` scripts (:data:`lakesync_infra.packaging.GLUE_SCRIPTS`: the three lake jobs' and
+the restore job's) and the zip of wheels (``lakesync-<version>.gluewheels.zip``: the
 ``lakesync`` wheel and its pinned requirements, protobuf and PyJWT; :func:`lakesync_infra.packaging.build_glue_bundle`)
 are deployed together (a ``BucketDeployment``) to ``s3://<artifacts>/glue/<content hash>/``, each under its real file
 name, and a new build gets a new prefix, so a job never mixes a new script with old wheels.
@@ -88,7 +96,7 @@ from lakesync_infra.common import (
 )
 from lakesync_infra.config import LakeSyncConfig
 from lakesync_infra.lake import WAREHOUSE_PREFIX, Lake
-from lakesync_infra.packaging import GlueBundle
+from lakesync_infra.packaging import GLUE_SCRIPTS, GlueBundle
 from lakesync_infra.queues import PAYLOADS, Queues
 
 
@@ -155,6 +163,8 @@ class JobAccess:
         checkpoints: S3 actions on the checkpoint bucket's objects.
         publishes: Whether it publishes materialisation jobs (claim-check payloads, queue messages, the
             ``LakeSync`` metrics).
+        lists_tables: Whether it lists the account's DynamoDB tables (``ListTables`` has no resource-level
+            permissions).
     """
 
     tables: Mapping[str, tuple[str, ...]]
@@ -163,10 +173,11 @@ class JobAccess:
     catalog_actions: tuple[str, ...]
     checkpoints: tuple[str, ...]
     publishes: bool = False
+    lists_tables: bool = False
 
 
-_CATALOG_READ: Final = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
-_CATALOG_WRITE: Final = (*_CATALOG_READ, "glue:CreateTable", "glue:UpdateTable")
+CATALOG_READ: Final = ("glue:GetDatabase", "glue:GetTable", "glue:GetTables")
+CATALOG_WRITE: Final = (*CATALOG_READ, "glue:CreateTable", "glue:UpdateTable")
 
 ACCESS: Final[Mapping[str, JobAccess]] = {
     # lakesync.aws.flush_store.FlushStore: heads read/advanced (flushed counters, release marks, the published
@@ -188,7 +199,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
         },
         index_actions={"deltas": ("dynamodb:Query",)},
         lake_write=True,
-        catalog_actions=_CATALOG_WRITE,
+        catalog_actions=CATALOG_WRITE,
         checkpoints=("s3:GetObject",),
         publishes=True,
     ),
@@ -197,7 +208,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
         tables={"config": ("dynamodb:Query",)},
         index_actions={},
         lake_write=True,
-        catalog_actions=_CATALOG_WRITE,
+        catalog_actions=CATALOG_WRITE,
         checkpoints=(),
     ),
     # lakesync.spark.checkpoint: state tables read, chunks/manifest/latest.json written (latest.json read first).
@@ -205,7 +216,7 @@ ACCESS: Final[Mapping[str, JobAccess]] = {
         tables={},
         index_actions={},
         lake_write=False,
-        catalog_actions=_CATALOG_READ,
+        catalog_actions=CATALOG_READ,
         checkpoints=("s3:GetObject", "s3:PutObject"),
     ),
 }
@@ -277,16 +288,33 @@ def script_arguments(
     raise ValueError(f"unknown job {kind!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What every job of :class:`Jobs` runs with (:meth:`Jobs.add_job`)."""
+
+    key: kms.Key
+    lake: Lake
+    buffer: Buffer
+    queues: Queues
+    prefix: str
+    log_prefix: str
+    security_name: str
+    security: glue.CfnSecurityConfiguration
+    arguments: Mapping[str, str]
+    deployment: s3deploy.BucketDeployment
+
+
 class Jobs(Construct):
     """The Glue jobs (:func:`glue_job_kinds`) and the lake tick's schedules.
 
     Attributes:
         artifacts: The bucket holding scripts, the wheel and Glue's temporary files.
         jobs: ``flush`` (where the Glue flush engine is deployed) / ``compact`` / ``checkpoint`` -> job (``ref`` is
-            the job name).
+            the job name); the lake tick's jobs only, not the restore job.
         roles: The jobs' roles, by job.
         modules_uri: ``s3://`` URI of the deployed zip of wheels.
-        script_uris: ``s3://`` URI of each job's script.
+        script_uris: ``s3://`` URI of each job's script (the restore job's too).
+        tables_json: The buffer's table names as the jobs' ``--tables`` option (JSON, logical -> physical).
         schedules: The EventBridge schedules invoking the lake tick, by job (after :meth:`schedule_ticks`).
         log_groups: Each job's log groups, by stream (``output``, ``error``): where Glue writes them, see
             :func:`job_log_group`.
@@ -327,7 +355,10 @@ class Jobs(Construct):
         allow_key(deploy_role, key, ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"], ["s3"], sid="ArtifactsKey")
         _acknowledge_deployment(self, deploy_role)
         self.modules_uri = f"s3://{self.artifacts.bucket_name}/{prefix}/{bundle.modules_name}"
-        self.script_uris = {kind: f"s3://{self.artifacts.bucket_name}/{prefix}/{kind}.py" for kind in JOB_KINDS}
+        self.script_uris = {
+            script.removesuffix(".py"): f"s3://{self.artifacts.bucket_name}/{prefix}/{script}"
+            for script in GLUE_SCRIPTS
+        }
 
         log_prefix = f"/aws-glue/{config.stack_name}"
         _allow_glue_logs(key, stack, log_prefix)
@@ -351,6 +382,7 @@ class Jobs(Construct):
             ),
         )
         tables_json = stack.to_json_string(buffer.names.as_dict())
+        self.tables_json = tables_json
         common_arguments = glue_arguments(region=stack.region, modules_uri=self.modules_uri, log_prefix=log_prefix)
         self.jobs: dict[str, glue.CfnJob] = {}
         self.roles: dict[str, iam.Role] = {}
@@ -360,68 +392,106 @@ class Jobs(Construct):
             for stream in LOG_STREAMS
         }
         self.schedules: dict[str, scheduler.Schedule] = {}
-        for kind in glue_job_kinds(config):
-            name = kind.capitalize()
-            role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("glue.amazonaws.com"))
-            self.roles[kind] = role
-            self.log_groups[kind] = {
-                stream: log_group(
-                    self,
-                    f"{name}{stream.capitalize()}Logs",
-                    config,
-                    name=job_log_group(log_prefix, security_name, role.role_name, stream),
-                    key=key,
-                )
-                for stream in LOG_STREAMS
-            }
-            temp = f"{TEMP_PREFIX}/{kind}"
-            job = glue.CfnJob(
-                self,
-                f"{name}Job",
-                description=f"LakeSync {config.name}: {kind} (glue_jobs/{kind}.py)",
-                role=role.role_arn,
-                command=glue.CfnJob.JobCommandProperty(
-                    name="glueetl", python_version="3", script_location=self.script_uris[kind]
-                ),
-                glue_version=GLUE_VERSION,
-                worker_type=config.glue_worker_type,
-                execution_class=config.glue_execution_class,
-                number_of_workers=config.glue_workers,
-                timeout=config.glue_timeout_minutes,
-                max_retries=0,
-                execution_property=glue.CfnJob.ExecutionPropertyProperty(max_concurrent_runs=1),
-                security_configuration=security.ref,
-                default_arguments={
-                    **common_arguments,
-                    "--TempDir": f"s3://{self.artifacts.bucket_name}/{temp}/",
-                    **script_arguments(
-                        kind,
-                        config=config,
-                        warehouse=lake.warehouse,
-                        namespace=lake.database_name,
-                        tables_json=tables_json,
-                        region=stack.region,
-                        checkpoint_bucket=lake.checkpoints.bucket_name,
-                        claim_check_bucket=queues.claim_check.bucket_name,
-                        materialise_queue_url=queues.queue.queue_url,
-                    ),
-                },
-            )
-            job.node.add_dependency(deployment)  # the files exist before any run can start
-            self.jobs[kind] = job
-            self._grant(
-                role,
-                ACCESS[kind],
-                key=key,
-                lake=lake,
-                buffer=buffer,
-                queues=queues,
-                artifacts_read=f"{prefix}/*",
-                temp=temp,
-                log_prefix=log_prefix,
-            )
-            self._acknowledge_role(kind, role, lake, queues, prefix, temp, log_prefix)
         self._config = config
+        self._shared = _Shared(
+            key=key,
+            lake=lake,
+            buffer=buffer,
+            queues=queues,
+            prefix=prefix,
+            log_prefix=log_prefix,
+            security_name=security_name,
+            security=security,
+            arguments=common_arguments,
+            deployment=deployment,
+        )
+        for kind in glue_job_kinds(config):
+            job, role, groups = self.add_job(
+                self,
+                kind,
+                ACCESS[kind],
+                script_arguments(
+                    kind,
+                    config=config,
+                    warehouse=lake.warehouse,
+                    namespace=lake.database_name,
+                    tables_json=tables_json,
+                    region=stack.region,
+                    checkpoint_bucket=lake.checkpoints.bucket_name,
+                    claim_check_bucket=queues.claim_check.bucket_name,
+                    materialise_queue_url=queues.queue.queue_url,
+                ),
+            )
+            self.jobs[kind] = job
+            self.roles[kind] = role
+            self.log_groups[kind] = groups
+
+    def add_job(
+        self,
+        scope: Construct,
+        kind: str,
+        access: JobAccess,
+        arguments: Mapping[str, str],
+        *,
+        execution_class: str | None = None,
+        description: str | None = None,
+        id_prefix: str | None = None,
+    ) -> tuple[glue.CfnJob, iam.Role, dict[str, logs.LogGroup]]:
+        """A Glue job running ``glue_jobs/<kind>.py`` in ``scope``, as every job runs (Glue version, bundle, security
+        configuration, log groups, one run at a time, no retry), with its own role allowed ``access`` and the
+        script's ``arguments``; ``execution_class`` overrides the configured one. Construct ids begin with
+        ``id_prefix`` (default: the kind, capitalised: ``FlushRole``, ``FlushJob``...). Returns the job, its role and
+        its log groups by stream."""
+        config, shared = self._config, self._shared
+        name = kind.capitalize() if id_prefix is None else id_prefix
+        role = iam.Role(scope, f"{name}Role", assumed_by=iam.ServicePrincipal("glue.amazonaws.com"))
+        groups = {
+            stream: log_group(
+                scope,
+                f"{name}{stream.capitalize()}Logs",
+                config,
+                name=job_log_group(shared.log_prefix, shared.security_name, role.role_name, stream),
+                key=shared.key,
+            )
+            for stream in LOG_STREAMS
+        }
+        temp = f"{TEMP_PREFIX}/{kind}"
+        job = glue.CfnJob(
+            scope,
+            f"{name}Job",
+            description=description or f"LakeSync {config.name}: {kind} (glue_jobs/{kind}.py)",
+            role=role.role_arn,
+            command=glue.CfnJob.JobCommandProperty(
+                name="glueetl", python_version="3", script_location=self.script_uris[kind]
+            ),
+            glue_version=GLUE_VERSION,
+            worker_type=config.glue_worker_type,
+            execution_class=execution_class or config.glue_execution_class,
+            number_of_workers=config.glue_workers,
+            timeout=config.glue_timeout_minutes,
+            max_retries=0,
+            execution_property=glue.CfnJob.ExecutionPropertyProperty(max_concurrent_runs=1),
+            security_configuration=shared.security.ref,
+            default_arguments={
+                **shared.arguments,
+                "--TempDir": f"s3://{self.artifacts.bucket_name}/{temp}/",
+                **arguments,
+            },
+        )
+        job.node.add_dependency(shared.deployment)  # the files exist before any run can start
+        self._grant(
+            role,
+            access,
+            key=shared.key,
+            lake=shared.lake,
+            buffer=shared.buffer,
+            queues=shared.queues,
+            artifacts_read=f"{shared.prefix}/*",
+            temp=temp,
+            log_prefix=shared.log_prefix,
+        )
+        self._acknowledge_role(access, role, shared.lake, shared.queues, shared.prefix, temp, shared.log_prefix)
+        return job, role, groups
 
     def job_arn(self, kind: str) -> str:
         """The ARN of job ``kind``."""
@@ -467,7 +537,7 @@ class Jobs(Construct):
         )
 
     def _acknowledge_role(
-        self, kind: str, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str, log_prefix: str
+        self, access: JobAccess, role: iam.Role, lake: Lake, queues: Queues, prefix: str, temp: str, log_prefix: str
     ) -> None:
         artifacts = arn_token(self.artifacts)
         findings = {
@@ -486,14 +556,19 @@ class Jobs(Construct):
                 "time, one per synced table."
             ),
             "Resource::*": "cloudwatch:PutMetricData has no resource-level permissions; each statement is limited "
-            "to one metrics namespace by condition (Glue's, and LakeSync's for the flush).",
+            "to one metrics namespace by condition (Glue's, and LakeSync's for the flush)."
+            + (
+                " dynamodb:ListTables has none either: the restore lists table names only, to find its own."
+                if access.lists_tables
+                else ""
+            ),
         }
-        if ACCESS[kind].publishes:
+        if access.publishes:
             findings[f"Resource::{arn_token(queues.claim_check)}/{PAYLOADS}"] = (
                 "Writes materialisation payloads: one object per published range, keyed by gateway, table and "
                 "range under the materialise/ prefix, at run time."
             )
-        if ACCESS[kind].checkpoints:
+        if access.checkpoints:
             findings[f"Resource::{arn_token(lake.checkpoints)}/*"] = (
                 "Checkpoint objects (chunks, manifests, latest.json): keys are generated per gateway and checkpoint."
             )
@@ -525,10 +600,13 @@ class Jobs(Construct):
         allow(role, lake_actions, [lake.bucket.arn_for_objects(f"{WAREHOUSE_PREFIX}/*")], sid="Warehouse")
         arns = lake.catalog_arns()
         allow(role, access.catalog_actions, [arns["catalog"], arns["database"], arns["tables"]], sid="Catalog")
-        if access.checkpoints:
+        if "s3:GetObject" in access.checkpoints:  # a missing object is then a 404, not a 403
             allow(role, ["s3:ListBucket"], [lake.checkpoints.bucket_arn], sid="ListCheckpoints")
+        if access.checkpoints:
             allow(role, access.checkpoints, [lake.checkpoints.arn_for_objects("*")], sid="Checkpoints")
         buffer.grant(role, access.tables, access.index_actions)
+        if access.lists_tables:
+            allow(role, ["dynamodb:ListTables"], ["*"], sid="ListTables")
         allow_key(
             role,
             key,

@@ -112,7 +112,7 @@ LAMBDA_EXCLUDED: Final = (*FLUSH_EXCLUDED, "lakesync/lake", "lakesync/aws/flush_
 function, which alone imports it."""
 FLUSH_PLATFORM: Final = "x86_64-manylinux2014"
 """The ``flush`` asset's target: x86_64, because pyiceberg-core has no ``manylinux2014`` ARM64 wheel."""
-GLUE_SCRIPTS: Final = ("flush.py", "compact.py", "checkpoint.py")
+GLUE_SCRIPTS: Final = ("flush.py", "compact.py", "checkpoint.py", "restore.py")
 GLUE_WHEEL_TAGS: Final = frozenset(
     {"py3-none-any", "cp310-abi3-manylinux2014_x86_64", "cp311-abi3-manylinux2014_x86_64"}
 )

@@ -6,6 +6,7 @@ Wiring (the only cross-construct dependencies)::
     Lake ──> Queues (access logs), Jobs (warehouse, catalog), Functions (checkpoints; the flush function's lake)
     Buffer ──> Jobs, Functions          Jobs ──> Functions (the jobs the flush trigger and the lake tick start)
     Functions ──> Jobs (the schedules invoke the lake tick)
+    Jobs (bundle, security configuration, logs), Lake, Buffer ──> RestoreJob (started by hand, never by the tick)
     Queues ──> Jobs (the flush publishes), Functions (materialise consumes), Monitoring
     MaterialiseNetwork (with materialiseVpc) ──> Functions (materialise, the configured connector functions)
     Functions (connector_poll, admin, pull, actions) ──> ConnectorSchedules (schedules, connector secrets)
@@ -41,6 +42,7 @@ from lakesync_infra.network import MaterialiseNetwork
 from lakesync_infra.packaging import GlueBundle
 from lakesync_infra.queues import Queues
 from lakesync_infra.realtime import Realtime
+from lakesync_infra.restore_job import RestoreJob
 from lakesync_infra.secrets import Secrets
 
 
@@ -96,6 +98,7 @@ class LakeSyncStack(cdk.Stack):
             bundle=artifacts.glue,
             queues=self.queues,
         )
+        self.restore = RestoreJob(self, "Restore", config=config, jobs=self.jobs, lake=self.lake)
         self.network = (
             MaterialiseNetwork(self, "MaterialiseNetwork", settings=config.materialise_vpc)
             if config.materialise_vpc is not None
@@ -167,6 +170,13 @@ class LakeSyncStack(cdk.Stack):
         cdk.CfnOutput(self, "CheckpointBucket", value=self.lake.checkpoints.bucket_name)
         if "flush" in self.jobs.jobs:
             cdk.CfnOutput(self, "FlushJob", value=self.jobs.jobs["flush"].ref)
+        cdk.CfnOutput(
+            self,
+            "RestoreJob",
+            value=self.restore.job.ref,
+            description="Rebuilds the buffer from the lake: aws glue start-job-run --job-name <this> --arguments "
+            '\'{"--gateways":"<gw>","--replace":"true"}\'',
+        )
         if "flush" in functions:
             cdk.CfnOutput(
                 self,

@@ -277,6 +277,7 @@ def _logical_ids(stack: Any) -> dict[str, str]:
 
     ids = {f"table:{kind}": lid(table) for kind, table in stack.buffer.tables.items()}
     ids |= {f"job:{kind}": lid(job) for kind, job in stack.jobs.jobs.items()}
+    ids["job:restore"] = lid(stack.restore.job)  # started by hand: not one of the lake's jobs (stack.jobs.jobs)
     ids |= {f"function:{name}": lid(fn) for name, fn in stack.functions.functions.items()}
     ids |= {
         "bucket:warehouse": lid(stack.lake.bucket),

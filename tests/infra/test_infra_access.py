@@ -1,6 +1,7 @@
 """Least privilege, checked against what the code really calls: each function's handler (driven by the sample
 events on the moto server), a run of the flush function (on moto's DynamoDB, S3, SQS and Glue Data Catalog) and each
-job's AWS-side code (the flush store, the schema store, the checkpoint reads and writes) run with every AWS call
+job's AWS-side code (the flush store, the schema store, the checkpoint reads and writes, the restore job's restore
+of the stack's tables) run with every AWS call
 recorded; each call must be allowed by that function's or job's role in the template, and every DynamoDB grant of the
 role must be used by some call -- so a role can neither miss a permission its code needs nor keep one it does not.
 The Glue flush job is checked in the ``flushEngine: glue`` template, where it exists. The broadcaster is checked on
@@ -240,7 +241,10 @@ def _required(call: tuple[str, str, dict[str, Any]], names: dict[str, str]) -> l
 
 
 def _dynamodb_required(op: str, params: dict[str, Any], names: dict[str, str]) -> list[tuple[str, str]]:
-    """A DynamoDB call: a batch's action on each table, a transaction's per-item actions, else the table (or index)."""
+    """A DynamoDB call: a batch's action on each table, a transaction's per-item actions, ``ListTables`` on every
+    resource (it has no resource-level permissions), else the table (or index)."""
+    if op == "ListTables":
+        return [("dynamodb:ListTables", "*")]
     if op in ("BatchGetItem", "BatchWriteItem"):
         return [(f"dynamodb:{op}", names[t]) for t in params["RequestItems"]]
     if op == "TransactWriteItems":
@@ -1176,4 +1180,57 @@ def test_flush_function_role_allows_exactly_what_a_run_calls(cfn, ids, aws, reco
     # And every DynamoDB grant was needed
     used = {pair for pair in required if pair[0].startswith("dynamodb:")}
     unused = sorted(g for g in _dynamodb_grants(cfn, cfn.role_of(fn)) if not any(_allows([g], *p) for p in used))
+    assert not unused, f"granted but never used: {unused}"
+
+
+def test_restore_job_role_allows_exactly_what_a_restore_replacing_the_stacks_tables_calls(
+    cfn, ids, aws, recorder, tmp_path
+):
+    # Given the stack's tables holding a flushed commit (a pyiceberg lake in tmp_path), a commit the lake does not
+    # hold, and an item in every table, and the restore job
+    from lakesync.aws.flush_store import DynamoConfig, FlushStore
+    from lakesync.aws.objects import S3ObjectStore
+    from lakesync.aws.tables import table_specs
+    from lakesync.lake.catalog import local_catalog
+    from lakesync.lake.flush import FlushConfig, run_flush
+    from lakesync.lake.iceberg_flush import IcebergDeltaLog
+    from lakesync.lake.restore_job import restore_buffer
+    from lakesync.lake.restore_reader import IcebergLakeReader
+
+    tables: TableNames = aws["tables"]
+    client = boto3.client("dynamodb", endpoint_url=aws["endpoint"], **FAKE)
+    assert _invoke("push", "push_json") < 300
+    catalog = local_catalog(tmp_path / "catalog.db", tmp_path / "warehouse")
+    store = FlushStore(client, tables)
+    config = FlushConfig(DynamoConfig(tables), gateways=(GW,))
+    run_flush(IcebergDeltaLog(catalog, config, reader=store.read_records), config, store=store)
+    assert _invoke("push", "push_json", body=_second_push_body()) < 300
+    for spec in table_specs(tables):
+        types = {a["AttributeName"]: a["AttributeType"] for a in spec["AttributeDefinitions"]}
+        key = {k["AttributeName"]: {types[k["AttributeName"]]: "0" if types[k["AttributeName"]] == "N" else "x"}
+               for k in spec["KeySchema"]}  # fmt: skip
+        client.put_item(TableName=spec["TableName"], Item=key)
+    recorder.calls.clear()
+
+    # When the job's code restores the gateway into them as on AWS: replacing them, losing the unflushed commit,
+    # creating no table, cutting a checkpoint
+    (report,) = restore_buffer(
+        client,
+        tables,
+        IcebergLakeReader(catalog),
+        [GW],
+        objects=S3ObjectStore(aws["bucket"], boto3.client("s3", endpoint_url=aws["endpoint"], **FAKE)),
+        replace=True,
+        lose_unflushed=True,
+        create_missing=False,
+        settle_s=0,
+    )
+    assert report.rows and report.at_risk.deltas == 1 and report.checkpoint_id
+
+    # Then the restore job's role allows every call, and uses every DynamoDB grant
+    role = str(cfn.resources[ids["job:restore"]]["Properties"]["Role"]["Fn::GetAtt"][0])
+    required, missing = _check(cfn, role, recorder.calls, _names(aws, ids))
+    assert not missing, f"used but not granted: {missing}"
+    used = {pair for pair in required if pair[0].startswith("dynamodb:")}
+    unused = sorted(g for g in _dynamodb_grants(cfn, role) if not any(_allows([g], *p) for p in used))
     assert not unused, f"granted but never used: {unused}"

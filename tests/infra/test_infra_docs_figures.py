@@ -88,8 +88,8 @@ def test_the_architectures_are_the_templates(synth: Synth, figures: dict[str, st
 
 
 def test_the_glue_jobs_are_the_templates(synth: Synth, figures: dict[str, str]) -> None:
-    # Given the template's Glue jobs, by the kind the stack gives each
-    jobs = synth.stack.jobs.jobs
+    # Given the template's Glue jobs, by the kind the stack gives each: the lake's jobs, and the restore job
+    jobs = [*synth.stack.jobs.jobs, "restore"]
     assert {synth.ids[f"job:{kind}"] for kind in jobs} == set(synth.cfn.of_type("AWS::Glue::Job"))
     # Then the guide names exactly those
     assert _names(figures["Glue jobs"]) == set(jobs)

@@ -12,6 +12,7 @@ from types import ModuleType
 
 import pytest
 from lakesync_infra.jobs import GLUE_ARGUMENTS, JOB_KINDS, glue_job_kinds
+from lakesync_infra.packaging import GLUE_SCRIPTS
 from packaging.utils import parse_wheel_filename
 
 from lakesync.lake.tables import NAMESPACE
@@ -55,8 +56,9 @@ def test_every_stack_but_the_function_override_deploys_the_glue_flush_job(synth,
     assert sorted(synth.stack.jobs.jobs) == sorted(glue_job_kinds(synth.stack.config)) == sorted(JOB_KINDS)
     assert sorted(glue_synth.stack.jobs.jobs) == sorted(JOB_KINDS)
     assert sorted(function_synth.stack.jobs.jobs) == ["checkpoint", "compact"]
+    # And each also the restore job, started by hand (test_infra_restore_job)
     counts = [len(s.cfn.of_type("AWS::Glue::Job")) for s in (synth, glue_synth, function_synth)]
-    assert counts == [3, 3, 2]
+    assert counts == [4, 4, 3]
 
 
 def _bundle(cfn, synth) -> tuple[str, Path]:
@@ -106,8 +108,10 @@ def test_job_installs_the_deployed_zip_of_wheels_without_pypi(synth, glue_synth,
     assert cfn.render(job["DefaultArguments"]["--additional-python-modules"]) == f"{artifacts}{modules_name}"
     assert job["DefaultArguments"]["--python-modules-installer-option"] == "--no-index"
     assert modules_name.endswith(".gluewheels.zip")
-    # And the staged bundle holds exactly the scripts and the zip under those names (the object keys)
-    assert sorted(p.name for p in staged.iterdir()) == sorted([*(f"{k}.py" for k in JOB_KINDS), modules_name])
+    # And the staged bundle holds exactly the scripts (the lake's jobs' and the restore job's) and the zip under those
+    # names (the object keys)
+    assert {f"{k}.py" for k in (*JOB_KINDS, "restore")} == set(GLUE_SCRIPTS)
+    assert sorted(p.name for p in staged.iterdir()) == sorted([*GLUE_SCRIPTS, modules_name])
     # And the zip holds the lakesync wheel, under a file name pip accepts, matching the wheel's own metadata
     name, version, _build, tags = parse_wheel_filename(wheel_name)
     assert name == "lakesync" and {str(t) for t in tags} == {"py3-none-any"}
@@ -197,7 +201,8 @@ def test_checkpoint_job_writes_to_the_bucket_the_checkpoint_function_reads(cfn, 
 def test_jobs_log_groups_are_where_glue_writes_with_the_security_configuration(either_engine, options):
     # Given the jobs' custom log group prefix, their security configuration and the stack's log groups (with each
     # flush engine: the Glue flush job's own groups exist only with it)
-    cfn, ids, kinds = either_engine.cfn, either_engine.ids, sorted(either_engine.stack.jobs.jobs)
+    # (the restore job's as well)
+    cfn, ids, kinds = either_engine.cfn, either_engine.ids, [*sorted(either_engine.stack.jobs.jobs), "restore"]
     prefixes = {_job(cfn, ids, kind)["DefaultArguments"]["--custom-logGroup-prefix"] for kind in kinds}
     (prefix,) = prefixes
     (security_id, security), *more = cfn.of_type("AWS::Glue::SecurityConfiguration").items()
