@@ -6,8 +6,7 @@ from the lake")::
 It runs as the lake's jobs do (:meth:`lakesync_infra.jobs.Jobs.add_job`: Glue 5.1, the same bundle, security
 configuration and log groups, one run at a time, no retry), but no schedule starts it and the lake tick does not know
 it: it is not one of :data:`lakesync_infra.jobs.JOB_KINDS`. It runs on the standard execution class, not Flex: a
-restore is wanted now, and Flex may start it late or stop it midway (a stopped restore keeps its gateways refused until
-one with ``--replace`` ends).
+restore is wanted now, Flex may start a run late and run it slower, and the gateways are refused while it runs.
 
 Its DefaultArguments name the stack's lake (Glue catalog, warehouse, database), tables, checkpoint bucket and region;
 a run names ``--gateways`` (there is no default: a restore says which gateways it rebuilds) and, as needed,
