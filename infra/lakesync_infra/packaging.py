@@ -105,7 +105,7 @@ MATERIALISE_PLATFORM: Final = "x86_64-manylinux2014"
 """The ``materialise`` asset's target: x86_64, because psycopg-binary 3.3 has no ARM64 wheel for glibc 2.26."""
 RUNTIME_PROVIDED: Final = frozenset({"boto3", "botocore", "s3transfer", "urllib3", "python-dateutil", "six"})
 """Distributions the Lambda runtime provides (the AWS SDK and what only it depends on)."""
-FLUSH_EXCLUDED: Final = ("lakesync/spark", "lakesync/local", "lakesync/client", "lakesync/cli.py")
+FLUSH_EXCLUDED: Final = ("lakesync/spark", "lakesync/local", "lakesync/client", "lakesync/cli")
 """Paths left out of the flush asset (as laid out in it): it keeps ``lakesync.lake``, the flush's pyiceberg engine."""
 LAMBDA_EXCLUDED: Final = (*FLUSH_EXCLUDED, "lakesync/lake", "lakesync/aws/flush_function.py", "functions/flush.py")
 """Paths left out of the Lambda asset (a test proves nothing in it imports them): the lake engine, and the flush
