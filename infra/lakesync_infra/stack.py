@@ -151,7 +151,8 @@ class LakeSyncStack(cdk.Stack):
                 "FlushTriggerFailures": self.functions.stream_failures,
                 "BroadcastFailures": self.realtime.failures,
             },
-            job_names={kind: job.ref for kind, job in self.jobs.jobs.items()},
+            # A failed restore notifies as a failed lake job does (its gateways stay refused until one ends).
+            job_names={**{kind: job.ref for kind, job in self.jobs.jobs.items()}, "restore": self.restore.job.ref},
             http_api=self.api.http_api,
             materialise_queue=self.queues.queue,
             materialise_dead_letters=self.queues.dead_letter_queue,
