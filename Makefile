@@ -98,6 +98,10 @@ bench-recovery: setup ## recovery from the lake: restore 1,000,000 rows (1.2M de
 bench-durability: setup ## the embedded default's journal cost per push and concurrent serving; results in benchmarks/results/durability.*
 	$(RUN) python -m benchmarks.durability
 
+.PHONY: bench-plots
+bench-plots: $(VENV)/.synced ## draw every benchmarks/results/*.png again from its committed *.json (no benchmark runs; STEMS="lake client" for some)
+	$(RUN) python -m benchmarks.plots $(STEMS)
+
 synth: $(VENV)/.synced ## write ENV's CloudFormation template to infra/cdk.out (offline; ENV=dev by default)
 	$(RUN) python infra/app.py $(CDK_CTX)
 

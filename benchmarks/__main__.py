@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"] = {**machine_info(), "load_average_start": load_start, "load_average_end": _load()}
     results["duration_s"] = round(time.monotonic() - started, 1)
     json_path, md_path = report.write(results, out, stem="latest", render=report.markdown)
-    progress(f"wrote {json_path} and {md_path} ({results['duration_s']:.0f}s)")
+    png_path = report.plot(results, out / "latest.png")
+    progress(f"wrote {json_path}, {md_path} and {png_path} ({results['duration_s']:.0f}s)")
     for line in summaries:
         print(line)
     return 0

@@ -32,16 +32,18 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import plots, report
 from benchmarks._common import machine_info, progress, summarize
 from lakesync.auth import mint_token
 from lakesync.client import connect
@@ -320,6 +322,42 @@ def run_local_writes(rows: int, repetitions: int, singles: int) -> dict[str, Any
     }
 
 
+def plot(results: Mapping[str, Any], path: Path) -> Path:
+    """``client.png``: each repetition's rows/s, the initial sync from a checkpoint against replay through pull,
+    and ``insert_many`` against raw sqlite3, with their goal lines."""
+    sync, writes = results["initial_sync"], results["local_writes"]
+    fig, (sync_ax, write_ax) = plots.figure(2, width=5.2, height=4.2)
+    replay = [sync["rows"] / s for s in sync["replay_s"]["values"]]
+    plots.spread(
+        sync_ax,
+        {"checkpoint": [sync["rows"] / s for s in sync["checkpoint_s"]["values"]], "replay\nthrough pull": replay},
+        colours=[plots.OURS, plots.FLOOR],
+    )
+    plots.goal_line(sync_ax, sync["goal"]["rows_per_s"], f"goal: ≥ {sync['goal']['rows_per_s']:,} rows/s")
+    times = sync["goal"]["vs_replay"]
+    plots.goal_line(sync_ax, times * statistics.median(replay), f"goal: ≥ {times:g}× replay", linestyle=":")
+    plots.plain_log(sync_ax)
+    sync_ax.set_ylabel("rows/s, log scale (higher is better)")
+    sync_ax.set_title(f"initial sync of {sync['rows']:,} rows", fontsize="medium")
+    sync_ax.legend(loc="lower left", fontsize="small")
+    raw = [writes["rows"] / s for s in writes["raw_executemany_s"]["values"]]
+    plots.spread(
+        write_ax,
+        {
+            "insert_many": [writes["rows"] / s for s in writes["insert_many_s"]["values"]],
+            "raw sqlite3\nexecutemany": raw,
+        },
+        colours=[plots.OURS, plots.FLOOR],
+    )
+    ratio = writes["goal"]["ratio"]
+    plots.goal_line(write_ax, ratio * statistics.median(raw), f"goal: ≥ {ratio:g}× raw")
+    write_ax.set_ylim(bottom=0)
+    write_ax.set_ylabel("rows/s (higher is better)")
+    write_ax.set_title(f"local writes of {writes['rows']:,} rows", fontsize="medium")
+    write_ax.legend(loc="upper left", fontsize="small")
+    return plots.save(fig, path, title=f"Client SDK, {results['timestamp'][:10]}")
+
+
 def render(results: dict[str, Any]) -> str:
     """The Markdown report."""
     sync, writes = results["initial_sync"], results["local_writes"]
@@ -329,6 +367,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Run {results['timestamp']}{' (quick)' if results['quick'] else ''}, {results['duration_s']:.0f} s. "
         "Method: `benchmarks/client.py` (module docstring).",
+        "",
+        "![Each repetition against its goals: initial sync, and local writes](client.png)",
         "",
         "## Initial sync of a new store",
         "",
@@ -400,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"] = machine_info()
     results["duration_s"] = round(time.monotonic() - started, 1)
     json_path, md_path = report.write(results, out, stem="client", render=render, ensure_ascii=True)
-    progress(f"wrote {json_path} and {md_path}")
+    png_path = plot(results, out / "client.png")
+    progress(f"wrote {json_path}, {md_path} and {png_path}")
     print(quick_summary(results))
     return 0
 

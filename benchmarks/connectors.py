@@ -20,12 +20,12 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import plots, report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _STARTED = time.monotonic()
@@ -215,7 +215,29 @@ def run(sizes: Sizes, out: Path | None) -> dict[str, Any]:
     }
     if out is not None:
         report.write(results, out, stem="connectors", render=_markdown, ensure_ascii=True)
+        plot(results, out / "connectors.png")
     return results
+
+
+def plot(r: Mapping[str, Any], path: Path) -> Path:
+    """``connectors.png``: rows/s of each poll beside the raw SELECT of the same rows, on a log scale."""
+    rows, sizes = r["rows_per_s"], r["sizes"]
+    whole, changes = f"{sizes['rows']:,} rows", f"{sizes['changes']:,} changes"
+    sides = {
+        f"raw SELECT, {whole}": ("raw_select_all", plots.FLOOR),
+        f"diff poll, {whole} all new": ("diff_poll_all_new", plots.OURS),
+        f"diff poll, {whole}, 1% changed": ("diff_poll_1pct_changed", plots.OURS),
+        "diff poll end to end (push, provenance)": ("end_to_end_diff", plots.OTHER),
+        f"raw SELECT, {changes}": ("raw_select_changes", plots.FLOOR),
+        f"cursor poll, {changes}": ("cursor_poll_changes", plots.OURS),
+        "cursor poll end to end": ("end_to_end_cursor", plots.OTHER),
+    }
+    fig, (ax,) = plots.figure(width=8.5, height=4.2)
+    plots.bars(
+        ax, {label: rows[key] for label, (key, _) in sides.items()}, colours=[c for _, c in sides.values()], log=True
+    )
+    ax.set_xlabel("rows/s, log scale (grey: raw SELECT of the same rows; orange: into the buffer)")
+    return plots.save(fig, path, title=f"Database connector on PostgreSQL, {r['generated_at'][:10]}")
 
 
 def _markdown(r: dict[str, Any]) -> str:
@@ -238,6 +260,8 @@ def _markdown(r: dict[str, Any]) -> str:
         f"| cursor poll of {sizes['changes']:,} changes | {rows['cursor_poll_changes']:,} "
         f"| {ratios['cursor_poll_changes']} |",
         f"| end to end cursor poll | {rows['end_to_end_cursor']:,} | {ratios['end_to_end_cursor']} |",
+        "",
+        "![Rows/s of each poll beside the raw SELECT of the same rows](connectors.png)",
         "",
         f"Machine: {r['machine']['cpus']} CPUs, load average {r['machine']['load_average_start']} → "
         f"{r['machine']['load_average_end']} (a shared machine). The end-to-end figures push into the in-memory "

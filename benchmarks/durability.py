@@ -23,10 +23,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import plots
 from benchmarks._common import machine_info, progress
 from lakesync.auth import mint_token
 from lakesync.client.http import SyncClient
@@ -198,7 +200,48 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "durability.json").write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / "durability.md").write_text(_markdown(results))
+    plot(results, RESULTS / "durability.png")
     print(_markdown(results))
+
+
+def plot(results: Mapping[str, Any], path: Path) -> Path:
+    """``durability.png``: each configuration's push rate relative to the journal off (every round a dot), and the
+    concurrent clients' latencies before and after the handler processes."""
+    fig, (cost_ax, lat_ax) = plots.figure(2, width=6, height=4.4)
+    configs = list(next(iter(results["durability"].values())))
+    width = 0.8 / len(configs)
+    colours = [plots.FLOOR, plots.OTHER, plots.OURS]
+    sizes = list(results["durability"])
+    for i, config in enumerate(configs):
+        xs = [j + (i - (len(configs) - 1) / 2) * width for j in range(len(sizes))]
+        heights = [results["durability"][size][config]["ratio_to_off"] for size in sizes]
+        cost_ax.bar(xs, heights, width, color=colours[i % len(colours)], label=config)
+        for x, size in zip(xs, sizes, strict=True):
+            off = results["durability"][size][configs[0]]["deltas_per_s"]
+            rounds = [v / off for v in results["durability"][size][config]["rounds"]]
+            cost_ax.plot([x] * len(rounds), rounds, "o", color="black", markersize=3)
+    counts = [size.split("_")[1] for size in sizes]
+    cost_ax.set_xticks(range(len(sizes)), [f"pushes of {n} delta{'' if n == '1' else 's'}" for n in counts])
+    cost_ax.set_ylim(0, 1.6)
+    cost_ax.set_ylabel("deltas/s relative to the journal off")
+    cost_ax.set_title("the journal's cost per push (dots: rounds)", fontsize="medium")
+    cost_ax.legend(loc="upper center", ncol=len(configs), fontsize="x-small")
+    rows = results["concurrency"]
+    short = {"a table per client": "a table a client", "one table (one hot shard)": "one hot shard"}
+    labels = [f"{short.get(n := name.split(',')[0], n)}\nworkers={row['workers']}" for name, row in rows.items()]
+    xs = list(range(len(labels)))
+    for offset, key, colour in ((-0.2, "p50_ms", plots.OURS), (0.2, "p99_ms", plots.OTHER)):
+        lat_ax.bar([x + offset for x in xs], [row[key] for row in rows.values()], 0.4, color=colour, label=key[:3])
+    lat_ax.plot(
+        [x + 0.2 for x in xs], [row["max_ms"] for row in rows.values()], "_", color="black", markersize=18, label="max"
+    )
+    lat_ax.set_xticks(xs, labels, fontsize="small")
+    lat_ax.set_yscale("log")
+    lat_ax.set_ylabel("request latency, ms, log scale")
+    clients = results["parameters"]["clients"]
+    lat_ax.set_title(f"{clients} concurrent clients, before and after handler processes", fontsize="medium")
+    lat_ax.legend(loc="upper right", fontsize="small")
+    return plots.save(fig, path, title=f"Durability and concurrent serving of lakesync local, {results['when'][:10]}")
 
 
 def _markdown(results: dict[str, Any]) -> str:
@@ -226,6 +269,8 @@ def _markdown(results: dict[str, Any]) -> str:
         " retry with backoff, as on DynamoDB; serialised handlers never conflict. With a table per client every"
         " cursor pull reads 16 shards. moto (DynamoDB one request at a time) stays in one process, so on a machine"
         " with few cores the handler processes mostly buy latency for light requests (/health), not throughput.",
+        "",
+        "![What the journal costs, and the concurrent clients' latencies](durability.png)",
         "",
         "| serving | requests | errors | req/s | p50 ms | p99 ms | max ms"
         " | /health during a 4,000-delta push (median / max ms) |",

@@ -17,10 +17,12 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import plots
 from benchmarks._common import machine_info, progress
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -114,8 +116,26 @@ def write(result: dict[str, Any], out: Path) -> None:
         "",
         f"Each sample (s): {', '.join(f'{x:.2f}' for x in result['seconds'])}",
         "",
+        "![Each sample against the lake jobs' interval](freshness.png)",
+        "",
     ]
     (out / "freshness.md").write_text("\n".join(lines))
+    plot(doc, out / "freshness.png")
+
+
+def plot(doc: Mapping[str, Any], path: Path) -> Path:
+    """``freshness.png``: every sample's push → row time, with the lake jobs' interval it waits on."""
+    fig, (ax,) = plots.figure(width=6.4, height=3.2)
+    seconds = doc["seconds"]
+    ax.plot(seconds, [0] * len(seconds), "o", color=plots.OURS, alpha=0.7, markersize=9, label="a sample")
+    ax.axvline(doc["median_s"], color=plots.OURS, linewidth=2, label=f"median {doc['median_s']:.1f} s")
+    interval = doc["lake_interval_s"]
+    plots.goal_line(ax, interval, f"lake jobs every {interval:g} s", vertical=True)
+    ax.set_yticks([])
+    ax.set_xlim(0, max(max(seconds), interval) * 1.1)
+    ax.set_xlabel("push acknowledged → row in the materialised SQLite database (s)")
+    ax.legend(loc="upper left", fontsize="small")
+    return plots.save(fig, path, title=f"Local freshness, {len(seconds)} samples, {doc['when'][:10]}")
 
 
 def main() -> int:

@@ -56,14 +56,14 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import plots, report
 from benchmarks._common import batch_write, machine_info, progress, summarize, timed
 
 CATALOG = "lake"
@@ -854,8 +854,44 @@ def quick_summary(results: dict[str, Any]) -> str:
 
 # -- the results files ----------------------------------------------------------------------------------------------
 def write(results: dict[str, Any], directory: Path) -> tuple[Path, Path]:
-    """Write ``lake.json`` and ``lake.md`` into ``directory``; returns their paths."""
-    return report.write(results, directory, stem="lake", render=markdown)
+    """Write ``lake.json``, ``lake.md`` and ``lake.png`` into ``directory``; returns the first two's paths."""
+    paths = report.write(results, directory, stem="lake", render=markdown)
+    plot(results, directory / "lake.png")
+    return paths
+
+
+def plot(r: Mapping[str, Any], path: Path) -> Path:
+    """``lake.png``: the write side's repetitions, ours against pyiceberg with the goal line; and the delta log's
+    scans before and after maintenance (small files compacted)."""
+    w, sc = r["write"], r["scan"]
+    fig, (write_ax, scan_ax) = plots.figure(2, width=5.6, height=4.2)
+    pyiceberg = w["pyiceberg_deltas_per_s"]
+    plots.spread(
+        write_ax,
+        {"ours\n(Spark job)": w["ours_deltas_per_s"]["values"], "pyiceberg\nappend": pyiceberg["values"]},
+        colours=[plots.OURS, plots.FLOOR],
+    )
+    at_least = w["goal"]["ratio_at_least"]
+    plots.goal_line(write_ax, at_least * pyiceberg["median"], f"goal: ≥ {at_least:g}× pyiceberg")
+    write_ax.set_ylim(bottom=0)
+    write_ax.set_ylabel("deltas/s, from making the dicts (higher is better)")
+    write_ax.set_title(f"write {w['workload']['deltas']:,} deltas to the delta log", fontsize="medium")
+    write_ax.legend(loc="lower right", fontsize="small")
+    keys = {"full_scan_s": "full scan", "compaction_read_s": "compaction's read", "compaction_run_s": "compaction"}
+    xs = range(len(keys))
+    for offset, name, colour in ((-0.2, "before", plots.FLOOR), (0.2, "after", plots.OURS)):
+        label = f"{name}: {sc[name]['data_files']:,} files" + (" (after maintenance)" if name == "after" else "")
+        scan_ax.bar([x + offset for x in xs], [sc[name][k]["median"] for k in keys], 0.4, color=colour, label=label)
+    for x, k in zip(xs, keys, strict=True):
+        scan_ax.annotate(
+            f"{sc['speedup'][k]:g}× faster", (x, sc["before"][k]["median"]), ha="center", va="bottom", fontsize="small"
+        )
+    scan_ax.set_xticks(list(xs), list(keys.values()))
+    scan_ax.set_yscale("log")
+    scan_ax.set_ylabel("seconds, median, log scale (lower is better)")
+    scan_ax.set_title(f"{sc['workload']['rows']:,} rows in {sc['workload']['appends']} appends", fontsize="medium")
+    scan_ax.legend(loc="upper left", fontsize="small")
+    return plots.save(fig, path, title=f"Lake benchmarks, {r['timestamp'][:10]} (local Spark and Iceberg)")
 
 
 def _range(stats: dict[str, Any], fmt: str = "{:.2f}") -> str:
@@ -910,6 +946,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"| the same without making the dicts on either side | ≥ {w['goal']['ratio_at_least']} | "
         f"{w['ratio_without_generation']['median']:.2f}× | "
         f"{'met' if w['ratio_without_generation']['median'] >= w['goal']['ratio_at_least'] else '**missed**'} |",
+        "",
+        "![The write side against pyiceberg, and the scans before and after maintenance](lake.png)",
         "",
         "## JVM and SparkSession start (not in any figure below)",
         "",

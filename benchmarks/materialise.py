@@ -31,12 +31,13 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import plots, report
 from lakesync.core.delta import RowDelta, make_delta
 from lakesync.core.merge import RowState, fold, merge
 from lakesync.core.schema import TableSchema, parse_table_schema
@@ -368,7 +369,8 @@ def run(sizes: Sizes, out: Path | None, *, quick: bool) -> dict[str, Any]:
     results["goal"] = {"ours_deltas_vs_executemany_final_rows_at_least": 0.5, "met": goal >= 0.5}
     if out is not None:
         json_path, md_path = report.write(results, out, stem="materialise", render=_markdown, ensure_ascii=True)
-        progress(f"wrote {json_path} and {md_path}")
+        png_path = plot(results, out / "materialise.png")
+        progress(f"wrote {json_path}, {md_path} and {png_path}")
     return results
 
 
@@ -412,6 +414,8 @@ def _markdown(r: dict[str, Any]) -> str:
         f"Stricter, the same row writes with and without merge/state/coercion: ours / raw upsert = "
         f"{ratios['ours_vs_raw_upsert_same_writes']}x, ours / raw COPY = {ratios['ours_vs_raw_copy_same_writes']}x.",
         "",
+        "![Each run's rate, ours against the raw writes, with the goal](materialise.png)",
+        "",
         f"`apply` totals: {r['apply_totals']}. Machine: {r['machine']['cpus']} CPUs, load average "
         f"{r['machine']['load_average_start']} → {r['machine']['load_average_end']} (a shared machine: other work "
         "running at the same time slows both sides; compare ratios of runs close in time).",
@@ -421,6 +425,36 @@ def _markdown(r: dict[str, Any]) -> str:
         r["method"],
     ]
     return "\n".join(lines) + "\n"
+
+
+def plot(r: Mapping[str, Any], path: Path) -> Path:
+    """``materialise.png``: each run's rate, ours (deltas/s) against the raw writes (rows/s), with the goal line."""
+    sec, deltas, final, writes = r["seconds"], r["sizes"]["deltas"], r["final_rows"], r["row_writes"]
+    sides = {
+        "ours, per\nconsumer batch": (sec["ours"], deltas),
+        "ours, per\nmessage": (sec["ours_one_message_per_apply"], deltas),
+        "executemany\nfinal rows": (sec["executemany_final_rows"], final),
+        "COPY\nfinal rows": (sec["copy_final_rows"], final),
+        "raw upsert,\nsame writes": (sec["raw_upsert"], writes),
+        "raw COPY,\nsame writes": (sec["raw_copy"], writes),
+    }
+    fig, (ax,) = plots.figure(width=9, height=4.4)
+    plots.spread(
+        ax,
+        {label: [n / s for s in runs] for label, (runs, n) in sides.items()},
+        colours=[plots.OURS, plots.OURS, *[plots.FLOOR] * 4],
+    )
+    at_least = r["goal"]["ours_deltas_vs_executemany_final_rows_at_least"]
+    plots.goal_line(ax, at_least * r["rates"]["executemany_final_rows_per_s"], f"goal: ≥ {at_least:g}× executemany")
+    plots.plain_log(ax)
+    ax.set_ylabel("per second, log scale: deltas (ours), rows (raw)")
+    ax.tick_params(axis="x", labelsize="small")
+    ax.legend(loc="upper left", fontsize="small")
+    return plots.save(
+        fig,
+        path,
+        title=f"Materialise {deltas:,} deltas into PostgreSQL ({final:,} rows at the end), {r['timestamp'][:10]}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -331,6 +331,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         *_machine(doc.get("machine") or {}),
         "",
+        "![p50 and p99 against listeners, with the goal](realtime.png)",
+        "",
         *report.table((*_HEADERS, "goal met"), _rows(doc["runs"])),
     ]
     if doc.get("before"):

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import plots
 from benchmarks.write_rules import markdown as write_rules_markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -149,6 +150,7 @@ def markdown(r: dict[str, Any]) -> str:
                 f"| cold import of `{module}` | ≤ {imports['goal_ms']:.0f} ms | {figures['import_ms']:.0f} ms | "
                 f"{_verdict(figures['goal_met'])} |"
             )
+    lines += ["", "![Each repetition against its floor and goal, per benchmark](latest.png)"]
     lines += ["", "## How", "", *r["method"]["common"]]
     checks = []
     for name in ("push", "pull"):
@@ -345,3 +347,89 @@ def _imports_section(imports: dict[str, Any]) -> list[str]:
             + ".",
         ]
     return [*lines, ""]
+
+
+_PUSH_SIDES = {
+    "handler": "handler_deltas_per_s",
+    "floor A\nlog items": "floor_log_writes_deltas_per_s",
+    "floor C\nall items": "floor_all_items_deltas_per_s",
+    "floor B\nreplay": "floor_replay_deltas_per_s",
+}
+"""The push panel's boxes (label: the rate in ``push``), handler first."""
+_PULL_SIDES = {
+    "handler": "handler_deltas_per_s",
+    "floor A\none item a delta": "floor_a_deltas_per_s",
+    "raw Query\nof the chunks": "raw_query_deltas_per_s",
+}
+"""The pull panel's boxes, handler first."""
+
+
+def plot(r: Mapping[str, Any], path: Path) -> Path:
+    """``latest.png``: each repetition of push, pull and push with write rules against its floors and goal line,
+    and each handler's cold imports against the import goal (a panel per benchmark the run has)."""
+    panels = [name for name in ("push", "pull", "write_rules", "imports") if r.get(name)]
+    fig, axes = plots.figure(len(panels), columns=2, width=6.2, height=4.2)
+    for ax, name in zip(axes, panels, strict=True):
+        figures = r[name]
+        if name == "push":
+            at_least = figures["goal"]["ratio_vs_log_writes_at_least"]
+            _against_floors(
+                ax,
+                figures,
+                _PUSH_SIDES,
+                (at_least * figures["floor_log_writes_deltas_per_s"]["median"], f"goal: ≥ {at_least:g}× floor A"),
+            )
+            ax.set_ylim(bottom=0)
+            ax.set_title(
+                f"push: {figures['workload']['deltas']:,} deltas; handler / floor A"
+                f" {figures['ratio_vs_log_writes']['median']:.2f}× (median of repetitions)"
+            )
+        elif name == "pull":
+            at_most = figures["goal"]["ratio_at_most"]
+            _against_floors(
+                ax,
+                figures,
+                _PULL_SIDES,
+                (figures["floor_a_deltas_per_s"]["median"] / at_most, f"goal: time ≤ {at_most:g}× floor A"),
+            )
+            plots.plain_log(ax)
+            ax.set_ylabel("deltas/s, log scale (higher is better)")
+            ax.set_title(
+                f"pull: {figures['workload']['pending_deltas']:,} deltas paged; time / floor A"
+                f" {figures['ratio_handler_over_floor_a']['median']:.2f}×"
+            )
+        elif name == "write_rules":
+            plots.spread(
+                ax,
+                {"with rules / without,\neach repetition": figures["ratio_with_over_without"]["values"]},
+                fmt="{:.3f}×",
+            )
+            at_least = figures["goal"]["ratio_at_least"]
+            plots.goal_line(ax, at_least, f"goal: ≥ {at_least:g}×")
+            ax.set_ylabel("push rate with write rules / without")
+            ax.set_title("push with write rules against without (same run)")
+            ax.set_ylim(0, max(1.1, *figures["ratio_with_over_without"]["values"]) * 1.05)
+        else:
+            plots.spread(
+                ax,
+                {m.removeprefix("functions."): f["in_process_ms"]["values"] for m, f in figures["modules"].items()},
+                unit="ms",
+            )
+            plots.goal_line(ax, figures["goal_ms"], f"goal: ≤ {figures['goal_ms']:g} ms")
+            ax.set_ylabel("cold import, in-process ms (lower is better)")
+            ax.set_title("each handler's cold import")
+            ax.set_ylim(bottom=0)
+            ax.tick_params(axis="x", labelsize="small")
+        ax.legend(loc="lower right", fontsize="small")
+    return plots.save(fig, path, title=f"Gateway benchmarks, {r['timestamp'][:10]} (only ratios are meaningful)")
+
+
+def _against_floors(ax: Any, figures: Mapping[str, Any], sides: Mapping[str, str], goal: tuple[float, str]) -> None:
+    """The handler's repetitions (the first side) beside its floors' (the others, grey), with the goal line."""
+    plots.spread(
+        ax,
+        {label: figures[key]["values"] for label, key in sides.items()},
+        colours=[plots.OURS, *[plots.FLOOR] * (len(sides) - 1)],
+    )
+    plots.goal_line(ax, *goal)
+    ax.set_ylabel("deltas/s (higher is better)")

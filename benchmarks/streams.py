@@ -520,6 +520,8 @@ def render(doc: Mapping[str, Any]) -> str:
         "",
         *report.machine_lines(doc["machine"]),
         "",
+        "![Bytes sent for a rules change: the difference against re-bootstrapping](streams.png)",
+        "",
         f"## Backfill of a new subscription ({b['rows']:,} rows, {b['log_entries']:,} log entries, one project of"
         f" {b['projects']})",
         "",
