@@ -23,9 +23,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from lakesync.auth import TokenKeys
 from lakesync.aws.settings.api import Settings
@@ -61,10 +63,36 @@ def apply_configured_log_level(environ: Mapping[str, str]) -> None:
         service_logger.setLevel(configured)
 
 
+class _EMFProvider(AmazonCloudWatchEMFProvider):
+    """Powertools' CloudWatch EMF provider, whose cold-start metric also honours ``POWERTOOLS_METRICS_DISABLED``.
+
+    ``capture_cold_start_metric`` writes the ColdStart metric as a blob of its own through ``single_metric``, which
+    prints whether or not metrics are disabled (Powertools 3.37); every other metric is flushed only when they are
+    enabled. Deployed, the variable is unset and the blob is written as before; the embedded default sets it."""
+
+    def add_cold_start_metric(self, context: Any) -> None:
+        if not is_metrics_disabled():
+            super().add_cold_start_metric(context)
+
+
+def _metrics() -> Metrics:
+    """The functions' ``Metrics``, on the metric set every ``Metrics`` instance of the process shares."""
+    shared = Metrics(namespace=NAMESPACE, service=SERVICE)
+    provider = _EMFProvider(
+        namespace=NAMESPACE,
+        service=SERVICE,
+        metric_set=shared.metric_set,
+        dimension_set=shared.dimension_set,
+        metadata_set=shared.metadata_set,
+        default_dimensions=shared.default_dimensions,
+    )
+    return Metrics(provider=provider)
+
+
 logger = Logger(service=SERVICE)
 apply_configured_log_level(os.environ)
 tracer = OptionalTracer(SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+metrics = _metrics()
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
