@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from lakesync.local.demo import run
+from tests.terminal import noise
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,9 @@ def test_lakesync_demo_runs_the_whole_loop_in_its_own_process() -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "erin == a client that replayed every delta: True" in out.stdout
-    assert "Traceback" not in out.stderr
+    # Its story and nothing else: no metric's EMF JSON, no JSON log line, no Spark banner or warning, no traceback
+    assert noise(out.stdout.splitlines() + out.stderr.splitlines()) == []
+    assert out.stderr == ""
     before = next(line for line in out.stdout.splitlines() if "as of snapshot" in line)
     now = next(line for line in out.stdout.splitlines() if "and now:" in line)
     assert "Buy milk and eggs'" in before and "Buy milk, eggs and bread" in now

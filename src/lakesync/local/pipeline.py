@@ -40,8 +40,14 @@ def lake_session(data_dir: Path) -> SparkSession:
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     catalog_db, warehouse = lake_paths(data_dir)
+    # Errors only: Spark's warnings (a plan string truncated, a cached block already there) are not for the terminal
+    # of `lakesync local` or the demo.
     return build_session(
-        app_name="lakesync-local", catalog="local", warehouse=str(warehouse), catalog_uri=str(catalog_db)
+        app_name="lakesync-local",
+        catalog="local",
+        warehouse=str(warehouse),
+        catalog_uri=str(catalog_db),
+        log_level="ERROR",
     )
 
 

@@ -43,6 +43,9 @@ _COMMON_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
+_LOG4J2_LOCAL = Path(__file__).with_name("log4j2-local.properties")
+# The JVM's options: UTC, and the log4j2 configuration of local sessions (errors only from the start; no banner).
+_LOCAL_JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={_LOG4J2_LOCAL.as_uri()}"
 _LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -50,8 +53,8 @@ _LOCAL_CONF = {
     "spark.default.parallelism": "2",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.driver.extraJavaOptions": _LOCAL_JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": _LOCAL_JAVA_OPTIONS,
 }
 # Settings a running SparkContext cannot change; a mismatch means the caller would get the wrong session.
 _PINNED_KEYS = ("spark.jars", "spark.sql.extensions")
