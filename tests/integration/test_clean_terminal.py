@@ -69,6 +69,40 @@ def test_cold_start_metric_is_written_unless_metrics_are_disabled(disabled: str 
     assert out.stderr == ""
 
 
+_LOG_PROBE = """
+import logging
+from lakesync.aws.lambda_runtime import logger
+from lakesync.local.terminal import readable_function_logs
+readable_function_logs()
+logger.append_keys(function_request_id="r-1")
+logger.info("request rejected", extra={"status": 401})
+logger.warning("request deferred", extra={"status": 503, "code": "STORAGE_BUSY"})
+logger.clear_state()
+logging.getLogger("lakesync.local.front").warning("a module warning")
+try:
+    raise ValueError("boom")
+except ValueError:
+    logger.exception("unhandled error: %s", "ValueError")
+"""
+
+
+def test_function_logs_read_as_lines_in_a_local_terminal() -> None:
+    # Given the functions' logger at the local stack's level, written for a terminal
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POWERTOOLS_")}
+    env["POWERTOOLS_LOG_LEVEL"] = "WARNING"
+    # When a function and a module of the package log (with appended keys, extra keys and an exception)
+    out = subprocess.run([sys.executable, "-c", _LOG_PROBE], capture_output=True, text=True, env=env, check=True)
+    # Then each record is one readable line at the same level as deployed (the traceback follows its error)
+    lines = out.stdout.splitlines()
+    assert lines[:3] == [
+        "WARNING request deferred (status=503 code=STORAGE_BUSY)",
+        "WARNING a module warning",
+        "ERROR unhandled error: ValueError",
+    ]
+    assert lines[3] == "Traceback (most recent call last):" and lines[-1] == "ValueError: boom"
+    assert out.stderr == ""
+
+
 def test_lakesync_local_prints_its_story_and_nothing_else(tmp_path: Path) -> None:
     # Given a real `lakesync local` (handler workers and the in-process broadcaster each start cold)
     proc = subprocess.Popen(

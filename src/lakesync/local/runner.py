@@ -194,6 +194,7 @@ class LocalStack:
     recovery: RecoveryReport | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _stop_waking: Callable[[], None] | None = None
+    _restore_logs: Callable[[], None] | None = None
     secret: str = ""
 
     @property
@@ -252,8 +253,11 @@ class LocalStack:
         from functions._runtime import reset_runtime
         from lakesync import egress
         from lakesync.aws.settings.validators import network_policy
+        from lakesync.local.terminal import readable_function_logs
 
         reset_runtime()
+        # The handlers log as deployed; this terminal gets their records as readable lines, not JSON objects.
+        self._restore_logs = readable_function_logs()
         _forget_default_credentials()
         egress.configure(network_policy(os.environ))
         client = self.dynamodb_client()
@@ -483,6 +487,9 @@ class LocalStack:
             else:
                 os.environ[key] = value
         self._saved_env = {}
+        if self._restore_logs is not None:
+            self._restore_logs()
+            self._restore_logs = None
         _forget_default_credentials()
 
     def __enter__(self) -> Self:

@@ -145,9 +145,11 @@ def _worker_main(conn: Connection, parent_pid: int) -> None:
 
     from lakesync.api_routes import ROUTES
     from lakesync.local.dispatch import route_request
+    from lakesync.local.terminal import readable_function_logs
 
     for module in {route.module for route in ROUTES}:  # the cold start happens here, not on the first request
         importlib.import_module(module)
+    readable_function_logs()  # a terminal's lines, as in the runner's process
     conn.send("ready")
     while True:
         try:
