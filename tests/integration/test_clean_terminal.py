@@ -51,6 +51,8 @@ def handler(event, context):
     return {}
 
 handler({}, Context())
+handler({}, Context())
+print("metrics held after the invocations:", len(metrics.provider.metric_set))
 """
 
 
@@ -67,6 +69,8 @@ def test_cold_start_metric_is_written_unless_metrics_are_disabled(disabled: str 
     # is written only where metrics are enabled, as every other metric
     assert ('"ColdStart"' in out.stdout) is emitted and ('"Requests"' in out.stdout) is emitted
     assert out.stderr == ""
+    # And an invocation's metrics are dropped at its end either way (printed, or not kept for ever)
+    assert "metrics held after the invocations: 0" in out.stdout
 
 
 _LOG_PROBE = """

@@ -68,11 +68,19 @@ class _EMFProvider(AmazonCloudWatchEMFProvider):
 
     ``capture_cold_start_metric`` writes the ColdStart metric as a blob of its own through ``single_metric``, which
     prints whether or not metrics are disabled (Powertools 3.37); every other metric is flushed only when they are
-    enabled. Deployed, the variable is unset and the blob is written as before; the embedded default sets it."""
+    enabled. Deployed, the variable is unset and the blob is written as before; the embedded default sets it. Disabled,
+    the metrics of an invocation are dropped at its end, as printing them would drop them."""
 
     def add_cold_start_metric(self, context: Any) -> None:
         if not is_metrics_disabled():
             super().add_cold_start_metric(context)
+
+    def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+        # Disabled, Powertools neither prints nor clears the set: a long-running local worker's would grow for ever.
+        if is_metrics_disabled() and self.metric_set:
+            self.clear_metrics()
+            return
+        super().flush_metrics(raise_on_empty_metrics)
 
 
 def _metrics() -> Metrics:
