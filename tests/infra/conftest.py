@@ -292,6 +292,7 @@ def _logical_ids(stack: Any) -> dict[str, str]:
         "key:data": lid(stack.data_key),
         "database": lid(stack.lake.database),
         "topic:alarms": lid(stack.monitoring.topic),
+        "rule:glue_failures": lid(stack.monitoring.glue_failures),
         "role:connector_schedules": lid(stack.connectors.role),
     }
     return ids

@@ -50,8 +50,12 @@ def test_nothing_in_the_stack_starts_the_restore_job(cfn, ids, synth):
         for logical, resource in cfn.resources.items()
         if logical != job and job in json.dumps(resource, separators=(",", ":"))
     }
-    # Then no resource refers to it (no schedule, rule, function variable or policy); only an output names it
-    assert referring == set()
+    # Then nothing that could start it refers to it (no schedule, function variable or policy): only the rule that
+    # tells the alarm topic of failed Glue runs, which matches its state changes, and an output name it
+    assert referring == {ids["rule:glue_failures"]}
+    (failed,) = [cfn.resources[r] for r in referring]
+    assert failed["Properties"]["EventPattern"]["detail-type"] == ["Glue Job State Change"]
+    assert [t["Arn"] for t in failed["Properties"]["Targets"]] == [{"Ref": ids["topic:alarms"]}]
     assert cfn.template["Outputs"]["RestoreJob"]["Value"] == {"Ref": job}
     # And the lake's jobs, which the lake tick and its schedules know, do not include it
     assert "restore" not in synth.stack.jobs.jobs
