@@ -26,7 +26,7 @@ from lakesync.aws.objects import S3ObjectStore, s3_client
 from lakesync.core.checkpoint import DEFAULT_CHUNK_BYTES
 from lakesync.lake.tables import NAMESPACE
 from lakesync.spark.checkpoint import CheckpointConfig, run
-from lakesync.spark.glue import resolved_options
+from lakesync.spark.glue import catalog_kind, flag, resolved_options
 from lakesync.spark.session import build_session
 
 JOB_OPTIONS = (
@@ -55,12 +55,8 @@ def parse(options: Mapping[str, str]) -> tuple[CheckpointConfig, str, Literal["l
     missing = [f"--{name}" for name in ("bucket", "gateways", "warehouse") if name not in options]
     if missing:
         raise ValueError(f"{', '.join(missing)} required")
-    kind = options.get("catalog", "glue")
-    if kind not in ("local", "glue"):
-        raise ValueError(f"--catalog must be local or glue, got {kind!r}")
-    include_deleted = options.get("include_deleted", "true").lower()
-    if include_deleted not in ("true", "false"):
-        raise ValueError(f"--include_deleted must be true or false, got {include_deleted!r}")
+    kind = catalog_kind(options)
+    include_deleted = flag(options, "include_deleted", default=True)
     within = options.get("deleted_within_hours")
     deleted_within_hours = None if within is None else _hours(within)
     config = CheckpointConfig(
@@ -69,10 +65,10 @@ def parse(options: Mapping[str, str]) -> tuple[CheckpointConfig, str, Literal["l
         catalog=options.get("catalog_name", "lake"),
         namespace=options.get("namespace", NAMESPACE),
         chunk_bytes=int(options.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
-        include_deleted=include_deleted == "true",
+        include_deleted=include_deleted,
         deleted_within_hours=deleted_within_hours,
     )
-    return config, options["warehouse"], "local" if kind == "local" else "glue", options.get("catalog_uri")
+    return config, options["warehouse"], kind, options.get("catalog_uri")
 
 
 def _hours(text: str) -> float:

@@ -59,6 +59,7 @@ from lakesync.lake.tables import (
     state_table_ddl,
 )
 from lakesync.spark import lww
+from lakesync.spark.glue import buffer_tables, catalog_kind, flag
 from lakesync.spark.snapshots import Snapshot, ancestry, newest_with
 
 __all__ = [
@@ -202,31 +203,23 @@ class CompactJobArgs:
         """
         if "warehouse" not in options:
             raise ValueError("--warehouse is required")
-        kind = options.get("catalog", "glue")
-        if kind not in ("local", "glue"):
-            raise ValueError(f"--catalog must be local or glue, got {kind!r}")
-        maintain = options.get("maintain", "false").lower()
-        if maintain not in ("true", "false"):
-            raise ValueError(f"--maintain must be true or false, got {maintain!r}")
+        kind = catalog_kind(options)
+        maintain = flag(options, "maintain", default=False)
         synced = _csv(options.get("synced_tables"))
-        dynamo = None
-        if "tables" in options:
-            dynamo = TableNames(**json.loads(options["tables"]))
-        elif "table_prefix" in options:
-            dynamo = TableNames.with_prefix(options["table_prefix"])
+        dynamo = buffer_tables(options)
         config = CompactConfig(
             catalog=options.get("catalog_name", "lake"), namespace=options.get("namespace", NAMESPACE), tables=synced
         )
         return cls(
             config=config,
             warehouse=options["warehouse"],
-            catalog_kind="local" if kind == "local" else "glue",
+            catalog_kind=kind,
             catalog_uri=options.get("catalog_uri"),
             dynamo_tables=dynamo,
             gateways=_csv(options.get("gateways")),
             dynamodb_endpoint=options.get("dynamodb_endpoint"),
             region=options.get("region"),
-            maintain=maintain == "true",
+            maintain=maintain,
             expire_after_hours=float(options.get("expire_after_hours", "24")),
             retain_last=int(options.get("retain_last", "1")),
         )

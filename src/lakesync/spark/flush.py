@@ -15,7 +15,6 @@ The transforms (:func:`plan_flush`, :func:`range_figures`, :func:`record_batches
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import re
 import threading
@@ -42,7 +41,6 @@ from pyspark.sql.types import (
 from lakesync.aws.checkpoints import ReleaseBounds, read_release_bounds
 from lakesync.aws.flush_store import DynamoConfig, FlushStore, ShardRange
 from lakesync.aws.publish import JobSink, PublishConfig
-from lakesync.aws.tables import TableNames
 from lakesync.core.errors import FlushError
 from lakesync.core.hlc import system_clock
 from lakesync.lake.flush import (
@@ -71,6 +69,7 @@ from lakesync.lake.flush import (
     watermarks_property,
 )
 from lakesync.lake.tables import DELTA_LOG, FLUSH_WATERMARKS, NAMESPACE, delta_log_ddl, qualified
+from lakesync.spark.glue import buffer_tables, catalog_kind
 from lakesync.spark.snapshots import table_snapshots
 
 if TYPE_CHECKING:
@@ -211,15 +210,10 @@ class FlushJobArgs:
         """
         if "warehouse" not in options:
             raise ValueError("--warehouse is required")
-        if "tables" in options:
-            tables = TableNames(**json.loads(options["tables"]))
-        elif "table_prefix" in options:
-            tables = TableNames.with_prefix(options["table_prefix"])
-        else:
+        tables = buffer_tables(options)
+        if tables is None:
             raise ValueError("--tables (JSON) or --table_prefix is required")
-        kind = options.get("catalog", "glue")
-        if kind not in ("local", "glue"):
-            raise ValueError(f"--catalog must be local or glue, got {kind!r}")
+        kind = catalog_kind(options)
         gateways = options.get("gateways")
         bucket, queue_url = options.get("claim_check_bucket"), options.get("materialise_queue_url")
         if (bucket is None) != (queue_url is None):
@@ -242,7 +236,7 @@ class FlushJobArgs:
         return cls(
             config,
             options["warehouse"],
-            "local" if kind == "local" else "glue",
+            kind,
             options.get("catalog_uri"),
             checkpoint_bucket=options.get("checkpoint_bucket"),
             s3_endpoint=options.get("s3_endpoint"),

@@ -13,10 +13,48 @@ On Glue, ``awsglue.utils.getResolvedOptions`` reads the present names; elsewhere
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
-__all__ = ["resolved_options"]
+from lakesync.aws.tables import TableNames
+
+__all__ = ["buffer_tables", "catalog_kind", "flag", "resolved_options"]
+
+
+def catalog_kind(options: Mapping[str, str]) -> Literal["local", "glue"]:
+    """``--catalog``: ``glue`` (the default) or ``local``.
+
+    Raises:
+        ValueError: any other value.
+    """
+    kind = options.get("catalog", "glue")
+    if kind not in ("local", "glue"):
+        raise ValueError(f"--catalog must be local or glue, got {kind!r}")
+    return "local" if kind == "local" else "glue"
+
+
+def flag(options: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """A ``true``/``false`` option (any case), ``default`` when absent.
+
+    Raises:
+        ValueError: any other value.
+    """
+    value = options.get(name, "true" if default else "false").lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"--{name} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def buffer_tables(options: Mapping[str, str]) -> TableNames | None:
+    """The DynamoDB tables: ``--tables`` (JSON ``{"deltas": name, ...}``, every logical table) or ``--table_prefix``
+    (``{prefix}-deltas`` ...); ``None`` when neither is given."""
+    if "tables" in options:
+        return TableNames(**json.loads(options["tables"]))
+    if "table_prefix" in options:
+        return TableNames.with_prefix(options["table_prefix"])
+    return None
 
 
 def resolved_options(names: Sequence[str], argv: Sequence[str] | None = None) -> dict[str, str]:

@@ -10,7 +10,6 @@ streamed to the driver one partition at a time. The restore job's options (:data
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -22,6 +21,7 @@ from lakesync.core.restore import LakeEntry
 from lakesync.lake.restore_reader import FIELDS, lake_entry
 from lakesync.lake.tables import DELTA_LOG, NAMESPACE
 from lakesync.spark.flush import read_watermarks
+from lakesync.spark.glue import buffer_tables, catalog_kind, flag
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,37 +106,24 @@ class RestoreJobArgs:
         gateways = tuple(g.strip() for g in options["gateways"].split(",") if g.strip())
         if not gateways:
             raise ValueError("--gateways names no gateway")
-        if "tables" in options:
-            tables = TableNames(**json.loads(options["tables"]))
-        elif "table_prefix" in options:
-            tables = TableNames.with_prefix(options["table_prefix"])
-        else:
+        tables = buffer_tables(options)
+        if tables is None:
             raise ValueError("--tables (JSON) or --table_prefix is required")
-        kind = options.get("catalog", "glue")
-        if kind not in ("local", "glue"):
-            raise ValueError(f"--catalog must be local or glue, got {kind!r}")
         old = options.get("old_table_prefix")
         return cls(
             gateways=gateways,
             tables=tables,
             warehouse=options["warehouse"],
-            catalog_kind="local" if kind == "local" else "glue",
+            catalog_kind=catalog_kind(options),
             catalog_name=options.get("catalog_name", "lake"),
             catalog_uri=options.get("catalog_uri"),
             namespace=options.get("namespace", NAMESPACE),
             checkpoint_bucket=options.get("checkpoint_bucket"),
             region=options.get("region"),
-            replace=_flag(options, "replace"),
-            lose_unflushed=_flag(options, "lose_unflushed"),
+            replace=flag(options, "replace", default=False),
+            lose_unflushed=flag(options, "lose_unflushed", default=False),
             old_tables=TableNames.with_prefix(old) if old else None,
-            create_tables=_flag(options, "create_tables"),
+            create_tables=flag(options, "create_tables", default=False),
             dynamodb_endpoint=options.get("dynamodb_endpoint"),
             s3_endpoint=options.get("s3_endpoint"),
         )
-
-
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    value = options.get(name, "false").lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"--{name} must be true or false, got {value!r}")
-    return value == "true"
