@@ -293,9 +293,10 @@ class LakeTick:
         Raises:
             StorageError: a read failed.
         """
-        if self._flush_decider(self.reader.heads())(()).due:
+        heads = self.reader.heads()
+        if self._flush_decider(heads)(()).due:
             return True
-        return bool(lagging_shards(self.reader.heads(), self.reader.bounds().positions))
+        return bool(lagging_shards(heads, self.reader.bounds().positions))
 
     def _flush(self, heads: Mapping[str, ShardHead]) -> tuple[Work, list[JobRun]]:
         decide = self._flush_decider(heads)
