@@ -107,6 +107,13 @@ def read_from_entry(
     return None, buffer.read_log(shard, seq, limit, images=images)
 
 
+def commit_hlc_at(buffer: BufferStore, shard: ShardId, seq: int) -> int | None:
+    """The commit HLC of the shard's entry ``seq`` (one entry read, without row images); ``None`` when the buffer
+    does not hold it."""
+    found = buffer.read_log(shard, seq - 1, 1, images=False)
+    return found[0].commit_hlc if found and found[0].seq == seq else None
+
+
 class PullBasisReader(Protocol):
     """The gateway's sync rules and shard registry, read together (in one request where one store keeps both)."""
 

@@ -29,6 +29,7 @@ from lakesync.core.flush_requests import FLUSH_REQUEST_PREFIX
 from lakesync.core.log import ShardHead, ShardId, StoredRow
 from lakesync.core.restore import CONFIG_KINDS, RestoreTargetNotEmptyError, SavedConfig
 from lakesync.io_pool import results_of, submit
+from lakesync.ports import commit_hlc_at
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -87,8 +88,7 @@ class DynamoDBBufferSurvey:
 
     def first_commit_after(self, shard: ShardId, seq: int) -> int | None:
         """The commit HLC of the entry at ``seq + 1`` (``None``: not in the log any more)."""
-        found = _storage("Query", lambda: self._store.read_log(shard, seq, 1, images=False))
-        return found[0].commit_hlc if found and found[0].seq == seq + 1 else None
+        return _storage("Query", lambda: commit_hlc_at(self._store, shard, seq + 1))
 
     def config(self, gateway: str) -> SavedConfig:
         """The items of the gateway's config partition that are its configuration (rules, schemas, destinations,

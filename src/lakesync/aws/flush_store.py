@@ -40,6 +40,7 @@ from lakesync.aws.tables import TableNames
 from lakesync.core.canonical import canonical_value
 from lakesync.core.errors import FlushError, StorageError
 from lakesync.core.log import LogEntry, ShardHead, ShardId
+from lakesync.ports import commit_hlc_at
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -308,8 +309,7 @@ class FlushStore:
 
     def commit_hlc_at(self, shard: ShardId, seq: int) -> int | None:
         """The commit HLC of the shard's entry ``seq``, or ``None`` when the buffer does not hold it."""
-        found = self._buffer.read_log(shard, seq - 1, 1, images=False)
-        return found[0].commit_hlc if found else None
+        return commit_hlc_at(self._buffer, shard, seq)
 
     def range_bytes(self, shard_range: ShardRange) -> int:
         """Total stored size of the range's entries (to advance ``fb`` for entries flushed by a crashed run)."""

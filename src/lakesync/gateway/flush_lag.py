@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from lakesync.core.flush_lag import FlushLag, LagNotices, measure, oldest_unflushed
-from lakesync.core.log import ShardHead, ShardId
+from lakesync.core.log import ShardHead
 from lakesync.io_pool import results_of, submit
-from lakesync.ports import BufferStore
+from lakesync.ports import BufferStore, commit_hlc_at
 
 __all__ = ["FlushLagWatch", "flush_lag", "flush_lag_of"]
 
@@ -37,13 +37,8 @@ def flush_lag_of(buffer: BufferStore, heads: Iterable[ShardHead], now_ms: int) -
     """
     heads = list(heads)
     positions = oldest_unflushed(heads)
-    reads = [submit(_commit_hlc_at, buffer, shard, seq) for shard, seq in positions.items()]
+    reads = [submit(commit_hlc_at, buffer, shard, seq) for shard, seq in positions.items()]
     return measure(heads, dict(zip(positions, results_of(reads), strict=True)), now_ms)
-
-
-def _commit_hlc_at(buffer: BufferStore, shard: ShardId, seq: int) -> int | None:
-    found = buffer.read_log(shard, seq - 1, 1, images=False)
-    return found[0].commit_hlc if found else None
 
 
 @dataclass(slots=True)
