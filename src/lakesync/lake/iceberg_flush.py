@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
-__all__ = ["DELTA_LOG_ARROW_SCHEMA", "IcebergDeltaLog", "delta_log_partition_spec", "delta_log_schema"]
+__all__ = ["DELTA_LOG_ARROW_SCHEMA", "IcebergDeltaLog", "column_equals", "delta_log_partition_spec", "delta_log_schema"]
 
 DELTA_LOG_ARROW_SCHEMA = pa.schema(
     [
@@ -191,7 +191,7 @@ class IcebergDeltaLog:
         if not positions:
             return {}
         terms: list[BooleanExpression] = [
-            And(_equal("shard", key), _equal("seq", int(seq))) for key, seq in positions.items()
+            And(column_equals("shard", key), column_equals("seq", int(seq))) for key, seq in positions.items()
         ]
         where = functools.reduce(Or, terms)
         rows = self._table().scan(row_filter=where, selected_fields=("shard", "seq", "commit_hlc")).to_arrow()
@@ -257,7 +257,8 @@ def _commit(commit: Callable[[], object], renew: Callable[[], bool], run_id: str
         ) from exc
 
 
-def _equal(column: str, value: object) -> BooleanExpression:
+def column_equals(column: str, value: object) -> BooleanExpression:
+    """pyiceberg's ``column = value`` row filter."""
     from pyiceberg.expressions import EqualTo
 
     # pyiceberg's predicates are pydantic models whose constructors take (term, literal); the signatures mypy derives

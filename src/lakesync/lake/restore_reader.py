@@ -15,7 +15,7 @@ from lakesync.core.delta import ColumnDelta, DeltaOp, RowDelta
 from lakesync.core.log import ShardId
 from lakesync.core.restore import LakeEntry
 from lakesync.lake.flush import FlushConfig
-from lakesync.lake.iceberg_flush import IcebergDeltaLog, _equal
+from lakesync.lake.iceberg_flush import IcebergDeltaLog, column_equals
 from lakesync.lake.tables import DELTA_LOG, NAMESPACE
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class IcebergLakeReader:
         if not self._exists():
             return
         scan = self._catalog.load_table(self._identifier).scan(
-            row_filter=_equal("gateway", gateway), selected_fields=FIELDS
+            row_filter=column_equals("gateway", gateway), selected_fields=FIELDS
         )
         for batch in scan.to_arrow_batch_reader():
             for record in batch.to_pylist():

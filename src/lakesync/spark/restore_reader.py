@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from lakesync.aws.tables import TableNames
 from lakesync.core.restore import LakeEntry
 from lakesync.lake.restore_reader import FIELDS, lake_entry
-from lakesync.lake.tables import DELTA_LOG, NAMESPACE
+from lakesync.lake.tables import DELTA_LOG, NAMESPACE, qualified
 from lakesync.spark.flush import read_watermarks
 from lakesync.spark.glue import buffer_tables, catalog_kind, flag
 
@@ -34,7 +34,7 @@ class SparkLakeReader:
 
     def __init__(self, spark: SparkSession, catalog: str = "lake", namespace: str = NAMESPACE) -> None:
         self._spark = spark
-        self._table = f"{catalog}.{namespace}.{DELTA_LOG}"
+        self._table = qualified(catalog, DELTA_LOG, namespace)
 
     def _exists(self) -> bool:
         return bool(self._spark.catalog.tableExists(self._table))
