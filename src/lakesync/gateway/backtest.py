@@ -4,9 +4,10 @@ for each client, judged on the gateway's current rows, before it is saved. Read-
 The candidate is validated as saving it would be (the same errors, 400). Each claim set's scope is resolved under the
 rules in force and under the candidate by :func:`~lakesync.core.scope.resolve_scope`, with the client's kept
 subscriptions and the membership tables as they are now; every current row is then judged by both
-(:class:`~lakesync.core.backtest.Backtest`). The rows are read whole (:func:`~lakesync.gateway.state_rows.read_state`):
-the membership tables of both versions first (a candidate may name a table the rules in force do not, which the
-gateway's membership reader would not read), then every table. A row entering is counted with the bytes of the deltas
+(:class:`~lakesync.core.backtest.Backtest`). The rows are read whole, once, at the shards' heads
+(:func:`~lakesync.gateway.state_rows.read_state`), and gone through twice: for the membership tables of both versions
+(a candidate may name a table the rules in force do not, which the gateway's membership reader would not read), then
+for every row. A row entering is counted with the bytes of the deltas
 a difference sends for it, a row leaving with the bytes of its drop (:func:`~lakesync.gateway.scope_moves.drop_delta`),
 as :mod:`lakesync.gateway.scope_change` serves a caught-up client once the candidate is saved.
 
@@ -35,7 +36,7 @@ from lakesync.core.scope import resolve_scope
 from lakesync.gateway.deps import GatewayDeps
 from lakesync.gateway.membership_view import MAX_MEMBERSHIP_ROWS, MembershipTableTooLargeError
 from lakesync.gateway.scope_moves import drop_delta
-from lakesync.gateway.state_rows import item_bytes, read_state
+from lakesync.gateway.state_rows import TableState, item_bytes, read_state
 
 if TYPE_CHECKING:
     from lakesync.ports import ConnectionStore
@@ -55,12 +56,12 @@ def session_claim_sets(sessions: ConnectionStore, gateway: str, now_s: float) ->
     return list(seen.values())[:MAX_CLAIM_SETS]
 
 
-def _memberships(deps: GatewayDeps, gateway: str, rules: Sequence[SyncRules | None]) -> InMemoryMemberships:
+def _memberships(state: TableState, rules: Sequence[SyncRules | None]) -> InMemoryMemberships:
     tables = frozenset(t for r in rules if r is not None for t in r.membership_tables())
     held: dict[str, list[Row]] = {t: [] for t in tables}
     if tables:
-        for row in read_state(deps, gateway, tables).rows():
-            if row.values is not None:
+        for row in state.rows():
+            if row.table in tables and row.values is not None:
                 held[row.table].append(row.values)
                 if len(held[row.table]) > MAX_MEMBERSHIP_ROWS:
                     raise MembershipTableTooLargeError(
@@ -103,7 +104,8 @@ def backtest(
         raise BacktestInputError("No claim sets to judge: give claimSets (no WebSocket session to take them from)")
     current = deps.config.get_sync_rules(gateway)
     now_ms = deps.wall_ms()
-    members = _memberships(deps, gateway, (current, candidate))
+    state = read_state(deps, gateway)
+    members = _memberships(state, (current, candidate))
     # Subscriptions count only under rules with streams: otherwise the kept ones are not read.
     store = deps.subscriptions if any(r is not None and r.streams for r in (current, candidate)) else None
     comparisons = []
@@ -115,7 +117,6 @@ def backtest(
         new = resolve_scope(candidate, claim_set.claims, subs, members, now_ms)
         comparisons.append(Comparison(claim_set, old, new))
     report = Backtest(current, candidate, comparisons, _drop_bytes, sample)
-    state = read_state(deps, gateway)
     for row in state.rows():
         report.observe(row.table, row.row_id, row.values, row.size)
     return report.to_json({"source": state.source, "positions": dict(sorted(state.positions.items()))})

@@ -1,4 +1,4 @@
-"""A gateway's current rows, read whole: every row of some tables at the shards' heads, each with the deltas a scope
+"""A gateway's current rows, read whole: every row at the shards' heads, each with the deltas a scope
 difference would send for it (:mod:`lakesync.gateway.scope_change`).
 
 The row index is keyed by row and cannot list a table, so the rows are read as the scope difference and the
@@ -11,7 +11,7 @@ checkpoint is read chunk by chunk; the log after it is held in memory.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -57,11 +57,10 @@ def item_bytes(item: LogEntry | RowDelta) -> int:
 
 @dataclass
 class TableState:
-    """The rows of some tables at :attr:`positions` (the heads when read), from :attr:`checkpoint` (``None``: the
-    log from its start) and the log after it."""
+    """The rows at :attr:`positions` (the heads when read), from :attr:`checkpoint` (``None``: the log from its start)
+    and the log after it; :meth:`rows` may be gone through more than once."""
 
     deps: GatewayDeps
-    tables: frozenset[str] | None
     positions: dict[str, int]
     checkpoint: Manifest | None
     tail: dict[RowKey, list[LogEntry]] = field(default_factory=dict)
@@ -72,7 +71,7 @@ class TableState:
         return "log" if self.checkpoint is None else f"checkpoint {self.checkpoint.checkpoint_id} + log"
 
     def rows(self) -> Iterator[StateRow]:
-        """Every row of the tables, once: the checkpoint's (folded with the log after it), then those only the log
+        """Every row, once: the checkpoint's (folded with the log after it), then those only the log
         holds.
 
         Raises:
@@ -84,8 +83,6 @@ class TableState:
             for info in self.checkpoint.chunks:
                 for deltas in chunk_rows(objects, info):
                     key = (deltas[0].table, deltas[0].row_id)
-                    if self.tables is not None and key[0] not in self.tables:
-                        continue
                     seen.add(key)
                     later = self.tail.get(key, [])
                     yield _row(key, (*deltas, *later), [*deltas, *(e.delta for e in later)])
@@ -100,15 +97,14 @@ def _row(key: RowKey, items: tuple[LogEntry | RowDelta, ...], deltas: Sequence[R
     return StateRow(key[0], key[1], None if state is None else state.values(), items)
 
 
-def read_state(deps: GatewayDeps, gateway: str, tables: Collection[str] | None = None) -> TableState:
-    """The rows of ``tables`` (``None``: every table) of ``gateway`` at its shards' heads (module docstring).
+def read_state(deps: GatewayDeps, gateway: str) -> TableState:
+    """The rows of ``gateway`` at its shards' heads (module docstring).
 
     Raises:
         StorageError: the log was released past every readable checkpoint.
         StorageBusyError: releases kept overtaking the read (503).
     """
-    wanted = frozenset(tables) if tables is not None else None
-    shards = [s for s in deps.buffer.list_shards(gateway) if wanted is None or s.table in wanted]
+    shards = deps.buffer.list_shards(gateway)
     for _ in range(_ATTEMPTS):
         heads = deps.buffer.get_heads(shards) if shards else {}
         positions = {head.shard.key: head.seq for head in heads.values()}
@@ -118,7 +114,7 @@ def read_state(deps: GatewayDeps, gateway: str, tables: Collection[str] | None =
             tail = read_tail(deps.buffer, gateway, list(heads), base, positions)
         except CursorExpiredError:  # released while read: start over from the checkpoint that allowed it
             continue
-        return TableState(deps, wanted, positions, checkpoint, tail)
+        return TableState(deps, positions, checkpoint, tail)
     raise StorageBusyError(f"The log of gateway {gateway!r} kept being released while read; retry")
 
 
