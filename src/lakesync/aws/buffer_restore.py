@@ -23,6 +23,7 @@ from lakesync.aws.items import (
     query_all,
     str_attr,
 )
+from lakesync.aws.table_setup import table_names
 from lakesync.aws.tables import TableNames, table_specs
 from lakesync.core.errors import StorageError
 from lakesync.core.flush_requests import FLUSH_REQUEST_PREFIX
@@ -228,8 +229,7 @@ def clear_tables(client: DynamoDBClient, names: TableNames) -> int:
     """Delete every item of the buffer tables that exist but the restore marks (item by item, not the tables: the
     local stack journals item writes, so a crash cannot bring the items back, and the deltas table keeps its stream);
     returns how many."""
-    # ListTables answers 100 names a page: an account (or a shared emulator) with more would hide the buffer's
-    existing = {n for page in client.get_paginator("list_tables").paginate() for n in page.get("TableNames", [])}
+    existing = table_names(client)
     deleted = 0
     for spec in table_specs(names):
         table = spec["TableName"]

@@ -11,7 +11,7 @@ from lakesync.aws.tables import TTL_ATTRIBUTE, TTL_TABLES, TableNames, connectio
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["create_tables", "drop_tables"]
+__all__ = ["create_tables", "drop_tables", "table_names"]
 
 
 def create_tables(
@@ -30,7 +30,7 @@ def create_tables(
             (:func:`lakesync.aws.tables.connections_table_name`), if any.
         only: Create these of the tables only (names).
     """
-    existing = _table_names(client)
+    existing = table_names(client)
     specs = table_specs(names) + ([connections_table_spec(connections)] if connections else [])
     if only is not None:
         specs = [spec for spec in specs if spec["TableName"] in only]
@@ -49,14 +49,15 @@ def create_tables(
 
 def drop_tables(client: DynamoDBClient, names: TableNames, *, connections: str | None = None) -> None:
     """Delete every LakeSync table that exists (for a fresh local start), the sessions table too when named."""
-    existing = _table_names(client)
+    existing = table_names(client)
     for name in [*names.as_dict().values(), *([connections] if connections else [])]:
         if name in existing:
             client.delete_table(TableName=name)
             client.get_waiter("table_not_exists").wait(TableName=name)
 
 
-def _table_names(client: DynamoDBClient) -> set[str]:
+def table_names(client: DynamoDBClient) -> set[str]:
+    """The names of the account's tables, every page of them (ListTables answers 100 a page)."""
     names: set[str] = set()
     for page in client.get_paginator("list_tables").paginate():
         names.update(page.get("TableNames", []))

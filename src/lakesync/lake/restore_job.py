@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from lakesync.aws.buffer.log_reader import REMEMBERED_CHUNK_MS
 from lakesync.aws.buffer_restore import DynamoDBBufferSurvey, DynamoDBRestoreTarget, clear_tables
 from lakesync.aws.items import REGISTRY_PREFIX, str_attr
-from lakesync.aws.table_setup import create_tables
+from lakesync.aws.table_setup import create_tables, table_names
 from lakesync.aws.tables import TableNames
 from lakesync.core.hlc import HLC
 from lakesync.core.restore import RestoreReport, RestoreTargetNotEmptyError, UnflushedDataError
@@ -42,8 +42,7 @@ shard, :data:`lakesync.aws.buffer.log_reader.REMEMBERED_CHUNK_MS`) is then too o
 
 def registered_gateways(client: DynamoDBClient, names: TableNames) -> set[str]:
     """The gateways with shards in the registry of ``names`` (a scan of the config table; empty when it is gone)."""
-    tables = (n for page in client.get_paginator("list_tables").paginate() for n in page.get("TableNames", []))
-    if names.config not in set(tables):  # every page: ListTables answers 100 names at a time
+    if names.config not in table_names(client):
         return set()
     found: set[str] = set()
     for page in client.get_paginator("scan").paginate(
